@@ -1,0 +1,174 @@
+//! The seam between the engine and the world.
+//!
+//! Engine code performs every piece of I/O, every clock read, every task spawn and every
+//! random draw through these traits. Two implementations exist: [`real`] (real files with
+//! real `fdatasync`, real TCP, the real clock, tokio hidden behind the traits) and the
+//! simulated one in `cairn-faults` / `cairn-sim`. `engine/clippy.toml` forbids the engine from
+//! reaching `std::fs`, `std::net`, `Instant::now`, `SystemTime::now`, `std::thread::spawn`,
+//! `rand::thread_rng` and tokio directly; only `env::real` is exempt.
+//!
+//! The disk API is synchronous and positional: the partition log is a single-owner state
+//! machine, and group commit comes from draining many requests into one flush, not from
+//! overlapping syscalls. Clock sleeps, networking and tasks are asynchronous.
+
+pub mod real;
+
+use std::future::Future;
+use std::io;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A boxed future, the currency of the asynchronous half of the seam.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How to open a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open an existing file for reading only.
+    Read,
+    /// Open an existing file for reading and writing.
+    ReadWrite,
+    /// Create a new file for reading and writing; fails if it exists.
+    CreateNew,
+    /// Open for reading and writing, creating the file if it does not exist.
+    CreateOrOpen,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub is_dir: bool,
+}
+
+/// An open file. All operations are positional: there is no cursor.
+#[allow(clippy::len_without_is_empty)]
+pub trait DiskFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `pos`; returns the number read (0 at end of file).
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize>;
+    /// Writes every buffer, in order, contiguously starting at `pos` (one vectored write
+    /// where the platform allows it). Either all bytes are written or an error is returned.
+    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()>;
+    /// Makes the file's data durable (`fdatasync`).
+    fn sync_data(&self) -> io::Result<()>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    /// Reserves `len` bytes without changing the file's length, where the file system
+    /// supports it. Returns `Ok(false)` when preallocation is not supported.
+    fn preallocate(&self, len: u64) -> io::Result<bool>;
+
+    /// Reads exactly `buf.len()` bytes at `pos`, or fails with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, pos) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "read past end of file",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    pos += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Files and directories.
+pub trait Disk: Send + Sync {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>>;
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Lists a directory, sorted by name (deterministic order).
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (created, renamed, removed names) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+}
+
+/// Time.
+pub trait Clock: Send + Sync {
+    /// Wall-clock time in microseconds since the Unix epoch (message timestamps).
+    fn wall_micros(&self) -> u64;
+    /// A monotonic instant, in nanoseconds since an arbitrary origin.
+    fn monotonic_nanos(&self) -> u64;
+    /// Completes after `duration` has elapsed.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// A bidirectional byte stream (a TCP connection or its simulation).
+pub trait ByteStream: Send {
+    fn read<'a>(&'a mut self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<usize>>;
+    fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, io::Result<()>>;
+    fn shutdown(&mut self) -> BoxFuture<'_, io::Result<()>>;
+}
+
+/// A listening socket.
+pub trait Listener: Send {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>>;
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// The network.
+pub trait Net: Send + Sync {
+    fn listen(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn Listener>>>;
+    fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn ByteStream>>>;
+}
+
+/// A spawned task; dropping the handle does not cancel the task.
+pub trait TaskHandle: Send {
+    /// Stops the task at its next suspension point.
+    fn cancel(&self);
+    fn is_finished(&self) -> bool;
+}
+
+/// Running tasks on the current node.
+pub trait Tasks: Send + Sync {
+    fn spawn(&self, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle>;
+}
+
+/// Randomness, seeded by the environment (the simulator derives it from the run seed).
+pub trait Entropy: Send + Sync {
+    fn next_u64(&self) -> u64;
+}
+
+/// The bundle handed to engine code.
+#[derive(Clone)]
+pub struct Env {
+    pub disk: Arc<dyn Disk>,
+    pub clock: Arc<dyn Clock>,
+    pub net: Arc<dyn Net>,
+    pub tasks: Arc<dyn Tasks>,
+    pub entropy: Arc<dyn Entropy>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Env")
+    }
+}
+
+/// Joins path components for the on-disk layout.
+pub fn join(base: &Path, parts: &[&str]) -> PathBuf {
+    let mut path = base.to_path_buf();
+    for part in parts {
+        path.push(part);
+    }
+    path
+}
+
+/// True when `error` means the device is out of space (ENOSPC).
+pub fn is_no_space(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::StorageFull || error.raw_os_error() == Some(libc::ENOSPC)
+}

@@ -1,0 +1,8 @@
+//! cairn's engine: the formats, the partition log with its durability policies and boot
+//! recovery, written against the [`env`] seam so the same code runs on real files and in the
+//! deterministic simulator. See `ARCHITECTURE.md` at the workspace root for the map.
+
+pub mod config;
+pub mod env;
+pub mod format;
+pub mod partition;

@@ -1,0 +1,1 @@
+//! (empty until its issue lands: see ARCHITECTURE.md)

@@ -1,0 +1,1 @@
+//! Helpers for the workspace integration tests (see tests/tests/).
