@@ -25,6 +25,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// The allocator of the `cairn` binary, so the engine runs here as it runs in production.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const MESSAGES_PER_BATCH: usize = 1000;
 const MESSAGE_BYTES: usize = 1000;
 const ROUNDS: usize = 5;

@@ -1,1 +1,208 @@
-//! Helpers for the workspace integration tests (see tests/tests/).
+//! Helpers for the workspace integration tests (see `tests/tests/`): producer batches, a
+//! disk that counts syncs, whole-directory snapshots, and reading a partition back.
+
+use bytes::BytesMut;
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
+use cairn_engine::env::real::RealDisk;
+use cairn_engine::env::{DirEntry, Disk, DiskFile, Env, OpenMode};
+use cairn_engine::format::{BatchBuilder, BatchHeader, MessageIter};
+use cairn_engine::partition::{Opened, Partition, PollFrom};
+use std::collections::BTreeMap;
+use std::io;
+use std::io::IoSlice;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A producer batch of `count` messages; message `i` gets id `seed << 32 | i` and a payload
+/// of `size` bytes derived from both.
+pub fn batch(seed: u64, count: usize, size: usize) -> BytesMut {
+    let mut builder = BatchBuilder::new(1_000 + seed);
+    for i in 0..count {
+        let payload = payload(seed, i, size);
+        builder.push(message_id(seed, i), i as u32, &payload, &[i as u8; 3]);
+    }
+    builder.build()
+}
+
+pub fn message_id(seed: u64, i: usize) -> u128 {
+    u128::from(seed) << 32 | i as u128
+}
+
+pub fn payload(seed: u64, i: usize, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|j| (seed as usize * 31 + i * 7 + j) as u8)
+        .collect()
+}
+
+/// 1 MiB segments (the minimum) so rotation happens in small tests.
+pub fn config(durability: Durability) -> TopicConfig {
+    TopicConfig {
+        durability,
+        consumer_offset_durability: durability,
+        segment_size: 1024 * 1024,
+        ..TopicConfig::default()
+    }
+}
+
+pub fn real_env() -> Env {
+    cairn_engine::env::real::env().expect("runtime")
+}
+
+pub fn create(env: &Env, dir: &Path, config: TopicConfig) -> Partition {
+    Partition::create(env, dir, 7, config, PartitionSettings::default()).expect("create")
+}
+
+pub fn open(env: &Env, dir: &Path, config: TopicConfig) -> Opened {
+    Partition::open(env, dir, 7, config, PartitionSettings::default()).expect("open")
+}
+
+/// One message as read back: (offset, id, payload).
+pub type Message = (u64, u128, Vec<u8>);
+
+/// Every message of a partition, polled from the first offset in pages of `page`.
+pub fn read_all(partition: &mut Partition, page: u32) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    let mut from = PollFrom::First;
+    loop {
+        let polled = partition.poll(from, page).expect("poll");
+        let before = out.len();
+        out.extend(messages(&polled.batches));
+        if out.len() == before {
+            return out;
+        }
+        from = PollFrom::Offset(out.last().unwrap().0 + 1);
+    }
+}
+
+/// Decodes reply batches into messages.
+pub fn messages(batches: &[bytes::Bytes]) -> Vec<Message> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let header = BatchHeader::decode(batch).expect("reply header");
+        for m in MessageIter::new(batch, header.base_offset) {
+            out.push((m.offset, m.header.id, m.payload.to_vec()));
+        }
+    }
+    out
+}
+
+/// Every file under `dir` with its bytes.
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    files
+}
+
+/// Segment `.log` files of a partition directory, oldest first.
+pub fn logs(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs
+}
+
+/// Byte positions of the batches in a log file.
+pub fn batch_positions(log: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(log).expect("read log");
+    let mut positions = Vec::new();
+    let mut at = 0usize;
+    while at + 256 <= bytes.len() {
+        positions.push(at as u64);
+        let header = BatchHeader::decode(&bytes[at..]).expect("header");
+        at += header.batch_length as usize;
+    }
+    positions
+}
+
+/// A real disk that counts `sync_data` calls per path and `sync_dir` calls.
+#[derive(Default, Clone)]
+pub struct CountingDisk {
+    pub syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+    pub dir_syncs: Arc<Mutex<usize>>,
+}
+
+struct CountingFile {
+    inner: Box<dyn DiskFile>,
+    path: PathBuf,
+    syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+}
+
+impl DiskFile for CountingFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, pos)
+    }
+    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
+        self.inner.write_all_at(bufs, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        *self
+            .syncs
+            .lock()
+            .unwrap()
+            .entry(self.path.clone())
+            .or_default() += 1;
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn preallocate(&self, len: u64) -> io::Result<bool> {
+        self.inner.preallocate(len)
+    }
+}
+
+impl Disk for CountingDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        Ok(Box::new(CountingFile {
+            inner: RealDisk.open(path, mode)?,
+            path: path.to_path_buf(),
+            syncs: self.syncs.clone(),
+        }))
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir_all(path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        RealDisk.read_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealDisk.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_dir_all(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        *self.dir_syncs.lock().unwrap() += 1;
+        RealDisk.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        RealDisk.exists(path)
+    }
+}
+
+/// Flips one bit of a file at `position`.
+pub fn flip_byte(path: &Path, position: u64) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[position as usize] ^= 0x10;
+    std::fs::write(path, bytes).expect("write");
+}

@@ -6,6 +6,11 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Large batch buffers are freed after every flush; mimalloc reuses them instead of
+/// returning them to the OS each time (glibc unmaps allocations this large on free).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "cairn",

@@ -218,6 +218,35 @@ pub fn verify_batch(
     limits: &Limits,
     layout: Layout,
 ) -> Result<VerifiedBatch, FormatError> {
+    verify_collecting(bytes, limits, layout, &mut Vec::new())
+}
+
+/// Admission in one pass: verifies a producer batch exactly as [`verify_batch`] does, then
+/// stamps `partition_id`, `base_offset` and `base_timestamp` and recomputes the batch
+/// checksum from the message checksums the verification already computed.
+pub fn admit_batch(
+    bytes: &mut [u8],
+    limits: &Limits,
+    partition_id: u64,
+    base_offset: u64,
+    base_timestamp: u64,
+) -> Result<BatchHeader, FormatError> {
+    let mut checksums = Vec::new();
+    let mut header = verify_collecting(bytes, limits, Layout::Stored, &mut checksums)?.header;
+    header.partition_id = partition_id;
+    header.base_offset = base_offset;
+    header.base_timestamp = base_timestamp;
+    header.batch_checksum = batch_checksum(&header, checksums.iter().copied());
+    header.encode(bytes);
+    Ok(header)
+}
+
+fn verify_collecting(
+    bytes: &[u8],
+    limits: &Limits,
+    layout: Layout,
+    checksums: &mut Vec<u64>,
+) -> Result<VerifiedBatch, FormatError> {
     let header = BatchHeader::decode(bytes)?;
     if header.batch_length != bytes.len() as u64 {
         return Err(FormatError::BatchLengthMismatch {
@@ -237,7 +266,8 @@ pub fn verify_batch(
             limit: limits.max_messages_per_batch,
         });
     }
-    let mut checksums = Vec::with_capacity(header.message_count as usize);
+    checksums.clear();
+    checksums.reserve(header.message_count as usize);
     let mut position = BATCH_HEADER_LEN;
     let mut payload_bytes = 0u64;
     let mut previous_delta: Option<u32> = None;
@@ -617,6 +647,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn admit_equals_verify_then_stamp() {
+        let mut builder = BatchBuilder::new(5);
+        builder.push(1, 0, b"one", b"");
+        builder.push(2, 3, b"two", b"hh");
+        let mut a = builder.build();
+        let mut b = a.clone();
+        verify_batch(&b, &Limits::default(), Layout::Stored).unwrap();
+        stamp_batch(&mut b, 4, 99, 1234);
+        let header = admit_batch(&mut a, &Limits::default(), 4, 99, 1234).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(header, BatchHeader::decode(&b).unwrap());
     }
 
     #[test]

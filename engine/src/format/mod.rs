@@ -11,9 +11,9 @@ pub mod batch;
 pub mod index;
 
 pub use batch::{
-    batch_checksum, message_checksum, slice_batch, stamp_batch, verify_batch, BatchBuilder,
-    BatchHeader, DecodedMessage, FrameHeader, Layout, Limits, MessageIter, VerifiedBatch,
-    BATCH_HEADER_LEN, FRAME_HEADER_LEN,
+    admit_batch, batch_checksum, message_checksum, slice_batch, stamp_batch, verify_batch,
+    BatchBuilder, BatchHeader, DecodedMessage, FrameHeader, Layout, Limits, MessageIter,
+    VerifiedBatch, BATCH_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use index::{IndexEntry, INDEX_ENTRY_LEN};
 

@@ -422,6 +422,18 @@ pub fn plan(
             });
             continue;
         }
+        if let Some(Damage {
+            position: 0,
+            kind: DamageKind::OffsetMismatch { found, .. },
+        }) = &segment.damage
+        {
+            let reason = FenceReason::SegmentNameMismatch {
+                log: segment.log_path.clone(),
+                name_offset: segment.start_offset,
+                first_batch_offset: *found,
+            };
+            return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
+        }
         if let Some(previous) = survivors.last() {
             if segment.start_offset != previous.next_offset {
                 if i <= k {
@@ -451,13 +463,6 @@ pub fn plan(
         }
         if let Some(damage) = &segment.damage {
             let fence = match &damage.kind {
-                DamageKind::OffsetMismatch { found, .. } if damage.position == 0 => {
-                    Some(FenceReason::SegmentNameMismatch {
-                        log: segment.log_path.clone(),
-                        name_offset: segment.start_offset,
-                        first_batch_offset: *found,
-                    })
-                }
                 DamageKind::ReadFailed(error) => Some(FenceReason::ReadFailed {
                     file: segment.log_path.clone(),
                     position: damage.position,

@@ -1,0 +1,572 @@
+//! The partition log over the real file system: admission, group commit, rotation, polls,
+//! consumer offsets, crash behaviour of the two durability policies.
+
+use bytes::BytesMut;
+use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::env::Env;
+use cairn_engine::format::{message_checksum, BatchHeader, FormatError, Limits, BATCH_HEADER_LEN};
+use cairn_engine::partition::{ConsumerId, Outcome, Partition, PartitionError, PollFrom};
+use cairn_tests::*;
+use std::sync::Arc;
+
+fn put_u32(bytes: &mut [u8], at: usize, value: u32) {
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+fn put_u64(bytes: &mut [u8], at: usize, value: u64) {
+    bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Recomputes the message checksum of the frame at `start` (after editing its header).
+fn reseal_frame(bytes: &mut [u8], start: usize) {
+    let payload = u32::from_le_bytes(bytes[start + 36..start + 40].try_into().unwrap()) as usize;
+    let headers = u32::from_le_bytes(bytes[start + 32..start + 36].try_into().unwrap()) as usize;
+    let checksum = message_checksum(&bytes[start..start + 48 + payload + headers]);
+    put_u64(bytes, start, checksum);
+}
+
+const FIRST_FRAME: usize = BATCH_HEADER_LEN;
+
+#[test]
+fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let settings = PartitionSettings {
+        limits: Limits {
+            max_batch_bytes: 64 * 1024,
+            max_messages_per_batch: 20,
+            max_payload_bytes: 4096,
+            max_user_headers_bytes: 16,
+        },
+        ..PartitionSettings::default()
+    };
+    let mut partition =
+        Partition::create(&env, &dir, 7, config(Durability::Persisted), settings).unwrap();
+    for seed in 0..3 {
+        partition
+            .append_group(vec![batch(seed, 4, 100)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    let next = partition.next_offset().unwrap();
+    let before = snapshot(&dir);
+
+    let good = || batch(50, 3, 100); // frames: 48 + 100 + 3 bytes each
+    let frame_len = 48 + 100 + 3;
+    type Case = (
+        &'static str,
+        Box<dyn Fn() -> BytesMut>,
+        Box<dyn Fn(&FormatError) -> bool>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "reserved byte in the batch header",
+            Box::new(move || {
+                let mut b = good();
+                b[100] = 1;
+                b
+            }),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::ReservedNotZero {
+                        what: "batch header",
+                        offset: 100,
+                        found: 1
+                    }
+                )
+            }),
+        ),
+        (
+            "reserved byte in a frame header",
+            Box::new(move || {
+                let mut b = good();
+                b[FIRST_FRAME + 44] = 9;
+                b
+            }),
+            Box::new(
+                |e| matches!(e, FormatError::ReservedNotZero { what: "frame header", offset, found: 9 } if *offset == FIRST_FRAME + 44),
+            ),
+        ),
+        (
+            "batch_length disagrees with the bytes",
+            Box::new(move || {
+                let mut b = good();
+                let l = b.len() as u64;
+                put_u64(&mut b, 32, l + 8);
+                b
+            }),
+            Box::new(|e| matches!(e, FormatError::BatchLengthMismatch { .. })),
+        ),
+        (
+            "message_count too small",
+            Box::new(move || {
+                let mut b = good();
+                put_u32(&mut b, 48, 2);
+                b
+            }),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::MessageCountMismatch {
+                        declared: 2,
+                        found: 3
+                    }
+                )
+            }),
+        ),
+        (
+            "message_count too large",
+            Box::new(move || {
+                let mut b = good();
+                put_u32(&mut b, 48, 5);
+                b
+            }),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::MessageCountMismatch {
+                        declared: 5,
+                        found: 3
+                    }
+                )
+            }),
+        ),
+        (
+            "a frame runs past the batch",
+            Box::new(move || {
+                let mut b = good();
+                put_u32(&mut b, FIRST_FRAME + 2 * frame_len + 36, 200);
+                b
+            }),
+            Box::new(|e| matches!(e, FormatError::FrameOverrun { index: 2, .. })),
+        ),
+        (
+            "message checksum",
+            Box::new(move || {
+                let mut b = good();
+                b[FIRST_FRAME + frame_len + 60] ^= 4;
+                b
+            }),
+            Box::new(|e| matches!(e, FormatError::MessageChecksum { index: 1, .. })),
+        ),
+        (
+            "batch checksum",
+            Box::new(move || {
+                let mut b = good();
+                b[24] ^= 1;
+                b
+            }),
+            Box::new(|e| matches!(e, FormatError::BatchChecksum { .. })),
+        ),
+        (
+            "offset_delta out of order",
+            Box::new(move || {
+                let mut b = good();
+                let at = FIRST_FRAME + frame_len;
+                put_u32(&mut b, at + 24, 7);
+                reseal_frame(&mut b, at);
+                b
+            }),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::OffsetDelta {
+                        index: 1,
+                        expected: 1,
+                        found: 7
+                    }
+                )
+            }),
+        ),
+        (
+            "payload over the limit",
+            Box::new(|| batch(51, 1, 5000)),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::PayloadTooLarge {
+                        length: 5000,
+                        limit: 4096,
+                        ..
+                    }
+                )
+            }),
+        ),
+        (
+            "user headers over the limit",
+            Box::new(|| {
+                let mut builder = cairn_engine::format::BatchBuilder::new(1);
+                builder.push(1, 0, b"x", &[0u8; 17]);
+                builder.build()
+            }),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::UserHeadersTooLarge {
+                        length: 17,
+                        limit: 16,
+                        ..
+                    }
+                )
+            }),
+        ),
+        (
+            "too many messages",
+            Box::new(|| batch(52, 21, 1)),
+            Box::new(|e| {
+                matches!(
+                    e,
+                    FormatError::TooManyMessages {
+                        count: 21,
+                        limit: 20
+                    }
+                )
+            }),
+        ),
+        (
+            "batch over the size limit",
+            Box::new(|| batch(53, 20, 4000)),
+            Box::new(|e| matches!(e, FormatError::BatchTooLarge { limit: 65536, .. })),
+        ),
+        (
+            "no messages",
+            Box::new(|| cairn_engine::format::BatchBuilder::new(1).build()),
+            Box::new(|e| matches!(e, FormatError::Empty)),
+        ),
+        (
+            "shorter than a header",
+            Box::new(move || {
+                let mut b = good();
+                b.truncate(100);
+                b
+            }),
+            Box::new(|e| matches!(e, FormatError::TooShort { .. })),
+        ),
+    ];
+    for (name, make, expected) in &cases {
+        match partition.append_group(vec![make()]).pop().unwrap() {
+            Err(PartitionError::InvalidBatch(error)) => {
+                assert!(expected(&error), "{name}: got {error:?}")
+            }
+            other => panic!("{name}: expected a rejection, got {other:?}"),
+        }
+        assert_eq!(
+            partition.next_offset().unwrap(),
+            next,
+            "{name}: offsets moved"
+        );
+    }
+    partition.close().unwrap();
+    assert_eq!(snapshot(&dir), before, "rejected input changed the files");
+}
+
+#[test]
+fn many_persisted_appends_share_one_sync_per_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let counting = CountingDisk::default();
+    let mut env: Env = real_env();
+    env.disk = Arc::new(counting.clone());
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    counting.syncs.lock().unwrap().clear();
+    *counting.dir_syncs.lock().unwrap() = 0;
+
+    let acks = partition.append_group((0..50).map(|seed| batch(seed, 3, 200)).collect());
+    assert_eq!(acks.len(), 50);
+    let mut expected_offset = 0;
+    for ack in acks {
+        let ack = ack.unwrap();
+        assert!(ack.durable && ack.requires_persist);
+        assert_eq!(ack.base_offset, expected_offset);
+        expected_offset += 3;
+    }
+    let syncs = counting.syncs.lock().unwrap().clone();
+    let count = |name: &str| {
+        syncs
+            .iter()
+            .filter(|(p, _)| p.ends_with(name))
+            .map(|(_, n)| *n)
+            .sum::<usize>()
+    };
+    assert_eq!(count("00000000000000000000.log"), 1, "{syncs:?}");
+    assert_eq!(count("00000000000000000000.index"), 1, "{syncs:?}");
+    assert_eq!(
+        count("superblock.a") + count("superblock.b"),
+        1,
+        "{syncs:?}"
+    );
+    assert_eq!(
+        *counting.dir_syncs.lock().unwrap(),
+        0,
+        "no new file, no directory sync"
+    );
+    let point = partition.durable_point().unwrap();
+    assert_eq!(point.next_offset, 150);
+
+    // A persist with nothing new costs nothing.
+    counting.syncs.lock().unwrap().clear();
+    partition.persist().unwrap();
+    assert!(counting.syncs.lock().unwrap().is_empty());
+}
+
+#[test]
+fn replicated_appends_wait_for_thresholds_and_never_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let counting = CountingDisk::default();
+    let mut env: Env = real_env();
+    env.disk = Arc::new(counting.clone());
+    let mut cfg = config(Durability::Replicated);
+    cfg.messages_required_to_save = 10;
+    let mut partition = create(&env, &dir, cfg);
+    counting.syncs.lock().unwrap().clear();
+    let log = dir.join("00000000000000000000.log");
+    for seed in 0..3 {
+        let ack = partition.append(batch(seed, 3, 10)).unwrap();
+        assert!(!ack.durable && !ack.requires_persist);
+    }
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        0,
+        "9 messages: below the threshold"
+    );
+    // Unflushed messages are served from the journal.
+    assert_eq!(read_all(&mut partition, 100).len(), 9);
+    partition.append(batch(3, 3, 10)).unwrap();
+    assert!(
+        std::fs::metadata(&log).unwrap().len() > 0,
+        "12 messages: flushed"
+    );
+    assert!(
+        counting.syncs.lock().unwrap().is_empty(),
+        "replicated flushes do not sync"
+    );
+    assert_eq!(read_all(&mut partition, 5).len(), 12);
+}
+
+#[test]
+fn persisted_acks_survive_a_crash_and_replicated_loses_only_the_unflushed_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = real_env();
+    // persisted: crash (drop without close) right after the acks.
+    let dir = tmp.path().join("persisted");
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    let mut acked = 0;
+    for seed in 0..20 {
+        let ack = partition
+            .append_group(vec![batch(seed, 5, 700)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        assert!(ack.durable);
+        acked += 5;
+    }
+    drop(partition);
+    let mut reopened = open(&env, &dir, config(Durability::Persisted)).partition;
+    assert_eq!(read_all(&mut reopened, 1000).len(), acked);
+
+    // replicated: a threshold flush reached the file, the rest stayed in memory.
+    let dir = tmp.path().join("replicated");
+    let mut cfg = config(Durability::Replicated);
+    cfg.messages_required_to_save = 50;
+    let mut partition = create(&env, &dir, cfg);
+    for seed in 0..12 {
+        partition.append(batch(seed, 5, 700)).unwrap(); // flush at 50; the last 10 stay journaled
+    }
+    drop(partition);
+    let opened = open(&env, &dir, cfg);
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::DurableEndAdvanced]);
+    let mut reopened = opened.partition;
+    let kept = read_all(&mut reopened, 1000);
+    assert_eq!(kept.len(), 50, "flushed messages survive a process crash");
+    // Offsets stay gapless after the lost suffix.
+    let ack = reopened.append(batch(99, 1, 1)).unwrap();
+    assert_eq!(ack.base_offset, 50);
+}
+
+#[test]
+fn segments_rotate_after_the_crossing_batch_and_every_poll_kind_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    let mut timestamps = Vec::new();
+    for seed in 0..40 {
+        let ack = partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        let polled = partition
+            .poll(PollFrom::Offset(ack.base_offset), 1)
+            .unwrap();
+        timestamps.push(
+            BatchHeader::decode(&polled.batches[0])
+                .unwrap()
+                .base_timestamp,
+        );
+    }
+    let starts = partition.segment_starts().unwrap();
+    assert!(starts.len() >= 3, "{starts:?}");
+    // Sealed segments hold whole batches and are at least segment_size (soft limit).
+    for log in &logs(&dir)[..starts.len() - 1] {
+        let len = std::fs::metadata(log).unwrap().len();
+        assert!(
+            (1024 * 1024..1024 * 1024 + 100_000).contains(&len),
+            "{log:?}: {len}"
+        );
+    }
+    // Offset: slices inside a batch.
+    let polled = partition.poll(PollFrom::Offset(13), 4).unwrap();
+    let got: Vec<u64> = messages(&polled.batches).iter().map(|m| m.0).collect();
+    assert_eq!(got, vec![13, 14, 15, 16]);
+    assert_eq!(polled.current_offset, Some(399));
+    // Across a segment boundary.
+    let boundary = starts[1];
+    let polled = partition.poll(PollFrom::Offset(boundary - 2), 5).unwrap();
+    let got: Vec<u64> = messages(&polled.batches).iter().map(|m| m.0).collect();
+    assert_eq!(got, (boundary - 2..boundary + 3).collect::<Vec<_>>());
+    // First and Last.
+    let first: Vec<u64> = messages(&partition.poll(PollFrom::First, 3).unwrap().batches)
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(first, vec![0, 1, 2]);
+    let last: Vec<u64> = messages(&partition.poll(PollFrom::Last, 3).unwrap().batches)
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(last, vec![397, 398, 399]);
+    // Timestamp: the first batch at or after a batch's timestamp.
+    let t = timestamps[25];
+    let from_t = messages(&partition.poll(PollFrom::Timestamp(t), 1).unwrap().batches);
+    let first_at_t = timestamps.iter().position(|&x| x >= t).unwrap() as u64 * 10;
+    assert_eq!(from_t[0].0, first_at_t);
+    assert!(partition
+        .poll(PollFrom::Timestamp(u64::MAX), 5)
+        .unwrap()
+        .batches
+        .is_empty());
+    // Beyond the end: empty.
+    assert!(partition
+        .poll(PollFrom::Offset(400), 5)
+        .unwrap()
+        .batches
+        .is_empty());
+    assert!(matches!(
+        partition.poll(PollFrom::First, 0),
+        Err(PartitionError::ZeroCount)
+    ));
+    // Next, driven by stored offsets.
+    let consumer = ConsumerId::consumer(4);
+    let next: Vec<u64> = messages(&partition.poll(PollFrom::Next(consumer), 2).unwrap().batches)
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(next, vec![0, 1]);
+    partition.store_offset(consumer, 1).unwrap();
+    let next: Vec<u64> = messages(&partition.poll(PollFrom::Next(consumer), 2).unwrap().batches)
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(next, vec![2, 3]);
+    partition.close().unwrap();
+    let opened = open(&env, &dir, config(Durability::Persisted));
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::Clean]);
+    assert_eq!(opened.partition.segment_starts().unwrap(), starts);
+}
+
+#[test]
+fn consumer_offsets_store_get_delete_reject_and_report_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    let (a, b, g) = (
+        ConsumerId::consumer(1),
+        ConsumerId::consumer(2),
+        ConsumerId::group(1),
+    );
+    assert!(matches!(
+        partition.store_offset(a, 0),
+        Err(PartitionError::OffsetBeyondEnd {
+            offset: 0,
+            last: None
+        })
+    ));
+    partition
+        .append_group(vec![batch(1, 10, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.store_offset(a, 5).unwrap();
+    partition.store_offset(b, 9).unwrap();
+    partition.store_offset(g, 3).unwrap();
+    assert!(matches!(
+        partition.store_offset(a, 10),
+        Err(PartitionError::OffsetBeyondEnd {
+            offset: 10,
+            last: Some(9)
+        })
+    ));
+    assert_eq!(partition.get_offset(a).unwrap(), Some(5));
+    assert!(partition.delete_offset(b).unwrap());
+    assert!(!partition.delete_offset(b).unwrap());
+    assert_eq!(partition.get_offset(b).unwrap(), None);
+    drop(partition); // crash: persisted offsets survive
+
+    let partition = open(&env, &dir, cfg).partition;
+    assert_eq!(partition.get_offset(a).unwrap(), Some(5));
+    assert_eq!(partition.get_offset(g).unwrap(), Some(3));
+    assert_eq!(partition.get_offset(b).unwrap(), None);
+    drop(partition);
+
+    flip_byte(&dir.join("offsets/consumers/1"), 17);
+    let mut partition = open(&env, &dir, cfg).partition;
+    match partition.get_offset(a) {
+        Err(PartitionError::OffsetDamaged { consumer, path, .. }) => {
+            assert_eq!(consumer, a);
+            assert!(path.ends_with("offsets/consumers/1"));
+        }
+        other => panic!("damaged offset must be reported, got {other:?}"),
+    }
+    assert!(matches!(
+        partition.poll(PollFrom::Next(a), 1),
+        Err(PartitionError::OffsetDamaged { .. })
+    ));
+    assert_eq!(
+        partition.get_offset(g).unwrap(),
+        Some(3),
+        "other consumers are unaffected"
+    );
+    // An explicit store replaces the damaged value.
+    partition.store_offset(a, 2).unwrap();
+    assert_eq!(partition.get_offset(a).unwrap(), Some(2));
+}
+
+#[test]
+fn preallocated_segments_recover_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut cfg = config(Durability::Persisted);
+    cfg.preallocate_segments = true;
+    let mut partition = create(&env, &dir, cfg);
+    for seed in 0..30 {
+        partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    let written = read_all(&mut partition, 1000);
+    drop(partition);
+    let opened = open(&env, &dir, cfg);
+    assert!(opened.partition.fence_reason().is_none());
+    let mut partition = opened.partition;
+    assert_eq!(read_all(&mut partition, 1000), written);
+}
