@@ -206,3 +206,108 @@ pub fn flip_byte(path: &Path, position: u64) {
     bytes[position as usize] ^= 0x10;
     std::fs::write(path, bytes).expect("write");
 }
+
+/// A real disk that fails every mutating call (write, sync, set_len, create, rename, remove)
+/// after `budget` of them have succeeded: a crash at that point of whatever runs on it.
+#[derive(Clone)]
+pub struct CrashingDisk {
+    pub budget: Arc<Mutex<usize>>,
+}
+
+impl CrashingDisk {
+    pub fn new(budget: usize) -> Self {
+        CrashingDisk {
+            budget: Arc::new(Mutex::new(budget)),
+        }
+    }
+
+    fn spend(budget: &Mutex<usize>) -> io::Result<()> {
+        let mut left = budget.lock().unwrap();
+        if *left == 0 {
+            return Err(io::Error::other("simulated crash"));
+        }
+        *left -= 1;
+        Ok(())
+    }
+}
+
+struct CrashingFile {
+    inner: Box<dyn DiskFile>,
+    budget: Arc<Mutex<usize>>,
+}
+
+impl DiskFile for CrashingFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, pos)
+    }
+    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        self.inner.write_all_at(bufs, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        self.inner.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn preallocate(&self, len: u64) -> io::Result<bool> {
+        self.inner.preallocate(len)
+    }
+}
+
+impl Disk for CrashingDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        if matches!(mode, OpenMode::CreateNew | OpenMode::CreateOrOpen) && !path.exists() {
+            CrashingDisk::spend(&self.budget)?;
+        }
+        Ok(Box::new(CrashingFile {
+            inner: RealDisk.open(path, mode)?,
+            budget: self.budget.clone(),
+        }))
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.create_dir_all(path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        RealDisk.read_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.remove_dir_all(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        RealDisk.exists(path)
+    }
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

@@ -360,3 +360,81 @@ fn cairn_check_reports_without_changing_anything() {
         .any(|a| a.to_string().contains("truncate")));
     assert_eq!(snapshot(&dir), before);
 }
+
+#[test]
+fn recovery_interrupted_at_every_step_reaches_the_same_result() {
+    // Damage that needs every kind of repair: a torn tail, a missing index, a stale durable end.
+    let tmp = tempfile::tempdir().unwrap();
+    let damaged = tmp.path().join("damaged");
+    let env = real_env();
+    let mut partition = create(&env, &damaged, config(Durability::Replicated));
+    for seed in 0..40 {
+        partition.append(batch(seed, 10, 5000)).unwrap();
+    }
+    partition.flush().unwrap();
+    drop(partition);
+    let active = logs(&damaged).pop().unwrap();
+    let mut bytes = std::fs::read(&active).unwrap();
+    bytes.extend_from_slice(&[0x5A; 333]);
+    std::fs::write(&active, bytes).unwrap();
+    std::fs::remove_file(logs(&damaged)[0].with_extension("index")).unwrap();
+
+    // The reference: one uninterrupted recovery.
+    let reference_dir = tmp.path().join("reference");
+    copy_dir(&damaged, &reference_dir);
+    let reference_plan = open(&env, &reference_dir, config(Durability::Replicated)).plan;
+    let outcomes = reference_plan.outcomes();
+    assert!(
+        outcomes.contains(&Outcome::TornTailTruncated) && outcomes.contains(&Outcome::IndexRebuilt),
+        "{outcomes:?}"
+    );
+    let reference = snapshot(&reference_dir);
+    let rel = |snap: std::collections::BTreeMap<std::path::PathBuf, Vec<u8>>, base: &Path| {
+        snap.into_iter()
+            .map(|(p, b)| (p.strip_prefix(base).unwrap().to_path_buf(), b))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let reference = rel(reference, &reference_dir);
+
+    let mut crashed_at_least_once = false;
+    for budget in 0..40 {
+        let dir = tmp.path().join(format!("crash-{budget}"));
+        copy_dir(&damaged, &dir);
+        let mut crashing = env.clone();
+        crashing.disk = std::sync::Arc::new(CrashingDisk::new(budget));
+        let first = cairn_engine::partition::Partition::open(
+            &crashing,
+            &dir,
+            7,
+            config(Durability::Replicated),
+            cairn_engine::config::PartitionSettings::default(),
+        );
+        crashed_at_least_once |= first.is_err();
+        // Run recovery again on the real disk: same files as the uninterrupted run.
+        let second = open(&env, &dir, config(Durability::Replicated));
+        assert!(second.partition.fence_reason().is_none(), "budget {budget}");
+        drop(second);
+        let got = rel(snapshot(&dir), &dir);
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            reference.keys().collect::<Vec<_>>(),
+            "budget {budget}"
+        );
+        for (path, bytes) in &got {
+            let want = &reference[path];
+            let first_diff = bytes.iter().zip(want.iter()).position(|(a, b)| a != b);
+            assert!(
+                bytes == want,
+                "budget {budget}: {} differs: {} vs {} bytes, first difference at {:?}",
+                path.display(),
+                bytes.len(),
+                want.len(),
+                first_diff
+            );
+        }
+        if first.is_ok() {
+            break;
+        }
+    }
+    assert!(crashed_at_least_once);
+}

@@ -24,6 +24,14 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+const TEMP_SUFFIX: &str = ".tmp";
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().expect("file path").to_os_string();
+    name.push(TEMP_SUFFIX);
+    path.with_file_name(name)
+}
+
 /// A rebuilt index gets one entry per this many log bytes (plus the first batch).
 pub const REBUILT_INDEX_SPACING: u64 = 4096;
 
@@ -123,6 +131,10 @@ pub enum Action {
         index_path: PathBuf,
         why: String,
     },
+    /// Remove a file left by an interrupted index rebuild.
+    RemoveTemp {
+        path: PathBuf,
+    },
     /// Remove an index whose log does not exist, above the durable end.
     RemoveStrayIndex {
         path: PathBuf,
@@ -161,6 +173,11 @@ impl fmt::Display for Action {
             Action::RemoveSegment {
                 log_path, why, ..
             } => write!(f, "remove {} and its index: {why}", log_path.display()),
+            Action::RemoveTemp { path } => write!(
+                f,
+                "remove {}: left by an interrupted index rebuild",
+                path.display()
+            ),
             Action::RemoveStrayIndex { path } => write!(
                 f,
                 "remove {}: its log does not exist and it lies above the durable end",
@@ -332,6 +349,9 @@ pub fn plan(
             Some((start, true)) => logs.push(start),
             Some((start, false)) => indexes.push(start),
             None if entry.name == "offsets" || SLOT_NAMES.contains(&entry.name.as_str()) => {}
+            None if entry.name.ends_with(TEMP_SUFFIX) => actions.push(Action::RemoveTemp {
+                path: dir.join(&entry.name),
+            }),
             None => notes.push(format!(
                 "ignored unknown entry {}",
                 dir.join(&entry.name).display()
@@ -767,13 +787,21 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Option<Superblo
                 dir_changed = true;
             }
             Action::RewriteIndex { path, entries, .. } => {
-                let existed = disk.exists(path)?;
-                let file = disk.open(path, OpenMode::CreateOrOpen)?;
+                // Built aside and renamed over: a crash leaves the old index or the new one,
+                // never a partial file that would pass for a valid (sparser) index.
+                let tmp = temp_path(path);
+                let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
+                file.set_len(0)?;
                 let bytes: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
                 file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
-                file.set_len(bytes.len() as u64)?;
                 file.sync_data()?;
-                dir_changed |= !existed;
+                drop(file);
+                disk.rename(&tmp, path)?;
+                dir_changed = true;
+            }
+            Action::RemoveTemp { path } => {
+                disk.remove_file(path)?;
+                dir_changed = true;
             }
             Action::AdvanceSuperblock { sync, to, .. } => {
                 for path in sync {
