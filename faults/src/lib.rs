@@ -1,1 +1,9 @@
-//! (empty until its issue lands: see ARCHITECTURE.md)
+//! Simulated implementations of the engine's `Env` traits, with fault injection: a disk
+//! with a page-cache model ([`disk`]), virtual time ([`clock`]) and a network of lossy
+//! links ([`net`]). No engine logic lives here.
+
+pub mod clock;
+pub mod disk;
+
+pub use clock::SimClock;
+pub use disk::{DiskFaults, FaultKind, FaultRecord, SimDisk};

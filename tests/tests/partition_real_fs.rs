@@ -570,3 +570,36 @@ fn preallocated_segments_recover_clean() {
     let mut partition = opened.partition;
     assert_eq!(read_all(&mut partition, 1000), written);
 }
+
+#[test]
+fn offsets_lowered_after_a_lost_tail_stay_lowered_when_the_log_grows_again() {
+    // Found by the simulator: the lowering was kept in memory only, so after the next restart
+    // a consumer resumed past new messages that reused the lost offsets.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut cfg = config(Durability::Replicated);
+    cfg.consumer_offset_durability = Durability::Persisted;
+    cfg.messages_required_to_save = 10;
+    let consumer = ConsumerId::consumer(3);
+    let mut partition = create(&env, &dir, cfg);
+    partition.append(batch(1, 10, 10)).unwrap(); // flushed: offsets 0..10
+    partition.append(batch(2, 5, 10)).unwrap(); // journal only: 10..15
+    partition.store_offset(consumer, 13).unwrap();
+    drop(partition); // crash: 10..15 are lost
+    let mut partition = open(&env, &dir, cfg).partition;
+    assert_eq!(partition.get_offset(consumer).unwrap(), Some(9));
+    partition.append(batch(3, 10, 10)).unwrap(); // new messages at 10..20
+    drop(partition);
+    let mut partition = open(&env, &dir, cfg).partition;
+    assert_eq!(
+        partition.get_offset(consumer).unwrap(),
+        Some(9),
+        "the lowered offset was not written"
+    );
+    let next: Vec<u64> = messages(&partition.poll(PollFrom::Next(consumer), 3).unwrap().batches)
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(next, vec![10, 11, 12]);
+}

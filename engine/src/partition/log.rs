@@ -141,11 +141,14 @@ impl Log {
         let mut offsets = ConsumerOffsets::load(disk, &plan.dir)
             .map_err(io_error("load offsets of", &plan.dir))?;
         let last_offset = next_offset.checked_sub(1);
-        for (consumer, offset) in offsets.clamp_to(last_offset) {
+        let lowered = offsets
+            .clamp_to(disk, last_offset, config.consumer_offset_durability)
+            .map_err(io_error("lower offsets in", &plan.dir))?;
+        for (consumer, offset, now) in lowered {
             tracing::warn!(
                 ?consumer,
                 offset,
-                ?last_offset,
+                ?now,
                 "stored offset beyond the recovered log end (lost unflushed tail); lowered"
             );
         }
@@ -406,7 +409,7 @@ impl Log {
             .log
             .sync_data()
             .map_err(io_error("sync_data", &active.log_path))?;
-        if self.dir_dirty {
+        if self.dir_dirty && !crate::canary("no-dir-sync") {
             self.env
                 .disk
                 .sync_dir(&self.dir)

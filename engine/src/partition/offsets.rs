@@ -138,11 +138,16 @@ impl ConsumerOffsets {
                     continue;
                 };
                 let consumer = ConsumerId { kind, id };
-                let file = disk.open(&path, OpenMode::Read)?;
-                let len = file.len()?.min(OFFSET_FILE_LEN as u64 + 1) as usize;
-                let mut bytes = vec![0u8; len];
-                file.read_exact_at(&mut bytes, 0)?;
-                let stored = match decode(consumer, &bytes) {
+                let read = disk.open(&path, OpenMode::Read).and_then(|file| {
+                    let len = file.len()?.min(OFFSET_FILE_LEN as u64 + 1) as usize;
+                    let mut bytes = vec![0u8; len];
+                    file.read_exact_at(&mut bytes, 0)?;
+                    Ok(bytes)
+                });
+                let stored = match read
+                    .map_err(|e| format!("unreadable: {e}"))
+                    .and_then(|bytes| decode(consumer, &bytes))
+                {
                     Ok(offset) => StoredOffset::Offset(offset),
                     Err(why) => {
                         tracing::error!(path = %path.display(), %why, "damaged consumer offset");
@@ -163,30 +168,36 @@ impl ConsumerOffsets {
         self.entries.iter()
     }
 
-    /// Lowers every stored offset above `last_offset` to it (after recovery lost a
-    /// `replicated` tail); returns the consumers lowered. Memory only: the next store writes.
-    pub fn clamp_to(&mut self, last_offset: Option<u64>) -> Vec<(ConsumerId, u64)> {
-        let mut lowered = Vec::new();
-        let mut removed = Vec::new();
-        for (consumer, stored) in self.entries.iter_mut() {
-            if let StoredOffset::Offset(offset) = stored {
-                match last_offset {
-                    Some(last) if *offset > last => {
-                        lowered.push((*consumer, *offset));
-                        *offset = last;
-                    }
-                    None => {
-                        lowered.push((*consumer, *offset));
-                        removed.push(*consumer);
-                    }
-                    _ => {}
+    /// Lowers every stored offset above `last_offset` to it, or deletes it when the log is
+    /// empty (after recovery lost a `replicated` tail), and writes the change: a consumer must
+    /// not later skip new messages that reuse the lost offsets. Returns what changed.
+    pub fn clamp_to(
+        &mut self,
+        disk: &dyn Disk,
+        last_offset: Option<u64>,
+        durability: Durability,
+    ) -> io::Result<Vec<(ConsumerId, u64, Option<u64>)>> {
+        let above: Vec<(ConsumerId, u64)> = self
+            .entries
+            .iter()
+            .filter_map(|(consumer, stored)| match stored {
+                StoredOffset::Offset(offset) if last_offset.is_none_or(|last| *offset > last) => {
+                    Some((*consumer, *offset))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut changed = Vec::with_capacity(above.len());
+        for (consumer, offset) in above {
+            match last_offset {
+                Some(last) => self.store(disk, consumer, last, durability)?,
+                None => {
+                    self.delete(disk, consumer, durability)?;
                 }
             }
+            changed.push((consumer, offset, last_offset));
         }
-        for consumer in removed {
-            self.entries.remove(&consumer);
-        }
-        lowered
+        Ok(changed)
     }
 
     fn path(&self, consumer: ConsumerId) -> PathBuf {
@@ -227,11 +238,12 @@ impl ConsumerOffsets {
         consumer: ConsumerId,
         durability: Durability,
     ) -> io::Result<bool> {
-        if self.entries.remove(&consumer).is_none() {
+        if !self.entries.contains_key(&consumer) {
             return Ok(false);
         }
         let path = self.path(consumer);
         disk.remove_file(&path)?;
+        self.entries.remove(&consumer);
         if durability == Durability::Persisted {
             disk.sync_dir(path.parent().expect("offset file has a directory"))?;
         }

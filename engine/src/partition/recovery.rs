@@ -289,16 +289,40 @@ pub fn plan(
     // The superblock pair: the newest valid slot wins.
     let mut superblock: Option<Superblock> = None;
     let mut slot_problems = Vec::new();
+    // A slot that exists but does not verify may have held the newest record: then the
+    // durable end may lie above what the surviving slot says.
+    let mut damaged_slot: Option<PathBuf> = None;
     for name in SLOT_NAMES {
         let path = dir.join(name);
         if !entries.iter().any(|e| e.name == name) {
             slot_problems.push(format!("{} is missing", path.display()));
             continue;
         }
-        let file = disk.open(&path, OpenMode::Read)?;
-        let len = file.len()?;
-        let mut bytes = vec![0u8; len.min(SUPERBLOCK_LEN as u64 + 1) as usize];
-        file.read_exact_at(&mut bytes, 0)?;
+        let read = disk.open(&path, OpenMode::Read).and_then(|file| {
+            let len = file.len()?;
+            let mut bytes = vec![0u8; len.min(SUPERBLOCK_LEN as u64 + 1) as usize];
+            file.read_exact_at(&mut bytes, 0)?;
+            Ok(bytes)
+        });
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                slot_problems.push(format!("{} is unreadable: {e}", path.display()));
+                damaged_slot.get_or_insert(path);
+                continue;
+            }
+        };
+        if bytes.len() > SUPERBLOCK_LEN {
+            // Only 64 bytes at offset 0 are ever written: more means a superblock write
+            // landed out of place, and the newest durable record may be the one missing.
+            return Ok(fenced(
+                dir,
+                partition_id,
+                None,
+                notes,
+                FenceReason::SuperblockMisplaced { path },
+            ));
+        }
         match Superblock::decode(&bytes) {
             Ok(slot) if slot.partition_id != partition_id => {
                 return Ok(fenced(
@@ -318,7 +342,10 @@ pub fn plan(
                     superblock = Some(slot);
                 }
             }
-            Err(e) => slot_problems.push(format!("{} is damaged: {e}", path.display())),
+            Err(e) => {
+                slot_problems.push(format!("{} is damaged: {e}", path.display()));
+                damaged_slot.get_or_insert(path);
+            }
         }
     }
     let Some(superblock) = superblock else {
@@ -503,6 +530,7 @@ pub fn plan(
                 }
                 _ => None,
             };
+            let fence = fence.filter(|_| !crate::canary("truncate-at-first-bad"));
             if let Some(reason) = fence {
                 return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
             }
@@ -518,7 +546,9 @@ pub fn plan(
                 },
             ));
         }
-        if i == k {
+        let canary_skips_checks =
+            crate::canary("truncate-at-first-bad") && segment.damage.is_some();
+        if i == k && !canary_skips_checks {
             if segment.valid_end < durable.position {
                 return Ok(fenced(
                     dir,
@@ -555,9 +585,20 @@ pub fn plan(
                 ));
             }
         }
+        if let (Some(damage), Some(slot)) = (&segment.damage, &damaged_slot) {
+            let reason = FenceReason::DurableEndUncertain {
+                log: segment.log_path.clone(),
+                position: damage.position,
+                damage: damage.kind.to_string(),
+                slot: slot.clone(),
+            };
+            if !crate::canary("truncate-at-first-bad") {
+                return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
+            }
+        }
         if let Some(damage) = segment.damage.take() {
             // Above the durable end (checked above): never promised durable.
-            debug_assert!(i > k || damage.position >= durable.position);
+            debug_assert!(i > k || damage.position >= durable.position || canary_skips_checks);
             actions.push(Action::Truncate {
                 path: segment.log_path.clone(),
                 from: damage.position,
@@ -671,18 +712,29 @@ fn scan_segment(
     }
     segment.valid_end = position;
     segment.next_offset = expected;
+    segment.index_file = None;
     if has_index {
-        let index = disk.open(&segment.index_path, OpenMode::Read)?;
-        let len = index.len()?;
-        // An index larger than one entry per smallest batch of a maximal segment is garbage.
-        let max_len = (segment.file_len / 304 + 1) * INDEX_ENTRY_LEN as u64;
-        let mut bytes = vec![0u8; len.min(max_len + INDEX_ENTRY_LEN as u64) as usize];
-        index.read_exact_at(&mut bytes, 0)?;
-        let (entries, torn) = IndexEntry::decode_all(&bytes);
-        let torn = torn + (len - bytes.len() as u64) as usize;
-        segment.index_file = Some((entries, torn));
-    } else {
-        segment.index_file = None;
+        let read = disk
+            .open(&segment.index_path, OpenMode::Read)
+            .and_then(|index| {
+                let len = index.len()?;
+                // An index larger than one entry per smallest batch is garbage past that point.
+                let max_len = (segment.file_len / 304 + 1) * INDEX_ENTRY_LEN as u64;
+                let mut bytes = vec![0u8; len.min(max_len + INDEX_ENTRY_LEN as u64) as usize];
+                index.read_exact_at(&mut bytes, 0)?;
+                Ok((bytes, len))
+            });
+        match read {
+            Ok((bytes, len)) => {
+                let (entries, torn) = IndexEntry::decode_all(&bytes);
+                let torn = torn + (len - bytes.len() as u64) as usize;
+                segment.index_file = Some((entries, torn));
+            }
+            // The index is a hint: an unreadable one is rebuilt like a missing one.
+            Err(e) => {
+                tracing::warn!(index = %segment.index_path.display(), error = %e, "index unreadable")
+            }
+        }
     }
     Ok(segment)
 }
@@ -703,7 +755,7 @@ fn plan_index(segment: &mut ScannedSegment) -> Option<Action> {
             .map(|i| segment.batches[i])
             .is_some_and(|b| b.base_offset == entry.offset && b.timestamp == entry.timestamp)
             && previous_position.is_none_or(|p| entry.position > p);
-        if !agrees {
+        if !agrees && !crate::canary("trust-stale-index") {
             break;
         }
         previous_position = Some(entry.position);
@@ -807,10 +859,10 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Option<Superblo
                 for path in sync {
                     disk.open(path, OpenMode::ReadWrite)?.sync_data()?;
                 }
-                if dir_changed {
-                    disk.sync_dir(&plan.dir)?;
-                    dir_changed = false;
-                }
+                // Always: a crashed process may have created these segment files without
+                // syncing their names, and the superblock is about to name them durable.
+                disk.sync_dir(&plan.dir)?;
+                dir_changed = false;
                 let current = superblock.expect("a plan that advances has a superblock");
                 let next = Superblock {
                     sequence: current.sequence + 1,
