@@ -288,7 +288,8 @@ impl Model {
                         return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} offset {x}, expected {expected_durable:?} (stored {:?})", self.offsets[&consumer])));
                     }
                     self.offsets.insert(consumer, vec![x]);
-                    if durable.is_some() {
+                    // Under `persisted`, what recovery serves is durable from now on.
+                    if self.config.consumer_offset_durability == Durability::Persisted {
                         self.durable_offsets.insert(consumer, x);
                     }
                 }

@@ -18,6 +18,8 @@ pub struct Profile {
     pub max_payload: usize,
     /// Most batches a producer round submits together (group commit).
     pub max_group: usize,
+    /// Longest pause between two workload steps (the request rate of this run).
+    pub max_think_nanos: u64,
     /// Per-step probabilities (`None` = the fault class is off in this run).
     pub process_crash: Option<f64>,
     pub power_loss: Option<f64>,
@@ -79,6 +81,7 @@ impl Profile {
             steps: rng.gen_range(150..400),
             max_payload: [64, 1024, 16 * 1024, 64 * 1024][rng.gen_range(0..4)],
             max_group: rng.gen_range(1..=6),
+            max_think_nanos: [5_000_000, 50_000_000, 500_000_000][rng.gen_range(0..3)],
             process_crash: maybe(&mut rng, 0.6, 0.002, 0.03),
             power_loss: maybe(&mut rng, 0.6, 0.002, 0.03),
             mid_operation_crash: maybe(&mut rng, 0.4, 0.2, 0.8),

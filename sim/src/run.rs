@@ -62,6 +62,8 @@ pub struct RunReport {
     pub simulated_nanos: u64,
     pub steps: u64,
     pub restarts: u64,
+    /// Boot attempts that could not complete (an injected I/O error) and were retried.
+    pub boot_retries: u64,
     pub acked_messages: u64,
 }
 
@@ -181,6 +183,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
             simulated_nanos: 0,
             steps: 0,
             restarts: 0,
+            boot_retries: 0,
             acked_messages: 0,
         },
         profile,
@@ -264,7 +267,8 @@ impl Sim {
     }
 
     fn step(&mut self) -> Checked<()> {
-        self.clock.advance(self.rng.gen_range(0..20_000_000));
+        self.clock
+            .advance(self.rng.gen_range(0..self.profile.max_think_nanos));
         if self.chance(self.profile.clock_jump) {
             let jump: i64 = self.rng.gen_range(-86_400_000_000..86_400_000_000);
             self.clock.jump_wall(jump);
@@ -614,12 +618,16 @@ impl Sim {
                 }
                 self.trace
                     .event(format!("p{p} recovery failed, boot retried later: {e}"));
+                self.report.boot_retries += 1;
                 if self.disk.is_crashed() {
                     self.disk.process_crash();
                 }
                 return Ok(());
             }
         };
+        for note in &opened.plan.notes {
+            self.trace.event(format!("p{p} recovery note: {note}"));
+        }
         for outcome in opened.plan.outcomes() {
             *self.report.outcomes.entry(outcome).or_default() += 1;
         }

@@ -138,7 +138,7 @@ impl Log {
         );
         let next_offset = active.end_offset;
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
-        let mut offsets = ConsumerOffsets::load(disk, &plan.dir)
+        let mut offsets = ConsumerOffsets::load(disk, &plan.dir, config.consumer_offset_durability)
             .map_err(io_error("load offsets of", &plan.dir))?;
         let last_offset = next_offset.checked_sub(1);
         let lowered = offsets

@@ -121,8 +121,10 @@ pub struct ConsumerOffsets {
 }
 
 impl ConsumerOffsets {
-    /// Loads every offset file; removes leftover `.tmp` files of interrupted stores.
-    pub fn load(disk: &dyn Disk, partition_dir: &Path) -> io::Result<Self> {
+    /// Loads every offset file; removes leftover `.tmp` files of interrupted stores. Under
+    /// `persisted`, syncs the directories afterwards: a store interrupted between its rename
+    /// and its directory sync may be visible, and what recovery serves must stay served.
+    pub fn load(disk: &dyn Disk, partition_dir: &Path, durability: Durability) -> io::Result<Self> {
         let dir = partition_dir.join("offsets");
         let mut entries = BTreeMap::new();
         for kind in [ConsumerKind::Consumer, ConsumerKind::Group] {
@@ -155,6 +157,9 @@ impl ConsumerOffsets {
                     }
                 };
                 entries.insert(consumer, stored);
+            }
+            if durability == Durability::Persisted {
+                disk.sync_dir(&kind_dir)?;
             }
         }
         Ok(ConsumerOffsets { dir, entries })

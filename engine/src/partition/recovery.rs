@@ -804,6 +804,12 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Option<Superblo
     assert!(plan.fence.is_none() || plan.actions.is_empty());
     let mut superblock = plan.superblock;
     let mut dir_changed = false;
+    // The record recovery trusts may still be a dirty page (a crash between its write and
+    // its sync): make it durable before anything is served on its word.
+    if let Some(trusted) = &superblock {
+        let path = plan.dir.join(SLOT_NAMES[trusted.slot()]);
+        disk.open(&path, OpenMode::ReadWrite)?.sync_data()?;
+    }
     for action in &plan.actions {
         tracing::info!(%action, "recovery applying");
         match action {

@@ -1,1 +1,0 @@
-//! (empty until its issue lands: see ARCHITECTURE.md)
