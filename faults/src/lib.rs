@@ -4,6 +4,8 @@
 
 pub mod clock;
 pub mod disk;
+pub mod net;
 
 pub use clock::SimClock;
 pub use disk::{DiskFaults, FaultKind, FaultRecord, SimDisk};
+pub use net::{HostNet, NetEvent, NetFaults, SimNet};

@@ -13,7 +13,7 @@ use cairn_engine::partition::recovery::Action;
 use cairn_engine::partition::{
     partition_dir, ConsumerId, Outcome, Partition, PartitionError, PollFrom,
 };
-use cairn_faults::{FaultKind, SimClock, SimDisk};
+use cairn_faults::{FaultKind, NetFaults, SimClock, SimDisk, SimNet};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use xxhash::xxh3::Xxh3;
 
+/// The simulated node's address.
+pub const NODE_IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
 /// Where the simulated node keeps its data.
 pub const DATA_ROOT: &str = "/data";
 /// Steps of the liveness phase in which every open partition must make progress.
@@ -100,27 +102,6 @@ impl Trace {
     }
 }
 
-struct NoNet;
-
-impl cairn_engine::env::Net for NoNet {
-    fn listen(
-        &self,
-        _: std::net::SocketAddr,
-    ) -> cairn_engine::env::BoxFuture<'static, std::io::Result<Box<dyn cairn_engine::env::Listener>>>
-    {
-        Box::pin(async { Err(std::io::Error::other("this workload has no network")) })
-    }
-    fn connect(
-        &self,
-        _: std::net::SocketAddr,
-    ) -> cairn_engine::env::BoxFuture<
-        'static,
-        std::io::Result<Box<dyn cairn_engine::env::ByteStream>>,
-    > {
-        Box::pin(async { Err(std::io::Error::other("this workload has no network")) })
-    }
-}
-
 /// Seeded entropy for the engine.
 struct SimEntropy(Mutex<ChaCha8Rng>);
 
@@ -161,7 +142,9 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
     let env = Env {
         disk: Arc::new(disk.clone()),
         clock: Arc::new(clock.clone()),
-        net: Arc::new(NoNet),
+        // The node's network; this workload drives the engine directly and sends nothing
+        // over it until the server exists.
+        net: Arc::new(SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default()).host(NODE_IP)),
         tasks: Arc::new(executor.handle()),
         entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
             seed ^ 0xe27,

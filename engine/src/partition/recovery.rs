@@ -622,9 +622,16 @@ pub fn plan(
         position: last.valid_end,
         next_offset: last.next_offset,
     };
+    // Without the canary the durable segment always survives (damage before it fences).
+    let first_synced = if crate::canary("truncate-at-first-bad") {
+        k.min(survivors.len() - 1)
+    } else {
+        assert!(k < survivors.len(), "the durable segment survives");
+        k
+    };
     if recovered != durable {
         actions.push(Action::AdvanceSuperblock {
-            sync: survivors[k..]
+            sync: survivors[first_synced..]
                 .iter()
                 .flat_map(|s| [s.log_path.clone(), s.index_path.clone()])
                 .collect(),
