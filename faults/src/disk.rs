@@ -205,6 +205,27 @@ impl State {
             .map(|(p, _)| p.clone())
     }
 
+    /// A random file under `under` whose state satisfies `wanted`.
+    fn pick_file(
+        &mut self,
+        under: &Path,
+        wanted: impl Fn(&FileState) -> bool,
+    ) -> Option<(PathBuf, u64)> {
+        let candidates: Vec<(PathBuf, u64)> = self
+            .names
+            .iter()
+            .filter(|(p, _)| p.starts_with(under))
+            .filter_map(|(p, n)| match n {
+                Node::File(i) if wanted(&self.files[i]) => Some((p.clone(), *i)),
+                _ => None,
+            })
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(candidates[self.rng.gen_range(0..candidates.len())].clone())
+    }
+
     fn parent_exists(&self, path: &Path) -> bool {
         match path.parent() {
             None => true,
@@ -425,19 +446,7 @@ impl SimDisk {
     /// Flips one bit of durable data in a random non-empty file under `under`.
     pub fn flip_random_bit(&self, under: &Path) -> Option<(PathBuf, u64)> {
         let mut s = self.lock();
-        let candidates: Vec<(PathBuf, u64)> = s
-            .names
-            .iter()
-            .filter(|(p, _)| p.starts_with(under))
-            .filter_map(|(p, n)| match n {
-                Node::File(i) if !s.files[i].durable.is_empty() => Some((p.clone(), *i)),
-                _ => None,
-            })
-            .collect();
-        if candidates.is_empty() {
-            return None;
-        }
-        let (path, inode) = candidates[s.rng.gen_range(0..candidates.len())].clone();
+        let (path, inode) = s.pick_file(under, |f| !f.durable.is_empty())?;
         let len = s.files[&inode].durable.len();
         let position = s.rng.gen_range(0..len);
         let bit = s.rng.gen_range(0..8);
@@ -458,19 +467,7 @@ impl SimDisk {
     /// Makes reads of one random sector of a random file under `under` fail.
     pub fn add_bad_sector(&self, under: &Path) -> Option<(PathBuf, u64)> {
         let mut s = self.lock();
-        let candidates: Vec<(PathBuf, u64)> = s
-            .names
-            .iter()
-            .filter(|(p, _)| p.starts_with(under))
-            .filter_map(|(p, n)| match n {
-                Node::File(i) if !s.files[i].data.is_empty() => Some((p.clone(), *i)),
-                _ => None,
-            })
-            .collect();
-        if candidates.is_empty() {
-            return None;
-        }
-        let (path, inode) = candidates[s.rng.gen_range(0..candidates.len())].clone();
+        let (path, inode) = s.pick_file(under, |f| !f.data.is_empty())?;
         let sectors = (s.files[&inode].data.len() as u64).div_ceil(SECTOR);
         let sector = s.rng.gen_range(0..sectors);
         s.bad_sectors.insert((inode, sector));
