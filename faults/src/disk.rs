@@ -17,6 +17,7 @@
 //! Every fault that fires is recorded in [`FaultRecord`]s, so checkers can tell a justified
 //! refusal from a bug.
 
+use crate::clock::SimClock;
 use cairn_engine::env::{DirEntry, Disk, DiskFile, OpenMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -131,6 +132,9 @@ struct State {
     crashed: bool,
     bad_sectors: BTreeSet<(u64, u64)>,
     ops: u64,
+    /// Virtual time each call takes: a seeded latency in `latency` nanoseconds.
+    clock: Option<SimClock>,
+    latency: (u64, u64),
 }
 
 /// The simulated disk. Cheap to clone; clones share the disk.
@@ -166,11 +170,25 @@ impl State {
         }
     }
 
+    /// Lets the call's latency pass in virtual time.
+    fn take_time(&mut self) {
+        if let Some(clock) = &self.clock {
+            let (lo, hi) = self.latency;
+            let nanos = if hi > lo {
+                self.rng.gen_range(lo..=hi)
+            } else {
+                lo
+            };
+            clock.advance(nanos);
+        }
+    }
+
     /// Counts a mutating call; returns true when it is the armed crash point.
     fn mutate(&mut self) -> io::Result<bool> {
         if self.crashed {
             return Err(crashed_error());
         }
+        self.take_time();
         self.ops += 1;
         if let Some(left) = self.crash_in.as_mut() {
             if *left == 0 {
@@ -266,8 +284,17 @@ impl SimDisk {
                 crashed: false,
                 bad_sectors: BTreeSet::new(),
                 ops: 0,
+                clock: None,
+                latency: (0, 0),
             })),
         }
+    }
+
+    /// Makes every call take a seeded latency in `[min, max]` nanoseconds of `clock`'s time.
+    pub fn set_latency(&self, clock: SimClock, min_nanos: u64, max_nanos: u64) {
+        let mut s = self.lock();
+        s.clock = Some(clock);
+        s.latency = (min_nanos, max_nanos.max(min_nanos));
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -532,10 +559,11 @@ struct SimFile {
 
 impl DiskFile for SimFile {
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        let s = self.disk.lock();
+        let mut s = self.disk.lock();
         if s.crashed {
             return Err(crashed_error());
         }
+        s.take_time();
         let file = s
             .files
             .get(&self.inode)

@@ -20,6 +20,8 @@ pub struct Profile {
     pub max_group: usize,
     /// Longest pause between two workload steps (the request rate of this run).
     pub max_think_nanos: u64,
+    /// Latency range of every disk call, in nanoseconds (a fast SSD or a slow disk).
+    pub disk_latency_nanos: (u64, u64),
     /// Per-step probabilities (`None` = the fault class is off in this run).
     pub process_crash: Option<f64>,
     pub power_loss: Option<f64>,
@@ -82,6 +84,7 @@ impl Profile {
             max_payload: [64, 1024, 16 * 1024, 64 * 1024][rng.gen_range(0..4)],
             max_group: rng.gen_range(1..=6),
             max_think_nanos: [5_000_000, 50_000_000, 500_000_000][rng.gen_range(0..3)],
+            disk_latency_nanos: [(2_000, 50_000), (50_000, 2_000_000)][rng.gen_range(0..2)],
             process_crash: maybe(&mut rng, 0.6, 0.002, 0.03),
             power_loss: maybe(&mut rng, 0.6, 0.002, 0.03),
             mid_operation_crash: maybe(&mut rng, 0.4, 0.2, 0.8),

@@ -138,6 +138,11 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
     let profile = Profile::from_seed(seed);
     let clock = SimClock::new();
     let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
+    disk.set_latency(
+        clock.clone(),
+        profile.disk_latency_nanos.0,
+        profile.disk_latency_nanos.1,
+    );
     let executor = crate::executor::Executor::new(seed ^ 0xe8ec, clock.clone());
     let env = Env {
         disk: Arc::new(disk.clone()),

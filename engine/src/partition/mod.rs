@@ -210,7 +210,7 @@ pub(crate) fn write_superblock(
 ) -> io::Result<()> {
     let path = dir.join(SLOT_NAMES[superblock.slot()]);
     let file = disk.open(&path, OpenMode::CreateOrOpen)?;
-    file.write_all_at(&[io::IoSlice::new(&superblock.encode())], 0)?;
+    file.write_all_at(&[io::IoSlice::new(&superblock.encode_slot_file())], 0)?;
     file.sync_data()
 }
 

@@ -16,7 +16,9 @@
 //! made right after applying one has no actions (idempotence).
 
 use super::segment::{index_name, log_name, parse_segment_name, LogReader, ReadBatchError};
-use super::superblock::{DurablePoint, Superblock, SLOT_NAMES, SUPERBLOCK_LEN};
+use super::superblock::{
+    DurablePoint, Superblock, MIRROR_OFFSET, SLOT_FILE_LEN, SLOT_NAMES, SUPERBLOCK_LEN,
+};
 use super::FenceReason;
 use crate::env::{Disk, OpenMode};
 use crate::format::{IndexEntry, Limits, INDEX_ENTRY_LEN};
@@ -298,23 +300,21 @@ pub fn plan(
             slot_problems.push(format!("{} is missing", path.display()));
             continue;
         }
-        let read = disk.open(&path, OpenMode::Read).and_then(|file| {
-            let len = file.len()?;
-            let mut bytes = vec![0u8; len.min(SUPERBLOCK_LEN as u64 + 1) as usize];
-            file.read_exact_at(&mut bytes, 0)?;
-            Ok(bytes)
-        });
-        let bytes = match read {
-            Ok(bytes) => bytes,
+        let file = match disk
+            .open(&path, OpenMode::Read)
+            .and_then(|f| Ok((f.len()?, f)))
+        {
+            Ok(opened) => opened,
             Err(e) => {
                 slot_problems.push(format!("{} is unreadable: {e}", path.display()));
                 damaged_slot.get_or_insert(path);
                 continue;
             }
         };
-        if bytes.len() > SUPERBLOCK_LEN {
-            // Only 64 bytes at offset 0 are ever written: more means a superblock write
-            // landed out of place, and the newest durable record may be the one missing.
+        let (len, file) = file;
+        if len > SLOT_FILE_LEN {
+            // Only the two copies are ever written: more means a superblock write landed
+            // out of place, and the newest durable record may be the one missing.
             return Ok(fenced(
                 dir,
                 partition_id,
@@ -323,8 +323,31 @@ pub fn plan(
                 FenceReason::SuperblockMisplaced { path },
             ));
         }
-        match Superblock::decode(&bytes) {
-            Ok(slot) if slot.partition_id != partition_id => {
+        // Either copy will do; the newer one wins (a torn write may leave one old, one new).
+        let mut best_copy: Option<Superblock> = None;
+        let mut copy_problems = Vec::new();
+        for at in [0, MIRROR_OFFSET] {
+            let mut bytes = [0u8; SUPERBLOCK_LEN];
+            let copy = if at + SUPERBLOCK_LEN as u64 > len {
+                Err(format!("copy at {at}: the file is {len} bytes"))
+            } else {
+                file.read_exact_at(&mut bytes, at)
+                    .map_err(|e| format!("copy at {at} unreadable: {e}"))
+                    .and_then(|()| {
+                        Superblock::decode(&bytes).map_err(|e| format!("copy at {at}: {e}"))
+                    })
+            };
+            match copy {
+                Ok(record) => {
+                    if best_copy.is_none_or(|b| record.sequence > b.sequence) {
+                        best_copy = Some(record);
+                    }
+                }
+                Err(problem) => copy_problems.push(problem),
+            }
+        }
+        match best_copy {
+            Some(slot) if slot.partition_id != partition_id => {
                 return Ok(fenced(
                     dir,
                     partition_id,
@@ -337,13 +360,25 @@ pub fn plan(
                     },
                 ));
             }
-            Ok(slot) => {
+            Some(slot) => {
+                if !copy_problems.is_empty() {
+                    notes.push(format!(
+                        "{}: {} (the other copy holds sequence {})",
+                        path.display(),
+                        copy_problems.join("; "),
+                        slot.sequence
+                    ));
+                }
                 if superblock.is_none_or(|best| slot.sequence > best.sequence) {
                     superblock = Some(slot);
                 }
             }
-            Err(e) => {
-                slot_problems.push(format!("{} is damaged: {e}", path.display()));
+            None => {
+                slot_problems.push(format!(
+                    "{} is damaged: {}",
+                    path.display(),
+                    copy_problems.join("; ")
+                ));
                 damaged_slot.get_or_insert(path);
             }
         }

@@ -9,6 +9,11 @@
 //! 48 durable_next_offset u64 | 56 checksum u64 = xxh3_64(bytes 0..56)
 //! ```
 //!
+//! Each slot file holds the record twice, at offset 0 and at [`MIRROR_OFFSET`] (a page
+//! apart), written by one write and made durable by one sync: a rotten sector, a bad sector
+//! or a torn page can then not erase the newest record, which recovery needs to tell a torn
+//! tail from lost acknowledged data.
+//!
 //! `(segment_start, durable_position)` names the durable end: every byte of every segment
 //! before `segment_start`, and the first `durable_position` bytes of that segment, were
 //! synced before this record was written, and `durable_next_offset` is the offset that
@@ -22,6 +27,10 @@ pub const SUPERBLOCK_LEN: usize = 64;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNPSB");
 pub const SUPERBLOCK_VERSION: u32 = 1;
 pub const SLOT_NAMES: [&str; 2] = ["superblock.a", "superblock.b"];
+/// Where the second copy of the record lies in a slot file.
+pub const MIRROR_OFFSET: u64 = 4096;
+/// The exact length of a slot file.
+pub const SLOT_FILE_LEN: u64 = MIRROR_OFFSET + SUPERBLOCK_LEN as u64;
 
 /// The durable end of a partition log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +81,15 @@ impl Superblock {
         out
     }
 
+    /// The bytes of a slot file: the record at 0 and again at [`MIRROR_OFFSET`].
+    pub fn encode_slot_file(&self) -> Vec<u8> {
+        let record = self.encode();
+        let mut file = vec![0u8; SLOT_FILE_LEN as usize];
+        file[..SUPERBLOCK_LEN].copy_from_slice(&record);
+        file[MIRROR_OFFSET as usize..].copy_from_slice(&record);
+        file
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Self, SuperblockError> {
         if bytes.len() != SUPERBLOCK_LEN {
             return Err(SuperblockError::Length { found: bytes.len() });
@@ -107,6 +125,23 @@ impl Superblock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_file_holds_two_copies_a_page_apart() {
+        let sb = Superblock {
+            sequence: 3,
+            partition_id: 1,
+            durable: DurablePoint {
+                segment_start: 0,
+                position: 10,
+                next_offset: 2,
+            },
+        };
+        let file = sb.encode_slot_file();
+        assert_eq!(file.len() as u64, SLOT_FILE_LEN);
+        assert_eq!(Superblock::decode(&file[..SUPERBLOCK_LEN]), Ok(sb));
+        assert_eq!(Superblock::decode(&file[MIRROR_OFFSET as usize..]), Ok(sb));
+    }
 
     #[test]
     fn round_trip_and_every_bit_flip_detected() {
