@@ -603,3 +603,27 @@ fn offsets_lowered_after_a_lost_tail_stay_lowered_when_the_log_grows_again() {
         .collect();
     assert_eq!(next, vec![10, 11, 12]);
 }
+
+#[test]
+fn invalid_topic_options_are_rejected_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    for segment_size in [1024 * 1024 - 512, 1024 * 1024 + 1, 2 * 1024 * 1024 * 1024] {
+        let mut cfg = config(Durability::Persisted);
+        cfg.segment_size = segment_size;
+        match Partition::create(&env, &dir, 7, cfg, PartitionSettings::default()) {
+            Err(PartitionError::InvalidConfig(cairn_engine::config::ConfigError::SegmentSize(
+                s,
+            ))) => assert_eq!(s, segment_size),
+            other => panic!("segment_size {segment_size}: {:?}", other.err()),
+        }
+    }
+    let mut cfg = config(Durability::Persisted);
+    cfg.messages_required_to_save = 0;
+    assert!(matches!(
+        Partition::create(&env, &dir, 7, cfg, PartitionSettings::default()),
+        Err(PartitionError::InvalidConfig(_))
+    ));
+    assert!(!dir.exists(), "nothing was created");
+}

@@ -165,6 +165,8 @@ pub enum PartitionError {
         path: PathBuf,
         why: String,
     },
+    #[error("invalid topic options: {0}")]
+    InvalidConfig(#[from] crate::config::ConfigError),
     #[error("poll count must be at least 1")]
     ZeroCount,
     #[error("partition directory {0} already holds a partition")]
@@ -227,11 +229,7 @@ impl Partition {
         let disk = env.disk.as_ref();
         let _span =
             tracing::info_span!("partition_create", dir = %dir.display(), partition_id).entered();
-        config.validate().map_err(|e| PartitionError::Io {
-            op: "validate topic config",
-            path: dir.to_path_buf(),
-            source: io::Error::new(io::ErrorKind::InvalidInput, e),
-        })?;
+        config.validate()?;
         if disk
             .exists(&dir.join(SLOT_NAMES[0]))
             .map_err(io_error("stat", dir))?
