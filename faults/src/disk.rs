@@ -324,6 +324,11 @@ impl SimDisk {
         self.lock().crash_in = Some(n);
     }
 
+    /// Cancels an armed crash that has not struck yet.
+    pub fn disarm_crash(&self) {
+        self.lock().crash_in = None;
+    }
+
     pub fn is_crashed(&self) -> bool {
         self.lock().crashed
     }

@@ -75,6 +75,7 @@ struct Totals {
     fault_seeds: BTreeMap<FaultKind, u64>,
     outcome_seeds: BTreeMap<Outcome, u64>,
     boot_retry_seeds: u64,
+    crash_in_recovery_seeds: u64,
     acked: u64,
     first_failure_at: BTreeMap<String, u64>,
 }
@@ -91,6 +92,9 @@ fn record(totals: &mut Totals, report: &RunReport, canary: Option<&str>) {
     }
     if report.boot_retries > 0 {
         totals.boot_retry_seeds += 1;
+    }
+    if report.crashes_in_recovery > 0 {
+        totals.crash_in_recovery_seeds += 1;
     }
     if let Some(v) = &report.violation {
         totals
@@ -207,6 +211,7 @@ fn swarm(args: SwarmArgs) -> ExitCode {
             t.fault_seeds.get(&kind).copied().unwrap_or(0)
         );
     }
+    println!("  {:<18} {}", "CrashInRecovery", t.crash_in_recovery_seeds);
     println!("coverage: recovery outcome -> seeds that reached it");
     for outcome in [
         Outcome::Clean,

@@ -26,6 +26,8 @@ use xxhash::xxh3::Xxh3;
 pub const NODE_IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
 /// Where the simulated node keeps its data.
 pub const DATA_ROOT: &str = "/data";
+/// Crashes that may strike inside one boot's recovery before it is let finish.
+pub const MAX_CRASHES_IN_RECOVERY: u32 = 3;
 /// Steps of the liveness phase in which every open partition must make progress.
 pub const LIVENESS_ROUNDS: u32 = 10;
 
@@ -66,6 +68,8 @@ pub struct RunReport {
     pub restarts: u64,
     /// Boot attempts that could not complete (an injected I/O error) and were retried.
     pub boot_retries: u64,
+    /// Crashes that struck while recovery was running.
+    pub crashes_in_recovery: u64,
     pub acked_messages: u64,
 }
 
@@ -172,6 +176,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
             steps: 0,
             restarts: 0,
             boot_retries: 0,
+            crashes_in_recovery: 0,
             acked_messages: 0,
         },
         profile,
@@ -529,18 +534,12 @@ impl Sim {
         Ok(())
     }
 
+    /// Takes the node down (process crash or power loss, plus faults that strike while it is
+    /// down) and boots it again; a crash may also strike inside recovery, after which the node
+    /// goes down and recovers once more (recovery must be idempotent under crashes).
     fn restart(&mut self, power: bool) -> Checked<()> {
         self.report.restarts += 1;
-        for model in &mut self.models {
-            model.partition = None;
-        }
-        if power {
-            self.disk.power_loss();
-            self.trace.event("fault power loss");
-        } else {
-            self.disk.process_crash();
-            self.trace.event("fault process crash");
-        }
+        self.take_down(power);
         if self.chance(self.profile.bit_flip) {
             if let Some((path, at)) = self.disk.flip_random_bit(Path::new(DATA_ROOT)) {
                 self.trace
@@ -553,13 +552,44 @@ impl Sim {
                     .event(format!("fault bad sector {} at {at}", path.display()));
             }
         }
-        for p in 0..self.models.len() {
-            if self.models[p].fenced.is_some() {
-                continue;
+        for attempt in 0..=MAX_CRASHES_IN_RECOVERY {
+            let armed = attempt < MAX_CRASHES_IN_RECOVERY
+                && self.chance(self.profile.mid_operation_crash.map(|p| p * 0.3));
+            if armed {
+                let n = self.rng.gen_range(0..16);
+                self.disk.arm_crash(n);
+                self.trace.event(format!(
+                    "fault crash armed inside recovery at mutating call +{n}"
+                ));
             }
-            self.recover(p)?;
+            for p in 0..self.models.len() {
+                if self.models[p].fenced.is_none() {
+                    self.recover(p)?;
+                }
+            }
+            self.disk.disarm_crash();
+            if !self.disk.is_crashed() {
+                return Ok(());
+            }
+            self.trace.event("fault crash inside recovery");
+            self.report.crashes_in_recovery += 1;
+            let power = self.profile.power_loss.is_some() && self.rng.gen_bool(0.5);
+            self.take_down(power);
         }
-        Ok(())
+        unreachable!("the last attempt arms no crash")
+    }
+
+    fn take_down(&mut self, power: bool) {
+        for model in &mut self.models {
+            model.partition = None;
+        }
+        if power {
+            self.disk.power_loss();
+            self.trace.event("fault power loss");
+        } else {
+            self.disk.process_crash();
+            self.trace.event("fault process crash");
+        }
     }
 
     fn recover(&mut self, p: usize) -> Checked<()> {
@@ -607,9 +637,6 @@ impl Sim {
                 self.trace
                     .event(format!("p{p} recovery failed, boot retried later: {e}"));
                 self.report.boot_retries += 1;
-                if self.disk.is_crashed() {
-                    self.disk.process_crash();
-                }
                 return Ok(());
             }
         };
