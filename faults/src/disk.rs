@@ -923,3 +923,156 @@ impl Disk for SimDisk {
         Ok(s.names.contains_key(path))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(file: &dyn DiskFile, pos: u64, bytes: &[u8]) {
+        file.write_all_at(&[IoSlice::new(bytes)], pos).unwrap();
+    }
+
+    fn setup(seed: u64) -> (SimDisk, PathBuf) {
+        let disk = SimDisk::new(seed, DiskFaults::default());
+        let dir = PathBuf::from("/d");
+        disk.create_dir_all(&dir).unwrap();
+        disk.sync_dir(Path::new("/")).unwrap();
+        (disk, dir)
+    }
+
+    #[test]
+    fn synced_bytes_survive_power_loss_and_unsynced_ones_may_not() {
+        for seed in 0..50 {
+            let (disk, dir) = setup(seed);
+            let path = dir.join("f");
+            let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+            disk.sync_dir(&dir).unwrap();
+            write(file.as_ref(), 0, &[1u8; 10_000]);
+            file.sync_data().unwrap();
+            assert_eq!(disk.promised_len(&path), 10_000);
+            write(file.as_ref(), 10_000, &[2u8; 20_000]);
+            disk.power_loss();
+            let after = disk.contents(&path).expect("the synced name survives");
+            assert!(after.len() >= 10_000, "seed {seed}");
+            assert_eq!(
+                &after[..10_000],
+                &[1u8; 10_000][..],
+                "seed {seed}: synced bytes changed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_process_crash_keeps_the_page_cache() {
+        let (disk, dir) = setup(1);
+        let path = dir.join("f");
+        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+        write(file.as_ref(), 0, b"unsynced");
+        disk.process_crash();
+        assert_eq!(disk.contents(&path).unwrap(), b"unsynced");
+    }
+
+    #[test]
+    fn power_loss_drops_or_tears_some_unsynced_page_across_seeds() {
+        let mut lost = false;
+        for seed in 0..50 {
+            let (disk, dir) = setup(seed);
+            let path = dir.join("f");
+            let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+            disk.sync_dir(&dir).unwrap();
+            write(file.as_ref(), 0, &[7u8; 3 * PAGE as usize]);
+            disk.power_loss();
+            lost |= disk.contents(&path).unwrap() != vec![7u8; 3 * PAGE as usize];
+        }
+        assert!(lost);
+    }
+
+    #[test]
+    fn a_name_is_durable_only_after_its_directory_is_synced() {
+        let mut vanished = false;
+        for seed in 0..50 {
+            let (disk, dir) = setup(seed);
+            let synced = dir.join("synced");
+            let file = disk.open(&synced, OpenMode::CreateNew).unwrap();
+            file.sync_data().unwrap();
+            disk.sync_dir(&dir).unwrap();
+            let unsynced = dir.join("unsynced");
+            disk.open(&unsynced, OpenMode::CreateNew)
+                .unwrap()
+                .sync_data()
+                .unwrap();
+            disk.power_loss();
+            assert!(disk.exists(&synced).unwrap(), "seed {seed}");
+            vanished |= !disk.exists(&unsynced).unwrap();
+        }
+        assert!(vanished, "an unsynced name vanishes in some power loss");
+    }
+
+    #[test]
+    fn an_armed_crash_tears_the_write_in_flight_and_stops_the_node() {
+        let (disk, dir) = setup(3);
+        let path = dir.join("f");
+        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+        disk.arm_crash(0);
+        assert!(file.write_all_at(&[IoSlice::new(&[9u8; 4000])], 0).is_err());
+        assert!(disk.is_crashed());
+        assert!(
+            file.sync_data().is_err(),
+            "every call fails while the node is down"
+        );
+        assert!(disk
+            .records()
+            .iter()
+            .any(|r| r.kind == FaultKind::TornWrite));
+        disk.process_crash();
+        let torn = disk.contents(&path).unwrap();
+        assert!(torn.len() <= 4000 && torn != vec![9u8; 4000]);
+    }
+
+    #[test]
+    fn lying_syncs_are_recorded_and_persist_nothing() {
+        let disk = SimDisk::new(
+            1,
+            DiskFaults {
+                lying_sync: Some(1.0),
+                ..DiskFaults::default()
+            },
+        );
+        disk.create_dir_all(Path::new("/d")).unwrap();
+        let path = PathBuf::from("/d/f");
+        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+        write(file.as_ref(), 0, &[5u8; 100]);
+        file.sync_data().unwrap();
+        assert_eq!(disk.promised_len(&path), 0);
+        assert!(disk
+            .records()
+            .iter()
+            .any(|r| r.kind == FaultKind::LyingSync));
+    }
+
+    #[test]
+    fn capacity_bad_sectors_and_bit_flips() {
+        let disk = SimDisk::new(
+            2,
+            DiskFaults {
+                capacity: Some(1000),
+                ..DiskFaults::default()
+            },
+        );
+        disk.create_dir_all(Path::new("/d")).unwrap();
+        let file = disk.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
+        write(file.as_ref(), 0, &[1u8; 900]);
+        let full = file
+            .write_all_at(&[IoSlice::new(&[1u8; 200])], 900)
+            .unwrap_err();
+        assert_eq!(full.kind(), io::ErrorKind::StorageFull);
+        file.sync_data().unwrap();
+        let (path, at) = disk.flip_random_bit(Path::new("/d")).unwrap();
+        assert_ne!(disk.contents(&path).unwrap()[at as usize], 1);
+        let (_, sector_at) = disk.add_bad_sector(Path::new("/d")).unwrap();
+        let mut buf = [0u8; 10];
+        assert!(file.read_at(&mut buf, sector_at).is_err());
+        disk.heal();
+        assert!(file.read_at(&mut buf, sector_at).is_ok());
+    }
+}
