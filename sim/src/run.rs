@@ -288,6 +288,11 @@ impl Sim {
                 self.recover(p)?;
             }
         }
+        if self.disk.is_crashed() {
+            // A crash struck inside a boot retry: the node is down, restart it first.
+            let power = self.profile.power_loss.is_some() && self.rng.gen_bool(0.5);
+            return self.restart(power);
+        }
         let open: Vec<usize> = (0..self.models.len())
             .filter(|&p| self.models[p].partition.is_some())
             .collect();
