@@ -627,3 +627,35 @@ fn invalid_topic_options_are_rejected_before_anything_is_written() {
     ));
     assert!(!dir.exists(), "nothing was created");
 }
+
+#[test]
+fn a_poll_stops_at_a_batch_damaged_on_disk_and_serves_the_valid_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    for seed in 0..5 {
+        partition
+            .append_group(vec![batch(seed, 4, 100)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    // Damage the third batch under the running partition (bit rot after the write).
+    let log = dir.join("00000000000000000000.log");
+    let third = batch_positions(&log)[2];
+    flip_byte(&log, third + 300);
+    let polled = partition.poll(PollFrom::First, 100).unwrap();
+    let got: Vec<u64> = messages(&polled.batches).iter().map(|m| m.0).collect();
+    assert_eq!(
+        got,
+        (0..8).collect::<Vec<_>>(),
+        "the two batches before the damage, nothing after"
+    );
+    // Beyond the damage the walk still refuses to serve changed bytes.
+    let polled = partition.poll(PollFrom::Offset(9), 100).unwrap();
+    assert!(
+        messages(&polled.batches).iter().all(|m| m.0 >= 12),
+        "damaged batch 8..12 never served"
+    );
+}
