@@ -131,7 +131,6 @@ struct State {
     crash_in: Option<u64>,
     crashed: bool,
     bad_sectors: BTreeSet<(u64, u64)>,
-    ops: u64,
     /// Virtual time each call takes: a seeded latency in `latency` nanoseconds.
     clock: Option<SimClock>,
     latency: (u64, u64),
@@ -189,7 +188,6 @@ impl State {
             return Err(crashed_error());
         }
         self.take_time();
-        self.ops += 1;
         if let Some(left) = self.crash_in.as_mut() {
             if *left == 0 {
                 self.crash_in = None;
@@ -203,17 +201,6 @@ impl State {
 
     fn used_bytes(&self) -> u64 {
         self.files.values().map(|f| f.data.len() as u64).sum()
-    }
-
-    fn inode(&self, path: &Path) -> io::Result<u64> {
-        match self.names.get(path) {
-            Some(Node::File(inode)) => Ok(*inode),
-            Some(Node::Dir) => Err(io::Error::other("is a directory")),
-            None => Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} not found", path.display()),
-            )),
-        }
     }
 
     fn path_of(&self, inode: u64) -> Option<PathBuf> {
@@ -283,7 +270,6 @@ impl SimDisk {
                 crash_in: None,
                 crashed: false,
                 bad_sectors: BTreeSet::new(),
-                ops: 0,
                 clock: None,
                 latency: (0, 0),
             })),
@@ -312,11 +298,6 @@ impl SimDisk {
 
     pub fn set_faults(&self, faults: DiskFaults) {
         self.lock().faults = faults;
-    }
-
-    /// Mutating calls made so far.
-    pub fn ops(&self) -> u64 {
-        self.lock().ops
     }
 
     /// The `n`-th mutating call from now crashes the node (it lands partially).
@@ -536,24 +517,6 @@ impl SimDisk {
             Some(Node::File(i)) => Some(s.files[i].data.clone()),
             _ => None,
         }
-    }
-
-    /// Overwrites a file's bytes in place as a test would with a hex editor (recorded as a
-    /// bit flip: it is damage to stored data).
-    pub fn corrupt(&self, path: &Path, position: u64) {
-        let mut s = self.lock();
-        let inode = s.inode(path).expect("file");
-        let file = s.files.get_mut(&inode).expect("file");
-        file.data[position as usize] ^= 0x40;
-        if (position as usize) < file.durable.len() {
-            file.durable[position as usize] ^= 0x40;
-        }
-        s.record(
-            FaultKind::BitFlip,
-            Some(path),
-            Some(position),
-            "by hand".into(),
-        );
     }
 }
 

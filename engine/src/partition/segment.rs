@@ -114,10 +114,6 @@ impl<'a> LogReader<'a> {
         }
     }
 
-    pub fn end(&self) -> u64 {
-        self.end
-    }
-
     /// The bytes `[position, position + len)`; the caller checked they lie below `end`.
     fn get(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
         debug_assert!(position + len as u64 <= self.end);
