@@ -476,19 +476,17 @@ impl Log {
                 continue;
             }
             let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let mut position = segment.position_for_timestamp(timestamp);
+            let (mut position, mut expected) = segment.seek_timestamp(timestamp);
             while position < segment.log_len {
-                let header = match reader.header_at(position, &self.settings.limits) {
-                    Ok(header) => header,
-                    Err(error) => {
-                        tracing::error!(log = %segment.log_path.display(), position, %error, "timestamp lookup stopped at an unreadable batch");
-                        return Ok(None);
-                    }
+                let header = match self.header_in_chain(&mut reader, segment, position, expected) {
+                    Some(header) => header,
+                    None => return Ok(None),
                 };
                 if header.base_timestamp >= timestamp {
                     return Ok(Some(header.base_offset));
                 }
                 position += header.batch_length;
+                expected = header.next_offset();
             }
         }
         Ok(self
@@ -513,25 +511,20 @@ impl Log {
                 continue;
             }
             let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let mut position = segment.position_for_offset(next);
-            let mut expected: Option<u64> = None;
+            let (mut position, mut expected) = segment.seek_offset(next);
             while position < segment.log_len && next < end {
-                let header = match reader.header_at(position, &self.settings.limits) {
-                    Ok(header) => header,
-                    Err(error) => {
-                        tracing::error!(log = %segment.log_path.display(), position, %error, "poll stopped at an unreadable batch");
-                        return Ok(());
-                    }
+                let Some(header) = self.header_in_chain(&mut reader, segment, position, expected)
+                else {
+                    return Ok(());
                 };
-                let expected_offset = expected.unwrap_or(header.base_offset);
                 if header.next_offset() <= next {
                     position += header.batch_length;
-                    expected = Some(header.next_offset());
+                    expected = header.next_offset();
                     continue;
                 }
                 match reader.batch_at(
                     position,
-                    expected_offset,
+                    expected,
                     self.partition_id,
                     &self.settings.limits,
                     self.settings.validate_checksum,
@@ -550,7 +543,7 @@ impl Log {
                         }
                         next = verified.header.next_offset().min(end);
                         position += verified.header.batch_length;
-                        expected = Some(verified.header.next_offset());
+                        expected = verified.header.next_offset();
                     }
                     Err(error) => {
                         tracing::error!(log = %segment.log_path.display(), position, %error, "checksum failure: poll returns the valid prefix");
@@ -583,6 +576,24 @@ impl Log {
             next = batch.header.next_offset().min(end);
         }
         Ok(())
+    }
+
+    /// The header of the batch at `position`, which must carry `expected` as its base offset
+    /// (the chain from the index entry or segment start); `None`, logged, when it does not.
+    fn header_in_chain(
+        &self,
+        reader: &mut LogReader<'_>,
+        segment: &Segment,
+        position: u64,
+        expected: u64,
+    ) -> Option<BatchHeader> {
+        let problem = match reader.header_at(position, &self.settings.limits) {
+            Ok(header) if header.base_offset == expected => return Some(header),
+            Ok(header) => format!("base_offset {}, expected {expected}", header.base_offset),
+            Err(error) => error.to_string(),
+        };
+        tracing::error!(log = %segment.log_path.display(), position, %problem, "walk stopped at an unreadable batch: the valid prefix is returned");
+        None
     }
 
     /// Adds the part of `batch` in `[from, end)` to the reply; false when the byte budget

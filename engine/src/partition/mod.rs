@@ -385,7 +385,11 @@ impl Partition {
                             PartitionError::Fenced(reason) => {
                                 PartitionError::Fenced(reason.clone())
                             }
-                            _ => PartitionError::NoSpace,
+                            PartitionError::NoSpace => PartitionError::NoSpace,
+                            // `guarded` turns every I/O error into a fence.
+                            other => {
+                                unreachable!("persist fails only with NoSpace or Fenced: {other}")
+                            }
                         });
                     }
                 }

@@ -56,24 +56,23 @@ impl Segment {
         self.log_len == 0
     }
 
-    /// Where to start walking to find `offset`: the position of the last index entry at or
-    /// below it, or the segment start when the offset is below the indexed range.
-    pub fn position_for_offset(&self, offset: u64) -> u64 {
-        let i = self.index.partition_point(|e| e.offset <= offset);
-        if i == 0 {
-            0
-        } else {
-            self.index[i - 1].position
-        }
+    /// Where to start walking to find `offset`: the last index entry at or below it, or the
+    /// segment start when the offset is below the indexed range. Returns the position and the
+    /// base offset the batch there must carry.
+    pub fn seek_offset(&self, offset: u64) -> (u64, u64) {
+        self.walk_start(self.index.partition_point(|e| e.offset <= offset))
     }
 
     /// Where to start walking to find the first batch with timestamp at or above `timestamp`.
-    pub fn position_for_timestamp(&self, timestamp: u64) -> u64 {
-        let i = self.index.partition_point(|e| e.timestamp < timestamp);
-        if i == 0 {
-            0
-        } else {
-            self.index[i - 1].position
+    pub fn seek_timestamp(&self, timestamp: u64) -> (u64, u64) {
+        self.walk_start(self.index.partition_point(|e| e.timestamp < timestamp))
+    }
+
+    /// The entry before the first `entries_before` index entries, as (position, offset).
+    fn walk_start(&self, entries_before: usize) -> (u64, u64) {
+        match entries_before.checked_sub(1) {
+            Some(i) => (self.index[i].position, self.index[i].offset),
+            None => (0, self.start_offset),
         }
     }
 }
