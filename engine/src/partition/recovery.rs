@@ -259,24 +259,6 @@ impl RecoveryPlan {
     }
 }
 
-fn fenced(
-    dir: &Path,
-    partition_id: u64,
-    superblock: Option<Superblock>,
-    notes: Vec<String>,
-    reason: FenceReason,
-) -> RecoveryPlan {
-    RecoveryPlan {
-        dir: dir.to_path_buf(),
-        partition_id,
-        superblock,
-        segments: Vec::new(),
-        actions: Vec::new(),
-        notes,
-        fence: Some(reason),
-    }
-}
-
 /// Reads the partition directory and decides what recovery does. Reads only.
 pub fn plan(
     disk: &dyn Disk,
@@ -286,6 +268,39 @@ pub fn plan(
 ) -> io::Result<RecoveryPlan> {
     let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), partition_id).entered();
     let mut notes = Vec::new();
+    let mut trusted = None;
+    let decision = decide(disk, dir, partition_id, limits, &mut notes, &mut trusted)?;
+    let (segments, actions, fence) = match decision {
+        Ok((segments, actions)) => (segments, actions, None),
+        Err(reason) => (Vec::new(), Vec::new(), Some(reason)),
+    };
+    for action in &actions {
+        tracing::info!(%action, "recovery decision");
+    }
+    Ok(RecoveryPlan {
+        dir: dir.to_path_buf(),
+        partition_id,
+        superblock: trusted,
+        segments,
+        actions,
+        notes,
+        fence,
+    })
+}
+
+/// The segments as they will be and the actions that make them so, or why to fence.
+type Decision = Result<(Vec<ScannedSegment>, Vec<Action>), FenceReason>;
+
+/// The decisions of [`plan`]; `trusted` receives the superblock recovery trusts, `notes`
+/// what it observed without acting on it.
+fn decide(
+    disk: &dyn Disk,
+    dir: &Path,
+    partition_id: u64,
+    limits: &Limits,
+    notes: &mut Vec<String>,
+    trusted: &mut Option<Superblock>,
+) -> io::Result<Decision> {
     let entries = disk.read_dir(dir)?;
 
     // The superblock pair: the newest valid slot wins.
@@ -315,13 +330,7 @@ pub fn plan(
         if len > SLOT_FILE_LEN {
             // Only the two copies are ever written: more means a superblock write landed
             // out of place, and the newest durable record may be the one missing.
-            return Ok(fenced(
-                dir,
-                partition_id,
-                None,
-                notes,
-                FenceReason::SuperblockMisplaced { path },
-            ));
+            return Ok(Err(FenceReason::SuperblockMisplaced { path }));
         }
         // Either copy will do; the newer one wins (a torn write may leave one old, one new).
         let mut best_copy: Option<Superblock> = None;
@@ -348,17 +357,11 @@ pub fn plan(
         }
         match best_copy {
             Some(slot) if slot.partition_id != partition_id => {
-                return Ok(fenced(
-                    dir,
-                    partition_id,
-                    None,
-                    notes,
-                    FenceReason::SuperblockIdentity {
-                        path,
-                        expected: partition_id,
-                        found: slot.partition_id,
-                    },
-                ));
+                return Ok(Err(FenceReason::SuperblockIdentity {
+                    path,
+                    expected: partition_id,
+                    found: slot.partition_id,
+                }));
             }
             Some(slot) => {
                 if !copy_problems.is_empty() {
@@ -384,22 +387,17 @@ pub fn plan(
         }
     }
     let Some(superblock) = superblock else {
-        return Ok(fenced(
-            dir,
-            partition_id,
-            None,
-            notes,
-            FenceReason::NoSuperblock {
-                dir: dir.to_path_buf(),
-                problems: slot_problems.join("; "),
-            },
-        ));
+        return Ok(Err(FenceReason::NoSuperblock {
+            dir: dir.to_path_buf(),
+            problems: slot_problems.join("; "),
+        }));
     };
     notes.extend(
         slot_problems
             .into_iter()
             .map(|p| format!("{p}; using sequence {}", superblock.sequence)),
     );
+    *trusted = Some(superblock);
     let durable = superblock.durable;
 
     // Segment files, paired by start offset.
@@ -427,16 +425,10 @@ pub fn plan(
             if start > durable.segment_start {
                 actions.push(Action::RemoveStrayIndex { path });
             } else {
-                return Ok(fenced(
-                    dir,
-                    partition_id,
-                    Some(superblock),
-                    notes,
-                    FenceReason::MissingLog {
-                        index: path,
-                        log: dir.join(log_name(start)),
-                    },
-                ));
+                return Ok(Err(FenceReason::MissingLog {
+                    index: path,
+                    log: dir.join(log_name(start)),
+                }));
             }
         }
     }
@@ -471,26 +463,12 @@ pub fn plan(
                 start_offset: durable.segment_start,
             });
             let segment = empty_segment(dir, durable.segment_start);
-            return Ok(RecoveryPlan {
-                dir: dir.to_path_buf(),
-                partition_id,
-                superblock: Some(superblock),
-                segments: vec![segment],
-                actions,
-                notes,
-                fence: None,
-            });
+            return Ok(Ok((vec![segment], actions)));
         }
-        return Ok(fenced(
-            dir,
-            partition_id,
-            Some(superblock),
-            notes,
-            FenceReason::DurableSegmentMissing {
-                log: dir.join(log_name(durable.segment_start)),
-                durable,
-            },
-        ));
+        return Ok(Err(FenceReason::DurableSegmentMissing {
+            log: dir.join(log_name(durable.segment_start)),
+            durable,
+        }));
     };
 
     let mut survivors: Vec<ScannedSegment> = Vec::with_capacity(scanned.len());
@@ -514,22 +492,16 @@ pub fn plan(
                 name_offset: segment.start_offset,
                 first_batch_offset: *found,
             };
-            return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
+            return Ok(Err(reason));
         }
         if let Some(previous) = survivors.last() {
             if segment.start_offset != previous.next_offset {
                 if i <= k {
-                    return Ok(fenced(
-                        dir,
-                        partition_id,
-                        Some(superblock),
-                        notes,
-                        FenceReason::ChainGap {
-                            log: segment.log_path,
-                            expected_start: previous.next_offset,
-                            found_start: segment.start_offset,
-                        },
-                    ));
+                    return Ok(Err(FenceReason::ChainGap {
+                        log: segment.log_path,
+                        expected_start: previous.next_offset,
+                        found_start: segment.start_offset,
+                    }));
                 }
                 cut = true;
                 actions.push(Action::RemoveSegment {
@@ -567,35 +539,23 @@ pub fn plan(
             };
             let fence = fence.filter(|_| !crate::canary("truncate-at-first-bad"));
             if let Some(reason) = fence {
-                return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
+                return Ok(Err(reason));
             }
         }
         if i < k && segment.batches.is_empty() {
-            return Ok(fenced(
-                dir,
-                partition_id,
-                Some(superblock),
-                notes,
-                FenceReason::EmptySealedSegment {
-                    log: segment.log_path,
-                },
-            ));
+            return Ok(Err(FenceReason::EmptySealedSegment {
+                log: segment.log_path,
+            }));
         }
         let canary_skips_checks =
             crate::canary("truncate-at-first-bad") && segment.damage.is_some();
         if i == k && !canary_skips_checks {
             if segment.valid_end < durable.position {
-                return Ok(fenced(
-                    dir,
-                    partition_id,
-                    Some(superblock),
-                    notes,
-                    FenceReason::LogShorterThanDurable {
-                        log: segment.log_path,
-                        valid_end: segment.valid_end,
-                        durable_position: durable.position,
-                    },
-                ));
+                return Ok(Err(FenceReason::LogShorterThanDurable {
+                    log: segment.log_path,
+                    valid_end: segment.valid_end,
+                    durable_position: durable.position,
+                }));
             }
             let next_at_durable = if durable.position == 0 {
                 Some(segment.start_offset)
@@ -607,17 +567,11 @@ pub fn plan(
                     .map(|b| b.next_offset)
             };
             if next_at_durable != Some(durable.next_offset) {
-                return Ok(fenced(
-                    dir,
-                    partition_id,
-                    Some(superblock),
-                    notes,
-                    FenceReason::DurableOffsetMismatch {
-                        log: segment.log_path,
-                        durable,
-                        found_next_offset: next_at_durable,
-                    },
-                ));
+                return Ok(Err(FenceReason::DurableOffsetMismatch {
+                    log: segment.log_path,
+                    durable,
+                    found_next_offset: next_at_durable,
+                }));
             }
         }
         if let (Some(damage), Some(slot)) = (&segment.damage, &damaged_slot) {
@@ -628,7 +582,7 @@ pub fn plan(
                 slot: slot.clone(),
             };
             if !crate::canary("truncate-at-first-bad") {
-                return Ok(fenced(dir, partition_id, Some(superblock), notes, reason));
+                return Ok(Err(reason));
             }
         }
         if let Some(damage) = segment.damage.take() {
@@ -675,18 +629,7 @@ pub fn plan(
         });
     }
 
-    for action in &actions {
-        tracing::info!(%action, "recovery decision");
-    }
-    Ok(RecoveryPlan {
-        dir: dir.to_path_buf(),
-        partition_id,
-        superblock: Some(superblock),
-        segments: survivors,
-        actions,
-        notes,
-        fence: None,
-    })
+    Ok(Ok((survivors, actions)))
 }
 
 fn empty_segment(dir: &Path, start_offset: u64) -> ScannedSegment {
