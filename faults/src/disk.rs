@@ -292,6 +292,16 @@ impl SimDisk {
         self.lock().records.clone()
     }
 
+    /// How many faults fired so far.
+    pub fn record_count(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether any fault fired so far satisfies `pred` (without copying the record).
+    pub fn any_record(&self, pred: impl Fn(&FaultRecord) -> bool) -> bool {
+        self.lock().records.iter().any(pred)
+    }
+
     pub fn record(&self, kind: FaultKind, path: Option<&Path>, detail: String) {
         self.lock().record(kind, path, None, detail);
     }

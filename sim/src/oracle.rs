@@ -228,9 +228,9 @@ impl Model {
 
     fn records_under(&self, disk: &SimDisk, sub: &str, pred: impl Fn(FaultKind) -> bool) -> bool {
         let under = self.dir.join(sub);
-        disk.records()
-            .iter()
-            .any(|r| pred(r.kind) && r.path.as_ref().is_some_and(|path| path.starts_with(&under)))
+        disk.any_record(|r| {
+            pred(r.kind) && r.path.as_ref().is_some_and(|path| path.starts_with(&under))
+        })
     }
 
     /// Whether a fault damaged (or lied about) durable data of this partition: then a poll
@@ -242,7 +242,7 @@ impl Model {
     /// Whether a sync of this partition's durable record lied: then a rewind is undetectable
     /// on a single disk, and the checker may not demand the acknowledged tail.
     pub fn superblock_lied(&self, disk: &SimDisk) -> bool {
-        disk.records().iter().any(|r| {
+        disk.any_record(|r| {
             r.kind == FaultKind::LyingSync
                 && r.path.as_ref().is_some_and(|path| {
                     path.starts_with(&self.dir)
@@ -257,10 +257,7 @@ impl Model {
     pub fn offset_damage_allowed(&self, disk: &SimDisk) -> bool {
         self.records_under(disk, "offsets", FaultKind::damages_durable_data)
             || (self.config.consumer_offset_durability == Durability::Replicated
-                && disk
-                    .records()
-                    .iter()
-                    .any(|r| r.kind == FaultKind::PowerLoss))
+                && disk.any_record(|r| r.kind == FaultKind::PowerLoss))
     }
 
     /// After a restart: every stored offset is within the log and, under `persisted`, the

@@ -624,7 +624,7 @@ impl Sim {
             .filter_map(|r| r.path)
             .filter(|path| path.starts_with(&dir))
             .collect();
-        let faults_before = self.disk.records().len();
+        let faults_before = self.disk.record_count();
         let opened = Partition::open(&self.env, &dir, 0, config, PartitionSettings::default());
         let opened = match opened {
             Ok(opened) => opened,
@@ -632,7 +632,7 @@ impl Sim {
                 // Recovery could not complete: the boot is retried later. Only an injected
                 // fault may cause that (an I/O error while it ran, or damage it must read).
                 let injected_now =
-                    self.disk.records().len() > faults_before || self.disk.is_crashed();
+                    self.disk.record_count() > faults_before || self.disk.is_crashed();
                 if !injected_now && damage.is_empty() {
                     return Err(violation(
                         INV_JUSTIFIED,
