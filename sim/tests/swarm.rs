@@ -1,5 +1,8 @@
 //! The simulator inside plain `cargo test`: every seed in `seeds/` replayed, a bounded swarm
 //! of fresh seeds, and determinism (same seed, same trace hash).
+// Test driver, outside the simulated world: it reads the seed corpus from the real file system
+// and runs seeds on real threads (each seed is itself single-threaded and deterministic).
+#![allow(clippy::disallowed_methods)]
 
 use cairn_sim::run::RunReport;
 use cairn_sim::run_seed;

@@ -13,22 +13,22 @@
 //! answer every request with the reason (recovery found damage it must not repair, or an I/O
 //! error made the state of the files unknown).
 
-mod log;
 pub mod offsets;
+mod open_log;
 pub mod recovery;
 pub mod segment;
 pub mod superblock;
 
-pub use log::{AppendAck, PollFrom, Polled};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
+pub use open_log::{AppendAck, PollFrom, Polled};
 pub use recovery::{Outcome, RecoveryPlan};
 pub use superblock::{DurablePoint, Superblock};
 
 use crate::config::{PartitionSettings, TopicConfig};
-use crate::env::{Disk, Env, OpenMode};
+use crate::env::{Env, OpenMode};
 use crate::format::FormatError;
 use bytes::BytesMut;
-use log::Log;
+use open_log::OpenLog;
 use segment::{index_name, log_name};
 use std::fmt;
 use std::io;
@@ -193,7 +193,7 @@ pub struct Partition {
 }
 
 enum State {
-    Open(Box<Log>),
+    Open(Box<OpenLog>),
     Fenced(FenceReason),
 }
 
@@ -203,17 +203,6 @@ fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> P
         path: path.to_path_buf(),
         source,
     }
-}
-
-pub(crate) fn write_superblock(
-    disk: &dyn Disk,
-    dir: &Path,
-    superblock: &Superblock,
-) -> io::Result<()> {
-    let path = dir.join(SLOT_NAMES[superblock.slot()]);
-    let file = disk.open(&path, OpenMode::CreateOrOpen)?;
-    file.write_all_at(&[io::IoSlice::new(&superblock.encode_slot_file())], 0)?;
-    file.sync_data()
 }
 
 impl Partition {
@@ -263,7 +252,7 @@ impl Partition {
                 partition_id,
                 durable,
             };
-            write_superblock(disk, dir, &sb).map_err(io_error("write superblock", dir))?;
+            superblock::write_slot(disk, dir, &sb).map_err(io_error("write superblock", dir))?;
         }
         for sync in [dir.join("offsets"), dir.to_path_buf()] {
             disk.sync_dir(&sync).map_err(io_error("sync_dir", &sync))?;
@@ -302,7 +291,7 @@ impl Partition {
         let superblock = recovery::apply(disk, &plan)
             .map_err(io_error("recovery of", dir))?
             .expect("an unfenced plan has a superblock");
-        let log = Log::open(env.clone(), &plan, superblock, config, settings)?;
+        let log = OpenLog::open(env.clone(), &plan, superblock, config, settings)?;
         Ok(Opened {
             partition: Partition {
                 state: State::Open(Box::new(log)),
@@ -318,14 +307,14 @@ impl Partition {
         }
     }
 
-    fn log(&mut self) -> Result<&mut Log> {
+    fn log(&mut self) -> Result<&mut OpenLog> {
         match &mut self.state {
             State::Open(log) => Ok(log),
             State::Fenced(reason) => Err(PartitionError::Fenced(reason.clone())),
         }
     }
 
-    fn log_ref(&self) -> Result<&Log> {
+    fn log_ref(&self) -> Result<&OpenLog> {
         match &self.state {
             State::Open(log) => Ok(log),
             State::Fenced(reason) => Err(PartitionError::Fenced(reason.clone())),
@@ -333,7 +322,7 @@ impl Partition {
     }
 
     /// Runs `op`; an I/O failure fences the partition (never retry-and-ack).
-    fn guarded<T>(&mut self, op: impl FnOnce(&mut Log) -> Result<T>) -> Result<T> {
+    fn guarded<T>(&mut self, op: impl FnOnce(&mut OpenLog) -> Result<T>) -> Result<T> {
         let result = op(self.log()?);
         if let Err(PartitionError::Io { op, path, source }) = &result {
             let reason = FenceReason::IoFailed {

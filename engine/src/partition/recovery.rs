@@ -860,7 +860,7 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Option<Superblo
                     partition_id: plan.partition_id,
                     durable: *to,
                 };
-                super::write_superblock(disk, &plan.dir, &next)?;
+                super::superblock::write_slot(disk, &plan.dir, &next)?;
                 superblock = Some(next);
             }
         }

@@ -20,7 +20,10 @@
 //! follows the last durable message. Recovery fences on invalid bytes below it and may
 //! truncate only above it.
 
+use crate::env::{Disk, OpenMode};
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
+use std::io;
+use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const SUPERBLOCK_LEN: usize = 64;
@@ -120,6 +123,15 @@ impl Superblock {
             },
         })
     }
+}
+
+/// Writes `superblock` into its slot file in `dir` (both copies, one write) and syncs it.
+pub(crate) fn write_slot(disk: &dyn Disk, dir: &Path, superblock: &Superblock) -> io::Result<()> {
+    let path = dir.join(SLOT_NAMES[superblock.slot()]);
+    let _span = tracing::debug_span!("write_superblock", path = %path.display(), sequence = superblock.sequence).entered();
+    let file = disk.open(&path, OpenMode::CreateOrOpen)?;
+    file.write_all_at(&[io::IoSlice::new(&superblock.encode_slot_file())], 0)?;
+    file.sync_data()
 }
 
 #[cfg(test)]

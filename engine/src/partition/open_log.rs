@@ -9,16 +9,18 @@
 //!   written after the log (and index) syncs of the flush it records;
 //! - a sealed segment was synced before the next one was created, and is never written again.
 
+mod read;
+
+pub use read::{PollFrom, Polled};
+
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
 use super::recovery::RecoveryPlan;
-use super::segment::{index_name, log_name, LogReader, Segment};
+use super::segment::{index_name, log_name, Segment};
 use super::superblock::{DurablePoint, Superblock};
-use super::{io_error, write_superblock, PartitionError, Result};
+use super::{io_error, PartitionError, Result};
 use crate::config::{Durability, PartitionSettings, TopicConfig};
 use crate::env::{is_no_space, Env, OpenMode};
-use crate::format::{
-    admit_batch, slice_batch, verify_batch, BatchHeader, IndexEntry, Layout, INDEX_ENTRY_LEN,
-};
+use crate::format::{admit_batch, verify_batch, BatchHeader, IndexEntry, Layout, INDEX_ENTRY_LEN};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -35,29 +37,6 @@ pub struct AppendAck {
     pub requires_persist: bool,
 }
 
-/// Where a poll starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollFrom {
-    Offset(u64),
-    /// The first message whose (batch) timestamp is at or after this many microseconds.
-    Timestamp(u64),
-    First,
-    /// The last `count` messages.
-    Last,
-    /// After the consumer's stored offset (from the start when none is stored).
-    Next(ConsumerId),
-}
-
-/// A poll reply: batches in the stored layout, the first and last possibly sliced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Polled {
-    pub partition_id: u64,
-    /// The partition's last offset at the time of the poll (`None` when empty).
-    pub current_offset: Option<u64>,
-    pub batches: Vec<Bytes>,
-    pub message_count: u32,
-}
-
 struct JournalBatch {
     bytes: Bytes,
     header: BatchHeader,
@@ -71,7 +50,7 @@ struct Journal {
     messages: u64,
 }
 
-pub(super) struct Log {
+pub(super) struct OpenLog {
     env: Env,
     dir: PathBuf,
     partition_id: u64,
@@ -88,14 +67,14 @@ pub(super) struct Log {
     offsets: ConsumerOffsets,
 }
 
-impl Log {
+impl OpenLog {
     pub(super) fn open(
         env: Env,
         plan: &RecoveryPlan,
         superblock: Superblock,
         config: TopicConfig,
         settings: PartitionSettings,
-    ) -> Result<Log> {
+    ) -> Result<OpenLog> {
         let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);
@@ -152,7 +131,7 @@ impl Log {
                 "stored offset beyond the recovered log end (lost unflushed tail); lowered"
             );
         }
-        Ok(Log {
+        Ok(OpenLog {
             env,
             dir: plan.dir.clone(),
             partition_id: plan.partition_id,
@@ -421,7 +400,7 @@ impl Log {
             partition_id: self.partition_id,
             durable,
         };
-        write_superblock(self.env.disk.as_ref(), &self.dir, &next)
+        super::superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
             .map_err(io_error("write superblock in", &self.dir))?;
         self.superblock = next;
         Ok(durable)
@@ -432,202 +411,11 @@ impl Log {
         self.sync_and_record()
     }
 
+    /// The last offset of the log (journal included), `None` when empty.
     fn last_offset(&self) -> Option<u64> {
         self.next_offset
             .checked_sub(1)
             .filter(|&o| o >= self.start_offset())
-    }
-
-    pub(super) fn poll(&mut self, from: PollFrom, count: u32) -> Result<Polled> {
-        if count == 0 {
-            return Err(PartitionError::ZeroCount);
-        }
-        let count = count.min(self.settings.max_poll_messages);
-        let start = match from {
-            PollFrom::Offset(offset) => Some(offset.max(self.start_offset())),
-            PollFrom::First => Some(self.start_offset()),
-            PollFrom::Last => Some(
-                self.next_offset
-                    .saturating_sub(u64::from(count))
-                    .max(self.start_offset()),
-            ),
-            PollFrom::Next(consumer) => Some(match self.get_offset(consumer)? {
-                Some(offset) => offset + 1,
-                None => self.start_offset(),
-            }),
-            PollFrom::Timestamp(timestamp) => self.offset_for_timestamp(timestamp)?,
-        };
-        let mut polled = Polled {
-            partition_id: self.partition_id,
-            current_offset: self.last_offset(),
-            batches: Vec::new(),
-            message_count: 0,
-        };
-        if let Some(start) = start.filter(|&s| s < self.next_offset) {
-            self.read_messages(start, count, &mut polled)?;
-        }
-        Ok(polled)
-    }
-
-    /// The base offset of the first batch with timestamp at or after `timestamp`.
-    fn offset_for_timestamp(&self, timestamp: u64) -> Result<Option<u64>> {
-        for segment in &self.segments {
-            if segment.is_empty() || segment.max_timestamp < timestamp {
-                continue;
-            }
-            let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let (mut position, mut expected) = segment.seek_timestamp(timestamp);
-            while position < segment.log_len {
-                let header = match self.header_in_chain(&mut reader, segment, position, expected) {
-                    Some(header) => header,
-                    None => return Ok(None),
-                };
-                if header.base_timestamp >= timestamp {
-                    return Ok(Some(header.base_offset));
-                }
-                position += header.batch_length;
-                expected = header.next_offset();
-            }
-        }
-        Ok(self
-            .journal
-            .batches
-            .iter()
-            .find(|b| b.header.base_timestamp >= timestamp)
-            .map(|b| b.header.base_offset))
-    }
-
-    /// Collects up to `count` messages from `start`: segments first, then the journal.
-    fn read_messages(&self, start: u64, count: u32, polled: &mut Polled) -> Result<()> {
-        let end = start.saturating_add(u64::from(count));
-        let mut bytes = 0u64;
-        let mut next = start;
-        let first_segment = self
-            .segments
-            .partition_point(|s| s.start_offset <= start)
-            .saturating_sub(1);
-        for segment in &self.segments[first_segment..] {
-            if segment.end_offset <= next {
-                continue;
-            }
-            let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let (mut position, mut expected) = segment.seek_offset(next);
-            while position < segment.log_len && next < end {
-                let Some(header) = self.header_in_chain(&mut reader, segment, position, expected)
-                else {
-                    return Ok(());
-                };
-                if header.next_offset() <= next {
-                    position += header.batch_length;
-                    expected = header.next_offset();
-                    continue;
-                }
-                match reader.batch_at(
-                    position,
-                    expected,
-                    self.partition_id,
-                    &self.settings.limits,
-                    self.settings.validate_checksum,
-                ) {
-                    Ok((verified, batch)) => {
-                        if !Self::take_batch(
-                            batch,
-                            verified.header,
-                            next,
-                            end,
-                            &mut bytes,
-                            polled,
-                            &self.settings,
-                        ) {
-                            return Ok(());
-                        }
-                        next = verified.header.next_offset().min(end);
-                        position += verified.header.batch_length;
-                        expected = verified.header.next_offset();
-                    }
-                    Err(error) => {
-                        tracing::error!(log = %segment.log_path.display(), position, %error, "checksum failure: poll returns the valid prefix");
-                        return Ok(());
-                    }
-                }
-            }
-            if next >= end {
-                return Ok(());
-            }
-        }
-        for batch in &self.journal.batches {
-            if next >= end {
-                break;
-            }
-            if batch.header.next_offset() <= next {
-                continue;
-            }
-            if !Self::take_batch(
-                &batch.bytes,
-                batch.header,
-                next,
-                end,
-                &mut bytes,
-                polled,
-                &self.settings,
-            ) {
-                break;
-            }
-            next = batch.header.next_offset().min(end);
-        }
-        Ok(())
-    }
-
-    /// The header of the batch at `position`, which must carry `expected` as its base offset
-    /// (the chain from the index entry or segment start); `None`, logged, when it does not.
-    fn header_in_chain(
-        &self,
-        reader: &mut LogReader<'_>,
-        segment: &Segment,
-        position: u64,
-        expected: u64,
-    ) -> Option<BatchHeader> {
-        let problem = match reader.header_at(position, &self.settings.limits) {
-            Ok(header) if header.base_offset == expected => return Some(header),
-            Ok(header) => format!("base_offset {}, expected {expected}", header.base_offset),
-            Err(error) => error.to_string(),
-        };
-        tracing::error!(log = %segment.log_path.display(), position, %problem, "walk stopped at an unreadable batch: the valid prefix is returned");
-        None
-    }
-
-    /// Adds the part of `batch` in `[from, end)` to the reply; false when the byte budget
-    /// is spent (a first batch is always taken whole).
-    fn take_batch(
-        batch: &[u8],
-        header: BatchHeader,
-        from: u64,
-        end: u64,
-        bytes: &mut u64,
-        polled: &mut Polled,
-        settings: &PartitionSettings,
-    ) -> bool {
-        if !polled.batches.is_empty() && *bytes + header.batch_length > settings.max_poll_bytes {
-            return false;
-        }
-        let whole = header.base_offset >= from && header.next_offset() <= end;
-        let reply = if whole {
-            Bytes::copy_from_slice(batch)
-        } else {
-            match slice_batch(batch, from..end) {
-                Some(sliced) => sliced.freeze(),
-                None => return true,
-            }
-        };
-        let kept = u64::from(
-            BatchHeader::decode(&reply)
-                .expect("reply decodes")
-                .message_count,
-        );
-        *bytes += reply.len() as u64;
-        polled.message_count += kept as u32;
-        polled.batches.push(reply);
-        true
     }
 
     pub(super) fn get_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
