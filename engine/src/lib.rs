@@ -4,21 +4,8 @@
 
 #[cfg(feature = "canary")]
 pub mod canary;
+mod canary_seam;
 pub mod config;
 pub mod env;
 pub mod format;
 pub mod partition;
-
-/// Whether the deliberate bug `name` is active (always false without the `canary` feature).
-#[inline]
-pub(crate) fn canary(name: &str) -> bool {
-    #[cfg(feature = "canary")]
-    {
-        canary::active(name)
-    }
-    #[cfg(not(feature = "canary"))]
-    {
-        let _ = name;
-        false
-    }
-}

@@ -51,21 +51,48 @@ fn check_reports_clean_repair_and_fence_without_changing_files() {
 
     let (code, out) = check(root);
     assert_eq!(code, 1, "{out}");
+    let dir0 = partition_dir(root, 0, 0, 0);
+    let dir1 = partition_dir(root, 0, 0, 1);
+    let line_of = |dir: &std::path::Path| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{}: ", dir.display())))
+            .unwrap_or_else(|| panic!("no line for {}: {out}", dir.display()))
+            .to_string()
+    };
+    assert!(line_of(&dir0).ends_with(": would repair"), "{out}");
     assert!(
-        out.contains("would repair") && out.contains("would truncate"),
+        out.contains(&format!(
+            "would truncate {} from {} to {} bytes",
+            log0.display(),
+            bytes.len(),
+            bytes.len() - 50
+        )),
         "{out}"
     );
+    let fenced = line_of(&dir1);
     assert!(
-        out.contains("FENCED") && out.contains("position 0"),
-        "{out}"
+        fenced.contains("FENCED")
+            && fenced.contains(&log1.display().to_string())
+            && fenced.contains("at position 0, below the durable end"),
+        "{fenced}"
     );
     assert_eq!(
         std::fs::read(&log0).unwrap(),
         bytes,
         "check changes nothing"
     );
+    assert_eq!(
+        std::fs::read(&log1).unwrap(),
+        bytes1,
+        "check changes nothing"
+    );
 
-    let (code, out) = check(&root.join("missing"));
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("no partitions found"));
+    let missing = root.join("missing");
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("check")
+        .arg(&missing)
+        .output()
+        .expect("run cairn");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such data directory"));
 }

@@ -726,6 +726,10 @@ impl DiskFile for SimFile {
     fn preallocate(&self, _len: u64) -> io::Result<bool> {
         Ok(false)
     }
+
+    fn evict_cache(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Disk for SimDisk {

@@ -156,6 +156,9 @@ fn swarm(args: SwarmArgs) -> ExitCode {
                 (next.clone(), stop.clone(), totals.clone(), canary.clone());
             let start = args.start;
             std::thread::spawn(move || loop {
+                // A canary is active per thread: every worker activates the one asked for.
+                #[cfg(feature = "canary")]
+                cairn_engine::canary::activate(canary.as_deref());
                 if stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
                     return;
                 }

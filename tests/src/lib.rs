@@ -128,17 +128,47 @@ pub fn batch_positions(log: &Path) -> Vec<u64> {
     positions
 }
 
-/// A real disk that counts `sync_data` calls per path and `sync_dir` calls.
+/// A real disk that counts `sync_data` and `evict_cache` calls per path and `sync_dir` calls
+/// per directory.
 #[derive(Default, Clone)]
 pub struct CountingDisk {
     pub syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
-    pub dir_syncs: Arc<Mutex<usize>>,
+    pub evictions: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+    pub dir_syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+}
+
+impl CountingDisk {
+    /// `sync_data` calls on files whose path contains `part`.
+    pub fn syncs_of(&self, part: &str) -> usize {
+        count_matching(&self.syncs, part)
+    }
+
+    /// `sync_dir` calls on directories whose path contains `part`.
+    pub fn dir_syncs_of(&self, part: &str) -> usize {
+        count_matching(&self.dir_syncs, part)
+    }
+
+    /// Every `sync_dir` call.
+    pub fn all_dir_syncs(&self) -> usize {
+        self.dir_syncs.lock().unwrap().values().sum()
+    }
+}
+
+fn count_matching(counts: &Mutex<BTreeMap<PathBuf, usize>>, part: &str) -> usize {
+    counts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, _)| p.to_string_lossy().contains(part))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 struct CountingFile {
     inner: Box<dyn DiskFile>,
     path: PathBuf,
     syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+    evictions: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
 }
 
 impl DiskFile for CountingFile {
@@ -166,6 +196,15 @@ impl DiskFile for CountingFile {
     fn preallocate(&self, len: u64) -> io::Result<bool> {
         self.inner.preallocate(len)
     }
+    fn evict_cache(&self) -> io::Result<()> {
+        *self
+            .evictions
+            .lock()
+            .unwrap()
+            .entry(self.path.clone())
+            .or_default() += 1;
+        self.inner.evict_cache()
+    }
 }
 
 impl Disk for CountingDisk {
@@ -174,6 +213,7 @@ impl Disk for CountingDisk {
             inner: RealDisk.open(path, mode)?,
             path: path.to_path_buf(),
             syncs: self.syncs.clone(),
+            evictions: self.evictions.clone(),
         }))
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -192,7 +232,12 @@ impl Disk for CountingDisk {
         RealDisk.remove_dir_all(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        *self.dir_syncs.lock().unwrap() += 1;
+        *self
+            .dir_syncs
+            .lock()
+            .unwrap()
+            .entry(path.to_path_buf())
+            .or_default() += 1;
         RealDisk.sync_dir(path)
     }
     fn exists(&self, path: &Path) -> io::Result<bool> {
@@ -258,6 +303,9 @@ impl DiskFile for CrashingFile {
     fn preallocate(&self, len: u64) -> io::Result<bool> {
         self.inner.preallocate(len)
     }
+    fn evict_cache(&self) -> io::Result<()> {
+        self.inner.evict_cache()
+    }
 }
 
 impl Disk for CrashingDisk {
@@ -309,5 +357,112 @@ pub fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(entry.path(), target).unwrap();
         }
+    }
+}
+
+/// A real disk with switchable faults: ENOSPC on writes to files with a given extension, on
+/// creating files, on `fallocate`; EIO on reads overlapping a byte range of one file; EIO on
+/// `set_len`. Switches apply from the moment they are set.
+#[derive(Default, Clone)]
+pub struct FaultyDisk {
+    pub nospace_writes_to: Arc<Mutex<Option<&'static str>>>,
+    pub nospace_create: Arc<Mutex<bool>>,
+    pub nospace_preallocate: Arc<Mutex<bool>>,
+    pub set_len_fails: Arc<Mutex<bool>>,
+    /// Reads of this file overlapping `[start, end)` fail with EIO.
+    pub unreadable: Arc<Mutex<Option<(PathBuf, u64, u64)>>>,
+}
+
+impl FaultyDisk {
+    /// An `Env` on the real clock and runtime whose disk is this one.
+    pub fn env(&self) -> Env {
+        let mut env = real_env();
+        env.disk = Arc::new(self.clone());
+        env
+    }
+}
+
+fn no_space() -> io::Error {
+    io::Error::new(io::ErrorKind::StorageFull, "ENOSPC (injected)")
+}
+
+struct FaultyFile {
+    inner: Box<dyn DiskFile>,
+    path: PathBuf,
+    disk: FaultyDisk,
+}
+
+impl DiskFile for FaultyFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        if let Some((path, start, end)) = self.disk.unreadable.lock().unwrap().clone() {
+            if path == self.path && pos < end && pos + buf.len() as u64 > start {
+                return Err(io::Error::other("EIO (injected)"));
+            }
+        }
+        self.inner.read_at(buf, pos)
+    }
+    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
+        if let Some(ext) = *self.disk.nospace_writes_to.lock().unwrap() {
+            if self.path.extension().is_some_and(|e| e == ext) {
+                return Err(no_space());
+            }
+        }
+        self.inner.write_all_at(bufs, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        if *self.disk.set_len_fails.lock().unwrap() {
+            return Err(io::Error::other("EIO on set_len (injected)"));
+        }
+        self.inner.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn preallocate(&self, len: u64) -> io::Result<bool> {
+        if *self.disk.nospace_preallocate.lock().unwrap() {
+            return Err(no_space());
+        }
+        self.inner.preallocate(len)
+    }
+    fn evict_cache(&self) -> io::Result<()> {
+        self.inner.evict_cache()
+    }
+}
+
+impl Disk for FaultyDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        let creates = matches!(mode, OpenMode::CreateNew | OpenMode::CreateOrOpen);
+        if creates && *self.nospace_create.lock().unwrap() && !path.exists() {
+            return Err(no_space());
+        }
+        Ok(Box::new(FaultyFile {
+            inner: RealDisk.open(path, mode)?,
+            path: path.to_path_buf(),
+            disk: self.clone(),
+        }))
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir_all(path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        RealDisk.read_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealDisk.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_dir_all(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        RealDisk.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        RealDisk.exists(path)
     }
 }

@@ -5,7 +5,9 @@ use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings};
 use cairn_engine::env::Env;
 use cairn_engine::format::{message_checksum, BatchHeader, FormatError, Limits, BATCH_HEADER_LEN};
-use cairn_engine::partition::{ConsumerId, Outcome, Partition, PartitionError, PollFrom};
+use cairn_engine::partition::{
+    ConsumerId, FenceReason, Outcome, Partition, PartitionError, PollFrom,
+};
 use cairn_tests::*;
 use std::sync::Arc;
 
@@ -272,7 +274,7 @@ fn many_persisted_appends_share_one_sync_per_file() {
     env.disk = Arc::new(counting.clone());
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     counting.syncs.lock().unwrap().clear();
-    *counting.dir_syncs.lock().unwrap() = 0;
+    counting.dir_syncs.lock().unwrap().clear();
 
     let acks = partition.append_group((0..50).map(|seed| batch(seed, 3, 200)).collect());
     assert_eq!(acks.len(), 50);
@@ -299,7 +301,7 @@ fn many_persisted_appends_share_one_sync_per_file() {
         "{syncs:?}"
     );
     assert_eq!(
-        *counting.dir_syncs.lock().unwrap(),
+        counting.all_dir_syncs(),
         0,
         "no new file, no directory sync"
     );
@@ -630,30 +632,55 @@ fn invalid_topic_options_are_rejected_before_anything_is_written() {
 
 #[test]
 fn a_poll_stops_at_a_batch_damaged_on_disk_and_serves_the_valid_prefix() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
-    let env = real_env();
-    let mut partition = create(&env, &dir, config(Durability::Persisted));
-    for seed in 0..5 {
-        partition
-            .append_group(vec![batch(seed, 4, 100)])
-            .pop()
-            .unwrap()
-            .unwrap();
+    for durability in [Durability::Persisted, Durability::Replicated] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        let env = real_env();
+        let mut cfg = config(durability);
+        cfg.messages_required_to_save = 1; // replicated: every batch is flushed, none synced
+        let mut partition = create(&env, &dir, cfg);
+        for seed in 0..5 {
+            partition
+                .append_group(vec![batch(seed, 4, 100)])
+                .pop()
+                .unwrap()
+                .unwrap();
+        }
+        // Damage the third batch under the running partition (bit rot after the write).
+        let log = dir.join("00000000000000000000.log");
+        let third = batch_positions(&log)[2];
+        flip_byte(&log, third + 300);
+        let polled = partition.poll(PollFrom::First, 100).unwrap();
+        let got: Vec<u64> = messages(&polled.batches).iter().map(|m| m.0).collect();
+        assert_eq!(
+            got,
+            (0..8).collect::<Vec<_>>(),
+            "{durability}: the two batches before the damage, nothing after"
+        );
+        match durability {
+            // The damage lies below the durable end: acknowledging more writes would only
+            // add to what the next boot refuses, so the partition fences now.
+            Durability::Persisted => match partition.poll(PollFrom::Offset(9), 100) {
+                Err(PartitionError::Fenced(FenceReason::CorruptBelowDurable {
+                    log: path,
+                    position,
+                    ..
+                })) => {
+                    assert_eq!((path, position), (log.clone(), third));
+                    assert!(matches!(
+                        partition.append(batch(9, 1, 1)),
+                        Err(PartitionError::Fenced(_))
+                    ));
+                }
+                other => panic!("expected a fence, got {other:?}"),
+            },
+            // Above the durable end (flushed, never synced): a torn tail recovery will cut,
+            // not a refusal. A poll starting inside the damaged batch gets nothing.
+            Durability::Replicated => {
+                let polled = partition.poll(PollFrom::Offset(9), 100).unwrap();
+                assert!(polled.batches.is_empty());
+                assert!(partition.fence_reason().is_none());
+            }
+        }
     }
-    // Damage the third batch under the running partition (bit rot after the write).
-    let log = dir.join("00000000000000000000.log");
-    let third = batch_positions(&log)[2];
-    flip_byte(&log, third + 300);
-    let polled = partition.poll(PollFrom::First, 100).unwrap();
-    let got: Vec<u64> = messages(&polled.batches).iter().map(|m| m.0).collect();
-    assert_eq!(
-        got,
-        (0..8).collect::<Vec<_>>(),
-        "the two batches before the damage, nothing after"
-    );
-    // A poll that starts inside the damaged batch (offsets 8..12) is served nothing: the walk
-    // begins at that batch and stops there.
-    let polled = partition.poll(PollFrom::Offset(9), 100).unwrap();
-    assert!(polled.batches.is_empty(), "{:?}", messages(&polled.batches));
 }

@@ -380,13 +380,9 @@ fn cairn_check_reports_without_changing_anything() {
     std::fs::write(&active, bytes).unwrap();
     let before = snapshot(&dir);
     let env = real_env();
-    let plan = cairn_engine::partition::recovery::plan(
-        env.disk.as_ref(),
-        &dir,
-        7,
-        &cairn_engine::format::Limits::default(),
-    )
-    .unwrap();
+    let plan =
+        cairn_engine::partition::recovery::plan(env.disk.as_ref(), &dir, 7, Durability::Persisted)
+            .unwrap();
     assert!(plan.fence.is_none());
     assert!(plan
         .actions

@@ -1,7 +1,8 @@
 //! The `cairn` command line.
 
-use cairn_engine::config::PartitionSettings;
-use cairn_engine::partition::recovery;
+use cairn_engine::config::Durability;
+use cairn_engine::env::Disk;
+use cairn_engine::partition::recovery::{self, RecoveryPlan};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -25,25 +26,38 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Report, for every partition under a data directory, what boot recovery would do and
-    /// why. Reads only; changes nothing. Exits 1 when any partition would be fenced.
+    /// why. Changes no bytes. Exits 0 when every partition is clean, 1 when any would be
+    /// repaired or fenced, 2 when the directory cannot be read.
     Check {
         /// The data directory (the one holding `streams/`).
         data_dir: PathBuf,
+        /// The topics' consumer offset policy, which decides what happens to a damaged
+        /// offset file (dropped under `replicated`, reported under `persisted`). Until the
+        /// metadata plane records topic options, check cannot read it from the directory.
+        #[arg(long, default_value = "replicated")]
+        consumer_offset_durability: Durability,
     },
 }
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { data_dir } => check(&data_dir),
+        Command::Check {
+            data_dir,
+            consumer_offset_durability,
+        } => check(&data_dir, consumer_offset_durability),
     }
 }
 
-/// Partition directories: `streams/{s}/topics/{t}/partitions/{p}`.
-fn partition_dirs(
-    disk: &dyn cairn_engine::env::Disk,
-    root: &Path,
-) -> std::io::Result<Vec<(PathBuf, u64)>> {
+/// Partition directories `streams/{s}/topics/{t}/partitions/{p}` with their partition ids.
+fn partition_dirs(disk: &dyn Disk, root: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
     let mut found = Vec::new();
     let streams = root.join("streams");
     if !disk.exists(&streams)? {
@@ -69,7 +83,7 @@ fn partition_dirs(
     Ok(found)
 }
 
-fn check(root: &Path) -> ExitCode {
+fn check(root: &Path, offset_durability: Durability) -> ExitCode {
     let env = match cairn_engine::env::real::env() {
         Ok(env) => env,
         Err(e) => {
@@ -78,6 +92,17 @@ fn check(root: &Path) -> ExitCode {
         }
     };
     let disk = env.disk.as_ref();
+    match disk.exists(root) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("cairn check: {}: no such data directory", root.display());
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("cairn check: cannot read {}: {e}", root.display());
+            return ExitCode::from(2);
+        }
+    }
     let dirs = match partition_dirs(disk, root) {
         Ok(dirs) => dirs,
         Err(e) => {
@@ -88,45 +113,53 @@ fn check(root: &Path) -> ExitCode {
     if dirs.is_empty() {
         println!("{}: no partitions found", root.display());
     }
-    let settings = PartitionSettings::default();
-    let mut fenced = 0;
+    let mut unclean = 0;
     for (dir, id) in dirs {
-        match recovery::plan(disk, &dir, id, &settings.limits) {
+        match recovery::plan(disk, &dir, id, offset_durability) {
             Err(e) => {
-                fenced += 1;
-                println!("{}: FENCED: cannot scan: {e}", dir.display());
+                unclean += 1;
+                println!("{}: CANNOT SCAN: {e}", dir.display());
             }
             Ok(plan) => {
-                if let Some(reason) = &plan.fence {
-                    fenced += 1;
-                    println!("{}: FENCED: {reason}", dir.display());
-                } else if plan.actions.is_empty() {
-                    println!("{}: clean", dir.display());
-                } else {
-                    println!("{}: would repair", dir.display());
+                if plan.fence.is_some() || !plan.actions.is_empty() {
+                    unclean += 1;
                 }
-                for note in &plan.notes {
-                    println!("  note: {note}");
-                }
-                for action in &plan.actions {
-                    println!("  would {action}");
-                }
-                for segment in &plan.segments {
-                    println!(
-                        "  {}: {} bytes, offsets {}..{}, {} index entries",
-                        segment.log_path.display(),
-                        segment.valid_end,
-                        segment.start_offset,
-                        segment.next_offset,
-                        segment.index.len()
-                    );
-                }
+                report(&dir, &plan);
             }
         }
     }
-    if fenced > 0 {
+    if unclean > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn report(dir: &Path, plan: &RecoveryPlan) {
+    if let Some(reason) = &plan.fence {
+        println!("{}: FENCED: {reason}", dir.display());
+    } else if plan.actions.is_empty() {
+        println!("{}: clean", dir.display());
+    } else {
+        println!("{}: would repair", dir.display());
+    }
+    for note in &plan.notes {
+        println!("  note: {note}");
+    }
+    for action in &plan.actions {
+        println!("  would {action}");
+    }
+    for segment in &plan.segments {
+        println!(
+            "  {}: {} bytes, offsets {}..{}, {} index entries",
+            segment.log_path.display(),
+            segment.len,
+            segment.start_offset,
+            segment.next_offset,
+            segment.index.len()
+        );
+    }
+    for (consumer, stored) in &plan.offsets {
+        println!("  offset {consumer:?}: {stored:?}");
     }
 }

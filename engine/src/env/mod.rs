@@ -4,8 +4,9 @@
 //! random draw through these traits. Two implementations exist: [`real`] (real files with
 //! real `fdatasync`, real TCP, the real clock, tokio hidden behind the traits) and the
 //! simulated one in `cairn-faults` / `cairn-sim`. `engine/clippy.toml` forbids the engine from
-//! reaching `std::fs`, `std::net`, `Instant::now`, `SystemTime::now`, `std::thread::spawn`,
-//! `rand::thread_rng` and tokio directly; only `env::real` is exempt.
+//! reaching `std::fs`, `std::net`, `Instant::now`, `SystemTime::now`, `std::thread::spawn`
+//! and tokio directly (and `HashMap`/`HashSet`); only `env::real` is exempt. The engine has no
+//! random-number crate: its only randomness is [`Entropy`].
 //!
 //! The disk API is synchronous and positional: the partition log is a single-owner state
 //! machine, and group commit comes from draining many requests into one flush, not from
@@ -60,6 +61,11 @@ pub trait DiskFile: Send + Sync {
     /// Reserves `len` bytes without changing the file's length, where the file system
     /// supports it. Returns `Ok(false)` when preallocation is not supported.
     fn preallocate(&self, len: u64) -> io::Result<bool>;
+    /// Drops the file's clean cached pages, so that the next reads of them return what the
+    /// device holds. Dirty pages (writes not yet written back) stay cached. After a failed
+    /// writeback Linux keeps the new bytes cached and marks them clean; reading them back
+    /// after this call is how a restarted process learns they never reached the device.
+    fn evict_cache(&self) -> io::Result<()>;
 
     /// Reads exactly `buf.len()` bytes at `pos`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {

@@ -41,6 +41,17 @@ pub struct Limits {
 impl Limits {
     /// The hard ceiling of the format in this server: no batch is ever larger.
     pub const MAX_BATCH_BYTES: u64 = 64 * 1024 * 1024;
+
+    /// What any stored batch satisfies, whatever the admission limits were when it was
+    /// written: recovery and disk reads verify against these, so lowering an admission limit
+    /// in the configuration never makes stored data look corrupt.
+    pub const CEILING: Limits = Limits {
+        max_batch_bytes: Self::MAX_BATCH_BYTES,
+        max_messages_per_batch: ((Self::MAX_BATCH_BYTES - BATCH_HEADER_LEN as u64)
+            / FRAME_HEADER_LEN as u64) as u32,
+        max_payload_bytes: Self::MAX_BATCH_BYTES as u32,
+        max_user_headers_bytes: Self::MAX_BATCH_BYTES as u32,
+    };
 }
 
 impl Default for Limits {
@@ -108,9 +119,28 @@ impl BatchHeader {
         out[BATCH_RESERVED].fill(0);
     }
 
-    /// The offset one past this batch's last message (stored layout: deltas 0..count).
+    /// The offset one past this batch's last message (stored layout: deltas 0..count), or
+    /// `None` when it would not fit a `u64`.
+    pub fn checked_next_offset(&self) -> Option<u64> {
+        self.base_offset.checked_add(u64::from(self.message_count))
+    }
+
+    /// [`BatchHeader::checked_next_offset`] of a header that verification or
+    /// [`BatchHeader::check_offsets`] accepted.
     pub fn next_offset(&self) -> u64 {
-        self.base_offset + u64::from(self.message_count)
+        self.checked_next_offset()
+            .expect("a verified header's offsets fit a u64")
+    }
+
+    /// Rejects a header whose offsets overflow a `u64` (bytes from disk may be anything).
+    pub fn check_offsets(&self) -> Result<(), FormatError> {
+        match self.checked_next_offset() {
+            Some(_) => Ok(()),
+            None => Err(FormatError::OffsetOverflow {
+                base_offset: self.base_offset,
+                message_count: self.message_count,
+            }),
+        }
     }
 
     fn checksum_fields(&self) -> [u8; BATCH_CHECKSUM_FIELDS_LEN] {
@@ -211,6 +241,16 @@ pub struct VerifiedBatch {
     pub payload_bytes: u64,
 }
 
+/// How much of a batch [`verify_batch`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    /// Everything, re-hashing every message.
+    Full,
+    /// Everything but the message hashes: the batch checksum is checked over the message
+    /// checksums the frames store.
+    Structure,
+}
+
 /// Fully verifies that `bytes` is exactly one batch: header, reserved bytes, lengths,
 /// limits, every frame, every message checksum, the count and the batch checksum.
 pub fn verify_batch(
@@ -218,7 +258,18 @@ pub fn verify_batch(
     limits: &Limits,
     layout: Layout,
 ) -> Result<VerifiedBatch, FormatError> {
-    verify_collecting(bytes, limits, layout, &mut Vec::new())
+    verify_collecting(bytes, limits, layout, Depth::Full, &mut Vec::new())
+}
+
+/// Verifies everything [`verify_batch`] does except re-hashing message bodies: enough to
+/// walk, slice and serve the batch without reading past any frame (what a poll does when
+/// `validate_checksum` is off), at the cost of reading each frame header only.
+pub fn verify_structure(
+    bytes: &[u8],
+    limits: &Limits,
+    layout: Layout,
+) -> Result<VerifiedBatch, FormatError> {
+    verify_collecting(bytes, limits, layout, Depth::Structure, &mut Vec::new())
 }
 
 /// Admission in one pass: verifies a producer batch exactly as [`verify_batch`] does, then
@@ -232,7 +283,8 @@ pub fn admit_batch(
     base_timestamp: u64,
 ) -> Result<BatchHeader, FormatError> {
     let mut checksums = Vec::new();
-    let mut header = verify_collecting(bytes, limits, Layout::Stored, &mut checksums)?.header;
+    let mut header =
+        verify_collecting(bytes, limits, Layout::Stored, Depth::Full, &mut checksums)?.header;
     header.partition_id = partition_id;
     header.base_offset = base_offset;
     header.base_timestamp = base_timestamp;
@@ -245,9 +297,11 @@ fn verify_collecting(
     bytes: &[u8],
     limits: &Limits,
     layout: Layout,
+    depth: Depth,
     checksums: &mut Vec<u64>,
 ) -> Result<VerifiedBatch, FormatError> {
     let header = BatchHeader::decode(bytes)?;
+    header.check_offsets()?;
     if header.batch_length != bytes.len() as u64 {
         return Err(FormatError::BatchLengthMismatch {
             declared: header.batch_length,
@@ -316,13 +370,15 @@ fn verify_collecting(
             });
         }
         let frame_end = frame_end as usize;
-        let computed = message_checksum(&bytes[position..frame_end]);
-        if computed != frame.checksum {
-            return Err(FormatError::MessageChecksum {
-                index,
-                stored: frame.checksum,
-                computed,
-            });
+        if depth == Depth::Full {
+            let computed = message_checksum(&bytes[position..frame_end]);
+            if computed != frame.checksum {
+                return Err(FormatError::MessageChecksum {
+                    index,
+                    stored: frame.checksum,
+                    computed,
+                });
+            }
         }
         match layout {
             Layout::Stored if frame.offset_delta != index => {
@@ -341,6 +397,16 @@ fn verify_collecting(
                             found: frame.offset_delta,
                         });
                     }
+                }
+                if header
+                    .base_offset
+                    .checked_add(u64::from(frame.offset_delta))
+                    .is_none()
+                {
+                    return Err(FormatError::OffsetOverflow {
+                        base_offset: header.base_offset,
+                        message_count: frame.offset_delta,
+                    });
                 }
             }
             Layout::Stored => {}
@@ -414,7 +480,9 @@ pub struct DecodedMessage<'a> {
     pub frame: Range<usize>,
 }
 
-/// Iterates the frames of a batch that has passed [`verify_batch`].
+/// Iterates the frames of a batch that has passed [`verify_batch`] or [`verify_structure`].
+/// On bytes that did not, it stops at the first frame that does not fit instead of reading
+/// past it.
 pub struct MessageIter<'a> {
     bytes: &'a [u8],
     base_offset: u64,
@@ -439,15 +507,30 @@ impl<'a> Iterator for MessageIter<'a> {
             return None;
         }
         let start = self.position;
-        let header = FrameHeader::decode(&self.bytes[start..], start)
-            .expect("MessageIter takes a verified batch");
+        if self.bytes.len() - start < FRAME_HEADER_LEN {
+            self.position = self.bytes.len();
+            return None;
+        }
+        let Ok(header) = FrameHeader::decode(&self.bytes[start..], start) else {
+            self.position = self.bytes.len();
+            return None;
+        };
+        let end = usize::try_from(start as u64 + header.frame_len())
+            .ok()
+            .filter(|&end| end <= self.bytes.len());
+        let (Some(end), Some(offset)) = (
+            end,
+            self.base_offset.checked_add(u64::from(header.offset_delta)),
+        ) else {
+            self.position = self.bytes.len();
+            return None;
+        };
         let payload_start = start + FRAME_HEADER_LEN;
         let headers_start = payload_start + header.payload_length as usize;
-        let end = headers_start + header.user_headers_length as usize;
         self.position = end;
         Some(DecodedMessage {
             header,
-            offset: self.base_offset + u64::from(header.offset_delta),
+            offset,
             payload: &self.bytes[payload_start..headers_start],
             user_headers: &self.bytes[headers_start..end],
             frame: start..end,

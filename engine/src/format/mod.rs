@@ -12,8 +12,8 @@ pub mod index;
 
 pub use batch::{
     admit_batch, batch_checksum, message_checksum, slice_batch, stamp_batch, verify_batch,
-    BatchBuilder, BatchHeader, DecodedMessage, FrameHeader, Layout, Limits, MessageIter,
-    VerifiedBatch, BATCH_HEADER_LEN, FRAME_HEADER_LEN,
+    verify_structure, BatchBuilder, BatchHeader, DecodedMessage, FrameHeader, Layout, Limits,
+    MessageIter, VerifiedBatch, BATCH_HEADER_LEN, FRAME_HEADER_LEN,
 };
 pub use index::{IndexEntry, INDEX_ENTRY_LEN};
 
@@ -67,6 +67,11 @@ pub enum FormatError {
     PayloadTooLarge { index: u32, length: u32, limit: u32 },
     #[error("message {index} user headers are {length} bytes, over the limit {limit}")]
     UserHeadersTooLarge { index: u32, length: u32, limit: u32 },
+    #[error("base_offset {base_offset} plus {message_count} overflows a u64 offset")]
+    OffsetOverflow {
+        base_offset: u64,
+        message_count: u32,
+    },
 }
 
 #[inline]

@@ -13,12 +13,14 @@
 //! answer every request with the reason (recovery found damage it must not repair, or an I/O
 //! error made the state of the files unknown).
 
+mod error;
 pub mod offsets;
 mod open_log;
 pub mod recovery;
 pub mod segment;
 pub mod superblock;
 
+pub use error::{FenceReason, PartitionError, Result};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
 pub use open_log::{AppendAck, PollFrom, Polled};
 pub use recovery::{Outcome, RecoveryPlan};
@@ -26,11 +28,9 @@ pub use superblock::{DurablePoint, Superblock};
 
 use crate::config::{PartitionSettings, TopicConfig};
 use crate::env::{Env, OpenMode};
-use crate::format::FormatError;
 use bytes::BytesMut;
-use open_log::OpenLog;
+use open_log::{OpenLog, WriteError};
 use segment::{index_name, log_name};
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use superblock::SLOT_NAMES;
@@ -45,142 +45,6 @@ pub fn partition_dir(root: &Path, stream: u32, topic: u32, partition: u32) -> Pa
         .join(partition.to_string())
 }
 
-/// Why a partition is fenced. Every variant names the file and what was expected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FenceReason {
-    NoSuperblock {
-        dir: PathBuf,
-        problems: String,
-    },
-    SuperblockIdentity {
-        path: PathBuf,
-        expected: u64,
-        found: u64,
-    },
-    SuperblockMisplaced {
-        path: PathBuf,
-    },
-    DurableEndUncertain {
-        log: PathBuf,
-        position: u64,
-        damage: String,
-        slot: PathBuf,
-    },
-    MissingLog {
-        index: PathBuf,
-        log: PathBuf,
-    },
-    DurableSegmentMissing {
-        log: PathBuf,
-        durable: DurablePoint,
-    },
-    ChainGap {
-        log: PathBuf,
-        expected_start: u64,
-        found_start: u64,
-    },
-    SegmentNameMismatch {
-        log: PathBuf,
-        name_offset: u64,
-        first_batch_offset: u64,
-    },
-    SealedSegmentCorrupt {
-        log: PathBuf,
-        position: u64,
-        damage: String,
-    },
-    CorruptBelowDurable {
-        log: PathBuf,
-        position: u64,
-        durable_position: u64,
-        damage: String,
-    },
-    LogShorterThanDurable {
-        log: PathBuf,
-        valid_end: u64,
-        durable_position: u64,
-    },
-    DurableOffsetMismatch {
-        log: PathBuf,
-        durable: DurablePoint,
-        found_next_offset: Option<u64>,
-    },
-    EmptySealedSegment {
-        log: PathBuf,
-    },
-    ReadFailed {
-        file: PathBuf,
-        position: u64,
-        error: String,
-    },
-    /// An I/O call failed while serving; the files' state is unknown until recovery.
-    IoFailed {
-        op: &'static str,
-        path: PathBuf,
-        error: String,
-    },
-}
-
-impl fmt::Display for FenceReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use FenceReason::*;
-        match self {
-            NoSuperblock { dir, problems } => write!(f, "{}: no valid superblock ({problems})", dir.display()),
-            SuperblockIdentity { path, expected, found } => write!(f, "{}: superblock belongs to partition {found}, expected {expected}", path.display()),
-            DurableEndUncertain { log, position, damage, slot } => write!(f, "{} at position {position}: {damage}; {} is damaged, so the durable end may lie above this damage and truncating could drop acknowledged data", log.display(), slot.display()),
-            SuperblockMisplaced { path } => write!(f, "{}: holds more than one superblock slot: a superblock write landed out of place, so the newest durable record may be lost", path.display()),
-            MissingLog { index, log } => write!(f, "{} exists at or below the durable end but {} does not", index.display(), log.display()),
-            DurableSegmentMissing { log, durable } => write!(f, "{} is missing, but the superblock records {} durable bytes in it (next offset {})", log.display(), durable.position, durable.next_offset),
-            ChainGap { log, expected_start, found_start } => write!(f, "{}: segment chain broken: expected a segment starting at offset {expected_start}, found {found_start}", log.display()),
-            SegmentNameMismatch { log, name_offset, first_batch_offset } => write!(f, "{}: the name says offset {name_offset}, the first batch has base_offset {first_batch_offset}", log.display()),
-            SealedSegmentCorrupt { log, position, damage } => write!(f, "{} (sealed) at position {position}: {damage}", log.display()),
-            CorruptBelowDurable { log, position, durable_position, damage } => write!(f, "{} at position {position}, below the durable end {durable_position}: {damage}", log.display()),
-            LogShorterThanDurable { log, valid_end, durable_position } => write!(f, "{}: valid data ends at {valid_end}, but the superblock records {durable_position} bytes as synced (lost write or lying fsync)", log.display()),
-            DurableOffsetMismatch { log, durable, found_next_offset } => write!(f, "{}: at durable position {} the log reaches offset {:?}, the superblock records {}", log.display(), durable.position, found_next_offset, durable.next_offset),
-            EmptySealedSegment { log } => write!(f, "{}: a sealed segment is empty", log.display()),
-            ReadFailed { file, position, error } => write!(f, "{} at position {position}: read failed: {error}", file.display()),
-            IoFailed { op, path, error } => write!(f, "{op} {} failed: {error}", path.display()),
-        }
-    }
-}
-
-/// Errors a partition returns to its callers.
-#[derive(Debug, thiserror::Error)]
-pub enum PartitionError {
-    #[error("partition fenced: {0}")]
-    Fenced(FenceReason),
-    #[error("rejected batch: {0}")]
-    InvalidBatch(#[from] FormatError),
-    #[error("no space left on the device; nothing from this request was acknowledged")]
-    NoSpace,
-    #[error(
-        "{bytes} bytes of unflushed messages would exceed the journal limit {limit}; retry later"
-    )]
-    JournalFull { bytes: u64, limit: u64 },
-    #[error("offset {offset} is beyond the partition's last offset {last:?}")]
-    OffsetBeyondEnd { offset: u64, last: Option<u64> },
-    #[error("stored offset of {consumer:?} is damaged: {why} ({path})")]
-    OffsetDamaged {
-        consumer: ConsumerId,
-        path: PathBuf,
-        why: String,
-    },
-    #[error("invalid topic options: {0}")]
-    InvalidConfig(#[from] crate::config::ConfigError),
-    #[error("poll count must be at least 1")]
-    ZeroCount,
-    #[error("partition directory {0} already holds a partition")]
-    AlreadyExists(PathBuf),
-    #[error("{op} {path} failed: {source}")]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-}
-
-pub type Result<T> = std::result::Result<T, PartitionError>;
-
 /// The outcome of opening a partition.
 pub struct Opened {
     pub partition: Partition,
@@ -194,6 +58,12 @@ pub struct Partition {
 
 enum State {
     Open(Box<OpenLog>),
+    Fenced(FenceReason),
+}
+
+/// Why a persist that a group of appends waits on failed: exactly two ways.
+enum PersistFailure {
+    NoSpace,
     Fenced(FenceReason),
 }
 
@@ -219,14 +89,13 @@ impl Partition {
         let _span =
             tracing::info_span!("partition_create", dir = %dir.display(), partition_id).entered();
         config.validate()?;
-        if disk
-            .exists(&dir.join(SLOT_NAMES[0]))
-            .map_err(io_error("stat", dir))?
-            || disk
-                .exists(&dir.join(SLOT_NAMES[1]))
+        for slot in SLOT_NAMES {
+            if disk
+                .exists(&dir.join(slot))
                 .map_err(io_error("stat", dir))?
-        {
-            return Err(PartitionError::AlreadyExists(dir.to_path_buf()));
+            {
+                return Err(PartitionError::AlreadyExists(dir.to_path_buf()));
+            }
         }
         for sub in ["offsets/consumers", "offsets/groups"] {
             let path = dir.join(sub);
@@ -247,12 +116,13 @@ impl Partition {
             next_offset: 0,
         };
         for sequence in [0, 1] {
-            let sb = Superblock {
+            let record = Superblock {
                 sequence,
                 partition_id,
                 durable,
             };
-            superblock::write_slot(disk, dir, &sb).map_err(io_error("write superblock", dir))?;
+            superblock::write_slot(disk, dir, &record)
+                .map_err(io_error("write superblock", dir))?;
         }
         for sync in [dir.join("offsets"), dir.to_path_buf()] {
             disk.sync_dir(&sync).map_err(io_error("sync_dir", &sync))?;
@@ -274,7 +144,7 @@ impl Partition {
         settings: PartitionSettings,
     ) -> Result<Opened> {
         let disk = env.disk.as_ref();
-        let plan = recovery::plan(disk, dir, partition_id, &settings.limits)
+        let plan = recovery::plan(disk, dir, partition_id, config.consumer_offset_durability)
             .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
@@ -288,9 +158,7 @@ impl Partition {
         for note in &plan.notes {
             tracing::warn!(dir = %dir.display(), %note, "recovery note");
         }
-        let superblock = recovery::apply(disk, &plan)
-            .map_err(io_error("recovery of", dir))?
-            .expect("an unfenced plan has a superblock");
+        let superblock = recovery::apply(disk, &plan).map_err(io_error("recovery of", dir))?;
         let log = OpenLog::open(env.clone(), &plan, superblock, config, settings)?;
         Ok(Opened {
             partition: Partition {
@@ -321,81 +189,99 @@ impl Partition {
         }
     }
 
-    /// Runs `op`; an I/O failure fences the partition (never retry-and-ack).
+    fn fence(&mut self, reason: FenceReason) -> FenceReason {
+        tracing::error!(%reason, "partition fenced");
+        self.state = State::Fenced(reason.clone());
+        reason
+    }
+
+    /// Runs `op`. An I/O failure fences the partition (never retry-and-ack), and so does
+    /// damage a read found in bytes promised durable (after `op` has its answer).
     fn guarded<T>(&mut self, op: impl FnOnce(&mut OpenLog) -> Result<T>) -> Result<T> {
-        let result = op(self.log()?);
+        let log = self.log()?;
+        let result = op(log);
+        if let Some(reason) = log.take_pending_fence() {
+            self.fence(reason);
+        }
         if let Err(PartitionError::Io { op, path, source }) = &result {
-            let reason = FenceReason::IoFailed {
+            let reason = self.fence(FenceReason::IoFailed {
                 op,
                 path: path.clone(),
                 error: source.to_string(),
-            };
-            tracing::error!(%reason, "partition fenced after an I/O failure");
-            self.state = State::Fenced(reason.clone());
+            });
             return Err(PartitionError::Fenced(reason));
         }
         result
     }
 
     /// Appends one batch to the journal (admission: verify, stamp). Under `replicated` the
-    /// returned ack is final; under `persisted` call [`Partition::persist`] (or use
-    /// [`Partition::append_group`]) before acknowledging.
+    /// returned ack is final. Under `persisted` it is provisional: the batch is not shown to
+    /// consumers and may not be acknowledged until [`Partition::persist`] succeeds (or use
+    /// [`Partition::append_group`]); a failed persist rolls every provisional batch back.
     pub fn append(&mut self, batch: BytesMut) -> Result<AppendAck> {
         self.guarded(|log| log.append(batch))
     }
 
     /// Appends many batches and, when the topic is `persisted`, makes them all durable with
-    /// one flush and one sync per file (group commit). Each batch gets its own result.
+    /// one flush and one sync per file (group commit). Each batch gets its own result: a
+    /// batch is acknowledged only once durable; when the persist fails, the batches it made
+    /// durable anyway (a segment sealed on the way) are acknowledged and the rest fail.
     pub fn append_group(&mut self, batches: Vec<BytesMut>) -> Vec<Result<AppendAck>> {
         let mut results: Vec<Result<AppendAck>> =
             batches.into_iter().map(|b| self.append(b)).collect();
         let needs_persist = results
             .iter()
             .any(|r| matches!(r, Ok(ack) if !ack.durable && ack.requires_persist));
-        if needs_persist && crate::canary("ack-before-sync") {
-            let _ = self.flush();
-            for ack in results.iter_mut().flatten() {
-                ack.durable = true;
-            }
+        if !needs_persist {
             return results;
         }
-        if needs_persist {
-            match self.persist() {
-                Ok(_) => {
-                    for ack in results.iter_mut().flatten() {
-                        ack.durable = true;
-                    }
-                }
-                Err(error) => {
-                    // Nothing of the group is acknowledged: the producer learns the outcome
-                    // is unknown (the batches may still land with a later flush).
-                    for result in results.iter_mut().filter(|r| r.is_ok()) {
-                        *result = Err(match &error {
-                            PartitionError::Fenced(reason) => {
-                                PartitionError::Fenced(reason.clone())
-                            }
-                            PartitionError::NoSpace => PartitionError::NoSpace,
-                            // `guarded` turns every I/O error into a fence.
-                            other => {
-                                unreachable!("persist fails only with NoSpace or Fenced: {other}")
-                            }
-                        });
-                    }
+        let failure = self.persist_for_group().err();
+        let durable_end = self
+            .log_ref()
+            .map_or(0, |log| log.durable_point().next_offset);
+        for result in results.iter_mut() {
+            let Ok(ack) = result else { continue };
+            let end = ack.base_offset + u64::from(ack.message_count);
+            match &failure {
+                None => ack.durable = true,
+                Some(_) if end <= durable_end => ack.durable = true,
+                Some(PersistFailure::NoSpace) => *result = Err(PartitionError::NoSpace),
+                Some(PersistFailure::Fenced(reason)) => {
+                    *result = Err(PartitionError::Fenced(reason.clone()))
                 }
             }
         }
         results
     }
 
+    /// [`Partition::persist`], failing in exactly the ways a group can.
+    fn persist_for_group(&mut self) -> std::result::Result<DurablePoint, PersistFailure> {
+        let log = match &mut self.state {
+            State::Open(log) => log,
+            State::Fenced(reason) => return Err(PersistFailure::Fenced(reason.clone())),
+        };
+        match log.persist() {
+            Ok(point) => Ok(point),
+            Err(WriteError::NoSpace) => Err(PersistFailure::NoSpace),
+            Err(WriteError::Io { op, path, source }) => {
+                Err(PersistFailure::Fenced(self.fence(FenceReason::IoFailed {
+                    op,
+                    path,
+                    error: source.to_string(),
+                })))
+            }
+        }
+    }
+
     /// Flushes every journaled batch and makes the log durable: log and index synced, new
     /// segment names synced, then the superblock records the durable end.
     pub fn persist(&mut self) -> Result<DurablePoint> {
-        self.guarded(|log| log.persist())
+        self.guarded(|log| log.persist().map_err(PartitionError::from))
     }
 
     /// Flushes without syncing (what a threshold flush does).
     pub fn flush(&mut self) -> Result<()> {
-        self.guarded(|log| log.flush_journal())
+        self.guarded(|log| log.flush_journal().map_err(PartitionError::from))
     }
 
     pub fn poll(&mut self, from: PollFrom, count: u32) -> Result<Polled> {
@@ -422,6 +308,17 @@ impl Partition {
     /// The offset the next appended message gets.
     pub fn next_offset(&self) -> Result<u64> {
         Ok(self.log_ref()?.next_offset())
+    }
+
+    /// The offset after the last message written to a segment file (flushed; synced or not).
+    pub fn flushed_next_offset(&self) -> Result<u64> {
+        Ok(self.log_ref()?.flushed_next_offset())
+    }
+
+    /// The offset after the last message consumers may see: the durable end under
+    /// `persisted`, everything admitted under `replicated`.
+    pub fn visible_next_offset(&self) -> Result<u64> {
+        Ok(self.log_ref()?.visible_next_offset())
     }
 
     /// The durable end the superblock records.

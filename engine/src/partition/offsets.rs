@@ -1,13 +1,17 @@
 //! Stored consumer offsets of one partition: one small checksummed file per consumer under
-//! `offsets/consumers/` (and `offsets/groups/` for consumer groups).
+//! `offsets/consumers/` (and `offsets/groups/` for consumer groups), named by the id in
+//! decimal with no sign or leading zero.
 //!
 //! File layout, 32 bytes, little-endian:
 //! `0 magic u32 | 4 version u16 | 6 kind u16 | 8 id u32 | 12 reserved u32 (zero) |
 //!  16 offset u64 | 24 checksum u64 = xxh3_64(bytes 0..24)`.
 //!
-//! A store writes `{id}.tmp`, renames it over `{id}`; under `persisted` the file is synced
-//! before the rename and the directory after it, before success. A damaged file is reported
-//! on every read of that consumer, never reset to zero.
+//! A store writes `{id}.tmp` and renames it over `{id}`; under `persisted` the file is synced
+//! before the rename and the directory after it, before success. Repairs made by recovery
+//! (lowering an offset beyond a lost tail, dropping a damaged `replicated` offset) are always
+//! durable, whatever the policy. Boot reads the files in [`super::recovery`]; this module
+//! serves them afterwards. A damaged file is reported on every read of that consumer, never
+//! reset to zero.
 
 use crate::config::Durability;
 use crate::env::{Disk, OpenMode};
@@ -20,6 +24,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub const OFFSET_FILE_LEN: usize = 32;
 const OFFSET_MAGIC: u32 = u32::from_le_bytes(*b"CNOF");
 const OFFSET_VERSION: u16 = 1;
+/// Suffix of the file a store writes before renaming it over the offset file.
+pub const TEMP_SUFFIX: &str = ".tmp";
 
 /// Whose offset: a single consumer or a consumer group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -29,7 +35,10 @@ pub enum ConsumerKind {
 }
 
 impl ConsumerKind {
-    fn dir(self) -> &'static str {
+    pub const ALL: [ConsumerKind; 2] = [ConsumerKind::Consumer, ConsumerKind::Group];
+
+    /// The directory under `offsets/` holding this kind's files.
+    pub fn dir(self) -> &'static str {
         match self {
             ConsumerKind::Consumer => "consumers",
             ConsumerKind::Group => "groups",
@@ -62,6 +71,19 @@ impl ConsumerId {
             id,
         }
     }
+
+    /// The offset file of this consumer in the partition directory `dir`.
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        dir.join("offsets")
+            .join(self.kind.dir())
+            .join(self.id.to_string())
+    }
+}
+
+/// The id an offset file name stands for: exactly the decimal id (`"7"`, never `"+7"` or
+/// `"007"`, so two files can never alias one consumer).
+pub fn parse_name(name: &str) -> Option<u32> {
+    name.parse::<u32>().ok().filter(|id| id.to_string() == name)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,55 +136,84 @@ pub fn decode(consumer: ConsumerId, bytes: &[u8]) -> Result<u64, String> {
     Ok(get_u64(bytes, 16))
 }
 
-/// The offsets of one partition, loaded at open.
+/// Reads and verifies one offset file (at most one byte more than a whole file is read).
+pub fn read(disk: &dyn Disk, path: &Path, consumer: ConsumerId) -> StoredOffset {
+    let read = disk.open(path, OpenMode::Read).and_then(|file| {
+        let len = file.len()?.min(OFFSET_FILE_LEN as u64 + 1) as usize;
+        let mut bytes = vec![0u8; len];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    });
+    match read
+        .map_err(|e| format!("unreadable: {e}"))
+        .and_then(|bytes| decode(consumer, &bytes))
+    {
+        Ok(offset) => StoredOffset::Offset(offset),
+        Err(why) => StoredOffset::Damaged {
+            path: path.to_path_buf(),
+            why,
+        },
+    }
+}
+
+/// Writes `{path}.tmp` and renames it over `path`; when `durable`, syncs the file before the
+/// rename and the directory after it.
+pub fn write(
+    disk: &dyn Disk,
+    path: &Path,
+    consumer: ConsumerId,
+    offset: u64,
+    durable: bool,
+) -> io::Result<()> {
+    let _span = tracing::debug_span!("store_offset", path = %path.display(), offset).entered();
+    let tmp = temp_path(path);
+    let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
+    file.set_len(0)?;
+    file.write_all_at(&[io::IoSlice::new(&encode(consumer, offset))], 0)?;
+    if durable {
+        file.sync_data()?;
+    }
+    drop(file);
+    disk.rename(&tmp, path)?;
+    if durable {
+        disk.sync_dir(parent(path))?;
+    }
+    Ok(())
+}
+
+/// Removes an offset file; when `durable`, syncs its directory after.
+pub fn remove(disk: &dyn Disk, path: &Path, durable: bool) -> io::Result<()> {
+    let _span = tracing::debug_span!("remove_offset", path = %path.display()).entered();
+    disk.remove_file(path)?;
+    if durable {
+        disk.sync_dir(parent(path))?;
+    }
+    Ok(())
+}
+
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().expect("offset file name").to_os_string();
+    name.push(TEMP_SUFFIX);
+    path.with_file_name(name)
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().expect("an offset file has a directory")
+}
+
+/// The offsets of one open partition (loaded by recovery).
 pub struct ConsumerOffsets {
     dir: PathBuf,
     entries: BTreeMap<ConsumerId, StoredOffset>,
 }
 
 impl ConsumerOffsets {
-    /// Loads every offset file; removes leftover `.tmp` files of interrupted stores. Under
-    /// `persisted`, syncs the directories afterwards: a store interrupted between its rename
-    /// and its directory sync may be visible, and what recovery serves must stay served.
-    pub fn load(disk: &dyn Disk, partition_dir: &Path, durability: Durability) -> io::Result<Self> {
-        let dir = partition_dir.join("offsets");
-        let mut entries = BTreeMap::new();
-        for kind in [ConsumerKind::Consumer, ConsumerKind::Group] {
-            let kind_dir = dir.join(kind.dir());
-            for entry in disk.read_dir(&kind_dir)? {
-                let path = kind_dir.join(&entry.name);
-                if entry.name.ends_with(".tmp") {
-                    disk.remove_file(&path)?;
-                    continue;
-                }
-                let Ok(id) = entry.name.parse::<u32>() else {
-                    tracing::warn!(path = %path.display(), "ignoring unknown file in offsets");
-                    continue;
-                };
-                let consumer = ConsumerId { kind, id };
-                let read = disk.open(&path, OpenMode::Read).and_then(|file| {
-                    let len = file.len()?.min(OFFSET_FILE_LEN as u64 + 1) as usize;
-                    let mut bytes = vec![0u8; len];
-                    file.read_exact_at(&mut bytes, 0)?;
-                    Ok(bytes)
-                });
-                let stored = match read
-                    .map_err(|e| format!("unreadable: {e}"))
-                    .and_then(|bytes| decode(consumer, &bytes))
-                {
-                    Ok(offset) => StoredOffset::Offset(offset),
-                    Err(why) => {
-                        tracing::error!(path = %path.display(), %why, "damaged consumer offset");
-                        StoredOffset::Damaged { path, why }
-                    }
-                };
-                entries.insert(consumer, stored);
-            }
-            if durability == Durability::Persisted {
-                disk.sync_dir(&kind_dir)?;
-            }
+    /// The offsets of the partition in `dir`, as recovery left them.
+    pub fn new(dir: &Path, entries: BTreeMap<ConsumerId, StoredOffset>) -> Self {
+        ConsumerOffsets {
+            dir: dir.to_path_buf(),
+            entries,
         }
-        Ok(ConsumerOffsets { dir, entries })
     }
 
     pub fn get(&self, consumer: ConsumerId) -> Option<&StoredOffset> {
@@ -173,44 +224,6 @@ impl ConsumerOffsets {
         self.entries.iter()
     }
 
-    /// Lowers every stored offset above `last_offset` to it, or deletes it when the log is
-    /// empty (after recovery lost a `replicated` tail), and writes the change: a consumer must
-    /// not later skip new messages that reuse the lost offsets. Returns what changed.
-    pub fn clamp_to(
-        &mut self,
-        disk: &dyn Disk,
-        last_offset: Option<u64>,
-        durability: Durability,
-    ) -> io::Result<Vec<(ConsumerId, u64, Option<u64>)>> {
-        let above: Vec<(ConsumerId, u64)> = self
-            .entries
-            .iter()
-            .filter_map(|(consumer, stored)| match stored {
-                StoredOffset::Offset(offset) if last_offset.is_none_or(|last| *offset > last) => {
-                    Some((*consumer, *offset))
-                }
-                _ => None,
-            })
-            .collect();
-        let mut changed = Vec::with_capacity(above.len());
-        for (consumer, offset) in above {
-            match last_offset {
-                Some(last) => self.store(disk, consumer, last, durability)?,
-                None => {
-                    self.delete(disk, consumer, durability)?;
-                }
-            }
-            changed.push((consumer, offset, last_offset));
-        }
-        Ok(changed)
-    }
-
-    fn path(&self, consumer: ConsumerId) -> PathBuf {
-        self.dir
-            .join(consumer.kind.dir())
-            .join(consumer.id.to_string())
-    }
-
     pub fn store(
         &mut self,
         disk: &dyn Disk,
@@ -218,20 +231,14 @@ impl ConsumerOffsets {
         offset: u64,
         durability: Durability,
     ) -> io::Result<()> {
-        let path = self.path(consumer);
-        let _span = tracing::debug_span!("store_offset", path = %path.display(), offset).entered();
-        let tmp = path.with_extension("tmp");
-        let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
-        file.set_len(0)?;
-        file.write_all_at(&[io::IoSlice::new(&encode(consumer, offset))], 0)?;
-        if durability == Durability::Persisted {
-            file.sync_data()?;
-        }
-        drop(file);
-        disk.rename(&tmp, &path)?;
-        if durability == Durability::Persisted {
-            disk.sync_dir(path.parent().expect("offset file has a directory"))?;
-        }
+        let path = consumer.path(&self.dir);
+        write(
+            disk,
+            &path,
+            consumer,
+            offset,
+            durability == Durability::Persisted,
+        )?;
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())
     }
@@ -246,12 +253,37 @@ impl ConsumerOffsets {
         if !self.entries.contains_key(&consumer) {
             return Ok(false);
         }
-        let path = self.path(consumer);
-        disk.remove_file(&path)?;
+        remove(
+            disk,
+            &consumer.path(&self.dir),
+            durability == Durability::Persisted,
+        )?;
         self.entries.remove(&consumer);
-        if durability == Durability::Persisted {
-            disk.sync_dir(path.parent().expect("offset file has a directory"))?;
-        }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_plain_decimal_name_is_an_offset_file() {
+        assert_eq!(parse_name("7"), Some(7));
+        assert_eq!(parse_name("0"), Some(0));
+        assert_eq!(parse_name("4294967295"), Some(u32::MAX));
+        for alias in [
+            "+7",
+            "07",
+            "007",
+            " 7",
+            "7 ",
+            "4294967296",
+            "",
+            "7.tmp",
+            "x",
+        ] {
+            assert_eq!(parse_name(alias), None, "{alias:?}");
+        }
     }
 }

@@ -1,13 +1,16 @@
-//! The open partition log: admission, the journal, flushes, rotation, persistence, polls and
-//! consumer offsets.
+//! The open partition log: admission, the journal, flushes, rotation, persistence and
+//! consumer offsets; polls are in [`read`].
 //!
 //! Invariants kept here:
 //! - offsets are assigned gaplessly at admission; `next_offset` = last segment end + journal;
 //! - a flush writes whole batches at the segment's `log_len` and advances `log_len` only
 //!   after the write (and its index entry) succeeded;
 //! - the superblock's durable end only ever names bytes whose `sync_data` returned: it is
-//!   written after the log (and index) syncs of the flush it records;
-//! - a sealed segment was synced before the next one was created, and is never written again.
+//!   written after the log (and index) syncs of the flush it records, and never moves back;
+//! - a sealed segment was synced before the next one was created, and is never written again;
+//! - under `persisted`, nothing above the durable end is ever shown (polls, stored offsets),
+//!   and a failed persist rolls back every batch it did not make durable, so an offset a
+//!   producer was refused is never shown holding a message.
 
 mod read;
 
@@ -16,25 +19,72 @@ pub use read::{PollFrom, Polled};
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
 use super::recovery::RecoveryPlan;
 use super::segment::{index_name, log_name, Segment};
-use super::superblock::{DurablePoint, Superblock};
-use super::{io_error, PartitionError, Result};
+use super::superblock::{self, DurablePoint, Superblock};
+use super::{FenceReason, PartitionError, Result};
 use crate::config::{Durability, PartitionSettings, TopicConfig};
 use crate::env::{is_no_space, Env, OpenMode};
-use crate::format::{admit_batch, verify_batch, BatchHeader, IndexEntry, Layout, INDEX_ENTRY_LEN};
+use crate::format::{admit_batch, BatchHeader, IndexEntry, INDEX_ENTRY_LEN};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
+use std::io;
 use std::io::IoSlice;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What an append was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendAck {
     pub base_offset: u64,
     pub message_count: u32,
+    /// The server timestamp stamped into the batch (microseconds).
+    pub timestamp: u64,
     /// The batch is on stable storage (synced and recorded in the superblock).
     pub durable: bool,
     /// The topic is `persisted`: the append may be acknowledged only once `durable`.
     pub requires_persist: bool,
+}
+
+/// Why writing failed: the device is full (the caller may retry), or any other I/O error
+/// (the files' state is unknown: the partition fences).
+#[derive(Debug)]
+pub(super) enum WriteError {
+    NoSpace,
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl From<WriteError> for PartitionError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::NoSpace => PartitionError::NoSpace,
+            WriteError::Io { op, path, source } => PartitionError::Io { op, path, source },
+        }
+    }
+}
+
+fn write_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WriteError + 'a {
+    move |source| WriteError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Like [`write_error`], but ENOSPC is [`WriteError::NoSpace`] (creating a file or a
+/// directory entry can run out of space as a write can).
+fn space_or_write_error<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> WriteError + 'a {
+    move |source| {
+        if is_no_space(&source) {
+            WriteError::NoSpace
+        } else {
+            write_error(op, path)(source)
+        }
+    }
 }
 
 struct JournalBatch {
@@ -63,8 +113,11 @@ pub(super) struct OpenLog {
     last_timestamp: u64,
     superblock: Superblock,
     /// A segment file was created since the directory was last synced.
-    dir_dirty: bool,
+    unsynced_dir_entries: bool,
     offsets: ConsumerOffsets,
+    /// Set when a read found damage in bytes promised durable: the partition fences once the
+    /// request that found it has its answer.
+    pending_fence: Option<FenceReason>,
 }
 
 impl OpenLog {
@@ -75,31 +128,36 @@ impl OpenLog {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<OpenLog> {
+        let env = Env {
+            disk: crate::canary_seam::log_disk(env.disk.clone()),
+            ..env
+        };
         let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);
-        for (i, scanned) in plan.segments.iter().enumerate() {
+        for (i, planned) in plan.segments.iter().enumerate() {
             let mode = if i == last {
                 OpenMode::ReadWrite
             } else {
                 OpenMode::Read
             };
-            let log = disk
-                .open(&scanned.log_path, mode)
-                .map_err(io_error("open", &scanned.log_path))?;
-            let index_file = disk
-                .open(&scanned.index_path, mode)
-                .map_err(io_error("open", &scanned.index_path))?;
+            let open = |path: &Path| {
+                disk.open(path, mode).map_err(|source| PartitionError::Io {
+                    op: "open",
+                    path: path.to_path_buf(),
+                    source,
+                })
+            };
             segments.push(Segment {
-                start_offset: scanned.start_offset,
-                end_offset: scanned.next_offset,
-                log_path: scanned.log_path.clone(),
-                index_path: scanned.index_path.clone(),
-                log,
-                index_file,
-                log_len: scanned.valid_end,
-                index: scanned.index.clone(),
-                max_timestamp: scanned.max_timestamp(),
+                start_offset: planned.start_offset,
+                end_offset: planned.next_offset,
+                log: open(&planned.log_path)?,
+                index_file: open(&planned.index_path)?,
+                log_path: planned.log_path.clone(),
+                index_path: planned.index_path.clone(),
+                log_len: planned.len,
+                index: planned.index.clone(),
+                max_timestamp: planned.max_timestamp,
                 sealed: i != last,
             });
         }
@@ -117,24 +175,11 @@ impl OpenLog {
         );
         let next_offset = active.end_offset;
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
-        let mut offsets = ConsumerOffsets::load(disk, &plan.dir, config.consumer_offset_durability)
-            .map_err(io_error("load offsets of", &plan.dir))?;
-        let last_offset = next_offset.checked_sub(1);
-        let lowered = offsets
-            .clamp_to(disk, last_offset, config.consumer_offset_durability)
-            .map_err(io_error("lower offsets in", &plan.dir))?;
-        for (consumer, offset, now) in lowered {
-            tracing::warn!(
-                ?consumer,
-                offset,
-                ?now,
-                "stored offset beyond the recovered log end (lost unflushed tail); lowered"
-            );
-        }
         Ok(OpenLog {
-            env,
             dir: plan.dir.clone(),
             partition_id: plan.partition_id,
+            offsets: ConsumerOffsets::new(&plan.dir, plan.offsets.clone()),
+            env,
             config,
             settings,
             segments,
@@ -142,13 +187,27 @@ impl OpenLog {
             next_offset,
             last_timestamp,
             superblock,
-            dir_dirty: false,
-            offsets,
+            unsynced_dir_entries: false,
+            pending_fence: None,
         })
     }
 
     pub(super) fn next_offset(&self) -> u64 {
         self.next_offset
+    }
+
+    /// The offset after the last message written to a segment file (flushed, maybe unsynced).
+    pub(super) fn flushed_next_offset(&self) -> u64 {
+        self.segments.last().expect("active segment").end_offset
+    }
+
+    /// The offset after the last message a consumer may see: under `persisted` the durable
+    /// end, under `replicated` everything admitted.
+    pub(super) fn visible_next_offset(&self) -> u64 {
+        match self.config.durability {
+            Durability::Persisted => self.superblock.durable.next_offset,
+            Durability::Replicated => self.next_offset,
+        }
     }
 
     pub(super) fn durable_point(&self) -> DurablePoint {
@@ -161,6 +220,10 @@ impl OpenLog {
 
     pub(super) fn config(&self) -> TopicConfig {
         self.config
+    }
+
+    pub(super) fn take_pending_fence(&mut self) -> Option<FenceReason> {
+        self.pending_fence.take()
     }
 
     fn start_offset(&self) -> u64 {
@@ -192,7 +255,6 @@ impl OpenLog {
             base_offset,
             timestamp,
         )?;
-        debug_assert!(verify_batch(&batch, &self.settings.limits, Layout::Stored).is_ok());
         self.last_timestamp = timestamp;
         self.next_offset = header.next_offset();
         self.journal.bytes += length;
@@ -204,6 +266,7 @@ impl OpenLog {
         let ack = AppendAck {
             base_offset,
             message_count: header.message_count,
+            timestamp,
             durable: false,
             requires_persist: self.config.durability == Durability::Persisted,
         };
@@ -211,7 +274,7 @@ impl OpenLog {
             match self.flush_journal() {
                 // The batch stays journaled; under `replicated` it is acknowledged like any
                 // unflushed message, and the journal limit pushes back on further appends.
-                Err(PartitionError::NoSpace) => {
+                Err(WriteError::NoSpace) => {
                     tracing::warn!(dir = %self.dir.display(), "threshold flush: no space left")
                 }
                 other => other?,
@@ -229,7 +292,7 @@ impl OpenLog {
 
     /// Writes every journaled batch to the active segment(s), rotating as segments fill.
     /// Does not sync (except sealed segments at rotation).
-    pub(super) fn flush_journal(&mut self) -> Result<()> {
+    pub(super) fn flush_journal(&mut self) -> std::result::Result<(), WriteError> {
         while !self.journal.batches.is_empty() {
             if self.active().log_len >= self.config.segment_size {
                 self.rotate()?;
@@ -248,11 +311,15 @@ impl OpenLog {
             }
             self.write_batches(take, bytes)?;
         }
+        assert!(
+            self.journal.bytes == 0 && self.journal.messages == 0,
+            "an empty journal holds no bytes and no messages"
+        );
         Ok(())
     }
 
     /// One vectored write of the first `take` journal batches, then their index entry.
-    fn write_batches(&mut self, take: usize, bytes: u64) -> Result<()> {
+    fn write_batches(&mut self, take: usize, bytes: u64) -> std::result::Result<(), WriteError> {
         let first = self.journal.batches[0].header;
         let last = self.journal.batches[take - 1].header;
         let segment = self.segments.last().expect("active segment");
@@ -284,18 +351,21 @@ impl OpenLog {
                     .map_err(|e| (e, &segment.index_path))
             });
         if let Err((error, path)) = written {
-            if is_no_space(&error) {
-                // Cut whatever part of the write landed; the journal still holds it all.
-                let _ = segment.log.set_len(position);
-                let _ = segment.index_file.set_len(index_position);
-                tracing::warn!(path = %path.display(), "flush failed: no space left");
-                return Err(PartitionError::NoSpace);
+            if !is_no_space(&error) {
+                return Err(write_error("write", path)(error));
             }
-            return Err(PartitionError::Io {
-                op: "write",
-                path: path.clone(),
-                source: error,
-            });
+            // Cut whatever part of the write landed; the journal still holds it all. If the
+            // cut fails the file's end is unknown: fence.
+            segment
+                .log
+                .set_len(position)
+                .map_err(write_error("set_len", &segment.log_path))?;
+            segment
+                .index_file
+                .set_len(index_position)
+                .map_err(write_error("set_len", &segment.index_path))?;
+            tracing::warn!(path = %path.display(), "flush failed: no space left");
+            return Err(WriteError::NoSpace);
         }
         drop(slices);
         let segment = self.active();
@@ -312,39 +382,63 @@ impl OpenLog {
     }
 
     /// Seals the active segment (synced: a sealed segment is durable) and starts the next one.
-    fn rotate(&mut self) -> Result<()> {
-        let sealed = self.segments.last_mut().expect("active segment");
-        let _span = tracing::info_span!("rotate", log = %sealed.log_path.display(), end_offset = sealed.end_offset).entered();
-        sealed
+    /// Running out of space while creating the next one is [`WriteError::NoSpace`]; the active
+    /// segment then stays active.
+    fn rotate(&mut self) -> std::result::Result<(), WriteError> {
+        let sealing = self.segments.last().expect("active segment");
+        let _span = tracing::info_span!("rotate", log = %sealing.log_path.display(), end_offset = sealing.end_offset).entered();
+        assert!(
+            sealing.log_len >= self.config.segment_size,
+            "rotation seals a full segment"
+        );
+        // A sealed segment holds exactly its batches: nothing a failed write or a stray
+        // write left past them.
+        let file_len = sealing
+            .log
+            .len()
+            .map_err(write_error("stat", &sealing.log_path))?;
+        if file_len != sealing.log_len {
+            tracing::warn!(log = %sealing.log_path.display(), file_len, log_len = sealing.log_len, "cutting bytes past the last batch before sealing");
+            sealing
+                .log
+                .set_len(sealing.log_len)
+                .map_err(write_error("set_len", &sealing.log_path))?;
+        }
+        sealing
             .log
             .sync_data()
-            .map_err(io_error("sync_data", &sealed.log_path))?;
-        sealed
+            .map_err(write_error("sync_data", &sealing.log_path))?;
+        sealing
             .index_file
             .sync_data()
-            .map_err(io_error("sync_data", &sealed.index_path))?;
-        sealed.sealed = true;
-        let start = sealed.end_offset;
+            .map_err(write_error("sync_data", &sealing.index_path))?;
+        let start = sealing.end_offset;
         let disk = self.env.disk.clone();
         let log_path = self.dir.join(log_name(start));
         let index_path = self.dir.join(index_name(start));
         let log = disk
             .open(&log_path, OpenMode::CreateOrOpen)
-            .map_err(io_error("create", &log_path))?;
+            .map_err(space_or_write_error("create", &log_path))?;
         let index_file = disk
             .open(&index_path, OpenMode::CreateOrOpen)
-            .map_err(io_error("create", &index_path))?;
+            .map_err(space_or_write_error("create", &index_path))?;
+        self.unsynced_dir_entries = true;
         // A file left by an interrupted earlier rotation holds nothing durable.
-        log.set_len(0).map_err(io_error("set_len", &log_path))?;
+        log.set_len(0).map_err(write_error("set_len", &log_path))?;
         index_file
             .set_len(0)
-            .map_err(io_error("set_len", &index_path))?;
+            .map_err(write_error("set_len", &index_path))?;
         if self.config.preallocate_segments {
-            let reserved = log
-                .preallocate(self.config.segment_size)
-                .map_err(io_error("preallocate", &log_path))?;
-            tracing::debug!(reserved, "preallocated segment");
+            // Best effort: a full disk or a file system without fallocate only costs the
+            // reservation; the writes themselves report ENOSPC when it matters.
+            match log.preallocate(self.config.segment_size) {
+                Ok(reserved) => tracing::debug!(reserved, "preallocated segment"),
+                Err(error) => {
+                    tracing::warn!(log = %log_path.display(), %error, "preallocation failed; continuing without")
+                }
+            }
         }
+        self.active().sealed = true;
         self.segments.push(Segment {
             start_offset: start,
             end_offset: start,
@@ -357,23 +451,28 @@ impl OpenLog {
             max_timestamp: 0,
             sealed: false,
         });
-        self.dir_dirty = true;
         // Record the new active segment: this also promises the sealed one is whole.
         self.sync_and_record().map(|_| ())
     }
 
     /// Syncs the active segment's files (and the directory when a file was created), then
     /// writes the superblock naming the new durable end. No-op when nothing changed.
-    fn sync_and_record(&mut self) -> Result<DurablePoint> {
+    fn sync_and_record(&mut self) -> std::result::Result<DurablePoint, WriteError> {
         let active = self.segments.last().expect("active segment");
         let durable = DurablePoint {
             segment_start: active.start_offset,
             position: active.log_len,
             next_offset: active.end_offset,
         };
-        if durable == self.superblock.durable && !self.dir_dirty {
+        let previous = self.superblock.durable;
+        if durable == previous && !self.unsynced_dir_entries {
             return Ok(durable);
         }
+        assert!(
+            durable.next_offset >= previous.next_offset
+                && durable.segment_start >= previous.segment_start,
+            "the durable end never moves backwards: {previous:?} -> {durable:?}"
+        );
         let _span = tracing::debug_span!("persist", log = %active.log_path.display(), position = durable.position).entered();
         // Index first: on ext4 (data=ordered) its fdatasync commits the journal transaction
         // that also carries the log's size change and flushes the log's data with it, so the
@@ -383,37 +482,75 @@ impl OpenLog {
         active
             .index_file
             .sync_data()
-            .map_err(io_error("sync_data", &active.index_path))?;
+            .map_err(write_error("sync_data", &active.index_path))?;
         active
             .log
             .sync_data()
-            .map_err(io_error("sync_data", &active.log_path))?;
-        if self.dir_dirty && !crate::canary("no-dir-sync") {
+            .map_err(write_error("sync_data", &active.log_path))?;
+        if self.unsynced_dir_entries {
             self.env
                 .disk
                 .sync_dir(&self.dir)
-                .map_err(io_error("sync_dir", &self.dir))?;
-            self.dir_dirty = false;
+                .map_err(write_error("sync_dir", &self.dir))?;
+            self.unsynced_dir_entries = false;
         }
         let next = Superblock {
             sequence: self.superblock.sequence + 1,
             partition_id: self.partition_id,
             durable,
         };
-        super::superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
-            .map_err(io_error("write superblock in", &self.dir))?;
+        superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
+            .map_err(write_error("write superblock in", &self.dir))?;
+        assert_eq!(next.sequence, self.superblock.sequence + 1);
         self.superblock = next;
         Ok(durable)
     }
 
-    pub(super) fn persist(&mut self) -> Result<DurablePoint> {
-        self.flush_journal()?;
-        self.sync_and_record()
+    /// Flushes every journaled batch and makes the log durable: log and index synced, new
+    /// segment names synced, then the superblock records the durable end. Under `persisted`,
+    /// running out of space rolls back everything not made durable (see [`Self::roll_back`]).
+    pub(super) fn persist(&mut self) -> std::result::Result<DurablePoint, WriteError> {
+        let result = self.flush_journal().and_then(|()| self.sync_and_record());
+        if let (Err(WriteError::NoSpace), Durability::Persisted) = (&result, self.config.durability)
+        {
+            self.roll_back()?;
+        }
+        result
     }
 
-    /// The last offset of the log (journal included), `None` when empty.
+    /// Forgets every batch above the durable end: the journal, and the bytes flushed to the
+    /// active segment but not synced. Under `persisted` those batches were never shown or
+    /// acknowledged, so their offsets are free again and a retry cannot duplicate them.
+    fn roll_back(&mut self) -> std::result::Result<(), WriteError> {
+        let durable = self.superblock.durable;
+        self.journal = Journal::default();
+        let active = self.segments.last_mut().expect("active segment");
+        assert_eq!(
+            active.start_offset, durable.segment_start,
+            "under persisted the active segment is the durable one"
+        );
+        if active.log_len > durable.position {
+            active.index.retain(|e| e.position < durable.position);
+            active
+                .log
+                .set_len(durable.position)
+                .map_err(write_error("set_len", &active.log_path))?;
+            active
+                .index_file
+                .set_len((active.index.len() * INDEX_ENTRY_LEN) as u64)
+                .map_err(write_error("set_len", &active.index_path))?;
+            active.log_len = durable.position;
+            active.end_offset = durable.next_offset;
+        }
+        tracing::warn!(dir = %self.dir.display(), next_offset = durable.next_offset, "rolled back the batches a failed persist did not make durable");
+        self.next_offset = durable.next_offset;
+        Ok(())
+    }
+
+    /// The last offset a consumer may see (see [`Self::visible_next_offset`]), `None` when
+    /// there is none.
     fn last_offset(&self) -> Option<u64> {
-        self.next_offset
+        self.visible_next_offset()
             .checked_sub(1)
             .filter(|&o| o >= self.start_offset())
     }
@@ -455,6 +592,10 @@ impl OpenLog {
         let durability = self.config.consumer_offset_durability;
         self.offsets
             .delete(self.env.disk.as_ref(), consumer, durability)
-            .map_err(io_error("delete offset in", &self.dir))
+            .map_err(|source| PartitionError::Io {
+                op: "delete offset in",
+                path: self.dir.join("offsets"),
+                source,
+            })
     }
 }

@@ -3,9 +3,10 @@
 
 use crate::env::DiskFile;
 use crate::format::{
-    verify_batch, BatchHeader, FormatError, IndexEntry, Layout, Limits, VerifiedBatch,
-    BATCH_HEADER_LEN, FRAME_HEADER_LEN,
+    verify_batch, verify_structure, BatchHeader, FormatError, IndexEntry, Layout, Limits,
+    VerifiedBatch, BATCH_HEADER_LEN, FRAME_HEADER_LEN,
 };
+use bytes::{Bytes, BytesMut};
 use std::io;
 use std::path::PathBuf;
 
@@ -88,51 +89,97 @@ pub enum ReadBatchError {
     OffsetMismatch { expected: u64, found: u64 },
     #[error("partition_id is {found}, expected {expected}")]
     PartitionMismatch { expected: u64, found: u64 },
-    #[error("read failed: {0}")]
-    Io(#[from] io::Error),
+    /// The device failed to read the sector at `sector` (the first failing one).
+    #[error("the sector at {sector} cannot be read: {error}")]
+    Unreadable { sector: u64, error: io::Error },
 }
 
-/// A read window over a log file, so a walk over many small batches costs few syscalls.
+/// How much of each batch a read checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Every checksum (recovery always; polls when `validate_checksum` is on).
+    Full,
+    /// Lengths, frames, counts and the batch checksum over the stored message checksums,
+    /// but no re-hash of message bodies (polls when `validate_checksum` is off): enough to
+    /// slice and serve without reading past a frame.
+    Structure,
+}
+
+/// Bytes a reader fetches at once, so a walk over many small batches costs few syscalls.
+pub const READ_WINDOW_BYTES: usize = 1024 * 1024;
+/// The unit in which a failed read is narrowed down to the sector that fails.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// A read window over a log file. Batches it returns share the window's buffer.
 pub struct LogReader<'a> {
     file: &'a dyn DiskFile,
     /// Bytes of the file that may be read (the known data end).
     end: u64,
-    window: Vec<u8>,
+    window: Bytes,
     window_start: u64,
 }
-
-const READ_WINDOW: usize = 1024 * 1024;
 
 impl<'a> LogReader<'a> {
     pub fn new(file: &'a dyn DiskFile, end: u64) -> Self {
         LogReader {
             file,
             end,
-            window: Vec::new(),
+            window: Bytes::new(),
             window_start: 0,
         }
     }
 
-    /// The bytes `[position, position + len)`; the caller checked they lie below `end`.
-    fn get(&mut self, position: u64, len: usize) -> io::Result<&[u8]> {
-        debug_assert!(position + len as u64 <= self.end);
+    /// The bytes `[position, position + len)`, which the caller checked lie below `end`.
+    /// A failed window read is retried for exactly these bytes, so a bad sector is blamed
+    /// only on the batches it lies in; when that fails too, the error names the sector.
+    fn get(&mut self, position: u64, len: usize) -> Result<Bytes, ReadBatchError> {
+        assert!(
+            position + len as u64 <= self.end,
+            "reads stay below the data end"
+        );
         let window_end = self.window_start + self.window.len() as u64;
         if position < self.window_start || position + len as u64 > window_end {
-            let want = len.max(READ_WINDOW).min((self.end - position) as usize);
-            self.window.resize(want, 0);
-            self.file.read_exact_at(&mut self.window, position)?;
+            let want = len
+                .max(READ_WINDOW_BYTES)
+                .min((self.end - position) as usize);
+            let read = self
+                .read(position, want)
+                .or_else(|_| self.read(position, len));
+            self.window = read.map_err(|error| ReadBatchError::Unreadable {
+                sector: self.first_unreadable_sector(position, len),
+                error,
+            })?;
             self.window_start = position;
         }
         let at = (position - self.window_start) as usize;
-        Ok(&self.window[at..at + len])
+        Ok(self.window.slice(at..at + len))
     }
 
-    /// Reads the header of the batch at `position` and checks its length is plausible.
-    pub fn header_at(
-        &mut self,
-        position: u64,
-        limits: &Limits,
-    ) -> Result<BatchHeader, ReadBatchError> {
+    fn read(&self, position: u64, len: usize) -> io::Result<Bytes> {
+        let mut buffer = BytesMut::zeroed(len);
+        self.file.read_exact_at(&mut buffer, position)?;
+        Ok(buffer.freeze())
+    }
+
+    /// The first sector of `[position, position + len)` that fails to read (or `position`
+    /// when each sector reads alone: the failure was transient).
+    fn first_unreadable_sector(&self, position: u64, len: usize) -> u64 {
+        let end = position + len as u64;
+        let mut sector = position - position % SECTOR_BYTES;
+        while sector < end {
+            let from = sector.max(position);
+            let to = (sector + SECTOR_BYTES).min(end);
+            if self.read(from, (to - from) as usize).is_err() {
+                return sector;
+            }
+            sector += SECTOR_BYTES;
+        }
+        position
+    }
+
+    /// Reads the header of the batch at `position` and checks its length and offsets are
+    /// plausible for any stored batch (the format's ceilings, not admission limits).
+    pub fn header_at(&mut self, position: u64) -> Result<BatchHeader, ReadBatchError> {
         let available = self.end.saturating_sub(position);
         if available < BATCH_HEADER_LEN as u64 {
             return Err(ReadBatchError::Truncated {
@@ -140,7 +187,8 @@ impl<'a> LogReader<'a> {
                 available,
             });
         }
-        let header = BatchHeader::decode(self.get(position, BATCH_HEADER_LEN)?)?;
+        let header = BatchHeader::decode(&self.get(position, BATCH_HEADER_LEN)?)?;
+        header.check_offsets()?;
         let min = (BATCH_HEADER_LEN + FRAME_HEADER_LEN) as u64;
         if header.batch_length < min {
             return Err(FormatError::TooShort {
@@ -150,10 +198,10 @@ impl<'a> LogReader<'a> {
             }
             .into());
         }
-        if header.batch_length > limits.max_batch_bytes {
+        if header.batch_length > Limits::CEILING.max_batch_bytes {
             return Err(FormatError::BatchTooLarge {
                 length: header.batch_length,
-                limit: limits.max_batch_bytes,
+                limit: Limits::CEILING.max_batch_bytes,
             }
             .into());
         }
@@ -166,25 +214,20 @@ impl<'a> LogReader<'a> {
         Ok(header)
     }
 
-    /// The whole batch at `position`, fully verified when `verify` is set, and checked to
-    /// carry `expected_offset` and `partition_id`.
+    /// The whole batch at `position`, verified to `check`, and checked to carry
+    /// `expected_offset` and `partition_id`.
     pub fn batch_at(
         &mut self,
         position: u64,
         expected_offset: u64,
         partition_id: u64,
-        limits: &Limits,
-        verify: bool,
-    ) -> Result<(VerifiedBatch, &[u8]), ReadBatchError> {
-        let header = self.header_at(position, limits)?;
+        check: Check,
+    ) -> Result<(VerifiedBatch, Bytes), ReadBatchError> {
+        let header = self.header_at(position)?;
         let bytes = self.get(position, header.batch_length as usize)?;
-        let verified = if verify {
-            verify_batch(bytes, limits, Layout::Stored)?
-        } else {
-            VerifiedBatch {
-                header,
-                payload_bytes: 0,
-            }
+        let verified = match check {
+            Check::Full => verify_batch(&bytes, &Limits::CEILING, Layout::Stored)?,
+            Check::Structure => verify_structure(&bytes, &Limits::CEILING, Layout::Stored)?,
         };
         if header.base_offset != expected_offset {
             return Err(ReadBatchError::OffsetMismatch {

@@ -1,13 +1,21 @@
 //! The read path of an open log: polls by offset, timestamp, first, last and next, walking
 //! segments from their sparse index and then the journal, slicing the first and last batch to
-//! the requested range.
+//! the requested range. Nothing above the visible end is served (under `persisted`, the
+//! durable end).
+//!
+//! Every batch read from a segment continues the offset chain from where the walk started
+//! (an index entry or the segment start) and is verified, fully when `validate_checksum` is
+//! on, structurally otherwise (lengths, frames, counts, the batch checksum over the stored
+//! message checksums), so no reply ever reads past a frame. A batch that fails stops the
+//! walk: the consumer gets the valid prefix. If it lies in bytes promised durable (a sealed
+//! segment, or below the durable end), the partition fences once the poll has its answer:
+//! acknowledging further writes would only add to what the next boot must refuse.
 
 use super::OpenLog;
-use crate::config::PartitionSettings;
 use crate::format::{slice_batch, BatchHeader};
 use crate::partition::offsets::ConsumerId;
-use crate::partition::segment::{LogReader, Segment};
-use crate::partition::{PartitionError, Result};
+use crate::partition::segment::{Check, LogReader, ReadBatchError, Segment};
+use crate::partition::{FenceReason, PartitionError, Result};
 use bytes::Bytes;
 
 /// Where a poll starts.
@@ -27,10 +35,51 @@ pub enum PollFrom {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Polled {
     pub partition_id: u64,
-    /// The partition's last offset at the time of the poll (`None` when empty).
+    /// The partition's last visible offset at the time of the poll (`None` when empty).
     pub current_offset: Option<u64>,
     pub batches: Vec<Bytes>,
     pub message_count: u32,
+}
+
+/// The reply being built, with its budget.
+struct Reply {
+    polled: Polled,
+    /// Offsets wanted: `[next, end)`.
+    next: u64,
+    end: u64,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+impl Reply {
+    /// Adds the part of `batch` in `[next, end)`; false when the byte budget is spent (a
+    /// first batch is always taken whole).
+    fn take(&mut self, batch: &Bytes, header: BatchHeader) -> bool {
+        if !self.polled.batches.is_empty() && self.bytes + header.batch_length > self.max_bytes {
+            return false;
+        }
+        let whole = header.base_offset >= self.next && header.next_offset() <= self.end;
+        let reply = if whole {
+            batch.clone()
+        } else {
+            match slice_batch(batch, self.next..self.end) {
+                Some(sliced) => sliced.freeze(),
+                None => return true,
+            }
+        };
+        let kept = BatchHeader::decode(&reply)
+            .expect("a verified or sliced batch decodes")
+            .message_count;
+        self.bytes += reply.len() as u64;
+        self.polled.message_count += kept;
+        self.polled.batches.push(reply);
+        self.next = header.next_offset().min(self.end);
+        true
+    }
+
+    fn full(&self) -> bool {
+        self.next >= self.end
+    }
 }
 
 impl OpenLog {
@@ -39,190 +88,201 @@ impl OpenLog {
             return Err(PartitionError::ZeroCount);
         }
         let count = count.min(self.settings.max_poll_messages);
+        let visible = self.visible_next_offset();
         let start = match from {
             PollFrom::Offset(offset) => Some(offset.max(self.start_offset())),
             PollFrom::First => Some(self.start_offset()),
             PollFrom::Last => Some(
-                self.next_offset
+                visible
                     .saturating_sub(u64::from(count))
                     .max(self.start_offset()),
             ),
             PollFrom::Next(consumer) => Some(match self.get_offset(consumer)? {
-                Some(offset) => offset + 1,
+                Some(offset) => offset.saturating_add(1),
                 None => self.start_offset(),
             }),
-            PollFrom::Timestamp(timestamp) => self.offset_for_timestamp(timestamp)?,
+            PollFrom::Timestamp(timestamp) => self.offset_for_timestamp(timestamp),
         };
-        let mut polled = Polled {
-            partition_id: self.partition_id,
-            current_offset: self.last_offset(),
-            batches: Vec::new(),
-            message_count: 0,
+        let mut reply = Reply {
+            polled: Polled {
+                partition_id: self.partition_id,
+                current_offset: self.last_offset(),
+                batches: Vec::new(),
+                message_count: 0,
+            },
+            next: 0,
+            end: 0,
+            bytes: 0,
+            max_bytes: self.settings.max_poll_bytes,
         };
-        if let Some(start) = start.filter(|&s| s < self.next_offset) {
-            self.read_messages(start, count, &mut polled)?;
+        if let Some(start) = start.filter(|&s| s < visible) {
+            reply.next = start;
+            reply.end = start.saturating_add(u64::from(count)).min(visible);
+            self.read_into(&mut reply);
         }
+        let polled = reply.polled;
+        assert!(
+            polled.message_count <= count,
+            "a reply holds at most count messages"
+        );
         Ok(polled)
     }
 
-    /// The base offset of the first batch with timestamp at or after `timestamp`.
-    fn offset_for_timestamp(&self, timestamp: u64) -> Result<Option<u64>> {
-        for segment in &self.segments {
-            if segment.is_empty() || segment.max_timestamp < timestamp {
-                continue;
-            }
-            let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let (mut position, mut expected) = segment.seek_timestamp(timestamp);
-            while position < segment.log_len {
-                let header = match self.header_in_chain(&mut reader, segment, position, expected) {
-                    Some(header) => header,
-                    None => return Ok(None),
-                };
-                if header.base_timestamp >= timestamp {
-                    return Ok(Some(header.base_offset));
+    /// The base offset of the first visible batch with timestamp at or after `timestamp`.
+    fn offset_for_timestamp(&mut self, timestamp: u64) -> Option<u64> {
+        let visible = self.visible_next_offset();
+        for i in 0..self.segments.len() {
+            match self.timestamp_in_segment(i, timestamp, visible) {
+                Ok(Some(offset)) => return Some(offset),
+                Ok(None) => {}
+                Err((position, error)) => {
+                    self.damage_found(i, position, &error);
+                    return None;
                 }
-                position += header.batch_length;
-                expected = header.next_offset();
             }
         }
-        Ok(self
-            .journal
+        self.journal
             .batches
             .iter()
+            .take_while(|b| b.header.base_offset < visible)
             .find(|b| b.header.base_timestamp >= timestamp)
-            .map(|b| b.header.base_offset))
+            .map(|b| b.header.base_offset)
     }
 
-    /// Collects up to `count` messages from `start`: segments first, then the journal.
-    fn read_messages(&self, start: u64, count: u32, polled: &mut Polled) -> Result<()> {
-        let end = start.saturating_add(u64::from(count));
-        let mut bytes = 0u64;
-        let mut next = start;
+    /// The first batch of segment `i` stamped at or after `timestamp`, below `visible`.
+    fn timestamp_in_segment(
+        &self,
+        i: usize,
+        timestamp: u64,
+        visible: u64,
+    ) -> std::result::Result<Option<u64>, (u64, ReadBatchError)> {
+        let segment = &self.segments[i];
+        if segment.is_empty() || segment.max_timestamp < timestamp {
+            return Ok(None);
+        }
+        let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
+        let (mut position, mut expected) = segment.seek_timestamp(timestamp);
+        while position < segment.log_len && expected < visible {
+            let header = match reader.header_at(position) {
+                Ok(header) if header.base_offset == expected => header,
+                Ok(header) => {
+                    return Err((position, offset_mismatch(expected, header.base_offset)))
+                }
+                Err(error) => return Err((position, error)),
+            };
+            if header.base_timestamp >= timestamp {
+                return Ok(Some(header.base_offset));
+            }
+            position += header.batch_length;
+            expected = header.next_offset();
+        }
+        Ok(None)
+    }
+
+    /// Collects messages from the segments, then the journal, into `reply`.
+    fn read_into(&mut self, reply: &mut Reply) {
         let first_segment = self
             .segments
-            .partition_point(|s| s.start_offset <= start)
+            .partition_point(|s| s.start_offset <= reply.next)
             .saturating_sub(1);
-        for segment in &self.segments[first_segment..] {
-            if segment.end_offset <= next {
+        for i in first_segment..self.segments.len() {
+            if self.segments[i].end_offset <= reply.next {
                 continue;
             }
-            let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
-            let (mut position, mut expected) = segment.seek_offset(next);
-            while position < segment.log_len && next < end {
-                let Some(header) = self.header_in_chain(&mut reader, segment, position, expected)
-                else {
-                    return Ok(());
-                };
-                if header.next_offset() <= next {
-                    position += header.batch_length;
-                    expected = header.next_offset();
-                    continue;
+            match self.read_segment(i, reply) {
+                Ok(true) if !reply.full() => {}
+                Ok(_) => return,
+                Err((position, error)) => {
+                    self.damage_found(i, position, &error);
+                    return;
                 }
-                match reader.batch_at(
-                    position,
-                    expected,
-                    self.partition_id,
-                    &self.settings.limits,
-                    self.settings.validate_checksum,
-                ) {
-                    Ok((verified, batch)) => {
-                        if !Self::take_batch(
-                            batch,
-                            verified.header,
-                            next,
-                            end,
-                            &mut bytes,
-                            polled,
-                            &self.settings,
-                        ) {
-                            return Ok(());
-                        }
-                        next = verified.header.next_offset().min(end);
-                        position += verified.header.batch_length;
-                        expected = verified.header.next_offset();
-                    }
-                    Err(error) => {
-                        tracing::error!(log = %segment.log_path.display(), position, %error, "checksum failure: poll returns the valid prefix");
-                        return Ok(());
-                    }
-                }
-            }
-            if next >= end {
-                return Ok(());
             }
         }
         for batch in &self.journal.batches {
-            if next >= end {
+            if reply.full() {
                 break;
             }
-            if batch.header.next_offset() <= next {
+            if batch.header.next_offset() <= reply.next {
                 continue;
             }
-            if !Self::take_batch(
-                &batch.bytes,
-                batch.header,
-                next,
-                end,
-                &mut bytes,
-                polled,
-                &self.settings,
-            ) {
+            if !reply.take(&batch.bytes, batch.header) {
                 break;
             }
-            next = batch.header.next_offset().min(end);
         }
-        Ok(())
     }
 
-    /// The header of the batch at `position`, which must carry `expected` as its base offset
-    /// (the chain from the index entry or segment start); `None`, logged, when it does not.
-    fn header_in_chain(
+    /// Walks segment `i` from its index entry at or below `reply.next`; false when the byte
+    /// budget stopped it; the position and error of a batch it could not take.
+    fn read_segment(
         &self,
-        reader: &mut LogReader<'_>,
-        segment: &Segment,
-        position: u64,
-        expected: u64,
-    ) -> Option<BatchHeader> {
-        let problem = match reader.header_at(position, &self.settings.limits) {
-            Ok(header) if header.base_offset == expected => return Some(header),
-            Ok(header) => format!("base_offset {}, expected {expected}", header.base_offset),
-            Err(error) => error.to_string(),
+        i: usize,
+        reply: &mut Reply,
+    ) -> std::result::Result<bool, (u64, ReadBatchError)> {
+        let check = if self.settings.validate_checksum {
+            Check::Full
+        } else {
+            Check::Structure
         };
-        tracing::error!(log = %segment.log_path.display(), position, %problem, "walk stopped at an unreadable batch: the valid prefix is returned");
-        None
+        let segment = &self.segments[i];
+        let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
+        let (mut position, mut expected) = segment.seek_offset(reply.next);
+        while position < segment.log_len && !reply.full() {
+            match reader.batch_at(position, expected, self.partition_id, check) {
+                Ok((verified, batch)) => {
+                    let header = verified.header;
+                    if header.next_offset() > reply.next && !reply.take(&batch, header) {
+                        return Ok(false);
+                    }
+                    position += header.batch_length;
+                    expected = header.next_offset();
+                }
+                Err(error) => return Err((position, error)),
+            }
+        }
+        Ok(true)
     }
 
-    /// Adds the part of `batch` in `[from, end)` to the reply; false when the byte budget
-    /// is spent (a first batch is always taken whole).
-    fn take_batch(
-        batch: &[u8],
-        header: BatchHeader,
-        from: u64,
-        end: u64,
-        bytes: &mut u64,
-        polled: &mut Polled,
-        settings: &PartitionSettings,
-    ) -> bool {
-        if !polled.batches.is_empty() && *bytes + header.batch_length > settings.max_poll_bytes {
-            return false;
+    /// A walk of segment `i` could not take the batch at `position`. The poll returns what it
+    /// has; in bytes promised durable the partition also fences.
+    fn damage_found(&mut self, i: usize, position: u64, error: &ReadBatchError) {
+        let segment = &self.segments[i];
+        let durable = self.superblock.durable;
+        let promised = segment.sealed
+            || (segment.start_offset == durable.segment_start && position < durable.position);
+        tracing::error!(log = %segment.log_path.display(), position, %error, promised, "a read found damage: the poll returns the valid prefix");
+        if promised && self.pending_fence.is_none() {
+            self.pending_fence = Some(fence_for(segment, position, durable.position, error));
         }
-        let whole = header.base_offset >= from && header.next_offset() <= end;
-        let reply = if whole {
-            Bytes::copy_from_slice(batch)
-        } else {
-            match slice_batch(batch, from..end) {
-                Some(sliced) => sliced.freeze(),
-                None => return true,
-            }
-        };
-        let kept = u64::from(
-            BatchHeader::decode(&reply)
-                .expect("reply decodes")
-                .message_count,
-        );
-        *bytes += reply.len() as u64;
-        polled.message_count += kept as u32;
-        polled.batches.push(reply);
-        true
+    }
+}
+
+fn offset_mismatch(expected: u64, found: u64) -> ReadBatchError {
+    ReadBatchError::OffsetMismatch { expected, found }
+}
+
+fn fence_for(
+    segment: &Segment,
+    position: u64,
+    durable_position: u64,
+    error: &ReadBatchError,
+) -> FenceReason {
+    match error {
+        ReadBatchError::Unreadable { sector, error } => FenceReason::ReadFailed {
+            file: segment.log_path.clone(),
+            position,
+            sector: *sector,
+            error: error.to_string(),
+        },
+        _ if segment.sealed => FenceReason::SealedSegmentCorrupt {
+            log: segment.log_path.clone(),
+            position,
+            damage: error.to_string(),
+        },
+        _ => FenceReason::CorruptBelowDurable {
+            log: segment.log_path.clone(),
+            position,
+            durable_position,
+            damage: error.to_string(),
+        },
     }
 }

@@ -1,0 +1,50 @@
+//! Where production code meets the deliberate bugs of `crate::canary`: three seams, each the
+//! identity unless the `canary` feature is built and a canary is active on this thread. The
+//! production rules themselves hold no canary toggles.
+//!
+//! - [`recovery_verdict`]: recovery's decision, after the rules and before it is acted on;
+//! - [`apply_disk`]: the disk recovery's apply writes through;
+//! - [`log_disk`]: the disk an open partition log writes through.
+
+use crate::env::Disk;
+use crate::partition::recovery::decide::Repairs;
+use crate::partition::recovery::Survey;
+use crate::partition::FenceReason;
+use std::sync::Arc;
+
+pub(crate) fn recovery_verdict(
+    survey: &Survey,
+    verdict: Result<Repairs, FenceReason>,
+) -> Result<Repairs, FenceReason> {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::recovery_verdict(survey, verdict)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        let _ = survey;
+        verdict
+    }
+}
+
+pub(crate) fn apply_disk<T>(disk: &dyn Disk, apply: &dyn Fn(&dyn Disk) -> T) -> T {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::apply_disk(disk, apply)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        apply(disk)
+    }
+}
+
+pub(crate) fn log_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::log_disk(disk)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        disk
+    }
+}

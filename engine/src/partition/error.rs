@@ -1,0 +1,197 @@
+//! What a partition answers when it cannot do what was asked: [`FenceReason`] (the partition
+//! refuses everything, files untouched, until an operator acts) and [`PartitionError`] (one
+//! request failed).
+
+use super::offsets::ConsumerId;
+use super::superblock::DurablePoint;
+use crate::format::FormatError;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why a partition is fenced. Every variant names the file, the position and what was
+/// expected, so an operator can find the damage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceReason {
+    NoSuperblock {
+        dir: PathBuf,
+        problems: String,
+    },
+    SuperblockIdentity {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    SuperblockMisplaced {
+        path: PathBuf,
+        detail: String,
+    },
+    DurableEndUncertain {
+        log: PathBuf,
+        position: u64,
+        damage: String,
+        slot: PathBuf,
+    },
+    MissingLog {
+        index: PathBuf,
+        log: PathBuf,
+    },
+    DurableSegmentMissing {
+        log: PathBuf,
+        durable: DurablePoint,
+    },
+    ChainGap {
+        log: PathBuf,
+        expected_start: u64,
+        found_start: u64,
+    },
+    SegmentNameMismatch {
+        log: PathBuf,
+        name_offset: u64,
+        first_batch_offset: u64,
+    },
+    SealedSegmentCorrupt {
+        log: PathBuf,
+        position: u64,
+        damage: String,
+    },
+    CorruptBelowDurable {
+        log: PathBuf,
+        position: u64,
+        durable_position: u64,
+        damage: String,
+    },
+    LogShorterThanDurable {
+        log: PathBuf,
+        valid_end: u64,
+        durable_position: u64,
+    },
+    DurableOffsetMismatch {
+        log: PathBuf,
+        durable: DurablePoint,
+        found_next_offset: Option<u64>,
+    },
+    EmptySealedSegment {
+        log: PathBuf,
+    },
+    /// The device could not read bytes that must be served (below the durable end, or in a
+    /// sealed segment). `position` is the batch, `sector` the first unreadable sector.
+    ReadFailed {
+        file: PathBuf,
+        position: u64,
+        sector: u64,
+        error: String,
+    },
+    /// An I/O call failed while serving; the files' state is unknown until recovery.
+    IoFailed {
+        op: &'static str,
+        path: PathBuf,
+        error: String,
+    },
+}
+
+impl FenceReason {
+    /// The name of every variant, for reports and coverage tables.
+    pub const NAMES: [&'static str; 15] = [
+        "NoSuperblock",
+        "SuperblockIdentity",
+        "SuperblockMisplaced",
+        "DurableEndUncertain",
+        "MissingLog",
+        "DurableSegmentMissing",
+        "ChainGap",
+        "SegmentNameMismatch",
+        "SealedSegmentCorrupt",
+        "CorruptBelowDurable",
+        "LogShorterThanDurable",
+        "DurableOffsetMismatch",
+        "EmptySealedSegment",
+        "ReadFailed",
+        "IoFailed",
+    ];
+
+    /// This variant's name (one of [`FenceReason::NAMES`]).
+    pub fn name(&self) -> &'static str {
+        use FenceReason::*;
+        match self {
+            NoSuperblock { .. } => "NoSuperblock",
+            SuperblockIdentity { .. } => "SuperblockIdentity",
+            SuperblockMisplaced { .. } => "SuperblockMisplaced",
+            DurableEndUncertain { .. } => "DurableEndUncertain",
+            MissingLog { .. } => "MissingLog",
+            DurableSegmentMissing { .. } => "DurableSegmentMissing",
+            ChainGap { .. } => "ChainGap",
+            SegmentNameMismatch { .. } => "SegmentNameMismatch",
+            SealedSegmentCorrupt { .. } => "SealedSegmentCorrupt",
+            CorruptBelowDurable { .. } => "CorruptBelowDurable",
+            LogShorterThanDurable { .. } => "LogShorterThanDurable",
+            DurableOffsetMismatch { .. } => "DurableOffsetMismatch",
+            EmptySealedSegment { .. } => "EmptySealedSegment",
+            ReadFailed { .. } => "ReadFailed",
+            IoFailed { .. } => "IoFailed",
+        }
+    }
+}
+
+impl fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use FenceReason::*;
+        match self {
+            NoSuperblock { dir, problems } => write!(f, "{}: no valid superblock ({problems})", dir.display()),
+            SuperblockIdentity { path, expected, found } => write!(f, "{}: superblock belongs to partition {found}, expected {expected}", path.display()),
+            DurableEndUncertain { log, position, damage, slot } => write!(f, "{} at position {position}: {damage}; {} is damaged or missing, so the durable end may lie above this damage and truncating could drop acknowledged data", log.display(), slot.display()),
+            SuperblockMisplaced { path, detail } => write!(f, "{}: {detail}: a superblock write landed out of place, so the newest durable record may be lost", path.display()),
+            MissingLog { index, log } => write!(f, "{} exists at or below the durable end but {} does not", index.display(), log.display()),
+            DurableSegmentMissing { log, durable } => write!(f, "{} is missing, but the superblock records {} durable bytes in it (next offset {})", log.display(), durable.position, durable.next_offset),
+            ChainGap { log, expected_start, found_start } => write!(f, "{}: segment chain broken: expected a segment starting at offset {expected_start}, found {found_start}", log.display()),
+            SegmentNameMismatch { log, name_offset, first_batch_offset } => write!(f, "{}: the name says offset {name_offset}, the first batch has base_offset {first_batch_offset}", log.display()),
+            SealedSegmentCorrupt { log, position, damage } => write!(f, "{} (sealed) at position {position}: {damage}", log.display()),
+            CorruptBelowDurable { log, position, durable_position, damage } => write!(f, "{} at position {position}, below the durable end {durable_position}: {damage}", log.display()),
+            LogShorterThanDurable { log, valid_end, durable_position } => write!(f, "{}: valid data ends at {valid_end}, but the superblock records {durable_position} bytes as synced (lost write or lying fsync)", log.display()),
+            DurableOffsetMismatch { log, durable, found_next_offset } => write!(f, "{}: at durable position {} the log reaches offset {:?}, the superblock records {}", log.display(), durable.position, found_next_offset, durable.next_offset),
+            EmptySealedSegment { log } => write!(f, "{}: a sealed segment is empty", log.display()),
+            ReadFailed { file, position, sector, error } => write!(f, "{} at position {position}: the sector at {sector} cannot be read: {error}", file.display()),
+            IoFailed { op, path, error } => write!(f, "{op} {} failed: {error}", path.display()),
+        }
+    }
+}
+
+/// Errors a partition returns to its callers.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("partition fenced: {0}")]
+    Fenced(FenceReason),
+    #[error("rejected batch: {0}")]
+    InvalidBatch(#[from] FormatError),
+    /// The device is full. Under `persisted` nothing of the failed request remains (it was
+    /// rolled back and its offsets were never shown); under `replicated` acknowledged batches
+    /// stay journaled and are written when space returns.
+    #[error("no space left on the device: the request did not complete; retry when space returns")]
+    NoSpace,
+    #[error(
+        "{bytes} bytes of unflushed messages would exceed the journal limit {limit}; retry later"
+    )]
+    JournalFull { bytes: u64, limit: u64 },
+    #[error("offset {offset} is beyond the partition's last offset {last:?}")]
+    OffsetBeyondEnd { offset: u64, last: Option<u64> },
+    #[error("stored offset of {consumer:?} is damaged: {why} ({path})")]
+    OffsetDamaged {
+        consumer: ConsumerId,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("invalid topic options: {0}")]
+    InvalidConfig(#[from] crate::config::ConfigError),
+    #[error("poll count must be at least 1")]
+    ZeroCount,
+    #[error("partition directory {0} already holds a partition")]
+    AlreadyExists(PathBuf),
+    #[error("{op} {path} failed: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, PartitionError>;

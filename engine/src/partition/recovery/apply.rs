@@ -1,0 +1,155 @@
+//! Carrying out a recovery plan. Every repair is durable before apply returns, whatever the
+//! topic's policy: a truncation is synced, a rebuilt index is written aside, synced and
+//! renamed over, an offset repair is synced with its directory, created and removed names
+//! have their directory synced, and the superblock record comes last, after the syncs of
+//! every byte it names.
+
+use super::{Action, RecoveryPlan};
+use crate::env::{Disk, OpenMode};
+use crate::partition::offsets::{self, ConsumerKind};
+use crate::partition::segment::{index_name, log_name};
+use crate::partition::superblock::{self, DurablePoint, Superblock, SLOT_NAMES};
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Carries out an unfenced plan's actions; returns the record the partition now stands on.
+pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
+    let _span = tracing::info_span!("recovery_apply", dir = %plan.dir.display()).entered();
+    assert!(plan.fence.is_none(), "a fenced plan is never applied");
+    crate::canary_seam::apply_disk(disk, &|disk| apply_on(disk, plan))
+}
+
+fn apply_on(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
+    let mut record = plan
+        .superblock
+        .expect("an unfenced plan trusts a superblock record");
+    // The trusted record may still be a dirty page (a crash between its write and its sync):
+    // make it durable before anything is served on its word.
+    if let Some(slot) = &plan.sync_slot {
+        disk.open(slot, OpenMode::ReadWrite)?.sync_data()?;
+    }
+    // A store interrupted between its rename and its directory sync may be visible: what
+    // recovery serves must stay served, so the offsets directories are synced every boot.
+    let mut unsynced_dirs: BTreeSet<PathBuf> = ConsumerKind::ALL
+        .iter()
+        .map(|kind| plan.dir.join("offsets").join(kind.dir()))
+        .collect();
+    for action in &plan.actions {
+        tracing::info!(%action, "recovery applying");
+        apply_action(disk, plan, action, &mut record, &mut unsynced_dirs)?;
+    }
+    for dir in unsynced_dirs {
+        disk.sync_dir(&dir)?;
+    }
+    Ok(record)
+}
+
+fn apply_action(
+    disk: &dyn Disk,
+    plan: &RecoveryPlan,
+    action: &Action,
+    record: &mut Superblock,
+    unsynced_dirs: &mut BTreeSet<PathBuf>,
+) -> io::Result<()> {
+    match action {
+        Action::CreateDir { path } => {
+            disk.create_dir_all(path)?;
+            disk.sync_dir(parent(path))?;
+        }
+        Action::RemoveTemp { path } | Action::RemoveStrayIndex { path } => {
+            disk.remove_file(path)?;
+            unsynced_dirs.insert(parent(path).to_path_buf());
+        }
+        Action::CreateSegment { start_offset } => {
+            for name in [log_name(*start_offset), index_name(*start_offset)] {
+                disk.open(&plan.dir.join(name), OpenMode::CreateOrOpen)?
+                    .sync_data()?;
+            }
+            unsynced_dirs.insert(plan.dir.clone());
+        }
+        Action::Truncate { path, from, .. } => {
+            let file = disk.open(path, OpenMode::ReadWrite)?;
+            file.set_len(*from)?;
+            file.sync_data()?;
+        }
+        Action::RemoveSegment {
+            log_path,
+            index_path,
+            ..
+        } => {
+            disk.remove_file(log_path)?;
+            if disk.exists(index_path)? {
+                disk.remove_file(index_path)?;
+            }
+            unsynced_dirs.insert(plan.dir.clone());
+        }
+        Action::RewriteIndex { path, entries, .. } => {
+            // Built aside and renamed over: a crash leaves the old index or the new one,
+            // never a partial file that would pass for a valid (sparser) index.
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".tmp");
+            let tmp = PathBuf::from(tmp);
+            let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
+            file.set_len(0)?;
+            let bytes: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
+            file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
+            file.sync_data()?;
+            drop(file);
+            disk.rename(&tmp, path)?;
+            unsynced_dirs.insert(plan.dir.clone());
+        }
+        Action::LowerOffset {
+            consumer, path, to, ..
+        } => offsets::write(disk, path, *consumer, *to, true)?,
+        Action::DeleteOffset { path, .. } | Action::DropDamagedOffset { path, .. } => {
+            offsets::remove(disk, path, true)?
+        }
+        Action::AdvanceSuperblock { sync, to, .. } => {
+            for path in sync {
+                disk.open(path, OpenMode::ReadWrite)?.sync_data()?;
+            }
+            // Always: a crashed process may have created these segment files without
+            // syncing their names, and the record is about to name them durable.
+            disk.sync_dir(&plan.dir)?;
+            unsynced_dirs.remove(&plan.dir);
+            *record = write_next_record(disk, &plan.dir, record, *to)?;
+        }
+        Action::RewriteSlot { durable, .. } => {
+            *record = write_next_record(disk, &plan.dir, record, *durable)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the record after `current` (the other slot), re-creating the slot file durably if
+/// it was missing.
+fn write_next_record(
+    disk: &dyn Disk,
+    dir: &Path,
+    current: &Superblock,
+    durable: DurablePoint,
+) -> io::Result<Superblock> {
+    let next = Superblock {
+        sequence: current.sequence + 1,
+        partition_id: current.partition_id,
+        durable,
+    };
+    let slot = dir.join(SLOT_NAMES[next.slot()]);
+    let existed = disk.exists(&slot)?;
+    superblock::write_slot(disk, dir, &next)?;
+    if !existed {
+        disk.sync_dir(dir)?;
+    }
+    assert!(
+        next.durable.next_offset >= current.durable.next_offset
+            && next.durable.segment_start >= current.durable.segment_start,
+        "recovery never records a durable end below the one it trusts"
+    );
+    Ok(next)
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent()
+        .expect("a file of a partition has a directory")
+}

@@ -1,0 +1,611 @@
+//! Recovery's deciding half: pure functions from a [`Survey`] to the repairs that make the
+//! partition servable, or to the reason it must be fenced. No I/O here.
+//!
+//! Three rules, each a table of cases:
+//! - [`trusted_record`]: which superblock record recovery trusts (the durable end);
+//! - [`segment_fate`]: what happens to each segment, given where it lies against the durable
+//!   end;
+//! - [`plan_record`]: whether a new superblock record must be written, and why.
+//!
+//! Plus the hints and side files: [`plan_index`] (rebuild an index from its log) and
+//! [`plan_offsets`] (stored offsets beyond the recovered end, damaged offset files).
+
+use super::survey::{Damage, DamageKind, ScannedSegment, SlotRead, Survey};
+use super::{Action, PlannedSegment};
+use crate::config::Durability;
+use crate::format::IndexEntry;
+use crate::partition::offsets::{ConsumerId, StoredOffset};
+use crate::partition::segment::log_name;
+use crate::partition::superblock::{DurablePoint, Superblock, SLOT_NAMES};
+use crate::partition::FenceReason;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A rebuilt index gets one entry per this many log bytes (plus the first batch).
+pub const REBUILT_INDEX_SPACING_BYTES: u64 = 4096;
+
+/// The superblock record recovery trusts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trusted {
+    pub record: Superblock,
+    /// The slot file holding it.
+    pub path: PathBuf,
+    /// The other slot, when it is missing, unreadable or damaged: it may have held a newer
+    /// record, so the durable end may lie above `record`'s.
+    pub uncertain: Option<PathBuf>,
+}
+
+/// What recovery will do, when it does not fence.
+#[derive(Debug, Clone)]
+pub struct Repairs {
+    pub trusted: Trusted,
+    /// The slot apply syncs before anything else (`None` only in a canary).
+    pub sync_slot: Option<PathBuf>,
+    pub segments: Vec<PlannedSegment>,
+    pub actions: Vec<Action>,
+    pub offsets: BTreeMap<ConsumerId, StoredOffset>,
+}
+
+/// Decides with the record [`trusted_record`] picks.
+pub fn decide(survey: &Survey) -> Result<Repairs, FenceReason> {
+    let trusted = trusted_record(&survey.dir, survey.partition_id, &survey.slots)?;
+    decide_with(survey, trusted)
+}
+
+/// Decides the repairs of `survey` given the record recovery trusts. Actions come in the
+/// order apply runs them: directories and leftovers, segments, indexes, offsets, and the
+/// superblock record last.
+pub fn decide_with(survey: &Survey, trusted: Trusted) -> Result<Repairs, FenceReason> {
+    let durable = trusted.record.durable;
+    let mut actions: Vec<Action> = survey
+        .missing_dirs
+        .iter()
+        .map(|path| Action::CreateDir { path: path.clone() })
+        .collect();
+    actions.extend(
+        survey
+            .temps
+            .iter()
+            .map(|path| Action::RemoveTemp { path: path.clone() }),
+    );
+    for &start in &survey.orphan_indexes {
+        let path = survey
+            .dir
+            .join(crate::partition::segment::index_name(start));
+        if start <= durable.segment_start {
+            return Err(FenceReason::MissingLog {
+                index: path,
+                log: survey.dir.join(log_name(start)),
+            });
+        }
+        actions.push(Action::RemoveStrayIndex { path });
+    }
+    let (segments, durable_index) = match plan_segments(survey, &trusted, &mut actions)? {
+        Some((kept, durable_index)) => {
+            let mut segments = Vec::with_capacity(kept.len());
+            for scanned in kept {
+                let (index, rewrite) = plan_index(scanned);
+                actions.extend(rewrite);
+                segments.push(PlannedSegment {
+                    start_offset: scanned.start_offset,
+                    log_path: scanned.log_path.clone(),
+                    index_path: scanned.index_path.clone(),
+                    len: scanned.valid_end,
+                    next_offset: scanned.next_offset,
+                    max_timestamp: scanned.max_timestamp(),
+                    index,
+                });
+            }
+            (segments, durable_index)
+        }
+        None => {
+            // A crash between creating a partition's files and syncing their names.
+            let start = durable.segment_start;
+            actions.push(Action::CreateSegment {
+                start_offset: start,
+            });
+            let empty = PlannedSegment {
+                start_offset: start,
+                log_path: survey.dir.join(log_name(start)),
+                index_path: survey
+                    .dir
+                    .join(crate::partition::segment::index_name(start)),
+                len: 0,
+                next_offset: start,
+                max_timestamp: 0,
+                index: Vec::new(),
+            };
+            (vec![empty], 0)
+        }
+    };
+    let last = segments.last().expect("the durable segment survives");
+    let log_start = segments[0].start_offset;
+    let last_offset = last.next_offset.checked_sub(1).filter(|&o| o >= log_start);
+    let offsets = plan_offsets(survey, last_offset, &mut actions);
+    let recovered = DurablePoint {
+        segment_start: last.start_offset,
+        position: last.len,
+        next_offset: last.next_offset,
+    };
+    actions.extend(plan_record(&trusted, recovered, &segments[durable_index..]));
+    Ok(Repairs {
+        sync_slot: Some(trusted.path.clone()),
+        trusted,
+        segments,
+        actions,
+        offsets,
+    })
+}
+
+/// Which record recovery trusts:
+///
+/// | slots found | decision |
+/// |---|---|
+/// | a slot file longer than one slot file | fence `SuperblockMisplaced` |
+/// | a valid record of another partition | fence `SuperblockIdentity` |
+/// | a valid record in the slot of the other parity | fence `SuperblockMisplaced` |
+/// | no valid record | fence `NoSuperblock` |
+/// | two valid records | the higher sequence |
+/// | one valid record, the other slot missing, unreadable or damaged | that record, durable end uncertain |
+pub fn trusted_record(
+    dir: &Path,
+    partition_id: u64,
+    slots: &[SlotRead; 2],
+) -> Result<Trusted, FenceReason> {
+    let path = |slot: usize| dir.join(SLOT_NAMES[slot]);
+    let mut best: Option<(usize, Superblock)> = None;
+    let mut problems = Vec::new();
+    for (slot, read) in slots.iter().enumerate() {
+        match read {
+            SlotRead::Oversized { len } => {
+                return Err(FenceReason::SuperblockMisplaced {
+                    path: path(slot),
+                    detail: format!("the slot file is {len} bytes, longer than one slot"),
+                })
+            }
+            SlotRead::Valid { record, .. } if record.partition_id != partition_id => {
+                return Err(FenceReason::SuperblockIdentity {
+                    path: path(slot),
+                    expected: partition_id,
+                    found: record.partition_id,
+                })
+            }
+            SlotRead::Valid { record, .. } if record.slot() != slot => {
+                return Err(FenceReason::SuperblockMisplaced {
+                    path: path(slot),
+                    detail: format!(
+                        "it holds sequence {}, which belongs in the other slot",
+                        record.sequence
+                    ),
+                })
+            }
+            SlotRead::Valid { record, .. } => {
+                if best.is_none_or(|(_, b)| record.sequence > b.sequence) {
+                    best = Some((slot, *record));
+                }
+            }
+            SlotRead::Missing => problems.push(format!("{} is missing", path(slot).display())),
+            SlotRead::Unreadable(e) => {
+                problems.push(format!("{} is unreadable: {e}", path(slot).display()))
+            }
+            SlotRead::Damaged(e) => {
+                problems.push(format!("{} is damaged: {e}", path(slot).display()))
+            }
+        }
+    }
+    let Some((slot, record)) = best else {
+        return Err(FenceReason::NoSuperblock {
+            dir: dir.to_path_buf(),
+            problems: problems.join("; "),
+        });
+    };
+    let other = 1 - slot;
+    let uncertain = match slots[other] {
+        SlotRead::Valid { .. } => None,
+        _ => Some(path(other)),
+    };
+    Ok(Trusted {
+        record,
+        path: path(slot),
+        uncertain,
+    })
+}
+
+/// Where a segment lies against the durable end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Before the durable segment: synced whole at rotation, never written again.
+    Sealed,
+    /// The segment the record names: durable up to `durable.position`.
+    Durable,
+    /// After the durable segment: nothing in it was promised durable.
+    Tail,
+}
+
+/// What happens to one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    Keep,
+    /// Cut the log where its valid bytes end; every later segment goes too.
+    Truncate {
+        damage: String,
+    },
+    /// Remove the whole segment (it lies above the durable end); every later one goes too.
+    Remove {
+        why: String,
+    },
+}
+
+/// The segments that survive (the durable one at the returned index), their actions pushed;
+/// `None` when no segment exists and nothing was ever durable (create an empty one).
+fn plan_segments<'s>(
+    survey: &'s Survey,
+    trusted: &Trusted,
+    actions: &mut Vec<Action>,
+) -> Result<Option<(Vec<&'s ScannedSegment>, usize)>, FenceReason> {
+    let durable = trusted.record.durable;
+    let Some(durable_index) = survey
+        .segments
+        .iter()
+        .position(|s| s.start_offset == durable.segment_start)
+    else {
+        let nothing_durable = durable.position == 0 && durable.next_offset == durable.segment_start;
+        if survey.segments.is_empty() && nothing_durable {
+            return Ok(None);
+        }
+        return Err(FenceReason::DurableSegmentMissing {
+            log: survey.dir.join(log_name(durable.segment_start)),
+            durable,
+        });
+    };
+    let mut kept: Vec<&ScannedSegment> = Vec::with_capacity(survey.segments.len());
+    let mut dropping_later_segments = false;
+    for (i, segment) in survey.segments.iter().enumerate() {
+        if dropping_later_segments {
+            actions.push(remove(
+                segment,
+                "it lies above the durable end, after a cut".into(),
+            ));
+            continue;
+        }
+        let role = match i.cmp(&durable_index) {
+            std::cmp::Ordering::Less => Role::Sealed,
+            std::cmp::Ordering::Equal => Role::Durable,
+            std::cmp::Ordering::Greater => Role::Tail,
+        };
+        let expected_start = kept.last().map(|s| s.next_offset);
+        let fate = segment_fate(
+            segment,
+            role,
+            durable,
+            expected_start,
+            trusted.uncertain.as_deref(),
+        )?;
+        match fate {
+            Fate::Keep => kept.push(segment),
+            Fate::Truncate { damage } => {
+                actions.push(Action::Truncate {
+                    path: segment.log_path.clone(),
+                    from: segment.valid_end,
+                    len: segment.file_len,
+                    damage,
+                });
+                kept.push(segment);
+                dropping_later_segments = true;
+            }
+            Fate::Remove { why } => {
+                actions.push(remove(segment, why));
+                dropping_later_segments = true;
+            }
+        }
+    }
+    assert!(
+        durable_index < kept.len(),
+        "the durable segment and every sealed one survive, or recovery fences"
+    );
+    Ok(Some((kept, durable_index)))
+}
+
+fn remove(segment: &ScannedSegment, why: String) -> Action {
+    Action::RemoveSegment {
+        log_path: segment.log_path.clone(),
+        index_path: segment.index_path.clone(),
+        why,
+    }
+}
+
+/// The fate of one segment:
+///
+/// | role | finding | decision |
+/// |---|---|---|
+/// | any | first batch's offset differs from the name | fence `SegmentNameMismatch` |
+/// | sealed, durable | starts elsewhere than the previous segment ends | fence `ChainGap` |
+/// | tail | starts elsewhere than the previous segment ends | remove it and every later one |
+/// | sealed | unreadable sector | fence `ReadFailed` |
+/// | sealed | any other damage | fence `SealedSegmentCorrupt` |
+/// | sealed | no batch at all | fence `EmptySealedSegment` |
+/// | durable | the file ends before the durable end | fence `LogShorterThanDurable` |
+/// | durable | unreadable sector below the durable end | fence `ReadFailed` |
+/// | durable | other damage below the durable end | fence `CorruptBelowDurable` |
+/// | durable | no batch ends at the durable end with its offset | fence `DurableOffsetMismatch` |
+/// | durable, tail | damage at or above the durable end, the other slot uncertain | fence `DurableEndUncertain` |
+/// | durable, tail | damage at or above the durable end | truncate there, drop later segments |
+/// | durable, tail | no damage | keep |
+fn segment_fate(
+    segment: &ScannedSegment,
+    role: Role,
+    durable: DurablePoint,
+    expected_start: Option<u64>,
+    uncertain_slot: Option<&Path>,
+) -> Result<Fate, FenceReason> {
+    if let Some(Damage {
+        position: 0,
+        kind: DamageKind::OffsetMismatch { found, .. },
+    }) = &segment.damage
+    {
+        return Err(FenceReason::SegmentNameMismatch {
+            log: segment.log_path.clone(),
+            name_offset: segment.start_offset,
+            first_batch_offset: *found,
+        });
+    }
+    if let Some(expected) = expected_start.filter(|&e| e != segment.start_offset) {
+        if role == Role::Tail {
+            return Ok(Fate::Remove {
+                why: format!(
+                    "it starts at {} but the log before it ends at {expected}, above the durable end",
+                    segment.start_offset
+                ),
+            });
+        }
+        return Err(FenceReason::ChainGap {
+            log: segment.log_path.clone(),
+            expected_start: expected,
+            found_start: segment.start_offset,
+        });
+    }
+    match role {
+        Role::Sealed => sealed_fate(segment),
+        Role::Durable => {
+            durable_segment_check(segment, durable)?;
+            tail_fate(segment, uncertain_slot)
+        }
+        Role::Tail => tail_fate(segment, uncertain_slot),
+    }
+}
+
+fn sealed_fate(segment: &ScannedSegment) -> Result<Fate, FenceReason> {
+    match &segment.damage {
+        Some(damage) => Err(damage_fence(segment, damage, |damage| {
+            FenceReason::SealedSegmentCorrupt {
+                log: segment.log_path.clone(),
+                position: damage.position,
+                damage: damage.kind.to_string(),
+            }
+        })),
+        None if segment.batches.is_empty() => Err(FenceReason::EmptySealedSegment {
+            log: segment.log_path.clone(),
+        }),
+        None => Ok(Fate::Keep),
+    }
+}
+
+/// Every byte below the durable end was synced before the record named it: it must be there
+/// and valid, and the record's offset must fall on a batch boundary.
+fn durable_segment_check(
+    segment: &ScannedSegment,
+    durable: DurablePoint,
+) -> Result<(), FenceReason> {
+    let shorter = FenceReason::LogShorterThanDurable {
+        log: segment.log_path.clone(),
+        valid_end: segment.valid_end,
+        durable_position: durable.position,
+    };
+    if let Some(damage) = segment
+        .damage
+        .as_ref()
+        .filter(|d| d.position < durable.position)
+    {
+        return Err(match damage.kind {
+            DamageKind::Truncated { .. } => shorter,
+            _ => damage_fence(segment, damage, |damage| FenceReason::CorruptBelowDurable {
+                log: segment.log_path.clone(),
+                position: damage.position,
+                durable_position: durable.position,
+                damage: damage.kind.to_string(),
+            }),
+        });
+    }
+    if segment.valid_end < durable.position {
+        return Err(shorter);
+    }
+    let reached = segment.offset_at(durable.position);
+    if reached != Some(durable.next_offset) {
+        return Err(FenceReason::DurableOffsetMismatch {
+            log: segment.log_path.clone(),
+            durable,
+            found_next_offset: reached,
+        });
+    }
+    Ok(())
+}
+
+/// Bytes above the durable end were never promised durable: damage there is a torn tail,
+/// unless the durable end itself is uncertain.
+fn tail_fate(segment: &ScannedSegment, uncertain_slot: Option<&Path>) -> Result<Fate, FenceReason> {
+    match (&segment.damage, uncertain_slot) {
+        (None, _) => Ok(Fate::Keep),
+        (Some(damage), Some(slot)) => Err(FenceReason::DurableEndUncertain {
+            log: segment.log_path.clone(),
+            position: damage.position,
+            damage: damage.kind.to_string(),
+            slot: slot.to_path_buf(),
+        }),
+        (Some(damage), None) => Ok(Fate::Truncate {
+            damage: damage.kind.to_string(),
+        }),
+    }
+}
+
+/// An unreadable sector fences as `ReadFailed`; other damage as `otherwise` says.
+fn damage_fence(
+    segment: &ScannedSegment,
+    damage: &Damage,
+    otherwise: impl FnOnce(&Damage) -> FenceReason,
+) -> FenceReason {
+    match &damage.kind {
+        DamageKind::Unreadable { sector, error } => FenceReason::ReadFailed {
+            file: segment.log_path.clone(),
+            position: damage.position,
+            sector: *sector,
+            error: error.clone(),
+        },
+        _ => otherwise(damage),
+    }
+}
+
+/// The record to write last, if any:
+///
+/// | recovered end vs record | other slot | action |
+/// |---|---|---|
+/// | differs | any | sync the durable segment and later ones, record the recovered end |
+/// | equal | uncertain | rewrite the other slot with the same end and the next sequence |
+/// | equal | valid | none |
+fn plan_record(
+    trusted: &Trusted,
+    recovered: DurablePoint,
+    from_durable_segment: &[PlannedSegment],
+) -> Option<Action> {
+    let durable = trusted.record.durable;
+    if recovered != durable {
+        return Some(Action::AdvanceSuperblock {
+            sync: from_durable_segment
+                .iter()
+                .flat_map(|s| [s.log_path.clone(), s.index_path.clone()])
+                .collect(),
+            from: durable,
+            to: recovered,
+        });
+    }
+    trusted.uncertain.as_ref().map(|slot| Action::RewriteSlot {
+        path: slot.clone(),
+        durable,
+    })
+}
+
+/// Keeps the longest prefix of index entries that agrees with the log and rebuilds the
+/// rest; returns the entries the index will hold and the rewrite, if one is needed.
+pub fn plan_index(segment: &ScannedSegment) -> (Vec<IndexEntry>, Option<Action>) {
+    let (file_entries, torn_bytes) = match &segment.index {
+        Some(read) => (read.entries.as_slice(), read.torn_bytes),
+        None => (&[][..], 0),
+    };
+    let kept = agreeing_prefix(segment, file_entries);
+    let why = if segment.index.is_none() {
+        "the index is missing or unreadable".to_string()
+    } else if kept < file_entries.len() {
+        format!(
+            "entry {kept} of {} does not match a batch of the log",
+            file_entries.len()
+        )
+    } else if torn_bytes > 0 {
+        format!("{torn_bytes} trailing bytes are a torn entry")
+    } else {
+        return (file_entries.to_vec(), None);
+    };
+    let mut entries = file_entries[..kept].to_vec();
+    let mut last_position = entries.last().map(|e| e.position);
+    for batch in &segment.batches {
+        let due = last_position.is_none_or(|p| {
+            batch.position > p && batch.position - p >= REBUILT_INDEX_SPACING_BYTES
+        });
+        if due {
+            entries.push(IndexEntry {
+                offset: batch.base_offset,
+                timestamp: batch.timestamp,
+                position: batch.position,
+            });
+            last_position = Some(batch.position);
+        }
+    }
+    let action = Action::RewriteIndex {
+        path: segment.index_path.clone(),
+        entries: entries.clone(),
+        why,
+    };
+    (entries, Some(action))
+}
+
+/// How many leading entries name a valid batch (position, offset, timestamp), in order.
+fn agreeing_prefix(segment: &ScannedSegment, entries: &[IndexEntry]) -> usize {
+    let mut previous_position = None;
+    for (i, entry) in entries.iter().enumerate() {
+        let agrees = segment
+            .batches
+            .binary_search_by_key(&entry.position, |b| b.position)
+            .ok()
+            .map(|i| segment.batches[i])
+            .is_some_and(|b| b.base_offset == entry.offset && b.timestamp == entry.timestamp)
+            && previous_position.is_none_or(|p| entry.position > p);
+        if !agrees {
+            return i;
+        }
+        previous_position = Some(entry.position);
+    }
+    entries.len()
+}
+
+/// Stored offsets after recovery:
+///
+/// | stored | decision |
+/// |---|---|
+/// | an offset at or below the recovered last offset | kept |
+/// | an offset above it (a lost tail) | lowered to it, durably |
+/// | an offset, the log now empty | deleted, durably |
+/// | a damaged file, `replicated` offsets | dropped, durably (an unsynced store may tear) |
+/// | a damaged file, `persisted` offsets | kept as damaged: reported, never reset |
+fn plan_offsets(
+    survey: &Survey,
+    last_offset: Option<u64>,
+    actions: &mut Vec<Action>,
+) -> BTreeMap<ConsumerId, StoredOffset> {
+    let mut offsets = BTreeMap::new();
+    for (consumer, stored) in &survey.offsets {
+        let consumer = *consumer;
+        let path = consumer.path(&survey.dir);
+        match stored {
+            StoredOffset::Offset(offset) => match last_offset {
+                Some(last) if *offset <= last => {
+                    offsets.insert(consumer, StoredOffset::Offset(*offset));
+                }
+                Some(last) => {
+                    actions.push(Action::LowerOffset {
+                        consumer,
+                        path,
+                        from: *offset,
+                        to: last,
+                    });
+                    offsets.insert(consumer, StoredOffset::Offset(last));
+                }
+                None => actions.push(Action::DeleteOffset {
+                    consumer,
+                    path,
+                    was: *offset,
+                }),
+            },
+            StoredOffset::Damaged { why, .. }
+                if survey.offset_durability == Durability::Replicated =>
+            {
+                actions.push(Action::DropDamagedOffset {
+                    consumer,
+                    path,
+                    why: why.clone(),
+                })
+            }
+            damaged => {
+                offsets.insert(consumer, damaged.clone());
+            }
+        }
+    }
+    offsets
+}

@@ -1,0 +1,384 @@
+//! Boot recovery of one partition directory: a [`plan`] (read, then decide) and its
+//! [`apply`]cation.
+//!
+//! - [`survey`] reads: the superblock pair and the tail logs from the device (clean cached
+//!   pages dropped first), every segment walked from byte zero with every batch verified
+//!   against the format's ceilings, the indexes, the stored offsets;
+//! - [`decide`] decides, purely: which record is trusted, the fate of every segment, the
+//!   indexes to rebuild, the offsets to repair and the record to write; or why to fence;
+//! - [`apply`] carries the actions out, each durable whatever the topic's policy (a repair
+//!   that a power loss could undo is no repair), the superblock record last.
+//!
+//! In short: invalid bytes **below** the durable end, anywhere in a sealed segment, a chain
+//! gap, a file whose name disagrees with its first batch, or a log shorter than the durable
+//! end → **fence**, files untouched; invalid or unreadable bytes **above** the durable end →
+//! truncate there (never promised durable) and remove later segments; a missing, torn or
+//! divergent index → rebuild it from the log; valid batches beyond the durable end → sync
+//! them and advance the record. A crash anywhere inside apply leaves a state from which the
+//! next plan reaches the same result; a plan made right after applying one has no actions.
+
+mod apply;
+pub mod decide;
+pub mod survey;
+
+pub use apply::apply;
+pub use decide::REBUILT_INDEX_SPACING_BYTES;
+pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, SlotRead, Survey};
+
+use super::offsets::{ConsumerId, StoredOffset};
+use super::segment::log_name;
+use super::superblock::{DurablePoint, Superblock};
+use super::FenceReason;
+use crate::config::Durability;
+use crate::env::Disk;
+use crate::format::IndexEntry;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A segment as it will be after the plan is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedSegment {
+    pub start_offset: u64,
+    pub log_path: PathBuf,
+    pub index_path: PathBuf,
+    /// Bytes of valid batches the log will hold.
+    pub len: u64,
+    /// The offset after its last batch.
+    pub next_offset: u64,
+    /// Newest batch timestamp (0 when empty).
+    pub max_timestamp: u64,
+    /// The entries its index will hold.
+    pub index: Vec<IndexEntry>,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create a missing offsets directory (its parent synced after).
+    CreateDir { path: PathBuf },
+    /// Remove a file left by an interrupted index rebuild or offset store.
+    RemoveTemp { path: PathBuf },
+    /// Remove an index whose log does not exist, above the durable end.
+    RemoveStrayIndex { path: PathBuf },
+    /// Create an empty segment (the record names it and nothing in it was durable).
+    CreateSegment { start_offset: u64 },
+    /// Cut a log at `from` (it was `len` bytes): the bytes above were never promised durable.
+    Truncate {
+        path: PathBuf,
+        from: u64,
+        len: u64,
+        damage: String,
+    },
+    /// Remove a segment that lies wholly above the durable end.
+    RemoveSegment {
+        log_path: PathBuf,
+        index_path: PathBuf,
+        why: String,
+    },
+    RewriteIndex {
+        path: PathBuf,
+        entries: Vec<IndexEntry>,
+        why: String,
+    },
+    /// A stored offset beyond the recovered end (a lost tail): a consumer must not skip the
+    /// new messages that will take the lost offsets.
+    LowerOffset {
+        consumer: ConsumerId,
+        path: PathBuf,
+        from: u64,
+        to: u64,
+    },
+    /// A stored offset of a log that is now empty.
+    DeleteOffset {
+        consumer: ConsumerId,
+        path: PathBuf,
+        was: u64,
+    },
+    /// A damaged `replicated` offset file (an unsynced store can tear): the consumer reads
+    /// from the start, which the policy allows.
+    DropDamagedOffset {
+        consumer: ConsumerId,
+        path: PathBuf,
+        why: String,
+    },
+    /// Sync these logs and indexes (and the directory), then record the new durable end.
+    AdvanceSuperblock {
+        sync: Vec<PathBuf>,
+        from: DurablePoint,
+        to: DurablePoint,
+    },
+    /// Write the trusted end, with the next sequence, into the other slot, which is missing
+    /// or damaged: otherwise the durable end stays uncertain for every later boot.
+    RewriteSlot {
+        path: PathBuf,
+        durable: DurablePoint,
+    },
+}
+
+impl Action {
+    /// Every action's name, for reports and coverage tables.
+    pub const NAMES: [&'static str; 12] = [
+        "CreateDir",
+        "RemoveTemp",
+        "RemoveStrayIndex",
+        "CreateSegment",
+        "Truncate",
+        "RemoveSegment",
+        "RewriteIndex",
+        "LowerOffset",
+        "DeleteOffset",
+        "DropDamagedOffset",
+        "AdvanceSuperblock",
+        "RewriteSlot",
+    ];
+
+    /// This action's name (one of [`Action::NAMES`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::CreateDir { .. } => "CreateDir",
+            Action::RemoveTemp { .. } => "RemoveTemp",
+            Action::RemoveStrayIndex { .. } => "RemoveStrayIndex",
+            Action::CreateSegment { .. } => "CreateSegment",
+            Action::Truncate { .. } => "Truncate",
+            Action::RemoveSegment { .. } => "RemoveSegment",
+            Action::RewriteIndex { .. } => "RewriteIndex",
+            Action::LowerOffset { .. } => "LowerOffset",
+            Action::DeleteOffset { .. } => "DeleteOffset",
+            Action::DropDamagedOffset { .. } => "DropDamagedOffset",
+            Action::AdvanceSuperblock { .. } => "AdvanceSuperblock",
+            Action::RewriteSlot { .. } => "RewriteSlot",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::CreateDir { path } => write!(f, "create missing directory {}", path.display()),
+            Action::RemoveTemp { path } => write!(
+                f,
+                "remove {}: left by an interrupted index rebuild or offset store",
+                path.display()
+            ),
+            Action::RemoveStrayIndex { path } => write!(
+                f,
+                "remove {}: its log does not exist and it lies above the durable end",
+                path.display()
+            ),
+            Action::CreateSegment { start_offset } => write!(
+                f,
+                "create empty segment {}: the durable record names it and nothing in it was durable",
+                log_name(*start_offset)
+            ),
+            Action::Truncate {
+                path,
+                from,
+                len,
+                damage,
+            } => write!(
+                f,
+                "truncate {} from {len} to {from} bytes: torn tail above the durable end ({damage})",
+                path.display()
+            ),
+            Action::RemoveSegment { log_path, why, .. } => {
+                write!(f, "remove {} and its index: {why}", log_path.display())
+            }
+            Action::RewriteIndex { path, entries, why } => write!(
+                f,
+                "rebuild {} from the log ({} entries): {why}",
+                path.display(),
+                entries.len()
+            ),
+            Action::LowerOffset { path, from, to, .. } => write!(
+                f,
+                "lower the stored offset in {} from {from} to {to}: the log now ends there",
+                path.display()
+            ),
+            Action::DeleteOffset { path, was, .. } => write!(
+                f,
+                "delete the stored offset {was} in {}: the log is now empty",
+                path.display()
+            ),
+            Action::DropDamagedOffset { path, why, .. } => write!(
+                f,
+                "drop the damaged replicated offset {} ({why}): the consumer reads from the start",
+                path.display()
+            ),
+            Action::AdvanceSuperblock { from, to, .. } => write!(
+                f,
+                "sync the log and advance the durable end from segment {} position {} (next offset {}) to segment {} position {} (next offset {})",
+                from.segment_start, from.position, from.next_offset,
+                to.segment_start, to.position, to.next_offset
+            ),
+            Action::RewriteSlot { path, durable } => write!(
+                f,
+                "rewrite {} (missing or damaged) with the next sequence and the same durable end (segment {} position {})",
+                path.display(), durable.segment_start, durable.position
+            ),
+        }
+    }
+}
+
+/// What recovery decided for a partition.
+#[derive(Debug, Clone)]
+pub struct RecoveryPlan {
+    pub dir: PathBuf,
+    pub partition_id: u64,
+    /// The record recovery trusts (`None` when no record could be trusted).
+    pub superblock: Option<Superblock>,
+    /// The slot file holding it: apply syncs it before anything is served on its word.
+    pub sync_slot: Option<PathBuf>,
+    /// Segments as they will be after the actions, in offset order.
+    pub segments: Vec<PlannedSegment>,
+    /// Stored offsets as they will be after the actions.
+    pub offsets: BTreeMap<ConsumerId, StoredOffset>,
+    pub actions: Vec<Action>,
+    /// Observations that change nothing (a damaged copy of a slot, unknown files).
+    pub notes: Vec<String>,
+    /// Set when the partition must be fenced; then `actions` is empty.
+    pub fence: Option<FenceReason>,
+}
+
+/// The coarse result, for reports and simulator coverage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Clean,
+    DurableEndAdvanced,
+    IndexRebuilt,
+    TornTailTruncated,
+    OffsetRepaired,
+    SlotRepaired,
+    Fenced,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Clean,
+        Outcome::DurableEndAdvanced,
+        Outcome::IndexRebuilt,
+        Outcome::TornTailTruncated,
+        Outcome::OffsetRepaired,
+        Outcome::SlotRepaired,
+        Outcome::Fenced,
+    ];
+}
+
+impl RecoveryPlan {
+    /// Every outcome this plan reaches, most severe last.
+    pub fn outcomes(&self) -> Vec<Outcome> {
+        if self.fence.is_some() {
+            return vec![Outcome::Fenced];
+        }
+        let mut outcomes: Vec<Outcome> = self
+            .actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Truncate { .. } | Action::RemoveSegment { .. } => {
+                    Some(Outcome::TornTailTruncated)
+                }
+                Action::RewriteIndex { .. } => Some(Outcome::IndexRebuilt),
+                Action::AdvanceSuperblock { .. } => Some(Outcome::DurableEndAdvanced),
+                Action::LowerOffset { .. }
+                | Action::DeleteOffset { .. }
+                | Action::DropDamagedOffset { .. } => Some(Outcome::OffsetRepaired),
+                Action::RewriteSlot { .. } => Some(Outcome::SlotRepaired),
+                _ => None,
+            })
+            .collect();
+        if outcomes.is_empty() {
+            outcomes.push(Outcome::Clean);
+        }
+        outcomes.sort();
+        outcomes.dedup();
+        outcomes
+    }
+
+    /// The fine-grained decisions: the fence reason's name, or every action's name.
+    pub fn decisions(&self) -> Vec<&'static str> {
+        match &self.fence {
+            Some(reason) => vec![reason.name()],
+            None => self.actions.iter().map(Action::name).collect(),
+        }
+    }
+}
+
+/// Reads the partition directory and decides what recovery does. Changes no bytes (it drops
+/// clean cached pages of the files it must read from the device).
+pub fn plan(
+    disk: &dyn Disk,
+    dir: &Path,
+    partition_id: u64,
+    offset_durability: Durability,
+) -> io::Result<RecoveryPlan> {
+    let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), partition_id).entered();
+    let survey = survey::survey(disk, dir, partition_id, offset_durability)?;
+    let verdict = crate::canary_seam::recovery_verdict(&survey, decide::decide(&survey));
+    let notes = notes(&survey);
+    let plan = match verdict {
+        Ok(repairs) => RecoveryPlan {
+            dir: dir.to_path_buf(),
+            partition_id,
+            superblock: Some(repairs.trusted.record),
+            sync_slot: repairs.sync_slot,
+            segments: repairs.segments,
+            offsets: repairs.offsets,
+            actions: repairs.actions,
+            notes,
+            fence: None,
+        },
+        Err(reason) => RecoveryPlan {
+            dir: dir.to_path_buf(),
+            partition_id,
+            superblock: decide::trusted_record(dir, partition_id, &survey.slots)
+                .ok()
+                .map(|t| t.record),
+            sync_slot: None,
+            segments: Vec::new(),
+            offsets: BTreeMap::new(),
+            actions: Vec::new(),
+            notes,
+            fence: Some(reason),
+        },
+    };
+    for action in &plan.actions {
+        tracing::info!(%action, "recovery decision");
+    }
+    Ok(plan)
+}
+
+/// What the survey saw that changes nothing.
+fn notes(survey: &Survey) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (slot, read) in survey.slots.iter().enumerate() {
+        let path = survey.dir.join(super::superblock::SLOT_NAMES[slot]);
+        match read {
+            SlotRead::Valid { record, problems } if !problems.is_empty() => notes.push(format!(
+                "{}: {} (the other copy holds sequence {})",
+                path.display(),
+                problems.join("; "),
+                record.sequence
+            )),
+            SlotRead::Valid { .. } => {}
+            SlotRead::Missing => notes.push(format!("{} is missing", path.display())),
+            SlotRead::Unreadable(e) => notes.push(format!("{} is unreadable: {e}", path.display())),
+            SlotRead::Damaged(e) => notes.push(format!("{} is damaged: {e}", path.display())),
+            SlotRead::Oversized { len } => {
+                notes.push(format!("{} is {len} bytes long", path.display()))
+            }
+        }
+    }
+    for path in &survey.unknown {
+        notes.push(format!("ignored unknown entry {}", path.display()));
+    }
+    for (consumer, stored) in &survey.offsets {
+        if let StoredOffset::Damaged { path, why } = stored {
+            notes.push(format!(
+                "stored offset of {consumer:?} in {} is damaged: {why}",
+                path.display()
+            ));
+        }
+    }
+    notes
+}

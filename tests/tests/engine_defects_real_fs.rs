@@ -1,0 +1,694 @@
+//! The engine defects of the 2026-11-30 review (E-items, probes P1–P8), each shown fixed over
+//! real files: the probe's scenario, asserting the corrected behaviour.
+
+use bytes::BytesMut;
+use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::format::{BatchHeader, FormatError, Limits};
+use cairn_engine::partition::recovery::{self, Action};
+use cairn_engine::partition::superblock::{DurablePoint, Superblock};
+use cairn_engine::partition::{
+    offsets, ConsumerId, FenceReason, Outcome, Partition, PartitionError, PollFrom,
+};
+use cairn_tests::*;
+use std::path::Path;
+use std::sync::Arc;
+
+const LOG0: &str = "00000000000000000000.log";
+
+fn settings() -> PartitionSettings {
+    PartitionSettings::default()
+}
+
+fn open_with(
+    env: &cairn_engine::env::Env,
+    dir: &Path,
+    durability: Durability,
+    settings: PartitionSettings,
+) -> cairn_engine::partition::Opened {
+    Partition::open(env, dir, 7, config(durability), settings).expect("open")
+}
+
+fn ids(partition: &mut Partition) -> Vec<(u64, u128)> {
+    read_all(partition, 1000)
+        .into_iter()
+        .map(|(offset, id, _)| (offset, id))
+        .collect()
+}
+
+/// P1, E7: with `validate_checksum = false` a damaged frame structure is refused, never a
+/// panic; a damaged payload is served as the specification says ("whatever decodes").
+#[test]
+fn validate_checksum_off_never_panics_on_damaged_bytes() {
+    let settings = PartitionSettings {
+        validate_checksum: false,
+        ..settings()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let env = real_env();
+    // Frame 1 starts at 256 + (48 + 100 + 3); its reserved bytes are at frame + 40..48.
+    let frame1 = 256 + 151;
+    for (poke, structural) in [(frame1 + 44, true), (frame1 + 48 + 7, false)] {
+        let dir = tmp.path().join(format!("p{poke}"));
+        let cfg = config(Durability::Persisted);
+        let mut partition = Partition::create(&env, &dir, 7, cfg, settings).unwrap();
+        partition
+            .append_group(vec![batch(1, 4, 100)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        let log = dir.join(LOG0);
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes[poke] = 0xFF;
+        std::fs::write(&log, bytes).unwrap();
+        let polled = partition.poll(PollFrom::Offset(1), 1).unwrap();
+        if structural {
+            assert!(
+                polled.batches.is_empty(),
+                "a batch that does not frame is not served"
+            );
+            assert!(matches!(
+                partition.fence_reason(),
+                Some(FenceReason::CorruptBelowDurable { position: 0, .. })
+            ));
+        } else {
+            let served = messages(&polled.batches);
+            assert_eq!(served.len(), 1);
+            assert_eq!(served[0].1, message_id(1, 1));
+            assert_ne!(
+                served[0].2,
+                payload(1, 1, 100),
+                "the damaged payload is served"
+            );
+            assert!(partition.fence_reason().is_none());
+        }
+    }
+}
+
+/// P2, E4: out of space while rotating is `NoSpace`, not a fence; preallocation is best
+/// effort; appends resume when space returns and every acknowledged message is kept.
+#[test]
+fn no_space_at_rotation_is_reported_and_appends_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let faulty = FaultyDisk::default();
+    let env = faulty.env();
+    let mut cfg = config(Durability::Persisted);
+    cfg.preallocate_segments = true;
+    let mut partition = Partition::create(&env, &dir, 7, cfg, settings()).unwrap();
+    *faulty.nospace_preallocate.lock().unwrap() = true;
+    let mut acked = Vec::new();
+    for seed in 0..30 {
+        let ack = partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap();
+        acked.push((
+            seed,
+            ack.expect("fallocate failing costs only the reservation"),
+        ));
+    }
+    assert!(
+        partition.segment_starts().unwrap().len() >= 3,
+        "rotated while fallocate failed"
+    );
+    *faulty.nospace_create.lock().unwrap() = true;
+    let mut refused = 0;
+    for seed in 30..60 {
+        match partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap()
+        {
+            Ok(ack) => acked.push((seed, ack)),
+            Err(PartitionError::NoSpace) => refused += 1,
+            Err(other) => panic!("expected NoSpace, got {other}"),
+        }
+    }
+    assert!(refused > 0, "a rotation needed a new file");
+    assert!(partition.fence_reason().is_none());
+    *faulty.nospace_create.lock().unwrap() = false;
+    let resumed = partition
+        .append_group(vec![batch(99, 10, 9000)])
+        .pop()
+        .unwrap();
+    acked.push((99, resumed.expect("appends resume when space returns")));
+    let expected: Vec<(u64, u128)> = acked
+        .iter()
+        .flat_map(|&(seed, ack)| {
+            (0..10).map(move |i| (ack.base_offset + i as u64, message_id(seed, i)))
+        })
+        .collect();
+    drop(partition);
+    let mut partition = open(&real_env(), &dir, cfg).partition;
+    assert_eq!(ids(&mut partition), expected);
+}
+
+/// P3, E2, E16: under `persisted` a failed persist rolls back: the refused message is never
+/// shown, its offset is not stored against, and after a crash the offset holds only the
+/// message that was acknowledged there.
+#[test]
+fn a_failed_persist_rolls_back_and_its_offsets_are_never_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let faulty = FaultyDisk::default();
+    let env = faulty.env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = Partition::create(&env, &dir, 7, cfg, settings()).unwrap();
+    partition
+        .append_group(vec![batch(1, 2, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    *faulty.nospace_writes_to.lock().unwrap() = Some("log");
+    let failed = partition.append_group(vec![batch(2, 2, 10)]).pop().unwrap();
+    assert!(matches!(failed, Err(PartitionError::NoSpace)), "{failed:?}");
+    // Provisional appends are rolled back with the persist that fails them.
+    partition.append(batch(3, 1, 10)).unwrap();
+    partition.append(batch(4, 1, 10)).unwrap();
+    assert!(matches!(partition.persist(), Err(PartitionError::NoSpace)));
+    assert_eq!(partition.next_offset().unwrap(), 2);
+    let polled = partition.poll(PollFrom::Offset(2), 10).unwrap();
+    assert!(
+        polled.batches.is_empty(),
+        "nothing above the durable end is shown"
+    );
+    assert_eq!(polled.current_offset, Some(1));
+    let consumer = ConsumerId::consumer(1);
+    assert!(matches!(
+        partition.store_offset(consumer, 2),
+        Err(PartitionError::OffsetBeyondEnd {
+            offset: 2,
+            last: Some(1)
+        })
+    ));
+    *faulty.nospace_writes_to.lock().unwrap() = None;
+    let ack = partition
+        .append_group(vec![batch(5, 2, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    assert_eq!(ack.base_offset, 2);
+    drop(partition); // a process crash
+    let mut partition = open(&real_env(), &dir, cfg).partition;
+    assert_eq!(
+        ids(&mut partition),
+        vec![
+            (0, message_id(1, 0)),
+            (1, message_id(1, 1)),
+            (2, message_id(5, 0)),
+            (3, message_id(5, 1))
+        ]
+    );
+}
+
+/// Under `persisted`, journaled but unpersisted appends are not shown to consumers.
+#[test]
+fn persisted_appends_are_invisible_until_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    partition.append(batch(1, 3, 10)).unwrap();
+    partition.flush().unwrap(); // written, not synced
+    let polled = partition.poll(PollFrom::First, 10).unwrap();
+    assert!(polled.batches.is_empty());
+    assert_eq!(polled.current_offset, None);
+    assert_eq!(partition.visible_next_offset().unwrap(), 0);
+    partition.persist().unwrap();
+    assert_eq!(
+        partition.poll(PollFrom::First, 10).unwrap().message_count,
+        3
+    );
+}
+
+/// P4, E5: stored batches are verified against the format's ceilings: lowering an admission
+/// limit changes what new batches may hold, never what recovery accepts.
+#[test]
+fn lowering_admission_limits_never_fences_stored_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 10, 100)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.close().unwrap();
+    let mut lowered = settings();
+    lowered.limits.max_messages_per_batch = 5;
+    lowered.limits.max_payload_bytes = 50;
+    let opened = open_with(&env, &dir, Durability::Persisted, lowered);
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::Clean]);
+    let mut partition = opened.partition;
+    assert_eq!(read_all(&mut partition, 100).len(), 10);
+    assert!(matches!(
+        partition.append(batch(2, 10, 10)),
+        Err(PartitionError::InvalidBatch(FormatError::TooManyMessages {
+            count: 10,
+            limit: 5
+        }))
+    ));
+}
+
+/// A partition with three durable batches and three more flushed above the durable end.
+fn durable_and_tail(dir: &Path) -> (DurablePoint, u64) {
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, dir, cfg);
+    for seed in 0..3 {
+        partition
+            .append_group(vec![batch(seed, 10, 5000)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    let durable = partition.durable_point().unwrap();
+    for seed in 3..6 {
+        partition.append(batch(seed, 10, 5000)).unwrap();
+    }
+    partition.flush().unwrap();
+    drop(partition);
+    let len = std::fs::metadata(dir.join(LOG0)).unwrap().len();
+    (durable, len)
+}
+
+/// P6, E8: an unreadable sector above the durable end is a torn tail, cut at the batch it
+/// lies in; the durable data stays served.
+#[test]
+fn an_unreadable_sector_above_the_durable_end_is_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let (durable, len) = durable_and_tail(&dir);
+    let log = dir.join(LOG0);
+    let bad = durable.position + (len - durable.position) / 2;
+    let bad = bad - bad % 512;
+    let batch_start = *batch_positions(&log)
+        .iter()
+        .rev()
+        .find(|&&p| p <= bad)
+        .unwrap();
+    let faulty = FaultyDisk::default();
+    *faulty.unreadable.lock().unwrap() = Some((log.clone(), bad, bad + 512));
+    let opened = open_with(&faulty.env(), &dir, Durability::Persisted, settings());
+    assert!(opened.partition.fence_reason().is_none());
+    let truncations: Vec<(u64, String)> = opened
+        .plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Truncate { from, damage, .. } => Some((*from, damage.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(truncations.len(), 1, "{:?}", opened.plan.actions);
+    assert_eq!(truncations[0].0, batch_start);
+    assert!(
+        truncations[0].1.contains(&format!("sector at {bad}")),
+        "{truncations:?}"
+    );
+    let mut partition = opened.partition;
+    assert!(read_all(&mut partition, 100).len() as u64 >= durable.next_offset);
+}
+
+/// E8: below the durable end the same sector fences, naming the batch and the sector.
+#[test]
+fn an_unreadable_sector_below_the_durable_end_fences_naming_the_sector() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let (durable, _) = durable_and_tail(&dir);
+    let log = dir.join(LOG0);
+    let bad = durable.position / 2;
+    let bad = bad - bad % 512;
+    let batch_start = *batch_positions(&log)
+        .iter()
+        .rev()
+        .find(|&&p| p <= bad)
+        .unwrap();
+    let faulty = FaultyDisk::default();
+    *faulty.unreadable.lock().unwrap() = Some((log.clone(), bad, bad + 512));
+    let opened = open_with(&faulty.env(), &dir, Durability::Persisted, settings());
+    match opened.partition.fence_reason() {
+        Some(FenceReason::ReadFailed {
+            file,
+            position,
+            sector,
+            ..
+        }) => assert_eq!((file, *position, *sector), (&log, batch_start, bad)),
+        other => panic!("expected ReadFailed, got {other:?}"),
+    }
+    assert!(opened.plan.actions.is_empty(), "a fence changes nothing");
+}
+
+/// P7, E3: lowering an offset beyond a lost tail is a repair, durable under either policy.
+#[test]
+fn recovery_lowers_an_offset_durably_under_replicated_offsets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut cfg = config(Durability::Replicated);
+    cfg.messages_required_to_save = 10;
+    let consumer = ConsumerId::consumer(3);
+    let mut partition = create(&env, &dir, cfg);
+    partition.append(batch(1, 10, 10)).unwrap(); // flushed (threshold)
+    partition.append(batch(2, 5, 10)).unwrap(); // journal only
+    partition.store_offset(consumer, 13).unwrap();
+    drop(partition); // the journal is lost
+    let counting = CountingDisk::default();
+    let mut cenv = real_env();
+    cenv.disk = Arc::new(counting.clone());
+    let opened = open(&cenv, &dir, cfg);
+    assert!(opened.plan.actions.contains(&Action::LowerOffset {
+        consumer,
+        path: consumer.path(&dir),
+        from: 13,
+        to: 9
+    }));
+    assert_eq!(opened.partition.get_offset(consumer).unwrap(), Some(9));
+    assert!(
+        counting.syncs_of("offsets/consumers/3") >= 1,
+        "the new value is synced"
+    );
+    assert!(
+        counting.dir_syncs_of("offsets/consumers") >= 1,
+        "and its rename"
+    );
+}
+
+/// P8: a torn `replicated` offset file (an unsynced store) is dropped, so the consumer
+/// reads from the start; under `persisted` the same damage is reported, never reset.
+#[test]
+fn a_torn_offset_file_is_dropped_under_replicated_and_reported_under_persisted() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        let env = real_env();
+        let cfg = config(durability);
+        let consumer = ConsumerId::consumer(1);
+        let mut partition = create(&env, &dir, cfg);
+        partition
+            .append_group(vec![batch(1, 10, 10)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        partition.store_offset(consumer, 4).unwrap();
+        partition.close().unwrap();
+        let file = consumer.path(&dir);
+        std::fs::write(&file, b"").unwrap();
+        let opened = open(&env, &dir, cfg);
+        let mut partition = opened.partition;
+        match durability {
+            Durability::Replicated => {
+                assert!(matches!(
+                    opened.plan.actions.as_slice(),
+                    [Action::DropDamagedOffset { path, .. }] if *path == file
+                ));
+                assert_eq!(partition.get_offset(consumer).unwrap(), None);
+                let polled = partition.poll(PollFrom::Next(consumer), 5).unwrap();
+                assert_eq!(messages(&polled.batches)[0].0, 0);
+                assert!(!file.exists());
+            }
+            Durability::Persisted => {
+                assert!(opened.plan.actions.is_empty());
+                assert!(matches!(
+                    partition.poll(PollFrom::Next(consumer), 5),
+                    Err(PartitionError::OffsetDamaged { .. })
+                ));
+                assert_eq!(std::fs::read(&file).unwrap(), b"");
+            }
+        }
+    }
+}
+
+fn slot_record(dir: &Path, name: &str) -> Option<Superblock> {
+    let bytes = std::fs::read(dir.join(name)).ok()?;
+    Superblock::decode(bytes.get(..64)?).ok()
+}
+
+/// The slot holding the older record (the one a clean close did not write last).
+fn older_slot(dir: &Path) -> &'static str {
+    let a = slot_record(dir, "superblock.a").unwrap().sequence;
+    let b = slot_record(dir, "superblock.b").unwrap().sequence;
+    if a < b {
+        "superblock.a"
+    } else {
+        "superblock.b"
+    }
+}
+
+/// E11: a missing slot is as uncertain as a damaged one; a clean recovery re-creates it,
+/// durably, and a torn tail with a slot missing fences instead of truncating.
+#[test]
+fn a_missing_slot_is_recreated_durably_or_fences_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 5, 100)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.close().unwrap();
+    let slot = older_slot(&dir);
+    std::fs::remove_file(dir.join(slot)).unwrap();
+    let counting = CountingDisk::default();
+    let mut cenv = real_env();
+    cenv.disk = Arc::new(counting.clone());
+    let opened = open(&cenv, &dir, cfg);
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::SlotRepaired]);
+    assert!(slot_record(&dir, slot).is_some(), "the slot is back");
+    assert!(
+        counting.dir_syncs.lock().unwrap().contains_key(&dir),
+        "its name is durable"
+    );
+    opened.partition.close().unwrap();
+
+    std::fs::remove_file(dir.join(older_slot(&dir))).unwrap();
+    let log = dir.join(LOG0);
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(&[9u8; 300]);
+    std::fs::write(&log, bytes).unwrap();
+    let opened = open(&env, &dir, cfg);
+    assert!(matches!(
+        opened.partition.fence_reason(),
+        Some(FenceReason::DurableEndUncertain { .. })
+    ));
+}
+
+/// E12: a damaged older slot is rewritten at the next clean recovery, so the uncertainty does
+/// not outlive it: a later torn tail is truncated, not fenced.
+#[test]
+fn a_damaged_older_slot_is_rewritten_so_a_later_torn_tail_truncates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 5, 100)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.close().unwrap();
+    let slot = dir.join(older_slot(&dir));
+    flip_byte(&slot, 20);
+    flip_byte(&slot, 4096 + 20);
+    let opened = open(&env, &dir, cfg);
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::SlotRepaired]);
+    opened.partition.close().unwrap();
+    let log = dir.join(LOG0);
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(&[9u8; 300]);
+    std::fs::write(&log, bytes).unwrap();
+    let opened = open(&env, &dir, cfg);
+    assert_eq!(opened.plan.outcomes(), vec![Outcome::TornTailTruncated]);
+}
+
+/// E14: missing offsets directories are created with their parents synced.
+#[test]
+fn missing_offsets_directories_are_created_durably() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    create(&env, &dir, cfg).close().unwrap();
+    std::fs::remove_dir_all(dir.join("offsets")).unwrap();
+    let counting = CountingDisk::default();
+    let mut cenv = real_env();
+    cenv.disk = Arc::new(counting.clone());
+    let opened = open(&cenv, &dir, cfg);
+    let created: Vec<&str> = opened.plan.decisions();
+    assert_eq!(created, vec!["CreateDir", "CreateDir", "CreateDir"]);
+    let synced = counting.dir_syncs.lock().unwrap().clone();
+    assert!(
+        synced.contains_key(&dir) && synced.contains_key(&dir.join("offsets")),
+        "{synced:?}"
+    );
+    assert!(dir.join("offsets/consumers").is_dir() && dir.join("offsets/groups").is_dir());
+}
+
+/// E15: when the cut after a failed write fails too, the file's end is unknown: fence.
+#[test]
+fn a_failed_cut_after_no_space_fences() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let faulty = FaultyDisk::default();
+    let mut partition = Partition::create(
+        &faulty.env(),
+        &dir,
+        7,
+        config(Durability::Persisted),
+        settings(),
+    )
+    .unwrap();
+    *faulty.nospace_writes_to.lock().unwrap() = Some("log");
+    *faulty.set_len_fails.lock().unwrap() = true;
+    let result = partition.append_group(vec![batch(1, 2, 10)]).pop().unwrap();
+    assert!(matches!(
+        result,
+        Err(PartitionError::Fenced(FenceReason::IoFailed {
+            op: "set_len",
+            ..
+        }))
+    ));
+}
+
+/// E18: offsets near `u64::MAX` on disk are damage, never an overflow.
+#[test]
+fn offsets_that_would_overflow_are_damage_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    std::fs::create_dir_all(dir.join("offsets/consumers")).unwrap();
+    std::fs::create_dir_all(dir.join("offsets/groups")).unwrap();
+    let start = u64::MAX - 2;
+    let durable = DurablePoint {
+        segment_start: start,
+        position: 0,
+        next_offset: start,
+    };
+    for (sequence, name) in [(0, "superblock.a"), (1, "superblock.b")] {
+        let record = Superblock {
+            sequence,
+            partition_id: 7,
+            durable,
+        };
+        std::fs::write(dir.join(name), record.encode_slot_file()).unwrap();
+    }
+    let mut stored: BytesMut = batch(1, 5, 10);
+    cairn_engine::format::stamp_batch(&mut stored, 7, start, 1);
+    std::fs::write(dir.join(format!("{start:020}.log")), &stored).unwrap();
+    std::fs::write(dir.join(format!("{start:020}.index")), b"").unwrap();
+    assert!(matches!(
+        cairn_engine::format::verify_batch(
+            &stored,
+            &Limits::default(),
+            cairn_engine::format::Layout::Stored
+        ),
+        Err(FormatError::OffsetOverflow { .. })
+    ));
+    let opened = open(&real_env(), &dir, config(Durability::Persisted));
+    assert!(opened.partition.fence_reason().is_none());
+    assert!(matches!(
+        opened.plan.actions.as_slice(),
+        [Action::Truncate { from: 0, damage, .. }] if damage.contains("overflows")
+    ));
+}
+
+/// E20, E21: recovery removes only its own leftovers, and reads only offset files named by
+/// the plain decimal id; an operator's other files are left alone and noted.
+#[test]
+fn only_recoverys_own_files_are_touched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 10, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.store_offset(ConsumerId::consumer(5), 3).unwrap();
+    partition.close().unwrap();
+    let consumers = dir.join("offsets/consumers");
+    std::fs::write(dir.join("notes.tmp"), b"mine").unwrap();
+    std::fs::write(dir.join("00000000000000000000.index.tmp"), b"x").unwrap();
+    std::fs::write(consumers.join("6.tmp"), b"x").unwrap();
+    let valid = std::fs::read(consumers.join("5")).unwrap();
+    std::fs::write(consumers.join("+5"), &valid).unwrap();
+    std::fs::write(
+        consumers.join("007"),
+        offsets::encode(ConsumerId::consumer(7), 1),
+    )
+    .unwrap();
+    let opened = open(&env, &dir, cfg);
+    assert_eq!(opened.plan.decisions(), vec!["RemoveTemp", "RemoveTemp"]);
+    assert!(dir.join("notes.tmp").exists() && consumers.join("+5").exists());
+    for unknown in ["notes.tmp", "+5", "007"] {
+        assert!(
+            opened.plan.notes.iter().any(|n| n.contains(unknown)),
+            "{unknown}: {:?}",
+            opened.plan.notes
+        );
+    }
+    let partition = opened.partition;
+    assert_eq!(partition.get_offset(ConsumerId::consumer(7)).unwrap(), None);
+    assert_eq!(
+        partition.get_offset(ConsumerId::consumer(5)).unwrap(),
+        Some(3)
+    );
+}
+
+/// E24: a poll serves whole batches by sharing their bytes, not copying them.
+#[test]
+fn whole_batches_are_served_without_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Replicated));
+    partition.append(batch(1, 3, 10)).unwrap();
+    let first = partition.poll(PollFrom::First, 10).unwrap();
+    let again = partition.poll(PollFrom::First, 10).unwrap();
+    assert_eq!(first.batches[0].as_ptr(), again.batches[0].as_ptr());
+    partition.persist().unwrap();
+    let from_disk = partition.poll(PollFrom::First, 10).unwrap();
+    assert_eq!(from_disk.batches[0], first.batches[0]);
+    let header = BatchHeader::decode(&from_disk.batches[0]).unwrap();
+    assert_eq!(header.message_count, 3);
+}
+
+/// E1: recovery reads the superblock slots and the tail logs from the device (their clean
+/// cached pages dropped first), never from what a page cache remembers; sealed segments,
+/// synced before they were sealed, are read as they are.
+#[test]
+fn recovery_reads_the_slots_and_tail_from_the_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    for seed in 0..30 {
+        partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    let starts = partition.segment_starts().unwrap();
+    assert!(starts.len() >= 3);
+    partition.close().unwrap();
+    let counting = CountingDisk::default();
+    let mut cenv = real_env();
+    cenv.disk = Arc::new(counting.clone());
+    let _ = recovery::plan(cenv.disk.as_ref(), &dir, 7, Durability::Persisted).unwrap();
+    let evicted = counting.evictions.lock().unwrap().clone();
+    let active = dir.join(format!("{:020}.log", starts.last().unwrap()));
+    let sealed = dir.join(format!("{:020}.log", starts[0]));
+    assert!(evicted.contains_key(&dir.join("superblock.a")));
+    assert!(evicted.contains_key(&dir.join("superblock.b")));
+    assert!(evicted.contains_key(&active), "{evicted:?}");
+    assert!(!evicted.contains_key(&sealed), "{evicted:?}");
+}
