@@ -1,21 +1,34 @@
-//! A simulated disk: files in memory behind a page-cache model, with fault injection.
+//! A simulated disk that fails the way Linux on a real device does.
 //!
-//! Every file holds what reads see (`data`, the page cache) and what survives a power loss
-//! (`durable`), plus the set of dirty 4 KiB pages written since the last honest sync.
-//! Directory entries are durable only after `sync_dir` of their directory. Faults:
+//! Every file has three layers:
+//! - `data`, the page cache: what reads return;
+//! - `device`, what the device returns once a page is written back (a lying device returns
+//!   what its volatile cache holds);
+//! - `durable`, what survives a power loss.
 //!
-//! - process crash: nothing on disk changes (the page cache survives);
-//! - power loss: each dirty page independently kept, dropped or torn at 512-byte sectors
-//!   with a garbage sector at the edge; file lengths may revert; each directory's unsynced
-//!   changes are kept or reverted as a whole;
-//! - a crash armed at the n-th mutating call: that call lands partially (a write as a
-//!   sector-aligned prefix plus one garbage sector) and every later call fails;
-//! - lying `sync_data` (returns Ok, persists nothing), `EIO` on write and on sync (the sync
-//!   loses the file's dirty pages), `ENOSPC` past a capacity, misdirected writes, bit flips
-//!   in durable bytes, read errors on chosen sectors.
+//! Pages written since their last writeback are *dirty*; pages a lying sync claimed durable
+//! are *lied*. The calls:
+//! - `sync_data` writes the dirty pages back (device and durable), or lies (device only,
+//!   recorded), or fails with EIO: then, as Linux does, the pages keep their new bytes in the
+//!   cache, marked clean, and the device keeps the old ones; a later sync succeeds;
+//! - `evict_cache` drops clean cached pages, so reads return the device's bytes;
+//! - a process crash changes nothing on disk; a power loss rebuilds every file from its
+//!   durable bytes plus the fate of each dirty or lied page: kept, dropped, or torn at 512-byte
+//!   sectors. On the default (sector-atomic) device each sector of a torn page is old or new;
+//!   on a non-atomic device one sector is garbled whole, unchanged bytes too;
+//! - directories keep an ordered log of unsynced changes per directory; `sync_dir` makes them
+//!   durable (or lies, or fails), and a power loss persists a prefix of each log;
+//! - a crash armed at the n-th mutating call lands that call partially (a write: each sector
+//!   old or new, or one garbled sector on a non-atomic device) and fails every later call;
+//! - ENOSPC past a capacity from writes, file and directory creation, renames and
+//!   preallocation (which reserves space); unlinked files free theirs;
+//! - misdirected writes (to another offset, or into another file), bit flips in durable
+//!   bytes, unreadable sectors (a write over a sector remaps it).
 //!
-//! Every fault that fires is recorded in [`FaultRecord`]s, so checkers can tell a justified
-//! refusal from a bug.
+//! Every fault that fires is recorded ([`FaultRecord`]). Faults that damage bytes are also
+//! tracked as [`Damage`] on the file they damaged, with the layers they are still present in:
+//! overwritten, synced over, truncated or unlinked damage stops counting, so a checker can ask
+//! whether an injected fault still present explains what it sees.
 
 use crate::clock::SimClock;
 use cairn_engine::env::{DirEntry, Disk, DiskFile, OpenMode};
@@ -24,62 +37,67 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::io::IoSlice;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub const PAGE: u64 = 4096;
 pub const SECTOR: u64 = 512;
 
-/// The kinds of injected faults (and their visible effects).
+/// The kinds of injected faults and of their effects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
     ProcessCrash,
     PowerLoss,
-    /// A write in flight at a crash landed as a prefix with a garbage sector.
+    /// A write in flight at a crash landed partly (each sector old or new).
     TornWrite,
-    /// At a power loss, an unsynced page was dropped or torn.
+    /// A non-atomic device garbled a whole sector at a crash, unchanged bytes too.
+    NonAtomicTear,
+    /// At a power loss, a page never synced did not land (or landed torn).
     LostPage,
-    /// At a power loss, a directory's unsynced changes were reverted.
+    /// At a power loss, a page a lying sync had claimed durable did not land.
+    LostSyncedPage,
+    /// At a power loss, an unsynced directory change did not persist.
     LostDirEntry,
+    /// At a power loss, a directory change a lying `sync_dir` had claimed did not persist.
+    LostSyncedDirEntry,
     LyingSync,
+    LyingDirSync,
     WriteError,
     SyncError,
+    DirSyncError,
     NoSpace,
     BitFlip,
     ReadError,
     MisdirectedWrite,
+    /// Bytes of a file replaced by something outside the node (an operator, a restore of
+    /// another copy): used by directed scenarios for rules no device fault reaches.
+    Overwritten,
     ClockJump,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::ProcessCrash,
         FaultKind::PowerLoss,
         FaultKind::TornWrite,
+        FaultKind::NonAtomicTear,
         FaultKind::LostPage,
+        FaultKind::LostSyncedPage,
         FaultKind::LostDirEntry,
+        FaultKind::LostSyncedDirEntry,
         FaultKind::LyingSync,
+        FaultKind::LyingDirSync,
         FaultKind::WriteError,
         FaultKind::SyncError,
+        FaultKind::DirSyncError,
         FaultKind::NoSpace,
         FaultKind::BitFlip,
         FaultKind::ReadError,
         FaultKind::MisdirectedWrite,
+        FaultKind::Overwritten,
         FaultKind::ClockJump,
     ];
-
-    /// Faults that damage bytes the disk promised durable (or lie about it): the only
-    /// faults that can justify a refusal.
-    pub fn damages_durable_data(self) -> bool {
-        matches!(
-            self,
-            FaultKind::LyingSync
-                | FaultKind::SyncError
-                | FaultKind::BitFlip
-                | FaultKind::ReadError
-                | FaultKind::MisdirectedWrite
-        )
-    }
 }
 
 /// One fault that fired.
@@ -87,19 +105,96 @@ impl FaultKind {
 pub struct FaultRecord {
     pub kind: FaultKind,
     pub path: Option<PathBuf>,
-    pub position: Option<u64>,
+    /// The bytes of `path` it concerns, when it concerns bytes.
+    pub range: Option<Range<u64>>,
     pub detail: String,
+}
+
+/// Bytes of a file an injected fault changed (or kept from changing), and where that change
+/// is still present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub kind: FaultKind,
+    pub range: Range<u64>,
+    /// The damage is bytes that should be there and are not (a lost synced page, a failed
+    /// writeback, a write that landed elsewhere): cutting the file does not heal it, only
+    /// writing them does. Otherwise it is wrong bytes, gone once cut away.
+    pub missing: bool,
+    /// The index of its [`FaultRecord`].
+    pub record: usize,
+    /// Reads see it now.
+    pub in_cache: bool,
+    /// Reads see it once the cache is dropped.
+    pub on_device: bool,
+    /// It survives a power loss.
+    pub durable: bool,
+}
+
+impl Damage {
+    pub fn present(&self) -> bool {
+        self.in_cache || self.on_device || self.durable
+    }
 }
 
 /// Fault intensities of the disk (probabilities per call; `None` = off).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DiskFaults {
     pub lying_sync: Option<f64>,
+    pub lying_dir_sync: Option<f64>,
     pub write_error: Option<f64>,
     pub sync_error: Option<f64>,
+    pub dir_sync_error: Option<f64>,
     pub misdirected_write: Option<f64>,
-    /// Bytes of file data the device holds; writes past it fail with ENOSPC.
+    /// Bytes of file data the device holds; growing past it fails with ENOSPC.
     pub capacity: Option<u64>,
+    /// The device does not write sectors atomically: a torn sector is garbled whole.
+    pub non_atomic: bool,
+}
+
+/// What a power loss does to unsynced pages and directory changes (random unless scripted).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Fates {
+    #[default]
+    Random,
+    /// Every unsynced page and directory change lands.
+    KeepAll,
+    /// None does.
+    DropAll,
+    /// Unsynced pages of files, and directory changes of names, whose path ends with one of
+    /// these are lost; everything else lands.
+    DropOnly(Vec<String>),
+}
+
+impl Fates {
+    fn drops(&self, path: Option<&Path>) -> Option<bool> {
+        match self {
+            Fates::Random => None,
+            Fates::KeepAll => Some(false),
+            Fates::DropAll => Some(true),
+            Fates::DropOnly(ends) => {
+                let path = path
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Some(ends.iter().any(|end| path.ends_with(end.as_str())))
+            }
+        }
+    }
+}
+
+/// A fault scripted for the next call that matches (directed scenarios).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scripted {
+    /// The next `sync_data` of a file whose path ends with this lies.
+    LieOnSync(String),
+    /// The next `sync_data` of a file whose path ends with this fails with EIO.
+    FailSync(String),
+    /// The next `sync_dir` of this directory lies.
+    LieOnDirSync(PathBuf),
+    /// The next write to a file whose path ends with `from` lands in `into` instead, at the
+    /// same position.
+    MisdirectWrite { from: String, into: PathBuf },
+    /// The next mutating call on a path ending with this crashes the node (lands partly).
+    CrashOn(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,15 +203,119 @@ enum Node {
     Dir,
 }
 
+/// One unsynced change of a directory's entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DirOp {
+    Link(PathBuf, Node),
+    Unlink(PathBuf),
+    /// Within one directory: atomic.
+    Rename(PathBuf, PathBuf, Node),
+}
+
+#[derive(Clone, Debug)]
+struct PendingOp {
+    op: DirOp,
+    /// A lying `sync_dir` claimed it durable.
+    promised: bool,
+}
+
 #[derive(Default, Clone)]
 struct FileState {
     data: Vec<u8>,
+    device: Vec<u8>,
     durable: Vec<u8>,
     dirty: BTreeSet<u64>,
-    /// Length that a sync promised durable (for truncation justification).
+    lied: BTreeSet<u64>,
+    /// Length that an honest sync promised durable.
     promised_len: u64,
-    /// Whether the length changed since the last honest sync.
+    /// The length changed since the last honest sync.
     len_dirty: bool,
+    /// Bytes reserved by preallocation.
+    allocated: u64,
+    damage: Vec<Damage>,
+}
+
+fn pages_of(range: &Range<u64>) -> Range<u64> {
+    if range.is_empty() {
+        return 0..0;
+    }
+    range.start / PAGE..(range.end - 1) / PAGE + 1
+}
+
+fn byte_range(page: u64, len: usize) -> Range<usize> {
+    let start = (page * PAGE) as usize;
+    start.min(len)..(start + PAGE as usize).min(len)
+}
+
+/// Copies page `page` of `from` into `to` (lengths as they are; missing bytes are zeros).
+fn copy_page(to: &mut [u8], from: &[u8], page: u64) {
+    let range = byte_range(page, to.len());
+    for i in range {
+        to[i] = from.get(i).copied().unwrap_or(0);
+    }
+}
+
+impl FileState {
+    fn write(&mut self, pos: u64, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let end = pos as usize + bytes.len();
+        if self.data.len() < end {
+            self.data.resize(end, 0);
+            self.len_dirty = true;
+        }
+        self.data[pos as usize..end].copy_from_slice(bytes);
+        let written = pos..end as u64;
+        for page in pages_of(&written) {
+            self.dirty.insert(page);
+        }
+        for damage in &mut self.damage {
+            if damage.range.start >= written.start && damage.range.end <= written.end {
+                damage.in_cache = false;
+            }
+        }
+    }
+
+    /// Writes back `pages` (honestly unless `lie`); returns them.
+    fn write_back(&mut self, pages: &BTreeSet<u64>, lie: bool) {
+        let len = self.data.len();
+        self.device.resize(len, 0);
+        for &page in pages {
+            copy_page(&mut self.device, &self.data, page);
+        }
+        for damage in &mut self.damage {
+            let touched = pages_of(&damage.range).any(|p| pages.contains(&p));
+            if touched {
+                damage.on_device = damage.in_cache;
+            }
+        }
+        if lie {
+            self.lied.extend(pages.iter().copied());
+            return;
+        }
+        // An honest flush empties the device's volatile cache too.
+        let lied = std::mem::take(&mut self.lied);
+        self.durable.resize(len, 0);
+        for &page in pages.iter().chain(&lied) {
+            copy_page(&mut self.durable, &self.device, page);
+        }
+        self.len_dirty = false;
+        self.promised_len = len as u64;
+        for damage in &mut self.damage {
+            if pages_of(&damage.range).any(|p| pages.contains(&p) || lied.contains(&p)) {
+                damage.durable = damage.on_device;
+            }
+            if damage.range.start >= len as u64 && !damage.missing {
+                damage.on_device = false;
+                damage.durable = false;
+            }
+        }
+    }
+
+    fn used(&self) -> u64 {
+        (self.data.len() as u64).max(self.allocated)
+    }
 }
 
 struct State {
@@ -125,12 +324,18 @@ struct State {
     files: BTreeMap<u64, FileState>,
     names: BTreeMap<PathBuf, Node>,
     durable_names: BTreeMap<PathBuf, Node>,
+    /// Unsynced changes per directory, oldest first.
+    pending: BTreeMap<PathBuf, Vec<PendingOp>>,
+    /// Names whose promised (lied-about) creation a power loss undid, with their record.
+    lost_synced_names: Vec<(PathBuf, usize)>,
     next_inode: u64,
     records: Vec<FaultRecord>,
     /// Mutating calls left before the armed crash.
     crash_in: Option<u64>,
     crashed: bool,
-    bad_sectors: BTreeSet<(u64, u64)>,
+    bad_sectors: BTreeMap<(u64, u64), usize>,
+    scripted: Vec<Scripted>,
+    fates: Fates,
     /// Virtual time each call takes: a seeded latency in `latency` nanoseconds.
     clock: Option<SimClock>,
     latency: (u64, u64),
@@ -146,20 +351,66 @@ fn crashed_error() -> io::Error {
     io::Error::other("simulated node is down")
 }
 
+fn no_space() -> io::Error {
+    io::Error::new(io::ErrorKind::StorageFull, "ENOSPC")
+}
+
+fn not_found(what: &str, path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{what} {} not found", path.display()),
+    )
+}
+
+fn invalid(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, why.to_string())
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
 impl State {
     fn record(
         &mut self,
         kind: FaultKind,
         path: Option<&Path>,
-        position: Option<u64>,
+        range: Option<Range<u64>>,
         detail: String,
-    ) {
+    ) -> usize {
         self.records.push(FaultRecord {
             kind,
             path: path.map(Path::to_path_buf),
-            position,
+            range,
             detail,
         });
+        self.records.len() - 1
+    }
+
+    /// Records a fault that damaged bytes of `inode`, present in the given layers.
+    fn damage(
+        &mut self,
+        inode: u64,
+        kind: FaultKind,
+        range: Range<u64>,
+        detail: String,
+        layers: (bool, bool, bool),
+    ) {
+        let path = self.path_of(inode);
+        let record = self.record(kind, path.as_deref(), Some(range.clone()), detail.clone());
+        let missing = matches!(kind, FaultKind::LostSyncedPage | FaultKind::SyncError)
+            || (kind == FaultKind::MisdirectedWrite && detail.ends_with("never landed"));
+        if let Some(file) = self.files.get_mut(&inode) {
+            file.damage.push(Damage {
+                kind,
+                range,
+                missing,
+                record,
+                in_cache: layers.0,
+                on_device: layers.1,
+                durable: layers.2,
+            });
+        }
     }
 
     fn roll(&mut self, p: Option<f64>) -> bool {
@@ -167,6 +418,12 @@ impl State {
             Some(p) if p > 0.0 => self.rng.gen_bool(p.min(1.0)),
             _ => false,
         }
+    }
+
+    /// Takes the first scripted fault `matches` accepts.
+    fn take_scripted(&mut self, matches: impl Fn(&Scripted) -> bool) -> Option<Scripted> {
+        let at = self.scripted.iter().position(matches)?;
+        Some(self.scripted.remove(at))
     }
 
     /// Lets the call's latency pass in virtual time.
@@ -182,12 +439,24 @@ impl State {
         }
     }
 
-    /// Counts a mutating call; returns true when it is the armed crash point.
-    fn mutate(&mut self) -> io::Result<bool> {
+    /// Counts a mutating call on `path`; returns true when it is the armed crash point.
+    fn mutate(&mut self, path: Option<&Path>) -> io::Result<bool> {
         if self.crashed {
             return Err(crashed_error());
         }
         self.take_time();
+        let scripted_crash = path.is_some_and(|path| {
+            let path = path.to_string_lossy().into_owned();
+            self.take_scripted(
+                |s| matches!(s, Scripted::CrashOn(end) if path.ends_with(end.as_str())),
+            )
+            .is_some()
+        });
+        if scripted_crash {
+            self.crash_in = None;
+            self.crashed = true;
+            return Ok(true);
+        }
         if let Some(left) = self.crash_in.as_mut() {
             if *left == 0 {
                 self.crash_in = None;
@@ -200,7 +469,27 @@ impl State {
     }
 
     fn used_bytes(&self) -> u64 {
-        self.files.values().map(|f| f.data.len() as u64).sum()
+        let live: BTreeSet<u64> = self
+            .names
+            .values()
+            .filter_map(|n| match n {
+                Node::File(i) => Some(*i),
+                Node::Dir => None,
+            })
+            .collect();
+        live.iter().map(|i| self.files[i].used()).sum()
+    }
+
+    /// ENOSPC when `growth` more bytes would pass the capacity.
+    fn check_space(&mut self, growth: u64, path: &Path) -> io::Result<()> {
+        let Some(capacity) = self.faults.capacity else {
+            return Ok(());
+        };
+        if self.used_bytes() + growth > capacity {
+            self.record(FaultKind::NoSpace, Some(path), None, String::new());
+            return Err(no_space());
+        }
+        Ok(())
     }
 
     fn path_of(&self, inode: u64) -> Option<PathBuf> {
@@ -208,6 +497,20 @@ impl State {
             .iter()
             .find(|(_, n)| **n == Node::File(inode))
             .map(|(p, _)| p.clone())
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path.as_os_str().is_empty() || self.names.get(path) == Some(&Node::Dir)
+    }
+
+    fn log_dir_op(&mut self, dir: &Path, op: DirOp) {
+        self.pending
+            .entry(dir.to_path_buf())
+            .or_default()
+            .push(PendingOp {
+                op,
+                promised: false,
+            });
     }
 
     /// A random file under `under` whose state satisfies `wanted`.
@@ -231,24 +534,105 @@ impl State {
         Some(candidates[self.rng.gen_range(0..candidates.len())].clone())
     }
 
-    fn parent_exists(&self, path: &Path) -> bool {
-        match path.parent() {
-            None => true,
-            Some(p) if p.as_os_str().is_empty() => true,
-            Some(p) => self.names.get(p) == Some(&Node::Dir),
+    /// A write whose target a device mixed up: another position, or another file.
+    fn misdirect(&mut self, inode: u64, pos: u64) -> Option<(u64, u64)> {
+        let path = self.path_of(inode)?;
+        let scripted_into = self.take_scripted(|s| {
+            matches!(s, Scripted::MisdirectWrite { from, .. } if path.to_string_lossy().ends_with(from.as_str()))
+        });
+        if let Some(Scripted::MisdirectWrite { into, .. }) = scripted_into {
+            return match self.names.get(&into) {
+                Some(Node::File(target)) => Some((*target, pos)),
+                _ => None,
+            };
+        }
+        if !self.roll(self.faults.misdirected_write) {
+            return None;
+        }
+        let root: PathBuf = path.components().take(2).collect();
+        if self.rng.gen_bool(0.5) {
+            if let Some((_, target)) = self.pick_file(&root, |_| true) {
+                if target != inode {
+                    return Some((target, pos));
+                }
+            }
+        }
+        let shift = SECTOR * self.rng.gen_range(1..16u64);
+        let at = if self.rng.gen_bool(0.5) || pos < shift {
+            pos + shift
+        } else {
+            pos - shift
+        };
+        Some((inode, at))
+    }
+
+    /// The bytes a crash lets land of an interrupted write: each sector old or new, or, on a
+    /// non-atomic device, one sector garbled whole (its unchanged bytes too).
+    fn torn_write(&mut self, inode: u64, pos: u64, bytes: &[u8]) {
+        let path = self.path_of(inode);
+        let end = pos + bytes.len() as u64;
+        let mut landed = 0;
+        let mut sector = pos - pos % SECTOR;
+        while sector < end {
+            let from = sector.max(pos);
+            let to = (sector + SECTOR).min(end);
+            if self.rng.gen_bool(0.5) {
+                let slice = &bytes[(from - pos) as usize..(to - pos) as usize];
+                self.files.get_mut(&inode).expect("file").write(from, slice);
+                landed += to - from;
+            }
+            sector += SECTOR;
+        }
+        self.record(
+            FaultKind::TornWrite,
+            path.as_deref(),
+            Some(pos..end),
+            format!("{landed} of {} bytes landed, sector by sector", bytes.len()),
+        );
+        if self.faults.non_atomic && !bytes.is_empty() {
+            let sectors = (end - 1) / SECTOR - pos / SECTOR + 1;
+            let garbled = (pos / SECTOR + self.rng.gen_range(0..sectors)) * SECTOR;
+            let garbage: Vec<u8> = (0..SECTOR).map(|_| self.rng.gen()).collect();
+            let file = self.files.get_mut(&inode).expect("file");
+            let stop = (garbled + SECTOR).min(file.data.len().max(end as usize) as u64);
+            let garbage = &garbage[..(stop - garbled) as usize];
+            file.write(garbled, garbage);
+            self.damage(
+                inode,
+                FaultKind::NonAtomicTear,
+                garbled..stop,
+                "a torn write garbled the whole sector".into(),
+                (true, false, false),
+            );
         }
     }
 
-    fn write_bytes(file: &mut FileState, pos: u64, bytes: &[u8]) {
-        let end = pos as usize + bytes.len();
-        if file.data.len() < end {
-            file.data.resize(end, 0);
-            file.len_dirty = true;
-        }
-        file.data[pos as usize..end].copy_from_slice(bytes);
-        if !bytes.is_empty() {
-            for page in pos / PAGE..=(end as u64 - 1) / PAGE {
-                file.dirty.insert(page);
+    /// Applies a directory change to the durable namespace. A name it changes is no longer
+    /// one whose claimed change was lost.
+    fn apply_durably(&mut self, op: &DirOp) {
+        let changed = match op {
+            DirOp::Link(p, _) | DirOp::Unlink(p) => p,
+            DirOp::Rename(_, to, _) => to,
+        };
+        self.lost_synced_names.retain(|(p, _)| p != changed);
+        match op {
+            DirOp::Link(path, node) => {
+                self.durable_names.insert(path.clone(), *node);
+            }
+            DirOp::Unlink(path) => {
+                let doomed: Vec<PathBuf> = self
+                    .durable_names
+                    .keys()
+                    .filter(|p| p.starts_with(path))
+                    .cloned()
+                    .collect();
+                for p in doomed {
+                    self.durable_names.remove(&p);
+                }
+            }
+            DirOp::Rename(from, to, node) => {
+                self.durable_names.remove(from);
+                self.durable_names.insert(to.clone(), *node);
             }
         }
     }
@@ -265,11 +649,15 @@ impl SimDisk {
                 files: BTreeMap::new(),
                 durable_names: names.clone(),
                 names,
+                pending: BTreeMap::new(),
+                lost_synced_names: Vec::new(),
                 next_inode: 1,
                 records: Vec::new(),
                 crash_in: None,
                 crashed: false,
-                bad_sectors: BTreeSet::new(),
+                bad_sectors: BTreeMap::new(),
+                scripted: Vec::new(),
+                fates: Fates::Random,
                 clock: None,
                 latency: (0, 0),
             })),
@@ -297,17 +685,38 @@ impl SimDisk {
         self.lock().records.len()
     }
 
-    /// Whether any fault fired so far satisfies `pred` (without copying the record).
+    /// The faults fired from record `from` on.
+    pub fn records_since(&self, from: usize) -> Vec<FaultRecord> {
+        let s = self.lock();
+        s.records[from.min(s.records.len())..].to_vec()
+    }
+
+    /// Whether any fault fired so far satisfies `pred` (without copying the records).
     pub fn any_record(&self, pred: impl Fn(&FaultRecord) -> bool) -> bool {
         self.lock().records.iter().any(pred)
     }
 
+    /// Records an event that happened outside the disk (a clock jump, say).
     pub fn record(&self, kind: FaultKind, path: Option<&Path>, detail: String) {
         self.lock().record(kind, path, None, detail);
     }
 
+    pub fn faults(&self) -> DiskFaults {
+        self.lock().faults
+    }
+
     pub fn set_faults(&self, faults: DiskFaults) {
         self.lock().faults = faults;
+    }
+
+    /// Queues a fault for the next call it matches.
+    pub fn script(&self, fault: Scripted) {
+        self.lock().scripted.push(fault);
+    }
+
+    /// What the following power losses do to unsynced pages and directory changes.
+    pub fn set_fates(&self, fates: Fates) {
+        self.lock().fates = fates;
     }
 
     /// The `n`-th mutating call from now crashes the node (it lands partially).
@@ -317,7 +726,9 @@ impl SimDisk {
 
     /// Cancels an armed crash that has not struck yet.
     pub fn disarm_crash(&self) {
-        self.lock().crash_in = None;
+        let mut s = self.lock();
+        s.crash_in = None;
+        s.scripted.retain(|f| !matches!(f, Scripted::CrashOn(_)));
     }
 
     pub fn is_crashed(&self) -> bool {
@@ -332,138 +743,29 @@ impl SimDisk {
         s.record(FaultKind::ProcessCrash, None, None, String::new());
     }
 
-    /// A power loss: only durable state survives, with unsynced pages kept, dropped or torn.
+    /// A power loss: only durable state survives, with each unsynced page and directory
+    /// change landing or not as the fates say.
     pub fn power_loss(&self) {
         let mut s = self.lock();
         s.crash_in = None;
         s.crashed = false;
         s.record(FaultKind::PowerLoss, None, None, String::new());
-        // Directories: each one keeps or reverts its unsynced changes as a whole.
-        let dirs: BTreeSet<PathBuf> = s
-            .names
-            .keys()
-            .chain(s.durable_names.keys())
-            .filter_map(|p| p.parent().map(Path::to_path_buf))
-            .collect();
-        let mut names = s.names.clone();
-        for dir in dirs {
-            let current: Vec<(PathBuf, Node)> = s
-                .names
-                .iter()
-                .filter(|(p, _)| p.parent() == Some(&dir))
-                .map(|(p, n)| (p.clone(), *n))
-                .collect();
-            let durable: Vec<(PathBuf, Node)> = s
-                .durable_names
-                .iter()
-                .filter(|(p, _)| p.parent() == Some(&dir))
-                .map(|(p, n)| (p.clone(), *n))
-                .collect();
-            if current != durable && s.rng.gen_bool(0.5) {
-                for (p, _) in &current {
-                    names.remove(p);
-                }
-                for (p, n) in &durable {
-                    names.insert(p.clone(), *n);
-                }
-                s.record(
-                    FaultKind::LostDirEntry,
-                    Some(&dir),
-                    None,
-                    "unsynced directory changes reverted".into(),
-                );
-            }
-        }
-        // Drop children of directories that no longer exist.
-        let all: Vec<PathBuf> = names.keys().cloned().collect();
-        for p in all {
-            let mut ancestor = p.parent();
-            while let Some(a) = ancestor {
-                if a.as_os_str().is_empty() || a == Path::new("/") {
-                    break;
-                }
-                if !names.contains_key(a) {
-                    names.remove(&p);
-                    break;
-                }
-                ancestor = a.parent();
-            }
-        }
-        s.names = names.clone();
-        s.durable_names = names;
-        // Files: rebuild each from durable bytes plus the fate of every dirty page.
+        power_loss_names(&mut s);
         let inodes: Vec<u64> = s.files.keys().copied().collect();
         for inode in inodes {
-            let mut file = s.files.remove(&inode).expect("file");
-            let path = s.path_of(inode);
-            let len = if file.len_dirty && s.rng.gen_bool(0.5) {
-                file.data.len()
-            } else {
-                file.durable.len()
-            };
-            let mut image = file.durable.clone();
-            image.resize(len, 0);
-            let dirty: Vec<u64> = file.dirty.iter().copied().collect();
-            for page in dirty {
-                let start = (page * PAGE) as usize;
-                if start >= len {
-                    continue;
-                }
-                let end = (start + PAGE as usize).min(len);
-                let fate = s.rng.gen_range(0..10);
-                if fate < 5 {
-                    // Kept.
-                    let from_end = end.min(file.data.len());
-                    if start < from_end {
-                        image[start..from_end].copy_from_slice(&file.data[start..from_end]);
-                    }
-                } else if fate < 8 {
-                    // Dropped: the durable bytes (or zeros) stay.
-                    s.record(
-                        FaultKind::LostPage,
-                        path.as_deref(),
-                        Some(start as u64),
-                        "dropped".into(),
-                    );
-                } else {
-                    // Torn: a prefix of sectors lands, then one garbage sector.
-                    let sectors = (end - start).div_ceil(SECTOR as usize);
-                    let landed = s.rng.gen_range(0..sectors);
-                    let cut = (start + landed * SECTOR as usize).min(end);
-                    let from_end = cut.min(file.data.len());
-                    if start < from_end {
-                        image[start..from_end].copy_from_slice(&file.data[start..from_end]);
-                    }
-                    // Garbage only where the write changed the bytes: where old and new agree
-                    // (an already-durable prefix rewritten unchanged), every byte is old or new.
-                    let garbage_end = (cut + SECTOR as usize).min(end);
-                    for (i, byte) in image.iter_mut().enumerate().take(garbage_end).skip(cut) {
-                        let changed =
-                            i >= file.durable.len() || file.data.get(i) != Some(&file.durable[i]);
-                        if changed {
-                            *byte = s.rng.gen();
-                        }
-                    }
-                    s.record(
-                        FaultKind::LostPage,
-                        path.as_deref(),
-                        Some(cut as u64),
-                        "torn".into(),
-                    );
-                }
-            }
-            file.data = image.clone();
-            file.durable = image;
-            file.dirty.clear();
-            file.len_dirty = false;
-            if let Some(path) = &path {
-                if s.names.get(path) == Some(&Node::File(inode)) {
-                    s.files.insert(inode, file);
-                    continue;
-                }
-            }
-            // Unreachable files are gone.
+            power_loss_file(&mut s, inode);
         }
+        // What no name reaches is gone.
+        let live: BTreeSet<u64> = s
+            .names
+            .values()
+            .filter_map(|n| match n {
+                Node::File(i) => Some(*i),
+                Node::Dir => None,
+            })
+            .collect();
+        s.files.retain(|inode, _| live.contains(inode));
+        s.bad_sectors.retain(|(inode, _), _| live.contains(inode));
     }
 
     /// Flips one bit of durable data in a random non-empty file under `under`.
@@ -471,20 +773,65 @@ impl SimDisk {
         let mut s = self.lock();
         let (path, inode) = s.pick_file(under, |f| !f.durable.is_empty())?;
         let len = s.files[&inode].durable.len();
-        let position = s.rng.gen_range(0..len);
+        let position = s.rng.gen_range(0..len) as u64;
         let bit = s.rng.gen_range(0..8);
+        drop(s);
+        self.flip_bit_at(&path, position, bit);
+        Some((path, position))
+    }
+
+    /// Flips bit `bit` of durable byte `position` of `path` (in every layer that holds it).
+    pub fn flip_bit_at(&self, path: &Path, position: u64, bit: u8) {
+        let mut s = self.lock();
+        let Some(Node::File(inode)) = s.names.get(path).copied() else {
+            panic!("flip_bit_at: no file {}", path.display());
+        };
         let file = s.files.get_mut(&inode).expect("file");
-        file.durable[position] ^= 1 << bit;
-        if position < file.data.len() {
-            file.data[position] ^= 1 << bit;
-        }
-        s.record(
-            FaultKind::BitFlip,
-            Some(&path),
-            Some(position as u64),
-            format!("bit {bit}"),
+        assert!(
+            (position as usize) < file.durable.len(),
+            "flip below the durable length"
         );
-        Some((path, position as u64))
+        let at = position as usize;
+        file.durable[at] ^= 1 << bit;
+        let in_device = at < file.device.len();
+        if in_device {
+            file.device[at] ^= 1 << bit;
+        }
+        let in_cache = at < file.data.len() && !file.dirty.contains(&(position / PAGE));
+        if in_cache {
+            file.data[at] ^= 1 << bit;
+        }
+        s.damage(
+            inode,
+            FaultKind::BitFlip,
+            position..position + 1,
+            format!("bit {bit}"),
+            (in_cache, in_device, true),
+        );
+    }
+
+    /// Replaces bytes of `path` at `position`, in every layer (something outside the node
+    /// rewrote the file), recorded as [`FaultKind::Overwritten`] damage.
+    pub fn overwrite(&self, path: &Path, position: u64, bytes: &[u8]) {
+        let mut s = self.lock();
+        let Some(Node::File(inode)) = s.names.get(path).copied() else {
+            panic!("overwrite: no file {}", path.display());
+        };
+        let file = s.files.get_mut(&inode).expect("file");
+        let end = position as usize + bytes.len();
+        for layer in [&mut file.data, &mut file.device, &mut file.durable] {
+            if layer.len() < end {
+                layer.resize(end, 0);
+            }
+            layer[position as usize..end].copy_from_slice(bytes);
+        }
+        s.damage(
+            inode,
+            FaultKind::Overwritten,
+            position..end as u64,
+            format!("{} bytes replaced", bytes.len()),
+            (true, true, true),
+        );
     }
 
     /// Makes reads of one random sector of a random file under `under` fail.
@@ -492,23 +839,44 @@ impl SimDisk {
         let mut s = self.lock();
         let (path, inode) = s.pick_file(under, |f| !f.data.is_empty())?;
         let sectors = (s.files[&inode].data.len() as u64).div_ceil(SECTOR);
-        let sector = s.rng.gen_range(0..sectors);
-        s.bad_sectors.insert((inode, sector));
-        s.record(
-            FaultKind::ReadError,
-            Some(&path),
-            Some(sector * SECTOR),
-            "latent sector error".into(),
-        );
-        Some((path, sector * SECTOR))
+        let sector = s.rng.gen_range(0..sectors) * SECTOR;
+        drop(s);
+        self.add_bad_sector_at(&path, sector);
+        Some((path, sector))
     }
 
-    /// Heals every fault: no more lies, errors, capacity limit or bad sectors.
+    /// Makes reads of the sector holding `position` of `path` fail until it is rewritten.
+    pub fn add_bad_sector_at(&self, path: &Path, position: u64) {
+        let mut s = self.lock();
+        let Some(Node::File(inode)) = s.names.get(path).copied() else {
+            panic!("add_bad_sector_at: no file {}", path.display());
+        };
+        let sector = position / SECTOR;
+        let record = s.record(
+            FaultKind::ReadError,
+            Some(path),
+            Some(sector * SECTOR..(sector + 1) * SECTOR),
+            "latent sector error".into(),
+        );
+        s.bad_sectors.insert((inode, sector), record);
+    }
+
+    /// Heals every fault source: no more lies, errors, capacity limit, bad sectors or scripted
+    /// faults. Damage already done stays.
     pub fn heal(&self) {
         let mut s = self.lock();
         s.faults = DiskFaults::default();
         s.bad_sectors.clear();
         s.crash_in = None;
+        s.scripted.clear();
+        s.fates = Fates::Random;
+    }
+
+    fn inode(&self, path: &Path) -> Option<u64> {
+        match self.lock().names.get(path) {
+            Some(Node::File(i)) => Some(*i),
+            _ => None,
+        }
     }
 
     /// Bytes of `path` that an honest sync promised durable.
@@ -520,19 +888,323 @@ impl SimDisk {
         }
     }
 
-    /// The current bytes of a file (page cache view), for tests and checkers.
+    /// What reads of `path` return now (the page cache).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let inode = self.inode(path)?;
+        Some(self.lock().files[&inode].data.clone())
+    }
+
+    /// What reads of `path` return after its clean cached pages are dropped: dirty pages from
+    /// the cache, clean ones from the device.
+    pub fn device_view(&self, path: &Path) -> Option<Vec<u8>> {
+        let inode = self.inode(path)?;
         let s = self.lock();
-        match s.names.get(path) {
-            Some(Node::File(i)) => Some(s.files[i].data.clone()),
-            _ => None,
+        let file = &s.files[&inode];
+        let mut view = file.data.clone();
+        for page in 0..(view.len() as u64).div_ceil(PAGE) {
+            if !file.dirty.contains(&page) {
+                copy_page(&mut view, &file.device, page);
+            }
         }
+        Some(view)
+    }
+
+    /// The bytes of `path` that survive a power loss for certain.
+    pub fn durable_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let inode = self.inode(path)?;
+        Some(self.lock().files[&inode].durable.clone())
+    }
+
+    /// Whether `path` holds pages a lying sync claimed durable that are not.
+    pub fn has_lied_pages(&self, path: &Path) -> bool {
+        self.inode(path)
+            .is_some_and(|i| !self.lock().files[&i].lied.is_empty())
+    }
+
+    /// The unreadable sectors of `path`, as byte ranges.
+    pub fn bad_ranges(&self, path: &Path) -> Vec<Range<u64>> {
+        let Some(inode) = self.inode(path) else {
+            return Vec::new();
+        };
+        self.lock()
+            .bad_sectors
+            .keys()
+            .filter(|(i, _)| *i == inode)
+            .map(|(_, sector)| sector * SECTOR..(sector + 1) * SECTOR)
+            .collect()
+    }
+
+    /// The damage still present in `path` (unreadable sectors included).
+    pub fn live_damage(&self, path: &Path) -> Vec<Damage> {
+        let Some(inode) = self.inode(path) else {
+            return Vec::new();
+        };
+        let s = self.lock();
+        let mut live: Vec<Damage> = s.files[&inode]
+            .damage
+            .iter()
+            .filter(|d| d.present())
+            .cloned()
+            .collect();
+        for (&(i, sector), &record) in &s.bad_sectors {
+            if i == inode {
+                live.push(Damage {
+                    kind: FaultKind::ReadError,
+                    range: sector * SECTOR..(sector + 1) * SECTOR,
+                    missing: false,
+                    record,
+                    in_cache: true,
+                    on_device: true,
+                    durable: true,
+                });
+            }
+        }
+        live
+    }
+
+    /// Names under `under` whose change (a creation, a rename over them, a removal) a lying
+    /// `sync_dir` claimed durable and a power loss undid, and that no later durable change
+    /// has touched since.
+    pub fn lost_synced_names(&self, under: &Path) -> Vec<PathBuf> {
+        let s = self.lock();
+        s.lost_synced_names
+            .iter()
+            .filter(|(p, _)| p.starts_with(under))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// The files and directories under `under` (current view), sorted.
+    pub fn paths_under(&self, under: &Path) -> Vec<PathBuf> {
+        self.lock()
+            .names
+            .keys()
+            .filter(|p| p.starts_with(under))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The namespace after a power loss: each directory keeps a prefix of its unsynced changes.
+fn power_loss_names(s: &mut State) {
+    let pending = std::mem::take(&mut s.pending);
+    for (dir, ops) in pending {
+        let name_of = |op: &DirOp| match op {
+            DirOp::Link(p, _) | DirOp::Unlink(p) => p.clone(),
+            DirOp::Rename(_, to, _) => to.clone(),
+        };
+        // An honest device commits directory changes in order: a prefix lands. Changes a
+        // lying `sync_dir` claimed sit in a device cache that reorders: each may be lost.
+        let mut kept = Vec::with_capacity(ops.len());
+        let prefix = match s.fates.drops(None) {
+            Some(true) => 0,
+            Some(false) => ops.len(),
+            None => s.rng.gen_range(0..=ops.len()),
+        };
+        for (i, op) in ops.iter().enumerate() {
+            let keep = match s.fates.drops(Some(&name_of(&op.op))) {
+                Some(dropped) if s.fates != Fates::Random => !dropped,
+                _ => i < prefix && !(op.promised && s.rng.gen_bool(0.5)),
+            };
+            kept.push(keep);
+        }
+        if let Fates::DropOnly(_) = s.fates {
+            // A scripted loss keeps order too: nothing after a lost change lands.
+            if let Some(first_lost) = kept.iter().position(|k| !k) {
+                let promised_tail = ops[first_lost..].iter().all(|op| op.promised);
+                if !promised_tail {
+                    kept[first_lost..].iter_mut().for_each(|k| *k = false);
+                }
+            }
+        }
+        for (op, keep) in ops.iter().zip(&kept) {
+            if *keep {
+                s.apply_durably(&op.op);
+                continue;
+            }
+            let name = name_of(&op.op);
+            let kind = if op.promised {
+                FaultKind::LostSyncedDirEntry
+            } else {
+                FaultKind::LostDirEntry
+            };
+            let record = s.record(
+                kind,
+                Some(&name),
+                None,
+                format!("in {}: {:?}", dir.display(), op.op),
+            );
+            if op.promised {
+                s.lost_synced_names.push((name, record));
+            }
+        }
+    }
+    // Children of directories that no longer exist are gone.
+    let all: Vec<PathBuf> = s.durable_names.keys().cloned().collect();
+    for path in all {
+        let orphan = path
+            .ancestors()
+            .skip(1)
+            .take_while(|a| !a.as_os_str().is_empty() && *a != Path::new("/"))
+            .any(|a| s.durable_names.get(a) != Some(&Node::Dir));
+        if orphan {
+            s.durable_names.remove(&path);
+        }
+    }
+    s.names = s.durable_names.clone();
+}
+
+/// The fate of one unsynced page at a power loss.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PageFate {
+    Kept,
+    Dropped,
+    Torn,
+}
+
+/// Rebuilds one file from its durable bytes and the fate of every dirty or lied page.
+fn power_loss_file(s: &mut State, inode: u64) {
+    let mut file = s.files.remove(&inode).expect("file");
+    let path = s.path_of(inode);
+    let dropped = s.fates.drops(path.as_deref());
+    let len = match dropped {
+        _ if !file.len_dirty => file.durable.len(),
+        Some(true) => file.durable.len(),
+        Some(false) => file.data.len(),
+        None if s.rng.gen_bool(0.5) => file.data.len(),
+        None => file.durable.len(),
+    };
+    let mut image = file.durable.clone();
+    image.resize(len, 0);
+    let mut fates: BTreeMap<u64, PageFate> = BTreeMap::new();
+    let unsettled: BTreeSet<u64> = file.dirty.union(&file.lied).copied().collect();
+    let mut garbled = Vec::new();
+    let mut lost = Vec::new();
+    for &page in &unsettled {
+        let lied_only = file.lied.contains(&page) && !file.dirty.contains(&page);
+        let source = if lied_only { &file.device } else { &file.data };
+        // The bytes this page was meant to hold (beyond the surviving length they are lost).
+        let meant = byte_range(page, source.len());
+        if meant.is_empty() {
+            continue;
+        }
+        let range = byte_range(page, len);
+        let fate = match dropped {
+            Some(false) => PageFate::Kept,
+            Some(true) => PageFate::Dropped,
+            None => match s.rng.gen_range(0..10) {
+                0..=4 => PageFate::Kept,
+                5..=7 => PageFate::Dropped,
+                _ => PageFate::Torn,
+            },
+        };
+        fates.insert(page, fate);
+        match fate {
+            PageFate::Kept => copy_page(&mut image, source, page),
+            PageFate::Dropped => {}
+            PageFate::Torn => {
+                let mut sector = range.start;
+                while sector < range.end {
+                    let end = (sector + SECTOR as usize).min(range.end);
+                    if s.rng.gen_bool(0.5) {
+                        for (i, byte) in image.iter_mut().enumerate().take(end).skip(sector) {
+                            *byte = source.get(i).copied().unwrap_or(0);
+                        }
+                    }
+                    sector = end;
+                }
+                if s.faults.non_atomic && !range.is_empty() {
+                    let sectors = (range.end - range.start).div_ceil(SECTOR as usize);
+                    let at = range.start + s.rng.gen_range(0..sectors) * SECTOR as usize;
+                    let end = (at + SECTOR as usize).min(len);
+                    for byte in &mut image[at..end] {
+                        *byte = s.rng.gen();
+                    }
+                    garbled.push(at as u64..end as u64);
+                }
+            }
+        }
+        let landed = meant
+            .clone()
+            .all(|i| image.get(i).copied() == Some(source[i]));
+        if !landed {
+            lost.push((page, meant, file.lied.contains(&page)));
+        }
+    }
+    let old_durable_len = file.durable.len() as u64;
+    for damage in &mut file.damage {
+        // A write that grew the file leaves its mark if the new length survives, whatever
+        // became of its bytes.
+        let grew = damage.range.end > old_durable_len
+            && len as u64 > old_durable_len
+            && damage.range.start < len as u64
+            && (damage.in_cache || damage.durable);
+        let pages = pages_of(&damage.range);
+        let from_cache = pages
+            .clone()
+            .all(|p| fates.get(&p) == Some(&PageFate::Kept));
+        let from_durable = pages
+            .clone()
+            .all(|p| matches!(fates.get(&p), None | Some(PageFate::Dropped)));
+        let present = if from_cache {
+            damage.in_cache
+        } else if from_durable {
+            damage.durable
+        } else {
+            damage.in_cache || damage.durable
+        };
+        let present = (present || grew) && (damage.missing || damage.range.start < len as u64);
+        damage.in_cache = present;
+        damage.on_device = present;
+        damage.durable = present;
+    }
+    file.data = image.clone();
+    file.device = image.clone();
+    file.durable = image;
+    file.dirty.clear();
+    file.lied.clear();
+    file.len_dirty = false;
+    file.promised_len = file.promised_len.min(len as u64);
+    s.files.insert(inode, file);
+    for (page, range, promised) in lost {
+        let kind = if promised {
+            FaultKind::LostSyncedPage
+        } else {
+            FaultKind::LostPage
+        };
+        let range = range.start as u64..range.end as u64;
+        if promised {
+            s.damage(
+                inode,
+                kind,
+                range,
+                format!("page {page}: a lying sync had claimed it"),
+                (true, true, true),
+            );
+        } else {
+            s.record(kind, path.as_deref(), Some(range), format!("page {page}"));
+        }
+    }
+    for range in garbled {
+        s.damage(
+            inode,
+            FaultKind::NonAtomicTear,
+            range,
+            "a torn page garbled a whole sector".into(),
+            (true, true, true),
+        );
     }
 }
 
 struct SimFile {
     disk: SimDisk,
     inode: u64,
+}
+
+impl SimFile {
+    fn path(&self, s: &State) -> Option<PathBuf> {
+        s.path_of(self.inode)
+    }
 }
 
 impl DiskFile for SimFile {
@@ -567,32 +1239,14 @@ impl DiskFile for SimFile {
 
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
-        let crash_now = s.mutate()?;
+        let path = self.path(&s);
+        let crash_now = s.mutate(path.as_deref())?;
         let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        let path = s.path_of(self.inode);
+        if !s.files.contains_key(&self.inode) {
+            return Err(io::Error::other("stale handle"));
+        }
         if crash_now {
-            // Torn: a sector-aligned prefix lands, then a garbage sector.
-            let sectors = (bytes.len() as u64).div_ceil(SECTOR);
-            let landed = if sectors == 0 {
-                0
-            } else {
-                s.rng.gen_range(0..sectors)
-            };
-            let cut = (landed * SECTOR).min(bytes.len() as u64) as usize;
-            let mut torn = bytes[..cut].to_vec();
-            let garbage = (SECTOR as usize).min(bytes.len() - cut);
-            torn.extend((0..garbage).map(|_| s.rng.gen::<u8>()));
-            let file = s
-                .files
-                .get_mut(&self.inode)
-                .ok_or_else(|| io::Error::other("stale handle"))?;
-            State::write_bytes(file, pos, &torn);
-            s.record(
-                FaultKind::TornWrite,
-                path.as_deref(),
-                Some(pos + cut as u64),
-                format!("{} of {} bytes landed", cut, bytes.len()),
-            );
+            s.torn_write(self.inode, pos, &bytes);
             return Err(crashed_error());
         }
         let faults = s.faults;
@@ -600,112 +1254,148 @@ impl DiskFile for SimFile {
             s.record(
                 FaultKind::WriteError,
                 path.as_deref(),
-                Some(pos),
+                Some(pos..pos + bytes.len() as u64),
                 String::new(),
             );
             return Err(io::Error::other("EIO on write"));
         }
-        if let Some(capacity) = faults.capacity {
-            let file_len = s.files[&self.inode].data.len() as u64;
-            let growth = (pos + bytes.len() as u64).saturating_sub(file_len);
-            if s.used_bytes() + growth > capacity {
-                s.record(
-                    FaultKind::NoSpace,
-                    path.as_deref(),
-                    Some(pos),
-                    String::new(),
-                );
-                return Err(io::Error::new(io::ErrorKind::StorageFull, "ENOSPC"));
-            }
+        let file = &s.files[&self.inode];
+        let growth = (pos + bytes.len() as u64).saturating_sub(file.used());
+        if let Some(path) = &path {
+            s.check_space(growth, path)?;
         }
-        let mut at = pos;
-        if s.roll(faults.misdirected_write) {
-            let shift = SECTOR * s.rng.gen_range(1..16u64);
-            at = if s.rng.gen_bool(0.5) || pos < shift {
-                pos + shift
-            } else {
-                pos - shift
-            };
-            s.record(
+        let (target, at) = s.misdirect(self.inode, pos).unwrap_or((self.inode, pos));
+        let end = pos + bytes.len() as u64;
+        s.files
+            .get_mut(&target)
+            .expect("target file")
+            .write(at, &bytes);
+        let covered: Vec<(u64, u64)> = s
+            .bad_sectors
+            .keys()
+            .filter(|(i, sector)| {
+                *i == target
+                    && sector * SECTOR >= at
+                    && (sector + 1) * SECTOR <= at + bytes.len() as u64
+            })
+            .copied()
+            .collect();
+        for key in covered {
+            s.bad_sectors.remove(&key);
+        }
+        if (target, at) != (self.inode, pos) && !bytes.is_empty() {
+            let meant = format!(
+                "meant for {}@{pos}",
+                path.as_deref().unwrap_or(Path::new("?")).display()
+            );
+            s.damage(
+                target,
                 FaultKind::MisdirectedWrite,
-                path.as_deref(),
-                Some(at),
-                format!("meant for {pos}"),
+                at..at + bytes.len() as u64,
+                meant.clone(),
+                (true, false, false),
+            );
+            s.damage(
+                self.inode,
+                FaultKind::MisdirectedWrite,
+                pos..end,
+                format!("{meant}: never landed"),
+                (true, true, true),
             );
         }
-        let file = s
-            .files
-            .get_mut(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?;
-        State::write_bytes(file, at, &bytes);
         Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {
         let mut s = self.disk.lock();
-        let crash_now = s.mutate()?;
-        if crash_now {
+        let path = self.path(&s);
+        if s.mutate(path.as_deref())? {
             return Err(crashed_error());
         }
-        let path = s.path_of(self.inode);
+        let Some(file) = s.files.get(&self.inode) else {
+            return Err(io::Error::other("stale handle"));
+        };
+        let pages = file.dirty.clone();
+        let len = file.data.len() as u64;
+        let range = match (pages.first(), pages.last()) {
+            (Some(first), Some(last)) => Some(first * PAGE..((last + 1) * PAGE).min(len)),
+            _ => None,
+        };
+        let name = path
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let faults = s.faults;
-        if s.roll(faults.sync_error) {
-            // The dirty pages are lost: the page cache falls back to the durable bytes.
+        let scripted_fail = s
+            .take_scripted(|f| matches!(f, Scripted::FailSync(end) if name.ends_with(end.as_str())))
+            .is_some();
+        if scripted_fail || s.roll(faults.sync_error) {
+            // Linux: the failed pages keep their new bytes, marked clean; the device keeps
+            // the old ones; the error is reported once.
             let file = s.files.get_mut(&self.inode).expect("file");
-            let dirty: Vec<u64> = file.dirty.iter().copied().collect();
-            for page in dirty {
-                let start = (page * PAGE) as usize;
-                let end = (start + PAGE as usize).min(file.data.len());
-                for i in start..end {
-                    file.data[i] = file.durable.get(i).copied().unwrap_or(0);
-                }
-            }
             file.dirty.clear();
-            s.record(
-                FaultKind::SyncError,
-                path.as_deref(),
-                None,
-                "dirty pages lost".into(),
-            );
+            if let Some(range) = range {
+                s.damage(
+                    self.inode,
+                    FaultKind::SyncError,
+                    range,
+                    "writeback failed: the cache holds bytes the device does not".into(),
+                    (false, true, true),
+                );
+            } else {
+                s.record(FaultKind::SyncError, path.as_deref(), None, String::new());
+            }
             return Err(io::Error::other("EIO on fsync"));
         }
-        if s.roll(faults.lying_sync) {
-            s.record(FaultKind::LyingSync, path.as_deref(), None, String::new());
-            return Ok(());
-        }
+        let scripted_lie = s
+            .take_scripted(
+                |f| matches!(f, Scripted::LieOnSync(end) if name.ends_with(end.as_str())),
+            )
+            .is_some();
+        let lie = scripted_lie || s.roll(faults.lying_sync);
         let file = s.files.get_mut(&self.inode).expect("file");
-        let len = file.data.len();
-        file.durable.resize(len, 0);
-        let dirty: Vec<u64> = std::mem::take(&mut file.dirty).into_iter().collect();
-        for page in dirty {
-            let start = (page * PAGE) as usize;
-            let end = (start + PAGE as usize).min(len);
-            if start < end {
-                file.durable[start..end].copy_from_slice(&file.data[start..end]);
-            }
+        file.write_back(&pages, lie);
+        file.dirty.clear();
+        if lie {
+            s.record(FaultKind::LyingSync, path.as_deref(), range, String::new());
         }
-        file.len_dirty = false;
-        file.promised_len = len as u64;
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
-        if s.mutate()? {
+        let path = self.path(&s);
+        if s.mutate(path.as_deref())? {
             return Err(crashed_error());
         }
-        let file = s
+        let old = s
             .files
-            .get_mut(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?;
-        if len as usize != file.data.len() {
-            let old = file.data.len() as u64;
+            .get(&self.inode)
+            .ok_or_else(|| io::Error::other("stale handle"))?
+            .data
+            .len() as u64;
+        if len > old {
+            if let Some(path) = &path {
+                let growth = len.saturating_sub(s.files[&self.inode].used());
+                s.check_space(growth, path)?;
+            }
+        }
+        let inode = self.inode;
+        s.bad_sectors
+            .retain(|(i, sector), _| *i != inode || sector * SECTOR < len);
+        let file = s.files.get_mut(&self.inode).expect("file");
+        if len != old {
             file.data.resize(len as usize, 0);
             file.len_dirty = true;
             file.promised_len = file.promised_len.min(len);
-            if len > old {
-                for page in old / PAGE..=(len - 1) / PAGE {
+            for page in pages_of(&(old.min(len)..old.max(len))) {
+                if page * PAGE < len {
                     file.dirty.insert(page);
+                }
+            }
+            for damage in &mut file.damage {
+                if damage.range.start >= len && !damage.missing {
+                    damage.in_cache = false;
                 }
             }
         }
@@ -723,11 +1413,46 @@ impl DiskFile for SimFile {
             .ok_or_else(|| io::Error::other("stale handle"))
     }
 
-    fn preallocate(&self, _len: u64) -> io::Result<bool> {
-        Ok(false)
+    fn preallocate(&self, len: u64) -> io::Result<bool> {
+        let mut s = self.disk.lock();
+        let path = self.path(&s);
+        if s.mutate(path.as_deref())? {
+            return Err(crashed_error());
+        }
+        let used = s
+            .files
+            .get(&self.inode)
+            .ok_or_else(|| io::Error::other("stale handle"))?
+            .used();
+        if let Some(path) = &path {
+            s.check_space(len.saturating_sub(used), path)?;
+        }
+        let file = s.files.get_mut(&self.inode).expect("file");
+        file.allocated = file.allocated.max(len);
+        Ok(true)
     }
 
     fn evict_cache(&self) -> io::Result<()> {
+        let mut s = self.disk.lock();
+        if s.crashed {
+            return Err(crashed_error());
+        }
+        s.take_time();
+        let file = s
+            .files
+            .get_mut(&self.inode)
+            .ok_or_else(|| io::Error::other("stale handle"))?;
+        let pages = (file.data.len() as u64).div_ceil(PAGE);
+        let clean: BTreeSet<u64> = (0..pages).filter(|p| !file.dirty.contains(p)).collect();
+        let device = file.device.clone();
+        for &page in &clean {
+            copy_page(&mut file.data, &device, page);
+        }
+        for damage in &mut file.damage {
+            if pages_of(&damage.range).all(|p| clean.contains(&p)) {
+                damage.in_cache = damage.on_device;
+            }
+        }
         Ok(())
     }
 }
@@ -738,6 +1463,9 @@ impl Disk for SimDisk {
         if s.crashed {
             return Err(crashed_error());
         }
+        if path.as_os_str().is_empty() {
+            return Err(invalid("empty path"));
+        }
         let existing = s.names.get(path).copied();
         let inode = match (existing, mode) {
             (Some(Node::Dir), _) => return Err(io::Error::other("is a directory")),
@@ -745,26 +1473,21 @@ impl Disk for SimDisk {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists"))
             }
             (Some(Node::File(inode)), _) => inode,
-            (None, OpenMode::Read | OpenMode::ReadWrite) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("{} not found", path.display()),
-                ))
-            }
+            (None, OpenMode::Read | OpenMode::ReadWrite) => return Err(not_found("file", path)),
             (None, OpenMode::CreateNew | OpenMode::CreateOrOpen) => {
-                if !s.parent_exists(path) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::NotFound,
-                        "parent directory missing",
-                    ));
+                let dir = parent_of(path);
+                if !s.is_dir(&dir) {
+                    return Err(not_found("parent directory of", path));
                 }
-                if s.mutate()? {
+                if s.mutate(Some(path))? {
                     return Err(crashed_error());
                 }
+                s.check_space(PAGE, path)?;
                 let inode = s.next_inode;
                 s.next_inode += 1;
                 s.files.insert(inode, FileState::default());
                 s.names.insert(path.to_path_buf(), Node::File(inode));
+                s.log_dir_op(&dir, DirOp::Link(path.to_path_buf(), Node::File(inode)));
                 inode
             }
         };
@@ -776,24 +1499,35 @@ impl Disk for SimDisk {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate()? {
+        if path.as_os_str().is_empty() {
+            return Err(invalid("empty path"));
+        }
+        if s.mutate(Some(path))? {
             return Err(crashed_error());
         }
         let mut missing = Vec::new();
-        let mut cur = Some(path);
-        while let Some(p) = cur {
+        for p in path.ancestors() {
             if p.as_os_str().is_empty() {
                 break;
             }
             match s.names.get(p) {
                 Some(Node::Dir) => break,
-                Some(Node::File(_)) => return Err(io::Error::other("a file is in the way")),
+                Some(Node::File(_)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{} is a file", p.display()),
+                    ))
+                }
                 None => missing.push(p.to_path_buf()),
             }
-            cur = p.parent();
         }
-        for p in missing {
-            s.names.insert(p, Node::Dir);
+        if !missing.is_empty() {
+            s.check_space(PAGE, path)?;
+        }
+        for p in missing.into_iter().rev() {
+            s.names.insert(p.clone(), Node::Dir);
+            let dir = parent_of(&p);
+            s.log_dir_op(&dir, DirOp::Link(p, Node::Dir));
         }
         Ok(())
     }
@@ -803,11 +1537,10 @@ impl Disk for SimDisk {
         if s.crashed {
             return Err(crashed_error());
         }
-        if s.names.get(path) != Some(&Node::Dir) {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} not found", path.display()),
-            ));
+        match s.names.get(path) {
+            Some(Node::Dir) => {}
+            Some(Node::File(_)) => return Err(io::Error::other("not a directory")),
+            None => return Err(not_found("directory", path)),
         }
         Ok(s.names
             .iter()
@@ -821,38 +1554,88 @@ impl Disk for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate()? {
+        if from.as_os_str().is_empty() || to.as_os_str().is_empty() {
+            return Err(invalid("empty path"));
+        }
+        if s.mutate(Some(to))? {
             return Err(crashed_error());
         }
-        let node = s
+        let node = *s
             .names
-            .remove(from)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "rename source missing"))?;
-        // The replaced file's state stays until a power loss settles the namespace: the
-        // durable directory may still name it.
+            .get(from)
+            .ok_or_else(|| not_found("rename source", from))?;
+        let (from_dir, to_dir) = (parent_of(from), parent_of(to));
+        if !s.is_dir(&to_dir) {
+            return Err(not_found("rename target directory of", to));
+        }
+        match (node, s.names.get(to)) {
+            (Node::File(_), Some(Node::Dir)) => {
+                return Err(io::Error::other("target is a directory"))
+            }
+            (Node::Dir, Some(Node::File(_))) => {
+                return Err(io::Error::other("target is not a directory"))
+            }
+            (Node::Dir, _) if to.starts_with(from) => return Err(invalid("rename into itself")),
+            _ => {}
+        }
+        if node == Node::Dir {
+            return Err(io::Error::other("renaming directories is not simulated"));
+        }
+        if s.faults.capacity.is_some_and(|c| s.used_bytes() >= c) {
+            s.record(
+                FaultKind::NoSpace,
+                Some(to),
+                None,
+                "rename: no room for the entry".into(),
+            );
+            return Err(no_space());
+        }
+        s.names.remove(from);
         s.names.insert(to.to_path_buf(), node);
+        if from_dir == to_dir {
+            s.log_dir_op(
+                &from_dir,
+                DirOp::Rename(from.to_path_buf(), to.to_path_buf(), node),
+            );
+        } else {
+            s.log_dir_op(&from_dir, DirOp::Unlink(from.to_path_buf()));
+            s.log_dir_op(&to_dir, DirOp::Link(to.to_path_buf(), node));
+        }
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate()? {
+        if path.as_os_str().is_empty() {
+            return Err(invalid("empty path"));
+        }
+        if s.mutate(Some(path))? {
             return Err(crashed_error());
         }
-        match s.names.remove(path) {
-            Some(Node::File(_)) => Ok(()),
-            Some(Node::Dir) => {
-                s.names.insert(path.to_path_buf(), Node::Dir);
-                Err(io::Error::other("is a directory"))
+        match s.names.get(path) {
+            Some(Node::File(_)) => {
+                s.names.remove(path);
+                let dir = parent_of(path);
+                s.log_dir_op(&dir, DirOp::Unlink(path.to_path_buf()));
+                Ok(())
             }
-            None => Err(io::Error::new(io::ErrorKind::NotFound, "not found")),
+            Some(Node::Dir) => Err(io::Error::other("is a directory")),
+            None => Err(not_found("file", path)),
         }
     }
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate()? {
+        if path.as_os_str().is_empty() || path == Path::new("/") {
+            return Err(invalid("refusing to remove the root"));
+        }
+        if s.mutate(Some(path))? {
             return Err(crashed_error());
+        }
+        match s.names.get(path) {
+            Some(Node::Dir) => {}
+            Some(Node::File(_)) => return Err(io::Error::other("not a directory")),
+            None => return Err(not_found("directory", path)),
         }
         let doomed: Vec<PathBuf> = s
             .names
@@ -863,31 +1646,43 @@ impl Disk for SimDisk {
         for p in doomed {
             s.names.remove(&p);
         }
+        let dir = parent_of(path);
+        s.log_dir_op(&dir, DirOp::Unlink(path.to_path_buf()));
         Ok(())
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate()? {
+        if s.mutate(Some(path))? {
             return Err(crashed_error());
         }
-        let current: Vec<(PathBuf, Node)> = s
-            .names
-            .iter()
-            .filter(|(p, _)| p.parent() == Some(path))
-            .map(|(p, n)| (p.clone(), *n))
-            .collect();
-        let stale: Vec<PathBuf> = s
-            .durable_names
-            .keys()
-            .filter(|p| p.parent() == Some(path))
-            .cloned()
-            .collect();
-        for p in stale {
-            s.durable_names.remove(&p);
+        if !s.names.contains_key(path) {
+            return Err(not_found("directory", path));
         }
-        for (p, n) in current {
-            s.durable_names.insert(p, n);
+        let faults = s.faults;
+        if s.roll(faults.dir_sync_error) {
+            s.record(FaultKind::DirSyncError, Some(path), None, String::new());
+            return Err(io::Error::other("EIO on directory fsync"));
+        }
+        let scripted_lie = s
+            .take_scripted(|f| matches!(f, Scripted::LieOnDirSync(dir) if dir == path))
+            .is_some();
+        if scripted_lie || s.roll(faults.lying_dir_sync) {
+            let mut any = false;
+            if let Some(ops) = s.pending.get_mut(path) {
+                for op in ops.iter_mut() {
+                    op.promised = true;
+                    any = true;
+                }
+            }
+            if any {
+                s.record(FaultKind::LyingDirSync, Some(path), None, String::new());
+            }
+            return Ok(());
+        }
+        let ops = s.pending.remove(path).unwrap_or_default();
+        for op in &ops {
+            s.apply_durably(&op.op);
         }
         Ok(())
     }
@@ -898,158 +1693,5 @@ impl Disk for SimDisk {
             return Err(crashed_error());
         }
         Ok(s.names.contains_key(path))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write(file: &dyn DiskFile, pos: u64, bytes: &[u8]) {
-        file.write_all_at(&[IoSlice::new(bytes)], pos).unwrap();
-    }
-
-    fn setup(seed: u64) -> (SimDisk, PathBuf) {
-        let disk = SimDisk::new(seed, DiskFaults::default());
-        let dir = PathBuf::from("/d");
-        disk.create_dir_all(&dir).unwrap();
-        disk.sync_dir(Path::new("/")).unwrap();
-        (disk, dir)
-    }
-
-    #[test]
-    fn synced_bytes_survive_power_loss_and_unsynced_ones_may_not() {
-        for seed in 0..50 {
-            let (disk, dir) = setup(seed);
-            let path = dir.join("f");
-            let file = disk.open(&path, OpenMode::CreateNew).unwrap();
-            disk.sync_dir(&dir).unwrap();
-            write(file.as_ref(), 0, &[1u8; 10_000]);
-            file.sync_data().unwrap();
-            assert_eq!(disk.promised_len(&path), 10_000);
-            write(file.as_ref(), 10_000, &[2u8; 20_000]);
-            disk.power_loss();
-            let after = disk.contents(&path).expect("the synced name survives");
-            assert!(after.len() >= 10_000, "seed {seed}");
-            assert_eq!(
-                &after[..10_000],
-                &[1u8; 10_000][..],
-                "seed {seed}: synced bytes changed"
-            );
-        }
-    }
-
-    #[test]
-    fn a_process_crash_keeps_the_page_cache() {
-        let (disk, dir) = setup(1);
-        let path = dir.join("f");
-        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
-        write(file.as_ref(), 0, b"unsynced");
-        disk.process_crash();
-        assert_eq!(disk.contents(&path).unwrap(), b"unsynced");
-    }
-
-    #[test]
-    fn power_loss_drops_or_tears_some_unsynced_page_across_seeds() {
-        let mut lost = false;
-        for seed in 0..50 {
-            let (disk, dir) = setup(seed);
-            let path = dir.join("f");
-            let file = disk.open(&path, OpenMode::CreateNew).unwrap();
-            disk.sync_dir(&dir).unwrap();
-            write(file.as_ref(), 0, &[7u8; 3 * PAGE as usize]);
-            disk.power_loss();
-            lost |= disk.contents(&path).unwrap() != vec![7u8; 3 * PAGE as usize];
-        }
-        assert!(lost);
-    }
-
-    #[test]
-    fn a_name_is_durable_only_after_its_directory_is_synced() {
-        let mut vanished = false;
-        for seed in 0..50 {
-            let (disk, dir) = setup(seed);
-            let synced = dir.join("synced");
-            let file = disk.open(&synced, OpenMode::CreateNew).unwrap();
-            file.sync_data().unwrap();
-            disk.sync_dir(&dir).unwrap();
-            let unsynced = dir.join("unsynced");
-            disk.open(&unsynced, OpenMode::CreateNew)
-                .unwrap()
-                .sync_data()
-                .unwrap();
-            disk.power_loss();
-            assert!(disk.exists(&synced).unwrap(), "seed {seed}");
-            vanished |= !disk.exists(&unsynced).unwrap();
-        }
-        assert!(vanished, "an unsynced name vanishes in some power loss");
-    }
-
-    #[test]
-    fn an_armed_crash_tears_the_write_in_flight_and_stops_the_node() {
-        let (disk, dir) = setup(3);
-        let path = dir.join("f");
-        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
-        disk.arm_crash(0);
-        assert!(file.write_all_at(&[IoSlice::new(&[9u8; 4000])], 0).is_err());
-        assert!(disk.is_crashed());
-        assert!(
-            file.sync_data().is_err(),
-            "every call fails while the node is down"
-        );
-        assert!(disk
-            .records()
-            .iter()
-            .any(|r| r.kind == FaultKind::TornWrite));
-        disk.process_crash();
-        let torn = disk.contents(&path).unwrap();
-        assert!(torn.len() <= 4000 && torn != vec![9u8; 4000]);
-    }
-
-    #[test]
-    fn lying_syncs_are_recorded_and_persist_nothing() {
-        let disk = SimDisk::new(
-            1,
-            DiskFaults {
-                lying_sync: Some(1.0),
-                ..DiskFaults::default()
-            },
-        );
-        disk.create_dir_all(Path::new("/d")).unwrap();
-        let path = PathBuf::from("/d/f");
-        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
-        write(file.as_ref(), 0, &[5u8; 100]);
-        file.sync_data().unwrap();
-        assert_eq!(disk.promised_len(&path), 0);
-        assert!(disk
-            .records()
-            .iter()
-            .any(|r| r.kind == FaultKind::LyingSync));
-    }
-
-    #[test]
-    fn capacity_bad_sectors_and_bit_flips() {
-        let disk = SimDisk::new(
-            2,
-            DiskFaults {
-                capacity: Some(1000),
-                ..DiskFaults::default()
-            },
-        );
-        disk.create_dir_all(Path::new("/d")).unwrap();
-        let file = disk.open(Path::new("/d/f"), OpenMode::CreateNew).unwrap();
-        write(file.as_ref(), 0, &[1u8; 900]);
-        let full = file
-            .write_all_at(&[IoSlice::new(&[1u8; 200])], 900)
-            .unwrap_err();
-        assert_eq!(full.kind(), io::ErrorKind::StorageFull);
-        file.sync_data().unwrap();
-        let (path, at) = disk.flip_random_bit(Path::new("/d")).unwrap();
-        assert_ne!(disk.contents(&path).unwrap()[at as usize], 1);
-        let (_, sector_at) = disk.add_bad_sector(Path::new("/d")).unwrap();
-        let mut buf = [0u8; 10];
-        assert!(file.read_at(&mut buf, sector_at).is_err());
-        disk.heal();
-        assert!(file.read_at(&mut buf, sector_at).is_ok());
     }
 }

@@ -7,5 +7,7 @@ pub mod disk;
 pub mod net;
 
 pub use clock::SimClock;
-pub use disk::{DiskFaults, FaultKind, FaultRecord, SimDisk};
+pub use disk::{
+    Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE, SECTOR,
+};
 pub use net::{HostNet, NetEvent, NetFaults, SimNet};

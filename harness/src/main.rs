@@ -4,7 +4,8 @@
 //! each recovery outcome the seeds that reached it. New failing seeds are recorded in
 //! `seeds/`. The last line is exactly `swarm seeds=<n> failures=<n> speedup=<x>`.
 
-use cairn_engine::partition::Outcome;
+use cairn_engine::partition::recovery::Action;
+use cairn_engine::partition::{FenceReason, Outcome};
 use cairn_faults::FaultKind;
 use cairn_sim::{run_seed, RunReport};
 use clap::{Parser, Subcommand};
@@ -74,6 +75,8 @@ struct Totals {
     simulated_nanos: u128,
     fault_seeds: BTreeMap<FaultKind, u64>,
     outcome_seeds: BTreeMap<Outcome, u64>,
+    decision_seeds: BTreeMap<&'static str, u64>,
+    class_seeds: BTreeMap<String, u64>,
     boot_retry_seeds: u64,
     crash_in_recovery_seeds: u64,
     acked: u64,
@@ -90,6 +93,13 @@ fn record(totals: &mut Totals, report: &RunReport, canary: Option<&str>) {
     for outcome in report.outcomes.keys() {
         *totals.outcome_seeds.entry(*outcome).or_default() += 1;
     }
+    for decision in report.decisions.keys() {
+        *totals.decision_seeds.entry(decision).or_default() += 1;
+    }
+    *totals
+        .class_seeds
+        .entry(format!("{:?}", report.profile.class))
+        .or_default() += 1;
     if report.boot_retries > 0 {
         totals.boot_retry_seeds += 1;
     }
@@ -216,13 +226,7 @@ fn swarm(args: SwarmArgs) -> ExitCode {
     }
     println!("  {:<18} {}", "CrashInRecovery", t.crash_in_recovery_seeds);
     println!("coverage: recovery outcome -> seeds that reached it");
-    for outcome in [
-        Outcome::Clean,
-        Outcome::DurableEndAdvanced,
-        Outcome::TornTailTruncated,
-        Outcome::IndexRebuilt,
-        Outcome::Fenced,
-    ] {
+    for outcome in Outcome::ALL {
         println!(
             "  {:<18} {}",
             format!("{outcome:?}"),
@@ -230,10 +234,22 @@ fn swarm(args: SwarmArgs) -> ExitCode {
         );
     }
     println!("  {:<18} {}", "BootRetried", t.boot_retry_seeds);
+    println!("coverage: recovery decision (fence reason or action) -> seeds that reached it");
+    for decision in FenceReason::NAMES.iter().chain(Action::NAMES.iter()) {
+        println!(
+            "  {:<22} {}",
+            decision,
+            t.decision_seeds.get(decision).copied().unwrap_or(0)
+        );
+    }
     println!(
-        "  {:<18} n/a (no metadata plane yet: boot refusal is a metadata-plane outcome)",
+        "  {:<22} n/a (no metadata plane yet: boot refusal is a metadata-plane outcome)",
         "BootRefused"
     );
+    println!("profile classes -> seeds");
+    for (class, n) in &t.class_seeds {
+        println!("  {class:<18} {n}");
+    }
     if !t.failures.is_empty() {
         println!("\nfailures:");
         for (seed, violation, replay) in &t.failures {

@@ -50,6 +50,8 @@ pub enum Stop {
     Budget,
     /// Virtual time reached the deadline.
     Deadline,
+    /// The caller's condition asked to stop.
+    Asked,
 }
 
 pub struct Executor {
@@ -140,10 +142,24 @@ impl Executor {
     /// Runs until no task is left, nothing can progress, `max_steps` polls were made, or
     /// virtual time passes `deadline_nanos`.
     pub fn run(&mut self, max_steps: u64, deadline_nanos: u64) -> Stop {
+        self.run_while(max_steps, deadline_nanos, &|| true)
+    }
+
+    /// Like [`Executor::run`], and also stops (with [`Stop::Asked`]) as soon as `keep_going`
+    /// says no, checked before every poll.
+    pub fn run_while(
+        &mut self,
+        max_steps: u64,
+        deadline_nanos: u64,
+        keep_going: &dyn Fn() -> bool,
+    ) -> Stop {
         let mut steps = 0;
         loop {
             if steps >= max_steps {
                 return Stop::Budget;
+            }
+            if !keep_going() {
+                return Stop::Asked;
             }
             let ready: Vec<u64> = self
                 .ready

@@ -1,11 +1,14 @@
-//! cairn's deterministic simulator: the executor, the run (a node with partitions on a
-//! simulated disk, a workload, crashes and power losses, the engine's real recovery), the
-//! oracle and its invariant checks, and the seed corpus.
+//! cairn's deterministic simulator: the executor, the world (a node with partitions on a
+//! simulated disk, its workload and nemesis, the engine's real recovery), the oracle and its
+//! checkers, the oracle's own reader of the disk, directed scenarios, and the seed corpus.
 
 pub mod executor;
 pub mod oracle;
 pub mod profile;
 pub mod run;
+pub mod scenario;
+pub mod walk;
+pub mod world;
 
-pub use profile::Profile;
+pub use profile::{Class, Profile};
 pub use run::{run_seed, RunReport, Violation};

@@ -53,8 +53,8 @@ fn main() -> ExitCode {
         print!("{}", report.profile);
     }
     println!(
-        "summary: steps={} restarts={} acked_messages={} simulated_seconds={:.1}",
-        report.steps,
+        "summary: operations={} restarts={} acked_messages={} simulated_seconds={:.1}",
+        report.operations,
         report.restarts,
         report.acked_messages,
         report.simulated_nanos as f64 / 1e9
@@ -78,6 +78,12 @@ fn main() -> ExitCode {
         .map(|(k, n)| format!("{k:?}={n}"))
         .collect();
     println!("recovery outcomes: {}", outcomes.join(" "));
+    let decisions: Vec<String> = report
+        .decisions
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    println!("recovery decisions: {}", decisions.join(" "));
     println!("trace_hash {:016x}", report.trace_hash);
     match &report.violation {
         None => ExitCode::SUCCESS,

@@ -1,13 +1,40 @@
-//! The oracle: what every partition was sent, what was acknowledged at which offset under
-//! which policy, what was promised durable, and which consumer offsets were stored; and the
-//! checks that compare what the engine serves against it.
+//! The oracle: a model of every partition (what producers sent, what was acknowledged at
+//! which offset under which policy, what was promised durable, which consumer offsets were
+//! stored) and the checkers that compare what the engine serves and decides against it.
+//!
+//! One checker per invariant of DESIGN.md §3; each says what it allows and why. Every
+//! allowance names its cause: an injected fault still present (in the disk's
+//! [`cairn_faults::Damage`] records) in the file concerned, at the position concerned. A fault
+//! that cannot have produced the effect excuses nothing: a lying sync changes no byte a read
+//! sees (only the pages it leaves behind after a power loss do), and a fault overwritten,
+//! synced over or cut away is no longer present.
 
-use crate::run::{Violation, INV_EXACT, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX};
-use cairn_engine::config::{Durability, TopicConfig};
-use cairn_engine::partition::{ConsumerId, Partition, PartitionError};
-use cairn_faults::{FaultKind, SimDisk};
+use crate::run::Violation;
+use crate::walk::{self, View, WalkedLog};
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
+use cairn_engine::partition::recovery::{Action, RecoveryPlan};
+use cairn_engine::partition::superblock::{Superblock, MIRROR_OFFSET, SLOT_NAMES, SUPERBLOCK_LEN};
+use cairn_engine::partition::{ConsumerId, FenceReason, Partition, PollFrom};
+use cairn_faults::{Damage, FaultKind, FaultRecord, SimDisk};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+pub const INV_NO_LOSS: &str = "1 no acknowledged loss";
+pub const INV_PREFIX: &str = "2 prefix property";
+pub const INV_EXACT: &str = "3 no phantoms, exact bytes";
+pub const INV_JUSTIFIED: &str = "4 justified decisions";
+pub const INV_OFFSETS: &str = "5 consumer offsets";
+pub const INV_LIVENESS: &str = "7 liveness";
+
+pub type Checked<T> = Result<T, Violation>;
+
+pub fn violation(invariant: &'static str, evidence: String) -> Violation {
+    Violation {
+        invariant,
+        evidence,
+    }
+}
 
 /// One message as a poll returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +45,8 @@ pub struct ReadMessage {
     pub headers: Vec<u8>,
     /// The (server) timestamp of its batch.
     pub timestamp: u64,
+    /// The base offset of the stored batch it belongs to.
+    pub batch_base: u64,
 }
 
 /// What a producer sent for one message id.
@@ -27,19 +56,40 @@ pub struct Sent {
     pub headers: Vec<u8>,
 }
 
-type Checked<T> = Result<T, Violation>;
+/// A batch the model knows: where it starts, how many messages, its stored size and stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownBatch {
+    pub count: u32,
+    /// Stored size (unknown for a batch learned from reads).
+    pub bytes: Option<u64>,
+    pub timestamp: Option<u64>,
+}
 
-fn violation(invariant: &'static str, evidence: String) -> Violation {
-    Violation {
-        invariant,
-        evidence,
+/// What one consumer's stored offset may read as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetModel {
+    /// Values a read may return now (one, unless a store's outcome is unknown).
+    pub now: BTreeSet<Option<u64>>,
+    /// Values a read may return after a power loss.
+    pub after_power_loss: BTreeSet<Option<u64>>,
+}
+
+impl Default for OffsetModel {
+    fn default() -> Self {
+        OffsetModel {
+            now: BTreeSet::from([None]),
+            after_power_loss: BTreeSet::from([None]),
+        }
     }
 }
 
 /// The model of one partition.
 pub struct Model {
+    pub index: usize,
     pub dir: PathBuf,
+    pub partition_id: u64,
     pub config: TopicConfig,
+    pub settings: PartitionSettings,
     pub partition: Option<Partition>,
     /// Set once recovery fenced the partition (with a justification checked).
     pub fenced: Option<String>,
@@ -47,39 +97,88 @@ pub struct Model {
     pub log: BTreeMap<u64, u128>,
     /// Message id → offset (the reverse of `log`).
     pub positions: BTreeMap<u128, u64>,
-    /// Ids whose append failed: they may or may not be in the log.
+    /// Batches by base offset.
+    pub batches: BTreeMap<u64, KnownBatch>,
+    /// Ids whose append failed with an unknown outcome: they may or may not be in the log.
     pub unknown: BTreeSet<u128>,
+    /// Ids whose append was refused: they are never in the log.
+    pub rejected: BTreeSet<u128>,
+    /// Provisional appends of a persisted topic, waiting for a persist: (base, ids).
+    pub pending: Vec<(u64, Vec<u128>)>,
     /// One past the highest acknowledged offset.
     pub acked_end: u64,
-    /// Every offset below this was promised durable.
+    /// Every offset below this was acknowledged durable.
     pub durable_end: u64,
-    /// Values stored per consumer since the last check (any may survive under `replicated`).
-    pub offsets: BTreeMap<ConsumerId, Vec<u64>>,
-    /// The last value stored under `persisted` offset durability.
-    pub durable_offsets: BTreeMap<ConsumerId, u64>,
-    /// One past the last offset at the last full read.
-    pub end: u64,
+    /// The offset after the last message written to a segment file, as the engine last said.
+    pub flushed_end: u64,
+    /// After a process crash: flushed data must survive (the page cache does).
+    pub flushed_floor: Option<u64>,
+    /// The oracle's walk of the logs at that crash: where each flushed offset lies.
+    pub crash_walk: Option<Vec<WalkedLog>>,
+    /// Damage every recovery attempt since the last completed one found present, by file
+    /// (a failed attempt may heal what it cut, or remove what it dropped, before it failed).
+    pub damage_seen: BTreeMap<PathBuf, Vec<Damage>>,
+    /// Likewise, names a lying `sync_dir` claimed and a power loss undid.
+    pub lost_names_seen: BTreeSet<PathBuf>,
+    /// After a power loss that lost a lying superblock sync: the durable end of the newest
+    /// record honestly synced, below which nothing may be lost.
+    pub rewind_floor: Option<u64>,
+    /// A power loss happened since the last recovery.
+    pub power_lost: bool,
+    pub offsets: BTreeMap<ConsumerId, OffsetModel>,
 }
 
 impl Model {
-    pub fn new(dir: PathBuf, config: TopicConfig, partition: Partition) -> Model {
+    pub fn new(
+        index: usize,
+        dir: PathBuf,
+        partition_id: u64,
+        config: TopicConfig,
+        settings: PartitionSettings,
+        partition: Partition,
+    ) -> Model {
         Model {
+            index,
             dir,
+            partition_id,
             config,
+            settings,
             partition: Some(partition),
             fenced: None,
             log: BTreeMap::new(),
             positions: BTreeMap::new(),
+            batches: BTreeMap::new(),
             unknown: BTreeSet::new(),
+            rejected: BTreeSet::new(),
+            pending: Vec::new(),
             acked_end: 0,
             durable_end: 0,
+            flushed_end: 0,
+            flushed_floor: None,
+            crash_walk: None,
+            damage_seen: BTreeMap::new(),
+            lost_names_seen: BTreeSet::new(),
+            rewind_floor: None,
+            power_lost: false,
             offsets: BTreeMap::new(),
-            durable_offsets: BTreeMap::new(),
-            end: 0,
         }
     }
 
-    fn place(&mut self, p: usize, offset: u64, id: u128) -> Checked<()> {
+    pub fn persisted(&self) -> bool {
+        self.config.durability == Durability::Persisted
+    }
+
+    /// The offset after the last message a consumer may see, as far as the model knows.
+    pub fn visible_end(&self) -> u64 {
+        if self.persisted() {
+            self.durable_end
+        } else {
+            self.acked_end
+        }
+    }
+
+    fn place(&mut self, offset: u64, id: u128) -> Checked<()> {
+        let p = self.index;
         if let Some(previous) = self.log.get(&offset) {
             if *previous != id {
                 return Err(violation(INV_PREFIX, format!("partition {p}: offset {offset} holds message {id:#x}, but it was acknowledged for {previous:#x}")));
@@ -95,17 +194,35 @@ impl Model {
                 ));
             }
         }
+        if self.rejected.contains(&id) {
+            return Err(violation(INV_EXACT, format!("partition {p}: message {id:#x} at offset {offset} was refused to its producer (no space, journal full or invalid), yet it is in the log")));
+        }
         self.log.insert(offset, id);
         self.positions.insert(id, offset);
         self.unknown.remove(&id);
         Ok(())
     }
 
-    /// Records an acknowledged append.
-    pub fn acked(&mut self, base: u64, ids: &[u128], durable: bool) -> Checked<()> {
+    /// Records an acknowledged append of the batch `ids` (stored size `bytes`).
+    pub fn acked(
+        &mut self,
+        base: u64,
+        ids: &[u128],
+        bytes: u64,
+        timestamp: u64,
+        durable: bool,
+    ) -> Checked<()> {
         for (i, id) in ids.iter().enumerate() {
-            self.place(usize::MAX, base + i as u64, *id)?;
+            self.place(base + i as u64, *id)?;
         }
+        self.batches.insert(
+            base,
+            KnownBatch {
+                count: ids.len() as u32,
+                bytes: Some(bytes),
+                timestamp: Some(timestamp),
+            },
+        );
         let end = base + ids.len() as u64;
         self.acked_end = self.acked_end.max(end);
         if durable {
@@ -114,202 +231,827 @@ impl Model {
         Ok(())
     }
 
-    /// Checks messages of one reply: consecutive offsets, exact bytes, known placement.
-    pub fn check_messages(
-        &self,
-        p: usize,
-        messages: &[ReadMessage],
-        sent: &BTreeMap<u128, Sent>,
-    ) -> Checked<()> {
-        for pair in messages.windows(2) {
-            if pair[1].offset != pair[0].offset + 1 {
+    /// Everything acknowledged up to `next_offset` is durable (a persist or close succeeded).
+    pub fn durable_through(&mut self, next_offset: u64) {
+        self.durable_end = self.durable_end.max(self.acked_end.min(next_offset));
+    }
+
+    /// Settles provisional appends after a persist: those ending at or below `durable` are
+    /// acknowledged durable; the rest, if `refused`, were rolled back, else are unknown.
+    pub fn settle_pending(&mut self, durable: u64, refused: bool) -> Checked<()> {
+        for (base, ids) in std::mem::take(&mut self.pending) {
+            let end = base + ids.len() as u64;
+            if end <= durable {
+                for (i, id) in ids.iter().enumerate() {
+                    self.place(base + i as u64, *id)?;
+                }
+                self.acked_end = self.acked_end.max(end);
+                self.durable_end = self.durable_end.max(end);
+            } else {
+                // Not known to hold these any more: what lands there is learned from reads.
+                self.batches.remove(&base);
+                if refused {
+                    self.rejected.extend(ids);
+                } else {
+                    self.unknown.extend(ids);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn stored_bytes(&self, offset: u64) -> Option<u64> {
+        let (base, batch) = self.batches.range(..=offset).next_back()?;
+        (offset < base + u64::from(batch.count))
+            .then_some(batch.bytes)
+            .flatten()
+    }
+
+    /// Learns the batches and stamps of messages read (an unknown outcome that landed).
+    pub fn learn_batches(&mut self, messages: &[ReadMessage]) {
+        for m in messages {
+            let batch = self.batches.entry(m.batch_base).or_insert(KnownBatch {
+                count: 0,
+                bytes: None,
+                timestamp: None,
+            });
+            batch.count = batch.count.max((m.offset - m.batch_base + 1) as u32);
+            batch.timestamp = Some(m.timestamp);
+        }
+    }
+
+    fn offset_model(&mut self, consumer: ConsumerId) -> &mut OffsetModel {
+        self.offsets.entry(consumer).or_default()
+    }
+
+    pub fn offset_stored(&mut self, consumer: ConsumerId, value: Option<u64>, ok: bool) {
+        let persisted = self.config.consumer_offset_durability == Durability::Persisted;
+        let model = self.offset_model(consumer);
+        if ok {
+            model.now = BTreeSet::from([value]);
+        } else {
+            model.now.insert(value);
+        }
+        if persisted && ok {
+            model.after_power_loss = BTreeSet::from([value]);
+        } else {
+            model.after_power_loss.insert(value);
+            if !persisted {
+                // An unsynced store can tear at a power loss; recovery drops the file.
+                model.after_power_loss.insert(None);
+            }
+        }
+    }
+}
+
+/// The live damage of `path` that could explain an anomaly in `range` (`reads`: only damage
+/// a read sees now). Lying syncs, lost unsynced pages and torn sector-atomic writes never
+/// appear here: they damage nothing that was promised.
+pub fn damage_in(disk: &SimDisk, path: &Path, range: Range<u64>, reads: bool) -> Option<Damage> {
+    disk.live_damage(path).into_iter().find(|d| {
+        d.kind != FaultKind::SyncError
+            && (!reads || d.in_cache)
+            && d.range.start < range.end
+            && range.start < d.range.end.max(d.range.start + 1)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariant 3: no phantoms, exact bytes.
+// ---------------------------------------------------------------------------------------
+
+/// **Invariant 3** on one reply: every message was sent by a producer, byte for byte, to this
+/// partition; offsets are consecutive and timestamps never go backwards; the reply holds at
+/// most `count` messages. Allows: with `validate_checksum` off, a message whose bytes differ
+/// when a fault still present in a log file of the partition damaged it (the configuration
+/// serves "whatever decodes").
+pub fn check_exact(
+    model: &Model,
+    messages: &[ReadMessage],
+    sent: &BTreeMap<u128, Sent>,
+    count: u32,
+    disk: &SimDisk,
+) -> Checked<()> {
+    let p = model.index;
+    let max = count.min(model.settings.max_poll_messages) as usize;
+    if messages.len() > max {
+        return Err(violation(
+            INV_EXACT,
+            format!(
+                "partition {p}: a reply holds {} messages, more than the {max} asked",
+                messages.len()
+            ),
+        ));
+    }
+    for pair in messages.windows(2) {
+        if pair[1].offset != pair[0].offset + 1 {
+            return Err(violation(
+                INV_PREFIX,
+                format!(
+                    "partition {p}: a reply jumps from offset {} to {}",
+                    pair[0].offset, pair[1].offset
+                ),
+            ));
+        }
+        if pair[1].timestamp < pair[0].timestamp {
+            return Err(violation(
+                INV_EXACT,
+                format!(
+                    "partition {p}: timestamps go backwards at offset {}",
+                    pair[1].offset
+                ),
+            ));
+        }
+    }
+    let damaged_allowed = !model.settings.validate_checksum
+        && walk::walk_partition(disk, &model.dir, model.partition_id, View::Cache)
+            .iter()
+            .any(|log| damage_in(disk, &log.path, 0..u64::MAX, true).is_some());
+    for m in messages {
+        let original = sent.get(&m.id);
+        let exact = original.is_some_and(|o| o.payload == m.payload && o.headers == m.headers);
+        if !exact && damaged_allowed {
+            continue;
+        }
+        let Some(_) = original else {
+            return Err(violation(
+                INV_EXACT,
+                format!(
+                    "partition {p}: offset {} holds message {:#x} that no producer sent",
+                    m.offset, m.id
+                ),
+            ));
+        };
+        if !exact {
+            return Err(violation(
+                INV_EXACT,
+                format!(
+                    "partition {p}: message {:#x} at offset {} differs from what was sent",
+                    m.id, m.offset
+                ),
+            ));
+        }
+        match model.log.get(&m.offset) {
+            Some(known) if *known != m.id => {
                 return Err(violation(
                     INV_PREFIX,
                     format!(
-                        "partition {p}: a reply jumps from offset {} to {}",
-                        pair[0].offset, pair[1].offset
+                        "partition {p}: offset {} holds {:#x}, acknowledged as {known:#x}",
+                        m.offset, m.id
                     ),
-                ));
+                ))
             }
-            if pair[1].timestamp < pair[0].timestamp {
+            Some(_) => {}
+            None if model.unknown.contains(&m.id) || model.positions.contains_key(&m.id) => {}
+            None if model.pending.iter().any(|(_, ids)| ids.contains(&m.id)) => {}
+            None => {
                 return Err(violation(
                     INV_EXACT,
                     format!(
-                        "partition {p}: timestamps go backwards at offset {}",
-                        pair[1].offset
-                    ),
-                ));
+                    "partition {p}: offset {} holds {:#x}, which was not sent here or was refused",
+                    m.offset, m.id
+                ),
+                ))
             }
         }
-        for ReadMessage {
-            offset,
-            id,
-            payload,
-            headers,
-            ..
-        } in messages
-        {
-            let Some(original) = sent.get(id) else {
-                return Err(violation(INV_EXACT, format!("partition {p}: offset {offset} holds message {id:#x} that no producer sent")));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariant 1 and 2 at runtime: what a poll must return.
+// ---------------------------------------------------------------------------------------
+
+/// Where a poll from `from` must start, if the model can tell (`None`: no requirement).
+pub fn expected_start(model: &Model, from: PollFrom, count: u32) -> Option<BTreeSet<u64>> {
+    let visible = model.visible_end();
+    match from {
+        PollFrom::Offset(o) => Some(BTreeSet::from([o])),
+        PollFrom::First => Some(BTreeSet::from([0])),
+        PollFrom::Last => Some(BTreeSet::from([visible.saturating_sub(u64::from(count))])),
+        PollFrom::Next(consumer) => Some(
+            model
+                .offsets
+                .get(&consumer)
+                .cloned()
+                .unwrap_or_default()
+                .now
+                .iter()
+                .map(|v| v.map_or(0, |v| v + 1))
+                .collect(),
+        ),
+        PollFrom::Timestamp(t) => {
+            // Only when every visible batch is known, from offset 0 on, with its stamp.
+            let mut next = 0;
+            for (base, batch) in model.batches.range(..visible) {
+                let ts = batch.timestamp.filter(|_| *base == next)?;
+                if ts >= t {
+                    return Some(BTreeSet::from([*base]));
+                }
+                next = base + u64::from(batch.count);
+            }
+            (next >= visible).then(|| BTreeSet::from([visible]))
+        }
+    }
+}
+
+/// **Invariants 1 and 2** on one runtime reply (no crash since the last check): it starts
+/// where `from` says, and holds every visible message from there up to `count`, except:
+/// - the byte budget (`max_poll_bytes`: a reply with something in it stops before a stored
+///   batch that would pass it);
+/// - a fault still present that reads see, in the log file holding the first message not
+///   returned, in the bytes of the batch where an independent walk of that file stops.
+///
+/// Under `persisted` nothing above the durable end may be shown (E2): a message not
+/// acknowledged durable that a reply holds must lie below the engine's durable point when
+/// the poll began (`durable_before`), and is from then on owed as acknowledged.
+/// What one poll asked and got.
+pub struct Reply<'a> {
+    pub from: PollFrom,
+    pub count: u32,
+    pub messages: &'a [ReadMessage],
+    /// Bytes of the reply's batches.
+    pub bytes: u64,
+    /// The last visible offset the reply reports.
+    pub current_offset: Option<u64>,
+    /// The engine's durable next offset when the poll began.
+    pub durable_before: u64,
+}
+
+pub fn check_reply(model: &mut Model, reply: &Reply<'_>, disk: &SimDisk) -> Checked<()> {
+    let Reply {
+        from,
+        count,
+        messages,
+        bytes: reply_bytes,
+        current_offset,
+        durable_before,
+    } = *reply;
+    let p = model.index;
+    // The visible end the engine reports: never behind what was acknowledged, and under
+    // `persisted` never beyond the durable end.
+    let engine_visible = current_offset.map_or(0, |c| c + 1);
+    if engine_visible < model.visible_end() {
+        return Err(violation(INV_NO_LOSS, format!("partition {p}: a poll reports the last offset {current_offset:?}, below the acknowledged {}", model.visible_end())));
+    }
+    let shown = messages
+        .last()
+        .map_or(0, |m| m.offset + 1)
+        .max(engine_visible);
+    if model.persisted() && shown > model.durable_end {
+        let durable = durable_before;
+        if shown > durable {
+            return Err(violation(INV_NO_LOSS, format!("partition {p}: a persisted topic showed offsets up to {shown} before they were durable (durable end {durable})")));
+        }
+        model.settle_pending(durable, false)?;
+        model.durable_through(durable);
+    }
+    let from = match from {
+        // The model cannot tell whether a provisional append became durable on the way.
+        PollFrom::Last => PollFrom::Offset(engine_visible.saturating_sub(u64::from(count))),
+        other => other,
+    };
+    let Some(starts) = expected_start(model, from, count) else {
+        return Ok(());
+    };
+    let visible = model.visible_end();
+    let Some(first) = messages.first() else {
+        let start = starts.iter().copied().min().unwrap_or(0);
+        if start < visible {
+            return excuse_short_read(model, from, start, 0, disk);
+        }
+        return Ok(());
+    };
+    if !starts.contains(&first.offset) {
+        return Err(violation(
+            INV_PREFIX,
+            format!(
+                "partition {p}: poll {from:?} started at offset {}, expected one of {starts:?}",
+                first.offset
+            ),
+        ));
+    }
+    let max = u64::from(count.min(model.settings.max_poll_messages));
+    let wanted_end = first.offset.saturating_add(max).min(visible);
+    let got_end = first.offset + messages.len() as u64;
+    if got_end >= wanted_end {
+        return Ok(());
+    }
+    let budget_stop = model
+        .stored_bytes(got_end)
+        .is_none_or(|next| reply_bytes + next > model.settings.max_poll_bytes);
+    if budget_stop {
+        return Ok(());
+    }
+    excuse_short_read(model, from, got_end, reply_bytes, disk)
+}
+
+/// A reply stopped before `missing`: allowed only where the oracle's own walk of the file
+/// holding it stops too, on a fault still present that reads see.
+fn excuse_short_read(
+    model: &Model,
+    from: PollFrom,
+    missing: u64,
+    _reply_bytes: u64,
+    disk: &SimDisk,
+) -> Checked<()> {
+    let p = model.index;
+    let fail = |why: String| {
+        Err(violation(INV_NO_LOSS, format!("partition {p}: poll {from:?} stopped before offset {missing} (visible end {}, flushed end {}): {why}", model.visible_end(), model.flushed_end)))
+    };
+    if missing >= model.flushed_end {
+        return fail("it is in the journal, which a read cannot fail".into());
+    }
+    let logs = walk::walk_partition(disk, &model.dir, model.partition_id, View::Cache);
+    let Some(log) = logs.iter().rfind(|l| l.start_offset <= missing) else {
+        return fail("no log file holds it".into());
+    };
+    if let Some(batch) = log.batch_holding(missing) {
+        // Valid on disk: only an unreadable sector elsewhere in the engine's read window or
+        // an index entry could stop the engine; neither is excused.
+        return fail(format!(
+            "{} holds it intact at position {}",
+            log.path.display(),
+            batch.position
+        ));
+    }
+    // The walk stops at a batch that does not verify, or the file ends (bytes missing).
+    let window = log.stop.clone().unwrap_or(log.file_len..u64::MAX);
+    match damage_in(disk, &log.path, window.clone(), true) {
+        Some(_) => Ok(()),
+        None => fail(format!(
+            "the walk of {} stops at {window:?} with no fault present there",
+            log.path.display()
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariants 1, 2, 3 on a full read.
+// ---------------------------------------------------------------------------------------
+
+/// **Invariants 1, 2 and 3** on a full read of the partition from offset 0.
+///
+/// Always: gapless from 0, no duplicates, every message exact (invariant 3), and every
+/// offset holding the message it was acknowledged for (2).
+///
+/// At runtime (no restart since the last check): the read reaches every visible message,
+/// except where a fault still present that reads see stops it (as for a poll).
+///
+/// After a restart (`after_restart`):
+/// - invariant 1: the log reaches every offset acknowledged durable; the only allowance is a
+///   power loss that undid a lying sync of the superblock (its slot held lied pages): then
+///   down to the durable end of the newest record that was honestly synced, and never after
+///   a process crash;
+/// - invariant 2: after a process crash the log reaches every offset that was flushed (the
+///   page cache survives), unless a fault present when recovery looked lies in the file that
+///   held the first lost offset, at or after its position (the oracle's own walk at the
+///   crash says where); what is lost is a suffix, and the model forgets it.
+pub fn check_full(
+    model: &mut Model,
+    all: &[ReadMessage],
+    sent: &BTreeMap<u128, Sent>,
+    after_restart: bool,
+    disk: &SimDisk,
+) -> Checked<()> {
+    let p = model.index;
+    for (i, m) in all.iter().enumerate() {
+        if m.offset != i as u64 {
+            return Err(violation(
+                INV_PREFIX,
+                format!(
+                    "partition {p}: the log is not gapless from 0: position {i} holds offset {}",
+                    m.offset
+                ),
+            ));
+        }
+    }
+    check_exact(model, all, sent, u32::MAX, disk)?;
+    let mut ids = BTreeSet::new();
+    for m in all {
+        if !ids.insert(m.id) {
+            return Err(violation(
+                INV_PREFIX,
+                format!("partition {p}: message {:#x} appears twice", m.id),
+            ));
+        }
+    }
+    let end = all.len() as u64;
+    if !after_restart {
+        if end < model.visible_end() {
+            excuse_short_read(model, PollFrom::First, end, 0, disk)?;
+        }
+        model.learn_batches(all);
+        return Ok(());
+    }
+    let required = match model.rewind_floor {
+        Some(floor) => model.durable_end.min(floor),
+        None => model.durable_end,
+    };
+    if end < required {
+        let lost: Vec<u64> = model
+            .log
+            .range(end..required)
+            .map(|(o, _)| *o)
+            .take(5)
+            .collect();
+        return Err(violation(INV_NO_LOSS, format!("partition {p}: after recovery the log ends at {end}, but offsets up to {required} were acknowledged durable (acknowledged durable end {}, rewind allowed to {:?}; first lost: {lost:?})", model.durable_end, model.rewind_floor)));
+    }
+    if let Some(flushed) = model.flushed_floor.filter(|&f| end < f) {
+        if flushed_loss_excuse(model, end).is_none() {
+            return Err(violation(INV_PREFIX, format!("partition {p}: after a process crash the log ends at {end}, but offsets up to {flushed} had been flushed (the page cache survives a process crash) and no fault present in the bytes that held them explains the loss")));
+        }
+    }
+    // What is gone is a suffix: forget it, learn what the unknown outcomes became.
+    let lost: Vec<u64> = model.log.range(end..).map(|(o, _)| *o).collect();
+    for offset in lost {
+        if let Some(id) = model.log.remove(&offset) {
+            model.positions.remove(&id);
+        }
+    }
+    model
+        .batches
+        .retain(|base, b| base + u64::from(b.count) <= end);
+    for m in all {
+        model.place(m.offset, m.id)?;
+    }
+    model.learn_batches(all);
+    for (base, ids) in std::mem::take(&mut model.pending) {
+        if !model.log.contains_key(&base) {
+            model.batches.remove(&base);
+        }
+        model.unknown.extend(ids);
+    }
+    model.durable_end = end;
+    model.acked_end = end;
+    model.flushed_end = end;
+    model.flushed_floor = None;
+    model.crash_walk = None;
+    model.rewind_floor = None;
+    Ok(())
+}
+
+/// Damage seen since the crash in the log that held offset `lost` (at or after the batch
+/// holding it), or in a later log.
+fn flushed_loss_excuse(model: &Model, lost: u64) -> Option<&Damage> {
+    let walk = model.crash_walk.as_ref()?;
+    let holder = walk.iter().rposition(|w| w.start_offset <= lost)?;
+    let from = walk[holder]
+        .batch_holding(lost)
+        .map_or(walk[holder].valid_end(), |b| b.position);
+    walk[holder..].iter().enumerate().find_map(|(i, log)| {
+        let start = if i == 0 { from } else { 0 };
+        model
+            .damage_seen
+            .get(&log.path)?
+            .iter()
+            .find(|d| d.range.end.max(d.range.start + 1) > start)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariant 4: justified decisions.
+// ---------------------------------------------------------------------------------------
+
+/// What the oracle knew of a partition's files just before recovery ran: recovery's
+/// decisions are judged against the faults present when it looked (its repairs may heal them).
+pub struct BeforeRecovery {
+    /// Bytes of each log an honest sync promised durable.
+    pub promised: BTreeMap<PathBuf, u64>,
+    /// The oracle's walk of every log, as recovery reads it (from the device).
+    pub walks: Vec<WalkedLog>,
+    /// The damage present in every file of the partition.
+    pub damage: BTreeMap<PathBuf, Vec<Damage>>,
+    /// Names a lying `sync_dir` claimed and a power loss undid.
+    pub lost_names: Vec<PathBuf>,
+}
+
+impl BeforeRecovery {
+    pub fn take(disk: &SimDisk, model: &Model) -> BeforeRecovery {
+        let walks = walk::walk_partition(disk, &model.dir, model.partition_id, View::Device);
+        let promised = walks
+            .iter()
+            .map(|w| (w.path.clone(), disk.promised_len(&w.path)))
+            .collect();
+        let damage = disk
+            .paths_under(&model.dir)
+            .into_iter()
+            .map(|path| {
+                let damage = disk.live_damage(&path);
+                (path, damage)
+            })
+            .filter(|(_, damage)| !damage.is_empty())
+            .collect();
+        BeforeRecovery {
+            promised,
+            walks,
+            damage,
+            lost_names: disk.lost_synced_names(&model.dir),
+        }
+    }
+
+    fn walk(&self, path: &Path) -> Option<&WalkedLog> {
+        self.walks.iter().find(|w| w.path == path)
+    }
+
+    fn damage_of(&self, path: &Path) -> &[Damage] {
+        self.damage.get(path).map_or(&[], Vec::as_slice)
+    }
+
+    /// Damage present in `path` whose bytes meet `range` (a sync error excluded: the bytes
+    /// it kept from the device were never promised, so it explains losing them, never a
+    /// refusal).
+    fn explains(&self, path: &Path, range: Range<u64>) -> Option<&Damage> {
+        self.damage_of(path).iter().find(|d| {
+            d.kind != FaultKind::SyncError
+                && d.range.start < range.end
+                && range.start < d.range.end.max(d.range.start + 1)
+        })
+    }
+}
+
+/// **Invariant 4** on recovery's actions: a truncation cuts only at a batch the oracle's own
+/// walk finds invalid, and below what an honest sync promised only where a fault still
+/// present in the cut bytes explains it; a removed segment held nothing promised unless a
+/// fault still present in the partition's files explains it.
+pub fn check_actions(model: &Model, plan: &RecoveryPlan, before: &BeforeRecovery) -> Checked<()> {
+    let p = model.index;
+    for action in &plan.actions {
+        match action {
+            Action::Truncate { path, from, .. } => {
+                if let Some(batch) = before
+                    .walk(path)
+                    .and_then(|w| w.batches.iter().find(|b| b.position == *from))
+                {
+                    return Err(violation(INV_JUSTIFIED, format!("partition {p}: recovery truncated {} at {from}, where the oracle finds a valid batch (offsets {}..{})", path.display(), batch.base_offset, batch.next_offset)));
+                }
+                let promised = before.promised.get(path).copied().unwrap_or(0);
+                if *from < promised && before.explains(path, *from..promised).is_none() {
+                    return Err(violation(INV_JUSTIFIED, format!("partition {p}: recovery truncated {} to {from}, below the {promised} bytes an honest sync made durable, with no fault present there", path.display())));
+                }
+            }
+            Action::RemoveSegment { log_path, .. } => {
+                let promised = before.promised.get(log_path).copied().unwrap_or(0);
+                let damaged = before.damage.values().any(|d| !d.is_empty());
+                if promised > 0 && !damaged && before.lost_names.is_empty() {
+                    return Err(violation(INV_JUSTIFIED, format!("partition {p}: recovery removed {} holding {promised} durable bytes, with no fault present in the partition", log_path.display())));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of a batch at `position` of `path` as the walk saw them: at least its header.
+fn batch_window(before: &BeforeRecovery, path: &Path, position: u64) -> Range<u64> {
+    match before.walk(path).and_then(|w| w.stop.clone()) {
+        Some(stop) if stop.start == position => stop,
+        _ => position..position + cairn_engine::format::BATCH_HEADER_LEN as u64,
+    }
+}
+
+/// **Invariant 4** on a fence at recovery: each reason names a file and a position, and is
+/// justified only by a fault still present there that could have caused it (damaged bytes in
+/// the bytes named; for a missing file, a directory entry a lying `sync_dir` claimed and a
+/// power loss undid).
+pub fn check_fence(
+    model: &Model,
+    reason: &FenceReason,
+    before: &BeforeRecovery,
+    disk: &SimDisk,
+) -> Checked<()> {
+    let p = model.index;
+    let dir = &model.dir;
+    let slots: Vec<PathBuf> = SLOT_NAMES.iter().map(|n| dir.join(n)).collect();
+    let anywhere = 0..u64::MAX;
+    let lost_names = &before.lost_names;
+    let in_file = |path: &Path, range: Range<u64>| before.explains(path, range).is_some();
+    let justified =
+        match reason {
+            FenceReason::NoSuperblock { .. } => slots
+                .iter()
+                .any(|s| in_file(s, anywhere.clone()) || lost_names.contains(s)),
+            FenceReason::SuperblockIdentity { path, .. }
+            | FenceReason::SuperblockMisplaced { path, .. } => in_file(path, anywhere.clone()),
+            FenceReason::DurableEndUncertain { slot, .. } => {
+                in_file(slot, anywhere.clone()) || lost_names.contains(slot)
+            }
+            FenceReason::MissingLog { log, .. }
+            | FenceReason::DurableSegmentMissing { log, .. } => lost_names.contains(log),
+            // A segment's name was lost, or the segment before the gap lost its tail.
+            FenceReason::ChainGap { log, .. } => {
+                let previous = before
+                    .walks
+                    .iter()
+                    .take_while(|w| w.path != *log)
+                    .last()
+                    .map(|w| w.path.clone());
+                !lost_names.is_empty()
+                    || previous.is_some_and(|previous| in_file(&previous, anywhere.clone()))
+            }
+            FenceReason::SegmentNameMismatch { log, .. }
+            | FenceReason::EmptySealedSegment { log } => in_file(log, anywhere.clone()),
+            FenceReason::SealedSegmentCorrupt { log, position, .. }
+            | FenceReason::CorruptBelowDurable { log, position, .. } => {
+                in_file(log, batch_window(before, log, *position))
+            }
+            FenceReason::LogShorterThanDurable {
+                log,
+                valid_end,
+                durable_position,
+            } => in_file(log, *valid_end..*durable_position),
+            FenceReason::DurableOffsetMismatch { log, durable, .. } => {
+                in_file(log, 0..durable.position + 1)
+            }
+            FenceReason::ReadFailed { file, sector, .. } => before
+                .damage_of(file)
+                .iter()
+                .any(|d| d.kind == FaultKind::ReadError && d.range.contains(sector)),
+            FenceReason::IoFailed { .. } => false,
+        };
+    if justified {
+        return Ok(());
+    }
+    let _ = disk;
+    Err(violation(
+        INV_JUSTIFIED,
+        format!(
+            "partition {p}: recovery fenced ({}) with no fault present that explains it: {reason}",
+            reason.name()
+        ),
+    ))
+}
+
+/// **Invariant 4** on a fence at runtime: an I/O error is justified by a fault that fired
+/// during the operation; damage a read found in promised bytes by a fault still present that
+/// reads see, in that file, in the bytes of that batch.
+pub fn check_runtime_fence(
+    model: &Model,
+    reason: &FenceReason,
+    fired: &[FaultRecord],
+    disk: &SimDisk,
+) -> Checked<()> {
+    let p = model.index;
+    let io_fault = |r: &FaultRecord| io_failure_cause(r.kind);
+    let justified = match reason {
+        FenceReason::IoFailed { .. } => fired.iter().any(io_fault) || disk.is_crashed(),
+        FenceReason::SealedSegmentCorrupt { log, position, .. }
+        | FenceReason::CorruptBelowDurable { log, position, .. } => {
+            let logs = walk::walk_partition(disk, &model.dir, model.partition_id, View::Cache);
+            let window = logs
+                .iter()
+                .find(|w| w.path == *log)
+                .and_then(|w| w.stop.clone())
+                .filter(|stop| stop.start <= *position)
+                .map_or(*position..position + 256, |stop| {
+                    stop.start..stop.end.max(position + 256)
+                });
+            damage_in(disk, log, window, true).is_some()
+        }
+        FenceReason::ReadFailed { file, sector, .. } => disk
+            .live_damage(file)
+            .iter()
+            .any(|d| d.kind == FaultKind::ReadError && d.range.contains(sector)),
+        _ => false,
+    };
+    if justified {
+        return Ok(());
+    }
+    Err(violation(INV_JUSTIFIED, format!("partition {p}: fenced at runtime ({}) with no fault present that explains it: {reason}", reason.name())))
+}
+
+/// Faults that make an I/O call fail when they fire: an error, no space, a crash, and a write
+/// that landed elsewhere (the superblock's read-back finds it).
+fn io_failure_cause(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::WriteError
+            | FaultKind::SyncError
+            | FaultKind::DirSyncError
+            | FaultKind::NoSpace
+            | FaultKind::TornWrite
+            | FaultKind::MisdirectedWrite
+    )
+}
+
+/// **Invariant 4** on a boot that could not complete: only an injected fault that fired while
+/// it ran (an I/O error, no space, a crash) may stop it; it is then retried.
+pub fn check_boot_failure(
+    model: &Model,
+    error: &str,
+    fired: &[FaultRecord],
+    crashed: bool,
+) -> Checked<()> {
+    let injected = crashed || fired.iter().any(|r| io_failure_cause(r.kind));
+    if injected {
+        return Ok(());
+    }
+    Err(violation(
+        INV_JUSTIFIED,
+        format!(
+            "partition {}: recovery failed with no fault behind it: {error}",
+            model.index
+        ),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariant 1 at a power loss: what a rewind may be excused by.
+// ---------------------------------------------------------------------------------------
+
+/// The newest record the superblock slots hold durably (what an honest device keeps), and
+/// whether a slot holds pages a lying sync claimed: read just before a power loss.
+pub fn superblock_at_power_loss(disk: &SimDisk, dir: &Path) -> (Option<u64>, bool) {
+    let mut newest: Option<Superblock> = None;
+    let mut lied = false;
+    for name in SLOT_NAMES {
+        let path = dir.join(name);
+        lied |= disk.has_lied_pages(&path);
+        let Some(bytes) = disk.durable_contents(&path) else {
+            continue;
+        };
+        for at in [0, MIRROR_OFFSET as usize] {
+            let Some(copy) = bytes.get(at..at + SUPERBLOCK_LEN) else {
+                continue;
             };
-            if original.payload != *payload || original.headers != *headers {
-                return Err(violation(INV_EXACT, format!("partition {p}: message {id:#x} at offset {offset} differs from what was sent")));
-            }
-            if let Some(known) = self.log.get(offset) {
-                if known != id {
-                    return Err(violation(INV_PREFIX, format!("partition {p}: offset {offset} holds {id:#x}, acknowledged as {known:#x}")));
-                }
-            } else if !self.unknown.contains(id) && !self.positions.contains_key(id) {
-                return Err(violation(INV_EXACT, format!("partition {p}: offset {offset} holds {id:#x}, which was sent to another partition")));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks a full read of the partition (after a restart, or at any time).
-    pub fn check_full(
-        &mut self,
-        p: usize,
-        all: &[ReadMessage],
-        sent: &BTreeMap<u128, Sent>,
-        after_restart: bool,
-        lie_on_record: bool,
-        damaged: bool,
-    ) -> Checked<()> {
-        for (i, m) in all.iter().enumerate() {
-            if m.offset != i as u64 {
-                return Err(violation(INV_PREFIX, format!("partition {p}: the log is not gapless from 0: position {i} holds offset {}", m.offset)));
-            }
-        }
-        self.check_messages(p, all, sent)?;
-        let mut ids = BTreeSet::new();
-        for m in all {
-            if !ids.insert(m.id) {
-                return Err(violation(
-                    INV_PREFIX,
-                    format!("partition {p}: message {:#x} appears twice", m.id),
-                ));
-            }
-        }
-        let end = all.len() as u64;
-        // At runtime a poll stops short at damaged bytes (never serving them); after a
-        // restart, recovery must have fenced such damage, so only a lie on the durable
-        // record itself (undetectable on one disk) excuses a shorter log.
-        let short_read_allowed = !after_restart && damaged;
-        if end < self.durable_end && !lie_on_record && !short_read_allowed {
-            let lost: Vec<u64> = self
-                .log
-                .range(end..self.durable_end)
-                .map(|(o, _)| *o)
-                .take(5)
-                .collect();
-            return Err(violation(INV_NO_LOSS, format!("partition {p}: the log ends at {end}, but offsets up to {} were promised durable (first lost: {lost:?})", self.durable_end)));
-        }
-        if !after_restart && end < self.acked_end && !damaged {
-            return Err(violation(INV_NO_LOSS, format!("partition {p}: without any crash the log ends at {end}, below acknowledged offset {}", self.acked_end - 1)));
-        }
-        if after_restart {
-            // What is gone is a suffix: forget it, learn what the unknown outcomes became.
-            let lost: Vec<u64> = self.log.range(end..).map(|(o, _)| *o).collect();
-            for offset in lost {
-                if let Some(id) = self.log.remove(&offset) {
-                    self.positions.remove(&id);
-                }
-            }
-            for m in all {
-                self.place(p, m.offset, m.id)?;
-            }
-            self.durable_end = end;
-            self.acked_end = end;
-        }
-        self.end = end;
-        Ok(())
-    }
-
-    fn records_under(&self, disk: &SimDisk, sub: &str, pred: impl Fn(FaultKind) -> bool) -> bool {
-        let under = self.dir.join(sub);
-        disk.any_record(|r| {
-            pred(r.kind) && r.path.as_ref().is_some_and(|path| path.starts_with(&under))
-        })
-    }
-
-    /// Whether a fault damaged (or lied about) durable data of this partition: then a poll
-    /// may stop short at the damage (it never serves changed bytes), until a restart fences.
-    pub fn damaged(&self, disk: &SimDisk) -> bool {
-        self.records_under(disk, "", FaultKind::damages_durable_data)
-    }
-
-    /// Whether a sync of this partition's durable record lied: then a rewind is undetectable
-    /// on a single disk, and the checker may not demand the acknowledged tail.
-    pub fn superblock_lied(&self, disk: &SimDisk) -> bool {
-        disk.any_record(|r| {
-            r.kind == FaultKind::LyingSync
-                && r.path.as_ref().is_some_and(|path| {
-                    path.starts_with(&self.dir)
-                        && path
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with("superblock"))
-                })
-        })
-    }
-
-    /// Whether an offset file may legitimately be damaged.
-    pub fn offset_damage_allowed(&self, disk: &SimDisk) -> bool {
-        self.records_under(disk, "offsets", FaultKind::damages_durable_data)
-            || (self.config.consumer_offset_durability == Durability::Replicated
-                && disk.any_record(|r| r.kind == FaultKind::PowerLoss))
-    }
-
-    /// After a restart: every stored offset is within the log and, under `persisted`, the
-    /// value last stored (lowered to the log's end when the log lost its tail).
-    pub fn check_offsets(&mut self, p: usize, disk: &SimDisk) -> Checked<()> {
-        let last = self.end.checked_sub(1);
-        let consumers: Vec<ConsumerId> = self.offsets.keys().copied().collect();
-        let partition = self.partition.as_ref().expect("open");
-        for consumer in consumers {
-            let got = partition.get_offset(consumer);
-            let durable = self.durable_offsets.get(&consumer).copied();
-            let expected_durable = durable.and_then(|v| last.map(|l| v.min(l)));
-            match got {
-                Ok(Some(x)) => {
-                    if last.is_none_or(|l| x > l) {
-                        return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} offset {x} beyond the last offset {last:?}")));
-                    }
-                    let allowed = match expected_durable {
-                        Some(v) => x == v,
-                        None => self.offsets[&consumer]
-                            .iter()
-                            .any(|v| last.map(|l| (*v).min(l)) == Some(x)),
-                    };
-                    if !allowed && !self.offset_damage_allowed(disk) {
-                        return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} offset {x}, expected {expected_durable:?} (stored {:?})", self.offsets[&consumer])));
-                    }
-                    self.offsets.insert(consumer, vec![x]);
-                    // Under `persisted`, what recovery serves is durable from now on.
-                    if self.config.consumer_offset_durability == Durability::Persisted {
-                        self.durable_offsets.insert(consumer, x);
-                    }
-                }
-                Ok(None) => {
-                    if expected_durable.is_some() && !self.offset_damage_allowed(disk) {
-                        return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} lost its persisted offset {expected_durable:?}")));
-                    }
-                    self.offsets.remove(&consumer);
-                    self.durable_offsets.remove(&consumer);
-                }
-                Err(PartitionError::OffsetDamaged { .. }) => {
-                    if !self.offset_damage_allowed(disk) {
-                        return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} offset reported damaged with no fault behind it")));
-                    }
-                }
-                Err(e) => {
-                    return Err(violation(
-                        INV_OFFSETS,
-                        format!("partition {p}: reading {consumer:?} failed: {e}"),
-                    ))
+            if let Ok(record) = Superblock::decode(copy) {
+                if newest.is_none_or(|n| record.sequence > n.sequence) {
+                    newest = Some(record);
                 }
             }
         }
-        Ok(())
     }
+    (newest.map(|r| r.durable.next_offset), lied)
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariant 5: consumer offsets.
+// ---------------------------------------------------------------------------------------
+
+/// **Invariant 5** after recovery: every stored offset lies within the log, and reads as a
+/// value it may hold: after a process crash the last value stored (a failed store: either),
+/// after a power loss any value stored since the last durable one (under `replicated` also
+/// none: an unsynced store may tear, and recovery drops it); each lowered to the log's end.
+/// Allows: a damaged or missing file when a fault still present in it explains it. What
+/// recovery serves is durable from then on (its repairs are), so it becomes the only value.
+pub fn check_offsets(model: &mut Model) -> Checked<()> {
+    let p = model.index;
+    let end = model.acked_end;
+    let last = end.checked_sub(1);
+    let clamp = |v: Option<u64>| match (v, last) {
+        (Some(v), Some(last)) => Some(v.min(last)),
+        _ => None,
+    };
+    let persisted = model.config.consumer_offset_durability == Durability::Persisted;
+    let consumers: Vec<ConsumerId> = model.offsets.keys().copied().collect();
+    for consumer in consumers {
+        let offset_model = model.offsets[&consumer].clone();
+        let candidates = if model.power_lost {
+            &offset_model.after_power_loss
+        } else {
+            &offset_model.now
+        };
+        let allowed: BTreeSet<Option<u64>> = candidates.iter().map(|v| clamp(*v)).collect();
+        let path = consumer.path(&model.dir);
+        let damaged = model
+            .damage_seen
+            .get(&path)
+            .is_some_and(|d| d.iter().any(|d| d.kind != FaultKind::SyncError))
+            || model.lost_names_seen.contains(&path);
+        let partition = model.partition.as_ref().expect("open");
+        let got = match partition.get_offset(consumer) {
+            Ok(value) => value,
+            Err(e) if damaged && persisted => {
+                // Reported as damaged, never reset: fine while the damage is there.
+                let _ = e;
+                continue;
+            }
+            Err(e) => {
+                return Err(violation(INV_OFFSETS, format!("partition {p}: reading {consumer:?} failed with no fault present in {}: {e}", path.display())));
+            }
+        };
+        if got.is_some_and(|x| last.is_none_or(|l| x > l)) {
+            return Err(violation(
+                INV_OFFSETS,
+                format!(
+                    "partition {p}: {consumer:?} offset {got:?} beyond the last offset {last:?}"
+                ),
+            ));
+        }
+        if !allowed.contains(&got) && !damaged {
+            return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} reads {got:?} after recovery, expected one of {allowed:?} ({}; stored since the last durable value: {:?})", if model.power_lost { "after a power loss" } else { "after a process crash" }, offset_model.after_power_loss)));
+        }
+        let settled = model.offsets.get_mut(&consumer).expect("known");
+        settled.now = BTreeSet::from([got]);
+        settled.after_power_loss = if persisted {
+            BTreeSet::from([got])
+        } else {
+            BTreeSet::from([got, None])
+        };
+    }
+    model.power_lost = false;
+    model.damage_seen.clear();
+    model.lost_names_seen.clear();
+    Ok(())
 }

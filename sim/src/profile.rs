@@ -1,38 +1,90 @@
 //! A run's profile: everything a seed decides before the first step (swarm testing: each
 //! fault class switched on or off, each with its own intensity, and the workload's shape).
+//!
+//! A seed first draws a [`Class`]: most runs are plain swarm runs, and a share go to classes
+//! that weight the rare two-fault combinations recovery's rules exist for (a lying superblock
+//! sync with a power loss, an fsync error with a restart, a non-atomic device with persisted
+//! topics, lying directory syncs with rotation, a full disk at rotation).
 
-use cairn_engine::config::{Durability, TopicConfig};
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
+use cairn_engine::format::Limits;
 use cairn_faults::DiskFaults;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::fmt;
 
+/// What a run emphasises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    /// Every fault class independently on or off.
+    Swarm,
+    /// Lying syncs (log and superblock) with power losses, persisted topics.
+    LyingSuperblock,
+    /// fsync errors with process crashes: the page cache keeps bytes the device lacks.
+    FsyncError,
+    /// A device that tears sectors non-atomically, with power losses.
+    NonAtomic,
+    /// Lying and failing directory syncs with rotation and power losses.
+    DirectoryLies,
+    /// A small disk filling up at rotation, with preallocation.
+    FullDisk,
+    /// Bit rot and bad sectors, with crashes inside recovery.
+    Rot,
+}
+
+impl Class {
+    pub const ALL: [Class; 7] = [
+        Class::Swarm,
+        Class::LyingSuperblock,
+        Class::FsyncError,
+        Class::NonAtomic,
+        Class::DirectoryLies,
+        Class::FullDisk,
+        Class::Rot,
+    ];
+}
+
+/// One partition of the simulated node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionProfile {
+    pub config: TopicConfig,
+    pub settings: PartitionSettings,
+    /// Admission limits lowered at some restarts (stored batches must stay readable).
+    pub lowered_limits: Option<Limits>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
     pub seed: u64,
-    /// Topic options of each partition (one node holds them all).
-    pub partitions: Vec<TopicConfig>,
-    /// Workload steps in the safety phase.
+    pub class: Class,
+    pub partitions: Vec<PartitionProfile>,
+    /// Workload operations in the safety phase (all tasks together).
     pub steps: u32,
     /// Largest payload a message may carry.
     pub max_payload: usize,
     /// Most batches a producer round submits together (group commit).
     pub max_group: usize,
-    /// Longest pause between two workload steps (the request rate of this run).
+    /// Producers per partition (tasks on the executor).
+    pub producers: usize,
+    /// Longest pause of a task between two operations.
     pub max_think_nanos: u64,
     /// Latency range of every disk call, in nanoseconds (a fast SSD or a slow disk).
     pub disk_latency_nanos: (u64, u64),
-    /// Per-step probabilities (`None` = the fault class is off in this run).
+    /// Probability that a produce appends now and persists later (persisted topics).
+    pub persist_later: f64,
+    /// Per-operation probabilities of the nemesis (`None` = off in this run).
     pub process_crash: Option<f64>,
     pub power_loss: Option<f64>,
     /// Probability that a crash is armed inside the next operations (a torn in-flight write).
     pub mid_operation_crash: Option<f64>,
     pub disk: DiskFaults,
-    /// Per-restart probabilities.
+    /// Per-restart probabilities of faults that strike while the node is down.
     pub bit_flip: Option<f64>,
     pub read_error: Option<f64>,
-    /// Per-step probability of a wall-clock jump.
+    /// Per-operation probability of a wall-clock jump.
     pub clock_jump: Option<f64>,
+    /// Per-operation probability that a partition is closed gracefully and reopened.
+    pub close_reopen: f64,
 }
 
 fn maybe(rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64) -> Option<f64> {
@@ -43,48 +95,103 @@ fn maybe(rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64) -> Option<f64> {
     }
 }
 
+fn policy(rng: &mut ChaCha8Rng, persisted: f64) -> Durability {
+    if rng.gen_bool(persisted) {
+        Durability::Persisted
+    } else {
+        Durability::Replicated
+    }
+}
+
+fn partition(rng: &mut ChaCha8Rng, class: Class) -> PartitionProfile {
+    let persisted = match class {
+        Class::LyingSuperblock | Class::NonAtomic => 0.8,
+        _ => 0.5,
+    };
+    let config = TopicConfig {
+        durability: policy(rng, persisted),
+        consumer_offset_durability: policy(rng, 0.5),
+        messages_required_to_save: [1, 4, 32, 1024][rng.gen_range(0..4)],
+        size_of_messages_required_to_save: [512, 16 * 1024, 256 * 1024, 1024 * 1024]
+            [rng.gen_range(0..4)],
+        segment_size: 1024 * 1024,
+        preallocate_segments: rng.gen_bool(if class == Class::FullDisk { 0.7 } else { 0.2 }),
+    };
+    let mut settings = PartitionSettings::default();
+    if rng.gen_bool(0.1) {
+        settings.validate_checksum = false;
+    }
+    if rng.gen_bool(0.1) {
+        settings.max_journal_bytes = [16 * 1024, 128 * 1024][rng.gen_range(0..2)];
+    }
+    if rng.gen_bool(0.1) {
+        settings.max_poll_bytes = [2 * 1024, 32 * 1024][rng.gen_range(0..2)];
+    }
+    let lowered_limits = rng.gen_bool(0.1).then(|| Limits {
+        max_messages_per_batch: rng.gen_range(2..6),
+        max_payload_bytes: [256, 4096][rng.gen_range(0..2)],
+        ..Limits::default()
+    });
+    PartitionProfile {
+        config,
+        settings,
+        lowered_limits,
+    }
+}
+
+fn class_of(rng: &mut ChaCha8Rng) -> Class {
+    if rng.gen_bool(0.6) {
+        Class::Swarm
+    } else {
+        Class::ALL[rng.gen_range(1..Class::ALL.len())]
+    }
+}
+
+fn disk_faults(rng: &mut ChaCha8Rng, class: Class) -> DiskFaults {
+    let mut disk = DiskFaults {
+        lying_sync: maybe(rng, 0.15, 0.002, 0.05),
+        lying_dir_sync: maybe(rng, 0.08, 0.01, 0.2),
+        write_error: maybe(rng, 0.12, 0.001, 0.02),
+        sync_error: maybe(rng, 0.12, 0.001, 0.02),
+        dir_sync_error: maybe(rng, 0.06, 0.005, 0.05),
+        misdirected_write: maybe(rng, 0.1, 0.001, 0.01),
+        capacity: rng.gen_bool(0.1).then(|| rng.gen_range(1..6) * 1024 * 1024),
+        non_atomic: rng.gen_bool(0.05),
+    };
+    match class {
+        Class::Swarm | Class::Rot => {}
+        Class::LyingSuperblock => disk.lying_sync = Some(rng.gen_range(0.05..0.3)),
+        Class::FsyncError => disk.sync_error = Some(rng.gen_range(0.01..0.08)),
+        Class::NonAtomic => disk.non_atomic = true,
+        Class::DirectoryLies => {
+            disk.lying_dir_sync = Some(rng.gen_range(0.2..0.8));
+            disk.dir_sync_error = Some(rng.gen_range(0.01..0.05));
+        }
+        Class::FullDisk => disk.capacity = Some(rng.gen_range(2..5) * 1024 * 1024),
+    }
+    disk
+}
+
 impl Profile {
     pub fn from_seed(seed: u64) -> Profile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_ca12_u64);
+        let class = class_of(&mut rng);
         let partition_count = rng.gen_range(1..=3);
         let partitions = (0..partition_count)
-            .map(|_| TopicConfig {
-                durability: if rng.gen_bool(0.5) {
-                    Durability::Persisted
-                } else {
-                    Durability::Replicated
-                },
-                consumer_offset_durability: if rng.gen_bool(0.5) {
-                    Durability::Persisted
-                } else {
-                    Durability::Replicated
-                },
-                messages_required_to_save: [1, 4, 32, 1024][rng.gen_range(0..4)],
-                size_of_messages_required_to_save: [512, 16 * 1024, 256 * 1024, 1024 * 1024]
-                    [rng.gen_range(0..4)],
-                segment_size: 1024 * 1024,
-                preallocate_segments: rng.gen_bool(0.2),
-            })
+            .map(|_| partition(&mut rng, class))
             .collect();
-        let disk = DiskFaults {
-            lying_sync: maybe(&mut rng, 0.15, 0.002, 0.05),
-            write_error: maybe(&mut rng, 0.15, 0.001, 0.02),
-            sync_error: maybe(&mut rng, 0.15, 0.001, 0.02),
-            misdirected_write: maybe(&mut rng, 0.1, 0.001, 0.01),
-            capacity: if rng.gen_bool(0.15) {
-                Some(rng.gen_range(1..6) * 1024 * 1024)
-            } else {
-                None
-            },
-        };
-        Profile {
+        let disk = disk_faults(&mut rng, class);
+        let mut profile = Profile {
             seed,
+            class,
             partitions,
-            steps: rng.gen_range(150..400),
+            steps: rng.gen_range(200..500),
             max_payload: [64, 1024, 16 * 1024, 64 * 1024][rng.gen_range(0..4)],
             max_group: rng.gen_range(1..=6),
+            producers: rng.gen_range(1..=2),
             max_think_nanos: [5_000_000, 50_000_000, 500_000_000][rng.gen_range(0..3)],
             disk_latency_nanos: [(2_000, 50_000), (50_000, 2_000_000)][rng.gen_range(0..2)],
+            persist_later: [0.0, 0.3][rng.gen_range(0..2)],
             process_crash: maybe(&mut rng, 0.6, 0.002, 0.03),
             power_loss: maybe(&mut rng, 0.6, 0.002, 0.03),
             mid_operation_crash: maybe(&mut rng, 0.4, 0.2, 0.8),
@@ -92,6 +199,27 @@ impl Profile {
             bit_flip: maybe(&mut rng, 0.2, 0.1, 0.6),
             read_error: maybe(&mut rng, 0.15, 0.1, 0.5),
             clock_jump: maybe(&mut rng, 0.25, 0.005, 0.05),
+            close_reopen: [0.0, 0.01][rng.gen_range(0..2)],
+        };
+        profile.emphasise(&mut rng);
+        profile
+    }
+
+    /// Makes the class's second fault certain.
+    fn emphasise(&mut self, rng: &mut ChaCha8Rng) {
+        match self.class {
+            Class::Swarm => {}
+            Class::LyingSuperblock | Class::NonAtomic | Class::DirectoryLies => {
+                self.power_loss = Some(rng.gen_range(0.01..0.04))
+            }
+            Class::FsyncError => self.process_crash = Some(rng.gen_range(0.005..0.03)),
+            Class::FullDisk => self.max_payload = 64 * 1024,
+            Class::Rot => {
+                self.bit_flip = Some(rng.gen_range(0.3..0.8));
+                self.read_error = Some(rng.gen_range(0.3..0.8));
+                self.mid_operation_crash = Some(rng.gen_range(0.4..0.9));
+                self.process_crash = Some(rng.gen_range(0.005..0.03));
+            }
         }
     }
 }
@@ -102,27 +230,32 @@ fn show(p: Option<f64>) -> String {
 
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "seed {:#x}", self.seed)?;
-        for (i, c) in self.partitions.iter().enumerate() {
+        writeln!(f, "seed {:#x} class {:?}", self.seed, self.class)?;
+        for (i, p) in self.partitions.iter().enumerate() {
+            let c = &p.config;
             writeln!(
                 f,
-                "  partition {i}: durability={} offsets={} messages_required_to_save={} size_required_to_save={} segment_size={} preallocate={}",
+                "  partition {i}: durability={} offsets={} messages_required_to_save={} size_required_to_save={} segment_size={} preallocate={} validate_checksum={} max_journal_bytes={} max_poll_bytes={} lowered_limits={:?}",
                 c.durability, c.consumer_offset_durability, c.messages_required_to_save,
-                c.size_of_messages_required_to_save, c.segment_size, c.preallocate_segments
+                c.size_of_messages_required_to_save, c.segment_size, c.preallocate_segments,
+                p.settings.validate_checksum, p.settings.max_journal_bytes, p.settings.max_poll_bytes,
+                p.lowered_limits.map(|l| (l.max_messages_per_batch, l.max_payload_bytes))
             )?;
         }
         writeln!(
             f,
-            "  workload: steps={} max_payload={} max_group={}",
-            self.steps, self.max_payload, self.max_group
+            "  workload: steps={} max_payload={} max_group={} producers={} persist_later={} close_reopen={}",
+            self.steps, self.max_payload, self.max_group, self.producers, self.persist_later,
+            self.close_reopen
         )?;
+        let d = &self.disk;
         writeln!(
             f,
-            "  faults: process_crash={} power_loss={} mid_operation_crash={} lying_sync={} write_error={} sync_error={} misdirected_write={} capacity={} bit_flip={} read_error={} clock_jump={}",
+            "  faults: process_crash={} power_loss={} mid_operation_crash={} lying_sync={} lying_dir_sync={} write_error={} sync_error={} dir_sync_error={} misdirected_write={} capacity={} non_atomic={} bit_flip={} read_error={} clock_jump={}",
             show(self.process_crash), show(self.power_loss), show(self.mid_operation_crash),
-            show(self.disk.lying_sync), show(self.disk.write_error), show(self.disk.sync_error),
-            show(self.disk.misdirected_write),
-            self.disk.capacity.map_or("off".into(), |c| c.to_string()),
+            show(d.lying_sync), show(d.lying_dir_sync), show(d.write_error), show(d.sync_error),
+            show(d.dir_sync_error), show(d.misdirected_write),
+            d.capacity.map_or("off".into(), |c| c.to_string()), d.non_atomic,
             show(self.bit_flip), show(self.read_error), show(self.clock_jump)
         )
     }

@@ -93,7 +93,7 @@ fn a_seed_replays_to_the_same_trace_and_seeds_differ() {
     let a = run_seed(0x1f2e_3d4c, false);
     let b = run_seed(0x1f2e_3d4c, false);
     assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.steps, b.steps);
+    assert_eq!(a.operations, b.operations);
     assert_eq!(a.faults_fired, b.faults_fired);
     let c = run_seed(0x1f2e_3d4d, false);
     assert_ne!(a.trace_hash, c.trace_hash);

@@ -539,6 +539,17 @@ impl OpenLog {
                 .index_file
                 .set_len((active.index.len() * INDEX_ENTRY_LEN) as u64)
                 .map_err(write_error("set_len", &active.index_path))?;
+            // Durably: the cut bytes may have been synced on the way (a segment sealed before
+            // the next one could be created), and a power loss must not bring back batches
+            // whose offsets are about to be given to others.
+            active
+                .log
+                .sync_data()
+                .map_err(write_error("sync_data", &active.log_path))?;
+            active
+                .index_file
+                .sync_data()
+                .map_err(write_error("sync_data", &active.index_path))?;
             active.log_len = durable.position;
             active.end_offset = durable.next_offset;
         }

@@ -145,9 +145,19 @@ impl<'a> LogReader<'a> {
             let read = self
                 .read(position, want)
                 .or_else(|_| self.read(position, len));
-            self.window = read.map_err(|error| ReadBatchError::Unreadable {
-                sector: self.first_unreadable_sector(position, len),
-                error,
+            self.window = read.map_err(|error| {
+                if error.kind() == io::ErrorKind::UnexpectedEof {
+                    // The file ends before the bytes the log holds: missing, not unreadable.
+                    let file_len = self.file.len().unwrap_or(position);
+                    return ReadBatchError::Truncated {
+                        needed: len as u64,
+                        available: file_len.saturating_sub(position),
+                    };
+                }
+                ReadBatchError::Unreadable {
+                    sector: self.first_unreadable_sector(position, len),
+                    error,
+                }
             })?;
             self.window_start = position;
         }

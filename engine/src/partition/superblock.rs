@@ -125,13 +125,28 @@ impl Superblock {
     }
 }
 
-/// Writes `superblock` into its slot file in `dir` (both copies, one write) and syncs it.
+/// Writes `superblock` into its slot file in `dir` (both copies, one write), syncs it, and
+/// reads the record back from the device (the cached page dropped first). A device that puts
+/// a write at the wrong place keeps the slot's old bytes: the record that would have named
+/// the durable end is elsewhere, so nothing may be acknowledged on it; that is an error.
 pub(crate) fn write_slot(disk: &dyn Disk, dir: &Path, superblock: &Superblock) -> io::Result<()> {
     let path = dir.join(SLOT_NAMES[superblock.slot()]);
     let _span = tracing::debug_span!("write_superblock", path = %path.display(), sequence = superblock.sequence).entered();
     let file = disk.open(&path, OpenMode::CreateOrOpen)?;
-    file.write_all_at(&[io::IoSlice::new(&superblock.encode_slot_file())], 0)?;
-    file.sync_data()
+    let bytes = superblock.encode_slot_file();
+    file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
+    file.sync_data()?;
+    file.evict_cache()?;
+    let mut back = [0u8; SUPERBLOCK_LEN];
+    file.read_exact_at(&mut back, 0)?;
+    if back[..] != bytes[..SUPERBLOCK_LEN] {
+        return Err(io::Error::other(format!(
+            "superblock sequence {} read back from {} differs from what was written: the write landed elsewhere",
+            superblock.sequence,
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

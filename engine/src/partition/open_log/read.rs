@@ -149,7 +149,9 @@ impl OpenLog {
             .map(|b| b.header.base_offset)
     }
 
-    /// The first batch of segment `i` stamped at or after `timestamp`, below `visible`.
+    /// The first batch of segment `i` stamped at or after `timestamp`, below `visible`. Each
+    /// batch the walk passes is verified like any read (its stamp is only as good as its
+    /// checksum).
     fn timestamp_in_segment(
         &self,
         i: usize,
@@ -163,11 +165,9 @@ impl OpenLog {
         let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
         let (mut position, mut expected) = segment.seek_timestamp(timestamp);
         while position < segment.log_len && expected < visible {
-            let header = match reader.header_at(position) {
-                Ok(header) if header.base_offset == expected => header,
-                Ok(header) => {
-                    return Err((position, offset_mismatch(expected, header.base_offset)))
-                }
+            let header = match reader.batch_at(position, expected, self.partition_id, self.check())
+            {
+                Ok((verified, _)) => verified.header,
                 Err(error) => return Err((position, error)),
             };
             if header.base_timestamp >= timestamp {
@@ -177,6 +177,14 @@ impl OpenLog {
             expected = header.next_offset();
         }
         Ok(None)
+    }
+
+    fn check(&self) -> Check {
+        if self.settings.validate_checksum {
+            Check::Full
+        } else {
+            Check::Structure
+        }
     }
 
     /// Collects messages from the segments, then the journal, into `reply`.
@@ -218,11 +226,7 @@ impl OpenLog {
         i: usize,
         reply: &mut Reply,
     ) -> std::result::Result<bool, (u64, ReadBatchError)> {
-        let check = if self.settings.validate_checksum {
-            Check::Full
-        } else {
-            Check::Structure
-        };
+        let check = self.check();
         let segment = &self.segments[i];
         let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
         let (mut position, mut expected) = segment.seek_offset(reply.next);
@@ -254,10 +258,6 @@ impl OpenLog {
             self.pending_fence = Some(fence_for(segment, position, durable.position, error));
         }
     }
-}
-
-fn offset_mismatch(expected: u64, found: u64) -> ReadBatchError {
-    ReadBatchError::OffsetMismatch { expected, found }
 }
 
 fn fence_for(

@@ -1,0 +1,1 @@
+//! Directed scenarios (filled in next).
