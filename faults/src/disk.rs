@@ -163,13 +163,15 @@ pub enum Fates {
     /// Unsynced pages of files, and directory changes of names, whose path ends with one of
     /// these are lost; everything else lands.
     DropOnly(Vec<String>),
+    /// Every unsynced page lands torn (directory changes land).
+    TearAll,
 }
 
 impl Fates {
     fn drops(&self, path: Option<&Path>) -> Option<bool> {
         match self {
             Fates::Random => None,
-            Fates::KeepAll => Some(false),
+            Fates::KeepAll | Fates::TearAll => Some(false),
             Fates::DropAll => Some(true),
             Fates::DropOnly(ends) => {
                 let path = path
@@ -184,17 +186,20 @@ impl Fates {
 /// A fault scripted for the next call that matches (directed scenarios).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scripted {
-    /// The next `sync_data` of a file whose path ends with this lies.
+    /// The next `sync_data` of a file whose path contains this lies.
     LieOnSync(String),
-    /// The next `sync_data` of a file whose path ends with this fails with EIO.
+    /// The next `sync_data` of a file whose path contains this fails with EIO.
     FailSync(String),
     /// The next `sync_dir` of this directory lies.
     LieOnDirSync(PathBuf),
-    /// The next write to a file whose path ends with `from` lands in `into` instead, at the
+    /// The next write to a file whose path contains `from` lands in `into` instead, at the
     /// same position.
     MisdirectWrite { from: String, into: PathBuf },
-    /// The next mutating call on a path ending with this crashes the node (lands partly).
+    /// The next mutating call on a path containing this crashes the node (lands partly).
     CrashOn(String),
+    /// The next write to a file whose path contains this lands whole, then the node crashes
+    /// (before whatever sync was to follow).
+    CrashAfterWrite(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -448,7 +453,7 @@ impl State {
         let scripted_crash = path.is_some_and(|path| {
             let path = path.to_string_lossy().into_owned();
             self.take_scripted(
-                |s| matches!(s, Scripted::CrashOn(end) if path.ends_with(end.as_str())),
+                |s| matches!(s, Scripted::CrashOn(part) if path.contains(part.as_str())),
             )
             .is_some()
         });
@@ -538,7 +543,7 @@ impl State {
     fn misdirect(&mut self, inode: u64, pos: u64) -> Option<(u64, u64)> {
         let path = self.path_of(inode)?;
         let scripted_into = self.take_scripted(|s| {
-            matches!(s, Scripted::MisdirectWrite { from, .. } if path.to_string_lossy().ends_with(from.as_str()))
+            matches!(s, Scripted::MisdirectWrite { from, .. } if path.to_string_lossy().contains(from.as_str()))
         });
         if let Some(Scripted::MisdirectWrite { into, .. }) = scripted_into {
             return match self.names.get(&into) {
@@ -1090,6 +1095,7 @@ fn power_loss_file(s: &mut State, inode: u64) {
         }
         let range = byte_range(page, len);
         let fate = match dropped {
+            _ if s.fates == Fates::TearAll => PageFate::Torn,
             Some(false) => PageFate::Kept,
             Some(true) => PageFate::Dropped,
             None => match s.rng.gen_range(0..10) {
@@ -1249,6 +1255,30 @@ impl DiskFile for SimFile {
             s.torn_write(self.inode, pos, &bytes);
             return Err(crashed_error());
         }
+        let name = path
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let crash_after = s
+            .take_scripted(
+                |f| matches!(f, Scripted::CrashAfterWrite(part) if name.contains(part.as_str())),
+            )
+            .is_some();
+        if crash_after {
+            s.files
+                .get_mut(&self.inode)
+                .expect("file")
+                .write(pos, &bytes);
+            s.crashed = true;
+            s.crash_in = None;
+            s.record(
+                FaultKind::TornWrite,
+                path.as_deref(),
+                Some(pos..pos + bytes.len() as u64),
+                "landed whole, then the node crashed".into(),
+            );
+            return Err(crashed_error());
+        }
         let faults = s.faults;
         if s.roll(faults.write_error) {
             s.record(
@@ -1327,7 +1357,7 @@ impl DiskFile for SimFile {
             .unwrap_or_default();
         let faults = s.faults;
         let scripted_fail = s
-            .take_scripted(|f| matches!(f, Scripted::FailSync(end) if name.ends_with(end.as_str())))
+            .take_scripted(|f| matches!(f, Scripted::FailSync(end) if name.contains(end.as_str())))
             .is_some();
         if scripted_fail || s.roll(faults.sync_error) {
             // Linux: the failed pages keep their new bytes, marked clean; the device keeps
@@ -1348,9 +1378,7 @@ impl DiskFile for SimFile {
             return Err(io::Error::other("EIO on fsync"));
         }
         let scripted_lie = s
-            .take_scripted(
-                |f| matches!(f, Scripted::LieOnSync(end) if name.ends_with(end.as_str())),
-            )
+            .take_scripted(|f| matches!(f, Scripted::LieOnSync(end) if name.contains(end.as_str())))
             .is_some();
         let lie = scripted_lie || s.roll(faults.lying_sync);
         let file = s.files.get_mut(&self.inode).expect("file");

@@ -963,11 +963,17 @@ pub fn check_boot_failure(
 /// The newest record the superblock slots hold durably (what an honest device keeps), and
 /// whether a slot holds pages a lying sync claimed: read just before a power loss.
 pub fn superblock_at_power_loss(disk: &SimDisk, dir: &Path) -> (Option<u64>, bool) {
+    let lied = SLOT_NAMES
+        .iter()
+        .any(|name| disk.has_lied_pages(&dir.join(name)));
+    (newest_durable_record(disk, dir), lied)
+}
+
+/// The durable end of the newest valid record the slots hold durably.
+pub fn newest_durable_record(disk: &SimDisk, dir: &Path) -> Option<u64> {
     let mut newest: Option<Superblock> = None;
-    let mut lied = false;
     for name in SLOT_NAMES {
         let path = dir.join(name);
-        lied |= disk.has_lied_pages(&path);
         let Some(bytes) = disk.durable_contents(&path) else {
             continue;
         };
@@ -982,7 +988,31 @@ pub fn superblock_at_power_loss(disk: &SimDisk, dir: &Path) -> (Option<u64>, boo
             }
         }
     }
-    (newest.map(|r| r.durable.next_offset), lied)
+    newest.map(|r| r.durable.next_offset)
+}
+
+/// Before a recovery: when damage present in a superblock slot destroyed a record (both of
+/// its copies), the durable end it named cannot be proven on one disk; a rewind is then
+/// excused down to the newest record that survives, and no further.
+pub fn excuse_destroyed_record(model: &mut Model, before: &BeforeRecovery, disk: &SimDisk) {
+    let destroyed = SLOT_NAMES.iter().any(|name| {
+        let path = model.dir.join(name);
+        before
+            .damage_of(&path)
+            .iter()
+            .any(|d| d.kind != FaultKind::SyncError)
+            && disk.durable_contents(&path).is_some_and(|bytes| {
+                [0, MIRROR_OFFSET as usize].iter().all(|&at| {
+                    bytes
+                        .get(at..at + SUPERBLOCK_LEN)
+                        .is_none_or(|copy| Superblock::decode(copy).is_err())
+                })
+            })
+    });
+    if destroyed {
+        let floor = newest_durable_record(disk, &model.dir).unwrap_or(0);
+        model.rewind_floor = Some(model.rewind_floor.map_or(floor, |f| f.min(floor)));
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -30,10 +30,13 @@ pub enum Class {
     FullDisk,
     /// Bit rot and bad sectors, with crashes inside recovery.
     Rot,
+    /// A crash between a superblock write and its sync, a process restart, then a power loss
+    /// before the next record: what recovery trusts must be made durable before it serves.
+    SlotCrash,
 }
 
 impl Class {
-    pub const ALL: [Class; 7] = [
+    pub const ALL: [Class; 8] = [
         Class::Swarm,
         Class::LyingSuperblock,
         Class::FsyncError,
@@ -41,6 +44,7 @@ impl Class {
         Class::DirectoryLies,
         Class::FullDisk,
         Class::Rot,
+        Class::SlotCrash,
     ];
 }
 
@@ -85,6 +89,11 @@ pub struct Profile {
     pub clock_jump: Option<f64>,
     /// Per-operation probability that a partition is closed gracefully and reopened.
     pub close_reopen: f64,
+    /// Per-operation probability of a crash scripted on the next superblock write, followed
+    /// by a process restart and then a power loss at the next operation.
+    pub slot_crash: Option<f64>,
+    /// Per-restart probability that both copies of one superblock slot's record rot.
+    pub slot_rot: Option<f64>,
 }
 
 fn maybe(rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64) -> Option<f64> {
@@ -105,7 +114,7 @@ fn policy(rng: &mut ChaCha8Rng, persisted: f64) -> Durability {
 
 fn partition(rng: &mut ChaCha8Rng, class: Class) -> PartitionProfile {
     let persisted = match class {
-        Class::LyingSuperblock | Class::NonAtomic => 0.8,
+        Class::LyingSuperblock | Class::NonAtomic | Class::SlotCrash => 0.8,
         _ => 0.5,
     };
     let config = TopicConfig {
@@ -160,7 +169,9 @@ fn disk_faults(rng: &mut ChaCha8Rng, class: Class) -> DiskFaults {
     };
     match class {
         Class::Swarm | Class::Rot => {}
-        Class::LyingSuperblock => disk.lying_sync = Some(rng.gen_range(0.05..0.3)),
+        Class::LyingSuperblock | Class::SlotCrash => {
+            disk.lying_sync = Some(rng.gen_range(0.05..0.3))
+        }
         Class::FsyncError => disk.sync_error = Some(rng.gen_range(0.01..0.08)),
         Class::NonAtomic => disk.non_atomic = true,
         Class::DirectoryLies => {
@@ -200,6 +211,8 @@ impl Profile {
             read_error: maybe(&mut rng, 0.15, 0.1, 0.5),
             clock_jump: maybe(&mut rng, 0.25, 0.005, 0.05),
             close_reopen: [0.0, 0.01][rng.gen_range(0..2)],
+            slot_crash: None,
+            slot_rot: maybe(&mut rng, 0.05, 0.05, 0.2),
         };
         profile.emphasise(&mut rng);
         profile
@@ -213,8 +226,13 @@ impl Profile {
                 self.power_loss = Some(rng.gen_range(0.01..0.04))
             }
             Class::FsyncError => self.process_crash = Some(rng.gen_range(0.005..0.03)),
+            Class::SlotCrash => {
+                self.slot_crash = Some(rng.gen_range(0.01..0.05));
+                self.power_loss = Some(rng.gen_range(0.002..0.01));
+            }
             Class::FullDisk => self.max_payload = 64 * 1024,
             Class::Rot => {
+                self.slot_rot = Some(rng.gen_range(0.1..0.4));
                 self.bit_flip = Some(rng.gen_range(0.3..0.8));
                 self.read_error = Some(rng.gen_range(0.3..0.8));
                 self.mid_operation_crash = Some(rng.gen_range(0.4..0.9));
@@ -251,12 +269,13 @@ impl fmt::Display for Profile {
         let d = &self.disk;
         writeln!(
             f,
-            "  faults: process_crash={} power_loss={} mid_operation_crash={} lying_sync={} lying_dir_sync={} write_error={} sync_error={} dir_sync_error={} misdirected_write={} capacity={} non_atomic={} bit_flip={} read_error={} clock_jump={}",
-            show(self.process_crash), show(self.power_loss), show(self.mid_operation_crash),
+            "  faults: slot_crash={} process_crash={} power_loss={} mid_operation_crash={} lying_sync={} lying_dir_sync={} write_error={} sync_error={} dir_sync_error={} misdirected_write={} capacity={} non_atomic={} bit_flip={} read_error={} clock_jump={}",
+            show(self.slot_crash), show(self.process_crash), show(self.power_loss), show(self.mid_operation_crash),
             show(d.lying_sync), show(d.lying_dir_sync), show(d.write_error), show(d.sync_error),
             show(d.dir_sync_error), show(d.misdirected_write),
             d.capacity.map_or("off".into(), |c| c.to_string()), d.non_atomic,
             show(self.bit_flip), show(self.read_error), show(self.clock_jump)
-        )
+        )?;
+        writeln!(f, "  slot_rot={}", show(self.slot_rot))
     }
 }

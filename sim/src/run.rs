@@ -125,6 +125,10 @@ impl Trace {
     pub fn digest(&self) -> u64 {
         self.hasher.digest()
     }
+
+    pub fn set_verbose(&mut self, verbose: bool) {
+        self.verbose = verbose;
+    }
 }
 
 /// Seeded entropy for the engine.
@@ -226,6 +230,13 @@ fn safety_phase(world: &Shared, executor: &mut Executor) {
                 if let Err(v) = w.restart(power) {
                     w.fail(v);
                     return;
+                }
+                if std::mem::take(&mut w.power_loss_next) {
+                    // Right after the restart, before any record is written again.
+                    if let Err(v) = w.restart(true) {
+                        w.fail(v);
+                        return;
+                    }
                 }
             }
             Some(Stop::End) => return,
@@ -333,6 +344,15 @@ fn nemesis(w: &mut World) {
     if w.chance(profile.power_loss) {
         w.stop = Some(Stop::Restart { power: true });
         return;
+    }
+    if !w.slot_crash_armed && w.chance(profile.slot_crash) {
+        // The next persist: its log sync lies, and the crash strikes its superblock write.
+        w.disk
+            .script(cairn_faults::Scripted::LieOnSync(".log".into()));
+        w.disk
+            .script(cairn_faults::Scripted::CrashAfterWrite("superblock".into()));
+        w.slot_crash_armed = true;
+        w.event("fault the next log sync lies and the next superblock write crashes");
     }
     if w.chance(profile.process_crash) {
         w.stop = Some(Stop::Restart { power: false });

@@ -53,6 +53,12 @@ pub struct World {
     pub ops: u32,
     /// Faults strike (false in the liveness phase).
     pub faulty: bool,
+    /// A crash is scripted on the next superblock write (the `SlotCrash` class).
+    pub slot_crash_armed: bool,
+    /// The nemesis cuts the power right after the next restart.
+    pub power_loss_next: bool,
+    /// Every recovery decision taken, in order (directed scenarios read it).
+    pub decision_log: Vec<&'static str>,
 }
 
 impl World {
@@ -72,6 +78,9 @@ impl World {
             violation: None,
             ops: 0,
             faulty: true,
+            slot_crash_armed: false,
+            power_loss_next: false,
+            decision_log: Vec::new(),
         }
     }
 
@@ -137,7 +146,11 @@ impl World {
     /// Runs one workload operation on partition `p` and the checks that follow any
     /// operation; asks for a restart when the node went down or a partition fenced.
     pub fn operate(&mut self, p: usize, op: impl FnOnce(&mut World, usize) -> Checked<()>) {
-        if self.stop.is_some() || self.violation.is_some() || !self.is_open(p) {
+        let fenced = self.models[p]
+            .partition
+            .as_ref()
+            .is_some_and(|pt| pt.fence_reason().is_some());
+        if self.stop.is_some() || self.violation.is_some() || !self.is_open(p) || fenced {
             return;
         }
         let records_before = self.disk.record_count();
@@ -151,7 +164,22 @@ impl World {
 
     fn after_operation(&mut self, p: usize, records_before: usize) {
         if self.disk.is_crashed() {
-            let power = self.profile.power_loss.is_some() && self.rng.gen_bool(0.5);
+            let slot_crash = self.slot_crash_armed
+                && self.disk.records_since(records_before).iter().any(|r| {
+                    r.kind == cairn_faults::FaultKind::TornWrite
+                        && r.path
+                            .as_ref()
+                            .is_some_and(|p| p.to_string_lossy().contains("superblock"))
+                });
+            let power = if slot_crash {
+                // A process restart, whose recovery trusts the record in flight; the power
+                // goes at the next operation, before another record is written.
+                self.slot_crash_armed = false;
+                self.power_loss_next = true;
+                false
+            } else {
+                self.profile.power_loss.is_some() && self.rng.gen_bool(0.5)
+            };
             self.stop = Some(Stop::Restart { power });
             return;
         }
@@ -166,6 +194,7 @@ impl World {
             let fired = self.disk.records_since(records_before);
             self.trace
                 .event(format!("p{p} fenced at runtime: {reason}"));
+            self.decision_log.push(reason.name());
             if let Err(v) = check_runtime_fence(&self.models[p], &reason, &fired, &self.disk) {
                 self.fail(v);
                 return;
@@ -506,6 +535,7 @@ impl World {
                 // runtime fence, and the node restarts; the full check waits for the next boot.
                 self.trace
                     .event(format!("p{p} verify: fenced by the read: {reason}"));
+                self.decision_log.push(reason.name());
                 return check_runtime_fence(model, &reason, &[], &self.disk);
             }
             if messages.is_empty() {
@@ -571,10 +601,37 @@ impl World {
         unreachable!("the last attempt arms no crash")
     }
 
+    /// Recovers every partition that is not fenced.
+    pub fn recover_all(&mut self) -> Checked<()> {
+        for p in 0..self.models.len() {
+            if self.models[p].fenced.is_none() && !self.disk.is_crashed() {
+                self.recover(p)?;
+            }
+        }
+        Ok(())
+    }
+
     fn strike_while_down(&mut self) {
         if self.chance(self.profile.bit_flip) {
             if let Some((path, at)) = self.disk.flip_random_bit(Path::new(DATA_ROOT)) {
                 self.event(format!("fault bit flip {} at {at}", path.display()));
+            }
+        }
+        if self.chance(self.profile.slot_rot) {
+            // Both copies of one slot's record: the mirror no longer helps.
+            let p = self.rng.gen_range(0..self.models.len());
+            let slot = self.models[p]
+                .dir
+                .join(["superblock.a", "superblock.b"][self.rng.gen_range(0..2)]);
+            let (byte, bit) = (self.rng.gen_range(0..64), self.rng.gen_range(0..8));
+            if self
+                .disk
+                .durable_contents(&slot)
+                .is_some_and(|c| c.len() as u64 >= 4096 + 64)
+            {
+                self.disk.flip_bit_at(&slot, byte, bit);
+                self.disk.flip_bit_at(&slot, 4096 + byte, bit);
+                self.event(format!("fault slot rot {} at byte {byte}", slot.display()));
             }
         }
         if self.chance(self.profile.read_error) {
@@ -614,9 +671,11 @@ impl World {
             self.event("fault power loss");
             return;
         }
-        // The page cache survives: what a serving partition had flushed is owed.
+        // The page cache survives: what a serving `replicated` partition had flushed is owed.
+        // (Under `persisted`, flushed bytes above the durable end are provisional appends a
+        // failed persist may roll back; what is owed there is what was acknowledged.)
         for (model, serving) in self.models.iter_mut().zip(serving) {
-            if !serving {
+            if !serving || model.persisted() {
                 continue;
             }
             let flushed = model.flushed_end;
@@ -648,6 +707,7 @@ impl World {
         model
             .lost_names_seen
             .extend(before.lost_names.iter().cloned());
+        oracle::excuse_destroyed_record(&mut self.models[p], &before, &self.disk);
         let spec = self.profile.partitions[p].clone();
         let mut settings = spec.settings;
         if let Some(lowered) = spec.lowered_limits.filter(|_| self.rng.gen_bool(0.5)) {
@@ -689,6 +749,7 @@ impl World {
         }
         for decision in opened.plan.decisions() {
             *self.report.decisions.entry(decision).or_default() += 1;
+            self.decision_log.push(decision);
         }
         for action in &opened.plan.actions {
             self.trace.event(format!("p{p} recovery: {action}"));

@@ -1,15 +1,20 @@
 //! The simulator inside plain `cargo test`: every seed in `seeds/` replayed, a bounded swarm
-//! of fresh seeds, and determinism (same seed, same trace hash).
+//! of fresh seeds whose coverage is asserted (a fault kind or recovery outcome that stops
+//! firing fails the test: the swarm would be testing less than it claims), and determinism
+//! (same seed, same trace hash).
 // Test driver, outside the simulated world: it reads the seed corpus from the real file system
 // and runs seeds on real threads (each seed is itself single-threaded and deterministic).
 #![allow(clippy::disallowed_methods)]
 
+use cairn_engine::partition::Outcome;
+use cairn_faults::FaultKind;
 use cairn_sim::run::RunReport;
 use cairn_sim::run_seed;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 /// Seeds of the bounded swarm that `cargo test` runs (the harness runs many more).
-const SWARM_SEEDS: u64 = 300;
+const SWARM_SEEDS: u64 = 600;
 /// Where the bounded swarm starts, away from the seeds the corpus already pins.
 const SWARM_START: u64 = 1_000_000;
 
@@ -23,8 +28,8 @@ fn failure_text(report: &RunReport) -> Option<String> {
     })
 }
 
-/// Runs seeds on two threads (the CI machine's cores); returns the failures.
-fn run_many(seeds: Vec<u64>) -> Vec<String> {
+/// Runs seeds on two threads (the CI machine's cores).
+fn run_many(seeds: Vec<u64>) -> Vec<RunReport> {
     let chunks: Vec<Vec<u64>> = seeds
         .chunks(seeds.len().div_ceil(2).max(1))
         .map(<[u64]>::to_vec)
@@ -35,7 +40,7 @@ fn run_many(seeds: Vec<u64>) -> Vec<String> {
             std::thread::spawn(move || {
                 chunk
                     .into_iter()
-                    .filter_map(|seed| failure_text(&run_seed(seed, false)))
+                    .map(|seed| run_seed(seed, false))
                     .collect::<Vec<_>>()
             })
         })
@@ -73,18 +78,55 @@ fn every_seed_that_ever_failed_passes() {
         !seeds.is_empty(),
         "the corpus holds the seeds that once failed"
     );
-    let failures = run_many(seeds.iter().map(|(_, s)| *s).collect());
+    let failures: Vec<String> = run_many(seeds.iter().map(|(_, s)| *s).collect())
+        .iter()
+        .filter_map(failure_text)
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
-fn bounded_swarm_finds_no_violation() {
-    let failures = run_many((SWARM_START..SWARM_START + SWARM_SEEDS).collect());
+fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
+    let reports = run_many((SWARM_START..SWARM_START + SWARM_SEEDS).collect());
+    let failures: Vec<String> = reports.iter().filter_map(failure_text).collect();
     assert!(
         failures.is_empty(),
         "{} failing seeds:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+    let fired: BTreeSet<FaultKind> = reports
+        .iter()
+        .flat_map(|r| r.faults_fired.keys().copied())
+        .collect();
+    let reached: BTreeSet<Outcome> = reports
+        .iter()
+        .flat_map(|r| r.outcomes.keys().copied())
+        .collect();
+    // Only directed scenarios replace bytes from outside the node.
+    let silent: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| *k != FaultKind::Overwritten && !fired.contains(k))
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "fault kinds that never fired: {silent:?}"
+    );
+    let unreached: Vec<Outcome> = Outcome::ALL
+        .into_iter()
+        .filter(|o| !reached.contains(o))
+        .collect();
+    assert!(
+        unreached.is_empty(),
+        "recovery outcomes never reached: {unreached:?}"
+    );
+    assert!(
+        reports.iter().any(|r| r.crashes_in_recovery > 0),
+        "no crash inside recovery"
+    );
+    assert!(
+        reports.iter().any(|r| r.boot_retries > 0),
+        "no boot retried"
     );
 }
 

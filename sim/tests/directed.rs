@@ -1,0 +1,37 @@
+//! Every directed scenario (see `cairn_sim::directed`) reaches the decisions it exists for,
+//! and the oracle finds nothing wrong on the way.
+
+use cairn_sim::directed::SCENARIOS;
+
+#[test]
+fn every_directed_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
+    let mut failures = Vec::new();
+    for scenario in SCENARIOS {
+        match (scenario.run)() {
+            Err(violation) => failures.push(format!("{}: {violation}", scenario.name)),
+            Ok(decisions) => {
+                for expected in scenario.expect {
+                    if !decisions.contains(expected) {
+                        failures.push(format!(
+                            "{}: expected {expected}, decided {decisions:?}",
+                            scenario.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_fence_reason_and_every_repair_has_a_directed_scenario() {
+    use cairn_engine::partition::recovery::Action;
+    use cairn_engine::partition::FenceReason;
+    for decision in FenceReason::NAMES.iter().chain(Action::NAMES.iter()) {
+        assert!(
+            SCENARIOS.iter().any(|s| s.expect.contains(decision)),
+            "no directed scenario reaches {decision}"
+        );
+    }
+}
