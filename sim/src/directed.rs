@@ -47,6 +47,13 @@ fn rot_slot(disk: &SimDisk, slot: &Path) {
     disk.flip_bit_at(slot, 4096 + 20, 1);
 }
 
+/// An operator's removal, durable: a later power loss does not bring the file back.
+fn remove_durably(disk: &SimDisk, path: &Path) {
+    disk.remove_file(path).expect("remove");
+    disk.sync_dir(path.parent().expect("parent"))
+        .expect("sync_dir");
+}
+
 /// The slot holding the older (or the newer) durable record of partition `p`.
 fn slot(s: &Scenario, p: usize, newest: bool) -> PathBuf {
     let disk = s.disk();
@@ -283,13 +290,33 @@ fn a_non_atomic_device_tearing_the_durable_end_sector_fences() -> Outcome {
 
 // Repairs -----------------------------------------------------------------------------------
 
+/// Every repair is durable before recovery serves: a power loss that drops every unsynced
+/// page and directory change right after a recovery leaves nothing to repair again. Returns
+/// the decisions taken so far.
+fn repairs_stick(s: &Scenario) -> Outcome {
+    let before = s.decision_log();
+    s.power_loss(Fates::DropAll)?;
+    let after = s.decision_log();
+    let again = &after[before.len()..];
+    if !again.is_empty() {
+        return Err(Violation {
+            invariant: "recovery's repairs are durable",
+            evidence: format!(
+                "after {before:?}, a power loss dropping what was unsynced made recovery \
+                 decide again: {again:?}"
+            ),
+        });
+    }
+    Ok(before)
+}
+
 fn a_failed_fsync_is_learned_from_the_device_and_cut() -> Outcome {
     let s = one(Durability::Persisted);
     s.produce(0, 2)?;
     s.disk().script(Scripted::FailSync(log_name(0)));
     s.produce(0, 1)?; // the partition fences: the bytes stay cached, clean
     s.crash()?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn a_torn_write_above_the_durable_end_is_cut() -> Outcome {
@@ -299,7 +326,7 @@ fn a_torn_write_above_the_durable_end_is_cut() -> Outcome {
     s.payload(8 * 1024);
     s.produce(0, 1)?;
     s.crash()?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn an_unreadable_sector_above_the_durable_end_is_cut() -> Outcome {
@@ -310,7 +337,7 @@ fn an_unreadable_sector_above_the_durable_end_is_cut() -> Outcome {
     let durable = s.durable(0).position;
     let log = s.file(0, &log_name(0));
     s.restart_with(None, |disk| disk.add_bad_sector_at(&log, durable + 600))?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn valid_flushed_batches_are_synced_and_recorded() -> Outcome {
@@ -319,7 +346,7 @@ fn valid_flushed_batches_are_synced_and_recorded() -> Outcome {
     s.crash()?;
     // The advance was synced: a power loss now takes nothing it recorded.
     s.power_loss(Fates::DropAll)?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 /// A replicated partition whose sealing sync lied and whose record naming the next segment
@@ -354,7 +381,7 @@ fn a_segment_after_a_gap_above_the_durable_end_is_removed() -> Outcome {
     let s = one(Durability::Replicated);
     segment_after_a_lost_seal(&s);
     s.power_loss(Fates::DropAll)?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn a_crash_between_removing_a_log_and_its_index_leaves_a_stray_index_that_is_removed() -> Outcome {
@@ -365,24 +392,27 @@ fn a_crash_between_removing_a_log_and_its_index_leaves_a_stray_index_that_is_rem
     })?;
     assert!(s.disk().is_crashed(), "the crash struck inside the removal");
     s.crash()?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn a_partition_whose_empty_files_vanished_gets_them_back() -> Outcome {
     let s = one(Durability::Persisted);
     let (log, index) = (s.file(0, &log_name(0)), s.file(0, &index_name(0)));
     s.restart_with(None, |disk| {
-        disk.remove_file(&log).expect("remove");
-        disk.remove_file(&index).expect("remove");
+        remove_durably(disk, &log);
+        remove_durably(disk, &index);
     })?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn missing_offsets_directories_are_created() -> Outcome {
     let s = one(Durability::Persisted);
     let offsets = s.file(0, "offsets");
-    s.restart_with(None, |disk| disk.remove_dir_all(&offsets).unwrap())?;
-    Ok(s.decision_log())
+    s.restart_with(None, |disk| {
+        disk.remove_dir_all(&offsets).unwrap();
+        disk.sync_dir(offsets.parent().unwrap()).unwrap();
+    })?;
+    repairs_stick(&s)
 }
 
 fn an_interrupted_offset_store_leaves_a_temp_file_that_is_removed() -> Outcome {
@@ -394,7 +424,7 @@ fn an_interrupted_offset_store_leaves_a_temp_file_that_is_removed() -> Outcome {
         s.operate(0, World::store_offset)?;
     }
     s.crash()?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn a_divergent_or_missing_index_is_rebuilt() -> Outcome {
@@ -409,8 +439,8 @@ fn a_divergent_or_missing_index_is_rebuilt() -> Outcome {
         .nth(1)
         .expect("two batches");
     s.poll(0, second)?;
-    s.restart_with(None, |disk| disk.remove_file(&index).unwrap())?;
-    Ok(s.decision_log())
+    s.restart_with(None, |disk| remove_durably(disk, &index))?;
+    repairs_stick(&s)
 }
 
 fn an_offset_beyond_a_lost_tail_is_lowered_and_one_of_an_empty_log_deleted() -> Outcome {
@@ -471,7 +501,7 @@ fn a_damaged_replicated_offset_is_dropped() -> Outcome {
     let path = consumer.path(&s.dir(0));
     s.power_loss(Fates::KeepAll)?; // the store lands
     s.restart_with(None, |disk| disk.flip_bit_at(&path, 20, 4))?;
-    Ok(s.decision_log())
+    repairs_stick(&s)
 }
 
 fn a_rotten_or_missing_older_slot_is_rewritten() -> Outcome {
@@ -479,9 +509,10 @@ fn a_rotten_or_missing_older_slot_is_rewritten() -> Outcome {
     s.produce(0, 2)?;
     let older = slot(&s, 0, false);
     s.restart_with(None, |disk| rot_slot(disk, &older))?;
+    repairs_stick(&s)?;
     let older = slot(&s, 0, false);
-    s.restart_with(None, |disk| disk.remove_file(&older).unwrap())?;
-    Ok(s.decision_log())
+    s.restart_with(None, |disk| remove_durably(disk, &older))?;
+    repairs_stick(&s)
 }
 
 fn a_trusted_record_still_in_the_page_cache_is_synced_before_recovery_serves() -> Outcome {

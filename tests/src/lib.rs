@@ -362,7 +362,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// A real disk with switchable faults: ENOSPC on writes to files with a given extension, on
 /// creating files, on `fallocate`; EIO on reads overlapping a byte range of one file; EIO on
-/// `set_len`. Switches apply from the moment they are set.
+/// `set_len`; writes that vanish. Switches apply from the moment they are set.
 #[derive(Default, Clone)]
 pub struct FaultyDisk {
     pub nospace_writes_to: Arc<Mutex<Option<&'static str>>>,
@@ -371,6 +371,9 @@ pub struct FaultyDisk {
     pub set_len_fails: Arc<Mutex<bool>>,
     /// Reads of this file overlapping `[start, end)` fail with EIO.
     pub unreadable: Arc<Mutex<Option<(PathBuf, u64, u64)>>>,
+    /// Writes to files whose name starts with this report success and change nothing: a
+    /// device that put them somewhere else.
+    pub misdirect_writes_to: Arc<Mutex<Option<&'static str>>>,
 }
 
 impl FaultyDisk {
@@ -405,6 +408,12 @@ impl DiskFile for FaultyFile {
         if let Some(ext) = *self.disk.nospace_writes_to.lock().unwrap() {
             if self.path.extension().is_some_and(|e| e == ext) {
                 return Err(no_space());
+            }
+        }
+        if let Some(prefix) = *self.disk.misdirect_writes_to.lock().unwrap() {
+            let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+            if name.starts_with(prefix) {
+                return Ok(());
             }
         }
         self.inner.write_all_at(bufs, pos)

@@ -692,3 +692,173 @@ fn recovery_reads_the_slots_and_tail_from_the_device() {
     assert!(evicted.contains_key(&active), "{evicted:?}");
     assert!(!evicted.contains_key(&sealed), "{evicted:?}");
 }
+
+/// A superblock write the device puts elsewhere is caught by reading the slot back: the
+/// group is refused (fenced), never acknowledged on a record that is not where recovery looks.
+#[test]
+fn a_superblock_write_that_lands_elsewhere_is_never_acknowledged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let faulty = FaultyDisk::default();
+    let cfg = config(Durability::Persisted);
+    let mut partition = Partition::create(&faulty.env(), &dir, 7, cfg, settings()).unwrap();
+    let acked = partition
+        .append_group(vec![batch(1, 3, 10)])
+        .pop()
+        .unwrap()
+        .expect("a sound device acknowledges");
+    *faulty.misdirect_writes_to.lock().unwrap() = Some("superblock");
+    let refused = partition.append_group(vec![batch(2, 3, 10)]).pop().unwrap();
+    match refused {
+        Err(PartitionError::Fenced(FenceReason::IoFailed { op, error, .. })) => {
+            assert_eq!(op, "write superblock in");
+            assert!(error.contains("landed elsewhere"), "{error}");
+        }
+        other => panic!("expected a fence on the read-back, got {other:?}"),
+    }
+    drop(partition);
+    let opened = open(&real_env(), &dir, cfg);
+    assert!(opened.partition.fence_reason().is_none());
+    let mut partition = opened.partition;
+    let expected: Vec<(u64, u128)> = (0..3)
+        .map(|i| (acked.base_offset + i as u64, message_id(1, i)))
+        .collect();
+    let found = ids(&mut partition);
+    assert_eq!(found[..3], expected[..], "the acknowledged group survives");
+    // The refused group was synced before its record; recovery may keep it whole (a write
+    // that failed may have happened) but never a part of it.
+    assert!(found.len() == 3 || found.len() == 6, "{found:?}");
+}
+
+/// A poll by timestamp verifies every batch it walks: a flipped bit in a stored stamp fences
+/// the partition instead of answering with the wrong offset.
+#[test]
+fn a_timestamp_walk_over_a_damaged_stamp_fences_instead_of_answering_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    let mut stamps = Vec::new();
+    for seed in 0..3 {
+        let ack = partition
+            .append_group(vec![batch(seed, 2, 10)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        stamps.push(ack.timestamp);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(stamps[0] + 1 < stamps[1]);
+    let between = stamps[0] + 1;
+    assert_eq!(
+        partition
+            .poll(PollFrom::Timestamp(between), 10)
+            .unwrap()
+            .batches
+            .first()
+            .map(|b| BatchHeader::decode(b).unwrap().base_offset),
+        Some(2),
+        "the first batch stamped at or after the query"
+    );
+    // The high byte of batch 0's base_timestamp: an unverified walk would stop there.
+    flip_byte(&dir.join(LOG0), 16 + 7);
+    let polled = partition.poll(PollFrom::Timestamp(between), 10).unwrap();
+    assert!(polled.batches.is_empty(), "{:?}", polled.message_count);
+    match partition.fence_reason() {
+        Some(FenceReason::CorruptBelowDurable { position, .. }) => assert_eq!(*position, 0),
+        other => panic!("expected CorruptBelowDurable at 0, got {other:?}"),
+    }
+}
+
+/// A log found shorter than its durable end while the partition runs is damage to promised
+/// bytes (the file lost them), not an unreadable sector.
+#[test]
+fn a_log_shortened_under_a_running_partition_fences_as_corrupt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    for seed in 0..3 {
+        partition
+            .append_group(vec![batch(seed, 4, 100)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    let log = dir.join(LOG0);
+    let positions = batch_positions(&log);
+    let cut = positions[1] + 100;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let polled = partition.poll(PollFrom::First, 100).unwrap();
+    assert_eq!(polled.message_count, 4, "the valid prefix is served");
+    match partition.fence_reason() {
+        Some(FenceReason::CorruptBelowDurable {
+            position,
+            durable_position,
+            ..
+        }) => {
+            assert_eq!(*position, positions[1]);
+            assert!(*durable_position > cut);
+        }
+        other => panic!("expected CorruptBelowDurable, got {other:?}"),
+    }
+}
+
+/// Under `persisted`, a group whose first batch filled the segment and whose rotation then
+/// found no space is rolled back: the sealed-and-synced bytes past the durable end are cut
+/// (the file ends at the durable position) and never shown, before or after a restart.
+#[test]
+fn a_rotation_without_space_cuts_the_synced_batch_back_to_the_durable_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let faulty = FaultyDisk::default();
+    let cfg = config(Durability::Persisted);
+    let mut partition = Partition::create(&faulty.env(), &dir, 7, cfg, settings()).unwrap();
+    let length = batch(0, 10, 9000).len() as u64;
+    let mut acked = Vec::new();
+    let mut seed = 0;
+    while partition.durable_point().unwrap().position + length < cfg.segment_size {
+        let ack = partition.append_group(vec![batch(seed, 10, 9000)]).pop();
+        acked.push((seed, ack.unwrap().unwrap()));
+        seed += 1;
+    }
+    let durable = partition.durable_point().unwrap();
+    *faulty.nospace_create.lock().unwrap() = true;
+    let results = partition.append_group(vec![batch(100, 10, 9000), batch(101, 10, 9000)]);
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(PartitionError::NoSpace))),
+        "{results:?}"
+    );
+    assert!(partition.fence_reason().is_none());
+    assert_eq!(partition.durable_point().unwrap(), durable);
+    assert_eq!(
+        std::fs::metadata(dir.join(LOG0)).unwrap().len(),
+        durable.position,
+        "the batch synced by the seal is cut"
+    );
+    assert_eq!(partition.segment_starts().unwrap(), vec![0]);
+    *faulty.nospace_create.lock().unwrap() = false;
+    let ack = partition.append_group(vec![batch(200, 10, 9000)]).pop();
+    let ack = ack.unwrap().expect("appends resume when space returns");
+    assert_eq!(
+        ack.base_offset, durable.next_offset,
+        "the refused offsets are reused"
+    );
+    acked.push((200, ack));
+    drop(partition);
+    let expected: Vec<(u64, u128)> = acked
+        .iter()
+        .flat_map(|&(seed, ack)| {
+            (0..10).map(move |i| (ack.base_offset + i as u64, message_id(seed, i)))
+        })
+        .collect();
+    let mut partition = open(&real_env(), &dir, cfg).partition;
+    assert_eq!(ids(&mut partition), expected);
+}

@@ -762,4 +762,60 @@ mod tests {
             );
         }
     }
+
+    /// Every reader of batch bytes, on `bytes`: none may panic, and whatever a reader yields
+    /// stays inside the bytes.
+    fn read_every_way(bytes: &[u8]) {
+        for limits in [Limits::default(), Limits::CEILING] {
+            for layout in [Layout::Stored, Layout::Sliced] {
+                let full = verify_batch(bytes, &limits, layout);
+                let structure = verify_structure(bytes, &limits, layout);
+                if let Ok(verified) = &full {
+                    assert_eq!(
+                        structure.as_ref().ok(),
+                        Some(verified),
+                        "full implies structure"
+                    );
+                }
+                if let Ok(verified) = structure {
+                    let h = verified.header;
+                    let _ = slice_batch(bytes, h.base_offset..h.base_offset.saturating_add(2));
+                }
+            }
+        }
+        let mut copy = bytes.to_vec();
+        let _ = admit_batch(&mut copy, &Limits::default(), 1, 2, 3);
+        for base in [0, u64::MAX - 1] {
+            for message in MessageIter::new(bytes, base) {
+                assert!(message.frame.end <= bytes.len());
+                assert!(message.frame.start >= BATCH_HEADER_LEN);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_a_reader(bytes in prop::collection::vec(any::<u8>(), 0..1200)) {
+            read_every_way(&bytes);
+        }
+
+        #[test]
+        fn damaged_batches_never_panic_a_reader(
+            messages in arb_messages(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            cut in prop::option::of(any::<prop::sample::Index>()),
+            extra in prop::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let mut bytes = build(&messages, 9).to_vec();
+            for (at, value) in edits {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            bytes.extend_from_slice(&extra);
+            read_every_way(&bytes);
+        }
+    }
 }

@@ -64,8 +64,13 @@ fn copy_matches_the_shared_vectors_when_present() {
         "/../../shared/test-vectors/format-vectors.json"
     );
     #[allow(clippy::disallowed_methods)]
-    if let Ok(text) = std::fs::read_to_string(shared) {
-        assert_eq!(text, include_str!("../../testdata/format-vectors.json"));
+    match std::fs::read_to_string(shared) {
+        Ok(text) => assert_eq!(text, include_str!("../../testdata/format-vectors.json")),
+        // A clean clone has only the committed copy; the golden tests below run on it.
+        Err(error) => eprintln!(
+            "NOTICE: shared vectors not found at {shared} ({error}); drift check skipped, \
+             golden tests use engine/testdata/format-vectors.json"
+        ),
     }
 }
 

@@ -55,6 +55,13 @@ impl Reply {
     /// Adds the part of `batch` in `[next, end)`; false when the byte budget is spent (a
     /// first batch is always taken whole).
     fn take(&mut self, batch: &Bytes, header: BatchHeader) -> bool {
+        assert!(
+            header.base_offset <= self.next && header.next_offset() > self.next,
+            "a reply is gapless: batch {}..{} taken at {}",
+            header.base_offset,
+            header.next_offset(),
+            self.next
+        );
         if !self.polled.batches.is_empty() && self.bytes + header.batch_length > self.max_bytes {
             return false;
         }

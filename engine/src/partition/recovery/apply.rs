@@ -68,7 +68,21 @@ fn apply_action(
             }
             unsynced_dirs.insert(plan.dir.clone());
         }
-        Action::Truncate { path, from, .. } => {
+        Action::Truncate {
+            path, from, len, ..
+        } => {
+            let trusted = plan
+                .superblock
+                .expect("an unfenced plan trusts a record")
+                .durable;
+            assert!(from < len, "a truncation removes bytes: {from} of {len}");
+            assert!(
+                *path != plan.dir.join(log_name(trusted.segment_start))
+                    || *from >= trusted.position,
+                "a truncation never cuts below the durable end: {} from {from}, durable at {}",
+                path.display(),
+                trusted.position
+            );
             let file = disk.open(path, OpenMode::ReadWrite)?;
             file.set_len(*from)?;
             file.sync_data()?;
