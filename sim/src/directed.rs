@@ -138,31 +138,34 @@ fn a_rotten_slot_and_a_torn_tail_fence_as_uncertain() -> Outcome {
 
 /// Rotates partition 0 once while the partition directory's sync lies; returns the new
 /// segment's start.
-fn rotate_with_a_lying_dir_sync(s: &Scenario) -> u64 {
+fn rotate_with_a_lying_dir_sync(s: &Scenario) -> Result<u64, Violation> {
     let before = s.segments(0);
     s.disk().script(Scripted::LieOnDirSync(s.dir(0)));
-    s.rotate_to(0, before).unwrap();
-    *s.segment_starts(0).last().unwrap()
+    s.rotate_to(0, before)?;
+    Ok(*s
+        .segment_starts(0)
+        .last()
+        .expect("a rotated partition has segments"))
 }
 
 fn an_index_whose_log_a_lying_dir_sync_lost_fences_as_missing_log() -> Outcome {
     let s = one(Durability::Persisted);
-    let start = rotate_with_a_lying_dir_sync(&s);
+    let start = rotate_with_a_lying_dir_sync(&s)?;
     s.power_loss(Fates::DropOnly(vec![log_name(start)]))?;
     Ok(s.decision_log())
 }
 
 fn a_durable_segment_whose_names_were_lost_fences() -> Outcome {
     let s = one(Durability::Persisted);
-    let start = rotate_with_a_lying_dir_sync(&s);
+    let start = rotate_with_a_lying_dir_sync(&s)?;
     s.power_loss(Fates::DropOnly(vec![log_name(start), index_name(start)]))?;
     Ok(s.decision_log())
 }
 
 fn a_middle_segment_lost_fences_as_a_chain_gap() -> Outcome {
     let s = one(Durability::Persisted);
-    let middle = rotate_with_a_lying_dir_sync(&s);
-    rotate_with_a_lying_dir_sync(&s);
+    let middle = rotate_with_a_lying_dir_sync(&s)?;
+    rotate_with_a_lying_dir_sync(&s)?;
     s.power_loss(Fates::DropOnly(vec![log_name(middle), index_name(middle)]))?;
     Ok(s.decision_log())
 }
@@ -351,14 +354,16 @@ fn valid_flushed_batches_are_synced_and_recorded() -> Outcome {
 
 /// A replicated partition whose sealing sync lied and whose record naming the next segment
 /// failed: after a power loss the next segment lies after a gap. Returns its start.
-fn segment_after_a_lost_seal(s: &Scenario) -> u64 {
+fn segment_after_a_lost_seal(s: &Scenario) -> Result<u64, Violation> {
     let disk = s.disk();
     disk.script(Scripted::LieOnSync(log_name(0)));
     disk.script(Scripted::FailSync("superblock".into()));
     s.payload(64 * 1024);
-    while !disk.any_record(|r| r.kind == FaultKind::SyncError) {
-        s.produce(0, 1).unwrap();
-    }
+    s.repeat_until(
+        "a failed superblock sync",
+        |s| s.disk().any_record(|r| r.kind == FaultKind::SyncError),
+        |s| s.produce(0, 1),
+    )?;
     let w = s.world();
     let next = w
         .disk
@@ -374,19 +379,19 @@ fn segment_after_a_lost_seal(s: &Scenario) -> u64 {
         .max()
         .unwrap();
     assert!(next > 0, "the rotation created the next segment");
-    next
+    Ok(next)
 }
 
 fn a_segment_after_a_gap_above_the_durable_end_is_removed() -> Outcome {
     let s = one(Durability::Replicated);
-    segment_after_a_lost_seal(&s);
+    segment_after_a_lost_seal(&s)?;
     s.power_loss(Fates::DropAll)?;
     repairs_stick(&s)
 }
 
 fn a_crash_between_removing_a_log_and_its_index_leaves_a_stray_index_that_is_removed() -> Outcome {
     let s = one(Durability::Replicated);
-    let index = index_name(segment_after_a_lost_seal(&s));
+    let index = index_name(segment_after_a_lost_seal(&s)?);
     s.restart_with(Some(Fates::DropAll), |disk| {
         disk.script(Scripted::CrashOn(index.clone()))
     })?;
@@ -420,9 +425,11 @@ fn an_interrupted_offset_store_leaves_a_temp_file_that_is_removed() -> Outcome {
     s.produce(0, 2)?;
     s.disk()
         .script(Scripted::CrashAfterWrite("offsets/".into()));
-    while !s.disk().is_crashed() {
-        s.operate(0, World::store_offset)?;
-    }
+    s.repeat_until(
+        "a crash inside an offset store",
+        |s| s.disk().is_crashed(),
+        |s| s.operate(0, World::store_offset),
+    )?;
     s.crash()?;
     repairs_stick(&s)
 }

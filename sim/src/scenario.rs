@@ -17,6 +17,9 @@ use cairn_faults::{DiskFaults, Fates, SimDisk};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Most steps a scripted loop of a directed scenario may take.
+pub const MAX_SCRIPT_STEPS: usize = 2_000;
+
 /// A scripted world.
 pub struct Scenario {
     world: Arc<Mutex<World>>,
@@ -161,12 +164,35 @@ impl Scenario {
         self.world().profile.max_payload = max;
     }
 
+    /// Repeats `step` until `reached`, at most [`MAX_SCRIPT_STEPS`] times. A script that
+    /// cannot get where it leads (the engine refused, fenced, or never met the scripted
+    /// fault) is a failure of its own, never an endless loop.
+    pub fn repeat_until(
+        &self,
+        goal: &str,
+        mut reached: impl FnMut(&Self) -> bool,
+        mut step: impl FnMut(&Self) -> Result<(), Violation>,
+    ) -> Result<(), Violation> {
+        for _ in 0..MAX_SCRIPT_STEPS {
+            if reached(self) {
+                return Ok(());
+            }
+            step(self)?;
+        }
+        Err(Violation {
+            invariant: "a directed scenario reaches its scripted state",
+            evidence: format!("{MAX_SCRIPT_STEPS} steps did not reach: {goal}"),
+        })
+    }
+
     /// Produces until partition `p` has more than `segments` segments.
     pub fn rotate_to(&self, p: usize, segments: usize) -> Result<(), Violation> {
         self.payload(64 * 1024);
-        while self.segments(p) <= segments {
-            self.produce(p, 1)?;
-        }
+        self.repeat_until(
+            "a rotation",
+            |s| s.segments(p) > segments,
+            |s| s.produce(p, 1),
+        )?;
         self.payload(512);
         Ok(())
     }
