@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::env::real;
 use cairn_engine::format::BatchBuilder;
-use cairn_engine::partition::Partition;
+use cairn_engine::partition::{Partition, PartitionIdentity};
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -54,8 +54,14 @@ fn cairn_round(dir: &Path, durability: Durability, batches: &[BytesMut]) -> f64 
         durability,
         ..TopicConfig::default()
     };
-    let mut partition =
-        Partition::create(&env, dir, 0, config, PartitionSettings::default()).expect("create");
+    let mut partition = Partition::create(
+        &env,
+        dir,
+        PartitionIdentity::bare(0),
+        config,
+        PartitionSettings::default(),
+    )
+    .expect("create");
     let inputs: Vec<BytesMut> = batches.to_vec();
     let bytes: usize = inputs.iter().map(|b| b.len()).sum();
     let started = Instant::now();

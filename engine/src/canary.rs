@@ -84,7 +84,7 @@ pub(crate) fn recovery_verdict(
 }
 
 fn trusted(survey: &Survey) -> Option<Trusted> {
-    decide::trusted_record(&survey.dir, survey.partition_id, &survey.slots).ok()
+    decide::trusted_record(&survey.dir, survey.identity, &survey.slots).ok()
 }
 
 /// Decides again as if nothing had ever been durable: every damage is then a torn tail.

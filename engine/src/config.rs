@@ -78,7 +78,7 @@ impl Default for TopicConfig {
 impl TopicConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size)
-            || self.segment_size % 512 != 0
+            || !self.segment_size.is_multiple_of(512)
         {
             return Err(ConfigError::SegmentSize(self.segment_size));
         }

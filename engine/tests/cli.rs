@@ -3,7 +3,7 @@
 
 use cairn_engine::config::{PartitionSettings, TopicConfig};
 use cairn_engine::format::BatchBuilder;
-use cairn_engine::partition::{partition_dir, Partition};
+use cairn_engine::partition::{partition_dir, Partition, PartitionIdentity};
 use std::process::Command;
 
 fn check(root: &std::path::Path) -> (i32, String) {
@@ -26,8 +26,14 @@ fn check_reports_clean_repair_and_fence_without_changing_files() {
     let settings = PartitionSettings::default();
     for p in 0..2u32 {
         let dir = partition_dir(root, 0, 0, p);
-        let mut partition =
-            Partition::create(&env, &dir, u64::from(p), TopicConfig::default(), settings).unwrap();
+        let mut partition = Partition::create(
+            &env,
+            &dir,
+            PartitionIdentity::bare(p),
+            TopicConfig::default(),
+            settings,
+        )
+        .unwrap();
         for i in 0..5u128 {
             let mut builder = BatchBuilder::new(1);
             builder.push(i, 0, b"payload", b"");

@@ -13,7 +13,7 @@ use cairn_engine::config::Durability;
 use cairn_engine::env::Disk;
 use cairn_engine::format::{stamp_batch, BatchBuilder};
 use cairn_engine::partition::segment::{index_name, log_name};
-use cairn_engine::partition::superblock::Superblock;
+use cairn_engine::partition::superblock::{Superblock, SUPERBLOCK_LEN};
 use cairn_engine::partition::ConsumerId;
 use cairn_faults::{DiskFaults, Fates, FaultKind, Scripted, SimDisk};
 use std::path::{Path, PathBuf};
@@ -59,7 +59,9 @@ fn slot(s: &Scenario, p: usize, newest: bool) -> PathBuf {
     let disk = s.disk();
     let sequence = |name: &str| {
         let bytes = disk.durable_contents(&s.file(p, name)).expect("slot");
-        Superblock::decode(&bytes[..64]).expect("record").sequence
+        Superblock::decode(&bytes[..SUPERBLOCK_LEN])
+            .expect("record")
+            .sequence
     };
     let a_newer = sequence("superblock.a") > sequence("superblock.b");
     s.file(
@@ -537,6 +539,82 @@ fn a_trusted_record_still_in_the_page_cache_is_synced_before_recovery_serves() -
     Ok(s.decision_log())
 }
 
+fn a_new_segment_lost_before_anything_in_it_was_durable_is_recreated() -> Outcome {
+    let s = Scenario::new(vec![lazy_replicated()]);
+    s.produce(0, 2)?;
+    let start = rotate_with_a_lying_dir_sync(&s)?;
+    // The rotation recorded the new segment with nothing durable in it; the older segment
+    // keeps every durable message.
+    s.power_loss(Fates::DropOnly(vec![log_name(start), index_name(start)]))?;
+    repairs_stick(&s)
+}
+
+fn store(s: &Scenario, consumer: ConsumerId, offset: u64) -> Result<(), Violation> {
+    s.operate(0, |w: &mut World, p| {
+        let model = &mut w.models[p];
+        let result = model
+            .partition
+            .as_mut()
+            .unwrap()
+            .store_offset(consumer, offset);
+        model.offset_stored(consumer, Some(offset), result.is_ok());
+        Ok(())
+    })
+}
+
+fn the_oldest_segment_lost_after_retention_fences_as_log_start_missing() -> Outcome {
+    let s = one(Durability::Persisted);
+    let kept = rotate_with_a_lying_dir_sync(&s)?;
+    // Every later directory sync lies too, so nothing makes the new segment's name durable.
+    s.disk().script(Scripted::LieOnDirSync(s.dir(0)));
+    s.rotate_to(0, 2)?;
+    s.disk().script(Scripted::LieOnDirSync(s.dir(0)));
+    s.operate(0, |w, p| w.delete_oldest(p, 1))?;
+    // The segment the log now starts with loses its name: nothing else records it.
+    s.power_loss(Fates::DropOnly(vec![log_name(kept), index_name(kept)]))?;
+    Ok(s.decision_log())
+}
+
+fn a_stored_offset_whose_name_was_lost_fences_as_missing() -> Outcome {
+    let s = one(Durability::Persisted);
+    s.produce(0, 2)?;
+    let consumer = ConsumerId::consumer(3);
+    let file = consumer.path(&s.dir(0));
+    s.disk()
+        .script(Scripted::LieOnDirSync(file.parent().unwrap().to_path_buf()));
+    store(&s, consumer, 1)?;
+    s.power_loss(Fates::DropOnly(vec!["consumers/3".into()]))?;
+    Ok(s.decision_log())
+}
+
+fn a_deletion_interrupted_after_its_record_is_finished() -> Outcome {
+    let s = one(Durability::Persisted);
+    s.rotate_to(0, 2)?;
+    s.disk()
+        .script(Scripted::CrashAfterWrite("superblock".into()));
+    s.operate(0, |w, p| w.delete_oldest(p, 2))?;
+    assert!(
+        s.disk().is_crashed(),
+        "the crash struck the deletion's record"
+    );
+    s.crash()?;
+    repairs_stick(&s)
+}
+
+fn a_new_consumers_store_whose_record_was_lost_is_recorded() -> Outcome {
+    let s = one(Durability::Persisted);
+    s.produce(0, 2)?;
+    s.disk()
+        .script(Scripted::CrashAfterWrite("superblock".into()));
+    store(&s, ConsumerId::group(4), 1)?;
+    assert!(s.disk().is_crashed(), "the crash struck the store's record");
+    s.power_loss(Fates::DropOnly(vec![
+        "superblock.a".into(),
+        "superblock.b".into(),
+    ]))?;
+    repairs_stick(&s)
+}
+
 /// Every directed scenario: its name, the decisions it must reach, and its body.
 pub const SCENARIOS: &[Directed] = &[
     Directed {
@@ -688,6 +766,31 @@ pub const SCENARIOS: &[Directed] = &[
         name: "a_damaged_replicated_offset_is_dropped",
         expect: &["DropDamagedOffset"],
         run: a_damaged_replicated_offset_is_dropped,
+    },
+    Directed {
+        name: "a_new_segment_lost_before_anything_in_it_was_durable_is_recreated",
+        expect: &["CreateSegment"],
+        run: a_new_segment_lost_before_anything_in_it_was_durable_is_recreated,
+    },
+    Directed {
+        name: "the_oldest_segment_lost_after_retention_fences_as_log_start_missing",
+        expect: &["LogStartMissing"],
+        run: the_oldest_segment_lost_after_retention_fences_as_log_start_missing,
+    },
+    Directed {
+        name: "a_stored_offset_whose_name_was_lost_fences_as_missing",
+        expect: &["StoredOffsetsMissing"],
+        run: a_stored_offset_whose_name_was_lost_fences_as_missing,
+    },
+    Directed {
+        name: "a_deletion_interrupted_after_its_record_is_finished",
+        expect: &["FinishDeletion"],
+        run: a_deletion_interrupted_after_its_record_is_finished,
+    },
+    Directed {
+        name: "a_new_consumers_store_whose_record_was_lost_is_recorded",
+        expect: &["RecordOffsets"],
+        run: a_new_consumers_store_whose_record_was_lost_is_recorded,
     },
     Directed {
         name: "a_rotten_or_missing_older_slot_is_rewritten",

@@ -126,6 +126,11 @@ pub struct Model {
     /// A power loss happened since the last recovery.
     pub power_lost: bool,
     pub offsets: BTreeMap<ConsumerId, OffsetModel>,
+    /// The first offset the log holds: retention deleted everything below.
+    pub log_start: u64,
+    /// A deletion that failed (a crash inside it) may or may not have moved the log start
+    /// here.
+    pub log_start_pending: Option<u64>,
 }
 
 impl Model {
@@ -161,7 +166,36 @@ impl Model {
             rewind_floor: None,
             power_lost: false,
             offsets: BTreeMap::new(),
+            log_start: 0,
+            log_start_pending: None,
         }
+    }
+
+    /// Retention deleted every offset below `start`: nothing there is owed any more.
+    pub fn advance_log_start(&mut self, start: u64) -> Checked<()> {
+        let p = self.index;
+        if start < self.log_start {
+            return Err(violation(
+                INV_PREFIX,
+                format!(
+                    "partition {p}: the log start moved back from {} to {start}",
+                    self.log_start
+                ),
+            ));
+        }
+        self.log_start = start;
+        self.log_start_pending = None;
+        let gone: Vec<u64> = self.log.range(..start).map(|(o, _)| *o).collect();
+        for offset in gone {
+            if let Some(id) = self.log.remove(&offset) {
+                self.positions.remove(&id);
+            }
+        }
+        self.batches.retain(|base, _| *base >= start);
+        self.acked_end = self.acked_end.max(start);
+        self.durable_end = self.durable_end.max(start);
+        self.flushed_end = self.flushed_end.max(start);
+        Ok(())
     }
 
     pub fn persisted(&self) -> bool {
@@ -425,10 +459,13 @@ pub fn check_exact(
 /// Where a poll from `from` must start, if the model can tell (`None`: no requirement).
 pub fn expected_start(model: &Model, from: PollFrom, count: u32) -> Option<BTreeSet<u64>> {
     let visible = model.visible_end();
+    let start = model.log_start;
     match from {
-        PollFrom::Offset(o) => Some(BTreeSet::from([o])),
-        PollFrom::First => Some(BTreeSet::from([0])),
-        PollFrom::Last => Some(BTreeSet::from([visible.saturating_sub(u64::from(count))])),
+        PollFrom::Offset(o) => Some(BTreeSet::from([o.max(start)])),
+        PollFrom::First => Some(BTreeSet::from([start])),
+        PollFrom::Last => Some(BTreeSet::from([visible
+            .saturating_sub(u64::from(count))
+            .max(start)])),
         PollFrom::Next(consumer) => Some(
             model
                 .offsets
@@ -437,13 +474,13 @@ pub fn expected_start(model: &Model, from: PollFrom, count: u32) -> Option<BTree
                 .unwrap_or_default()
                 .now
                 .iter()
-                .map(|v| v.map_or(0, |v| v + 1))
+                .map(|v| v.map_or(0, |v| v + 1).max(start))
                 .collect(),
         ),
         PollFrom::Timestamp(t) => {
-            // Only when every visible batch is known, from offset 0 on, with its stamp.
-            let mut next = 0;
-            for (base, batch) in model.batches.range(..visible) {
+            // Only when every visible batch is known, from the log start on, with its stamp.
+            let mut next = start;
+            for (base, batch) in model.batches.range(start..visible) {
                 let ts = batch.timestamp.filter(|_| *base == next)?;
                 if ts >= t {
                     return Some(BTreeSet::from([*base]));
@@ -610,17 +647,25 @@ fn excuse_short_read(
 pub fn check_full(
     model: &mut Model,
     all: &[ReadMessage],
+    log_start: u64,
     sent: &BTreeMap<u128, Sent>,
     after_restart: bool,
     disk: &SimDisk,
 ) -> Checked<()> {
     let p = model.index;
+    if log_start != model.log_start {
+        if model.log_start_pending != Some(log_start) {
+            return Err(violation(INV_PREFIX, format!("partition {p}: the log starts at {log_start}, but retention deleted only below {} (a deletion in flight could have reached {:?})", model.log_start, model.log_start_pending)));
+        }
+        model.advance_log_start(log_start)?;
+    }
+    model.log_start_pending = None;
     for (i, m) in all.iter().enumerate() {
-        if m.offset != i as u64 {
+        if m.offset != log_start + i as u64 {
             return Err(violation(
                 INV_PREFIX,
                 format!(
-                    "partition {p}: the log is not gapless from 0: position {i} holds offset {}",
+                    "partition {p}: the log is not gapless from its start {log_start}: position {i} holds offset {}",
                     m.offset
                 ),
             ));
@@ -636,7 +681,7 @@ pub fn check_full(
             ));
         }
     }
-    let end = all.len() as u64;
+    let end = log_start + all.len() as u64;
     if !after_restart {
         if end < model.visible_end() {
             excuse_short_read(model, PollFrom::First, end, 0, disk)?;
@@ -790,6 +835,16 @@ pub fn check_actions(model: &Model, plan: &RecoveryPlan, before: &BeforeRecovery
                     return Err(violation(INV_JUSTIFIED, format!("partition {p}: recovery truncated {} to {from}, below the {promised} bytes an honest sync made durable, with no fault present there", path.display())));
                 }
             }
+            Action::FinishDeletion {
+                log_path,
+                log_start,
+                ..
+            } => {
+                let deleted_below = model.log_start.max(model.log_start_pending.unwrap_or(0));
+                if *log_start > deleted_below {
+                    return Err(violation(INV_JUSTIFIED, format!("partition {p}: recovery removed {} as below the log start {log_start}, but retention only deleted below {deleted_below}", log_path.display())));
+                }
+            }
             Action::RemoveSegment { log_path, .. } => {
                 let promised = before.promised.get(log_path).copied().unwrap_or(0);
                 let damaged = before.damage.values().any(|d| !d.is_empty());
@@ -839,6 +894,23 @@ pub fn check_fence(
             }
             FenceReason::MissingLog { log, .. }
             | FenceReason::DurableSegmentMissing { log, .. } => lost_names.contains(log),
+            // The oldest segment's name was lost.
+            FenceReason::LogStartMissing { dir, .. } => lost_names
+                .iter()
+                .any(|n| n.parent() == Some(dir) && n.extension().is_some_and(|e| e == "log")),
+            // A stored offset's name (or its directory's) was lost; or the newer record that
+            // knew of a deletion was destroyed.
+            FenceReason::StoredOffsetsMissing {
+                dir,
+                uncertain_slot,
+                ..
+            } => {
+                lost_names.iter().any(|n| n.starts_with(dir))
+                    || uncertain_slot
+                        .as_ref()
+                        .is_some_and(|s| in_file(s, anywhere.clone()) || lost_names.contains(s))
+            }
+            FenceReason::DirectoryMissing { .. } => false,
             // A segment's name was lost, or the segment before the gap lost its tail.
             FenceReason::ChainGap { log, .. } => {
                 let previous = before
@@ -1029,8 +1101,10 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
     let p = model.index;
     let end = model.acked_end;
     let last = end.checked_sub(1);
+    // Lowered to a lost tail's end; below the log start, read as consumed up to it.
+    let floor = model.log_start.saturating_sub(1);
     let clamp = |v: Option<u64>| match (v, last) {
-        (Some(v), Some(last)) => Some(v.min(last)),
+        (Some(v), Some(last)) => Some(v.min(last).max(floor)),
         _ => None,
     };
     let persisted = model.config.consumer_offset_durability == Durability::Persisted;
@@ -1044,11 +1118,11 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
         };
         let allowed: BTreeSet<Option<u64>> = candidates.iter().map(|v| clamp(*v)).collect();
         let path = consumer.path(&model.dir);
-        let damaged = model
+        let rotten = model
             .damage_seen
             .get(&path)
-            .is_some_and(|d| d.iter().any(|d| d.kind != FaultKind::SyncError))
-            || model.lost_names_seen.contains(&path);
+            .is_some_and(|d| d.iter().any(|d| d.kind != FaultKind::SyncError));
+        let damaged = rotten || model.lost_names_seen.contains(&path);
         let partition = model.partition.as_ref().expect("open");
         let got = match partition.get_offset(consumer) {
             Ok(value) => value,
@@ -1068,6 +1142,11 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
                     "partition {p}: {consumer:?} offset {got:?} beyond the last offset {last:?}"
                 ),
             ));
+        }
+        if persisted && rotten && !allowed.contains(&got) {
+            // Damaged bytes of a persisted offset file are reported on every read, never
+            // reset to "none" or to another value.
+            return Err(violation(INV_OFFSETS, format!("partition {p}: the persisted offset of {consumer:?} in {} is damaged, and reads {got:?} instead of being reported (expected one of {allowed:?})", path.display())));
         }
         if !allowed.contains(&got) && !damaged {
             return Err(violation(INV_OFFSETS, format!("partition {p}: {consumer:?} reads {got:?} after recovery, expected one of {allowed:?} ({}; stored since the last durable value: {:?})", if model.power_lost { "after a power loss" } else { "after a process crash" }, offset_model.after_power_loss)));

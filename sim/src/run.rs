@@ -322,6 +322,7 @@ async fn consumer(world: Shared, p: usize, max_think: u64) {
             0..=59 => w.operate(p, World::poll),
             60..=79 => w.operate(p, World::store_offset),
             80..=84 => w.operate(p, World::delete_offset),
+            85..=86 => w.operate(p, World::delete_segments),
             _ => w.operate(p, |w, p| w.verify(p, false)),
         }
         nemesis(&mut w);

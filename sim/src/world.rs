@@ -6,7 +6,7 @@
 use crate::oracle::{
     self, check_actions, check_boot_failure, check_exact, check_fence, check_full, check_offsets,
     check_reply, check_runtime_fence, violation, BeforeRecovery, Checked, Model, ReadMessage, Sent,
-    INV_EXACT, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS,
+    INV_EXACT, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
 };
 use crate::profile::Profile;
 use crate::run::{RunReport, Trace, Violation};
@@ -14,7 +14,7 @@ use bytes::BytesMut;
 use cairn_engine::env::{Disk, Env};
 use cairn_engine::format::{BatchBuilder, BatchHeader, MessageIter};
 use cairn_engine::partition::{
-    partition_dir, ConsumerId, Partition, PartitionError, PollFrom, Polled,
+    partition_dir, ConsumerId, Partition, PartitionError, PartitionIdentity, PollFrom, Polled,
 };
 use cairn_faults::{SimClock, SimDisk};
 use rand::{Rng, SeedableRng};
@@ -118,7 +118,7 @@ impl World {
             }
             let spec = self.profile.partitions[i].clone();
             let partition =
-                Partition::create(&self.env, &dir, i as u64, spec.config, spec.settings)
+                Partition::create(&self.env, &dir, identity(i), spec.config, spec.settings)
                     .expect("partition create on a healthy disk");
             self.models.push(Model::new(
                 i,
@@ -512,6 +512,47 @@ impl World {
         Ok(())
     }
 
+    /// Retention by hand: deletes the oldest sealed segments (never the active one).
+    pub fn delete_segments(&mut self, p: usize) -> Checked<()> {
+        let segments = self.models[p]
+            .partition
+            .as_ref()
+            .and_then(|pt| pt.segment_starts().ok())
+            .map_or(0, |s| s.len());
+        if segments < 2 {
+            return Ok(());
+        }
+        let count = self.rng.gen_range(1..segments);
+        self.delete_oldest(p, count)
+    }
+
+    /// Deletes the `count` oldest segments of partition `p` (fewer than it has).
+    pub fn delete_oldest(&mut self, p: usize, count: usize) -> Checked<()> {
+        let model = &mut self.models[p];
+        let partition = model.partition.as_mut().expect("open");
+        let starts = partition.segment_starts().expect("open");
+        assert!(count < starts.len(), "the active segment is never deleted");
+        let new_start = starts[count];
+        match partition.delete_oldest_segments(count) {
+            Ok(()) => {
+                let start = partition.log_start().expect("open");
+                if start != new_start {
+                    return Err(violation(INV_PREFIX, format!("partition {p}: deleting {count} segments moved the log start to {start}, expected {new_start}")));
+                }
+                model.advance_log_start(new_start)?;
+                self.trace.event(format!(
+                    "p{p} deleted {count} segments: the log starts at {new_start}"
+                ));
+            }
+            Err(e) => {
+                model.log_start_pending = Some(new_start);
+                self.trace
+                    .event(format!("p{p} deleting {count} segments failed: {e}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the whole partition back and checks it against the oracle.
     pub fn verify(&mut self, p: usize, after_restart: bool) -> Checked<()> {
         let page = self.rng.gen_range(1..300);
@@ -546,7 +587,15 @@ impl World {
         }
         self.trace
             .event(format!("p{p} verify: {} messages, end {next}", all.len()));
-        check_full(model, &all, &self.sent, after_restart, &self.disk)
+        let log_start = partition.log_start().expect("open");
+        check_full(
+            model,
+            &all,
+            log_start,
+            &self.sent,
+            after_restart,
+            &self.disk,
+        )
     }
 
     /// Closes a partition gracefully and opens it again: everything acknowledged is durable.
@@ -719,13 +768,7 @@ impl World {
         self.models[p].settings = settings;
         let records_before = self.disk.record_count();
         let model = &self.models[p];
-        let opened = Partition::open(
-            &self.env,
-            &model.dir,
-            model.partition_id,
-            model.config,
-            settings,
-        );
+        let opened = Partition::open(&self.env, &model.dir, identity(p), model.config, settings);
         let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {
@@ -886,4 +929,9 @@ pub fn decode(polled: &Polled, full: bool) -> Checked<Vec<ReadMessage>> {
         }
     }
     Ok(out)
+}
+
+/// The identity of the simulated partition `p` (partition `p` outside any stream).
+fn identity(p: usize) -> PartitionIdentity {
+    PartitionIdentity::bare(u32::try_from(p).expect("few partitions"))
 }

@@ -34,6 +34,10 @@ pub fn payload(seed: u64, i: usize, size: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The identity of the partitions these tests create: partition 7 outside any stream.
+pub const ID: cairn_engine::partition::PartitionIdentity =
+    cairn_engine::partition::PartitionIdentity::bare(7);
+
 /// 1 MiB segments (the minimum) so rotation happens in small tests.
 pub fn config(durability: Durability) -> TopicConfig {
     TopicConfig {
@@ -49,11 +53,11 @@ pub fn real_env() -> Env {
 }
 
 pub fn create(env: &Env, dir: &Path, config: TopicConfig) -> Partition {
-    Partition::create(env, dir, 7, config, PartitionSettings::default()).expect("create")
+    Partition::create(env, dir, ID, config, PartitionSettings::default()).expect("create")
 }
 
 pub fn open(env: &Env, dir: &Path, config: TopicConfig) -> Opened {
-    Partition::open(env, dir, 7, config, PartitionSettings::default()).expect("open")
+    Partition::open(env, dir, ID, config, PartitionSettings::default()).expect("open")
 }
 
 /// One message as read back: (offset, id, payload).

@@ -25,7 +25,7 @@ fn open_with(
     durability: Durability,
     settings: PartitionSettings,
 ) -> cairn_engine::partition::Opened {
-    Partition::open(env, dir, 7, config(durability), settings).expect("open")
+    Partition::open(env, dir, ID, config(durability), settings).expect("open")
 }
 
 fn ids(partition: &mut Partition) -> Vec<(u64, u128)> {
@@ -50,7 +50,7 @@ fn validate_checksum_off_never_panics_on_damaged_bytes() {
     for (poke, structural) in [(frame1 + 44, true), (frame1 + 48 + 7, false)] {
         let dir = tmp.path().join(format!("p{poke}"));
         let cfg = config(Durability::Persisted);
-        let mut partition = Partition::create(&env, &dir, 7, cfg, settings).unwrap();
+        let mut partition = Partition::create(&env, &dir, ID, cfg, settings).unwrap();
         partition
             .append_group(vec![batch(1, 4, 100)])
             .pop()
@@ -94,7 +94,7 @@ fn no_space_at_rotation_is_reported_and_appends_resume() {
     let env = faulty.env();
     let mut cfg = config(Durability::Persisted);
     cfg.preallocate_segments = true;
-    let mut partition = Partition::create(&env, &dir, 7, cfg, settings()).unwrap();
+    let mut partition = Partition::create(&env, &dir, ID, cfg, settings()).unwrap();
     *faulty.nospace_preallocate.lock().unwrap() = true;
     let mut acked = Vec::new();
     for seed in 0..30 {
@@ -153,7 +153,7 @@ fn a_failed_persist_rolls_back_and_its_offsets_are_never_shown() {
     let faulty = FaultyDisk::default();
     let env = faulty.env();
     let cfg = config(Durability::Persisted);
-    let mut partition = Partition::create(&env, &dir, 7, cfg, settings()).unwrap();
+    let mut partition = Partition::create(&env, &dir, ID, cfg, settings()).unwrap();
     partition
         .append_group(vec![batch(1, 2, 10)])
         .pop()
@@ -423,7 +423,7 @@ fn a_torn_offset_file_is_dropped_under_replicated_and_reported_under_persisted()
 
 fn slot_record(dir: &Path, name: &str) -> Option<Superblock> {
     let bytes = std::fs::read(dir.join(name)).ok()?;
-    Superblock::decode(bytes.get(..64)?).ok()
+    Superblock::decode(bytes.get(..cairn_engine::partition::superblock::SUPERBLOCK_LEN)?).ok()
 }
 
 /// The slot holding the older record (the one a clean close did not write last).
@@ -539,7 +539,7 @@ fn a_failed_cut_after_no_space_fences() {
     let mut partition = Partition::create(
         &faulty.env(),
         &dir,
-        7,
+        ID,
         config(Durability::Persisted),
         settings(),
     )
@@ -572,8 +572,10 @@ fn offsets_that_would_overflow_are_damage_not_a_panic() {
     for (sequence, name) in [(0, "superblock.a"), (1, "superblock.b")] {
         let record = Superblock {
             sequence,
-            partition_id: 7,
+            identity: ID,
             durable,
+            log_start: start,
+            offsets: Default::default(),
         };
         std::fs::write(dir.join(name), record.encode_slot_file()).unwrap();
     }
@@ -683,7 +685,7 @@ fn recovery_reads_the_slots_and_tail_from_the_device() {
     let counting = CountingDisk::default();
     let mut cenv = real_env();
     cenv.disk = Arc::new(counting.clone());
-    let _ = recovery::plan(cenv.disk.as_ref(), &dir, 7, Durability::Persisted).unwrap();
+    let _ = recovery::plan(cenv.disk.as_ref(), &dir, ID, Durability::Persisted).unwrap();
     let evicted = counting.evictions.lock().unwrap().clone();
     let active = dir.join(format!("{:020}.log", starts.last().unwrap()));
     let sealed = dir.join(format!("{:020}.log", starts[0]));
@@ -701,7 +703,7 @@ fn a_superblock_write_that_lands_elsewhere_is_never_acknowledged() {
     let dir = tmp.path().join("p");
     let faulty = FaultyDisk::default();
     let cfg = config(Durability::Persisted);
-    let mut partition = Partition::create(&faulty.env(), &dir, 7, cfg, settings()).unwrap();
+    let mut partition = Partition::create(&faulty.env(), &dir, ID, cfg, settings()).unwrap();
     let acked = partition
         .append_group(vec![batch(1, 3, 10)])
         .pop()
@@ -818,7 +820,7 @@ fn a_rotation_without_space_cuts_the_synced_batch_back_to_the_durable_end() {
     let dir = tmp.path().join("p");
     let faulty = FaultyDisk::default();
     let cfg = config(Durability::Persisted);
-    let mut partition = Partition::create(&faulty.env(), &dir, 7, cfg, settings()).unwrap();
+    let mut partition = Partition::create(&faulty.env(), &dir, ID, cfg, settings()).unwrap();
     let length = batch(0, 10, 9000).len() as u64;
     let mut acked = Vec::new();
     let mut seed = 0;

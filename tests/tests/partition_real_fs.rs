@@ -44,7 +44,7 @@ fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
         ..PartitionSettings::default()
     };
     let mut partition =
-        Partition::create(&env, &dir, 7, config(Durability::Persisted), settings).unwrap();
+        Partition::create(&env, &dir, ID, config(Durability::Persisted), settings).unwrap();
     for seed in 0..3 {
         partition
             .append_group(vec![batch(seed, 4, 100)])
@@ -614,7 +614,7 @@ fn invalid_topic_options_are_rejected_before_anything_is_written() {
     for segment_size in [1024 * 1024 - 512, 1024 * 1024 + 1, 2 * 1024 * 1024 * 1024] {
         let mut cfg = config(Durability::Persisted);
         cfg.segment_size = segment_size;
-        match Partition::create(&env, &dir, 7, cfg, PartitionSettings::default()) {
+        match Partition::create(&env, &dir, ID, cfg, PartitionSettings::default()) {
             Err(PartitionError::InvalidConfig(cairn_engine::config::ConfigError::SegmentSize(
                 s,
             ))) => assert_eq!(s, segment_size),
@@ -624,7 +624,7 @@ fn invalid_topic_options_are_rejected_before_anything_is_written() {
     let mut cfg = config(Durability::Persisted);
     cfg.messages_required_to_save = 0;
     assert!(matches!(
-        Partition::create(&env, &dir, 7, cfg, PartitionSettings::default()),
+        Partition::create(&env, &dir, ID, cfg, PartitionSettings::default()),
         Err(PartitionError::InvalidConfig(_))
     ));
     assert!(!dir.exists(), "nothing was created");

@@ -111,9 +111,9 @@ fn inflict(dir: &Path, damage: &Damage) {
 
 fn check_boot(dir: &Path, durability: Durability) {
     let cfg = config(durability);
-    let planned = recovery::plan(real_env().disk.as_ref(), dir, 7, durability);
+    let planned = recovery::plan(real_env().disk.as_ref(), dir, ID, durability);
     let before = snapshot(dir);
-    let Ok(opened) = Partition::open(&real_env(), dir, 7, cfg, Default::default()) else {
+    let Ok(opened) = Partition::open(&real_env(), dir, ID, cfg, Default::default()) else {
         return; // an I/O error on a directory a test mangled is an answer, not a panic
     };
     let planned = planned.expect("plan fails only when open does");
@@ -121,7 +121,7 @@ fn check_boot(dir: &Path, durability: Durability) {
     if let Some(reason) = opened.partition.fence_reason().cloned() {
         assert_eq!(snapshot(dir), before, "a fence changes nothing");
         drop(opened);
-        let again = Partition::open(&real_env(), dir, 7, cfg, Default::default()).unwrap();
+        let again = Partition::open(&real_env(), dir, ID, cfg, Default::default()).unwrap();
         let again = again.partition.fence_reason().map(|r| r.name());
         assert_eq!(again, Some(reason.name()), "a fence is stable");
         return;
@@ -129,7 +129,7 @@ fn check_boot(dir: &Path, durability: Durability) {
     let mut partition = opened.partition;
     let served = read_all(&mut partition, 7);
     drop(partition);
-    let again = Partition::open(&real_env(), dir, 7, cfg, Default::default()).unwrap();
+    let again = Partition::open(&real_env(), dir, ID, cfg, Default::default()).unwrap();
     assert_eq!(
         again.plan.outcomes(),
         vec![Outcome::Clean],

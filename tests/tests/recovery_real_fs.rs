@@ -381,7 +381,7 @@ fn cairn_check_reports_without_changing_anything() {
     let before = snapshot(&dir);
     let env = real_env();
     let plan =
-        cairn_engine::partition::recovery::plan(env.disk.as_ref(), &dir, 7, Durability::Persisted)
+        cairn_engine::partition::recovery::plan(env.disk.as_ref(), &dir, ID, Durability::Persisted)
             .unwrap();
     assert!(plan.fence.is_none());
     assert!(plan
@@ -435,7 +435,7 @@ fn recovery_interrupted_at_every_step_reaches_the_same_result() {
         let first = cairn_engine::partition::Partition::open(
             &crashing,
             &dir,
-            7,
+            ID,
             config(Durability::Replicated),
             cairn_engine::config::PartitionSettings::default(),
         );

@@ -3,6 +3,7 @@
 use cairn_engine::config::Durability;
 use cairn_engine::env::Disk;
 use cairn_engine::partition::recovery::{self, RecoveryPlan};
+use cairn_engine::partition::PartitionIdentity;
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -115,7 +116,12 @@ fn check(root: &Path, offset_durability: Durability) -> ExitCode {
     }
     let mut unclean = 0;
     for (dir, id) in dirs {
-        match recovery::plan(disk, &dir, id, offset_durability) {
+        match recovery::plan(
+            disk,
+            &dir,
+            PartitionIdentity::bare(id as u32),
+            offset_durability,
+        ) {
             Err(e) => {
                 unclean += 1;
                 println!("{}: CANNOT SCAN: {e}", dir.display());

@@ -432,7 +432,7 @@ mod tests {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            if state % 7 == 0 {
+            if state.is_multiple_of(7) {
                 return Err(io::Error::from(io::ErrorKind::Interrupted));
             }
             let asked: usize = iov.iter().map(|b| b.len()).sum();

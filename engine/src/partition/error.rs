@@ -3,7 +3,7 @@
 //! request failed).
 
 use super::offsets::ConsumerId;
-use super::superblock::DurablePoint;
+use super::superblock::{DurablePoint, PartitionIdentity};
 use crate::format::FormatError;
 use std::fmt;
 use std::io;
@@ -19,8 +19,30 @@ pub enum FenceReason {
     },
     SuperblockIdentity {
         path: PathBuf,
-        expected: u64,
-        found: u64,
+        expected: PartitionIdentity,
+        found: PartitionIdentity,
+    },
+    /// The superblock records where the log starts, and no segment starts there: the oldest
+    /// segment vanished (retention records the new start before it unlinks anything).
+    LogStartMissing {
+        dir: PathBuf,
+        log_start: u64,
+        first_segment: Option<u64>,
+    },
+    /// The superblock records more stored offsets than there are files: one vanished, and
+    /// reading it as "none" would restart its consumer from the beginning.
+    StoredOffsetsMissing {
+        dir: PathBuf,
+        recorded: u32,
+        found: Vec<String>,
+        /// The other slot, when damaged or missing: a newer record there may have recorded a
+        /// deletion the trusted one does not know.
+        uncertain_slot: Option<PathBuf>,
+    },
+    /// The metadata has this partition, and its directory is gone (or is not a directory).
+    /// It is never recreated empty.
+    DirectoryMissing {
+        dir: PathBuf,
     },
     SuperblockMisplaced {
         path: PathBuf,
@@ -92,9 +114,12 @@ pub enum FenceReason {
 
 impl FenceReason {
     /// The name of every variant, for reports and coverage tables.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 18] = [
         "NoSuperblock",
         "SuperblockIdentity",
+        "LogStartMissing",
+        "StoredOffsetsMissing",
+        "DirectoryMissing",
         "SuperblockMisplaced",
         "DurableEndUncertain",
         "MissingLog",
@@ -116,6 +141,9 @@ impl FenceReason {
         match self {
             NoSuperblock { .. } => "NoSuperblock",
             SuperblockIdentity { .. } => "SuperblockIdentity",
+            LogStartMissing { .. } => "LogStartMissing",
+            StoredOffsetsMissing { .. } => "StoredOffsetsMissing",
+            DirectoryMissing { .. } => "DirectoryMissing",
             SuperblockMisplaced { .. } => "SuperblockMisplaced",
             DurableEndUncertain { .. } => "DurableEndUncertain",
             MissingLog { .. } => "MissingLog",
@@ -138,7 +166,16 @@ impl fmt::Display for FenceReason {
         use FenceReason::*;
         match self {
             NoSuperblock { dir, problems } => write!(f, "{}: no valid superblock ({problems})", dir.display()),
-            SuperblockIdentity { path, expected, found } => write!(f, "{}: superblock belongs to partition {found}, expected {expected}", path.display()),
+            SuperblockIdentity { path, expected, found } => write!(f, "{}: superblock belongs to {found}, expected {expected}: a directory moved, copied or swapped in from elsewhere", path.display()),
+            LogStartMissing { dir, log_start, first_segment } => write!(f, "{}: the log starts at offset {log_start}, but the oldest segment found starts at {first_segment:?}: a segment vanished", dir.display()),
+            StoredOffsetsMissing { dir, recorded, found, uncertain_slot } => {
+                write!(f, "{}: the superblock records {recorded} stored offsets, found {} ({}): an offset file vanished", dir.display(), found.len(), found.join(", "))?;
+                match uncertain_slot {
+                    Some(slot) => write!(f, ", or a newer record in {} (damaged or missing) recorded its deletion", slot.display()),
+                    None => Ok(()),
+                }
+            }
+            DirectoryMissing { dir } => write!(f, "{}: the partition's directory is missing; it is never recreated empty", dir.display()),
             DurableEndUncertain { log, position, damage, slot } => write!(f, "{} at position {position}: {damage}; {} is damaged or missing, so the durable end may lie above this damage and truncating could drop acknowledged data", log.display(), slot.display()),
             SuperblockMisplaced { path, detail } => write!(f, "{}: {detail}: a superblock write landed out of place, so the newest durable record may be lost", path.display()),
             MissingLog { index, log } => write!(f, "{} exists at or below the durable end but {} does not", index.display(), log.display()),
@@ -184,6 +221,8 @@ pub enum PartitionError {
     InvalidConfig(#[from] crate::config::ConfigError),
     #[error("poll count must be at least 1")]
     ZeroCount,
+    #[error("cannot delete {requested} segments: only {sealed} are sealed, and the active segment is never deleted")]
+    ActiveSegment { requested: usize, sealed: usize },
     #[error("partition directory {0} already holds a partition")]
     AlreadyExists(PathBuf),
     #[error("{op} {path} failed: {source}")]

@@ -24,7 +24,7 @@ pub use error::{FenceReason, PartitionError, Result};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
 pub use open_log::{AppendAck, PollFrom, Polled};
 pub use recovery::{Outcome, RecoveryPlan};
-pub use superblock::{DurablePoint, Superblock};
+pub use superblock::{DurablePoint, PartitionIdentity, Superblock};
 
 use crate::config::{PartitionSettings, TopicConfig};
 use crate::env::{Env, OpenMode};
@@ -33,7 +33,7 @@ use open_log::{OpenLog, WriteError};
 use segment::{index_name, log_name};
 use std::io;
 use std::path::{Path, PathBuf};
-use superblock::SLOT_NAMES;
+use superblock::{OffsetSet, SLOT_NAMES};
 
 /// The directory of a partition under a data root, as in the seed's tree.
 pub fn partition_dir(root: &Path, stream: u32, topic: u32, partition: u32) -> PathBuf {
@@ -81,13 +81,13 @@ impl Partition {
     pub fn create(
         env: &Env,
         dir: &Path,
-        partition_id: u64,
+        identity: PartitionIdentity,
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<Partition> {
         let disk = env.disk.as_ref();
         let _span =
-            tracing::info_span!("partition_create", dir = %dir.display(), partition_id).entered();
+            tracing::info_span!("partition_create", dir = %dir.display(), %identity).entered();
         config.validate()?;
         for slot in SLOT_NAMES {
             if disk
@@ -118,8 +118,10 @@ impl Partition {
         for sequence in [0, 1] {
             let record = Superblock {
                 sequence,
-                partition_id,
+                identity,
                 durable,
+                log_start: 0,
+                offsets: OffsetSet::default(),
             };
             superblock::write_slot(disk, dir, &record)
                 .map_err(io_error("write superblock", dir))?;
@@ -131,7 +133,7 @@ impl Partition {
             disk.sync_dir(parent)
                 .map_err(io_error("sync_dir", parent))?;
         }
-        Ok(Self::open(env, dir, partition_id, config, settings)?.partition)
+        Ok(Self::open(env, dir, identity, config, settings)?.partition)
     }
 
     /// Opens an existing partition: plans recovery, applies it unless fenced, and loads the
@@ -139,12 +141,12 @@ impl Partition {
     pub fn open(
         env: &Env,
         dir: &Path,
-        partition_id: u64,
+        identity: PartitionIdentity,
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<Opened> {
         let disk = env.disk.as_ref();
-        let plan = recovery::plan(disk, dir, partition_id, config.consumer_offset_durability)
+        let plan = recovery::plan(disk, dir, identity, config.consumer_offset_durability)
             .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
@@ -329,6 +331,22 @@ impl Partition {
     /// Start offsets of the segments, oldest first.
     pub fn segment_starts(&self) -> Result<Vec<u64>> {
         Ok(self.log_ref()?.segment_starts())
+    }
+
+    /// The first offset the log holds, as the superblock records it.
+    pub fn log_start(&self) -> Result<u64> {
+        Ok(self.log_ref()?.log_start())
+    }
+
+    /// The sealed segments, oldest first: (start offset, bytes, newest timestamp).
+    pub fn sealed_segments(&self) -> Result<Vec<(u64, u64, u64)>> {
+        Ok(self.log_ref()?.sealed_segments())
+    }
+
+    /// Deletes the `count` oldest segments (never the active one), recording the new log
+    /// start durably before unlinking anything.
+    pub fn delete_oldest_segments(&mut self, count: usize) -> Result<()> {
+        self.guarded(|log| log.delete_oldest_segments(count))
     }
 
     pub fn config(&self) -> Result<TopicConfig> {

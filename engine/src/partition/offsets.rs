@@ -72,6 +72,11 @@ impl ConsumerId {
         }
     }
 
+    /// This consumer's contribution to the recorded set of stored offsets.
+    pub fn set_member(&self) -> u64 {
+        crate::partition::superblock::OffsetSet::member_hash(self.kind.code(), self.id)
+    }
+
     /// The offset file of this consumer in the partition directory `dir`.
     pub fn path(&self, dir: &Path) -> PathBuf {
         dir.join("offsets")

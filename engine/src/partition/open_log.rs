@@ -177,8 +177,8 @@ impl OpenLog {
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
         Ok(OpenLog {
             dir: plan.dir.clone(),
-            partition_id: plan.partition_id,
             offsets: ConsumerOffsets::new(&plan.dir, plan.offsets.clone()),
+            partition_id: plan.identity.partition_id.into(),
             env,
             config,
             settings,
@@ -494,16 +494,73 @@ impl OpenLog {
                 .map_err(write_error("sync_dir", &self.dir))?;
             self.unsynced_dir_entries = false;
         }
-        let next = Superblock {
-            sequence: self.superblock.sequence + 1,
-            partition_id: self.partition_id,
-            durable,
-        };
+        self.record(|r| r.durable = durable)?;
+        Ok(durable)
+    }
+
+    /// Writes the next superblock record, `change` applied to the current one.
+    fn record(
+        &mut self,
+        change: impl FnOnce(&mut Superblock),
+    ) -> std::result::Result<(), WriteError> {
+        let next = self.superblock.next(change);
         superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
             .map_err(write_error("write superblock in", &self.dir))?;
-        assert_eq!(next.sequence, self.superblock.sequence + 1);
         self.superblock = next;
-        Ok(durable)
+        Ok(())
+    }
+
+    /// The first offset the log holds (retention moves it forward).
+    pub(super) fn log_start(&self) -> u64 {
+        self.superblock.log_start
+    }
+
+    /// Sealed segments retention may delete, oldest first: (start offset, bytes, newest
+    /// timestamp). Never the active segment.
+    pub(super) fn sealed_segments(&self) -> Vec<(u64, u64, u64)> {
+        let sealed = &self.segments[..self.segments.len() - 1];
+        sealed
+            .iter()
+            .map(|s| (s.start_offset, s.log_len, s.max_timestamp))
+            .collect()
+    }
+
+    /// Deletes the `count` oldest segments, all sealed: the new log start is recorded first,
+    /// then the files are unlinked and the directory synced. A crash in between leaves
+    /// segments below the recorded start, which recovery removes.
+    pub(super) fn delete_oldest_segments(&mut self, count: usize) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        if count >= self.segments.len() {
+            return Err(PartitionError::ActiveSegment {
+                requested: count,
+                sealed: self.segments.len() - 1,
+            });
+        }
+        assert!(self.segments[..count].iter().all(|s| s.sealed));
+        let new_start = self.segments[count].start_offset;
+        assert!(
+            new_start <= self.superblock.durable.segment_start,
+            "only segments below the durable one are deleted"
+        );
+        let _span =
+            tracing::info_span!("delete_segments", dir = %self.dir.display(), count, new_start)
+                .entered();
+        self.record(|r| r.log_start = new_start)?;
+        let disk = self.env.disk.clone();
+        for segment in self.segments.drain(..count) {
+            let (log_path, index_path) = (segment.log_path.clone(), segment.index_path.clone());
+            drop(segment);
+            for path in [&log_path, &index_path] {
+                disk.remove_file(path)
+                    .map_err(write_error("remove", path))?;
+            }
+        }
+        disk.sync_dir(&self.dir)
+            .map_err(write_error("sync_dir", &self.dir))?;
+        assert_eq!(self.start_offset(), self.superblock.log_start);
+        Ok(())
     }
 
     /// Flushes every journaled batch and makes the log durable: log and index synced, new
@@ -566,7 +623,27 @@ impl OpenLog {
             .filter(|&o| o >= self.start_offset())
     }
 
+    /// A stored offset is the last offset its consumer consumed. One below the log start
+    /// (retention deleted what it names) reads as consumed up to the log start: the offset
+    /// just before it, so the consumer resumes exactly at the first message kept and skips
+    /// nothing.
     pub(super) fn get_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
+        let floor = self.log_start().saturating_sub(1);
+        Ok(self
+            .stored_offset(consumer)?
+            .map(|offset| offset.max(floor)))
+    }
+
+    /// Where a consumer polling `Next` resumes: after its stored offset (as
+    /// [`Self::get_offset`] reads it), or at the log start when it has none.
+    pub(super) fn next_for(&self, consumer: ConsumerId) -> Result<u64> {
+        Ok(match self.get_offset(consumer)? {
+            Some(offset) => offset.saturating_add(1).max(self.log_start()),
+            None => self.log_start(),
+        })
+    }
+
+    fn stored_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
         match self.offsets.get(consumer) {
             None => Ok(None),
             Some(StoredOffset::Offset(offset)) => Ok(Some(*offset)),
@@ -584,6 +661,7 @@ impl OpenLog {
             return Err(PartitionError::OffsetBeyondEnd { offset, last });
         }
         let durability = self.config.consumer_offset_durability;
+        let new_member = self.offsets.get(consumer).is_none();
         self.offsets
             .store(self.env.disk.as_ref(), consumer, offset, durability)
             .map_err(|source| {
@@ -596,11 +674,22 @@ impl OpenLog {
                         source,
                     }
                 }
-            })
+            })?;
+        // The file is durable first, then the set that names it: a crash in between leaves
+        // one file more than recorded, which recovery accepts.
+        if new_member && durability == Durability::Persisted {
+            self.record(|r| r.offsets = r.offsets.with(consumer.set_member()))?;
+        }
+        Ok(())
     }
 
     pub(super) fn delete_offset(&mut self, consumer: ConsumerId) -> Result<bool> {
         let durability = self.config.consumer_offset_durability;
+        // The set without it is recorded first, then the file goes: a crash in between
+        // leaves one file more than recorded, which recovery accepts.
+        if self.offsets.get(consumer).is_some() && durability == Durability::Persisted {
+            self.record(|r| r.offsets = r.offsets.without(consumer.set_member()))?;
+        }
         self.offsets
             .delete(self.env.disk.as_ref(), consumer, durability)
             .map_err(|source| PartitionError::Io {

@@ -1,12 +1,15 @@
-//! The partition superblock: the durable record of how far the log is promised durable.
+//! The partition superblock: the durable record of who the partition is, where its log
+//! starts, how far it is promised durable, and which consumers have stored offsets.
 //!
 //! Two slots, `superblock.a` and `superblock.b`, written alternately (ping-pong); the valid
-//! slot with the highest sequence wins. A slot is 64 bytes:
+//! slot with the highest sequence wins. A record is 128 bytes:
 //!
 //! ```text
 //! 0 magic u64 | 8 version u32 | 12 reserved u32 (zero) | 16 sequence u64 |
 //! 24 partition_id u64 | 32 segment_start u64 | 40 durable_position u64 |
-//! 48 durable_next_offset u64 | 56 checksum u64 = xxh3_64(bytes 0..56)
+//! 48 durable_next_offset u64 | 56 stream_id u32 | 60 topic_id u32 | 64 nonce u64 |
+//! 72 log_start u64 | 80 offsets_count u32 | 84 reserved u32 (zero) | 88 offsets_digest u64 |
+//! 96..120 reserved (zero) | 120 checksum u64 = xxh3_64(bytes 0..120)
 //! ```
 //!
 //! Each slot file holds the record twice, at offset 0 and at [`MIRROR_OFFSET`] (a page
@@ -14,21 +17,31 @@
 //! or a torn page can then not erase the newest record, which recovery needs to tell a torn
 //! tail from lost acknowledged data.
 //!
-//! `(segment_start, durable_position)` names the durable end: every byte of every segment
-//! before `segment_start`, and the first `durable_position` bytes of that segment, were
-//! synced before this record was written, and `durable_next_offset` is the offset that
-//! follows the last durable message. Recovery fences on invalid bytes below it and may
-//! truncate only above it.
+//! - `(segment_start, durable_position)` names the durable end: every byte of every segment
+//!   before `segment_start`, and the first `durable_position` bytes of that segment, were
+//!   synced before this record was written, and `durable_next_offset` is the offset that
+//!   follows the last durable message. Recovery fences on invalid bytes below it and may
+//!   truncate only above it.
+//! - The identity (stream, topic and partition ids, and a nonce drawn when the partition was
+//!   created) lets a restarted partition prove it is itself: a directory moved, copied or
+//!   swapped in from elsewhere disagrees, and is fenced rather than adopted.
+//! - `log_start` is the first offset the log holds: retention records it before it unlinks a
+//!   segment, so a vanished oldest segment is damage, never a log that starts later.
+//! - `offsets_count` / `offsets_digest` describe the set of consumers with a stored offset
+//!   (under `persisted` offset durability; zero otherwise), so a vanished offset file is
+//!   detected instead of read as "none".
 
 use crate::env::{Disk, OpenMode};
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
+use std::fmt;
 use std::io;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
-pub const SUPERBLOCK_LEN: usize = 64;
+pub const SUPERBLOCK_LEN: usize = 128;
+const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 8;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNPSB");
-pub const SUPERBLOCK_VERSION: u32 = 1;
+pub const SUPERBLOCK_VERSION: u32 = 2;
 pub const SLOT_NAMES: [&str; 2] = ["superblock.a", "superblock.b"];
 /// Where the second copy of the record lies in a slot file.
 pub const MIRROR_OFFSET: u64 = 4096;
@@ -43,11 +56,79 @@ pub struct DurablePoint {
     pub next_offset: u64,
 }
 
+/// Who a partition is: where it sits in the entity tree, and which creation made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionIdentity {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition_id: u32,
+    /// Drawn from the environment's entropy when the partition was created (or purged).
+    pub nonce: u64,
+}
+
+impl PartitionIdentity {
+    /// A partition outside any stream or topic, with nonce zero: for tools and tests that
+    /// work on one partition directory by itself.
+    pub const fn bare(partition_id: u32) -> Self {
+        PartitionIdentity {
+            stream_id: 0,
+            topic_id: 0,
+            partition_id,
+            nonce: 0,
+        }
+    }
+}
+
+impl fmt::Display for PartitionIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stream {} topic {} partition {} (nonce {:#018x})",
+            self.stream_id, self.topic_id, self.partition_id, self.nonce
+        )
+    }
+}
+
+/// The set of consumers with a stored offset, as a count and an order-free digest (the sum
+/// of each member's hash), so adding or removing one member is O(1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffsetSet {
+    pub count: u32,
+    pub digest: u64,
+}
+
+impl OffsetSet {
+    /// The hash one member contributes.
+    pub fn member_hash(kind: u16, id: u32) -> u64 {
+        let mut key = [0u8; 6];
+        key[..2].copy_from_slice(&kind.to_le_bytes());
+        key[2..].copy_from_slice(&id.to_le_bytes());
+        xxh3_64(&key)
+    }
+
+    pub fn with(self, member: u64) -> Self {
+        OffsetSet {
+            count: self.count + 1,
+            digest: self.digest.wrapping_add(member),
+        }
+    }
+
+    pub fn without(self, member: u64) -> Self {
+        assert!(self.count > 0, "removing from an empty offset set");
+        OffsetSet {
+            count: self.count - 1,
+            digest: self.digest.wrapping_sub(member),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Superblock {
     pub sequence: u64,
-    pub partition_id: u64,
+    pub identity: PartitionIdentity,
     pub durable: DurablePoint,
+    pub log_start: u64,
+    pub offsets: OffsetSet,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +143,8 @@ pub enum SuperblockError {
     Reserved,
     #[error("checksum: stored {stored:#018x}, computed {computed:#018x}")]
     Checksum { stored: u64, computed: u64 },
+    #[error("log start {log_start} lies above the durable segment {segment_start}")]
+    LogStartAboveDurable { log_start: u64, segment_start: u64 },
 }
 
 impl Superblock {
@@ -70,17 +153,48 @@ impl Superblock {
         (self.sequence % 2) as usize
     }
 
+    /// The batch header's `partition_id` of this partition's batches.
+    pub fn partition_id(&self) -> u64 {
+        u64::from(self.identity.partition_id)
+    }
+
+    /// The record that follows this one, with `change` applied.
+    pub fn next(&self, change: impl FnOnce(&mut Superblock)) -> Superblock {
+        let mut next = *self;
+        next.sequence = self.sequence + 1;
+        change(&mut next);
+        assert_eq!(
+            next.identity, self.identity,
+            "a partition keeps its identity"
+        );
+        assert!(
+            next.log_start >= self.log_start,
+            "the log start only moves forward"
+        );
+        assert!(
+            next.log_start <= next.durable.segment_start,
+            "the log starts at or before the durable segment"
+        );
+        next
+    }
+
     pub fn encode(&self) -> [u8; SUPERBLOCK_LEN] {
         let mut out = [0u8; SUPERBLOCK_LEN];
         put_u64(&mut out, 0, SUPERBLOCK_MAGIC);
         put_u32(&mut out, 8, SUPERBLOCK_VERSION);
         put_u64(&mut out, 16, self.sequence);
-        put_u64(&mut out, 24, self.partition_id);
+        put_u64(&mut out, 24, u64::from(self.identity.partition_id));
         put_u64(&mut out, 32, self.durable.segment_start);
         put_u64(&mut out, 40, self.durable.position);
         put_u64(&mut out, 48, self.durable.next_offset);
-        let checksum = xxh3_64(&out[..56]);
-        put_u64(&mut out, 56, checksum);
+        put_u32(&mut out, 56, self.identity.stream_id);
+        put_u32(&mut out, 60, self.identity.topic_id);
+        put_u64(&mut out, 64, self.identity.nonce);
+        put_u64(&mut out, 72, self.log_start);
+        put_u32(&mut out, 80, self.offsets.count);
+        put_u64(&mut out, 88, self.offsets.digest);
+        let checksum = xxh3_64(&out[..CHECKSUM_AT]);
+        put_u64(&mut out, CHECKSUM_AT, checksum);
         out
     }
 
@@ -97,8 +211,8 @@ impl Superblock {
         if bytes.len() != SUPERBLOCK_LEN {
             return Err(SuperblockError::Length { found: bytes.len() });
         }
-        let stored = get_u64(bytes, 56);
-        let computed = xxh3_64(&bytes[..56]);
+        let stored = get_u64(bytes, CHECKSUM_AT);
+        let computed = xxh3_64(&bytes[..CHECKSUM_AT]);
         if stored != computed {
             return Err(SuperblockError::Checksum { stored, computed });
         }
@@ -110,16 +224,40 @@ impl Superblock {
         if version != SUPERBLOCK_VERSION {
             return Err(SuperblockError::Version { found: version });
         }
-        if get_u32(bytes, 12) != 0 {
+        let partition_id = get_u64(bytes, 24);
+        if get_u32(bytes, 12) != 0
+            || get_u32(bytes, 84) != 0
+            || bytes[96..CHECKSUM_AT].iter().any(|&b| b != 0)
+        {
             return Err(SuperblockError::Reserved);
+        }
+        let Ok(partition_id) = u32::try_from(partition_id) else {
+            return Err(SuperblockError::Reserved);
+        };
+        let (log_start, segment_start) = (get_u64(bytes, 72), get_u64(bytes, 32));
+        if log_start > segment_start {
+            return Err(SuperblockError::LogStartAboveDurable {
+                log_start,
+                segment_start,
+            });
         }
         Ok(Superblock {
             sequence: get_u64(bytes, 16),
-            partition_id: get_u64(bytes, 24),
+            identity: PartitionIdentity {
+                stream_id: get_u32(bytes, 56),
+                topic_id: get_u32(bytes, 60),
+                partition_id,
+                nonce: get_u64(bytes, 64),
+            },
             durable: DurablePoint {
                 segment_start: get_u64(bytes, 32),
                 position: get_u64(bytes, 40),
                 next_offset: get_u64(bytes, 48),
+            },
+            log_start: get_u64(bytes, 72),
+            offsets: OffsetSet {
+                count: get_u32(bytes, 80),
+                digest: get_u64(bytes, 88),
             },
         })
     }
@@ -157,12 +295,14 @@ mod tests {
     fn a_slot_file_holds_two_copies_a_page_apart() {
         let sb = Superblock {
             sequence: 3,
-            partition_id: 1,
+            identity: PartitionIdentity::bare(1),
             durable: DurablePoint {
                 segment_start: 0,
                 position: 10,
                 next_offset: 2,
             },
+            log_start: 0,
+            offsets: OffsetSet::default(),
         };
         let file = sb.encode_slot_file();
         assert_eq!(file.len() as u64, SLOT_FILE_LEN);
@@ -174,11 +314,21 @@ mod tests {
     fn round_trip_and_every_bit_flip_detected() {
         let sb = Superblock {
             sequence: 9,
-            partition_id: 4,
+            identity: PartitionIdentity {
+                stream_id: 2,
+                topic_id: 3,
+                partition_id: 4,
+                nonce: 0xdead_beef,
+            },
             durable: DurablePoint {
                 segment_start: 1000,
                 position: 4096,
                 next_offset: 1017,
+            },
+            log_start: 500,
+            offsets: OffsetSet {
+                count: 2,
+                digest: 77,
             },
         };
         let bytes = sb.encode();

@@ -104,10 +104,7 @@ impl OpenLog {
                     .saturating_sub(u64::from(count))
                     .max(self.start_offset()),
             ),
-            PollFrom::Next(consumer) => Some(match self.get_offset(consumer)? {
-                Some(offset) => offset.saturating_add(1),
-                None => self.start_offset(),
-            }),
+            PollFrom::Next(consumer) => Some(self.next_for(consumer)?),
             PollFrom::Timestamp(timestamp) => self.offset_for_timestamp(timestamp),
         };
         let mut reply = Reply {

@@ -8,7 +8,7 @@ use super::{Action, RecoveryPlan};
 use crate::env::{Disk, OpenMode};
 use crate::partition::offsets::{self, ConsumerKind};
 use crate::partition::segment::{index_name, log_name};
-use crate::partition::superblock::{self, DurablePoint, Superblock, SLOT_NAMES};
+use crate::partition::superblock::{self, Superblock, SLOT_NAMES};
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,11 @@ fn apply_action(
             log_path,
             index_path,
             ..
+        }
+        | Action::FinishDeletion {
+            log_path,
+            index_path,
+            ..
         } => {
             disk.remove_file(log_path)?;
             if disk.exists(index_path)? {
@@ -116,39 +121,65 @@ fn apply_action(
         Action::LowerOffset {
             consumer, path, to, ..
         } => offsets::write(disk, path, *consumer, *to, true)?,
-        Action::DeleteOffset { path, .. } | Action::DropDamagedOffset { path, .. } => {
+        Action::DeleteOffset {
+            path, record: set, ..
+        } => {
+            if let Some(set) = set {
+                sync_all_dirs(disk, plan, unsynced_dirs)?;
+                *record = write_next_record(disk, &plan.dir, record, |r| r.offsets = *set)?;
+            }
             offsets::remove(disk, path, true)?
         }
-        Action::AdvanceSuperblock { sync, to, .. } => {
+        Action::DropDamagedOffset { path, .. } => offsets::remove(disk, path, true)?,
+        Action::AdvanceSuperblock {
+            sync, to, offsets, ..
+        } => {
             for path in sync {
                 disk.open(path, OpenMode::ReadWrite)?.sync_data()?;
             }
             // Always: a crashed process may have created these segment files without
-            // syncing their names, and the record is about to name them durable.
-            disk.sync_dir(&plan.dir)?;
-            unsynced_dirs.remove(&plan.dir);
-            *record = write_next_record(disk, &plan.dir, record, *to)?;
+            // syncing their names, and the record is about to name them durable (and the
+            // offset files it counts).
+            sync_all_dirs(disk, plan, unsynced_dirs)?;
+            *record = write_next_record(disk, &plan.dir, record, |r| {
+                r.durable = *to;
+                r.offsets = *offsets;
+            })?;
         }
-        Action::RewriteSlot { durable, .. } => {
-            *record = write_next_record(disk, &plan.dir, record, *durable)?;
+        Action::RecordOffsets { to, .. } => {
+            sync_all_dirs(disk, plan, unsynced_dirs)?;
+            *record = write_next_record(disk, &plan.dir, record, |r| r.offsets = *to)?;
+        }
+        Action::RewriteSlot { .. } => {
+            *record = write_next_record(disk, &plan.dir, record, |_| {})?;
         }
     }
     Ok(())
 }
 
-/// Writes the record after `current` (the other slot), re-creating the slot file durably if
-/// it was missing.
+/// Syncs the partition directory and every directory recovery changed, before a record
+/// names what they hold.
+fn sync_all_dirs(
+    disk: &dyn Disk,
+    plan: &RecoveryPlan,
+    unsynced_dirs: &mut BTreeSet<PathBuf>,
+) -> io::Result<()> {
+    unsynced_dirs.insert(plan.dir.clone());
+    for dir in std::mem::take(unsynced_dirs) {
+        disk.sync_dir(&dir)?;
+    }
+    Ok(())
+}
+
+/// Writes the record after `current` (the other slot), `change` applied, re-creating the
+/// slot file durably if it was missing.
 fn write_next_record(
     disk: &dyn Disk,
     dir: &Path,
     current: &Superblock,
-    durable: DurablePoint,
+    change: impl FnOnce(&mut Superblock),
 ) -> io::Result<Superblock> {
-    let next = Superblock {
-        sequence: current.sequence + 1,
-        partition_id: current.partition_id,
-        durable,
-    };
+    let next = current.next(change);
     let slot = dir.join(SLOT_NAMES[next.slot()]);
     let existed = disk.exists(&slot)?;
     superblock::write_slot(disk, dir, &next)?;

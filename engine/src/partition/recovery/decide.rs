@@ -15,8 +15,10 @@ use super::{Action, PlannedSegment};
 use crate::config::Durability;
 use crate::format::IndexEntry;
 use crate::partition::offsets::{ConsumerId, StoredOffset};
-use crate::partition::segment::log_name;
-use crate::partition::superblock::{DurablePoint, Superblock, SLOT_NAMES};
+use crate::partition::segment::{index_name, log_name};
+use crate::partition::superblock::{
+    DurablePoint, OffsetSet, PartitionIdentity, Superblock, SLOT_NAMES,
+};
 use crate::partition::FenceReason;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +50,7 @@ pub struct Repairs {
 
 /// Decides with the record [`trusted_record`] picks.
 pub fn decide(survey: &Survey) -> Result<Repairs, FenceReason> {
-    let trusted = trusted_record(&survey.dir, survey.partition_id, &survey.slots)?;
+    let trusted = trusted_record(&survey.dir, survey.identity, &survey.slots)?;
     decide_with(survey, trusted)
 }
 
@@ -69,10 +71,8 @@ pub fn decide_with(survey: &Survey, trusted: Trusted) -> Result<Repairs, FenceRe
             .map(|path| Action::RemoveTemp { path: path.clone() }),
     );
     for &start in &survey.orphan_indexes {
-        let path = survey
-            .dir
-            .join(crate::partition::segment::index_name(start));
-        if start <= durable.segment_start {
+        let path = survey.dir.join(index_name(start));
+        if start >= trusted.record.log_start && start <= durable.segment_start {
             return Err(FenceReason::MissingLog {
                 index: path,
                 log: survey.dir.join(log_name(start)),
@@ -80,54 +80,63 @@ pub fn decide_with(survey: &Survey, trusted: Trusted) -> Result<Repairs, FenceRe
         }
         actions.push(Action::RemoveStrayIndex { path });
     }
-    let (segments, durable_index) = match plan_segments(survey, &trusted, &mut actions)? {
-        Some((kept, durable_index)) => {
-            let mut segments = Vec::with_capacity(kept.len());
-            for scanned in kept {
-                let (index, rewrite) = plan_index(scanned);
-                actions.extend(rewrite);
-                segments.push(PlannedSegment {
-                    start_offset: scanned.start_offset,
-                    log_path: scanned.log_path.clone(),
-                    index_path: scanned.index_path.clone(),
-                    len: scanned.valid_end,
-                    next_offset: scanned.next_offset,
-                    max_timestamp: scanned.max_timestamp(),
-                    index,
-                });
-            }
-            (segments, durable_index)
-        }
-        None => {
-            // A crash between creating a partition's files and syncing their names.
-            let start = durable.segment_start;
-            actions.push(Action::CreateSegment {
-                start_offset: start,
-            });
-            let empty = PlannedSegment {
-                start_offset: start,
-                log_path: survey.dir.join(log_name(start)),
-                index_path: survey
-                    .dir
-                    .join(crate::partition::segment::index_name(start)),
-                len: 0,
-                next_offset: start,
-                max_timestamp: 0,
-                index: Vec::new(),
-            };
-            (vec![empty], 0)
-        }
-    };
+    check_offset_set(survey, &trusted)?;
+    let planned = plan_segments(survey, &trusted, &mut actions)?;
+    let mut segments = Vec::with_capacity(planned.kept.len() + 1);
+    for scanned in &planned.kept {
+        let (index, rewrite) = plan_index(scanned);
+        actions.extend(rewrite);
+        segments.push(PlannedSegment {
+            start_offset: scanned.start_offset,
+            log_path: scanned.log_path.clone(),
+            index_path: scanned.index_path.clone(),
+            len: scanned.valid_end,
+            next_offset: scanned.next_offset,
+            max_timestamp: scanned.max_timestamp(),
+            index,
+        });
+    }
+    if planned.recreate {
+        let start = durable.segment_start;
+        actions.push(Action::CreateSegment {
+            start_offset: start,
+        });
+        segments.push(PlannedSegment {
+            start_offset: start,
+            log_path: survey.dir.join(log_name(start)),
+            index_path: survey.dir.join(index_name(start)),
+            len: 0,
+            next_offset: start,
+            max_timestamp: 0,
+            index: Vec::new(),
+        });
+    }
+    let durable_index = planned.durable_index;
     let last = segments.last().expect("the durable segment survives");
-    let log_start = segments[0].start_offset;
-    let last_offset = last.next_offset.checked_sub(1).filter(|&o| o >= log_start);
-    let offsets = plan_offsets(survey, last_offset, &mut actions);
+    let offsets = plan_offsets(survey, last.next_offset.checked_sub(1), &mut actions);
     let recovered = DurablePoint {
         segment_start: last.start_offset,
         position: last.len,
         next_offset: last.next_offset,
     };
-    actions.extend(plan_record(&trusted, recovered, &segments[durable_index..]));
+    let offset_set = match survey.offset_durability {
+        Durability::Persisted => offset_set(offsets.keys()),
+        Durability::Replicated => OffsetSet::default(),
+    };
+    // Offset deletions under `persisted` record their sets as they go.
+    let recorded_by_actions = actions.iter().rev().find_map(|a| match a {
+        Action::DeleteOffset {
+            record: Some(set), ..
+        } => Some(*set),
+        _ => None,
+    });
+    actions.extend(plan_record(
+        &trusted,
+        recovered,
+        offset_set,
+        recorded_by_actions,
+        &segments[durable_index..],
+    ));
     Ok(Repairs {
         sync_slot: Some(trusted.path.clone()),
         trusted,
@@ -137,19 +146,60 @@ pub fn decide_with(survey: &Survey, trusted: Trusted) -> Result<Repairs, FenceRe
     })
 }
 
+/// The set of `consumers`, as the superblock records it.
+pub fn offset_set<'a>(consumers: impl Iterator<Item = &'a ConsumerId>) -> OffsetSet {
+    consumers.fold(OffsetSet::default(), |set, c| set.with(c.set_member()))
+}
+
+/// Under `persisted` offsets, the offset files found against the set the superblock records:
+///
+/// | found | decision |
+/// |---|---|
+/// | the recorded set | keep |
+/// | the recorded set and one more (a store of a new consumer whose record did not land, or a delete whose unlink did not) | keep; the new set is recorded |
+/// | anything else (a recorded file is gone) | fence `StoredOffsetsMissing` |
+///
+/// Under `replicated` offsets the set is not recorded: a lost store is the policy.
+fn check_offset_set(survey: &Survey, trusted: &Trusted) -> Result<(), FenceReason> {
+    if survey.offset_durability == Durability::Replicated {
+        return Ok(());
+    }
+    let recorded = trusted.record.offsets;
+    let consumers: Vec<ConsumerId> = survey.offsets.iter().map(|(c, _)| *c).collect();
+    let found = offset_set(consumers.iter());
+    let one_extra = || {
+        found.count == recorded.count + 1
+            && consumers
+                .iter()
+                .any(|c| found.without(c.set_member()) == recorded)
+    };
+    if found == recorded || one_extra() {
+        return Ok(());
+    }
+    Err(FenceReason::StoredOffsetsMissing {
+        dir: survey.dir.join("offsets"),
+        recorded: recorded.count,
+        found: consumers
+            .iter()
+            .map(|c| format!("{}/{}", c.kind.dir(), c.id))
+            .collect(),
+        uncertain_slot: trusted.uncertain.clone(),
+    })
+}
+
 /// Which record recovery trusts:
 ///
 /// | slots found | decision |
 /// |---|---|
 /// | a slot file longer than one slot file | fence `SuperblockMisplaced` |
-/// | a valid record of another partition | fence `SuperblockIdentity` |
+/// | a valid record of another partition (ids or creation nonce) | fence `SuperblockIdentity` |
 /// | a valid record in the slot of the other parity | fence `SuperblockMisplaced` |
 /// | no valid record | fence `NoSuperblock` |
 /// | two valid records | the higher sequence |
 /// | one valid record, the other slot missing, unreadable or damaged | that record, durable end uncertain |
 pub fn trusted_record(
     dir: &Path,
-    partition_id: u64,
+    identity: PartitionIdentity,
     slots: &[SlotRead; 2],
 ) -> Result<Trusted, FenceReason> {
     let path = |slot: usize| dir.join(SLOT_NAMES[slot]);
@@ -163,11 +213,11 @@ pub fn trusted_record(
                     detail: format!("the slot file is {len} bytes, longer than one slot"),
                 })
             }
-            SlotRead::Valid { record, .. } if record.partition_id != partition_id => {
+            SlotRead::Valid { record, .. } if record.identity != identity => {
                 return Err(FenceReason::SuperblockIdentity {
                     path: path(slot),
-                    expected: partition_id,
-                    found: record.partition_id,
+                    expected: identity,
+                    found: record.identity,
                 })
             }
             SlotRead::Valid { record, .. } if record.slot() != slot => {
@@ -236,31 +286,71 @@ enum Fate {
     },
 }
 
-/// The segments that survive (the durable one at the returned index), their actions pushed;
-/// `None` when no segment exists and nothing was ever durable (create an empty one).
+/// The segments that survive, their actions pushed.
+///
+/// | segment | decision |
+/// |---|---|
+/// | starts below the recorded log start | remove (finish an interrupted deletion) |
+/// | the durable segment is missing, and the record says nothing in it was durable | recreate it empty; remove any segment after it |
+/// | the durable segment is missing, and bytes in it were durable | fence `DurableSegmentMissing` |
+/// | the oldest remaining segment starts after the log start | fence `LogStartMissing` |
+/// | any other | [`segment_fate`] |
 fn plan_segments<'s>(
     survey: &'s Survey,
     trusted: &Trusted,
     actions: &mut Vec<Action>,
-) -> Result<Option<(Vec<&'s ScannedSegment>, usize)>, FenceReason> {
+) -> Result<Kept<'s>, FenceReason> {
     let durable = trusted.record.durable;
-    let Some(durable_index) = survey
+    let log_start = trusted.record.log_start;
+    let below = survey
         .segments
+        .partition_point(|s| s.start_offset < log_start);
+    for segment in &survey.segments[..below] {
+        actions.push(Action::FinishDeletion {
+            log_path: segment.log_path.clone(),
+            index_path: segment.index_path.clone(),
+            log_start,
+        });
+    }
+    let live = &survey.segments[below..];
+    let nothing_durable = durable.position == 0 && durable.next_offset == durable.segment_start;
+    let (walked, recreate) = match live
         .iter()
         .position(|s| s.start_offset == durable.segment_start)
-    else {
-        let nothing_durable = durable.position == 0 && durable.next_offset == durable.segment_start;
-        if survey.segments.is_empty() && nothing_durable {
-            return Ok(None);
+    {
+        Some(_) => (live, false),
+        None if nothing_durable => {
+            // A crash between creating the segment and syncing its name: it held nothing
+            // promised. Whatever follows it lies above the durable end.
+            let split = live.partition_point(|s| s.start_offset < durable.segment_start);
+            for segment in &live[split..] {
+                actions.push(remove(
+                    segment,
+                    "it lies above the durable end, after a durable segment that held nothing and is gone".into(),
+                ));
+            }
+            (&live[..split], true)
         }
-        return Err(FenceReason::DurableSegmentMissing {
-            log: survey.dir.join(log_name(durable.segment_start)),
-            durable,
-        });
+        None => {
+            return Err(FenceReason::DurableSegmentMissing {
+                log: survey.dir.join(log_name(durable.segment_start)),
+                durable,
+            })
+        }
     };
-    let mut kept: Vec<&ScannedSegment> = Vec::with_capacity(survey.segments.len());
+    let first = walked
+        .first()
+        .map_or(durable.segment_start, |s| s.start_offset);
+    if first != log_start {
+        return Err(FenceReason::LogStartMissing {
+            dir: survey.dir.clone(),
+            log_start,
+            first_segment: Some(first),
+        });
+    }
+    let mut kept: Vec<&ScannedSegment> = Vec::with_capacity(walked.len());
     let mut dropping_later_segments = false;
-    for (i, segment) in survey.segments.iter().enumerate() {
+    for segment in walked {
         if dropping_later_segments {
             actions.push(remove(
                 segment,
@@ -268,7 +358,7 @@ fn plan_segments<'s>(
             ));
             continue;
         }
-        let role = match i.cmp(&durable_index) {
+        let role = match segment.start_offset.cmp(&durable.segment_start) {
             std::cmp::Ordering::Less => Role::Sealed,
             std::cmp::Ordering::Equal => Role::Durable,
             std::cmp::Ordering::Greater => Role::Tail,
@@ -299,11 +389,42 @@ fn plan_segments<'s>(
             }
         }
     }
-    assert!(
-        durable_index < kept.len(),
-        "the durable segment and every sealed one survive, or recovery fences"
-    );
-    Ok(Some((kept, durable_index)))
+    if recreate {
+        if let Some(expected) = kept
+            .last()
+            .map(|s| s.next_offset)
+            .filter(|&end| end != durable.segment_start)
+        {
+            return Err(FenceReason::ChainGap {
+                log: survey.dir.join(log_name(durable.segment_start)),
+                expected_start: expected,
+                found_start: durable.segment_start,
+            });
+        }
+        return Ok(Kept {
+            durable_index: kept.len(),
+            kept,
+            recreate: true,
+        });
+    }
+    let durable_index = kept
+        .iter()
+        .position(|s| s.start_offset == durable.segment_start)
+        .expect("the durable segment and every sealed one survive, or recovery fences");
+    Ok(Kept {
+        kept,
+        durable_index,
+        recreate: false,
+    })
+}
+
+/// The segments [`plan_segments`] keeps.
+struct Kept<'s> {
+    kept: Vec<&'s ScannedSegment>,
+    /// Where the durable segment is (== `kept.len()` when it is recreated).
+    durable_index: usize,
+    /// The durable segment is missing and held nothing durable: recreate it empty.
+    recreate: bool,
 }
 
 fn remove(segment: &ScannedSegment, why: String) -> Action {
@@ -466,30 +587,50 @@ fn damage_fence(
 
 /// The record to write last, if any:
 ///
-/// | recovered end vs record | other slot | action |
-/// |---|---|---|
-/// | differs | any | sync the durable segment and later ones, record the recovered end |
-/// | equal | uncertain | rewrite the other slot with the same end and the next sequence |
-/// | equal | valid | none |
+/// | recovered end vs record | offset set vs record | other slot | action |
+/// |---|---|---|---|
+/// | differs | any | any | sync the durable segment and later ones, record the recovered end and set |
+/// | equal | differs | any | record the set |
+/// | equal | equal | uncertain | rewrite the other slot with the next sequence |
+/// | equal | equal | valid | none |
+///
+/// "The record" is the trusted one, or the last one an offset deletion wrote (into the other
+/// slot, which is then no longer uncertain).
 fn plan_record(
     trusted: &Trusted,
     recovered: DurablePoint,
+    offsets: OffsetSet,
+    recorded_by_actions: Option<OffsetSet>,
     from_durable_segment: &[PlannedSegment],
 ) -> Option<Action> {
-    let durable = trusted.record.durable;
-    if recovered != durable {
+    let mut record = trusted.record;
+    if let Some(set) = recorded_by_actions {
+        record.offsets = set;
+    }
+    if recovered != record.durable {
         return Some(Action::AdvanceSuperblock {
             sync: from_durable_segment
                 .iter()
                 .flat_map(|s| [s.log_path.clone(), s.index_path.clone()])
                 .collect(),
-            from: durable,
+            from: record.durable,
             to: recovered,
+            offsets,
         });
+    }
+    if offsets != record.offsets {
+        return Some(Action::RecordOffsets {
+            from: record.offsets,
+            to: offsets,
+            why: "the stored offsets differ from the recorded set (an interrupted store or delete, or offsets recovery deleted)".into(),
+        });
+    }
+    if recorded_by_actions.is_some() {
+        return None;
     }
     trusted.uncertain.as_ref().map(|slot| Action::RewriteSlot {
         path: slot.clone(),
-        durable,
+        durable: record.durable,
     })
 }
 
@@ -561,7 +702,10 @@ fn agreeing_prefix(segment: &ScannedSegment, entries: &[IndexEntry]) -> usize {
 /// |---|---|
 /// | an offset at or below the recovered last offset | kept |
 /// | an offset above it (a lost tail) | lowered to it, durably |
-/// | an offset, the log now empty | deleted, durably |
+/// | an offset, the log now empty (nothing was ever appended) | deleted, durably |
+///
+/// An offset below the log start (retention deleted what it names) is kept: it reads as the
+/// log start.
 /// | a damaged file, `replicated` offsets | dropped, durably (an unsynced store may tear) |
 /// | a damaged file, `persisted` offsets | kept as damaged: reported, never reset |
 fn plan_offsets(
@@ -570,6 +714,7 @@ fn plan_offsets(
     actions: &mut Vec<Action>,
 ) -> BTreeMap<ConsumerId, StoredOffset> {
     let mut offsets = BTreeMap::new();
+    let mut recorded = offset_set(survey.offsets.iter().map(|(c, _)| c));
     for (consumer, stored) in &survey.offsets {
         let consumer = *consumer;
         let path = consumer.path(&survey.dir);
@@ -587,11 +732,23 @@ fn plan_offsets(
                     });
                     offsets.insert(consumer, StoredOffset::Offset(last));
                 }
-                None => actions.push(Action::DeleteOffset {
-                    consumer,
-                    path,
-                    was: *offset,
-                }),
+                None => {
+                    // Under `persisted` the set without it is recorded before the file goes,
+                    // one deletion at a time: a crash leaves at most one file unrecorded.
+                    let record = match survey.offset_durability {
+                        Durability::Persisted => {
+                            recorded = recorded.without(consumer.set_member());
+                            Some(recorded)
+                        }
+                        Durability::Replicated => None,
+                    };
+                    actions.push(Action::DeleteOffset {
+                        consumer,
+                        path,
+                        was: *offset,
+                        record,
+                    })
+                }
             },
             StoredOffset::Damaged { why, .. }
                 if survey.offset_durability == Durability::Replicated =>

@@ -27,7 +27,7 @@ pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, SlotRead, Survey
 
 use super::offsets::{ConsumerId, StoredOffset};
 use super::segment::log_name;
-use super::superblock::{DurablePoint, Superblock};
+use super::superblock::{DurablePoint, OffsetSet, PartitionIdentity, Superblock};
 use super::FenceReason;
 use crate::config::Durability;
 use crate::env::Disk;
@@ -77,6 +77,13 @@ pub enum Action {
         index_path: PathBuf,
         why: String,
     },
+    /// Remove a segment below the recorded log start: retention recorded the new start and
+    /// was interrupted before it unlinked everything below it.
+    FinishDeletion {
+        log_path: PathBuf,
+        index_path: PathBuf,
+        log_start: u64,
+    },
     RewriteIndex {
         path: PathBuf,
         entries: Vec<IndexEntry>,
@@ -95,6 +102,9 @@ pub enum Action {
         consumer: ConsumerId,
         path: PathBuf,
         was: u64,
+        /// Under `persisted` offsets: the set recorded (directories synced first) before the
+        /// file is removed.
+        record: Option<OffsetSet>,
     },
     /// A damaged `replicated` offset file (an unsynced store can tear): the consumer reads
     /// from the start, which the policy allows.
@@ -103,11 +113,20 @@ pub enum Action {
         path: PathBuf,
         why: String,
     },
-    /// Sync these logs and indexes (and the directory), then record the new durable end.
+    /// Sync these logs and indexes (and the directory), then record the new durable end
+    /// (and the set of stored offsets as recovery leaves it).
     AdvanceSuperblock {
         sync: Vec<PathBuf>,
         from: DurablePoint,
         to: DurablePoint,
+        offsets: OffsetSet,
+    },
+    /// Record the set of stored offsets as recovery leaves it: a store of a new consumer
+    /// whose record did not land, or offsets recovery deleted.
+    RecordOffsets {
+        from: OffsetSet,
+        to: OffsetSet,
+        why: String,
     },
     /// Write the trusted end, with the next sequence, into the other slot, which is missing
     /// or damaged: otherwise the durable end stays uncertain for every later boot.
@@ -119,18 +138,20 @@ pub enum Action {
 
 impl Action {
     /// Every action's name, for reports and coverage tables.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 14] = [
         "CreateDir",
         "RemoveTemp",
         "RemoveStrayIndex",
         "CreateSegment",
         "Truncate",
         "RemoveSegment",
+        "FinishDeletion",
         "RewriteIndex",
         "LowerOffset",
         "DeleteOffset",
         "DropDamagedOffset",
         "AdvanceSuperblock",
+        "RecordOffsets",
         "RewriteSlot",
     ];
 
@@ -143,11 +164,13 @@ impl Action {
             Action::CreateSegment { .. } => "CreateSegment",
             Action::Truncate { .. } => "Truncate",
             Action::RemoveSegment { .. } => "RemoveSegment",
+            Action::FinishDeletion { .. } => "FinishDeletion",
             Action::RewriteIndex { .. } => "RewriteIndex",
             Action::LowerOffset { .. } => "LowerOffset",
             Action::DeleteOffset { .. } => "DeleteOffset",
             Action::DropDamagedOffset { .. } => "DropDamagedOffset",
             Action::AdvanceSuperblock { .. } => "AdvanceSuperblock",
+            Action::RecordOffsets { .. } => "RecordOffsets",
             Action::RewriteSlot { .. } => "RewriteSlot",
         }
     }
@@ -185,6 +208,15 @@ impl fmt::Display for Action {
             Action::RemoveSegment { log_path, why, .. } => {
                 write!(f, "remove {} and its index: {why}", log_path.display())
             }
+            Action::FinishDeletion {
+                log_path,
+                log_start,
+                ..
+            } => write!(
+                f,
+                "remove {} and its index: it lies below the recorded log start {log_start} (an interrupted deletion)",
+                log_path.display()
+            ),
             Action::RewriteIndex { path, entries, why } => write!(
                 f,
                 "rebuild {} from the log ({} entries): {why}",
@@ -212,6 +244,11 @@ impl fmt::Display for Action {
                 from.segment_start, from.position, from.next_offset,
                 to.segment_start, to.position, to.next_offset
             ),
+            Action::RecordOffsets { from, to, why } => write!(
+                f,
+                "record {} stored offsets (the superblock records {}): {why}",
+                to.count, from.count
+            ),
             Action::RewriteSlot { path, durable } => write!(
                 f,
                 "rewrite {} (missing or damaged) with the next sequence and the same durable end (segment {} position {})",
@@ -225,7 +262,7 @@ impl fmt::Display for Action {
 #[derive(Debug, Clone)]
 pub struct RecoveryPlan {
     pub dir: PathBuf,
-    pub partition_id: u64,
+    pub identity: PartitionIdentity,
     /// The record recovery trusts (`None` when no record could be trusted).
     pub superblock: Option<Superblock>,
     /// The slot file holding it: apply syncs it before anything is served on its word.
@@ -250,17 +287,20 @@ pub enum Outcome {
     TornTailTruncated,
     OffsetRepaired,
     SlotRepaired,
+    /// A retention deletion interrupted by a crash was finished.
+    DeletionFinished,
     Fenced,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Clean,
         Outcome::DurableEndAdvanced,
         Outcome::IndexRebuilt,
         Outcome::TornTailTruncated,
         Outcome::OffsetRepaired,
         Outcome::SlotRepaired,
+        Outcome::DeletionFinished,
         Outcome::Fenced,
     ];
 }
@@ -282,8 +322,10 @@ impl RecoveryPlan {
                 Action::AdvanceSuperblock { .. } => Some(Outcome::DurableEndAdvanced),
                 Action::LowerOffset { .. }
                 | Action::DeleteOffset { .. }
-                | Action::DropDamagedOffset { .. } => Some(Outcome::OffsetRepaired),
+                | Action::DropDamagedOffset { .. }
+                | Action::RecordOffsets { .. } => Some(Outcome::OffsetRepaired),
                 Action::RewriteSlot { .. } => Some(Outcome::SlotRepaired),
+                Action::FinishDeletion { .. } => Some(Outcome::DeletionFinished),
                 _ => None,
             })
             .collect();
@@ -309,17 +351,17 @@ impl RecoveryPlan {
 pub fn plan(
     disk: &dyn Disk,
     dir: &Path,
-    partition_id: u64,
+    identity: PartitionIdentity,
     offset_durability: Durability,
 ) -> io::Result<RecoveryPlan> {
-    let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), partition_id).entered();
-    let survey = survey::survey(disk, dir, partition_id, offset_durability)?;
+    let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), %identity).entered();
+    let survey = survey::survey(disk, dir, identity, offset_durability)?;
     let verdict = crate::canary_seam::recovery_verdict(&survey, decide::decide(&survey));
     let notes = notes(&survey);
     let plan = match verdict {
         Ok(repairs) => RecoveryPlan {
             dir: dir.to_path_buf(),
-            partition_id,
+            identity,
             superblock: Some(repairs.trusted.record),
             sync_slot: repairs.sync_slot,
             segments: repairs.segments,
@@ -330,8 +372,8 @@ pub fn plan(
         },
         Err(reason) => RecoveryPlan {
             dir: dir.to_path_buf(),
-            partition_id,
-            superblock: decide::trusted_record(dir, partition_id, &survey.slots)
+            identity,
+            superblock: decide::trusted_record(dir, identity, &survey.slots)
                 .ok()
                 .map(|t| t.record),
             sync_slot: None,

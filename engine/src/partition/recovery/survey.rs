@@ -15,7 +15,7 @@ use crate::format::{BATCH_HEADER_LEN, FRAME_HEADER_LEN};
 use crate::partition::offsets::{self, ConsumerId, ConsumerKind, StoredOffset};
 use crate::partition::segment::{index_name, parse_segment_name, Check, LogReader, ReadBatchError};
 use crate::partition::superblock::{
-    Superblock, MIRROR_OFFSET, SLOT_FILE_LEN, SLOT_NAMES, SUPERBLOCK_LEN,
+    PartitionIdentity, Superblock, MIRROR_OFFSET, SLOT_FILE_LEN, SLOT_NAMES, SUPERBLOCK_LEN,
 };
 use std::fmt;
 use std::io;
@@ -144,7 +144,7 @@ impl ScannedSegment {
 #[derive(Debug, Clone)]
 pub struct Survey {
     pub dir: PathBuf,
-    pub partition_id: u64,
+    pub identity: PartitionIdentity,
     pub offset_durability: Durability,
     /// `superblock.a`, `superblock.b`.
     pub slots: [SlotRead; 2],
@@ -166,14 +166,14 @@ pub struct Survey {
 pub fn survey(
     disk: &dyn Disk,
     dir: &Path,
-    partition_id: u64,
+    identity: PartitionIdentity,
     offset_durability: Durability,
 ) -> io::Result<Survey> {
     let entries = disk.read_dir(dir)?;
     let slots = [0, 1].map(|slot| read_slot(disk, dir, &entries, slot));
     let mut survey = Survey {
         dir: dir.to_path_buf(),
-        partition_id,
+        identity,
         offset_durability,
         slots,
         segments: Vec::new(),
@@ -202,7 +202,7 @@ pub fn survey(
         .collect();
     survey_offsets(disk, &mut survey)?;
     // Without a trusted record the plan fences: nothing more is worth reading.
-    let Ok(trusted) = decide::trusted_record(dir, partition_id, &survey.slots) else {
+    let Ok(trusted) = decide::trusted_record(dir, identity, &survey.slots) else {
         return Ok(survey);
     };
     let tail_from = trusted.record.durable.segment_start;
@@ -213,7 +213,7 @@ pub fn survey(
             dir,
             start,
             has_index,
-            partition_id,
+            u64::from(identity.partition_id),
             start >= tail_from,
         )?);
     }

@@ -1,0 +1,259 @@
+//! A partition proves who it is, where its log starts and which offsets it stored: files
+//! deleted from, or swapped into, a cleanly closed partition are refused with the reason,
+//! changing nothing; retention advances the log start durably before it unlinks anything.
+
+use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::partition::recovery::{Action, Outcome};
+use cairn_engine::partition::{
+    ConsumerId, FenceReason, Partition, PartitionError, PartitionIdentity, PollFrom,
+};
+use cairn_tests::*;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn settings() -> PartitionSettings {
+    PartitionSettings::default()
+}
+
+/// A closed `persisted` partition with three segments and two stored offsets.
+fn closed_partition(dir: &Path) -> Vec<u64> {
+    let env = real_env();
+    let mut partition = create(&env, dir, config(Durability::Persisted));
+    for seed in 0..30 {
+        partition
+            .append_group(vec![batch(seed, 10, 9000)])
+            .pop()
+            .unwrap()
+            .unwrap();
+    }
+    partition.store_offset(ConsumerId::consumer(1), 5).unwrap();
+    partition.store_offset(ConsumerId::group(2), 250).unwrap();
+    let starts = partition.segment_starts().unwrap();
+    assert!(starts.len() >= 3, "{starts:?}");
+    partition.close().unwrap();
+    starts
+}
+
+fn fence_of(dir: &Path, identity: PartitionIdentity) -> FenceReason {
+    let opened = Partition::open(
+        &real_env(),
+        dir,
+        identity,
+        config(Durability::Persisted),
+        settings(),
+    )
+    .unwrap();
+    assert!(opened.plan.actions.is_empty(), "a fence changes nothing");
+    opened.partition.fence_reason().cloned().expect("fenced")
+}
+
+#[test]
+fn a_directory_swapped_in_from_another_partition_is_fenced_not_adopted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    closed_partition(&dir);
+    let before = snapshot(&dir);
+    let impostors = [
+        PartitionIdentity {
+            partition_id: 8,
+            ..ID
+        },
+        PartitionIdentity { stream_id: 1, ..ID },
+        PartitionIdentity { topic_id: 3, ..ID },
+        PartitionIdentity { nonce: 99, ..ID },
+    ];
+    for expected in impostors {
+        match fence_of(&dir, expected) {
+            FenceReason::SuperblockIdentity {
+                path,
+                expected: e,
+                found,
+            } => {
+                assert_eq!((e, found), (expected, ID));
+                assert_eq!(path.parent(), Some(dir.as_path()));
+            }
+            other => panic!("expected SuperblockIdentity, got {other}"),
+        }
+    }
+    assert_eq!(snapshot(&dir), before, "nothing changed");
+    let reopened = open(&real_env(), &dir, config(Durability::Persisted));
+    assert_eq!(reopened.plan.outcomes(), vec![Outcome::Clean]);
+}
+
+#[test]
+fn deleting_the_oldest_segment_is_refused_not_served_from_a_later_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let starts = closed_partition(&dir);
+    for name in [format!("{:020}.log", 0), format!("{:020}.index", 0)] {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    let before = snapshot(&dir);
+    match fence_of(&dir, ID) {
+        FenceReason::LogStartMissing {
+            dir: d,
+            log_start,
+            first_segment,
+        } => assert_eq!(
+            (d, log_start, first_segment),
+            (dir.clone(), 0, Some(starts[1]))
+        ),
+        other => panic!("expected LogStartMissing, got {other}"),
+    }
+    assert_eq!(snapshot(&dir), before, "nothing changed");
+}
+
+#[test]
+fn a_vanished_persisted_offset_file_or_directory_is_refused_not_read_as_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("p");
+    closed_partition(&original);
+    let cases: [(&str, Vec<String>); 3] = [
+        ("offsets/consumers/1", vec!["groups/2".into()]),
+        ("offsets/groups/2", vec!["consumers/1".into()]),
+        ("offsets", vec![]),
+    ];
+    for (i, (removed, left)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("case-{i}"));
+        copy_dir(&original, &dir);
+        let path = dir.join(removed);
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+        let before = snapshot(&dir);
+        match fence_of(&dir, ID) {
+            FenceReason::StoredOffsetsMissing {
+                dir: d,
+                recorded,
+                found,
+                uncertain_slot,
+            } => {
+                assert_eq!(d, dir.join("offsets"), "{removed}");
+                assert_eq!((recorded, found), (2, left), "{removed}");
+                assert_eq!(uncertain_slot, None);
+            }
+            other => panic!("{removed}: expected StoredOffsetsMissing, got {other}"),
+        }
+        assert_eq!(snapshot(&dir), before, "{removed}: nothing changed");
+    }
+}
+
+#[test]
+fn replicated_offsets_are_not_tracked_a_lost_one_reads_as_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let mut cfg = config(Durability::Persisted);
+    cfg.consumer_offset_durability = Durability::Replicated;
+    let mut partition = create(&real_env(), &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 5, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.store_offset(ConsumerId::consumer(4), 3).unwrap();
+    partition.close().unwrap();
+    std::fs::remove_file(dir.join("offsets/consumers/4")).unwrap();
+    let opened = open(&real_env(), &dir, cfg);
+    assert!(opened.partition.fence_reason().is_none());
+    assert_eq!(
+        opened
+            .partition
+            .get_offset(ConsumerId::consumer(4))
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
+fn retention_records_the_log_start_first_and_overtaken_consumers_resume_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let starts = closed_partition(&dir);
+    let mut partition = open(&real_env(), &dir, config(Durability::Persisted)).partition;
+    assert!(matches!(
+        partition.delete_oldest_segments(starts.len()),
+        Err(PartitionError::ActiveSegment { .. })
+    ));
+    partition.delete_oldest_segments(2).unwrap();
+    assert_eq!(partition.log_start().unwrap(), starts[2]);
+    assert_eq!(partition.segment_starts().unwrap(), starts[2..].to_vec());
+    for start in &starts[..2] {
+        assert!(!dir.join(format!("{start:020}.log")).exists());
+        assert!(!dir.join(format!("{start:020}.index")).exists());
+    }
+    let consumer = ConsumerId::consumer(1);
+    // Stored 5, now below the log start: consumed up to it, resuming exactly there.
+    assert_eq!(partition.get_offset(consumer).unwrap(), Some(starts[2] - 1));
+    let polled = partition.poll(PollFrom::Next(consumer), 1).unwrap();
+    let first = cairn_engine::format::BatchHeader::decode(&polled.batches[0]).unwrap();
+    assert_eq!(first.base_offset, starts[2]);
+    let from_zero = partition.poll(PollFrom::Offset(0), 1).unwrap();
+    let first = cairn_engine::format::BatchHeader::decode(&from_zero.batches[0]).unwrap();
+    assert_eq!(first.base_offset, starts[2], "nothing below the log start");
+    drop(partition);
+    let reopened = open(&real_env(), &dir, config(Durability::Persisted));
+    assert_eq!(reopened.plan.outcomes(), vec![Outcome::Clean]);
+    let mut partition = reopened.partition;
+    assert_eq!(partition.log_start().unwrap(), starts[2]);
+    let all = read_all(&mut partition, 100);
+    assert_eq!(all.first().map(|m| m.0), Some(starts[2]));
+    assert_eq!(all.last().map(|m| m.0), Some(299));
+}
+
+/// A crash at every mutating call of a deletion: recovery reaches a log that starts at the
+/// old start or the new one, gapless, never in between and never refused.
+#[test]
+fn a_crash_anywhere_inside_a_deletion_recovers_to_the_old_or_the_new_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("p");
+    let starts = closed_partition(&original);
+    let mut finished = 0;
+    for budget in 0..12 {
+        let dir = tmp.path().join(format!("crash-{budget}"));
+        copy_dir(&original, &dir);
+        let disk = CrashingDisk::new(usize::MAX);
+        let mut crashing = real_env();
+        crashing.disk = Arc::new(disk.clone());
+        let mut partition = Partition::open(
+            &crashing,
+            &dir,
+            ID,
+            config(Durability::Persisted),
+            settings(),
+        )
+        .unwrap()
+        .partition;
+        *disk.budget.lock().unwrap() = budget;
+        let _ = partition.delete_oldest_segments(2);
+        drop(partition);
+        let opened = open(&real_env(), &dir, config(Durability::Persisted));
+        assert!(opened.partition.fence_reason().is_none(), "budget {budget}");
+        let finishing = opened
+            .plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::FinishDeletion { .. }))
+            .count();
+        finished += usize::from(finishing > 0);
+        let mut partition = opened.partition;
+        let start = partition.log_start().unwrap();
+        assert!(start == 0 || start == starts[2], "budget {budget}: {start}");
+        let all = read_all(&mut partition, 100);
+        let offsets: Vec<u64> = all.iter().map(|m| m.0).collect();
+        assert_eq!(offsets, (start..300).collect::<Vec<_>>(), "budget {budget}");
+        let left: Vec<PathBuf> = logs(&dir);
+        assert!(
+            left.iter().all(|l| {
+                let name = l.file_stem().unwrap().to_str().unwrap();
+                name.parse::<u64>().unwrap() >= start
+            }),
+            "budget {budget}: {left:?}"
+        );
+    }
+    assert!(
+        finished > 0,
+        "some crash fell between the record and the unlinks"
+    );
+}
