@@ -20,6 +20,10 @@
 //! - `ack-before-sync`: the log and index are never synced, so a `persisted` group is
 //!   acknowledged before its bytes are durable;
 //! - `no-dir-sync`: a new segment's directory entry is never synced.
+//!
+//! The metadata plane's writes:
+//! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
+//!   operation is applied and answered before its entry is durable.
 
 use crate::env::{DirEntry, Disk, DiskFile, OpenMode};
 use crate::partition::recovery::decide::{self, Repairs, Trusted};
@@ -220,6 +224,17 @@ pub(crate) fn log_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
             skip_file_sync: |_| false,
             // The partition directory, where segment names live; not the offsets ones.
             skip_dir_sync: |dir| !dir.components().any(|c| c.as_os_str() == "offsets"),
+        });
+    }
+    disk
+}
+
+pub(crate) fn metadata_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    if active("ack-metadata-before-sync") {
+        return Arc::new(SkippingDisk {
+            inner: disk,
+            skip_file_sync: |path| path.file_name().is_some_and(|n| n == "journal.wal"),
+            skip_dir_sync: |_| false,
         });
     }
     disk

@@ -1,10 +1,11 @@
-//! Where production code meets the deliberate bugs of `crate::canary`: three seams, each the
+//! Where production code meets the deliberate bugs of `crate::canary`: four seams, each the
 //! identity unless the `canary` feature is built and a canary is active on this thread. The
 //! production rules themselves hold no canary toggles.
 //!
 //! - [`recovery_verdict`]: recovery's decision, after the rules and before it is acted on;
 //! - [`apply_disk`]: the disk recovery's apply writes through;
-//! - [`log_disk`]: the disk an open partition log writes through.
+//! - [`log_disk`]: the disk an open partition log writes through;
+//! - [`metadata_disk`]: the disk the metadata plane writes through.
 
 use crate::env::Disk;
 use crate::partition::recovery::decide::Repairs;
@@ -42,6 +43,17 @@ pub(crate) fn log_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
     #[cfg(feature = "canary")]
     {
         crate::canary::log_disk(disk)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        disk
+    }
+}
+
+pub(crate) fn metadata_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::metadata_disk(disk)
     }
     #[cfg(not(feature = "canary"))]
     {

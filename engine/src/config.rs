@@ -3,7 +3,7 @@
 use crate::format::Limits;
 
 /// What a completed write guarantees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Durability {
     /// Acknowledged after the in-memory journal append; flushed by thresholds. Unflushed
     /// messages may be lost on a crash.

@@ -8,4 +8,7 @@ mod canary_seam;
 pub mod config;
 pub mod env;
 pub mod format;
+pub mod metadata;
+pub mod node;
 pub mod partition;
+pub mod slots;

@@ -527,7 +527,8 @@ pub fn check_reply(model: &mut Model, reply: &Reply<'_>, disk: &SimDisk) -> Chec
     let p = model.index;
     // The visible end the engine reports: never behind what was acknowledged, and under
     // `persisted` never beyond the durable end.
-    let engine_visible = current_offset.map_or(0, |c| c + 1);
+    // Nothing visible: the log holds nothing from its start on.
+    let engine_visible = current_offset.map_or(model.log_start, |c| c + 1);
     if engine_visible < model.visible_end() {
         return Err(violation(INV_NO_LOSS, format!("partition {p}: a poll reports the last offset {current_offset:?}, below the acknowledged {}", model.visible_end())));
     }
@@ -899,13 +900,15 @@ pub fn check_fence(
                 .iter()
                 .any(|n| n.parent() == Some(dir) && n.extension().is_some_and(|e| e == "log")),
             // A stored offset's name (or its directory's) was lost; or the newer record that
-            // knew of a deletion was destroyed.
+            // knew of a deletion was destroyed, or undone (a power loss after a lying sync
+            // of its slot, which the deletion's unlink outlived).
             FenceReason::StoredOffsetsMissing {
                 dir,
                 uncertain_slot,
                 ..
             } => {
                 lost_names.iter().any(|n| n.starts_with(dir))
+                    || model.rewind_floor.is_some()
                     || uncertain_slot
                         .as_ref()
                         .is_some_and(|s| in_file(s, anywhere.clone()) || lost_names.contains(s))

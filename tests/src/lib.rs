@@ -479,3 +479,31 @@ impl Disk for FaultyDisk {
         RealDisk.exists(path)
     }
 }
+
+/// Settings for a node in tests: cheap password hashes, small checkpoints.
+pub fn node_settings() -> cairn_engine::node::NodeSettings {
+    cairn_engine::node::NodeSettings {
+        password_cost: cairn_engine::node::PasswordCost::CHEAP,
+        meta: cairn_engine::metadata::MetaSettings {
+            checkpoint_bytes: 1 << 20,
+        },
+        ..Default::default()
+    }
+}
+
+/// Boots the node under `root` on real files.
+pub fn boot(root: &Path) -> cairn_engine::node::Booted {
+    cairn_engine::node::Node::open(&real_env(), root, node_settings()).expect("boot")
+}
+
+/// A topic options block: `(key, value kind, value bytes)`, kinds as `iggy_common` encodes
+/// them (2 string, 3 bool, 9 u8, 11 u32, 12 u64).
+pub fn topic_options(entries: &[(&str, u8, &[u8])]) -> iggy_binary_protocol::WireOptions {
+    let mut buf = BytesMut::new();
+    let tlv: Vec<(u8, &[u8], u8, &[u8])> = entries
+        .iter()
+        .map(|(k, kind, v)| (2u8, k.as_bytes(), *kind, *v))
+        .collect();
+    iggy_binary_protocol::encode_user_headers(&tlv, &mut buf);
+    iggy_binary_protocol::WireOptions::from_bytes(buf.freeze()).expect("valid options")
+}

@@ -170,6 +170,14 @@ impl Partition {
         })
     }
 
+    /// A partition that is fenced before it was opened (its directory is missing).
+    pub fn fenced(reason: FenceReason) -> Partition {
+        tracing::error!(%reason, "partition fenced");
+        Partition {
+            state: State::Fenced(reason),
+        }
+    }
+
     pub fn fence_reason(&self) -> Option<&FenceReason> {
         match &self.state {
             State::Fenced(reason) => Some(reason),

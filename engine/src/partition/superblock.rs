@@ -31,22 +31,19 @@
 //!   (under `persisted` offset durability; zero otherwise), so a vanished offset file is
 //!   detected instead of read as "none".
 
-use crate::env::{Disk, OpenMode};
+use crate::env::Disk;
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
 use std::fmt;
 use std::io;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
-pub const SUPERBLOCK_LEN: usize = 128;
+pub const SUPERBLOCK_LEN: usize = crate::slots::RECORD_LEN;
 const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 8;
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNPSB");
 pub const SUPERBLOCK_VERSION: u32 = 2;
 pub const SLOT_NAMES: [&str; 2] = ["superblock.a", "superblock.b"];
-/// Where the second copy of the record lies in a slot file.
-pub const MIRROR_OFFSET: u64 = 4096;
-/// The exact length of a slot file.
-pub const SLOT_FILE_LEN: u64 = MIRROR_OFFSET + SUPERBLOCK_LEN as u64;
+pub use crate::slots::{MIRROR_OFFSET, SLOT_FILE_LEN};
 
 /// The durable end of a partition log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,11 +197,7 @@ impl Superblock {
 
     /// The bytes of a slot file: the record at 0 and again at [`MIRROR_OFFSET`].
     pub fn encode_slot_file(&self) -> Vec<u8> {
-        let record = self.encode();
-        let mut file = vec![0u8; SLOT_FILE_LEN as usize];
-        file[..SUPERBLOCK_LEN].copy_from_slice(&record);
-        file[MIRROR_OFFSET as usize..].copy_from_slice(&record);
-        file
+        crate::slots::encode_file(&self.encode())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, SuperblockError> {
@@ -263,28 +256,37 @@ impl Superblock {
     }
 }
 
+/// The identity the newest valid record in `dir`'s slots names, if any slot holds one.
+pub fn read_identity(disk: &dyn Disk, dir: &Path) -> io::Result<Option<PartitionIdentity>> {
+    if !disk.exists(dir)? {
+        return Ok(None);
+    }
+    let entries = disk.read_dir(dir)?;
+    let mut best: Option<Superblock> = None;
+    for name in SLOT_NAMES {
+        if let crate::slots::SlotBytes::Copies(copies) =
+            crate::slots::read(disk, dir, &entries, name)
+        {
+            for record in copies
+                .iter()
+                .flatten()
+                .filter_map(|b| Superblock::decode(b).ok())
+            {
+                if best.is_none_or(|b| record.sequence > b.sequence) {
+                    best = Some(record);
+                }
+            }
+        }
+    }
+    Ok(best.map(|b| b.identity))
+}
+
 /// Writes `superblock` into its slot file in `dir` (both copies, one write), syncs it, and
-/// reads the record back from the device (the cached page dropped first). A device that puts
-/// a write at the wrong place keeps the slot's old bytes: the record that would have named
-/// the durable end is elsewhere, so nothing may be acknowledged on it; that is an error.
+/// reads it back from the device (see [`crate::slots::write`]).
 pub(crate) fn write_slot(disk: &dyn Disk, dir: &Path, superblock: &Superblock) -> io::Result<()> {
     let path = dir.join(SLOT_NAMES[superblock.slot()]);
-    let _span = tracing::debug_span!("write_superblock", path = %path.display(), sequence = superblock.sequence).entered();
-    let file = disk.open(&path, OpenMode::CreateOrOpen)?;
-    let bytes = superblock.encode_slot_file();
-    file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
-    file.sync_data()?;
-    file.evict_cache()?;
-    let mut back = [0u8; SUPERBLOCK_LEN];
-    file.read_exact_at(&mut back, 0)?;
-    if back[..] != bytes[..SUPERBLOCK_LEN] {
-        return Err(io::Error::other(format!(
-            "superblock sequence {} read back from {} differs from what was written: the write landed elsewhere",
-            superblock.sequence,
-            path.display()
-        )));
-    }
-    Ok(())
+    let _span = tracing::debug_span!("write_superblock", sequence = superblock.sequence).entered();
+    crate::slots::write(disk, &path, &superblock.encode())
 }
 
 #[cfg(test)]

@@ -14,9 +14,8 @@ use crate::format::{IndexEntry, INDEX_ENTRY_LEN};
 use crate::format::{BATCH_HEADER_LEN, FRAME_HEADER_LEN};
 use crate::partition::offsets::{self, ConsumerId, ConsumerKind, StoredOffset};
 use crate::partition::segment::{index_name, parse_segment_name, Check, LogReader, ReadBatchError};
-use crate::partition::superblock::{
-    PartitionIdentity, Superblock, MIRROR_OFFSET, SLOT_FILE_LEN, SLOT_NAMES, SUPERBLOCK_LEN,
-};
+use crate::partition::superblock::{PartitionIdentity, Superblock, MIRROR_OFFSET, SLOT_NAMES};
+use crate::slots::{self, SlotBytes};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -229,34 +228,19 @@ fn is_index_temp(name: &str) -> bool {
 /// Reads one slot file from the device: either copy will do, the newer one wins (a torn
 /// write may leave one old and one new).
 fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> SlotRead {
-    let name = SLOT_NAMES[slot];
-    if !entries.iter().any(|e| e.name == name) {
-        return SlotRead::Missing;
-    }
-    let path = dir.join(name);
-    let opened = disk.open(&path, OpenMode::Read).and_then(|file| {
-        file.evict_cache()?;
-        Ok((file.len()?, file))
-    });
-    let (len, file) = match opened {
-        Ok(opened) => opened,
-        Err(e) => return SlotRead::Unreadable(e.to_string()),
+    let copies = match slots::read(disk, dir, entries, SLOT_NAMES[slot]) {
+        SlotBytes::Missing => return SlotRead::Missing,
+        SlotBytes::Unreadable(e) => return SlotRead::Unreadable(e),
+        SlotBytes::Oversized { len } => return SlotRead::Oversized { len },
+        SlotBytes::Copies(copies) => copies,
     };
-    if len > SLOT_FILE_LEN {
-        return SlotRead::Oversized { len };
-    }
     let mut best: Option<Superblock> = None;
     let mut problems = Vec::new();
-    for at in [0, MIRROR_OFFSET] {
-        let mut bytes = [0u8; SUPERBLOCK_LEN];
-        let copy = if at + SUPERBLOCK_LEN as u64 > len {
-            Err(format!("copy at {at}: the file is {len} bytes"))
-        } else {
-            file.read_exact_at(&mut bytes, at)
-                .map_err(|e| format!("copy at {at} unreadable: {e}"))
-                .and_then(|()| Superblock::decode(&bytes).map_err(|e| format!("copy at {at}: {e}")))
-        };
-        match copy {
+    for (copy, at) in copies.iter().zip([0, MIRROR_OFFSET]) {
+        let decoded = copy
+            .clone()
+            .and_then(|bytes| Superblock::decode(&bytes).map_err(|e| format!("copy at {at}: {e}")));
+        match decoded {
             Ok(record) if best.is_none_or(|b| record.sequence > b.sequence) => best = Some(record),
             Ok(_) => {}
             Err(problem) => problems.push(problem),

@@ -1,0 +1,288 @@
+//! `metadata/journal.wal`: the metadata write-ahead log. Each entry is a 256-byte
+//! [`PrepareHeader`] (the type of `iggy_binary_protocol`, Iggy's consensus header) followed by
+//! the operation's wire-format body, exactly as a client sends it (with a password replaced by
+//! its hash). Pure functions over bytes; the I/O is in [`super::plane`].
+//!
+//! Fields a cairn entry sets: `checksum` = the prepare's identity checksum (covering the whole
+//! header, hence `checksum_body`, hence the body); `checksum_body` = xxh3-64 of the body;
+//! `cluster`; `size` = 256 + body; `command` = Prepare; `parent` = the previous entry's
+//! checksum (a hash chain; the first entry after a checkpoint names the snapshot's anchor);
+//! `op` (1, 2, 3, ... never reused); `commit` = `op` (a single node commits what it
+//! journals); `timestamp` (wall-clock µs, the entities' creation time); `operation`;
+//! `group` = the metadata group; `user_id` = the acting user; `client` / `request` = the
+//! session's, when a client asked.
+
+use bytemuck::checked::try_pod_read_unaligned;
+use iggy_binary_protocol::namespace::METADATA_GROUP;
+use iggy_binary_protocol::{Command, ConsensusHeader, Operation, PrepareHeader, HEADER_SIZE};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Largest body an entry may carry (the largest metadata request, options included, is
+/// about 100 KB).
+pub const MAX_BODY_LEN: usize = 256 * 1024;
+
+/// Who asked, and when: the fields of an entry besides its operation and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin {
+    pub timestamp: u64,
+    pub user_id: u32,
+    pub client: u128,
+    pub request: u64,
+}
+
+/// One decoded, self-consistent entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Where it starts in the journal.
+    pub position: u64,
+    pub len: u64,
+    pub op: u64,
+    pub parent: u128,
+    pub checksum: u128,
+    pub cluster: u128,
+    pub operation: Operation,
+    pub origin: Origin,
+    pub body: Vec<u8>,
+}
+
+/// Why the bytes at a position are not an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryProblem {
+    /// The journal ends inside it.
+    Truncated {
+        needed: u64,
+        available: u64,
+    },
+    Invalid(String),
+}
+
+impl std::fmt::Display for EntryProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EntryProblem::Truncated { needed, available } => {
+                write!(
+                    f,
+                    "incomplete entry: {available} bytes remain, {needed} needed"
+                )
+            }
+            EntryProblem::Invalid(why) => write!(f, "invalid entry: {why}"),
+        }
+    }
+}
+
+/// The bytes of one entry.
+pub fn encode(
+    op: u64,
+    parent: u128,
+    cluster: u128,
+    operation: Operation,
+    origin: Origin,
+    body: &[u8],
+) -> Vec<u8> {
+    assert!(body.len() <= MAX_BODY_LEN, "metadata bodies are bounded");
+    assert!(op > 0, "op numbers start at 1");
+    let mut header = PrepareHeader {
+        checksum_body: u128::from(xxh3_64(body)),
+        cluster,
+        size: u32::try_from(HEADER_SIZE + body.len()).expect("bounded"),
+        command: Command::Prepare,
+        client: origin.client,
+        parent,
+        op,
+        commit: op,
+        timestamp: origin.timestamp,
+        request: origin.request,
+        operation,
+        group: METADATA_GROUP,
+        user_id: origin.user_id,
+        ..PrepareHeader::default()
+    };
+    header.checksum = header.identity_checksum();
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    out.extend_from_slice(bytemuck::bytes_of(&header));
+    out.extend_from_slice(body);
+    out
+}
+
+/// The entry at `position` of `journal`, verified whole: header checksum, the header's own
+/// rules, size, body checksum, group.
+pub fn decode_at(journal: &[u8], position: u64) -> Result<Entry, EntryProblem> {
+    let at = usize::try_from(position).expect("in memory");
+    let rest = &journal[at.min(journal.len())..];
+    if rest.len() < HEADER_SIZE {
+        return Err(EntryProblem::Truncated {
+            needed: HEADER_SIZE as u64,
+            available: rest.len() as u64,
+        });
+    }
+    let invalid = |why: String| EntryProblem::Invalid(why);
+    let header: PrepareHeader = try_pod_read_unaligned(&rest[..HEADER_SIZE])
+        .map_err(|e| invalid(format!("header does not decode: {e}")))?;
+    let computed = header.identity_checksum();
+    if header.checksum != computed {
+        return Err(invalid(format!(
+            "header checksum: stored {:#x}, computed {computed:#x}",
+            header.checksum
+        )));
+    }
+    header
+        .validate()
+        .map_err(|e| invalid(format!("header: {e}")))?;
+    // `view` is outside the identity checksum (a re-stamped prepare keeps its identity);
+    // a single node never re-stamps, so anything but zero is damage.
+    if header.view != 0 {
+        return Err(invalid(format!("view {} on a single node", header.view)));
+    }
+    if header.group != METADATA_GROUP || header.commit != header.op || header.op == 0 {
+        return Err(invalid("not a cairn metadata prepare".into()));
+    }
+    let size = header.size as usize;
+    if !(HEADER_SIZE..=HEADER_SIZE + MAX_BODY_LEN).contains(&size) {
+        return Err(invalid(format!("size {size} out of bounds")));
+    }
+    if rest.len() < size {
+        return Err(EntryProblem::Truncated {
+            needed: size as u64,
+            available: rest.len() as u64,
+        });
+    }
+    let body = &rest[HEADER_SIZE..size];
+    if header.checksum_body != u128::from(xxh3_64(body)) {
+        return Err(invalid("body checksum".into()));
+    }
+    Ok(Entry {
+        position,
+        len: size as u64,
+        op: header.op,
+        parent: header.parent,
+        checksum: header.checksum,
+        cluster: header.cluster,
+        operation: header.operation,
+        origin: Origin {
+            timestamp: header.timestamp,
+            user_id: header.user_id,
+            client: header.client,
+            request: header.request,
+        },
+        body: body.to_vec(),
+    })
+}
+
+/// The journal as a walk from byte zero found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scan {
+    pub entries: Vec<Entry>,
+    /// End of the last valid entry.
+    pub valid_end: u64,
+    /// Where and why the walk stopped before the end of the file.
+    pub damage: Option<(u64, EntryProblem)>,
+    /// A complete valid entry of this cluster found after the damage: the damage is interior.
+    pub later_entry: Option<u64>,
+}
+
+/// Walks `journal` from byte zero; after damage, searches every later position for a whole
+/// entry of `cluster` (one there means the damage is not a torn tail).
+pub fn scan(journal: &[u8], cluster: u128) -> Scan {
+    let mut entries = Vec::new();
+    let mut position = 0u64;
+    let mut damage = None;
+    while position < journal.len() as u64 {
+        match decode_at(journal, position) {
+            Ok(entry) => {
+                position += entry.len;
+                entries.push(entry);
+            }
+            Err(problem) => {
+                damage = Some((position, problem));
+                break;
+            }
+        }
+    }
+    let later_entry = damage.as_ref().and_then(|(at, _)| {
+        (at + 1..journal.len() as u64).find(|&p| {
+            let at = p as usize;
+            journal.len() - at >= HEADER_SIZE
+                && journal[at + 60] == Command::Prepare as u8
+                && decode_at(journal, p).is_ok_and(|e| e.cluster == cluster)
+        })
+    });
+    Scan {
+        entries,
+        valid_end: position,
+        damage,
+        later_entry,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn journal(n: u64) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut parent = 0;
+        for op in 1..=n {
+            let entry = encode(
+                op,
+                parent,
+                7,
+                Operation::CreateStream,
+                Origin::default(),
+                format!("body {op}").as_bytes(),
+            );
+            parent = decode_at(&entry, 0).unwrap().checksum;
+            bytes.extend(entry);
+        }
+        bytes
+    }
+
+    #[test]
+    fn entries_round_trip_with_a_hash_chain() {
+        let bytes = journal(3);
+        let scan = scan(&bytes, 7);
+        assert_eq!(scan.entries.len(), 3);
+        assert_eq!(scan.damage, None);
+        assert_eq!(scan.entries[1].parent, scan.entries[0].checksum);
+        assert_eq!(scan.entries[2].body, b"body 3");
+        assert_eq!(scan.valid_end, bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_torn_tail_has_nothing_after_it_and_interior_damage_does() {
+        let bytes = journal(3);
+        let second = scan(&bytes, 7).entries[1].position;
+        let torn = &bytes[..bytes.len() - 5];
+        let s = scan(torn, 7);
+        assert_eq!(s.entries.len(), 2);
+        assert!(matches!(
+            s.damage,
+            Some((_, EntryProblem::Truncated { .. }))
+        ));
+        assert_eq!(s.later_entry, None);
+        let mut rotten = bytes.clone();
+        rotten[second as usize + 100] ^= 1;
+        let s = scan(&rotten, 7);
+        assert_eq!(s.entries.len(), 1);
+        assert_eq!(s.damage.as_ref().map(|d| d.0), Some(second));
+        assert!(s.later_entry.is_some(), "entry 3 is whole after the damage");
+    }
+
+    #[test]
+    fn every_bit_flip_of_an_entry_is_detected() {
+        let bytes = journal(1);
+        for bit in 0..bytes.len() * 8 {
+            let mut damaged = bytes.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_at(&damaged, 0).is_err(), "bit {bit}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_scan(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+            let s = scan(&bytes, 7);
+            prop_assert!(s.valid_end <= bytes.len() as u64);
+        }
+    }
+}

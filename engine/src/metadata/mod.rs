@@ -1,0 +1,1047 @@
+//! The metadata plane, in `{root}/metadata/`: the journal of metadata operations
+//! ([`journal`]), the checkpoint snapshot ([`snapshot`]) and the superblock pair that ties
+//! them together ([`record`]).
+//!
+//! Write path: an operation is journaled and synced before it is applied or answered; the
+//! directory work it implies follows, then a superblock record names the new durable journal
+//! end and the applied op. Every so often a checkpoint writes the whole state as a snapshot
+//! and empties the journal.
+//!
+//! Boot ([`plan`], then [`MetadataPlane::open`]): the newest valid superblock record; the
+//! snapshot it names (missing, another one, or damaged → refuse); the journal walked from byte
+//! zero (a damaged entry below the durable end, or followed by a whole later entry → refuse;
+//! a broken hash chain → refuse; a torn tail above the durable end → truncate); the entries
+//! after the snapshot replayed onto its state. Refusals change no byte.
+
+pub mod journal;
+pub mod record;
+pub mod snapshot;
+
+use crate::env::{DirEntry, Disk, DiskFile, Env, OpenMode};
+use crate::node::ops::MetaOp;
+use crate::node::state::{Applied, MetaState, OpContext};
+use crate::slots::{self, SlotBytes};
+use journal::{Entry, Origin};
+use record::{JournalPoint, MetaRecord, SnapshotRef, SLOT_NAMES};
+use snapshot::Snapshot;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const DIR: &str = "metadata";
+pub const JOURNAL: &str = "journal.wal";
+
+/// Why the node refuses to boot. Every variant names the file and, where there is one, the
+/// position; the files are left as they are for an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaRefusal {
+    NoSuperblock {
+        dir: PathBuf,
+        problems: String,
+    },
+    SuperblockMisplaced {
+        path: PathBuf,
+        detail: String,
+    },
+    /// Partition directories exist but no metadata does: booting would treat them as
+    /// leftovers of deleted entities and remove them.
+    DataWithoutMetadata {
+        streams: PathBuf,
+    },
+    SnapshotMissing {
+        path: PathBuf,
+        op: u64,
+    },
+    SnapshotMismatch {
+        path: PathBuf,
+        expected: SnapshotRef,
+        found_len: u64,
+        found_checksum: u64,
+    },
+    SnapshotUndecodable {
+        path: PathBuf,
+        error: String,
+    },
+    /// The snapshot verifies but holds another op or cluster than the record says.
+    SnapshotContradicts {
+        path: PathBuf,
+        detail: String,
+    },
+    JournalShorterThanDurable {
+        path: PathBuf,
+        len: u64,
+        durable_len: u64,
+    },
+    /// A damaged entry where the journal was promised durable.
+    JournalCorrupt {
+        path: PathBuf,
+        position: u64,
+        durable_len: u64,
+        damage: String,
+    },
+    /// A damaged entry followed by a whole later entry: not a torn tail.
+    JournalInteriorCorruption {
+        path: PathBuf,
+        position: u64,
+        later_entry: u64,
+        damage: String,
+    },
+    /// Damage above the durable end while the other superblock slot is damaged or missing:
+    /// the durable end may lie above it.
+    JournalUncertain {
+        path: PathBuf,
+        position: u64,
+        damage: String,
+        slot: PathBuf,
+    },
+    JournalChainBroken {
+        path: PathBuf,
+        position: u64,
+        detail: String,
+    },
+    EntryDoesNotApply {
+        path: PathBuf,
+        position: u64,
+        op: u64,
+        error: String,
+    },
+}
+
+impl MetaRefusal {
+    pub const NAMES: [&'static str; 13] = [
+        "NoSuperblock",
+        "SuperblockMisplaced",
+        "DataWithoutMetadata",
+        "SnapshotMissing",
+        "SnapshotMismatch",
+        "SnapshotUndecodable",
+        "SnapshotContradicts",
+        "JournalShorterThanDurable",
+        "JournalCorrupt",
+        "JournalInteriorCorruption",
+        "JournalUncertain",
+        "JournalChainBroken",
+        "EntryDoesNotApply",
+    ];
+
+    pub fn name(&self) -> &'static str {
+        use MetaRefusal::*;
+        match self {
+            NoSuperblock { .. } => "NoSuperblock",
+            SuperblockMisplaced { .. } => "SuperblockMisplaced",
+            DataWithoutMetadata { .. } => "DataWithoutMetadata",
+            SnapshotMissing { .. } => "SnapshotMissing",
+            SnapshotMismatch { .. } => "SnapshotMismatch",
+            SnapshotUndecodable { .. } => "SnapshotUndecodable",
+            SnapshotContradicts { .. } => "SnapshotContradicts",
+            JournalShorterThanDurable { .. } => "JournalShorterThanDurable",
+            JournalCorrupt { .. } => "JournalCorrupt",
+            JournalInteriorCorruption { .. } => "JournalInteriorCorruption",
+            JournalUncertain { .. } => "JournalUncertain",
+            JournalChainBroken { .. } => "JournalChainBroken",
+            EntryDoesNotApply { .. } => "EntryDoesNotApply",
+        }
+    }
+
+    /// The metadata file the refusal is about.
+    pub fn file(&self) -> &Path {
+        use MetaRefusal::*;
+        match self {
+            NoSuperblock { dir, .. } => dir,
+            DataWithoutMetadata { streams } => streams,
+            SuperblockMisplaced { path, .. }
+            | SnapshotMissing { path, .. }
+            | SnapshotMismatch { path, .. }
+            | SnapshotUndecodable { path, .. }
+            | SnapshotContradicts { path, .. }
+            | JournalShorterThanDurable { path, .. }
+            | JournalCorrupt { path, .. }
+            | JournalInteriorCorruption { path, .. }
+            | JournalUncertain { path, .. }
+            | JournalChainBroken { path, .. }
+            | EntryDoesNotApply { path, .. } => path,
+        }
+    }
+}
+
+impl fmt::Display for MetaRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use MetaRefusal::*;
+        match self {
+            NoSuperblock { dir, problems } => write!(f, "{}: no valid metadata superblock ({problems})", dir.display()),
+            SuperblockMisplaced { path, detail } => write!(f, "{}: {detail}", path.display()),
+            DataWithoutMetadata { streams } => write!(f, "{} holds partition directories but there is no metadata: refusing to boot rather than treat them as leftovers", streams.display()),
+            SnapshotMissing { path, op } => write!(f, "{}: the superblock names a snapshot at op {op}, and it is missing", path.display()),
+            SnapshotMismatch { path, expected, found_len, found_checksum } => write!(f, "{}: the superblock names a snapshot of {} bytes with checksum {:#018x} (op {}), found {found_len} bytes with checksum {found_checksum:#018x}", path.display(), expected.len, expected.checksum, expected.op),
+            SnapshotUndecodable { path, error } => write!(f, "{}: the snapshot does not decode: {error}", path.display()),
+            SnapshotContradicts { path, detail } => write!(f, "{}: {detail}", path.display()),
+            JournalShorterThanDurable { path, len, durable_len } => write!(f, "{}: {len} bytes, but the superblock records {durable_len} bytes as synced (lost write or lying fsync)", path.display()),
+            JournalCorrupt { path, position, durable_len, damage } => write!(f, "{} at position {position}, below the durable end {durable_len}: {damage}", path.display()),
+            JournalInteriorCorruption { path, position, later_entry, damage } => write!(f, "{} at position {position}: {damage}, yet a whole entry follows at {later_entry}: interior corruption, not a torn tail", path.display()),
+            JournalUncertain { path, position, damage, slot } => write!(f, "{} at position {position}: {damage}; {} is damaged or missing, so the durable end may lie above this damage", path.display(), slot.display()),
+            JournalChainBroken { path, position, detail } => write!(f, "{} at position {position}: the hash chain is broken: {detail}", path.display()),
+            EntryDoesNotApply { path, position, op, error } => write!(f, "{} at position {position}: op {op} does not apply to the state before it: {error}", path.display()),
+        }
+    }
+}
+
+/// One step of a metadata boot plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaAction {
+    /// Cut the journal at `from` (it was `len` bytes): a torn tail above the durable end, or
+    /// entries a checkpoint already holds.
+    TruncateJournal { from: u64, len: u64, why: String },
+    /// Finish a checkpoint: rename `snapshot.bin.tmp` (the recorded snapshot) over
+    /// `snapshot.bin`.
+    FinishSnapshot,
+    /// Remove a `snapshot.bin.tmp` the record does not name (a checkpoint interrupted before
+    /// its record).
+    RemoveTempSnapshot,
+}
+
+impl MetaAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            MetaAction::TruncateJournal { .. } => "TruncateJournal",
+            MetaAction::FinishSnapshot => "FinishSnapshot",
+            MetaAction::RemoveTempSnapshot => "RemoveTempSnapshot",
+        }
+    }
+}
+
+impl fmt::Display for MetaAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetaAction::TruncateJournal { from, len, why } => {
+                write!(f, "truncate {JOURNAL} from {len} to {from} bytes: {why}")
+            }
+            MetaAction::FinishSnapshot => {
+                write!(
+                    f,
+                    "rename {} over {}: finish the recorded checkpoint",
+                    snapshot::TEMP,
+                    snapshot::FILE
+                )
+            }
+            MetaAction::RemoveTempSnapshot => write!(
+                f,
+                "remove {}: a checkpoint interrupted before its record",
+                snapshot::TEMP
+            ),
+        }
+    }
+}
+
+/// One journal entry replayed at boot.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    pub op: u64,
+    pub position: u64,
+    pub meta_op: MetaOp,
+    pub applied: Applied,
+}
+
+/// What boot found in the metadata directory, and what it will do.
+#[derive(Debug, Clone)]
+pub struct MetaPlan {
+    pub dir: PathBuf,
+    /// Nothing is there yet: the node initialises the plane.
+    pub first_boot: bool,
+    pub record: Option<MetaRecord>,
+    /// The state after the snapshot and the replayed entries.
+    pub state: MetaState,
+    /// The entries after the snapshot, in order.
+    pub replayed: Vec<Replayed>,
+    /// The end of the last valid entry (after the actions).
+    pub journal_end: u64,
+    /// The last op and its checksum (the snapshot's when no entry follows it).
+    pub last_op: u64,
+    pub last_checksum: u128,
+    pub actions: Vec<MetaAction>,
+    pub notes: Vec<String>,
+    pub refusal: Option<MetaRefusal>,
+}
+
+impl MetaPlan {
+    fn refused(dir: &Path, refusal: MetaRefusal, notes: Vec<String>) -> MetaPlan {
+        MetaPlan {
+            dir: dir.to_path_buf(),
+            first_boot: false,
+            record: None,
+            state: MetaState::default(),
+            replayed: Vec::new(),
+            journal_end: 0,
+            last_op: 0,
+            last_checksum: 0,
+            actions: Vec::new(),
+            notes,
+            refusal: Some(refusal),
+        }
+    }
+
+    /// Decision names: the refusal's, or every action's.
+    pub fn decisions(&self) -> Vec<&'static str> {
+        match &self.refusal {
+            Some(r) => vec![r.name()],
+            None => self.actions.iter().map(MetaAction::name).collect(),
+        }
+    }
+}
+
+/// A superblock slot as read.
+enum Slot {
+    Missing,
+    Problem(String),
+    Misplaced(String),
+    Valid(MetaRecord),
+}
+
+fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> Slot {
+    let copies = match slots::read(disk, dir, entries, SLOT_NAMES[slot]) {
+        SlotBytes::Missing => return Slot::Missing,
+        SlotBytes::Unreadable(e) => return Slot::Problem(format!("unreadable: {e}")),
+        SlotBytes::Oversized { len } => {
+            return Slot::Misplaced(format!(
+                "the slot file is {len} bytes, longer than one slot"
+            ))
+        }
+        SlotBytes::Copies(copies) => copies,
+    };
+    let mut best: Option<MetaRecord> = None;
+    let mut problems = Vec::new();
+    for copy in *copies {
+        match copy.and_then(|bytes| MetaRecord::decode(&bytes).map_err(|e| e.to_string())) {
+            Ok(record) if best.is_none_or(|b| record.sequence > b.sequence) => best = Some(record),
+            Ok(_) => {}
+            Err(problem) => problems.push(problem),
+        }
+    }
+    match best {
+        Some(record) if record.slot() != slot => Slot::Misplaced(format!(
+            "it holds sequence {}, which belongs in the other slot",
+            record.sequence
+        )),
+        Some(record) => Slot::Valid(record),
+        None => Slot::Problem(problems.join("; ")),
+    }
+}
+
+fn read_file(disk: &dyn Disk, path: &Path) -> io::Result<Vec<u8>> {
+    let file = disk.open(path, OpenMode::Read)?;
+    file.evict_cache()?;
+    let len = file.len()?;
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// Whether `streams/` under `root` holds any directory.
+fn has_partition_data(disk: &dyn Disk, root: &Path) -> io::Result<bool> {
+    let streams = root.join("streams");
+    Ok(disk.exists(&streams)? && disk.read_dir(&streams)?.iter().any(|e| e.is_dir))
+}
+
+/// Reads the metadata directory of `root` and decides what boot does. Changes no bytes.
+pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
+    let dir = root.join(DIR);
+    let _span = tracing::info_span!("metadata_plan", dir = %dir.display()).entered();
+    let entries = if disk.exists(&dir)? {
+        disk.read_dir(&dir)?
+    } else {
+        Vec::new()
+    };
+    let slots = [0, 1].map(|s| read_slot(disk, &dir, &entries, s));
+    let mut notes = Vec::new();
+    for (slot, read) in slots.iter().enumerate() {
+        if let Slot::Misplaced(detail) = read {
+            let path = dir.join(SLOT_NAMES[slot]);
+            return Ok(MetaPlan::refused(
+                &dir,
+                MetaRefusal::SuperblockMisplaced {
+                    path,
+                    detail: detail.clone(),
+                },
+                notes,
+            ));
+        }
+    }
+    let best = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Slot::Valid(r) => Some((i, *r)),
+            _ => None,
+        })
+        .max_by_key(|(_, r)| r.sequence);
+    let Some((trusted_slot, record)) = best else {
+        return no_record(disk, root, &dir, &entries, &slots);
+    };
+    let other = 1 - trusted_slot;
+    let uncertain = match &slots[other] {
+        Slot::Valid(_) => None,
+        Slot::Missing => {
+            notes.push(format!(
+                "{} is missing",
+                dir.join(SLOT_NAMES[other]).display()
+            ));
+            Some(dir.join(SLOT_NAMES[other]))
+        }
+        Slot::Problem(p) | Slot::Misplaced(p) => {
+            notes.push(format!("{}: {p}", dir.join(SLOT_NAMES[other]).display()));
+            Some(dir.join(SLOT_NAMES[other]))
+        }
+    };
+    let mut actions = Vec::new();
+    let state = match load_snapshot(disk, &dir, &entries, &record, &mut actions)? {
+        Ok(state) => state,
+        Err(refusal) => return Ok(MetaPlan::refused(&dir, refusal, notes)),
+    };
+    let journal_path = dir.join(JOURNAL);
+    let journal_bytes = if entries.iter().any(|e| e.name == JOURNAL) {
+        read_file(disk, &journal_path)?
+    } else {
+        Vec::new()
+    };
+    let walked = walk_journal(
+        &journal_path,
+        &journal_bytes,
+        &record,
+        uncertain.as_deref(),
+        state,
+    );
+    let plan = match walked {
+        Ok(walk) => {
+            actions.extend(walk.actions);
+            MetaPlan {
+                dir: dir.clone(),
+                first_boot: false,
+                record: Some(record),
+                state: walk.state,
+                replayed: walk.replayed,
+                journal_end: walk.end,
+                last_op: walk.last_op,
+                last_checksum: walk.last_checksum,
+                actions,
+                notes,
+                refusal: None,
+            }
+        }
+        Err(refusal) => MetaPlan::refused(&dir, refusal, notes),
+    };
+    Ok(plan)
+}
+
+/// No valid record: a first boot when nothing was ever committed, else a refusal.
+fn no_record(
+    disk: &dyn Disk,
+    root: &Path,
+    dir: &Path,
+    entries: &[DirEntry],
+    slots: &[Slot; 2],
+) -> io::Result<MetaPlan> {
+    let journal_empty = match entries.iter().any(|e| e.name == JOURNAL) {
+        true => disk.open(&dir.join(JOURNAL), OpenMode::Read)?.len()? == 0,
+        false => true,
+    };
+    let snapshot = entries
+        .iter()
+        .any(|e| e.name == snapshot::FILE || e.name == snapshot::TEMP);
+    let slots_absent = slots.iter().all(|s| matches!(s, Slot::Missing));
+    if slots_absent && journal_empty && !snapshot {
+        if has_partition_data(disk, root)? {
+            return Ok(MetaPlan::refused(
+                dir,
+                MetaRefusal::DataWithoutMetadata {
+                    streams: root.join("streams"),
+                },
+                Vec::new(),
+            ));
+        }
+        return Ok(MetaPlan {
+            dir: dir.to_path_buf(),
+            first_boot: true,
+            record: None,
+            state: MetaState::default(),
+            replayed: Vec::new(),
+            journal_end: 0,
+            last_op: 0,
+            last_checksum: 0,
+            actions: Vec::new(),
+            notes: Vec::new(),
+            refusal: None,
+        });
+    }
+    let problems: Vec<String> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let name = SLOT_NAMES[i];
+            match s {
+                Slot::Missing => format!("{name} is missing"),
+                Slot::Problem(p) | Slot::Misplaced(p) => format!("{name}: {p}"),
+                Slot::Valid(_) => unreachable!("no valid record"),
+            }
+        })
+        .collect();
+    Ok(MetaPlan::refused(
+        dir,
+        MetaRefusal::NoSuperblock {
+            dir: dir.to_path_buf(),
+            problems: problems.join("; "),
+        },
+        Vec::new(),
+    ))
+}
+
+/// The state the record's snapshot holds (empty before the first checkpoint).
+///
+/// | record names | `snapshot.bin` | `snapshot.bin.tmp` | decision |
+/// |---|---|---|---|
+/// | no snapshot (op 0) | any | any | empty state; a leftover temp is removed |
+/// | a snapshot | matches | absent or other | load it; a leftover temp is removed |
+/// | a snapshot | other or absent | matches | load it, finish the rename |
+/// | a snapshot | absent | absent | refuse `SnapshotMissing` |
+/// | a snapshot | other | other or absent | refuse `SnapshotMismatch` |
+fn load_snapshot(
+    disk: &dyn Disk,
+    dir: &Path,
+    entries: &[DirEntry],
+    record: &MetaRecord,
+    actions: &mut Vec<MetaAction>,
+) -> io::Result<Result<MetaState, MetaRefusal>> {
+    let expected = record.snapshot;
+    let present = |name: &str| entries.iter().any(|e| e.name == name);
+    let matches = |bytes: &[u8]| {
+        bytes.len() as u64 == expected.len && snapshot::checksum(bytes) == expected.checksum
+    };
+    let path = dir.join(snapshot::FILE);
+    let temp = if present(snapshot::TEMP) {
+        Some(read_file(disk, &dir.join(snapshot::TEMP))?)
+    } else {
+        None
+    };
+    if expected.op == 0 {
+        if temp.is_some() {
+            actions.push(MetaAction::RemoveTempSnapshot);
+        }
+        return Ok(Ok(MetaState::default()));
+    }
+    let main = if present(snapshot::FILE) {
+        Some(read_file(disk, &path)?)
+    } else {
+        None
+    };
+    let bytes = match (main, temp) {
+        (Some(main), temp) if matches(&main) => {
+            if temp.is_some() {
+                actions.push(MetaAction::RemoveTempSnapshot);
+            }
+            main
+        }
+        (_, Some(temp)) if matches(&temp) => {
+            actions.push(MetaAction::FinishSnapshot);
+            temp
+        }
+        (None, _) => {
+            return Ok(Err(MetaRefusal::SnapshotMissing {
+                path,
+                op: expected.op,
+            }))
+        }
+        (Some(main), _) => {
+            return Ok(Err(MetaRefusal::SnapshotMismatch {
+                path,
+                expected,
+                found_len: main.len() as u64,
+                found_checksum: snapshot::checksum(&main),
+            }))
+        }
+    };
+    let snapshot = match Snapshot::decode(&bytes) {
+        Ok(snapshot) => snapshot,
+        Err(error) => return Ok(Err(MetaRefusal::SnapshotUndecodable { path, error })),
+    };
+    if snapshot.op != expected.op
+        || snapshot.anchor != expected.anchor
+        || snapshot.cluster != record.cluster
+    {
+        return Ok(Err(MetaRefusal::SnapshotContradicts {
+            path,
+            detail: format!(
+                "it holds op {} (anchor {:#x}, cluster {:#x}); the superblock names op {} (anchor {:#x}, cluster {:#x})",
+                snapshot.op, snapshot.anchor, snapshot.cluster, expected.op, expected.anchor, record.cluster
+            ),
+        }));
+    }
+    Ok(Ok(snapshot.state))
+}
+
+struct Walk {
+    state: MetaState,
+    replayed: Vec<Replayed>,
+    end: u64,
+    last_op: u64,
+    last_checksum: u128,
+    actions: Vec<MetaAction>,
+}
+
+/// The journal against the record:
+///
+/// | finding | decision |
+/// |---|---|
+/// | shorter than the recorded durable end | refuse `JournalShorterThanDurable` |
+/// | damage below the durable end | refuse `JournalCorrupt` |
+/// | no entry ends at the durable end with the recorded op and checksum | refuse `JournalChainBroken` |
+/// | entries out of order, or a parent that is not the previous entry | refuse `JournalChainBroken` |
+/// | an entry that does not apply to the state before it | refuse `EntryDoesNotApply` |
+/// | damage above the durable end, a whole entry after it | refuse `JournalInteriorCorruption` |
+/// | damage above the durable end, the other slot damaged or missing | refuse `JournalUncertain` |
+/// | damage above the durable end | truncate there (a torn tail) |
+/// | entries the snapshot already holds, above the durable end | truncate them (a checkpoint's leftovers) |
+fn walk_journal(
+    path: &Path,
+    bytes: &[u8],
+    record: &MetaRecord,
+    uncertain_slot: Option<&Path>,
+    mut state: MetaState,
+) -> Result<Walk, MetaRefusal> {
+    let durable = record.journal;
+    let file_len = bytes.len() as u64;
+    if file_len < durable.len {
+        return Err(MetaRefusal::JournalShorterThanDurable {
+            path: path.to_path_buf(),
+            len: file_len,
+            durable_len: durable.len,
+        });
+    }
+    let scan = journal::scan(bytes, record.cluster);
+    if let Some((position, problem)) = scan.damage.as_ref().filter(|(p, _)| *p < durable.len) {
+        return Err(MetaRefusal::JournalCorrupt {
+            path: path.to_path_buf(),
+            position: *position,
+            durable_len: durable.len,
+            damage: problem.to_string(),
+        });
+    }
+    let broken = |position: u64, detail: String| MetaRefusal::JournalChainBroken {
+        path: path.to_path_buf(),
+        position,
+        detail,
+    };
+    // The entry ending at the durable end is the one recorded.
+    if durable.len > 0 {
+        let at_end = scan
+            .entries
+            .iter()
+            .find(|e| e.position + e.len == durable.len);
+        match at_end {
+            Some(e) if e.op == durable.op && e.checksum == durable.last => {}
+            Some(e) => {
+                return Err(broken(
+                    e.position,
+                    format!(
+                        "the entry ending at the durable end {} is op {} ({:#x}); the superblock records op {} ({:#x})",
+                        durable.len, e.op, e.checksum, durable.op, durable.last
+                    ),
+                ))
+            }
+            None => {
+                return Err(broken(
+                    durable.len,
+                    format!("no entry ends at the durable end {}", durable.len),
+                ))
+            }
+        }
+    }
+    let snapshot = record.snapshot;
+    let mut previous: Option<&Entry> = None;
+    let mut last_op = snapshot.op;
+    let mut last_checksum = snapshot.anchor;
+    let mut replayed = Vec::new();
+    let mut obsolete_end = None;
+    for entry in &scan.entries {
+        if let Some(prev) = previous {
+            if entry.op != prev.op + 1 || entry.parent != prev.checksum {
+                return Err(broken(
+                    entry.position,
+                    format!(
+                        "op {} (parent {:#x}) follows op {} ({:#x})",
+                        entry.op, entry.parent, prev.op, prev.checksum
+                    ),
+                ));
+            }
+        }
+        previous = Some(entry);
+        if entry.op <= snapshot.op {
+            // Already in the snapshot: left by a checkpoint interrupted before it emptied
+            // the journal. Only ever a prefix, above the durable end.
+            if entry.position < durable.len {
+                return Err(broken(
+                    entry.position,
+                    format!(
+                        "op {} lies below the durable end but the snapshot already holds it",
+                        entry.op
+                    ),
+                ));
+            }
+            obsolete_end = Some(entry.position + entry.len);
+            continue;
+        }
+        if entry.op == snapshot.op + 1 && entry.parent != snapshot.anchor {
+            return Err(broken(
+                entry.position,
+                format!(
+                    "op {} names parent {:#x}, the snapshot's anchor is {:#x}",
+                    entry.op, entry.parent, snapshot.anchor
+                ),
+            ));
+        }
+        if entry.op != last_op + 1 {
+            return Err(broken(
+                entry.position,
+                format!("op {} follows op {last_op}", entry.op),
+            ));
+        }
+        let meta_op = MetaOp::decode(entry.operation, &entry.body).map_err(|e| {
+            MetaRefusal::EntryDoesNotApply {
+                path: path.to_path_buf(),
+                position: entry.position,
+                op: entry.op,
+                error: format!("the body does not decode: {e}"),
+            }
+        })?;
+        let ctx = OpContext {
+            op: entry.op,
+            timestamp: entry.origin.timestamp,
+            cluster: record.cluster,
+        };
+        let applied = state
+            .apply(&meta_op, ctx)
+            .map_err(|e| MetaRefusal::EntryDoesNotApply {
+                path: path.to_path_buf(),
+                position: entry.position,
+                op: entry.op,
+                error: e.to_string(),
+            })?;
+        replayed.push(Replayed {
+            op: entry.op,
+            position: entry.position,
+            meta_op,
+            applied,
+        });
+        last_op = entry.op;
+        last_checksum = entry.checksum;
+    }
+    let mut actions = Vec::new();
+    let mut end = scan.valid_end;
+    if let Some((position, problem)) = &scan.damage {
+        if let Some(later) = scan.later_entry {
+            return Err(MetaRefusal::JournalInteriorCorruption {
+                path: path.to_path_buf(),
+                position: *position,
+                later_entry: later,
+                damage: problem.to_string(),
+            });
+        }
+        if let Some(slot) = uncertain_slot {
+            return Err(MetaRefusal::JournalUncertain {
+                path: path.to_path_buf(),
+                position: *position,
+                damage: problem.to_string(),
+                slot: slot.to_path_buf(),
+            });
+        }
+        actions.push(MetaAction::TruncateJournal {
+            from: *position,
+            len: file_len,
+            why: format!("torn tail above the durable end ({problem})"),
+        });
+        end = *position;
+    }
+    if let Some(obsolete) = obsolete_end.filter(|_| replayed.is_empty()) {
+        // Everything the journal holds is in the snapshot: empty it.
+        actions.retain(|a| !matches!(a, MetaAction::TruncateJournal { .. }));
+        actions.push(MetaAction::TruncateJournal {
+            from: 0,
+            len: file_len,
+            why: format!("its entries up to {obsolete} are already in the snapshot"),
+        });
+        end = 0;
+    }
+    Ok(Walk {
+        state,
+        replayed,
+        end,
+        last_op,
+        last_checksum,
+        actions,
+    })
+}
+
+/// How often the plane checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetaSettings {
+    /// A checkpoint follows any batch that leaves the journal at least this long.
+    pub checkpoint_bytes: u64,
+}
+
+impl Default for MetaSettings {
+    fn default() -> Self {
+        MetaSettings {
+            checkpoint_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// The open metadata plane.
+pub struct MetadataPlane {
+    /// The disk the plane writes through.
+    disk: Arc<dyn Disk>,
+    dir: PathBuf,
+    journal: Box<dyn DiskFile>,
+    record: MetaRecord,
+    journal_end: u64,
+    last_op: u64,
+    last_checksum: u128,
+    settings: MetaSettings,
+}
+
+fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
+}
+
+impl MetadataPlane {
+    /// Opens the plane a plan allows (first boot: initialises it), carrying out the plan's
+    /// actions durably. The caller redoes the directory work of replayed entries after
+    /// [`MetadataPlane::applied_op`] and then calls [`MetadataPlane::record_applied`].
+    pub fn open(env: &Env, plan: &MetaPlan, settings: MetaSettings) -> io::Result<MetadataPlane> {
+        assert!(plan.refusal.is_none(), "a refused plan is never opened");
+        let shared = crate::canary_seam::metadata_disk(env.disk.clone());
+        let disk = shared.as_ref();
+        let dir = plan.dir.clone();
+        let journal_path = dir.join(JOURNAL);
+        if plan.first_boot {
+            return Self::initialise(env, shared.clone(), &dir, settings);
+        }
+        let record = plan
+            .record
+            .expect("a plan that is not a first boot has a record");
+        for action in &plan.actions {
+            tracing::info!(%action, "metadata recovery applying");
+            match action {
+                MetaAction::TruncateJournal { from, .. } => {
+                    let file = disk
+                        .open(&journal_path, OpenMode::ReadWrite)
+                        .map_err(at("open", &journal_path))?;
+                    file.set_len(*from).map_err(at("truncate", &journal_path))?;
+                    file.sync_data().map_err(at("sync", &journal_path))?;
+                }
+                MetaAction::FinishSnapshot => {
+                    disk.rename(&dir.join(snapshot::TEMP), &dir.join(snapshot::FILE))
+                        .map_err(at("rename", &dir))?;
+                    disk.sync_dir(&dir).map_err(at("sync", &dir))?;
+                }
+                MetaAction::RemoveTempSnapshot => {
+                    disk.remove_file(&dir.join(snapshot::TEMP))
+                        .map_err(at("remove", &dir))?;
+                    disk.sync_dir(&dir).map_err(at("sync", &dir))?;
+                }
+            }
+        }
+        let journal = disk
+            .open(&journal_path, OpenMode::CreateOrOpen)
+            .map_err(at("open", &journal_path))?;
+        // Valid entries above the recorded end may still be dirty pages (a crash between
+        // their write and their sync): make them durable before anything rests on them.
+        journal.sync_data().map_err(at("sync", &journal_path))?;
+        assert_eq!(
+            journal.len()?,
+            plan.journal_end,
+            "the plan's actions left the journal"
+        );
+        Ok(MetadataPlane {
+            disk: shared.clone(),
+            dir,
+            journal,
+            record,
+            journal_end: plan.journal_end,
+            last_op: plan.last_op,
+            last_checksum: plan.last_checksum,
+            settings,
+        })
+    }
+
+    fn initialise(
+        env: &Env,
+        shared: Arc<dyn Disk>,
+        dir: &Path,
+        settings: MetaSettings,
+    ) -> io::Result<MetadataPlane> {
+        let disk = shared.as_ref();
+        let _span = tracing::info_span!("metadata_initialise", dir = %dir.display()).entered();
+        disk.create_dir_all(dir).map_err(at("create", dir))?;
+        let journal_path = dir.join(JOURNAL);
+        let journal = disk
+            .open(&journal_path, OpenMode::CreateOrOpen)
+            .map_err(at("create", &journal_path))?;
+        journal.set_len(0).map_err(at("truncate", &journal_path))?;
+        journal.sync_data().map_err(at("sync", &journal_path))?;
+        let cluster =
+            (u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())).max(1);
+        let mut record = MetaRecord {
+            sequence: 0,
+            cluster,
+            snapshot: SnapshotRef::default(),
+            journal: JournalPoint::default(),
+            applied_op: 0,
+        };
+        for sequence in [0, 1] {
+            record.sequence = sequence;
+            let path = dir.join(SLOT_NAMES[record.slot()]);
+            slots::write(disk, &path, &record.encode()).map_err(at("write", &path))?;
+        }
+        disk.sync_dir(dir).map_err(at("sync", dir))?;
+        if let Some(parent) = dir.parent() {
+            disk.sync_dir(parent).map_err(at("sync", parent))?;
+        }
+        Ok(MetadataPlane {
+            disk: shared.clone(),
+            dir: dir.to_path_buf(),
+            journal,
+            record,
+            journal_end: 0,
+            last_op: 0,
+            last_checksum: 0,
+            settings,
+        })
+    }
+
+    pub fn cluster(&self) -> u128 {
+        self.record.cluster
+    }
+
+    pub fn last_op(&self) -> u64 {
+        self.last_op
+    }
+
+    pub fn applied_op(&self) -> u64 {
+        self.record.applied_op
+    }
+
+    /// The context the next op will run in.
+    pub fn next_context(&self, timestamp: u64) -> OpContext {
+        OpContext {
+            op: self.last_op + 1,
+            timestamp,
+            cluster: self.record.cluster,
+        }
+    }
+
+    /// Journals `ops` (numbered from [`Self::next_context`] on) with one write and one sync.
+    /// An error leaves the journal's state unknown: the node must stop serving.
+    pub fn append(&mut self, ops: &[(MetaOp, Origin)]) -> io::Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let path = self.dir.join(JOURNAL);
+        let _span =
+            tracing::debug_span!("metadata_append", ops = ops.len(), from = self.last_op + 1)
+                .entered();
+        let mut bytes = Vec::new();
+        let (mut op, mut parent) = (self.last_op, self.last_checksum);
+        for (meta_op, origin) in ops {
+            op += 1;
+            let entry = journal::encode(
+                op,
+                parent,
+                self.record.cluster,
+                meta_op.operation(),
+                *origin,
+                &meta_op.body(),
+            );
+            parent = journal::decode_at(&entry, 0)
+                .expect("an entry just encoded decodes")
+                .checksum;
+            bytes.extend(entry);
+        }
+        self.journal
+            .write_all_at(&[io::IoSlice::new(&bytes)], self.journal_end)
+            .map_err(at("write", &path))?;
+        self.journal.sync_data().map_err(at("sync", &path))?;
+        self.journal_end += bytes.len() as u64;
+        self.last_op = op;
+        self.last_checksum = parent;
+        Ok(())
+    }
+
+    /// Records that the journal is durable to its end and that the directory work of every
+    /// op so far is done.
+    pub fn record_applied(&mut self) -> io::Result<()> {
+        let (end, op, last) = (self.journal_end, self.last_op, self.last_checksum);
+        self.write_record(|r| {
+            r.journal = JournalPoint { len: end, op, last };
+            r.applied_op = op;
+        })
+    }
+
+    fn write_record(&mut self, change: impl FnOnce(&mut MetaRecord)) -> io::Result<()> {
+        let next = self.record.next(change);
+        let path = self.dir.join(SLOT_NAMES[next.slot()]);
+        slots::write(self.disk.as_ref(), &path, &next.encode()).map_err(at("write", &path))?;
+        self.record = next;
+        Ok(())
+    }
+
+    /// Whether the journal has grown enough for a checkpoint.
+    pub fn wants_checkpoint(&self) -> bool {
+        self.journal_end >= self.settings.checkpoint_bytes
+    }
+
+    /// Writes `state` (the state after [`Self::last_op`], its directory work done) as the
+    /// snapshot, records it, and empties the journal.
+    pub fn checkpoint(&mut self, state: &MetaState) -> io::Result<()> {
+        assert_eq!(
+            self.record.applied_op, self.last_op,
+            "checkpoints follow applied work"
+        );
+        let disk = self.disk.clone();
+        let _span = tracing::info_span!("metadata_checkpoint", op = self.last_op).entered();
+        let snapshot = Snapshot::new(
+            self.record.cluster,
+            self.last_op,
+            self.last_checksum,
+            state.clone(),
+        );
+        let bytes = snapshot.encode();
+        let temp = self.dir.join(snapshot::TEMP);
+        let file = disk
+            .open(&temp, OpenMode::CreateOrOpen)
+            .map_err(at("create", &temp))?;
+        file.set_len(0).map_err(at("truncate", &temp))?;
+        file.write_all_at(&[io::IoSlice::new(&bytes)], 0)
+            .map_err(at("write", &temp))?;
+        file.sync_data().map_err(at("sync", &temp))?;
+        drop(file);
+        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
+        let snapshot_ref = SnapshotRef {
+            op: self.last_op,
+            len: bytes.len() as u64,
+            checksum: snapshot::checksum(&bytes),
+            anchor: self.last_checksum,
+        };
+        let (op, last) = (self.last_op, self.last_checksum);
+        self.write_record(|r| {
+            r.snapshot = snapshot_ref;
+            r.journal = JournalPoint { len: 0, op, last };
+        })?;
+        disk.rename(&temp, &self.dir.join(snapshot::FILE))
+            .map_err(at("rename", &temp))?;
+        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
+        let path = self.dir.join(JOURNAL);
+        self.journal.set_len(0).map_err(at("truncate", &path))?;
+        self.journal.sync_data().map_err(at("sync", &path))?;
+        self.journal_end = 0;
+        Ok(())
+    }
+}

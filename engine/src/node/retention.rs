@@ -1,0 +1,142 @@
+//! Which sealed segments retention deletes: a pure decision over a partition's sealed
+//! segments (oldest first), the topic's policies and the time. Only sealed segments, never
+//! the active one, and always a prefix (oldest first), so no hole is ever visible.
+
+use serde::{Deserialize, Serialize};
+
+/// A sealed segment as retention sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
+    pub start_offset: u64,
+    pub bytes: u64,
+    /// The newest message's timestamp (µs).
+    pub newest: u64,
+}
+
+/// Why a segment was deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reason {
+    /// Its newest message is older than the expiry.
+    Expired,
+    /// The partition's sealed bytes exceeded its share of `max_topic_size`.
+    OverSize,
+    /// An explicit request (`DeleteSegments`).
+    Requested,
+}
+
+/// A topic's retention policy, per partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// µs; 0 = never.
+    pub message_expiry: u64,
+    /// Bytes of sealed segments a partition keeps; 0 = unlimited.
+    pub budget: u64,
+}
+
+/// The most a partition can be over one segment: a sealed segment may run one batch past
+/// `segment_size`, and a batch is at most this many bytes.
+pub const MAX_BATCH_OVERSHOOT: u64 = crate::format::Limits::MAX_BATCH_BYTES;
+
+impl Policy {
+    /// The per-partition policy of a topic: `max_topic_size` shared equally, floored at one
+    /// sealed segment's ceiling (`segment_size` plus one batch), so the policy always means at
+    /// least "keep the newest sealed segment".
+    pub fn for_topic(
+        message_expiry: u64,
+        max_topic_size: u64,
+        partitions: u32,
+        segment_size: u64,
+    ) -> Policy {
+        let budget = match max_topic_size {
+            0 => 0,
+            size => (size / u64::from(partitions.max(1))).max(segment_size + MAX_BATCH_OVERSHOOT),
+        };
+        Policy {
+            message_expiry,
+            budget,
+        }
+    }
+}
+
+/// How many of the oldest sealed segments to delete, each with its reason. Expiry first
+/// (oldest first, stopping at the first segment not expired), then size.
+pub fn decide(sealed: &[Sealed], policy: Policy, now: u64) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    if policy.message_expiry > 0 {
+        for segment in sealed {
+            let expired = now.saturating_sub(segment.newest) > policy.message_expiry;
+            if !expired {
+                break;
+            }
+            reasons.push(Reason::Expired);
+        }
+    }
+    if policy.budget > 0 {
+        let mut total: u64 = sealed[reasons.len()..].iter().map(|s| s.bytes).sum();
+        for segment in &sealed[reasons.len()..] {
+            if total <= policy.budget {
+                break;
+            }
+            total -= segment.bytes;
+            reasons.push(Reason::OverSize);
+        }
+    }
+    assert!(reasons.len() <= sealed.len(), "only sealed segments");
+    reasons
+}
+
+/// Whether deleting `segment` for `reason` held at `now` (the simulator's checker).
+pub fn justified(
+    segment: Sealed,
+    reason: Reason,
+    policy: Policy,
+    now: u64,
+    sealed_bytes: u64,
+) -> bool {
+    match reason {
+        Reason::Expired => {
+            policy.message_expiry > 0 && now.saturating_sub(segment.newest) > policy.message_expiry
+        }
+        Reason::OverSize => policy.budget > 0 && sealed_bytes > policy.budget,
+        Reason::Requested => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(start: u64, bytes: u64, newest: u64) -> Sealed {
+        Sealed {
+            start_offset: start,
+            bytes,
+            newest,
+        }
+    }
+
+    #[test]
+    fn expiry_deletes_a_prefix_of_expired_segments_only() {
+        let sealed = [seg(0, 10, 100), seg(10, 10, 500), seg(20, 10, 150)];
+        let policy = Policy {
+            message_expiry: 200,
+            budget: 0,
+        };
+        // At 400: the first is expired; the second is not, so the third stays too.
+        assert_eq!(decide(&sealed, policy, 400), vec![Reason::Expired]);
+        assert_eq!(decide(&sealed, policy, 1000).len(), 3);
+        assert!(decide(&sealed, policy, 250).is_empty());
+    }
+
+    #[test]
+    fn size_trims_oldest_until_within_budget_and_the_floor_keeps_a_segment() {
+        let sealed = [seg(0, 40, 0), seg(10, 40, 0), seg(20, 40, 0)];
+        let policy = Policy {
+            message_expiry: 0,
+            budget: 90,
+        };
+        assert_eq!(decide(&sealed, policy, 0), vec![Reason::OverSize]);
+        let tiny = Policy::for_topic(0, 1, 4, 1 << 20);
+        assert_eq!(tiny.budget, (1 << 20) + MAX_BATCH_OVERSHOOT);
+        assert_eq!(Policy::for_topic(0, 0, 4, 1 << 20).budget, 0);
+    }
+}

@@ -1,0 +1,88 @@
+//! Ping-pong record slots, shared by the partition superblock and the metadata superblock.
+//!
+//! A slot file holds one fixed-size record twice, at offset 0 and at [`MIRROR_OFFSET`] (a
+//! page apart), written by one write and made durable by one sync: a rotten sector, a bad
+//! sector or a torn page can then not erase the newest record. Every write is read back
+//! from the device (the cached page dropped first): a device that puts a write at the wrong
+//! place keeps the slot's old bytes, and nothing may be acknowledged on a record that is not
+//! where recovery looks. Decoding the bytes is the caller's (each record has its own format).
+
+use crate::env::{DirEntry, Disk, OpenMode};
+use std::io;
+use std::path::Path;
+
+/// The length of every record kept in slots.
+pub const RECORD_LEN: usize = 128;
+/// Where the second copy of the record lies in a slot file.
+pub const MIRROR_OFFSET: u64 = 4096;
+/// The exact length of a slot file.
+pub const SLOT_FILE_LEN: u64 = MIRROR_OFFSET + RECORD_LEN as u64;
+
+/// The bytes of a slot file: `record` at 0 and again at [`MIRROR_OFFSET`].
+pub fn encode_file(record: &[u8; RECORD_LEN]) -> Vec<u8> {
+    let mut file = vec![0u8; SLOT_FILE_LEN as usize];
+    file[..RECORD_LEN].copy_from_slice(record);
+    file[MIRROR_OFFSET as usize..].copy_from_slice(record);
+    file
+}
+
+/// Writes `record` into the slot file at `path` (both copies, one write), syncs it, and reads
+/// it back from the device. A mismatch is an error: the write landed elsewhere.
+pub fn write(disk: &dyn Disk, path: &Path, record: &[u8; RECORD_LEN]) -> io::Result<()> {
+    let _span = tracing::debug_span!("write_slot", path = %path.display()).entered();
+    let file = disk.open(path, OpenMode::CreateOrOpen)?;
+    let bytes = encode_file(record);
+    file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
+    file.sync_data()?;
+    file.evict_cache()?;
+    let mut back = [0u8; RECORD_LEN];
+    file.read_exact_at(&mut back, 0)?;
+    if back != *record {
+        return Err(io::Error::other(format!(
+            "the record read back from {} differs from what was written: the write landed elsewhere",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// One slot file as read from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotBytes {
+    Missing,
+    Unreadable(String),
+    /// Longer than a slot file: a write landed out of place.
+    Oversized {
+        len: u64,
+    },
+    /// Each copy's bytes, or why it could not be read.
+    Copies(Box<[Result<[u8; RECORD_LEN], String>; 2]>),
+}
+
+/// Reads the slot file `name` of `dir` (listed in `entries`) from the device.
+pub fn read(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], name: &str) -> SlotBytes {
+    if !entries.iter().any(|e| e.name == name) {
+        return SlotBytes::Missing;
+    }
+    let path = dir.join(name);
+    let opened = disk.open(&path, OpenMode::Read).and_then(|file| {
+        file.evict_cache()?;
+        Ok((file.len()?, file))
+    });
+    let (len, file) = match opened {
+        Ok(opened) => opened,
+        Err(e) => return SlotBytes::Unreadable(e.to_string()),
+    };
+    if len > SLOT_FILE_LEN {
+        return SlotBytes::Oversized { len };
+    }
+    SlotBytes::Copies(Box::new([0, MIRROR_OFFSET].map(|at| {
+        let mut bytes = [0u8; RECORD_LEN];
+        if at + RECORD_LEN as u64 > len {
+            return Err(format!("copy at {at}: the file is {len} bytes"));
+        }
+        file.read_exact_at(&mut bytes, at)
+            .map(|()| bytes)
+            .map_err(|e| format!("copy at {at} unreadable: {e}"))
+    })))
+}

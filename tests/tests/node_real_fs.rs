@@ -1,0 +1,736 @@
+//! The node over real files: entities and their rejections, the metadata plane's boot
+//! refusals (each with the file and position it names, changing nothing), the directory tree
+//! following the journal, consumer groups and retention.
+
+use cairn_engine::config::Durability;
+use cairn_engine::metadata::journal::{self, Origin};
+use cairn_engine::metadata::{MetaAction, MetaRefusal};
+use cairn_engine::node::retention::Reason;
+use cairn_engine::node::{BootError, Node, NodeError};
+use cairn_engine::partition::{partition_dir, FenceReason, PartitionIdentity};
+use cairn_tests::*;
+use iggy_binary_protocol::{
+    Operation, WireConsumer, WireIdentifier, WireOptions, WirePartitioning, WirePollingStrategy,
+};
+use std::path::Path;
+
+fn id(n: u32) -> WireIdentifier {
+    WireIdentifier::numeric(n)
+}
+
+fn named(s: &str) -> WireIdentifier {
+    WireIdentifier::named(s).unwrap()
+}
+
+const O: Origin = Origin {
+    timestamp: 0,
+    user_id: 0,
+    client: 0,
+    request: 0,
+};
+
+fn refusal(root: &Path) -> MetaRefusal {
+    match Node::open(&real_env(), root, node_settings()) {
+        Err(BootError::Refused(r)) => r,
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(_) => panic!("expected a refusal, the node booted"),
+    }
+}
+
+/// Boots `root` expecting a refusal named `expected`, and checks nothing changed.
+fn refused(root: &Path, expected: &str) -> MetaRefusal {
+    let before = snapshot(root);
+    let r = refusal(root);
+    assert_eq!(r.name(), expected, "{r}");
+    assert_eq!(snapshot(root), before, "a refused boot changes nothing");
+    r
+}
+
+fn journal_path(root: &Path) -> std::path::PathBuf {
+    root.join("metadata/journal.wal")
+}
+
+/// A node with stream "s" (0) and topic "t" (0) of `partitions` partitions.
+fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> Node {
+    let mut node = boot(root).node;
+    node.create_stream("s", O).unwrap();
+    node.create_topic(&id(0), "t", partitions, options, O)
+        .unwrap();
+    node
+}
+
+#[test]
+fn the_first_boot_creates_the_root_user_and_everything_survives_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let booted = boot(root);
+    assert!(booted.plan.first_boot);
+    let mut node = booted.node;
+    assert_eq!(node.state().users[&0].username, "iggy");
+    assert_eq!(node.verify_password("iggy", "iggy").unwrap(), 0);
+    assert!(node.verify_password("iggy", "wrong").is_err());
+    assert_eq!(node.last_op(), 1, "the root user is op 1");
+    assert_eq!(node.create_stream("orders", O).unwrap(), 0);
+    assert_eq!(node.create_stream("audit", O).unwrap(), 1);
+    node.delete_stream(&named("orders"), O).unwrap();
+    assert_eq!(
+        node.create_stream("billing", O).unwrap(),
+        0,
+        "lowest free id"
+    );
+    let topic = node
+        .create_topic(&named("billing"), "invoices", 3, WireOptions::empty(), O)
+        .unwrap();
+    assert_eq!(topic, 0);
+    node.create_group(&id(0), &id(0), "workers", O).unwrap();
+    node.create_user("alice", "secret", 1, None, O).unwrap();
+    let cluster = node.cluster();
+    let state = node.state().clone();
+    drop(node); // a crash: nothing is flushed beyond what each op made durable
+    let booted = boot(root);
+    assert!(!booted.plan.first_boot);
+    assert_eq!(booted.node.state(), &state);
+    assert_eq!(booted.node.cluster(), cluster);
+    assert!(booted.plan.actions.is_empty(), "{:?}", booted.plan.actions);
+    for p in 0..3 {
+        assert!(partition_dir(root, 0, 0, p).join("superblock.a").exists());
+    }
+    assert_eq!(booted.node.verify_password("alice", "secret").unwrap(), 1);
+}
+
+#[test]
+fn entities_are_addressed_by_id_or_name_and_names_are_unique() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut node = node_with_topic(tmp.path(), 2, WireOptions::empty());
+    let dup = node.create_stream("s", O).unwrap_err();
+    assert!(matches!(dup, NodeError::StreamNameExists(_)));
+    assert_eq!(dup.code(), 1012);
+    let dup = node
+        .create_topic(&named("s"), "t", 1, WireOptions::empty(), O)
+        .unwrap_err();
+    assert_eq!(dup.code(), 2013);
+    assert_eq!(node.delete_stream(&id(9), O).unwrap_err().code(), 1009);
+    assert_eq!(
+        node.delete_stream(&named("nope"), O).unwrap_err().code(),
+        1010
+    );
+    assert_eq!(
+        node.delete_topic(&id(0), &named("nope"), O)
+            .unwrap_err()
+            .code(),
+        2011
+    );
+    node.update_stream(&named("s"), "renamed", O).unwrap();
+    assert_eq!(node.state().streams[&0].name, "renamed");
+    node.update_topic(&id(0), &named("t"), "t2", WireOptions::empty(), O)
+        .unwrap();
+    node.create_partitions(&id(0), &id(0), 2, O).unwrap();
+    assert_eq!(node.state().topic(0, 0).partitions.len(), 4);
+    node.delete_partitions(&id(0), &id(0), 3, O).unwrap();
+    assert_eq!(node.state().topic(0, 0).partitions.len(), 1);
+    assert!(
+        !partition_dir(node.root(), 0, 0, 1).exists(),
+        "deleted at the end"
+    );
+    assert_eq!(
+        node.delete_partitions(&id(0), &id(0), 2, O)
+            .unwrap_err()
+            .code(),
+        2019
+    );
+    let long = "x".repeat(256);
+    assert!(
+        node.create_stream(&long, O).is_err(),
+        "names are 1-255 bytes"
+    );
+    assert!(node.create_stream("", O).is_err());
+    assert!(matches!(
+        node.create_stream("a\nb", O),
+        Err(NodeError::InvalidName { .. })
+    ));
+}
+
+#[test]
+fn rejected_topic_options_name_the_reason_and_journal_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = node_with_topic(root, 1, WireOptions::empty());
+    let journal = std::fs::read(journal_path(root)).unwrap();
+    type Entries<'a> = &'a [(&'a str, u8, &'a [u8])];
+    let cases: [(Entries, u32, &str); 6] = [
+        (
+            &[("replication_factor", 9, &[3])],
+            4042,
+            "not supported yet",
+        ),
+        (
+            &[("compression_algorithm", 2, b"gzip")],
+            4042,
+            "not supported yet",
+        ),
+        (&[("enforce_fsync", 3, &[1])], 4041, "durability"),
+        (&[("retention", 2, b"1d")], 4041, "unknown"),
+        (&[("segment_size", 12, &1000u64.to_le_bytes())], 4042, "512"),
+        (&[("durability", 2, b"eventually")], 4042, "durability"),
+    ];
+    for (entries, code, text) in cases {
+        let e = node
+            .create_topic(&id(0), "x", 1, topic_options(entries), O)
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        assert!(e.to_string().contains(text), "{e}");
+    }
+    for key in ["durability", "consumer_offset_durability", "segment_size"] {
+        let e = node
+            .update_topic(
+                &id(0),
+                &id(0),
+                "t",
+                topic_options(&[(key, 2, b"persisted")]),
+                O,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("create-only"), "{key}: {e}");
+    }
+    assert_eq!(
+        std::fs::read(journal_path(root)).unwrap(),
+        journal,
+        "refused operations are not journaled"
+    );
+    assert_eq!(node.state().streams[&0].topics.len(), 1);
+    // The effective values are reported back.
+    node.create_topic(
+        &id(0),
+        "p",
+        1,
+        topic_options(&[
+            ("durability", 2, b"persisted"),
+            ("message_expiry", 2, b"1 day"),
+        ]),
+        O,
+    )
+    .unwrap();
+    let options = node.state().topic(0, 1).options;
+    assert_eq!(options.durability, Durability::Persisted);
+    assert_eq!(options.consumer_offset_durability, Durability::Replicated);
+    assert_eq!(options.message_expiry, 86_400_000_000);
+}
+
+#[test]
+fn a_damaged_journal_entry_below_the_durable_end_refuses_boot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let node = node_with_topic(root, 1, WireOptions::empty());
+    drop(node);
+    let bytes = std::fs::read(journal_path(root)).unwrap();
+    let second = journal::scan(&bytes, cluster_of(root)).entries[1].position;
+    flip_byte(&journal_path(root), second + 40);
+    match refused(root, "JournalCorrupt") {
+        MetaRefusal::JournalCorrupt { path, position, .. } => {
+            assert_eq!(path, journal_path(root));
+            assert_eq!(position, second);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+fn cluster_of(root: &Path) -> u128 {
+    let bytes = std::fs::read(journal_path(root)).unwrap();
+    journal::decode_at(&bytes, 0).unwrap().cluster
+}
+
+/// Appends whole, chained entries after the journal's last one (what a crash between a
+/// batch's journal sync and its record leaves).
+fn append_unrecorded(root: &Path, names: &[&str]) -> Vec<u64> {
+    let path = journal_path(root);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let scan = journal::scan(&bytes, cluster_of(root));
+    let last = scan.entries.last().unwrap().clone();
+    let (mut op, mut parent) = (last.op, last.checksum);
+    let mut positions = Vec::new();
+    for name in names {
+        op += 1;
+        let body = iggy_binary_protocol::WireEncode::to_bytes(
+            &iggy_binary_protocol::requests::streams::CreateStreamRequest {
+                name: iggy_binary_protocol::WireName::new(*name).unwrap(),
+                options: WireOptions::empty(),
+            },
+        );
+        let entry = journal::encode(
+            op,
+            parent,
+            last.cluster,
+            Operation::CreateStream,
+            Origin::default(),
+            &body,
+        );
+        parent = journal::decode_at(&entry, 0).unwrap().checksum;
+        positions.push(bytes.len() as u64);
+        bytes.extend(entry);
+    }
+    std::fs::write(&path, bytes).unwrap();
+    positions
+}
+
+#[test]
+fn whole_entries_above_the_durable_end_are_kept_and_a_torn_tail_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    append_unrecorded(root, &["late"]);
+    let mut bytes = std::fs::read(journal_path(root)).unwrap();
+    let torn_at = bytes.len() as u64;
+    bytes.extend_from_slice(&[0xAB; 100]);
+    std::fs::write(journal_path(root), &bytes).unwrap();
+    let booted = boot(root);
+    assert!(matches!(
+        booted.plan.actions.as_slice(),
+        [MetaAction::TruncateJournal { from, .. }] if *from == torn_at
+    ));
+    assert!(booted
+        .node
+        .state()
+        .streams
+        .values()
+        .any(|s| s.name == "late"));
+    drop(booted);
+    assert_eq!(
+        std::fs::metadata(journal_path(root)).unwrap().len(),
+        torn_at
+    );
+    assert!(boot(root).plan.actions.is_empty());
+}
+
+#[test]
+fn damage_followed_by_a_whole_entry_is_interior_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    let positions = append_unrecorded(root, &["one", "two"]);
+    flip_byte(&journal_path(root), positions[0] + 20);
+    match refused(root, "JournalInteriorCorruption") {
+        MetaRefusal::JournalInteriorCorruption {
+            position,
+            later_entry,
+            ..
+        } => assert_eq!((position, later_entry), (positions[0], positions[1])),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_journal_cut_below_its_durable_end_refuses_boot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    let len = std::fs::metadata(journal_path(root)).unwrap().len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(journal_path(root))
+        .unwrap();
+    file.set_len(len - 10).unwrap();
+    match refused(root, "JournalShorterThanDurable") {
+        MetaRefusal::JournalShorterThanDurable {
+            len: found,
+            durable_len,
+            ..
+        } => assert_eq!((found, durable_len), (len - 10, len)),
+        other => panic!("{other}"),
+    }
+}
+
+/// A node that checkpointed: its journal was emptied into the snapshot.
+fn checkpointed(root: &Path) {
+    let mut settings = node_settings();
+    settings.meta.checkpoint_bytes = 1;
+    let mut node = Node::open(&real_env(), root, settings).unwrap().node;
+    node.create_stream("s", O).unwrap();
+    node.create_topic(&id(0), "t", 2, WireOptions::empty(), O)
+        .unwrap();
+    assert!(root.join("metadata/snapshot.bin").exists());
+    assert_eq!(std::fs::metadata(journal_path(root)).unwrap().len(), 0);
+}
+
+#[test]
+fn a_checkpoint_boots_from_the_snapshot_and_replays_what_follows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    checkpointed(root);
+    let mut node = boot(root).node;
+    assert_eq!(node.state().topic(0, 0).partitions.len(), 2);
+    node.create_stream("after", O).unwrap();
+    let state = node.state().clone();
+    drop(node);
+    let booted = boot(root);
+    assert_eq!(
+        booted.plan.replayed.len(),
+        1,
+        "one entry after the snapshot"
+    );
+    assert_eq!(booted.node.state(), &state);
+}
+
+#[test]
+fn a_missing_or_different_snapshot_refuses_boot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("n");
+    checkpointed(&original);
+    let missing = tmp.path().join("missing");
+    copy_dir(&original, &missing);
+    std::fs::remove_file(missing.join("metadata/snapshot.bin")).unwrap();
+    match refused(&missing, "SnapshotMissing") {
+        MetaRefusal::SnapshotMissing { path, .. } => {
+            assert_eq!(path, missing.join("metadata/snapshot.bin"))
+        }
+        other => panic!("{other}"),
+    }
+    let damaged = tmp.path().join("damaged");
+    copy_dir(&original, &damaged);
+    flip_byte(&damaged.join("metadata/snapshot.bin"), 10);
+    refused(&damaged, "SnapshotMismatch");
+    // An older snapshot (another checkpoint's) in its place.
+    let older = tmp.path().join("older");
+    copy_dir(&original, &older);
+    let mut settings = node_settings();
+    settings.meta.checkpoint_bytes = 1;
+    let mut node = Node::open(&real_env(), &older, settings).unwrap().node;
+    let old_snapshot = std::fs::read(older.join("metadata/snapshot.bin")).unwrap();
+    node.create_stream("newer", O).unwrap();
+    drop(node);
+    std::fs::write(older.join("metadata/snapshot.bin"), old_snapshot).unwrap();
+    refused(&older, "SnapshotMismatch");
+}
+
+#[test]
+fn both_superblocks_damaged_refuse_and_data_without_metadata_is_never_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("n");
+    drop(node_with_topic(&root, 1, WireOptions::empty()));
+    let damaged = tmp.path().join("damaged");
+    copy_dir(&root, &damaged);
+    for slot in ["superblock.a", "superblock.b"] {
+        flip_byte(&damaged.join("metadata").join(slot), 20);
+        flip_byte(&damaged.join("metadata").join(slot), 4096 + 20);
+    }
+    refused(&damaged, "NoSuperblock");
+    let orphaned = tmp.path().join("orphaned");
+    copy_dir(&root, &orphaned);
+    std::fs::remove_dir_all(orphaned.join("metadata")).unwrap();
+    refused(&orphaned, "DataWithoutMetadata");
+}
+
+#[test]
+fn the_journal_is_the_truth_for_the_directory_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = node_with_topic(root, 2, WireOptions::empty());
+    node.create_topic(&id(0), "gone", 1, WireOptions::empty(), O)
+        .unwrap();
+    let gone = partition_dir(root, 0, 1, 0);
+    let saved = tmp.path().join("saved");
+    copy_dir(&gone, &saved);
+    node.delete_topic(&id(0), &named("gone"), O).unwrap();
+    drop(node);
+    // A crash between journaling the delete and removing the files leaves them.
+    copy_dir(&saved, &gone);
+    // A partition the metadata has loses its directory.
+    std::fs::remove_dir_all(partition_dir(root, 0, 0, 1)).unwrap();
+    let booted = boot(root);
+    assert_eq!(
+        booted.report.removed,
+        vec![root.join("streams/0/topics/1")],
+        "the deleted topic's directory is removed"
+    );
+    assert!(!gone.exists());
+    let missing = booted.node.partition((0, 0, 1)).unwrap();
+    assert!(matches!(
+        missing.fence_reason(),
+        Some(FenceReason::DirectoryMissing { dir }) if *dir == partition_dir(root, 0, 0, 1)
+    ));
+    assert!(
+        !partition_dir(root, 0, 0, 1).exists(),
+        "never recreated empty"
+    );
+    assert!(booted
+        .node
+        .partition((0, 0, 0))
+        .unwrap()
+        .fence_reason()
+        .is_none());
+}
+
+#[test]
+fn swapped_partition_directories_are_fenced_not_adopted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 2, WireOptions::empty()));
+    let (a, b) = (partition_dir(root, 0, 0, 0), partition_dir(root, 0, 0, 1));
+    let aside = tmp.path().join("aside");
+    std::fs::rename(&a, &aside).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    std::fs::rename(&aside, &b).unwrap();
+    let booted = boot(root);
+    for (p, found_partition) in [(0, 1), (1, 0)] {
+        match booted.node.partition((0, 0, p)).unwrap().fence_reason() {
+            Some(FenceReason::SuperblockIdentity {
+                expected, found, ..
+            }) => {
+                assert_eq!(expected.partition_id, p);
+                assert_eq!(found.partition_id, found_partition);
+            }
+            other => panic!("partition {p}: {other:?}"),
+        }
+    }
+    // A directory from another node: same ids, another cluster's nonce.
+    let other = tmp.path().join("other");
+    drop(node_with_topic(&other, 1, WireOptions::empty()));
+    std::fs::remove_dir_all(partition_dir(root, 0, 0, 0)).unwrap();
+    copy_dir(
+        &partition_dir(&other, 0, 0, 0),
+        &partition_dir(root, 0, 0, 0),
+    );
+    let booted = boot(root);
+    assert!(matches!(
+        booted.node.partition((0, 0, 0)).unwrap().fence_reason(),
+        Some(FenceReason::SuperblockIdentity { expected, found, .. })
+            if expected.nonce != found.nonce && key(expected) == key(found)
+    ));
+}
+
+fn key(identity: &PartitionIdentity) -> (u32, u32, u32) {
+    (identity.stream_id, identity.topic_id, identity.partition_id)
+}
+
+#[test]
+fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = node_with_topic(root, 2, topic_options(&[("durability", 2, b"persisted")]));
+    for p in 0..2 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(p),
+            batch(u64::from(p), 3, 10),
+        )
+        .unwrap();
+    }
+    let consumer = WireConsumer::consumer(id(1));
+    node.store_offset(&consumer, &id(0), &id(0), Some(0), 2)
+        .unwrap();
+    let nonce = node.state().topic(0, 0).partitions[&0].nonce;
+    node.purge_topic(&id(0), &id(0), O).unwrap();
+    assert_ne!(node.state().topic(0, 0).partitions[&0].nonce, nonce);
+    assert_eq!(
+        node.get_offset(&consumer, &id(0), &id(0), Some(0)).unwrap(),
+        None
+    );
+    let polled = node
+        .poll(
+            &consumer,
+            0,
+            &id(0),
+            &id(0),
+            Some(0),
+            &WirePollingStrategy { kind: 3, value: 0 },
+            10,
+            false,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(polled.message_count, 0);
+    let sent = node
+        .send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(9, 1, 10),
+        )
+        .unwrap();
+    assert_eq!(
+        sent.ack.base_offset, 0,
+        "a purged partition starts again at 0"
+    );
+    drop(node);
+    let mut node = boot(root).node;
+    let polled = node
+        .poll(
+            &consumer,
+            0,
+            &id(0),
+            &id(0),
+            Some(0),
+            &WirePollingStrategy { kind: 3, value: 0 },
+            10,
+            false,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(polled.message_count, 1);
+}
+
+#[test]
+fn group_members_share_the_partitions_and_poll_them_round_robin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = node_with_topic(root, 3, WireOptions::empty());
+    for p in 0..3 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(p),
+            batch(u64::from(p), 2, 10),
+        )
+        .unwrap();
+    }
+    let g = node.create_group(&id(0), &id(0), "workers", O).unwrap();
+    let group = WireConsumer {
+        kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+        id: id(g),
+    };
+    let next = WirePollingStrategy { kind: 5, value: 0 };
+    assert_eq!(
+        node.poll(&group, 10, &id(0), &id(0), None, &next, 10, true)
+            .unwrap_err()
+            .code(),
+        5006,
+        "only members poll"
+    );
+    node.join_group(&id(0), &id(0), &named("workers"), 10)
+        .unwrap();
+    node.join_group(&id(0), &id(0), &id(g), 20).unwrap();
+    let (generation, mine) = node.group_assignment(&id(0), &id(0), &id(g), 10).unwrap();
+    assert_eq!((generation, mine.clone()), (2, vec![0, 2]));
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let polled = node
+            .poll(&group, 10, &id(0), &id(0), None, &next, 10, true)
+            .unwrap()
+            .unwrap();
+        seen.push(polled.partition_id);
+        assert_eq!(polled.message_count, 2);
+    }
+    seen.sort();
+    assert_eq!(seen, vec![0, 2]);
+    assert_eq!(
+        node.poll(&group, 10, &id(0), &id(0), Some(1), &next, 10, true)
+            .unwrap_err()
+            .code(),
+        5009
+    );
+    // The group's offsets moved on: nothing new to read.
+    let again = node
+        .poll(&group, 10, &id(0), &id(0), Some(0), &next, 10, true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.message_count, 0);
+    node.disconnect(20);
+    assert_eq!(
+        node.group_assignment(&id(0), &id(0), &id(g), 10).unwrap().1,
+        vec![0, 1, 2],
+        "a member that disconnects releases its partitions"
+    );
+    node.leave_group(&id(0), &id(0), &id(g), 10).unwrap();
+    assert_eq!(
+        node.leave_group(&id(0), &id(0), &id(g), 10)
+            .unwrap_err()
+            .code(),
+        5006
+    );
+}
+
+#[test]
+fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = node_with_topic(
+        root,
+        1,
+        topic_options(&[
+            ("durability", 2, b"persisted"),
+            ("segment_size", 2, b"1 MiB"),
+            ("message_expiry", 2, b"1 h"),
+        ]),
+    );
+    for seed in 0..40 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(seed, 10, 9000),
+        )
+        .unwrap();
+    }
+    let stats = node.partition_stats((0, 0, 0));
+    assert!(stats.segments >= 3, "{stats:?}");
+    let now = real_env().clock.wall_micros();
+    assert!(node.run_cleaner(now).is_empty(), "nothing has expired yet");
+    let later = now + 2 * 3_600_000_000;
+    let deleted = node.run_cleaner(later);
+    assert_eq!(
+        deleted.len() as u32,
+        stats.segments - 1,
+        "every sealed segment"
+    );
+    assert!(deleted.iter().all(|d| d.reason == Reason::Expired));
+    let after = node.partition_stats((0, 0, 0));
+    assert_eq!(after.segments, 1, "the active segment is never deleted");
+    assert!(after.log_start > 0);
+    // Size: a budget below one segment keeps the newest sealed segment.
+    node.update_topic(
+        &id(0),
+        &id(0),
+        "t",
+        topic_options(&[
+            ("message_expiry", 12, &0u64.to_le_bytes()),
+            ("max_topic_size", 2, b"1 B"),
+        ]),
+        O,
+    )
+    .unwrap();
+    for seed in 100..140 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(seed, 10, 9000),
+        )
+        .unwrap();
+    }
+    let deleted = node.run_cleaner(later);
+    assert!(deleted.iter().all(|d| d.reason == Reason::OverSize));
+    let sealed = node.partition_stats((0, 0, 0)).segments - 1;
+    assert!(sealed >= 1, "the floor keeps the newest sealed segment");
+    let log_start = node.partition_stats((0, 0, 0)).log_start;
+    drop(node);
+    let node = boot(root).node;
+    assert_eq!(node.partition_stats((0, 0, 0)).log_start, log_start);
+}
+
+#[test]
+fn explicit_segment_deletion_never_touches_the_active_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut node = node_with_topic(
+        tmp.path(),
+        1,
+        topic_options(&[
+            ("durability", 2, b"persisted"),
+            ("segment_size", 2, b"1 MiB"),
+        ]),
+    );
+    for seed in 0..30 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(seed, 10, 9000),
+        )
+        .unwrap();
+    }
+    let segments = node.partition_stats((0, 0, 0)).segments;
+    assert!(node.delete_segments(&id(0), &id(0), 0, segments).is_err());
+    let deleted = node.delete_segments(&id(0), &id(0), 0, 1).unwrap();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(deleted[0].segment.start_offset, 0);
+    assert_eq!(node.partition_stats((0, 0, 0)).segments, segments - 1);
+}
