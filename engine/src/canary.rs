@@ -37,7 +37,8 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
+    "ack-metadata-before-sync",
     "ack-before-sync",
     "no-dir-sync",
     "truncate-at-first-bad",

@@ -1,12 +1,16 @@
-//! `cairn check` end to end: the real binary over a real data directory.
+//! `cairn check` end to end: the real binary over a real data directory made by a node.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-use cairn_engine::config::{PartitionSettings, TopicConfig};
 use cairn_engine::format::BatchBuilder;
-use cairn_engine::partition::{partition_dir, Partition, PartitionIdentity};
+use cairn_engine::metadata::journal::Origin;
+use cairn_engine::node::{Node, NodeSettings, PasswordCost};
+use cairn_engine::partition::partition_dir;
+use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn check(root: &std::path::Path) -> (i32, String) {
+fn check(root: &Path) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("check")
         .arg(root)
@@ -18,54 +22,90 @@ fn check(root: &std::path::Path) -> (i32, String) {
     )
 }
 
-#[test]
-fn check_reports_clean_repair_and_fence_without_changing_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// A node with stream 0, topic 0 of three partitions holding messages, closed.
+fn node(root: &Path) {
     let env = cairn_engine::env::real::env().unwrap();
-    let settings = PartitionSettings::default();
-    for p in 0..2u32 {
-        let dir = partition_dir(root, 0, 0, p);
-        let mut partition = Partition::create(
-            &env,
-            &dir,
-            PartitionIdentity::bare(p),
-            TopicConfig::default(),
-            settings,
-        )
+    let settings = NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        ..Default::default()
+    };
+    let mut node = Node::open(&env, root, settings).unwrap().node;
+    let id = WireIdentifier::numeric;
+    node.create_stream("s", Origin::default()).unwrap();
+    node.create_topic(&id(0), "t", 3, WireOptions::empty(), Origin::default())
         .unwrap();
+    for p in 0..3 {
         for i in 0..5u128 {
             let mut builder = BatchBuilder::new(1);
-            builder.push(i, 0, b"payload", b"");
-            partition.append(builder.build()).unwrap();
+            builder.push(i + 1, 0, b"payload", b"");
+            node.send(
+                &id(0),
+                &id(0),
+                &WirePartitioning::PartitionId(p),
+                builder.build(),
+            )
+            .unwrap();
         }
-        partition.close().unwrap();
     }
-    let (code, out) = check(root);
+    node.close().unwrap();
+}
+
+fn line_of(out: &str, path: &Path) -> String {
+    out.lines()
+        .find(|l| l.starts_with(&format!("{}: ", path.display())))
+        .unwrap_or_else(|| panic!("no line for {}: {out}", path.display()))
+        .to_string()
+}
+
+#[test]
+fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("data");
+    node(&root);
+    let (code, out) = check(&root);
     assert_eq!(code, 0, "{out}");
-    assert_eq!(out.matches(": clean").count(), 2, "{out}");
+    assert!(
+        line_of(&out, &root.join("metadata")).contains(": clean"),
+        "{out}"
+    );
+    assert_eq!(out.matches(": clean").count(), 4, "{out}");
 
     // Partition 0: garbage tail -> repair. Partition 1: a flipped byte -> fenced.
-    let log0 = partition_dir(root, 0, 0, 0).join("00000000000000000000.log");
+    // Partition 2: its directory gone -> fenced. A deleted topic's directory -> removed.
+    let dirs: Vec<PathBuf> = (0..3).map(|p| partition_dir(&root, 0, 0, p)).collect();
+    let log0 = dirs[0].join("00000000000000000000.log");
     let mut bytes = std::fs::read(&log0).unwrap();
     bytes.extend_from_slice(&[7u8; 50]);
     std::fs::write(&log0, &bytes).unwrap();
-    let log1 = partition_dir(root, 0, 0, 1).join("00000000000000000000.log");
+    let log1 = dirs[1].join("00000000000000000000.log");
     let mut bytes1 = std::fs::read(&log1).unwrap();
     bytes1[300] ^= 1;
     std::fs::write(&log1, &bytes1).unwrap();
+    std::fs::remove_dir_all(&dirs[2]).unwrap();
+    let orphan = partition_dir(&root, 0, 7, 0);
+    std::fs::create_dir_all(&orphan).unwrap();
 
-    let (code, out) = check(root);
+    let before = snapshot(&root);
+    let (code, out) = check(&root);
     assert_eq!(code, 1, "{out}");
-    let dir0 = partition_dir(root, 0, 0, 0);
-    let dir1 = partition_dir(root, 0, 0, 1);
-    let line_of = |dir: &std::path::Path| {
-        out.lines()
-            .find(|l| l.starts_with(&format!("{}: ", dir.display())))
-            .unwrap_or_else(|| panic!("no line for {}: {out}", dir.display()))
-            .to_string()
-    };
-    assert!(line_of(&dir0).ends_with(": would repair"), "{out}");
+    assert!(line_of(&out, &dirs[0]).ends_with(": would repair"), "{out}");
     assert!(
         out.contains(&format!(
             "would truncate {} from {} to {} bytes",
@@ -75,23 +115,34 @@ fn check_reports_clean_repair_and_fence_without_changing_files() {
         )),
         "{out}"
     );
-    let fenced = line_of(&dir1);
+    let fenced = line_of(&out, &dirs[1]);
     assert!(
-        fenced.contains("FENCED")
+        fenced.contains("FENCED (CorruptBelowDurable)")
             && fenced.contains(&log1.display().to_string())
             && fenced.contains("at position 0, below the durable end"),
         "{fenced}"
     );
-    assert_eq!(
-        std::fs::read(&log0).unwrap(),
-        bytes,
-        "check changes nothing"
+    assert!(
+        line_of(&out, &dirs[2]).contains("FENCED (DirectoryMissing)"),
+        "{out}"
     );
-    assert_eq!(
-        std::fs::read(&log1).unwrap(),
-        bytes1,
-        "check changes nothing"
+    let topic_dir = orphan.parent().unwrap().parent().unwrap();
+    assert!(line_of(&out, topic_dir).contains("would remove"), "{out}");
+    assert_eq!(snapshot(&root), before, "check changes nothing");
+
+    // Damage below the metadata journal's durable end refuses boot.
+    let journal = root.join("metadata/journal.wal");
+    let mut wal = std::fs::read(&journal).unwrap();
+    wal[400] ^= 1;
+    std::fs::write(&journal, &wal).unwrap();
+    let before = snapshot(&root);
+    let (code, out) = check(&root);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, &root.join("metadata")).contains("BOOT REFUSED (JournalCorrupt)"),
+        "{out}"
     );
+    assert_eq!(snapshot(&root), before, "check changes nothing");
 
     let missing = root.join("missing");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))

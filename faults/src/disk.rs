@@ -205,7 +205,8 @@ pub enum Scripted {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Node {
     File(u64),
-    Dir,
+    /// A directory, by its own id: one made later at the same path is another.
+    Dir(u64),
 }
 
 /// One unsynced change of a directory's entries.
@@ -213,6 +214,9 @@ enum Node {
 enum DirOp {
     Link(PathBuf, Node),
     Unlink(PathBuf),
+    /// A directory removed with everything in it: the names under it that were durable
+    /// when it was removed (a directory made later at the same path keeps its own).
+    UnlinkDir(PathBuf, Vec<(PathBuf, Node)>),
     /// Within one directory: atomic.
     Rename(PathBuf, PathBuf, Node),
 }
@@ -479,7 +483,7 @@ impl State {
             .values()
             .filter_map(|n| match n {
                 Node::File(i) => Some(*i),
-                Node::Dir => None,
+                Node::Dir(_) => None,
             })
             .collect();
         live.iter().map(|i| self.files[i].used()).sum()
@@ -505,7 +509,7 @@ impl State {
     }
 
     fn is_dir(&self, path: &Path) -> bool {
-        path.as_os_str().is_empty() || self.names.get(path) == Some(&Node::Dir)
+        path.as_os_str().is_empty() || matches!(self.names.get(path), Some(Node::Dir(_)))
     }
 
     fn log_dir_op(&mut self, dir: &Path, op: DirOp) {
@@ -616,7 +620,7 @@ impl State {
     /// one whose claimed change was lost.
     fn apply_durably(&mut self, op: &DirOp) {
         let changed = match op {
-            DirOp::Link(p, _) | DirOp::Unlink(p) => p,
+            DirOp::Link(p, _) | DirOp::Unlink(p) | DirOp::UnlinkDir(p, _) => p,
             DirOp::Rename(_, to, _) => to,
         };
         self.lost_synced_names.retain(|(p, _)| p != changed);
@@ -625,14 +629,13 @@ impl State {
                 self.durable_names.insert(path.clone(), *node);
             }
             DirOp::Unlink(path) => {
-                let doomed: Vec<PathBuf> = self
-                    .durable_names
-                    .keys()
-                    .filter(|p| p.starts_with(path))
-                    .cloned()
-                    .collect();
-                for p in doomed {
-                    self.durable_names.remove(&p);
+                self.durable_names.remove(path);
+            }
+            DirOp::UnlinkDir(_, doomed) => {
+                for (p, node) in doomed {
+                    if self.durable_names.get(p) == Some(node) {
+                        self.durable_names.remove(p);
+                    }
                 }
             }
             DirOp::Rename(from, to, node) => {
@@ -646,7 +649,7 @@ impl State {
 impl SimDisk {
     pub fn new(seed: u64, faults: DiskFaults) -> Self {
         let mut names = BTreeMap::new();
-        names.insert(PathBuf::from("/"), Node::Dir);
+        names.insert(PathBuf::from("/"), Node::Dir(0));
         SimDisk {
             state: Arc::new(Mutex::new(State {
                 rng: ChaCha8Rng::seed_from_u64(seed),
@@ -766,7 +769,7 @@ impl SimDisk {
             .values()
             .filter_map(|n| match n {
                 Node::File(i) => Some(*i),
-                Node::Dir => None,
+                Node::Dir(_) => None,
             })
             .collect();
         s.files.retain(|inode, _| live.contains(inode));
@@ -995,7 +998,7 @@ fn power_loss_names(s: &mut State) {
     let pending = std::mem::take(&mut s.pending);
     for (dir, ops) in pending {
         let name_of = |op: &DirOp| match op {
-            DirOp::Link(p, _) | DirOp::Unlink(p) => p.clone(),
+            DirOp::Link(p, _) | DirOp::Unlink(p) | DirOp::UnlinkDir(p, _) => p.clone(),
             DirOp::Rename(_, to, _) => to.clone(),
         };
         // An honest device commits directory changes in order: a prefix lands. Changes a
@@ -1051,7 +1054,7 @@ fn power_loss_names(s: &mut State) {
             .ancestors()
             .skip(1)
             .take_while(|a| !a.as_os_str().is_empty() && *a != Path::new("/"))
-            .any(|a| s.durable_names.get(a) != Some(&Node::Dir));
+            .any(|a| !matches!(s.durable_names.get(a), Some(Node::Dir(_))));
         if orphan {
             s.durable_names.remove(&path);
         }
@@ -1496,7 +1499,7 @@ impl Disk for SimDisk {
         }
         let existing = s.names.get(path).copied();
         let inode = match (existing, mode) {
-            (Some(Node::Dir), _) => return Err(io::Error::other("is a directory")),
+            (Some(Node::Dir(_)), _) => return Err(io::Error::other("is a directory")),
             (Some(Node::File(_)), OpenMode::CreateNew) => {
                 return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists"))
             }
@@ -1539,7 +1542,7 @@ impl Disk for SimDisk {
                 break;
             }
             match s.names.get(p) {
-                Some(Node::Dir) => break,
+                Some(Node::Dir(_)) => break,
                 Some(Node::File(_)) => {
                     return Err(io::Error::new(
                         io::ErrorKind::AlreadyExists,
@@ -1553,9 +1556,11 @@ impl Disk for SimDisk {
             s.check_space(PAGE, path)?;
         }
         for p in missing.into_iter().rev() {
-            s.names.insert(p.clone(), Node::Dir);
+            let id = s.next_inode;
+            s.next_inode += 1;
+            s.names.insert(p.clone(), Node::Dir(id));
             let dir = parent_of(&p);
-            s.log_dir_op(&dir, DirOp::Link(p, Node::Dir));
+            s.log_dir_op(&dir, DirOp::Link(p, Node::Dir(id)));
         }
         Ok(())
     }
@@ -1566,7 +1571,7 @@ impl Disk for SimDisk {
             return Err(crashed_error());
         }
         match s.names.get(path) {
-            Some(Node::Dir) => {}
+            Some(Node::Dir(_)) => {}
             Some(Node::File(_)) => return Err(io::Error::other("not a directory")),
             None => return Err(not_found("directory", path)),
         }
@@ -1575,7 +1580,7 @@ impl Disk for SimDisk {
             .filter(|(p, _)| p.parent() == Some(path))
             .map(|(p, n)| DirEntry {
                 name: p.file_name().expect("name").to_string_lossy().into_owned(),
-                is_dir: *n == Node::Dir,
+                is_dir: matches!(n, Node::Dir(_)),
             })
             .collect())
     }
@@ -1597,16 +1602,16 @@ impl Disk for SimDisk {
             return Err(not_found("rename target directory of", to));
         }
         match (node, s.names.get(to)) {
-            (Node::File(_), Some(Node::Dir)) => {
+            (Node::File(_), Some(Node::Dir(_))) => {
                 return Err(io::Error::other("target is a directory"))
             }
-            (Node::Dir, Some(Node::File(_))) => {
+            (Node::Dir(_), Some(Node::File(_))) => {
                 return Err(io::Error::other("target is not a directory"))
             }
-            (Node::Dir, _) if to.starts_with(from) => return Err(invalid("rename into itself")),
+            (Node::Dir(_), _) if to.starts_with(from) => return Err(invalid("rename into itself")),
             _ => {}
         }
-        if node == Node::Dir {
+        if matches!(node, Node::Dir(_)) {
             return Err(io::Error::other("renaming directories is not simulated"));
         }
         if s.faults.capacity.is_some_and(|c| s.used_bytes() >= c) {
@@ -1647,7 +1652,7 @@ impl Disk for SimDisk {
                 s.log_dir_op(&dir, DirOp::Unlink(path.to_path_buf()));
                 Ok(())
             }
-            Some(Node::Dir) => Err(io::Error::other("is a directory")),
+            Some(Node::Dir(_)) => Err(io::Error::other("is a directory")),
             None => Err(not_found("file", path)),
         }
     }
@@ -1661,7 +1666,7 @@ impl Disk for SimDisk {
             return Err(crashed_error());
         }
         match s.names.get(path) {
-            Some(Node::Dir) => {}
+            Some(Node::Dir(_)) => {}
             Some(Node::File(_)) => return Err(io::Error::other("not a directory")),
             None => return Err(not_found("directory", path)),
         }
@@ -1674,8 +1679,17 @@ impl Disk for SimDisk {
         for p in doomed {
             s.names.remove(&p);
         }
+        // The removed directories' own unsynced changes go with them: a directory created
+        // later at the same path is another directory.
+        s.pending.retain(|dir, _| !dir.starts_with(path));
+        let durable: Vec<(PathBuf, Node)> = s
+            .durable_names
+            .iter()
+            .filter(|(p, _)| p.starts_with(path))
+            .map(|(p, n)| (p.clone(), *n))
+            .collect();
         let dir = parent_of(path);
-        s.log_dir_op(&dir, DirOp::Unlink(path.to_path_buf()));
+        s.log_dir_op(&dir, DirOp::UnlinkDir(path.to_path_buf(), durable));
         Ok(())
     }
 

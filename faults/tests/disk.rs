@@ -420,3 +420,56 @@ fn what_a_real_file_system_refuses_is_refused() {
     );
     assert!(disk.remove_dir_all(Path::new("/")).is_err());
 }
+
+/// A removed directory's unsynced entries go with it: a directory later created at the same
+/// path never inherits them, at a power loss or at its own sync.
+#[test]
+fn a_directory_recreated_at_the_same_path_does_not_inherit_unsynced_entries() {
+    for seed in 0..20 {
+        let (disk, dir) = setup(seed, DiskFaults::default());
+        let sub = dir.join("p");
+        disk.create_dir_all(&sub).unwrap();
+        disk.sync_dir(&dir).unwrap();
+        let old = disk.open(&sub.join("old"), OpenMode::CreateNew).unwrap();
+        write(old.as_ref(), 0, b"stale");
+        old.sync_data().unwrap();
+        drop(old);
+        // The name "old" was never synced into `sub`.
+        disk.remove_dir_all(&sub).unwrap();
+        disk.sync_dir(&dir).unwrap();
+        disk.create_dir_all(&sub).unwrap();
+        disk.sync_dir(&dir).unwrap();
+        if seed % 2 == 0 {
+            disk.sync_dir(&sub).unwrap();
+        }
+        disk.set_fates(Fates::KeepAll);
+        disk.power_loss();
+        assert!(!disk.exists(&sub.join("old")).unwrap(), "seed {seed}");
+        assert!(disk.exists(&sub).unwrap());
+    }
+}
+
+/// A directory removed, made again at the same path before its parent was synced, and
+/// filled and synced: the parent's sync makes the new directory durable with its own
+/// entries, which the old directory's removal does not take away.
+#[test]
+fn a_directory_removed_and_made_again_keeps_its_new_entries() {
+    let (disk, dir) = setup(3, DiskFaults::default());
+    let sub = dir.join("p");
+    disk.create_dir_all(&sub).unwrap();
+    let (_, old) = durable_file(&disk, &sub, "f");
+    disk.sync_dir(&dir).unwrap();
+    disk.remove_dir_all(&sub).unwrap(); // not synced
+    disk.create_dir_all(&sub).unwrap();
+    let (file, new) = durable_file(&disk, &sub, "f");
+    write(file.as_ref(), 0, b"new");
+    file.sync_data().unwrap();
+    disk.sync_dir(&dir).unwrap();
+    assert_eq!(old, new);
+    disk.set_fates(Fates::DropAll);
+    disk.power_loss();
+    let file = disk
+        .open(&new, OpenMode::Read)
+        .expect("the new entry survives");
+    assert_eq!(read(file.as_ref(), 3), b"new");
+}

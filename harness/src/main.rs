@@ -242,10 +242,22 @@ fn swarm(args: SwarmArgs) -> ExitCode {
             t.decision_seeds.get(decision).copied().unwrap_or(0)
         );
     }
-    println!(
-        "  {:<22} n/a (no metadata plane yet: boot refusal is a metadata-plane outcome)",
-        "BootRefused"
-    );
+    println!("coverage: node scope (metadata plane, retention, groups) -> seeds that reached it");
+    for (decision, what) in cairn_sim::node_world::NODE_COVERAGE {
+        println!(
+            "  {:<22} {:<6} {what}",
+            decision,
+            t.decision_seeds.get(decision).copied().unwrap_or(0)
+        );
+    }
+    println!("coverage: metadata boot refusal -> seeds that reached it");
+    for refusal in cairn_engine::metadata::MetaRefusal::COVERAGE_NAMES {
+        println!(
+            "  {:<31} {}",
+            refusal,
+            t.decision_seeds.get(refusal).copied().unwrap_or(0)
+        );
+    }
     println!("profile classes -> seeds");
     for (class, n) in &t.class_seeds {
         println!("  {class:<18} {n}");

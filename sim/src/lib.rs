@@ -4,6 +4,7 @@
 
 pub mod directed;
 pub mod executor;
+pub mod node_world;
 pub mod oracle;
 pub mod profile;
 pub mod run;

@@ -895,10 +895,21 @@ pub fn check_fence(
             }
             FenceReason::MissingLog { log, .. }
             | FenceReason::DurableSegmentMissing { log, .. } => lost_names.contains(log),
-            // The oldest segment's name was lost.
-            FenceReason::LogStartMissing { dir, .. } => lost_names
-                .iter()
-                .any(|n| n.parent() == Some(dir) && n.extension().is_some_and(|e| e == "log")),
+            // The oldest segment's name was lost; or the newer record that moved the log
+            // start was destroyed or undone (a power loss after a lying sync of its slot).
+            FenceReason::LogStartMissing {
+                dir,
+                uncertain_slot,
+                ..
+            } => {
+                lost_names
+                    .iter()
+                    .any(|n| n.parent() == Some(dir) && n.extension().is_some_and(|e| e == "log"))
+                    || model.rewind_floor.is_some()
+                    || uncertain_slot
+                        .as_ref()
+                        .is_some_and(|s| in_file(s, anywhere.clone()) || lost_names.contains(s))
+            }
             // A stored offset's name (or its directory's) was lost; or the newer record that
             // knew of a deletion was destroyed, or undone (a power loss after a lying sync
             // of its slot, which the deletion's unlink outlived).

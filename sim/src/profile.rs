@@ -60,6 +60,8 @@ pub struct PartitionProfile {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
     pub seed: u64,
+    /// What the run simulates: bare partitions, or a whole node.
+    pub scope: Scope,
     pub class: Class,
     pub partitions: Vec<PartitionProfile>,
     /// Workload operations in the safety phase (all tasks together).
@@ -183,6 +185,27 @@ fn disk_faults(rng: &mut ChaCha8Rng, class: Class) -> DiskFaults {
     disk
 }
 
+/// What a run simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Bare partitions under the full disk fault model (the engine's recovery).
+    Partitions,
+    /// A whole node: metadata plane, entities, groups, retention
+    /// ([`crate::node_world`]).
+    Node,
+}
+
+impl Scope {
+    /// One seed in five simulates a node. Drawn from its own hash of the seed, so adding the
+    /// scope changed no partition-scope profile.
+    pub fn of(seed: u64) -> Scope {
+        match xxhash::xxh3::xxh3_64(&seed.to_le_bytes()) % 5 {
+            0 => Scope::Node,
+            _ => Scope::Partitions,
+        }
+    }
+}
+
 impl Profile {
     pub fn from_seed(seed: u64) -> Profile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_ca12_u64);
@@ -194,6 +217,7 @@ impl Profile {
         let disk = disk_faults(&mut rng, class);
         let mut profile = Profile {
             seed,
+            scope: Scope::of(seed),
             class,
             partitions,
             steps: rng.gen_range(200..500),
@@ -248,6 +272,10 @@ fn show(p: Option<f64>) -> String {
 
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.scope == Scope::Node {
+            let node = crate::node_world::NodeProfile::from_seed(self.seed);
+            return writeln!(f, "seed {:#x} scope node\n  {node:?}", self.seed);
+        }
         writeln!(f, "seed {:#x} class {:?}", self.seed, self.class)?;
         for (i, p) in self.partitions.iter().enumerate() {
             let c = &p.config;

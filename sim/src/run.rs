@@ -146,9 +146,8 @@ fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
     world.lock().expect("world")
 }
 
-/// Builds the world of `seed`: a simulated disk, clock and network as the node's `Env`.
-pub fn world_for(seed: u64, verbose: bool) -> (Shared, Executor) {
-    let profile = Profile::from_seed(seed);
+/// The simulated disk, clock, executor and `Env` of `seed`.
+fn sim_env(seed: u64, profile: &Profile) -> (SimDisk, SimClock, Executor, Env) {
     let clock = SimClock::new();
     let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
     disk.set_latency(
@@ -167,13 +166,40 @@ pub fn world_for(seed: u64, verbose: bool) -> (Shared, Executor) {
             seed ^ 0xe27,
         )))),
     };
+    (disk, clock, executor, env)
+}
+
+/// Builds the world of `seed`: a simulated disk, clock and network as the node's `Env`.
+pub fn world_for(seed: u64, verbose: bool) -> (Shared, Executor) {
+    let profile = Profile::from_seed(seed);
+    let (disk, clock, executor, env) = sim_env(seed, &profile);
     let trace = Trace::new(verbose, clock.clone());
     let world = World::new(profile, disk, clock, env, trace);
     (Arc::new(Mutex::new(world)), executor)
 }
 
+/// Runs one node-scope seed ([`crate::node_world`]).
+fn run_node_seed(seed: u64, verbose: bool) -> RunReport {
+    let profile = Profile::from_seed(seed);
+    if verbose {
+        print!("{profile}");
+    }
+    let (disk, clock, executor, env) = sim_env(seed, &profile);
+    let mut trace = Trace::new(verbose, clock.clone());
+    trace.event(format!(
+        "profile {}",
+        xxhash::xxh3::xxh3_64(profile.to_string().as_bytes())
+    ));
+    let world =
+        crate::node_world::NodeWorld::new(seed, disk, clock, env, trace, RunReport::new(profile));
+    crate::node_world::run(world, executor).0
+}
+
 /// Runs one seed to completion.
 pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
+    if crate::profile::Scope::of(seed) == crate::profile::Scope::Node {
+        return run_node_seed(seed, verbose);
+    }
     let (world, mut executor) = world_for(seed, verbose);
     {
         let mut w = lock(&world);

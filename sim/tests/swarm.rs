@@ -128,6 +128,16 @@ fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
         reports.iter().any(|r| r.boot_retries > 0),
         "no boot retried"
     );
+    // The node scope's rows: every one fires in some seed of the bounded swarm.
+    let silent_rows: Vec<&str> = cairn_sim::node_world::NODE_COVERAGE
+        .iter()
+        .map(|(row, _)| *row)
+        .filter(|row| !reports.iter().any(|r| r.decisions.contains_key(row)))
+        .collect();
+    assert!(
+        silent_rows.is_empty(),
+        "node coverage rows that never fired: {silent_rows:?}"
+    );
 }
 
 #[test]

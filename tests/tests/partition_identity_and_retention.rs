@@ -94,9 +94,10 @@ fn deleting_the_oldest_segment_is_refused_not_served_from_a_later_offset() {
             dir: d,
             log_start,
             first_segment,
+            uncertain_slot,
         } => assert_eq!(
-            (d, log_start, first_segment),
-            (dir.clone(), 0, Some(starts[1]))
+            (d, log_start, first_segment, uncertain_slot),
+            (dir.clone(), 0, Some(starts[1]), None)
         ),
         other => panic!("expected LogStartMissing, got {other}"),
     }

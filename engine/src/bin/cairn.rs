@@ -1,10 +1,12 @@
 //! The `cairn` command line.
 
-use cairn_engine::config::Durability;
 use cairn_engine::env::Disk;
+use cairn_engine::metadata;
+use cairn_engine::node::{self, state::DirWork};
 use cairn_engine::partition::recovery::{self, RecoveryPlan};
-use cairn_engine::partition::PartitionIdentity;
+use cairn_engine::partition::{partition_dir, PartitionIdentity};
 use clap::{Parser, Subcommand};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -26,17 +28,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Report, for every partition under a data directory, what boot recovery would do and
-    /// why. Changes no bytes. Exits 0 when every partition is clean, 1 when any would be
-    /// repaired or fenced, 2 when the directory cannot be read.
+    /// Report what boot would do to a data directory, and why, without changing a byte: the
+    /// metadata plane (refusal, journal repairs, replayed operations, directory work still
+    /// to redo), directories of deleted entities it would remove, and for every partition the
+    /// metadata names its recovery plan (a missing directory is fenced). Exits 0 when boot
+    /// would change nothing and refuse nothing, 1 when anything would be repaired, removed,
+    /// fenced or refused, 2 when the directory cannot be read.
     Check {
-        /// The data directory (the one holding `streams/`).
+        /// The data directory (the one holding `metadata/` and `streams/`).
         data_dir: PathBuf,
-        /// The topics' consumer offset policy, which decides what happens to a damaged
-        /// offset file (dropped under `replicated`, reported under `persisted`). Until the
-        /// metadata plane records topic options, check cannot read it from the directory.
-        #[arg(long, default_value = "replicated")]
-        consumer_offset_durability: Durability,
     },
 }
 
@@ -50,41 +50,11 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Check {
-            data_dir,
-            consumer_offset_durability,
-        } => check(&data_dir, consumer_offset_durability),
+        Command::Check { data_dir } => check(&data_dir),
     }
 }
 
-/// Partition directories `streams/{s}/topics/{t}/partitions/{p}` with their partition ids.
-fn partition_dirs(disk: &dyn Disk, root: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
-    let mut found = Vec::new();
-    let streams = root.join("streams");
-    if !disk.exists(&streams)? {
-        return Ok(found);
-    }
-    for stream in disk.read_dir(&streams)?.into_iter().filter(|e| e.is_dir) {
-        let topics = streams.join(&stream.name).join("topics");
-        if !disk.exists(&topics)? {
-            continue;
-        }
-        for topic in disk.read_dir(&topics)?.into_iter().filter(|e| e.is_dir) {
-            let partitions = topics.join(&topic.name).join("partitions");
-            if !disk.exists(&partitions)? {
-                continue;
-            }
-            for partition in disk.read_dir(&partitions)?.into_iter().filter(|e| e.is_dir) {
-                if let Ok(id) = partition.name.parse::<u64>() {
-                    found.push((partitions.join(&partition.name), id));
-                }
-            }
-        }
-    }
-    Ok(found)
-}
-
-fn check(root: &Path, offset_durability: Durability) -> ExitCode {
+fn check(root: &Path) -> ExitCode {
     let env = match cairn_engine::env::real::env() {
         Ok(env) => env,
         Err(e) => {
@@ -104,46 +74,121 @@ fn check(root: &Path, offset_durability: Durability) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let dirs = match partition_dirs(disk, root) {
-        Ok(dirs) => dirs,
+    match report(disk, root) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("cairn check: cannot read {}: {e}", root.display());
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
-    if dirs.is_empty() {
-        println!("{}: no partitions found", root.display());
-    }
-    let mut unclean = 0;
-    for (dir, id) in dirs {
-        match recovery::plan(
-            disk,
-            &dir,
-            PartitionIdentity::bare(id as u32),
-            offset_durability,
-        ) {
-            Err(e) => {
-                unclean += 1;
-                println!("{}: CANNOT SCAN: {e}", dir.display());
-            }
-            Ok(plan) => {
-                if plan.fence.is_some() || !plan.actions.is_empty() {
-                    unclean += 1;
-                }
-                report(&dir, &plan);
-            }
-        }
-    }
-    if unclean > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
     }
 }
 
-fn report(dir: &Path, plan: &RecoveryPlan) {
+/// Prints the report; true when boot would change and refuse nothing.
+fn report(disk: &dyn Disk, root: &Path) -> std::io::Result<bool> {
+    let meta = metadata::plan(disk, root)?;
+    let meta_dir = root.join(metadata::DIR);
+    if let Some(refusal) = &meta.refusal {
+        println!(
+            "{}: BOOT REFUSED ({}): {refusal}",
+            meta_dir.display(),
+            refusal.name()
+        );
+        for note in &meta.notes {
+            println!("  note: {note}");
+        }
+        return Ok(false);
+    }
+    if meta.first_boot {
+        println!(
+            "{}: no metadata yet: the first boot initialises it",
+            root.display()
+        );
+        return Ok(true);
+    }
+    let mut clean = meta.actions.is_empty();
+    let record = meta
+        .record
+        .expect("a plan past the first boot has a record");
+    println!(
+        "{}: {} (snapshot at op {}, {} journal entries after it, last op {})",
+        meta_dir.display(),
+        if meta.actions.is_empty() {
+            "clean"
+        } else {
+            "would repair"
+        },
+        record.snapshot.op,
+        meta.replayed.len(),
+        meta.last_op
+    );
+    for note in &meta.notes {
+        println!("  note: {note}");
+    }
+    for action in &meta.actions {
+        println!("  would {action}");
+    }
+    for replayed in meta.replayed.iter().filter(|r| r.op > record.applied_op) {
+        for work in &replayed.applied.work {
+            clean = false;
+            println!(
+                "  would redo the directory work of op {}: {work:?}",
+                replayed.op
+            );
+        }
+    }
+    let tree = node::plan_tree(disk, root, &meta.state)?;
+    for note in &tree.notes {
+        println!("  note: {note}");
+    }
+    for orphan in &tree.orphans {
+        clean = false;
+        println!(
+            "{}: would remove: the metadata has no such entity",
+            orphan.display()
+        );
+    }
+    let pending: BTreeSet<PartitionIdentity> = meta
+        .replayed
+        .iter()
+        .filter(|r| r.op > record.applied_op)
+        .flat_map(|r| r.applied.work.iter())
+        .filter_map(|w| match w {
+            DirWork::CreatePartition(id) | DirWork::PurgePartition(id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    for identity in meta.state.partitions() {
+        let dir = partition_dir(
+            root,
+            identity.stream_id,
+            identity.topic_id,
+            identity.partition_id,
+        );
+        if pending.contains(&identity) {
+            continue; // boot makes it (again) first
+        }
+        if !disk.exists(&dir)? {
+            clean = false;
+            println!("{}: FENCED (DirectoryMissing): the metadata has this partition and its directory is missing", dir.display());
+            continue;
+        }
+        let topic = meta.state.topic(identity.stream_id, identity.topic_id);
+        let plan = recovery::plan(
+            disk,
+            &dir,
+            identity,
+            topic.options.consumer_offset_durability,
+        )?;
+        clean &= plan.fence.is_none() && plan.actions.is_empty();
+        report_partition(&dir, &plan);
+    }
+    Ok(clean)
+}
+
+fn report_partition(dir: &Path, plan: &RecoveryPlan) {
     if let Some(reason) = &plan.fence {
-        println!("{}: FENCED: {reason}", dir.display());
+        println!("{}: FENCED ({}): {reason}", dir.display(), reason.name());
     } else if plan.actions.is_empty() {
         println!("{}: clean", dir.display());
     } else {

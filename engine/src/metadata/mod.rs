@@ -106,10 +106,15 @@ pub enum MetaRefusal {
         op: u64,
         error: String,
     },
+    /// The device cannot read a metadata file (a bad sector).
+    Unreadable {
+        path: PathBuf,
+        error: String,
+    },
 }
 
 impl MetaRefusal {
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "NoSuperblock",
         "SuperblockMisplaced",
         "DataWithoutMetadata",
@@ -123,6 +128,33 @@ impl MetaRefusal {
         "JournalUncertain",
         "JournalChainBroken",
         "EntryDoesNotApply",
+        "Unreadable",
+    ];
+
+    /// The name in coverage tables, distinct from partition fence reasons.
+    pub fn coverage_name(&self) -> &'static str {
+        let at = Self::NAMES
+            .iter()
+            .position(|n| *n == self.name())
+            .expect("every refusal is named");
+        Self::COVERAGE_NAMES[at]
+    }
+
+    pub const COVERAGE_NAMES: [&'static str; 14] = [
+        "meta:NoSuperblock",
+        "meta:SuperblockMisplaced",
+        "meta:DataWithoutMetadata",
+        "meta:SnapshotMissing",
+        "meta:SnapshotMismatch",
+        "meta:SnapshotUndecodable",
+        "meta:SnapshotContradicts",
+        "meta:JournalShorterThanDurable",
+        "meta:JournalCorrupt",
+        "meta:JournalInteriorCorruption",
+        "meta:JournalUncertain",
+        "meta:JournalChainBroken",
+        "meta:EntryDoesNotApply",
+        "meta:Unreadable",
     ];
 
     pub fn name(&self) -> &'static str {
@@ -141,6 +173,7 @@ impl MetaRefusal {
             JournalUncertain { .. } => "JournalUncertain",
             JournalChainBroken { .. } => "JournalChainBroken",
             EntryDoesNotApply { .. } => "EntryDoesNotApply",
+            Unreadable { .. } => "Unreadable",
         }
     }
 
@@ -160,7 +193,8 @@ impl MetaRefusal {
             | JournalInteriorCorruption { path, .. }
             | JournalUncertain { path, .. }
             | JournalChainBroken { path, .. }
-            | EntryDoesNotApply { path, .. } => path,
+            | EntryDoesNotApply { path, .. }
+            | Unreadable { path, .. } => path,
         }
     }
 }
@@ -182,6 +216,7 @@ impl fmt::Display for MetaRefusal {
             JournalUncertain { path, position, damage, slot } => write!(f, "{} at position {position}: {damage}; {} is damaged or missing, so the durable end may lie above this damage", path.display(), slot.display()),
             JournalChainBroken { path, position, detail } => write!(f, "{} at position {position}: the hash chain is broken: {detail}", path.display()),
             EntryDoesNotApply { path, position, op, error } => write!(f, "{} at position {position}: op {op} does not apply to the state before it: {error}", path.display()),
+            Unreadable { path, error } => write!(f, "{}: cannot be read: {error}", path.display()),
         }
     }
 }
@@ -327,13 +362,21 @@ fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> 
     }
 }
 
-fn read_file(disk: &dyn Disk, path: &Path) -> io::Result<Vec<u8>> {
-    let file = disk.open(path, OpenMode::Read)?;
-    file.evict_cache()?;
-    let len = file.len()?;
-    let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
-    file.read_exact_at(&mut bytes, 0)?;
-    Ok(bytes)
+/// A metadata file's bytes as the device holds them; a file the device cannot read is a
+/// refusal, not an I/O error.
+fn read_file(disk: &dyn Disk, path: &Path) -> Result<Vec<u8>, MetaRefusal> {
+    let read = || -> io::Result<Vec<u8>> {
+        let file = disk.open(path, OpenMode::Read)?;
+        file.evict_cache()?;
+        let len = file.len()?;
+        let mut bytes = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    };
+    read().map_err(|e| MetaRefusal::Unreadable {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    })
 }
 
 /// Whether `streams/` under `root` holds any directory.
@@ -399,7 +442,10 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
     };
     let journal_path = dir.join(JOURNAL);
     let journal_bytes = if entries.iter().any(|e| e.name == JOURNAL) {
-        read_file(disk, &journal_path)?
+        match read_file(disk, &journal_path) {
+            Ok(bytes) => bytes,
+            Err(refusal) => return Ok(MetaPlan::refused(&dir, refusal, notes)),
+        }
     } else {
         Vec::new()
     };
@@ -516,21 +562,21 @@ fn load_snapshot(
         bytes.len() as u64 == expected.len && snapshot::checksum(bytes) == expected.checksum
     };
     let path = dir.join(snapshot::FILE);
-    let temp = if present(snapshot::TEMP) {
-        Some(read_file(disk, &dir.join(snapshot::TEMP))?)
-    } else {
-        None
-    };
+    // An unreadable temp is one that does not match: only the recorded snapshot matters.
+    let temp = present(snapshot::TEMP)
+        .then(|| read_file(disk, &dir.join(snapshot::TEMP)).unwrap_or_default());
     if expected.op == 0 {
         if temp.is_some() {
             actions.push(MetaAction::RemoveTempSnapshot);
         }
         return Ok(Ok(MetaState::default()));
     }
-    let main = if present(snapshot::FILE) {
-        Some(read_file(disk, &path)?)
-    } else {
-        None
+    let main = match present(snapshot::FILE) {
+        true => match read_file(disk, &path) {
+            Ok(bytes) => Some(bytes),
+            Err(refusal) => return Ok(Err(refusal)),
+        },
+        false => None,
     };
     let bytes = match (main, temp) {
         (Some(main), temp) if matches(&main) => {
@@ -901,9 +947,9 @@ impl MetadataPlane {
             let path = dir.join(SLOT_NAMES[record.slot()]);
             slots::write(disk, &path, &record.encode()).map_err(at("write", &path))?;
         }
-        disk.sync_dir(dir).map_err(at("sync", dir))?;
-        if let Some(parent) = dir.parent() {
-            disk.sync_dir(parent).map_err(at("sync", parent))?;
+        // Every ancestor: the data root itself may have just been created.
+        for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            disk.sync_dir(ancestor).map_err(at("sync", ancestor))?;
         }
         Ok(MetadataPlane {
             disk: shared.clone(),

@@ -177,6 +177,38 @@ pub struct Node {
     /// Round-robin cursors of `Balanced` sends, per topic.
     balanced: BTreeMap<(u32, u32), u32>,
     failed: Option<String>,
+    retention_clock: RetentionClock,
+}
+
+/// The time retention judges expiry by: the wall clock, never running ahead of the
+/// monotonic clock since boot (a wall clock jumped forward at runtime does not make
+/// messages look older than they are) and never going back.
+#[derive(Debug, Clone, Copy)]
+struct RetentionClock {
+    anchor_wall: u64,
+    anchor_mono_nanos: u64,
+    last: u64,
+}
+
+impl RetentionClock {
+    fn new(env: &Env) -> RetentionClock {
+        RetentionClock {
+            anchor_wall: env.clock.wall_micros(),
+            anchor_mono_nanos: env.clock.monotonic_nanos(),
+            last: 0,
+        }
+    }
+
+    fn now(&mut self, env: &Env) -> u64 {
+        let elapsed = env
+            .clock
+            .monotonic_nanos()
+            .saturating_sub(self.anchor_mono_nanos)
+            / 1000;
+        let bound = self.anchor_wall.saturating_add(elapsed);
+        self.last = self.last.max(env.clock.wall_micros().min(bound));
+        self.last
+    }
 }
 
 fn key_of(identity: &PartitionIdentity) -> PartitionKey {
@@ -211,6 +243,7 @@ impl Node {
             groups: Membership::default(),
             balanced: BTreeMap::new(),
             failed: None,
+            retention_clock: RetentionClock::new(env),
         };
         let mut report = BootReport::default();
         let applied = node.plane.applied_op();
@@ -1074,6 +1107,13 @@ impl Node {
     }
 
     // Retention ----------------------------------------------------------------------------
+
+    /// One pass of the cleaner (what the server runs every cleaner interval, default one
+    /// minute) at the retention clock's time.
+    pub fn clean(&mut self) -> Vec<Deletion> {
+        let now = self.retention_clock.now(&self.env);
+        self.run_cleaner(now)
+    }
 
     /// One pass of the cleaner at `now` (µs): every partition's sealed segments that a
     /// retention rule of its topic condemns, oldest first.

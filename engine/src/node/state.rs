@@ -484,9 +484,11 @@ impl MetaState {
                 groups: BTreeMap::new(),
             },
         );
-        let mut applied = self.add_partitions(s, id, r.partitions_count, ctx)?;
-        applied.created = Some(id);
-        Ok(applied)
+        let work = self.make_partitions(s, id, 0..r.partitions_count, ctx);
+        Ok(Applied {
+            created: Some(id),
+            work,
+        })
     }
 
     fn add_partitions(
@@ -498,9 +500,22 @@ impl MetaState {
     ) -> NodeResult<Applied> {
         let existing = self.topic(stream, topic).partitions.len();
         check_partitions_count(count, existing, false)?;
-        let mut work = Vec::with_capacity(count as usize);
         let first = existing as u32;
-        for partition in first..first + count {
+        Ok(Applied {
+            created: None,
+            work: self.make_partitions(stream, topic, first..first + count, ctx),
+        })
+    }
+
+    fn make_partitions(
+        &mut self,
+        stream: u32,
+        topic: u32,
+        ids: std::ops::Range<u32>,
+        ctx: OpContext,
+    ) -> Vec<DirWork> {
+        let mut work = Vec::with_capacity(ids.len());
+        for partition in ids {
             let nonce = ctx.nonce(stream, topic, partition);
             self.topic_mut(stream, topic).partitions.insert(
                 partition,
@@ -517,10 +532,7 @@ impl MetaState {
                 nonce,
             }));
         }
-        Ok(Applied {
-            created: None,
-            work,
-        })
+        work
     }
 
     fn delete_partitions(&mut self, stream: u32, topic: u32, count: u32) -> NodeResult<Applied> {

@@ -28,6 +28,9 @@ pub enum FenceReason {
         dir: PathBuf,
         log_start: u64,
         first_segment: Option<u64>,
+        /// The other slot, when damaged or missing: a newer record there may have moved the
+        /// log start past the segments that are gone.
+        uncertain_slot: Option<PathBuf>,
     },
     /// The superblock records more stored offsets than there are files: one vanished, and
     /// reading it as "none" would restart its consumer from the beginning.
@@ -167,7 +170,13 @@ impl fmt::Display for FenceReason {
         match self {
             NoSuperblock { dir, problems } => write!(f, "{}: no valid superblock ({problems})", dir.display()),
             SuperblockIdentity { path, expected, found } => write!(f, "{}: superblock belongs to {found}, expected {expected}: a directory moved, copied or swapped in from elsewhere", path.display()),
-            LogStartMissing { dir, log_start, first_segment } => write!(f, "{}: the log starts at offset {log_start}, but the oldest segment found starts at {first_segment:?}: a segment vanished", dir.display()),
+            LogStartMissing { dir, log_start, first_segment, uncertain_slot } => {
+                write!(f, "{}: the log starts at offset {log_start}, but the oldest segment found starts at {first_segment:?}: a segment vanished", dir.display())?;
+                match uncertain_slot {
+                    Some(slot) => write!(f, ", or a newer record in {} (damaged or missing) moved the log start", slot.display()),
+                    None => Ok(()),
+                }
+            }
             StoredOffsetsMissing { dir, recorded, found, uncertain_slot } => {
                 write!(f, "{}: the superblock records {recorded} stored offsets, found {} ({}): an offset file vanished", dir.display(), found.len(), found.join(", "))?;
                 match uncertain_slot {

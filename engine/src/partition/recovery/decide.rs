@@ -346,6 +346,7 @@ fn plan_segments<'s>(
             dir: survey.dir.clone(),
             log_start,
             first_segment: Some(first),
+            uncertain_slot: trusted.uncertain.clone(),
         });
     }
     let mut kept: Vec<&ScannedSegment> = Vec::with_capacity(walked.len());
