@@ -1149,12 +1149,15 @@ fn power_loss_file(s: &mut State, inode: u64) {
             && damage.range.start < len as u64
             && (damage.in_cache || damage.durable);
         let pages = pages_of(&damage.range);
-        let from_cache = pages
-            .clone()
-            .all(|p| fates.get(&p) == Some(&PageFate::Kept));
+        // A page past the surviving length keeps nothing, whatever its fate.
+        let fate_of = |p: u64| match fates.get(&p) {
+            Some(_) if p * PAGE >= len as u64 => Some(PageFate::Dropped),
+            fate => fate.copied(),
+        };
+        let from_cache = pages.clone().all(|p| fate_of(p) == Some(PageFate::Kept));
         let from_durable = pages
             .clone()
-            .all(|p| matches!(fates.get(&p), None | Some(PageFate::Dropped)));
+            .all(|p| matches!(fate_of(p), None | Some(PageFate::Dropped)));
         let present = if from_cache {
             damage.in_cache
         } else if from_durable {

@@ -473,3 +473,37 @@ fn a_directory_removed_and_made_again_keeps_its_new_entries() {
         .expect("the new entry survives");
     assert_eq!(read(file.as_ref(), 3), b"new");
 }
+
+/// A write that never landed is damage of the file it was meant for as long as its bytes
+/// are missing, whatever else lands in that file and is lost again.
+#[test]
+fn bytes_that_never_landed_stay_damage_through_later_writes_and_power_loss() {
+    for seed in 0..20 {
+        let (disk, dir) = setup(seed, DiskFaults::default());
+        let (other, other_path) = durable_file(&disk, &dir, "other");
+        let (file, path) = durable_file(&disk, &dir, "f.tmp");
+        file.set_len(0).unwrap();
+        disk.script(Scripted::MisdirectWrite {
+            from: "f.tmp".into(),
+            into: other_path.clone(),
+        });
+        write(file.as_ref(), 0, &[9u8; 32]);
+        file.sync_data().unwrap();
+        let target = dir.join("f");
+        disk.rename(&path, &target).unwrap();
+        disk.sync_dir(&dir).unwrap();
+        assert!(!disk.live_damage(&target).is_empty(), "seed {seed}: before");
+        // Another file's write lands here instead, unsynced.
+        disk.script(Scripted::MisdirectWrite {
+            from: "other".into(),
+            into: target.clone(),
+        });
+        write(other.as_ref(), 0, &[7u8; 100]);
+        disk.power_loss();
+        assert!(
+            !disk.live_damage(&target).is_empty(),
+            "seed {seed}: the 32 bytes meant for {} never landed",
+            target.display()
+        );
+    }
+}

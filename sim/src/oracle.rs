@@ -883,8 +883,23 @@ pub fn check_fence(
     let anywhere = 0..u64::MAX;
     let lost_names = &before.lost_names;
     let in_file = |path: &Path, range: Range<u64>| before.explains(path, range).is_some();
-    let justified =
-        match reason {
+    // Retention deleted segments and the record of the new log start is gone (a slot
+    // destroyed, lost, or undone by a power loss after a lying sync): recovery trusts an older
+    // record that still names the deleted segments.
+    let deletion_record_lost = (model.log_start > 0 || model.log_start_pending.is_some())
+        && (model.rewind_floor.is_some()
+            || slots
+                .iter()
+                .any(|s| in_file(s, anywhere.clone()) || lost_names.contains(s)));
+    let justified = deletion_record_lost
+        && matches!(
+            reason,
+            FenceReason::MissingLog { .. }
+                | FenceReason::DurableSegmentMissing { .. }
+                | FenceReason::LogStartMissing { .. }
+                | FenceReason::ChainGap { .. }
+        )
+        || match reason {
             FenceReason::NoSuperblock { .. } => slots
                 .iter()
                 .any(|s| in_file(s, anywhere.clone()) || lost_names.contains(s)),

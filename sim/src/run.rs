@@ -195,8 +195,31 @@ fn run_node_seed(seed: u64, verbose: bool) -> RunReport {
     crate::node_world::run(world, executor).0
 }
 
-/// Runs one seed to completion.
+/// The invariant a failed engine assertion reports.
+pub const INV_ASSERTION: &str = "engine assertion";
+
+/// Runs one seed to completion. An engine assertion that fires (a panic) is a violation of
+/// its own: the run reports it instead of taking the caller down.
 pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
+    match std::panic::catch_unwind(|| run_seed_inner(seed, verbose)) {
+        Ok(report) => report,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into());
+            let mut report = RunReport::new(Profile::from_seed(seed));
+            report.violation = Some(Violation {
+                invariant: INV_ASSERTION,
+                evidence: format!("the run panicked: {message}"),
+            });
+            report
+        }
+    }
+}
+
+fn run_seed_inner(seed: u64, verbose: bool) -> RunReport {
     if crate::profile::Scope::of(seed) == crate::profile::Scope::Node {
         return run_node_seed(seed, verbose);
     }
