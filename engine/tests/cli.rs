@@ -144,6 +144,7 @@ fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files()
     );
     assert_eq!(snapshot(&root), before, "check changes nothing");
 
+    silent_losses_are_refused_in_check(tmp.path());
     let missing = root.join("missing");
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("check")
@@ -152,4 +153,65 @@ fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files()
         .expect("run cairn");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such data directory"));
+}
+
+/// Deleting the oldest segment, or a persisted offset file, of a cleanly closed partition is
+/// a fence `cairn check` reports, never a log that starts later or an offset read as none.
+fn silent_losses_are_refused_in_check(tmp: &Path) {
+    let root = tmp.join("losses");
+    let env = cairn_engine::env::real::env().unwrap();
+    let settings = NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        ..Default::default()
+    };
+    let mut node = Node::open(&env, &root, settings).unwrap().node;
+    let id = WireIdentifier::numeric;
+    node.create_stream("s", Origin::default()).unwrap();
+    let mut options = bytes::BytesMut::new();
+    iggy_binary_protocol::encode_user_headers(
+        &[
+            (2, b"durability", 2, b"persisted"),
+            (2, b"consumer_offset_durability", 2, b"persisted"),
+            (2, b"segment_size", 2, b"1 MiB"),
+        ],
+        &mut options,
+    );
+    let options = WireOptions::from_bytes(options.freeze()).unwrap();
+    node.create_topic(&id(0), "t", 2, options, Origin::default())
+        .unwrap();
+    for p in 0..2 {
+        for i in 0..30u128 {
+            let mut builder = BatchBuilder::new(1);
+            builder.push(i + 1, 0, &[5u8; 90_000], b"");
+            node.send(
+                &id(0),
+                &id(0),
+                &WirePartitioning::PartitionId(p),
+                builder.build(),
+            )
+            .unwrap();
+        }
+        let consumer = iggy_binary_protocol::WireConsumer::consumer(id(3));
+        node.store_offset(&consumer, &id(0), &id(0), Some(p), 10)
+            .unwrap();
+    }
+    node.close().unwrap();
+    let (code, out) = check(&root);
+    assert_eq!(code, 0, "{out}");
+    let (p0, p1) = (partition_dir(&root, 0, 0, 0), partition_dir(&root, 0, 0, 1));
+    std::fs::remove_file(p0.join("00000000000000000000.log")).unwrap();
+    std::fs::remove_file(p0.join("00000000000000000000.index")).unwrap();
+    std::fs::remove_file(p1.join("offsets/consumers/3")).unwrap();
+    let before = snapshot(&root);
+    let (code, out) = check(&root);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line_of(&out, &p0).contains("FENCED (LogStartMissing)"),
+        "{out}"
+    );
+    assert!(
+        line_of(&out, &p1).contains("FENCED (StoredOffsetsMissing)"),
+        "{out}"
+    );
+    assert_eq!(snapshot(&root), before, "check changes nothing");
 }

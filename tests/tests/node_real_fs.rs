@@ -734,3 +734,222 @@ fn explicit_segment_deletion_never_touches_the_active_segment() {
     assert_eq!(deleted[0].segment.start_offset, 0);
     assert_eq!(node.partition_stats((0, 0, 0)).segments, segments - 1);
 }
+
+#[test]
+fn entities_are_read_by_id_or_name_and_a_missing_one_is_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut node = node_with_topic(tmp.path(), 2, WireOptions::empty());
+    node.create_group(&id(0), &id(0), "g", O).unwrap();
+    assert_eq!(node.get_stream(&named("s")).unwrap().id, 0);
+    assert!(node.get_stream(&id(5)).is_none());
+    assert_eq!(node.list_streams().len(), 1);
+    let topic = node.get_topic(&id(0), &named("t")).unwrap().unwrap();
+    assert_eq!((topic.id, topic.partitions.len()), (0, 2));
+    assert!(node.get_topic(&id(0), &id(9)).unwrap().is_none());
+    assert_eq!(node.get_topic(&id(9), &id(0)).unwrap_err().code(), 1009);
+    assert_eq!(node.list_topics(&id(0)).unwrap().len(), 1);
+    assert_eq!(
+        node.get_group(&id(0), &id(0), &named("g"))
+            .unwrap()
+            .unwrap()
+            .id,
+        0
+    );
+    assert!(node.get_group(&id(0), &id(0), &id(3)).unwrap().is_none());
+    assert_eq!(node.list_groups(&id(0), &id(0)).unwrap().len(), 1);
+    assert_eq!(node.get_user(&named("iggy")).unwrap().id, 0);
+    assert_eq!(node.list_users().len(), 1);
+    // The root user stays.
+    assert!(matches!(
+        node.delete_user(&id(0), O),
+        Err(NodeError::RootUser)
+    ));
+    assert_eq!(
+        node.create_user("ab", "secret", 1, None, O)
+            .unwrap_err()
+            .code(),
+        43
+    );
+    assert_eq!(
+        node.create_user("alice", "x", 1, None, O)
+            .unwrap_err()
+            .code(),
+        44
+    );
+    let alice = node.create_user("alice", "secret", 1, None, O).unwrap();
+    assert_eq!(
+        node.create_user("alice", "secret", 1, None, O)
+            .unwrap_err()
+            .code(),
+        46
+    );
+    node.change_password(&id(alice), "secret", "better", O)
+        .unwrap();
+    assert!(node.verify_password("alice", "better").is_ok());
+    assert!(node
+        .change_password(&id(alice), "wrong", "other", O)
+        .is_err());
+    node.delete_user(&named("alice"), O).unwrap();
+}
+
+#[test]
+fn the_cleaner_runs_once_per_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut settings = node_settings();
+    settings.cleaner_interval = std::time::Duration::from_secs(3600);
+    let mut node = Node::open(&real_env(), tmp.path(), settings).unwrap().node;
+    node.create_stream("s", O).unwrap();
+    node.create_topic(
+        &id(0),
+        "t",
+        1,
+        topic_options(&[
+            ("durability", 2, b"persisted"),
+            ("segment_size", 2, b"1 MiB"),
+            ("message_expiry", 12, &1u64.to_le_bytes()),
+        ]),
+        O,
+    )
+    .unwrap();
+    for seed in 0..30 {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(seed, 10, 9000),
+        )
+        .unwrap();
+    }
+    assert!(node.tick().is_empty(), "the interval has not passed");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let deleted = node.clean();
+    assert!(
+        !deleted.is_empty(),
+        "1 µs expiry: every sealed segment goes"
+    );
+}
+
+/// Appends one whole, correctly chained entry of `operation` with `body` after the last.
+fn append_entry(root: &Path, operation: Operation, body: &[u8], parent: Option<u128>) -> u64 {
+    let path = journal_path(root);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = journal::scan(&bytes, cluster_of(root))
+        .entries
+        .last()
+        .unwrap()
+        .clone();
+    let entry = journal::encode(
+        last.op + 1,
+        parent.unwrap_or(last.checksum),
+        last.cluster,
+        operation,
+        Origin::default(),
+        body,
+    );
+    let position = bytes.len() as u64;
+    bytes.extend(entry);
+    std::fs::write(&path, bytes).unwrap();
+    position
+}
+
+#[test]
+fn a_broken_chain_or_an_entry_that_does_not_apply_refuses_boot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let original = tmp.path().join("n");
+    drop(node_with_topic(&original, 1, WireOptions::empty()));
+    let create = |name: &str| {
+        iggy_binary_protocol::WireEncode::to_bytes(
+            &iggy_binary_protocol::requests::streams::CreateStreamRequest {
+                name: iggy_binary_protocol::WireName::new(name).unwrap(),
+                options: WireOptions::empty(),
+            },
+        )
+    };
+    let chain = tmp.path().join("chain");
+    copy_dir(&original, &chain);
+    let at = append_entry(&chain, Operation::CreateStream, &create("x"), Some(12345));
+    match refused(&chain, "JournalChainBroken") {
+        MetaRefusal::JournalChainBroken { position, .. } => assert_eq!(position, at),
+        other => panic!("{other}"),
+    }
+    let apply = tmp.path().join("apply");
+    copy_dir(&original, &apply);
+    // A valid entry that creates a stream whose name is taken.
+    let at = append_entry(&apply, Operation::CreateStream, &create("s"), None);
+    match refused(&apply, "EntryDoesNotApply") {
+        MetaRefusal::EntryDoesNotApply {
+            position, error, ..
+        } => {
+            assert_eq!(position, at);
+            assert!(error.contains("already exists"), "{error}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_torn_tail_with_a_damaged_other_slot_refuses_as_uncertain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    let mut bytes = std::fs::read(journal_path(root)).unwrap();
+    let torn_at = bytes.len() as u64;
+    bytes.extend_from_slice(&[1u8; 300]);
+    std::fs::write(journal_path(root), &bytes).unwrap();
+    // Destroy the older slot: the newest one may not be the last record written.
+    let slots: Vec<_> = ["superblock.a", "superblock.b"]
+        .iter()
+        .map(|n| root.join("metadata").join(n))
+        .collect();
+    let seq = |p: &Path| {
+        let b = std::fs::read(p).unwrap();
+        u64::from_le_bytes(b[16..24].try_into().unwrap())
+    };
+    let older = if seq(&slots[0]) < seq(&slots[1]) {
+        &slots[0]
+    } else {
+        &slots[1]
+    };
+    flip_byte(older, 20);
+    flip_byte(older, 4096 + 20);
+    match refused(root, "JournalUncertain") {
+        MetaRefusal::JournalUncertain { position, slot, .. } => {
+            assert_eq!((position, &slot), (torn_at, older));
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn a_slot_of_the_wrong_parity_refuses_as_misplaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    let (a, b) = (
+        root.join("metadata/superblock.a"),
+        root.join("metadata/superblock.b"),
+    );
+    std::fs::copy(&a, &b).unwrap();
+    match refused(root, "SuperblockMisplaced") {
+        MetaRefusal::SuperblockMisplaced { path, .. } => assert_eq!(path, b),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn an_unreadable_journal_refuses_boot_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    drop(node_with_topic(root, 1, WireOptions::empty()));
+    let faulty = FaultyDisk::default();
+    *faulty.unreadable.lock().unwrap() = Some((journal_path(root), 0, 512));
+    let before = snapshot(root);
+    match Node::open(&faulty.env(), root, node_settings()) {
+        Err(BootError::Refused(MetaRefusal::Unreadable { path, .. })) => {
+            assert_eq!(path, journal_path(root))
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("booted"),
+    }
+    assert_eq!(snapshot(root), before);
+}

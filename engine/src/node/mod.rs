@@ -95,6 +95,8 @@ pub struct NodeSettings {
     /// The root user's password at the first boot (Iggy's default credentials).
     pub root_username: String,
     pub root_password: String,
+    /// How often the retention cleaner runs ([`Node::tick`]).
+    pub cleaner_interval: std::time::Duration,
 }
 
 impl Default for NodeSettings {
@@ -105,6 +107,7 @@ impl Default for NodeSettings {
             password_cost: PasswordCost::default(),
             root_username: "iggy".into(),
             root_password: "iggy".into(),
+            cleaner_interval: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -178,6 +181,8 @@ pub struct Node {
     balanced: BTreeMap<(u32, u32), u32>,
     failed: Option<String>,
     retention_clock: RetentionClock,
+    /// Monotonic time of the last cleaner pass.
+    last_clean_nanos: u64,
 }
 
 /// The time retention judges expiry by: the wall clock, never running ahead of the
@@ -244,6 +249,7 @@ impl Node {
             balanced: BTreeMap::new(),
             failed: None,
             retention_clock: RetentionClock::new(env),
+            last_clean_nanos: env.clock.monotonic_nanos(),
         };
         let mut report = BootReport::default();
         let applied = node.plane.applied_op();
@@ -306,6 +312,68 @@ impl Node {
 
     pub fn state(&self) -> &MetaState {
         &self.state
+    }
+
+    // Reads of the entities (GetStream, GetStreams, GetTopic, ...). A missing entity is
+    // `None`, as Iggy answers single-object reads with an empty body.
+
+    pub fn get_stream(&self, stream: &WireIdentifier) -> Option<&state::Stream> {
+        let id = self.state.stream_id(stream).ok()?;
+        self.state.streams.get(&id)
+    }
+
+    pub fn list_streams(&self) -> Vec<&state::Stream> {
+        self.state.streams.values().collect()
+    }
+
+    pub fn get_topic(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+    ) -> NodeResult<Option<&state::Topic>> {
+        let s = self.state.stream_id(stream)?;
+        Ok(self
+            .state
+            .topic_ids(stream, topic)
+            .ok()
+            .map(|(_, t)| self.state.topic(s, t)))
+    }
+
+    pub fn list_topics(&self, stream: &WireIdentifier) -> NodeResult<Vec<&state::Topic>> {
+        let s = self.state.stream_id(stream)?;
+        Ok(self.state.streams[&s].topics.values().collect())
+    }
+
+    pub fn get_group(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        group: &WireIdentifier,
+    ) -> NodeResult<Option<&state::Group>> {
+        let (s, t) = self.state.topic_ids(stream, topic)?;
+        Ok(self
+            .state
+            .group_id(s, t, group)
+            .ok()
+            .map(|g| &self.state.topic(s, t).groups[&g]))
+    }
+
+    pub fn list_groups(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+    ) -> NodeResult<Vec<&state::Group>> {
+        let (s, t) = self.state.topic_ids(stream, topic)?;
+        Ok(self.state.topic(s, t).groups.values().collect())
+    }
+
+    pub fn get_user(&self, user: &WireIdentifier) -> Option<&state::User> {
+        let id = self.state.user_id(user).ok()?;
+        self.state.users.get(&id)
+    }
+
+    pub fn list_users(&self) -> Vec<&state::User> {
+        self.state.users.values().collect()
     }
 
     pub fn root(&self) -> &Path {
@@ -1108,8 +1176,19 @@ impl Node {
 
     // Retention ----------------------------------------------------------------------------
 
-    /// One pass of the cleaner (what the server runs every cleaner interval, default one
-    /// minute) at the retention clock's time.
+    /// Periodic work, called by the server's timer: a cleaner pass once every
+    /// `cleaner_interval` of monotonic time (default one minute).
+    pub fn tick(&mut self) -> Vec<Deletion> {
+        let now = self.env.clock.monotonic_nanos();
+        let interval = self.settings.cleaner_interval.as_nanos() as u64;
+        if now.saturating_sub(self.last_clean_nanos) < interval || self.failed.is_some() {
+            return Vec::new();
+        }
+        self.last_clean_nanos = now;
+        self.clean()
+    }
+
+    /// One pass of the cleaner at the retention clock's time.
     pub fn clean(&mut self) -> Vec<Deletion> {
         let now = self.retention_clock.now(&self.env);
         self.run_cleaner(now)
