@@ -1247,9 +1247,7 @@ impl NodeWorld {
                 ));
             }
             Err(NodeError::PartitionNotFound { .. }) if partitions == 0 => {}
-            Err(NodeError::Partition(cairn_engine::partition::PartitionError::Fenced(
-                cairn_engine::partition::FenceReason::DirectoryMissing { .. },
-            ))) if self.removed.iter().any(|k| (k.0, k.1) == (s, t)) => {}
+            Err(e) if self.fenced_by_removal(&e, s, t) => {}
             Err(e) if self.disk.is_crashed() => {
                 self.trace.event(format!("send failed in a crash: {e}"));
                 self.stop = Some(false);
@@ -1271,6 +1269,15 @@ impl NodeWorld {
             5..=7 => self.store_offset(),
             _ => self.group_move(),
         }
+    }
+
+    /// The error a partition of topic `s`/`t` whose directory an operator removed answers.
+    fn fenced_by_removal(&self, error: &NodeError, s: u32, t: u32) -> bool {
+        use cairn_engine::partition::{FenceReason, PartitionError};
+        matches!(
+            error,
+            NodeError::Partition(PartitionError::Fenced(FenceReason::DirectoryMissing { .. }))
+        ) && self.removed.iter().any(|k| (k.0, k.1) == (s, t))
     }
 
     fn pick_serving(&mut self) -> Option<PartitionKey> {
@@ -1455,9 +1462,7 @@ impl NodeWorld {
                 }
             }
             Ok(_) => {}
-            Err(NodeError::Partition(cairn_engine::partition::PartitionError::Fenced(
-                cairn_engine::partition::FenceReason::DirectoryMissing { .. },
-            ))) if self.removed.iter().any(|k| (k.0, k.1) == (s, t)) => {}
+            Err(e) if self.fenced_by_removal(&e, s, t) => {}
             Err(e) if self.disk.is_crashed() => {
                 self.trace.event(format!("group op failed in a crash: {e}"));
                 self.stop = Some(false);
@@ -1903,10 +1908,9 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
     if let Some(v) = w.violation.clone() {
         w.event(format!("VIOLATION {v}"));
     }
-    let mut report = w.report.clone();
-    report.violation = w.violation.clone();
-    report.operations = u64::from(w.ops);
-    report.simulated_nanos = w.clock.now_nanos();
-    report.trace_hash = w.trace.digest();
+    let report = w
+        .report
+        .clone()
+        .finished(w.violation.clone(), w.ops, &w.clock, &w.trace);
     (report, 0)
 }

@@ -83,6 +83,21 @@ impl RunReport {
         }
     }
 
+    /// The report of a run that ended: its verdict, operations, virtual time, trace hash.
+    pub fn finished(
+        mut self,
+        violation: Option<Violation>,
+        operations: u32,
+        clock: &SimClock,
+        trace: &Trace,
+    ) -> RunReport {
+        self.violation = violation;
+        self.operations = u64::from(operations);
+        self.simulated_nanos = clock.now_nanos();
+        self.trace_hash = trace.digest();
+        self
+    }
+
     pub fn replay_command(&self, canary: Option<&str>) -> String {
         let features = if canary.is_some() {
             " --features canary"
@@ -246,12 +261,9 @@ fn run_seed_inner(seed: u64, verbose: bool) -> RunReport {
     if let Some(v) = w.violation.clone() {
         w.event(format!("VIOLATION {v}"));
     }
-    let mut report = w.report.clone();
-    report.violation = w.violation.clone();
-    report.operations = u64::from(w.ops);
-    report.simulated_nanos = w.clock.now_nanos();
-    report.trace_hash = w.trace.digest();
-    report
+    w.report
+        .clone()
+        .finished(w.violation.clone(), w.ops, &w.clock, &w.trace)
 }
 
 fn safety_phase(world: &Shared, executor: &mut Executor) {

@@ -299,7 +299,8 @@ pub struct MetaPlan {
 }
 
 impl MetaPlan {
-    fn refused(dir: &Path, refusal: MetaRefusal, notes: Vec<String>) -> MetaPlan {
+    /// A plan with nothing in it yet.
+    fn empty(dir: &Path) -> MetaPlan {
         MetaPlan {
             dir: dir.to_path_buf(),
             first_boot: false,
@@ -310,8 +311,16 @@ impl MetaPlan {
             last_op: 0,
             last_checksum: 0,
             actions: Vec::new(),
+            notes: Vec::new(),
+            refusal: None,
+        }
+    }
+
+    fn refused(dir: &Path, refusal: MetaRefusal, notes: Vec<String>) -> MetaPlan {
+        MetaPlan {
             notes,
             refusal: Some(refusal),
+            ..MetaPlan::empty(dir)
         }
     }
 
@@ -505,17 +514,8 @@ fn no_record(
             ));
         }
         return Ok(MetaPlan {
-            dir: dir.to_path_buf(),
             first_boot: true,
-            record: None,
-            state: MetaState::default(),
-            replayed: Vec::new(),
-            journal_end: 0,
-            last_op: 0,
-            last_checksum: 0,
-            actions: Vec::new(),
-            notes: Vec::new(),
-            refusal: None,
+            ..MetaPlan::empty(dir)
         });
     }
     let problems: Vec<String> = slots
