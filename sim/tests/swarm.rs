@@ -149,4 +149,13 @@ fn a_seed_replays_to_the_same_trace_and_seeds_differ() {
     assert_eq!(a.faults_fired, b.faults_fired);
     let c = run_seed(0x1f2e_3d4d, false);
     assert_ne!(a.trace_hash, c.trace_hash);
+    // A node-scope seed replays too.
+    let node_seed = (0u64..)
+        .find(|s| cairn_sim::profile::Scope::of(*s) == cairn_sim::profile::Scope::Node)
+        .expect("some seed is a node's");
+    let d = run_seed(node_seed, false);
+    let e = run_seed(node_seed, false);
+    assert_eq!(d.trace_hash, e.trace_hash);
+    assert_eq!(d.operations, e.operations);
+    assert!(d.operations > 0, "the node scope ran its workload");
 }
