@@ -46,6 +46,17 @@ pub fn write(disk: &dyn Disk, path: &Path, record: &[u8; RECORD_LEN]) -> io::Res
     Ok(())
 }
 
+/// Creates the slot file at `path` holding `record`, all or nothing: written and synced as
+/// `<path>.tmp`, then renamed. A crash leaves either no slot file or a whole one, never an
+/// empty or torn slot that would read as damage. The caller syncs the directory.
+pub fn create(disk: &dyn Disk, path: &Path, record: &[u8; RECORD_LEN]) -> io::Result<()> {
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".tmp");
+    let temp = Path::new(&temp);
+    write(disk, temp, record)?;
+    disk.rename(temp, path)
+}
+
 /// One slot file as read from the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotBytes {

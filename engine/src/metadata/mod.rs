@@ -857,6 +857,14 @@ fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Err
     move |e| io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
 }
 
+/// Syncs `dir` and every directory above it, so the names under them survive a power loss.
+fn sync_ancestors(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        disk.sync_dir(ancestor).map_err(at("sync", ancestor))?;
+    }
+    Ok(())
+}
+
 impl MetadataPlane {
     /// Opens the plane a plan allows (first boot: initialises it), carrying out the plan's
     /// actions durably. The caller redoes the directory work of replayed entries after
@@ -901,6 +909,9 @@ impl MetadataPlane {
         // Valid entries above the recorded end may still be dirty pages (a crash between
         // their write and their sync): make them durable before anything rests on them.
         journal.sync_data().map_err(at("sync", &journal_path))?;
+        // So may the names: a first boot cut short before its directory syncs left the
+        // superblock, the journal and the metadata directory itself named only in the cache.
+        sync_ancestors(disk, &dir)?;
         assert_eq!(
             journal.len()?,
             plan.journal_end,
@@ -942,15 +953,15 @@ impl MetadataPlane {
             journal: JournalPoint::default(),
             applied_op: 0,
         };
+        // Each slot appears whole or not at all: a crash here leaves no slot (the next boot
+        // is a first boot again) or a valid record (the next boot completes this one).
         for sequence in [0, 1] {
             record.sequence = sequence;
             let path = dir.join(SLOT_NAMES[record.slot()]);
-            slots::write(disk, &path, &record.encode()).map_err(at("write", &path))?;
+            slots::create(disk, &path, &record.encode()).map_err(at("create", &path))?;
         }
         // Every ancestor: the data root itself may have just been created.
-        for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
-            disk.sync_dir(ancestor).map_err(at("sync", ancestor))?;
-        }
+        sync_ancestors(disk, dir)?;
         Ok(MetadataPlane {
             disk: shared.clone(),
             dir: dir.to_path_buf(),
@@ -1034,7 +1045,15 @@ impl MetadataPlane {
     fn write_record(&mut self, change: impl FnOnce(&mut MetaRecord)) -> io::Result<()> {
         let next = self.record.next(change);
         let path = self.dir.join(SLOT_NAMES[next.slot()]);
-        slots::write(self.disk.as_ref(), &path, &next.encode()).map_err(at("write", &path))?;
+        let disk = self.disk.as_ref();
+        if disk.exists(&path).map_err(at("stat", &path))? {
+            slots::write(disk, &path, &next.encode()).map_err(at("write", &path))?;
+        } else {
+            // A slot that went missing (or a first boot cut short) is re-created whole, and
+            // its name made durable before anything rests on it.
+            slots::create(disk, &path, &next.encode()).map_err(at("create", &path))?;
+            disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
+        }
         self.record = next;
         Ok(())
     }

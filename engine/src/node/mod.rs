@@ -262,7 +262,9 @@ impl Node {
         node.remove_orphans(&mut report)?;
         node.plane.record_applied()?;
         node.open_partitions(&mut report)?;
-        if plan.first_boot {
+        // Op 1 creates the root user: until it is journaled (a first boot cut short after
+        // the superblocks were written), the first boot is not finished.
+        if node.plane.last_op() == 0 {
             let (username, password) = (
                 node.settings.root_username.clone(),
                 node.settings.root_password.clone(),
@@ -520,8 +522,9 @@ impl Node {
                 let dir = self.partition_dir(key);
                 self.partitions.remove(&key);
                 if read_identity(disk.as_ref(), &dir)? == Some(*identity) {
-                    // Done before a crash: the partition may hold messages since.
-                    return Ok(());
+                    // Done before a crash: the partition may hold messages since. A crash
+                    // may have cut the work short before its names were synced, though.
+                    return sync_ancestors(disk.as_ref(), &self.root, &dir);
                 }
                 remove_durably(disk.as_ref(), &dir)?;
                 let config = self.topic_config_at(key);
