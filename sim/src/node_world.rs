@@ -52,7 +52,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 8] = [
+pub const NODE_COVERAGE: [(&str, &str); 9] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "SnapshotReplay",
@@ -75,6 +75,10 @@ pub const NODE_COVERAGE: [(&str, &str); 8] = [
     (
         "DirectoryMissing",
         "a partition directory removed while down: fenced, never recreated",
+    ),
+    (
+        "FirstBootInterrupted",
+        "a crash inside the very first boot, finished by the next",
     ),
 ];
 pub const INV_METADATA: &str = "6 metadata";
@@ -611,7 +615,24 @@ impl NodeWorld {
     /// The first boot.
     pub fn setup(&mut self) -> Checked<()> {
         self.model.users.insert(0, "iggy".into());
+        // A crash inside the first boot: creating the metadata plane, its superblocks, the
+        // root user. The next boot must finish it, never refuse it.
+        let crash_first_boot = self.faulty && self.rng.gen_bool(0.2);
+        if crash_first_boot {
+            let n = self.rng.gen_range(0..24);
+            self.disk.arm_crash(n);
+            self.event(format!("fault crash armed inside the first boot at +{n}"));
+        }
         self.boot()?;
+        self.disk.disarm_crash();
+        if self.disk.is_crashed() {
+            let power = self.rng.gen_bool(0.5);
+            self.restart(power)?;
+            if !self.is_up() {
+                return Ok(()); // refused, justified by damage the restart injected
+            }
+            self.decision("FirstBootInterrupted");
+        }
         let node = self.node.as_ref().expect("booted");
         if project(node.state()) != self.model {
             return Err(violation(
