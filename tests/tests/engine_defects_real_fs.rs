@@ -577,7 +577,11 @@ fn offsets_that_would_overflow_are_damage_not_a_panic() {
             log_start: start,
             offsets: Default::default(),
         };
-        std::fs::write(dir.join(name), record.encode_slot_file()).unwrap();
+        std::fs::write(
+            dir.join(name),
+            cairn_engine::slots::encode_file(&record.encode()),
+        )
+        .unwrap();
     }
     let mut stored: BytesMut = batch(1, 5, 10);
     cairn_engine::format::stamp_batch(&mut stored, 7, start, 1);

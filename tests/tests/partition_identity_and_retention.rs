@@ -142,6 +142,30 @@ fn a_vanished_persisted_offset_file_or_directory_is_refused_not_read_as_none() {
 }
 
 #[test]
+fn a_stored_offset_file_renamed_to_another_consumer_is_refused_not_adopted() {
+    // Same count, other members: only the set's digest tells them apart.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    closed_partition(&dir);
+    std::fs::rename(
+        dir.join("offsets/consumers/1"),
+        dir.join("offsets/consumers/9"),
+    )
+    .unwrap();
+    let before = snapshot(&dir);
+    match fence_of(&dir, ID) {
+        FenceReason::StoredOffsetsMissing {
+            recorded, found, ..
+        } => {
+            assert_eq!(recorded, 2);
+            assert_eq!(found, vec!["consumers/9".to_string(), "groups/2".into()]);
+        }
+        other => panic!("expected StoredOffsetsMissing, got {other}"),
+    }
+    assert_eq!(snapshot(&dir), before, "nothing changed");
+}
+
+#[test]
 fn replicated_offsets_are_not_tracked_a_lost_one_reads_as_none() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");

@@ -150,11 +150,6 @@ impl Superblock {
         (self.sequence % 2) as usize
     }
 
-    /// The batch header's `partition_id` of this partition's batches.
-    pub fn partition_id(&self) -> u64 {
-        u64::from(self.identity.partition_id)
-    }
-
     /// The record that follows this one, with `change` applied.
     pub fn next(&self, change: impl FnOnce(&mut Superblock)) -> Superblock {
         let mut next = *self;
@@ -193,11 +188,6 @@ impl Superblock {
         let checksum = xxh3_64(&out[..CHECKSUM_AT]);
         put_u64(&mut out, CHECKSUM_AT, checksum);
         out
-    }
-
-    /// The bytes of a slot file: the record at 0 and again at [`MIRROR_OFFSET`].
-    pub fn encode_slot_file(&self) -> Vec<u8> {
-        crate::slots::encode_file(&self.encode())
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, SuperblockError> {
@@ -306,7 +296,7 @@ mod tests {
             log_start: 0,
             offsets: OffsetSet::default(),
         };
-        let file = sb.encode_slot_file();
+        let file = crate::slots::encode_file(&sb.encode());
         assert_eq!(file.len() as u64, SLOT_FILE_LEN);
         assert_eq!(Superblock::decode(&file[..SUPERBLOCK_LEN]), Ok(sb));
         assert_eq!(Superblock::decode(&file[MIRROR_OFFSET as usize..]), Ok(sb));
@@ -341,5 +331,45 @@ mod tests {
             damaged[bit / 8] ^= 1 << (bit % 8);
             assert!(Superblock::decode(&damaged).is_err(), "bit {bit}");
         }
+    }
+
+    /// A record with a valid checksum that a future version (or a bug) wrote: each reserved
+    /// field, a partition id beyond `u32` and a log start above the durable segment are
+    /// refused, not read as something they are not.
+    #[test]
+    fn sealed_records_with_reserved_bits_or_an_impossible_log_start_are_refused() {
+        let sb = Superblock {
+            sequence: 1,
+            identity: PartitionIdentity::bare(1),
+            durable: DurablePoint {
+                segment_start: 10,
+                position: 0,
+                next_offset: 10,
+            },
+            log_start: 10,
+            offsets: OffsetSet::default(),
+        };
+        let sealed = |change: &dyn Fn(&mut [u8; SUPERBLOCK_LEN])| {
+            let mut bytes = sb.encode();
+            change(&mut bytes);
+            let checksum = xxh3_64(&bytes[..CHECKSUM_AT]);
+            put_u64(&mut bytes, CHECKSUM_AT, checksum);
+            Superblock::decode(&bytes)
+        };
+        assert_eq!(sealed(&|_| {}), Ok(sb));
+        for at in [12, 28, 84, 96, CHECKSUM_AT - 1] {
+            assert_eq!(
+                sealed(&|b| b[at] = 1),
+                Err(SuperblockError::Reserved),
+                "byte {at}"
+            );
+        }
+        assert_eq!(
+            sealed(&|b| put_u64(b, 72, 11)),
+            Err(SuperblockError::LogStartAboveDurable {
+                log_start: 11,
+                segment_start: 10
+            })
+        );
     }
 }
