@@ -1713,9 +1713,12 @@ impl NodeWorld {
             self.event(format!("fault clock jump {jump} us"));
         }
         if self.chance(self.profile.metadata_lie) {
+            // The journal's sync, or a superblock record's (losing it rewinds the applied op:
+            // boot redoes directory work that may have finished long ago).
+            let target = ["journal.wal", "metadata/superblock"][self.rng.gen_range(0..2)];
             self.disk
-                .script(cairn_faults::Scripted::LieOnSync("journal.wal".into()));
-            self.event("fault the next metadata journal sync lies");
+                .script(cairn_faults::Scripted::LieOnSync(target.into()));
+            self.event(format!("fault the next sync of {target} lies"));
         }
         if self.chance(self.profile.power_loss) {
             self.stop = Some(true);

@@ -460,6 +460,74 @@ fn the_journal_is_the_truth_for_the_directory_tree() {
 }
 
 #[test]
+fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
+    // The superblock record after a create was lost (a lying sync, then a power loss): boot
+    // replays the create from the journal and redoes its directory work, but the partition
+    // it made has taken acknowledged messages since. Redoing means proving it is there.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut node = boot(root).node;
+    node.create_stream("s", O).unwrap();
+    let slots = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
+    let before = slots.clone().map(|p| std::fs::read(p).unwrap());
+    let persisted = topic_options(&[("durability", 2, b"persisted")]);
+    node.create_topic(&id(0), "t", 1, persisted, O).unwrap();
+    let sent = node
+        .send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(1, 4, 10),
+        )
+        .unwrap();
+    assert!(sent.ack.durable);
+    drop(node);
+    for (path, bytes) in slots.iter().zip(&before) {
+        std::fs::write(path, bytes).unwrap();
+    }
+    let mut booted = boot(root);
+    assert_eq!(booted.report.redone.len(), 1, "{:?}", booted.report.redone);
+    let partition = booted.node.partition_for((0, 0, 0)).unwrap();
+    assert_eq!(
+        read_all(partition, 10).len(),
+        4,
+        "acknowledged messages kept"
+    );
+}
+
+#[test]
+fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
+    // Two records lost: boot redoes a partition's removal and its re-creation, and the
+    // re-created partition has taken acknowledged messages since. The removal is superseded.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let persisted = topic_options(&[("durability", 2, b"persisted")]);
+    let mut node = node_with_topic(root, 2, persisted);
+    let slots = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
+    let before = slots.clone().map(|p| std::fs::read(p).unwrap());
+    node.delete_partitions(&id(0), &id(0), 1, O).unwrap();
+    node.create_partitions(&id(0), &id(0), 1, O).unwrap();
+    node.send(
+        &id(0),
+        &id(0),
+        &WirePartitioning::PartitionId(1),
+        batch(1, 4, 10),
+    )
+    .unwrap();
+    drop(node);
+    for (path, bytes) in slots.iter().zip(&before) {
+        std::fs::write(path, bytes).unwrap();
+    }
+    let mut booted = boot(root);
+    let partition = booted.node.partition_for((0, 0, 1)).unwrap();
+    assert_eq!(
+        read_all(partition, 10).len(),
+        4,
+        "acknowledged messages kept"
+    );
+}
+
+#[test]
 fn swapped_partition_directories_are_fenced_not_adopted() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

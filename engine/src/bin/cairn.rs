@@ -128,14 +128,10 @@ fn report(disk: &dyn Disk, root: &Path) -> std::io::Result<bool> {
     for action in &meta.actions {
         println!("  would {action}");
     }
-    for replayed in meta.replayed.iter().filter(|r| r.op > record.applied_op) {
-        for work in &replayed.applied.work {
-            clean = false;
-            println!(
-                "  would redo the directory work of op {}: {work:?}",
-                replayed.op
-            );
-        }
+    let redo = node::work_to_redo(&meta);
+    for (op, work) in &redo {
+        clean = false;
+        println!("  would redo the directory work of op {op}: {work:?}");
     }
     let tree = node::plan_tree(disk, root, &meta.state)?;
     for note in &tree.notes {
@@ -148,12 +144,9 @@ fn report(disk: &dyn Disk, root: &Path) -> std::io::Result<bool> {
             orphan.display()
         );
     }
-    let pending: BTreeSet<PartitionIdentity> = meta
-        .replayed
+    let pending: BTreeSet<PartitionIdentity> = redo
         .iter()
-        .filter(|r| r.op > record.applied_op)
-        .flat_map(|r| r.applied.work.iter())
-        .filter_map(|w| match w {
+        .filter_map(|(_, w)| match w {
             DirWork::CreatePartition(id) | DirWork::PurgePartition(id) => Some(*id),
             _ => None,
         })

@@ -252,12 +252,9 @@ impl Node {
             last_clean_nanos: env.clock.monotonic_nanos(),
         };
         let mut report = BootReport::default();
-        let applied = node.plane.applied_op();
-        for replayed in plan.replayed.iter().filter(|r| r.op > applied) {
-            for work in &replayed.applied.work {
-                node.do_work(work, true)?;
-                report.redone.push((replayed.op, work.clone()));
-            }
+        for (op, work) in work_to_redo(&plan) {
+            node.do_work(work, true)?;
+            report.redone.push((op, work.clone()));
         }
         node.remove_orphans(&mut report)?;
         node.plane.record_applied()?;
@@ -1335,6 +1332,38 @@ fn topic_dir(root: &Path, stream: u32, topic: u32) -> PathBuf {
         .join(stream.to_string())
         .join("topics")
         .join(topic.to_string())
+}
+
+/// The directory work boot redoes, in order: that of the ops after the recorded applied op
+/// (their work may not have finished), except what a later op superseded.
+pub fn work_to_redo(plan: &MetaPlan) -> Vec<(u64, &DirWork)> {
+    let applied = plan.record.map_or(0, |r| r.applied_op);
+    plan.replayed
+        .iter()
+        .filter(|r| r.op > applied)
+        .flat_map(|r| r.applied.work.iter().map(move |w| (r.op, w)))
+        .filter(|(_, work)| !superseded(&plan.state, work))
+        .collect()
+}
+
+/// Whether the state after every replayed op has moved past `work`: a later op replaced
+/// the partition it creates, or re-created what it removes. Redoing it would undo that later
+/// op's work (and the messages acknowledged since); the later op's own redo follows, and
+/// boot's orphan removal takes whatever no entity owns.
+fn superseded(state: &MetaState, work: &DirWork) -> bool {
+    let topic = |s: &u32, t: &u32| state.streams.get(s).and_then(|st| st.topics.get(t));
+    match work {
+        DirWork::CreatePartition(identity) | DirWork::PurgePartition(identity) => {
+            !state.partitions().contains(identity)
+        }
+        DirWork::RemovePartition {
+            stream,
+            topic: t,
+            partition,
+        } => topic(stream, t).is_some_and(|t| t.partitions.contains_key(partition)),
+        DirWork::RemoveTopic { stream, topic: t } => topic(stream, t).is_some(),
+        DirWork::RemoveStream { stream } => state.streams.contains_key(stream),
+    }
 }
 
 /// Removes `path` (if present) and syncs its parent.
