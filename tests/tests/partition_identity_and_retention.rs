@@ -163,6 +163,19 @@ fn a_stored_offset_file_renamed_to_another_consumer_is_refused_not_adopted() {
         other => panic!("expected StoredOffsetsMissing, got {other}"),
     }
     assert_eq!(snapshot(&dir), before, "nothing changed");
+    // One recorded file gone and two unrecorded ones: one more than recorded, as after an
+    // interrupted store, but not the recorded set plus one.
+    let dir = tmp.path().join("q");
+    closed_partition(&dir);
+    let consumers = dir.join("offsets/consumers");
+    std::fs::rename(consumers.join("1"), consumers.join("5")).unwrap();
+    std::fs::copy(consumers.join("5"), consumers.join("6")).unwrap();
+    match fence_of(&dir, ID) {
+        FenceReason::StoredOffsetsMissing {
+            recorded, found, ..
+        } => assert_eq!((recorded, found.len()), (2, 3)),
+        other => panic!("expected StoredOffsetsMissing, got {other}"),
+    }
 }
 
 #[test]
