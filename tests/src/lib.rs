@@ -507,3 +507,63 @@ pub fn topic_options(entries: &[(&str, u8, &[u8])]) -> iggy_binary_protocol::Wir
     iggy_binary_protocol::encode_user_headers(&tlv, &mut buf);
     iggy_binary_protocol::WireOptions::from_bytes(buf.freeze()).expect("valid options")
 }
+
+/// Damage done to one file of a directory from outside: which file is chosen by the caller
+/// from the `Index`.
+#[derive(Debug, Clone)]
+pub enum Damage {
+    Remove(proptest::sample::Index),
+    Cut(proptest::sample::Index, proptest::sample::Index),
+    Overwrite(proptest::sample::Index, proptest::sample::Index, Vec<u8>),
+    Replace(proptest::sample::Index, Vec<u8>),
+    /// A file added at a path relative to the directory.
+    Add(&'static str, Vec<u8>),
+}
+
+/// Any damage to an existing file: removed, cut, overwritten in place, replaced.
+pub fn file_damage() -> impl proptest::strategy::Strategy<Value = Damage> {
+    use proptest::prelude::*;
+    let bytes = || prop::collection::vec(any::<u8>(), 0..300);
+    prop_oneof![
+        any::<proptest::sample::Index>().prop_map(Damage::Remove),
+        (
+            any::<proptest::sample::Index>(),
+            any::<proptest::sample::Index>()
+        )
+            .prop_map(|(f, at)| Damage::Cut(f, at)),
+        (
+            any::<proptest::sample::Index>(),
+            any::<proptest::sample::Index>(),
+            bytes()
+        )
+            .prop_map(|(f, at, b)| Damage::Overwrite(f, at, b)),
+        (any::<proptest::sample::Index>(), bytes()).prop_map(|(f, b)| Damage::Replace(f, b)),
+    ]
+}
+
+/// Inflicts `damage` under `dir`, `pick` choosing the file an index names.
+pub fn inflict(dir: &Path, damage: &Damage, pick: impl Fn(&proptest::sample::Index) -> PathBuf) {
+    match damage {
+        Damage::Remove(f) => std::fs::remove_file(pick(f)).unwrap(),
+        Damage::Cut(f, at) => {
+            let path = pick(f);
+            let len = std::fs::metadata(&path).unwrap().len() as usize;
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_len(at.index(len + 1) as u64).unwrap();
+        }
+        Damage::Overwrite(f, at, bytes) => {
+            let path = pick(f);
+            let mut content = std::fs::read(&path).unwrap();
+            let at = at.index(content.len() + 1);
+            let end = (at + bytes.len()).min(content.len());
+            content[at..end].copy_from_slice(&bytes[..end - at]);
+            std::fs::write(&path, content).unwrap();
+        }
+        Damage::Replace(f, bytes) => std::fs::write(pick(f), bytes).unwrap(),
+        Damage::Add(name, bytes) => {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        }
+    }
+}

@@ -14,7 +14,7 @@ use cairn_engine::env::{BoxFuture, Clock, Entropy, Env};
 use cairn_engine::metadata::journal::Origin;
 use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::state::MetaState;
-use cairn_engine::node::{BootError, Booted, Node, NodeSettings, PasswordCost};
+use cairn_engine::node::{BootError, Booted, Node, NodeSettings, PartitionKey, PasswordCost};
 use cairn_tests::*;
 use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePartitioning};
 use proptest::prelude::*;
@@ -311,25 +311,6 @@ fn template() -> PathBuf {
         .join("node")
 }
 
-#[derive(Debug, Clone)]
-enum Damage {
-    Remove(Index),
-    Cut(Index, Index),
-    Overwrite(Index, Index, Vec<u8>),
-    Replace(Index, Vec<u8>),
-}
-
-fn damage() -> impl Strategy<Value = Damage> {
-    let bytes = || prop::collection::vec(any::<u8>(), 1..300);
-    prop_oneof![
-        any::<Index>().prop_map(Damage::Remove),
-        (any::<Index>(), any::<Index>()).prop_map(|(f, at)| Damage::Cut(f, at)),
-        (any::<Index>(), any::<Index>(), bytes())
-            .prop_map(|(f, at, b)| Damage::Overwrite(f, at, b)),
-        (any::<Index>(), bytes()).prop_map(|(f, b)| Damage::Replace(f, b)),
-    ]
-}
-
 /// Metadata files are picked as often as all partition files together.
 fn pick(root: &Path, i: &Index) -> PathBuf {
     let files: Vec<PathBuf> = snapshot(root).into_keys().collect();
@@ -344,25 +325,19 @@ fn pick(root: &Path, i: &Index) -> PathBuf {
     pool[i.index(pool.len())].clone()
 }
 
-fn inflict(root: &Path, damage: &Damage) {
-    match damage {
-        Damage::Remove(f) => std::fs::remove_file(pick(root, f)).unwrap(),
-        Damage::Cut(f, at) => {
-            let path = pick(root, f);
-            let len = std::fs::metadata(&path).unwrap().len() as usize;
-            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            file.set_len(at.index(len + 1) as u64).unwrap();
-        }
-        Damage::Overwrite(f, at, bytes) => {
-            let path = pick(root, f);
-            let mut content = std::fs::read(&path).unwrap();
-            let at = at.index(content.len() + 1);
-            let end = (at + bytes.len()).min(content.len());
-            content[at..end].copy_from_slice(&bytes[..end - at]);
-            std::fs::write(&path, content).unwrap();
-        }
-        Damage::Replace(f, bytes) => std::fs::write(pick(root, f), bytes).unwrap(),
-    }
+/// Each partition boot opened, and the name of its fence if it has one.
+fn fences(booted: &Booted) -> Vec<(PartitionKey, Option<&'static str>)> {
+    booted
+        .report
+        .partitions
+        .iter()
+        .map(|(k, p)| {
+            (
+                *k,
+                p.as_ref().and_then(|p| p.fence.as_ref().map(|f| f.name())),
+            )
+        })
+        .collect()
 }
 
 fn check_boot(root: &Path) {
@@ -384,17 +359,7 @@ fn check_boot(root: &Path) {
         Err(_) => return,
     };
     let state = booted.node.state().clone();
-    let fences: Vec<_> = booted
-        .report
-        .partitions
-        .iter()
-        .map(|(k, p)| {
-            (
-                *k,
-                p.as_ref().and_then(|p| p.fence.as_ref().map(|f| f.name())),
-            )
-        })
-        .collect();
+    let fenced = fences(&booted);
     drop(booted);
     let again = Node::open(&repeatable_env(), root, settings()).expect("a booted node boots again");
     assert_eq!(
@@ -408,18 +373,7 @@ fn check_boot(root: &Path) {
         "{:?}",
         again.report.removed
     );
-    let fences_again: Vec<_> = again
-        .report
-        .partitions
-        .iter()
-        .map(|(k, p)| {
-            (
-                *k,
-                p.as_ref().and_then(|p| p.fence.as_ref().map(|f| f.name())),
-            )
-        })
-        .collect();
-    assert_eq!(fences_again, fences, "fences are stable");
+    assert_eq!(fences(&again), fenced, "fences are stable");
     for (key, plan) in &again.report.partitions {
         if let Some(plan) = plan.as_ref().filter(|p| p.fence.is_none()) {
             assert!(
@@ -435,13 +389,13 @@ proptest! {
 
     #[test]
     fn any_damage_to_a_node_directory_refuses_unchanged_or_boots_stably(
-        damages in prop::collection::vec(damage(), 1..4),
+        damages in prop::collection::vec(file_damage(), 1..4),
     ) {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("node");
         copy_dir(&template(), &root);
         for damage in &damages {
-            inflict(&root, damage);
+            inflict(&root, damage, |i| pick(&root, i));
         }
         check_boot(&root);
     }

@@ -6,6 +6,7 @@ use cairn_engine::config::Durability;
 use cairn_engine::metadata::journal::{self, Origin};
 use cairn_engine::metadata::{MetaAction, MetaRefusal};
 use cairn_engine::node::retention::Reason;
+use cairn_engine::node::state::DirWork;
 use cairn_engine::node::{BootError, Node, NodeError};
 use cairn_engine::partition::{partition_dir, FenceReason, PartitionIdentity};
 use cairn_tests::*;
@@ -459,6 +460,38 @@ fn the_journal_is_the_truth_for_the_directory_tree() {
         .is_none());
 }
 
+/// The metadata superblock records as they are now; [`RecordsLost::lose`] puts them back,
+/// as a power loss after lying syncs of every record written in between would.
+struct RecordsLost(Vec<(std::path::PathBuf, Vec<u8>)>);
+
+impl RecordsLost {
+    fn from_now(root: &Path) -> RecordsLost {
+        let slots = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
+        RecordsLost(
+            slots
+                .into_iter()
+                .map(|p| {
+                    let bytes = std::fs::read(&p).unwrap();
+                    (p, bytes)
+                })
+                .collect(),
+        )
+    }
+
+    fn lose(self) {
+        for (path, bytes) in self.0 {
+            std::fs::write(path, bytes).unwrap();
+        }
+    }
+}
+
+/// Boots and reads every message of partition `key`.
+fn messages_after_boot(root: &Path, key: (u32, u32, u32)) -> (cairn_engine::node::Booted, usize) {
+    let mut booted = boot(root);
+    let count = read_all(booted.node.partition_for(key).unwrap(), 10).len();
+    (booted, count)
+}
+
 #[test]
 fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
     // The superblock record after a create was lost (a lying sync, then a power loss): boot
@@ -468,8 +501,7 @@ fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
     let root = tmp.path();
     let mut node = boot(root).node;
     node.create_stream("s", O).unwrap();
-    let slots = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
-    let before = slots.clone().map(|p| std::fs::read(p).unwrap());
+    let records = RecordsLost::from_now(root);
     let persisted = topic_options(&[("durability", 2, b"persisted")]);
     node.create_topic(&id(0), "t", 1, persisted, O).unwrap();
     let sent = node
@@ -482,17 +514,10 @@ fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
         .unwrap();
     assert!(sent.ack.durable);
     drop(node);
-    for (path, bytes) in slots.iter().zip(&before) {
-        std::fs::write(path, bytes).unwrap();
-    }
-    let mut booted = boot(root);
+    records.lose();
+    let (booted, count) = messages_after_boot(root, (0, 0, 0));
     assert_eq!(booted.report.redone.len(), 1, "{:?}", booted.report.redone);
-    let partition = booted.node.partition_for((0, 0, 0)).unwrap();
-    assert_eq!(
-        read_all(partition, 10).len(),
-        4,
-        "acknowledged messages kept"
-    );
+    assert_eq!(count, 4, "acknowledged messages kept");
 }
 
 #[test]
@@ -503,8 +528,7 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
     let root = tmp.path();
     let persisted = topic_options(&[("durability", 2, b"persisted")]);
     let mut node = node_with_topic(root, 2, persisted);
-    let slots = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
-    let before = slots.clone().map(|p| std::fs::read(p).unwrap());
+    let records = RecordsLost::from_now(root);
     node.delete_partitions(&id(0), &id(0), 1, O).unwrap();
     node.create_partitions(&id(0), &id(0), 1, O).unwrap();
     node.send(
@@ -515,16 +539,15 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
     )
     .unwrap();
     drop(node);
-    for (path, bytes) in slots.iter().zip(&before) {
-        std::fs::write(path, bytes).unwrap();
-    }
-    let mut booted = boot(root);
-    let partition = booted.node.partition_for((0, 0, 1)).unwrap();
-    assert_eq!(
-        read_all(partition, 10).len(),
-        4,
-        "acknowledged messages kept"
+    records.lose();
+    let (booted, count) = messages_after_boot(root, (0, 0, 1));
+    // The removal is superseded; the re-creation is redone and finds its partition there.
+    let redone = &booted.report.redone;
+    assert!(
+        matches!(redone[..], [(_, DirWork::CreatePartition(_))]),
+        "{redone:?}"
     );
+    assert_eq!(count, 4, "acknowledged messages kept");
 }
 
 #[test]

@@ -8,7 +8,6 @@ use cairn_engine::partition::recovery;
 use cairn_engine::partition::{ConsumerId, Outcome, Partition};
 use cairn_tests::*;
 use proptest::prelude::*;
-use proptest::sample::Index;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -44,24 +43,11 @@ fn template() -> PathBuf {
         .join("p")
 }
 
-#[derive(Debug, Clone)]
-enum Damage {
-    Remove(Index),
-    Cut(Index, Index),
-    Overwrite(Index, Index, Vec<u8>),
-    Replace(Index, Vec<u8>),
-    Add(&'static str, Vec<u8>),
-}
-
 fn damage() -> impl Strategy<Value = Damage> {
     let bytes = || prop::collection::vec(any::<u8>(), 0..300);
     prop_oneof![
-        any::<Index>().prop_map(Damage::Remove),
-        (any::<Index>(), any::<Index>()).prop_map(|(f, at)| Damage::Cut(f, at)),
-        (any::<Index>(), any::<Index>(), bytes())
-            .prop_map(|(f, at, b)| Damage::Overwrite(f, at, b)),
-        (any::<Index>(), bytes()).prop_map(|(f, b)| Damage::Replace(f, b)),
-        (
+        4 => file_damage(),
+        1 => (
             prop::sample::select(vec![
                 "00000000000000000001.log",
                 "99999999999999999999.index",
@@ -79,34 +65,6 @@ fn damage() -> impl Strategy<Value = Damage> {
 
 fn files(dir: &Path) -> Vec<PathBuf> {
     snapshot(dir).into_keys().collect()
-}
-
-fn inflict(dir: &Path, damage: &Damage) {
-    let files = files(dir);
-    let pick = |i: &Index| files[i.index(files.len())].clone();
-    match damage {
-        Damage::Remove(f) => std::fs::remove_file(pick(f)).unwrap(),
-        Damage::Cut(f, at) => {
-            let path = pick(f);
-            let len = std::fs::metadata(&path).unwrap().len() as usize;
-            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            file.set_len(at.index(len + 1) as u64).unwrap();
-        }
-        Damage::Overwrite(f, at, bytes) => {
-            let path = pick(f);
-            let mut content = std::fs::read(&path).unwrap();
-            let at = at.index(content.len() + 1);
-            let end = (at + bytes.len()).min(content.len());
-            content[at..end].copy_from_slice(&bytes[..end - at]);
-            std::fs::write(&path, content).unwrap();
-        }
-        Damage::Replace(f, bytes) => std::fs::write(pick(f), bytes).unwrap(),
-        Damage::Add(name, bytes) => {
-            let path = dir.join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, bytes).unwrap();
-        }
-    }
 }
 
 fn check_boot(dir: &Path, durability: Durability) {
@@ -152,7 +110,8 @@ proptest! {
         let dir = tmp.path().join("p");
         copy_dir(&template(), &dir);
         for damage in &damages {
-            inflict(&dir, damage);
+            let files = files(&dir);
+            inflict(&dir, damage, |i| files[i.index(files.len())].clone());
         }
         let durability = if persisted { Durability::Persisted } else { Durability::Replicated };
         check_boot(&dir, durability);
