@@ -452,6 +452,23 @@ fn a_divergent_or_missing_index_is_rebuilt() -> Outcome {
     repairs_stick(&s)
 }
 
+fn a_torn_index_entry_is_rewritten() -> Outcome {
+    let s = one(Durability::Persisted);
+    s.produce(0, 4)?;
+    let index = s.file(0, &index_name(0));
+    // A crash while an entry was appended: part of it reached the device.
+    s.restart_with(None, |disk| {
+        let file = disk
+            .open(&index, cairn_engine::env::OpenMode::ReadWrite)
+            .expect("index");
+        let len = file.len().expect("len");
+        assert!(len >= 16, "the index holds an entry");
+        file.set_len(len - 5).expect("cut");
+        file.sync_data().expect("sync");
+    })?;
+    repairs_stick(&s)
+}
+
 fn an_offset_beyond_a_lost_tail_is_lowered_and_one_of_an_empty_log_deleted() -> Outcome {
     let s = Scenario::new(vec![lazy_replicated()]);
     s.produce(0, 2)?;
@@ -756,6 +773,11 @@ pub const SCENARIOS: &[Directed] = &[
         name: "a_divergent_or_missing_index_is_rebuilt",
         expect: &["RewriteIndex"],
         run: a_divergent_or_missing_index_is_rebuilt,
+    },
+    Directed {
+        name: "a_torn_index_entry_is_rewritten",
+        expect: &["RewriteIndex"],
+        run: a_torn_index_entry_is_rewritten,
     },
     Directed {
         name: "an_offset_beyond_a_lost_tail_is_lowered_and_one_of_an_empty_log_deleted",
