@@ -10,12 +10,14 @@ use crate::run::Violation;
 use crate::scenario::{topic, Scenario};
 use crate::world::World;
 use cairn_engine::config::Durability;
-use cairn_engine::env::Disk;
+use cairn_engine::env::{Disk, OpenMode};
 use cairn_engine::format::{stamp_batch, BatchBuilder};
+use cairn_engine::partition::recovery::survey::INDEX_TEMP_SUFFIX;
 use cairn_engine::partition::segment::{index_name, log_name};
 use cairn_engine::partition::superblock::{Superblock, SUPERBLOCK_LEN};
 use cairn_engine::partition::ConsumerId;
 use cairn_faults::{DiskFaults, Fates, FaultKind, Scripted, SimDisk};
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 
 /// What a scenario returns: every decision recovery (or a runtime fence) took, in order.
@@ -452,6 +454,44 @@ fn a_divergent_or_missing_index_is_rebuilt() -> Outcome {
     repairs_stick(&s)
 }
 
+fn an_interrupted_index_rebuild_leaves_a_temp_that_is_removed_and_other_files_are_kept() -> Outcome
+{
+    let s = one(Durability::Persisted);
+    s.produce(0, 4)?;
+    let index = s.file(0, &index_name(0));
+    let notes = s.file(0, "notes.txt");
+    s.disk()
+        .script(Scripted::CrashAfterWrite(INDEX_TEMP_SUFFIX.into()));
+    s.restart_with(None, |disk| {
+        disk.flip_bit_at(&index, 24 + 16, 6);
+        // An operator's file in the partition directory: recovery notes it, never removes it.
+        let file = disk.open(&notes, OpenMode::CreateNew).expect("notes");
+        file.write_all_at(&[IoSlice::new(b"kept")], 0)
+            .expect("write");
+        file.sync_data().expect("sync");
+        disk.sync_dir(notes.parent().expect("dir"))
+            .expect("sync_dir");
+    })?;
+    if !s.disk().is_crashed() {
+        return Err(Violation {
+            invariant: "directed script",
+            evidence: "the crash did not strike the index rebuild".into(),
+        });
+    }
+    s.crash()?;
+    let decisions = repairs_stick(&s)?;
+    if s.disk().contents(&notes).is_none() {
+        return Err(Violation {
+            invariant: "4 justified decisions",
+            evidence: format!(
+                "recovery removed {}, a file it does not own",
+                notes.display()
+            ),
+        });
+    }
+    Ok(decisions)
+}
+
 fn a_torn_index_entry_is_rewritten() -> Outcome {
     let s = one(Durability::Persisted);
     s.produce(0, 4)?;
@@ -773,6 +813,11 @@ pub const SCENARIOS: &[Directed] = &[
         name: "a_divergent_or_missing_index_is_rebuilt",
         expect: &["RewriteIndex"],
         run: a_divergent_or_missing_index_is_rebuilt,
+    },
+    Directed {
+        name: "an_interrupted_index_rebuild_leaves_a_temp_that_is_removed_and_other_files_are_kept",
+        expect: &["RewriteIndex", "RemoveTemp"],
+        run: an_interrupted_index_rebuild_leaves_a_temp_that_is_removed_and_other_files_are_kept,
     },
     Directed {
         name: "a_torn_index_entry_is_rewritten",
