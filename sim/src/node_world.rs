@@ -686,6 +686,9 @@ impl NodeWorld {
                         return Err(violation(INV_JUSTIFIED, format!("partition {key:?} fenced at boot with no fault on partition files in this scope: {reason}")));
                     }
                 }
+                if !booted.report.redone.is_empty() {
+                    self.decision("DirWorkRedone");
+                }
                 for removed in &booted.report.removed {
                     self.trace
                         .event(format!("boot removed {}", removed.display()));
@@ -1167,6 +1170,11 @@ impl NodeWorld {
         let Some(op) = self.admin_op() else {
             return Ok(());
         };
+        self.perform(op)
+    }
+
+    /// Runs `op` on the node and holds the answer to the model's.
+    fn perform(&mut self, op: AdminOp) -> Checked<()> {
         let mut expected = self.model.clone();
         let predicted = expected.apply(&op);
         let node = self.node.as_mut().expect("up");
@@ -1671,15 +1679,7 @@ impl NodeWorld {
         if self.faulty && !self.parts.is_empty() && self.chance(self.profile.dir_removal) {
             let keys: Vec<PartitionKey> = self.parts.keys().copied().collect();
             let key = keys[self.rng.gen_range(0..keys.len())];
-            let dir =
-                cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), key.0, key.1, key.2);
-            if cairn_engine::env::Disk::exists(&self.disk, &dir).unwrap_or(false) {
-                cairn_engine::env::Disk::remove_dir_all(&self.disk, &dir).expect("remove");
-                let parent = dir.parent().expect("parent");
-                cairn_engine::env::Disk::sync_dir(&self.disk, parent).expect("sync");
-                self.removed.insert(key);
-                self.event(format!("fault an operator removed {}", dir.display()));
-            }
+            self.remove_partition_dir(key);
         }
         if self.faulty && self.chance(self.profile.metadata_damage) {
             let dir = Path::new(NODE_ROOT).join("metadata");
@@ -1697,6 +1697,18 @@ impl NodeWorld {
             return self.restart(false);
         }
         Ok(())
+    }
+
+    /// An operator removes a partition's directory (durably) while the node is down.
+    fn remove_partition_dir(&mut self, key: PartitionKey) {
+        let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), key.0, key.1, key.2);
+        if cairn_engine::env::Disk::exists(&self.disk, &dir).unwrap_or(false) {
+            cairn_engine::env::Disk::remove_dir_all(&self.disk, &dir).expect("remove");
+            let parent = dir.parent().expect("parent");
+            cairn_engine::env::Disk::sync_dir(&self.disk, parent).expect("sync");
+            self.removed.insert(key);
+            self.event(format!("fault an operator removed {}", dir.display()));
+        }
     }
 
     /// After every operation: the faults of the profile.
@@ -1938,3 +1950,125 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
         .finished(w.violation.clone(), w.ops, &w.clock, &w.trace);
     (report, 0)
 }
+
+// Directed node scenarios ---------------------------------------------------------------------
+
+/// One directed node scenario: its name, the decisions it must reach, and its body (the
+/// world's oracle checks every boot and operation on the way).
+pub struct NodeDirected {
+    pub name: &'static str,
+    pub expect: &'static [&'static str],
+    pub run: fn() -> Checked<Vec<&'static str>>,
+}
+
+/// A node on a simulated disk with no random faults: each scenario injects its own.
+fn directed_world(seed: u64) -> NodeWorld {
+    let profile = crate::profile::Profile::from_seed(seed);
+    let (disk, clock, _executor, env) = crate::run::sim_env(seed, &profile);
+    disk.set_faults(cairn_faults::DiskFaults::default());
+    let trace = Trace::new(false, clock.clone());
+    let mut w = NodeWorld::new(seed, disk, clock, env, trace, RunReport::new(profile));
+    w.faulty = false;
+    // No checkpoint unless a scenario asks: each superblock record is then one op's.
+    w.profile.checkpoint_bytes = 1 << 20;
+    w
+}
+
+/// A node with stream 0 and a `persisted` topic 0 of `partitions` partitions.
+fn with_persisted_topic(w: &mut NodeWorld, partitions: u32) -> Checked<()> {
+    w.setup()?;
+    w.perform(AdminOp::CreateStream("s".into()))?;
+    w.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        max_size: 0,
+    })
+}
+
+fn decisions(w: &NodeWorld) -> Vec<&'static str> {
+    w.report.decisions.keys().copied().collect()
+}
+
+/// The superblock record after a topic's creation is lost (its sync lied, then the power
+/// failed) after the new partition took acknowledged messages: boot replays the creation and
+/// redoes its directory work, which must find the partition there and keep it.
+fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'static str>> {
+    let mut w = directed_world(0x4e0d_0001);
+    w.setup()?;
+    w.perform(AdminOp::CreateStream("s".into()))?;
+    w.disk.script(cairn_faults::Scripted::LieOnSync(
+        "metadata/superblock".into(),
+    ));
+    w.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions: 1,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        max_size: 0,
+    })?;
+    for _ in 0..4 {
+        w.produce()?;
+    }
+    w.disk.set_fates(cairn_faults::Fates::DropAll);
+    w.restart(true)?;
+    Ok(decisions(&w))
+}
+
+/// The records of a partition's removal and of its re-creation are both lost, after the
+/// re-created partition took acknowledged messages: boot must not redo the removal.
+fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static str>> {
+    let mut w = directed_world(0x4e0d_0003);
+    with_persisted_topic(&mut w, 2)?;
+    for _ in 0..2 {
+        w.disk.script(cairn_faults::Scripted::LieOnSync(
+            "metadata/superblock".into(),
+        ));
+    }
+    w.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    w.perform(AdminOp::CreatePartitions(0, 0, 1))?;
+    for _ in 0..6 {
+        w.produce()?;
+    }
+    w.disk.set_fates(cairn_faults::Fates::DropAll);
+    w.restart(true)?;
+    Ok(decisions(&w))
+}
+
+/// An operator removed a partition directory while the node was down: that partition is
+/// fenced, never recreated empty; the others serve.
+fn a_removed_partition_directory_is_fenced() -> Checked<Vec<&'static str>> {
+    let mut w = directed_world(0x4e0d_0002);
+    with_persisted_topic(&mut w, 2)?;
+    for _ in 0..4 {
+        w.produce()?;
+    }
+    w.node = None;
+    w.remove_partition_dir((0, 0, 1));
+    w.restart(false)?;
+    Ok(decisions(&w))
+}
+
+/// Every directed node scenario.
+pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_create_redone_after_a_lost_record_keeps_its_messages",
+        expect: &["DirWorkRedone"],
+        run: a_create_redone_after_a_lost_record_keeps_its_messages,
+    },
+    NodeDirected {
+        name: "a_removal_superseded_by_a_re_creation_is_not_redone",
+        expect: &["DirWorkRedone"],
+        run: a_removal_superseded_by_a_re_creation_is_not_redone,
+    },
+    NodeDirected {
+        name: "a_removed_partition_directory_is_fenced",
+        expect: &["DirectoryMissing"],
+        run: a_removed_partition_directory_is_fenced,
+    },
+];

@@ -162,7 +162,7 @@ fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
 }
 
 /// The simulated disk, clock, executor and `Env` of `seed`.
-fn sim_env(seed: u64, profile: &Profile) -> (SimDisk, SimClock, Executor, Env) {
+pub(crate) fn sim_env(seed: u64, profile: &Profile) -> (SimDisk, SimClock, Executor, Env) {
     let clock = SimClock::new();
     let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
     disk.set_latency(

@@ -25,12 +25,41 @@ fn every_directed_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
 }
 
 #[test]
+fn every_directed_node_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
+    let mut failures = Vec::new();
+    for scenario in cairn_sim::node_world::NODE_SCENARIOS {
+        match (scenario.run)() {
+            Err(violation) => failures.push(format!("{}: {violation}", scenario.name)),
+            Ok(decisions) => {
+                for expected in scenario.expect {
+                    if !decisions.contains(expected) {
+                        failures.push(format!(
+                            "{}: expected {expected}, decided {decisions:?}",
+                            scenario.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
 fn every_fence_reason_and_every_repair_has_a_directed_scenario() {
     use cairn_engine::partition::recovery::Action;
     use cairn_engine::partition::FenceReason;
     // A partition directory the metadata names and cannot find is a node's finding: the
     // node's directed scenarios reach it.
     let node_only = ["DirectoryMissing"];
+    for decision in node_only {
+        assert!(
+            cairn_sim::node_world::NODE_SCENARIOS
+                .iter()
+                .any(|s| s.expect.contains(&decision)),
+            "no directed node scenario reaches {decision}"
+        );
+    }
     for decision in FenceReason::NAMES
         .iter()
         .chain(Action::NAMES.iter())
