@@ -508,6 +508,8 @@ pub struct NodeWorld {
     pub refused: bool,
     /// Metadata files whose lied pages a power loss dropped.
     metadata_lies_lost: BTreeSet<PathBuf>,
+    /// The metadata file this run's lying syncs strike (see `nemesis`).
+    metadata_lie_target: Option<&'static str>,
     restarts: u32,
     /// The latest wall-clock time the node could have read (jumps back do not lower it).
     max_wall: u64,
@@ -585,6 +587,7 @@ impl NodeWorld {
             faulty: true,
             refused: false,
             metadata_lies_lost: BTreeSet::new(),
+            metadata_lie_target: None,
             restarts: 0,
             max_wall: 0,
         }
@@ -1726,8 +1729,17 @@ impl NodeWorld {
         }
         if self.chance(self.profile.metadata_lie) {
             // The journal's sync, or a superblock record's (losing it rewinds the applied op:
-            // boot redoes directory work that may have finished long ago).
-            let target = ["journal.wal", "metadata/superblock"][self.rng.gen_range(0..2)];
+            // boot redoes directory work that may have finished long ago). One of them per
+            // run (a scripted lie outlives a power loss): a journal entry and the record
+            // covering it both lost to lies
+            // leave the disk byte for byte as it was before the op, which no single-disk
+            // design can tell from never having done it. The partition oracle excuses such a
+            // rewind; this one does not model rolling back acknowledged metadata ops (their
+            // directory work stays done), so the pair is not injected.
+            let pick = self.rng.gen_range(0..2);
+            let target = *self
+                .metadata_lie_target
+                .get_or_insert(["journal.wal", "metadata/superblock"][pick]);
             self.disk
                 .script(cairn_faults::Scripted::LieOnSync(target.into()));
             self.event(format!("fault the next sync of {target} lies"));
