@@ -627,7 +627,7 @@ fn only_recoverys_own_files_are_touched() {
     std::fs::write(consumers.join("+5"), &valid).unwrap();
     std::fs::write(
         consumers.join("007"),
-        offsets::encode(ConsumerId::consumer(7), 1),
+        offsets::encode(offsets::owner(&ID), ConsumerId::consumer(7), 1),
     )
     .unwrap();
     let opened = open(&env, &dir, cfg);

@@ -179,6 +179,47 @@ fn a_stored_offset_file_renamed_to_another_consumer_is_refused_not_adopted() {
 }
 
 #[test]
+fn another_partitions_offset_file_for_the_same_consumer_reads_as_damaged() {
+    // What a misdirected write can do: the bytes of partition 8's offset for consumer 1 land
+    // in partition 7's file for consumer 1. They name the right consumer; only the checksum's
+    // seed (the partition's identity) tells them apart.
+    let tmp = tempfile::tempdir().unwrap();
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let (ours, theirs) = (tmp.path().join("ours"), tmp.path().join("theirs"));
+    let mut partition = create(&env, &ours, cfg);
+    partition
+        .append_group(vec![batch(2, 5, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.store_offset(ConsumerId::consumer(1), 0).unwrap();
+    partition.close().unwrap();
+    let other = PartitionIdentity::bare(8);
+    let mut partition = Partition::create(&env, &theirs, other, cfg, settings()).unwrap();
+    partition
+        .append_group(vec![batch(1, 5, 10)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.store_offset(ConsumerId::consumer(1), 4).unwrap();
+    partition.close().unwrap();
+    std::fs::copy(
+        theirs.join("offsets/consumers/1"),
+        ours.join("offsets/consumers/1"),
+    )
+    .unwrap();
+    let opened = open(&env, &ours, cfg);
+    assert!(opened.partition.fence_reason().is_none());
+    match opened.partition.get_offset(ConsumerId::consumer(1)) {
+        Err(PartitionError::OffsetDamaged { path, .. }) => {
+            assert_eq!(path, ours.join("offsets/consumers/1"))
+        }
+        other => panic!("expected the offset reported damaged, got {other:?}"),
+    }
+}
+
+#[test]
 fn replicated_offsets_are_not_tracked_a_lost_one_reads_as_none() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");

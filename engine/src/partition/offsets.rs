@@ -4,7 +4,12 @@
 //!
 //! File layout, 32 bytes, little-endian:
 //! `0 magic u32 | 4 version u16 | 6 kind u16 | 8 id u32 | 12 reserved u32 (zero) |
-//!  16 offset u64 | 24 checksum u64 = xxh3_64(bytes 0..24)`.
+//!  16 offset u64 | 24 checksum u64 = xxh3_64 of bytes 0..24, seeded with the partition's
+//!  owner value ([`owner`]: its stream, topic and partition ids and creation nonce)`.
+//!
+//! The seed binds a file to its partition: a write that lands in the wrong file (a
+//! misdirected write carrying another partition's offset for the same consumer) reads as
+//! damaged, never as that partition's offset.
 //!
 //! A store writes `{id}.tmp` and renames it over `{id}`; under `persisted` the file is synced
 //! before the rename and the directory after it, before success. Repairs made by recovery
@@ -13,17 +18,18 @@
 //! serves them afterwards. A damaged file is reported on every read of that consumer, never
 //! reset to zero.
 
+use super::superblock::PartitionIdentity;
 use crate::config::Durability;
 use crate::env::{Disk, OpenMode};
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const OFFSET_FILE_LEN: usize = 32;
 const OFFSET_MAGIC: u32 = u32::from_le_bytes(*b"CNOF");
-const OFFSET_VERSION: u16 = 1;
+const OFFSET_VERSION: u16 = 2;
 /// Suffix of the file a store writes before renaming it over the offset file.
 pub const TEMP_SUFFIX: &str = ".tmp";
 
@@ -101,27 +107,37 @@ pub enum StoredOffset {
     },
 }
 
-pub fn encode(consumer: ConsumerId, offset: u64) -> [u8; OFFSET_FILE_LEN] {
+/// The value offset files of the partition `identity` are checksummed with.
+pub fn owner(identity: &PartitionIdentity) -> u64 {
+    let mut key = [0u8; 20];
+    key[..4].copy_from_slice(&identity.stream_id.to_le_bytes());
+    key[4..8].copy_from_slice(&identity.topic_id.to_le_bytes());
+    key[8..12].copy_from_slice(&identity.partition_id.to_le_bytes());
+    key[12..].copy_from_slice(&identity.nonce.to_le_bytes());
+    xxh3_64(&key)
+}
+
+pub fn encode(owner: u64, consumer: ConsumerId, offset: u64) -> [u8; OFFSET_FILE_LEN] {
     let mut out = [0u8; OFFSET_FILE_LEN];
     put_u32(&mut out, 0, OFFSET_MAGIC);
     out[4..6].copy_from_slice(&OFFSET_VERSION.to_le_bytes());
     out[6..8].copy_from_slice(&consumer.kind.code().to_le_bytes());
     put_u32(&mut out, 8, consumer.id);
     put_u64(&mut out, 16, offset);
-    let checksum = xxh3_64(&out[..24]);
+    let checksum = xxh3_64_with_seed(&out[..24], owner);
     put_u64(&mut out, 24, checksum);
     out
 }
 
-pub fn decode(consumer: ConsumerId, bytes: &[u8]) -> Result<u64, String> {
+pub fn decode(owner: u64, consumer: ConsumerId, bytes: &[u8]) -> Result<u64, String> {
     if bytes.len() != OFFSET_FILE_LEN {
         return Err(format!("{} bytes, expected {OFFSET_FILE_LEN}", bytes.len()));
     }
     let stored = get_u64(bytes, 24);
-    let computed = xxh3_64(&bytes[..24]);
+    let computed = xxh3_64_with_seed(&bytes[..24], owner);
     if stored != computed {
         return Err(format!(
-            "checksum: stored {stored:#018x}, computed {computed:#018x}"
+            "checksum: stored {stored:#018x}, computed {computed:#018x} (damaged, or another partition's file)"
         ));
     }
     let magic = get_u32(bytes, 0);
@@ -142,7 +158,7 @@ pub fn decode(consumer: ConsumerId, bytes: &[u8]) -> Result<u64, String> {
 }
 
 /// Reads and verifies one offset file (at most one byte more than a whole file is read).
-pub fn read(disk: &dyn Disk, path: &Path, consumer: ConsumerId) -> StoredOffset {
+pub fn read(disk: &dyn Disk, path: &Path, owner: u64, consumer: ConsumerId) -> StoredOffset {
     let read = disk.open(path, OpenMode::Read).and_then(|file| {
         let len = file.len()?.min(OFFSET_FILE_LEN as u64 + 1) as usize;
         let mut bytes = vec![0u8; len];
@@ -151,7 +167,7 @@ pub fn read(disk: &dyn Disk, path: &Path, consumer: ConsumerId) -> StoredOffset 
     });
     match read
         .map_err(|e| format!("unreadable: {e}"))
-        .and_then(|bytes| decode(consumer, &bytes))
+        .and_then(|bytes| decode(owner, consumer, &bytes))
     {
         Ok(offset) => StoredOffset::Offset(offset),
         Err(why) => StoredOffset::Damaged {
@@ -166,6 +182,7 @@ pub fn read(disk: &dyn Disk, path: &Path, consumer: ConsumerId) -> StoredOffset 
 pub fn write(
     disk: &dyn Disk,
     path: &Path,
+    owner: u64,
     consumer: ConsumerId,
     offset: u64,
     durable: bool,
@@ -174,7 +191,7 @@ pub fn write(
     let tmp = temp_path(path);
     let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
     file.set_len(0)?;
-    file.write_all_at(&[io::IoSlice::new(&encode(consumer, offset))], 0)?;
+    file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)?;
     if durable {
         file.sync_data()?;
     }
@@ -209,14 +226,16 @@ fn parent(path: &Path) -> &Path {
 /// The offsets of one open partition (loaded by recovery).
 pub struct ConsumerOffsets {
     dir: PathBuf,
+    owner: u64,
     entries: BTreeMap<ConsumerId, StoredOffset>,
 }
 
 impl ConsumerOffsets {
     /// The offsets of the partition in `dir`, as recovery left them.
-    pub fn new(dir: &Path, entries: BTreeMap<ConsumerId, StoredOffset>) -> Self {
+    pub fn new(dir: &Path, owner: u64, entries: BTreeMap<ConsumerId, StoredOffset>) -> Self {
         ConsumerOffsets {
             dir: dir.to_path_buf(),
+            owner,
             entries,
         }
     }
@@ -240,6 +259,7 @@ impl ConsumerOffsets {
         write(
             disk,
             &path,
+            self.owner,
             consumer,
             offset,
             durability == Durability::Persisted,

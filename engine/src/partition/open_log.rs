@@ -177,7 +177,11 @@ impl OpenLog {
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
         Ok(OpenLog {
             dir: plan.dir.clone(),
-            offsets: ConsumerOffsets::new(&plan.dir, plan.offsets.clone()),
+            offsets: ConsumerOffsets::new(
+                &plan.dir,
+                super::offsets::owner(&plan.identity),
+                plan.offsets.clone(),
+            ),
             partition_id: plan.identity.partition_id.into(),
             env,
             config,

@@ -120,7 +120,14 @@ fn apply_action(
         }
         Action::LowerOffset {
             consumer, path, to, ..
-        } => offsets::write(disk, path, *consumer, *to, true)?,
+        } => offsets::write(
+            disk,
+            path,
+            offsets::owner(&plan.identity),
+            *consumer,
+            *to,
+            true,
+        )?,
         Action::DeleteOffset {
             path, record: set, ..
         } => {

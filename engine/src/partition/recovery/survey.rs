@@ -268,9 +268,10 @@ fn survey_offsets(disk: &dyn Disk, survey: &mut Survey) -> io::Result<()> {
             let temp_of = entry.name.strip_suffix(offsets::TEMP_SUFFIX);
             if let Some(id) = offsets::parse_name(&entry.name) {
                 let consumer = ConsumerId { kind, id };
-                survey
-                    .offsets
-                    .push((consumer, offsets::read(disk, &path, consumer)));
+                survey.offsets.push((
+                    consumer,
+                    offsets::read(disk, &path, offsets::owner(&survey.identity), consumer),
+                ));
             } else if temp_of.and_then(offsets::parse_name).is_some() {
                 survey.temps.push(path);
             } else {
