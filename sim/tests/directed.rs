@@ -3,45 +3,37 @@
 
 use cairn_sim::directed::SCENARIOS;
 
+/// What is wrong with one scenario's run: a violation, or a decision it did not reach.
+fn failures(
+    name: &str,
+    expect: &[&str],
+    run: Result<Vec<&'static str>, cairn_sim::run::Violation>,
+) -> Vec<String> {
+    match run {
+        Err(violation) => vec![format!("{name}: {violation}")],
+        Ok(decisions) => expect
+            .iter()
+            .filter(|e| !decisions.contains(e))
+            .map(|e| format!("{name}: expected {e}, decided {decisions:?}"))
+            .collect(),
+    }
+}
+
 #[test]
 fn every_directed_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
-    let mut failures = Vec::new();
-    for scenario in SCENARIOS {
-        match (scenario.run)() {
-            Err(violation) => failures.push(format!("{}: {violation}", scenario.name)),
-            Ok(decisions) => {
-                for expected in scenario.expect {
-                    if !decisions.contains(expected) {
-                        failures.push(format!(
-                            "{}: expected {expected}, decided {decisions:?}",
-                            scenario.name
-                        ));
-                    }
-                }
-            }
-        }
-    }
+    let failures: Vec<String> = SCENARIOS
+        .iter()
+        .flat_map(|s| failures(s.name, s.expect, (s.run)()))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn every_directed_node_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
-    let mut failures = Vec::new();
-    for scenario in cairn_sim::node_world::NODE_SCENARIOS {
-        match (scenario.run)() {
-            Err(violation) => failures.push(format!("{}: {violation}", scenario.name)),
-            Ok(decisions) => {
-                for expected in scenario.expect {
-                    if !decisions.contains(expected) {
-                        failures.push(format!(
-                            "{}: expected {expected}, decided {decisions:?}",
-                            scenario.name
-                        ));
-                    }
-                }
-            }
-        }
-    }
+    let failures: Vec<String> = cairn_sim::node_world::NODE_SCENARIOS
+        .iter()
+        .flat_map(|s| failures(s.name, s.expect, (s.run)()))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
