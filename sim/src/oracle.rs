@@ -301,6 +301,18 @@ impl Model {
             .flatten()
     }
 
+    /// Provisional appends a durable end a read revealed now covers are acknowledged durable;
+    /// the others stay pending: still journaled, a later persist settles them.
+    pub fn settle_covered(&mut self, durable: u64) -> Checked<()> {
+        let (covered, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(base, ids)| base + ids.len() as u64 <= durable);
+        self.pending = covered;
+        self.settle_pending(durable, false)?;
+        self.pending = rest;
+        Ok(())
+    }
+
     /// Learns the batches and stamps of messages read (an unknown outcome that landed).
     pub fn learn_batches(&mut self, messages: &[ReadMessage]) {
         for m in messages {
@@ -541,7 +553,7 @@ pub fn check_reply(model: &mut Model, reply: &Reply<'_>, disk: &SimDisk) -> Chec
         if shown > durable {
             return Err(violation(INV_NO_LOSS, format!("partition {p}: a persisted topic showed offsets up to {shown} before they were durable (durable end {durable})")));
         }
-        model.settle_pending(durable, false)?;
+        model.settle_covered(durable)?;
         model.durable_through(durable);
     }
     let from = match from {
