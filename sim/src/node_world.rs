@@ -1986,11 +1986,9 @@ fn directed_world(seed: u64) -> NodeWorld {
     w
 }
 
-/// A node with stream 0 and a `persisted` topic 0 of `partitions` partitions.
-fn with_persisted_topic(w: &mut NodeWorld, partitions: u32) -> Checked<()> {
-    w.setup()?;
-    w.perform(AdminOp::CreateStream("s".into()))?;
-    w.perform(AdminOp::CreateTopic {
+/// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
+fn persisted_topic(partitions: u32) -> AdminOp {
+    AdminOp::CreateTopic {
         stream: 0,
         name: "t".into(),
         partitions,
@@ -1998,7 +1996,14 @@ fn with_persisted_topic(w: &mut NodeWorld, partitions: u32) -> Checked<()> {
         offsets_persisted: true,
         expiry: 0,
         max_size: 0,
-    })
+    }
+}
+
+/// A node with stream 0 and a `persisted` topic 0 of `partitions` partitions.
+fn with_persisted_topic(w: &mut NodeWorld, partitions: u32) -> Checked<()> {
+    w.setup()?;
+    w.perform(AdminOp::CreateStream("s".into()))?;
+    w.perform(persisted_topic(partitions))
 }
 
 fn decisions(w: &NodeWorld) -> Vec<&'static str> {
@@ -2015,15 +2020,7 @@ fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'sta
     w.disk.script(cairn_faults::Scripted::LieOnSync(
         "metadata/superblock".into(),
     ));
-    w.perform(AdminOp::CreateTopic {
-        stream: 0,
-        name: "t".into(),
-        partitions: 1,
-        persisted: true,
-        offsets_persisted: true,
-        expiry: 0,
-        max_size: 0,
-    })?;
+    w.perform(persisted_topic(1))?;
     for _ in 0..4 {
         w.produce()?;
     }
