@@ -739,6 +739,15 @@ impl SimDisk {
         s.scripted.retain(|f| !matches!(f, Scripted::CrashOn(_)));
     }
 
+    /// Cancels every crash still to strike: the armed one and every scripted one
+    /// (`CrashOn`, `CrashAfterWrite`).
+    pub fn cancel_crashes(&self) {
+        let mut s = self.lock();
+        s.crash_in = None;
+        s.scripted
+            .retain(|f| !matches!(f, Scripted::CrashOn(_) | Scripted::CrashAfterWrite(_)));
+    }
+
     pub fn is_crashed(&self) -> bool {
         self.lock().crashed
     }

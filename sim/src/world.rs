@@ -623,6 +623,12 @@ impl World {
             self.strike_while_down();
         }
         for attempt in 0..=MAX_CRASHES_IN_RECOVERY {
+            if attempt == MAX_CRASHES_IN_RECOVERY {
+                // The last attempt finishes: a slot crash scripted before the restart (its
+                // superblock write never came) would otherwise strike inside it.
+                self.disk.cancel_crashes();
+                self.slot_crash_armed = false;
+            }
             let armed = self.faulty
                 && attempt < MAX_CRASHES_IN_RECOVERY
                 && self.chance(self.profile.mid_operation_crash.map(|p| p * 0.3));
