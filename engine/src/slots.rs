@@ -2,7 +2,11 @@
 //!
 //! A slot file holds one fixed-size record twice, at offset 0 and at [`MIRROR_OFFSET`] (a
 //! page apart), written by one write and made durable by one sync: a rotten sector, a bad
-//! sector or a torn page can then not erase the newest record. Every write is read back
+//! sector or a torn page can then not erase the newest record. The file is two whole pages
+//! (each copy padded with zeros), so every write rewrites every sector of both copies: no
+//! write needs the page cache to read a sector first, and a write heals a latent sector
+//! error in either copy (a device remaps a sector written whole) instead of leaving it to
+//! meet a second one. Every write is read back
 //! from the device (the cached page dropped first): a device that puts a write at the wrong
 //! place keeps the slot's old bytes, and nothing may be acknowledged on a record that is not
 //! where recovery looks. Decoding the bytes is the caller's (each record has its own format).
@@ -15,14 +19,15 @@ use std::path::Path;
 pub const RECORD_LEN: usize = 128;
 /// Where the second copy of the record lies in a slot file.
 pub const MIRROR_OFFSET: u64 = 4096;
-/// The exact length of a slot file.
-pub const SLOT_FILE_LEN: u64 = MIRROR_OFFSET + RECORD_LEN as u64;
+/// The length of a slot file: two pages, one per copy. (Files written before the padding
+/// end right after the mirror's record; they read the same.)
+pub const SLOT_FILE_LEN: u64 = 2 * MIRROR_OFFSET;
 
 /// The bytes of a slot file: `record` at 0 and again at [`MIRROR_OFFSET`].
 pub fn encode_file(record: &[u8; RECORD_LEN]) -> Vec<u8> {
     let mut file = vec![0u8; SLOT_FILE_LEN as usize];
     file[..RECORD_LEN].copy_from_slice(record);
-    file[MIRROR_OFFSET as usize..].copy_from_slice(record);
+    file[MIRROR_OFFSET as usize..][..RECORD_LEN].copy_from_slice(record);
     file
 }
 

@@ -14,7 +14,7 @@ use cairn_engine::env::{Disk, OpenMode};
 use cairn_engine::format::{stamp_batch, BatchBuilder};
 use cairn_engine::partition::recovery::survey::INDEX_TEMP_SUFFIX;
 use cairn_engine::partition::segment::{index_name, log_name};
-use cairn_engine::partition::superblock::{Superblock, SUPERBLOCK_LEN};
+use cairn_engine::partition::superblock::{Superblock, MIRROR_OFFSET, SUPERBLOCK_LEN};
 use cairn_engine::partition::ConsumerId;
 use cairn_faults::{DiskFaults, Fates, FaultKind, Scripted, SimDisk};
 use std::io::IoSlice;
@@ -581,6 +581,28 @@ fn a_rotten_or_missing_older_slot_is_rewritten() -> Outcome {
     repairs_stick(&s)
 }
 
+fn a_newest_record_left_in_one_copy_is_written_again_and_its_bad_sector_heals() -> Outcome {
+    let s = one(Durability::Persisted);
+    s.produce(0, 2)?;
+    let newest = slot(&s, 0, true);
+    s.restart_with(None, |disk| disk.add_bad_sector_at(&newest, MIRROR_OFFSET))?;
+    let decided = repairs_stick(&s)?;
+    // Later records write that slot again, both pages whole: the bad sector is rewritten,
+    // so a second one under the first copy cannot erase the newest record with it.
+    s.produce(0, 2)?;
+    if !s.disk().bad_ranges(&newest).is_empty() {
+        return Err(Violation {
+            invariant: "a slot write rewrites every sector of both copies",
+            evidence: format!(
+                "{} still has unreadable sectors {:?} after being written again",
+                newest.display(),
+                s.disk().bad_ranges(&newest)
+            ),
+        });
+    }
+    Ok(decided)
+}
+
 fn a_trusted_record_still_in_the_page_cache_is_synced_before_recovery_serves() -> Outcome {
     let s = one(Durability::Persisted);
     s.produce(0, 3)?;
@@ -863,6 +885,11 @@ pub const SCENARIOS: &[Directed] = &[
         name: "a_rotten_or_missing_older_slot_is_rewritten",
         expect: &["RewriteSlot"],
         run: a_rotten_or_missing_older_slot_is_rewritten,
+    },
+    Directed {
+        name: "a_newest_record_left_in_one_copy_is_written_again_and_its_bad_sector_heals",
+        expect: &["RewriteSlot"],
+        run: a_newest_record_left_in_one_copy_is_written_again_and_its_bad_sector_heals,
     },
     Directed {
         name: "a_trusted_record_still_in_the_page_cache_is_synced_before_recovery_serves",

@@ -1082,45 +1082,63 @@ pub fn superblock_at_power_loss(disk: &SimDisk, dir: &Path) -> (Option<u64>, boo
     (newest_durable_record(disk, dir), lied)
 }
 
-/// The durable end of the newest valid record the slots hold durably.
+/// The durable end of the newest valid record the slots hold durably in a copy the device
+/// can read (a copy under an unreadable sector is no record to recovery).
 pub fn newest_durable_record(disk: &SimDisk, dir: &Path) -> Option<u64> {
-    let mut newest: Option<Superblock> = None;
-    for name in SLOT_NAMES {
-        let path = dir.join(name);
-        let Some(bytes) = disk.durable_contents(&path) else {
-            continue;
-        };
-        for at in [0, MIRROR_OFFSET as usize] {
-            let Some(copy) = bytes.get(at..at + SUPERBLOCK_LEN) else {
-                continue;
-            };
-            if let Ok(record) = Superblock::decode(copy) {
-                if newest.is_none_or(|n| record.sequence > n.sequence) {
-                    newest = Some(record);
-                }
-            }
-        }
-    }
-    newest.map(|r| r.durable.next_offset)
+    SLOT_NAMES
+        .iter()
+        .flat_map(|name| slot_copies(disk, &dir.join(name)))
+        .filter(|copy| copy.readable)
+        .max_by_key(|copy| copy.record.sequence)
+        .map(|copy| copy.record.durable.next_offset)
 }
 
-/// Before a recovery: when damage present in a superblock slot destroyed a record (both of
-/// its copies), the durable end it named cannot be proven on one disk; a rewind is then
-/// excused down to the newest record that survives, and no further.
+/// One valid record a slot file holds durably.
+struct SlotCopy {
+    record: Superblock,
+    /// No unreadable sector lies in the copy.
+    readable: bool,
+}
+
+/// The valid records the copies of one slot file hold durably.
+fn slot_copies(disk: &SimDisk, path: &Path) -> Vec<SlotCopy> {
+    let Some(bytes) = disk.durable_contents(path) else {
+        return Vec::new();
+    };
+    let bad = disk.bad_ranges(path);
+    [0, MIRROR_OFFSET]
+        .into_iter()
+        .filter_map(|at| {
+            let span = at..at + SUPERBLOCK_LEN as u64;
+            let copy = bytes.get(span.start as usize..span.end as usize)?;
+            let record = Superblock::decode(copy).ok()?;
+            let readable = !bad.iter().any(|r| r.start < span.end && span.start < r.end);
+            Some(SlotCopy { record, readable })
+        })
+        .collect()
+}
+
+/// Before a recovery: when damage present in a superblock slot destroyed its newest record
+/// (no copy of it verifies or can be read: both rotten or unreadable, or one so and the
+/// other holding an older record after a lost page), the durable end it named cannot be
+/// proven on one disk; a rewind is then excused down to the newest record that survives,
+/// and no further.
 pub fn excuse_destroyed_record(model: &mut Model, before: &BeforeRecovery, disk: &SimDisk) {
     let destroyed = SLOT_NAMES.iter().any(|name| {
         let path = model.dir.join(name);
-        before
+        let damaged = before
             .damage_of(&path)
             .iter()
-            .any(|d| d.kind != FaultKind::SyncError)
-            && disk.durable_contents(&path).is_some_and(|bytes| {
-                [0, MIRROR_OFFSET as usize].iter().all(|&at| {
-                    bytes
-                        .get(at..at + SUPERBLOCK_LEN)
-                        .is_none_or(|copy| Superblock::decode(copy).is_err())
-                })
-            })
+            .any(|d| d.kind != FaultKind::SyncError);
+        let copies = slot_copies(disk, &path);
+        let newest = copies.iter().map(|c| c.record.sequence).max();
+        let newest_readable = copies
+            .iter()
+            .filter(|c| c.readable)
+            .map(|c| c.record.sequence)
+            .max();
+        let all_rotten = copies.is_empty() && disk.durable_contents(&path).is_some();
+        damaged && (all_rotten || newest_readable < newest)
     });
     if destroyed {
         let floor = newest_durable_record(disk, &model.dir).unwrap_or(0);
@@ -1136,7 +1154,9 @@ pub fn excuse_destroyed_record(model: &mut Model, before: &BeforeRecovery, disk:
 /// value it may hold: after a process crash the last value stored (a failed store: either),
 /// after a power loss any value stored since the last durable one (under `replicated` also
 /// none: an unsynced store may tear, and recovery drops it); each lowered to the log's end.
-/// Allows: a damaged or missing file when a fault still present in it explains it. What
+/// Allows: a damaged or missing file when a fault still present in it explains it; a name
+/// whose synced directory entry was lost, whatever the file now under it holds (an older
+/// incarnation, whose bytes the damage seen in the newer one says nothing about). What
 /// recovery serves is durable from then on (its repairs are), so it becomes the only value.
 pub fn check_offsets(model: &mut Model) -> Checked<()> {
     let p = model.index;
@@ -1184,7 +1204,8 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
                 ),
             ));
         }
-        if persisted && rotten && !allowed.contains(&got) {
+        let lost = model.lost_names_seen.contains(&path);
+        if persisted && rotten && !lost && !allowed.contains(&got) {
             // Damaged bytes of a persisted offset file are reported on every read, never
             // reset to "none" or to another value.
             return Err(violation(INV_OFFSETS, format!("partition {p}: the persisted offset of {consumer:?} in {} is damaged, and reads {got:?} instead of being reported (expected one of {allowed:?})", path.display())));

@@ -507,6 +507,91 @@ fn a_damaged_older_slot_is_rewritten_so_a_later_torn_tail_truncates() {
     assert_eq!(opened.plan.outcomes(), vec![Outcome::TornTailTruncated]);
 }
 
+/// The slot that holds the newest record.
+fn newer_slot(dir: &Path) -> &'static str {
+    if older_slot(dir) == "superblock.a" {
+        "superblock.b"
+    } else {
+        "superblock.a"
+    }
+}
+
+/// A newest record that survives in one copy only (its mirror rotten, or holding an older
+/// record after its page was lost) is written again, into the other slot, at the next boot:
+/// one more fault would otherwise erase it. Slot files are two whole pages, so each write
+/// rewrites every sector of both copies.
+#[test]
+fn a_newest_record_left_in_one_copy_is_written_again() {
+    use cairn_engine::partition::superblock::{MIRROR_OFFSET, SLOT_FILE_LEN, SUPERBLOCK_LEN};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let env = real_env();
+    let cfg = config(Durability::Persisted);
+    let mut partition = create(&env, &dir, cfg);
+    partition
+        .append_group(vec![batch(1, 5, 100)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.close().unwrap();
+    for name in ["superblock.a", "superblock.b"] {
+        let len = std::fs::metadata(dir.join(name)).unwrap().len();
+        assert_eq!(len, SLOT_FILE_LEN, "{name} is two whole pages");
+    }
+    let mirror = MIRROR_OFFSET as usize;
+    type Inflict = fn(&Path);
+    let damage: [(&str, Inflict); 2] = [
+        ("rotten", |newest: &Path| {
+            flip_byte(newest, MIRROR_OFFSET + 20)
+        }),
+        ("stale", |newest: &Path| {
+            // The mirror's page never landed: it still holds the slot's record before.
+            let mut bytes = std::fs::read(newest).unwrap();
+            let mut before = Superblock::decode(&bytes[..SUPERBLOCK_LEN]).unwrap();
+            assert!(before.sequence >= 2, "the slot was written before");
+            before.sequence -= 2;
+            let mirror = MIRROR_OFFSET as usize;
+            bytes[mirror..mirror + SUPERBLOCK_LEN].copy_from_slice(&before.encode());
+            std::fs::write(newest, bytes).unwrap();
+        }),
+    ];
+    for (what, inflict) in damage {
+        let newest = dir.join(newer_slot(&dir));
+        let other = older_slot(&dir);
+        let older = dir.join(other);
+        let record = slot_record(&dir, newer_slot(&dir)).unwrap();
+        inflict(&newest);
+        let opened = open(&env, &dir, cfg);
+        assert_eq!(
+            opened.plan.outcomes(),
+            vec![Outcome::SlotRepaired],
+            "{what}"
+        );
+        let rewritten = slot_record(&dir, other).unwrap();
+        assert_eq!(
+            rewritten.durable, record.durable,
+            "{what}: the same durable end"
+        );
+        assert!(
+            rewritten.sequence > record.sequence,
+            "{what}: the next record went into the other slot"
+        );
+        opened.partition.close().unwrap();
+        let bytes = std::fs::read(&older).unwrap();
+        assert_eq!(
+            bytes[..SUPERBLOCK_LEN],
+            bytes[mirror..mirror + SUPERBLOCK_LEN]
+        );
+        let opened = open(&env, &dir, cfg);
+        assert_eq!(
+            opened.plan.outcomes(),
+            vec![Outcome::Clean],
+            "{what}: repaired"
+        );
+        opened.partition.close().unwrap();
+    }
+}
+
 /// E14: missing offsets directories are created with their parents synced.
 #[test]
 fn missing_offsets_directories_are_created_durably() {

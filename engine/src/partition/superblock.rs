@@ -299,7 +299,10 @@ mod tests {
         let file = crate::slots::encode_file(&sb.encode());
         assert_eq!(file.len() as u64, SLOT_FILE_LEN);
         assert_eq!(Superblock::decode(&file[..SUPERBLOCK_LEN]), Ok(sb));
-        assert_eq!(Superblock::decode(&file[MIRROR_OFFSET as usize..]), Ok(sb));
+        assert_eq!(
+            Superblock::decode(&file[MIRROR_OFFSET as usize..][..SUPERBLOCK_LEN]),
+            Ok(sb)
+        );
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct Trusted {
     /// The other slot, when it is missing, unreadable or damaged: it may have held a newer
     /// record, so the durable end may lie above `record`'s.
     pub uncertain: Option<PathBuf>,
+    /// Whether `record` survives in one copy only (the other unreadable, damaged or older):
+    /// one more fault would erase it, so recovery writes the next record into the other slot.
+    pub degraded: bool,
 }
 
 /// What recovery will do, when it does not fence.
@@ -197,6 +200,8 @@ fn check_offset_set(survey: &Survey, trusted: &Trusted) -> Result<(), FenceReaso
 /// | no valid record | fence `NoSuperblock` |
 /// | two valid records | the higher sequence |
 /// | one valid record, the other slot missing, unreadable or damaged | that record, durable end uncertain |
+///
+/// The trusted record is `degraded` when only one copy of it verifies.
 pub fn trusted_record(
     dir: &Path,
     identity: PartitionIdentity,
@@ -254,10 +259,12 @@ pub fn trusted_record(
         SlotRead::Valid { .. } => None,
         _ => Some(path(other)),
     };
+    let degraded = matches!(&slots[slot], SlotRead::Valid { problems, .. } if !problems.is_empty());
     Ok(Trusted {
         record,
         path: path(slot),
         uncertain,
+        degraded,
     })
 }
 
@@ -593,6 +600,7 @@ fn damage_fence(
 /// | differs | any | any | sync the durable segment and later ones, record the recovered end and set |
 /// | equal | differs | any | record the set |
 /// | equal | equal | uncertain | rewrite the other slot with the next sequence |
+/// | equal | equal | valid, the trusted record in one copy only | write the next sequence into the other slot |
 /// | equal | equal | valid | none |
 ///
 /// "The record" is the trusted one, or the last one an offset deletion wrote (into the other
@@ -629,10 +637,28 @@ fn plan_record(
     if recorded_by_actions.is_some() {
         return None;
     }
-    trusted.uncertain.as_ref().map(|slot| Action::RewriteSlot {
-        path: slot.clone(),
+    let other = trusted
+        .uncertain
+        .clone()
+        .or_else(|| trusted.degraded.then(|| other_slot(&trusted.path)))?;
+    Some(Action::RewriteSlot {
+        path: other,
         durable: record.durable,
     })
+}
+
+/// The slot file beside `trusted`, which the next record goes into.
+fn other_slot(trusted: &Path) -> PathBuf {
+    let name = trusted.file_name().and_then(|n| n.to_str());
+    let other = match name {
+        Some(name) if name == SLOT_NAMES[0] => SLOT_NAMES[1],
+        Some(name) if name == SLOT_NAMES[1] => SLOT_NAMES[0],
+        _ => unreachable!(
+            "the trusted record lies in a slot file: {}",
+            trusted.display()
+        ),
+    };
+    trusted.with_file_name(other)
 }
 
 /// Keeps the longest prefix of index entries that agrees with the log and rebuilds the

@@ -129,7 +129,8 @@ pub enum Action {
         why: String,
     },
     /// Write the trusted end, with the next sequence, into the other slot, which is missing
-    /// or damaged: otherwise the durable end stays uncertain for every later boot.
+    /// or damaged (otherwise the durable end stays uncertain for every later boot), or while
+    /// the trusted record survives in one copy only (one more fault would erase it).
     RewriteSlot {
         path: PathBuf,
         durable: DurablePoint,
@@ -251,7 +252,7 @@ impl fmt::Display for Action {
             ),
             Action::RewriteSlot { path, durable } => write!(
                 f,
-                "rewrite {} (missing or damaged) with the next sequence and the same durable end (segment {} position {})",
+                "rewrite {} with the next sequence and the same durable end (segment {} position {}): the slot is missing or damaged, or the newest record survives in one copy only",
                 path.display(), durable.segment_start, durable.position
             ),
         }

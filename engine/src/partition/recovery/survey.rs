@@ -34,7 +34,8 @@ pub enum SlotRead {
     },
     /// Neither copy verifies.
     Damaged(String),
-    /// The newer valid copy; `problems` names a copy that did not verify.
+    /// The newer valid copy; `problems` names a copy that did not verify or holds an older
+    /// record: the newest record then rests on one copy.
     Valid {
         record: Superblock,
         problems: Vec<String>,
@@ -234,16 +235,25 @@ fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> 
         SlotBytes::Oversized { len } => return SlotRead::Oversized { len },
         SlotBytes::Copies(copies) => copies,
     };
-    let mut best: Option<Superblock> = None;
     let mut problems = Vec::new();
+    let mut valid = Vec::with_capacity(2);
     for (copy, at) in copies.iter().zip([0, MIRROR_OFFSET]) {
         let decoded = copy
             .clone()
             .and_then(|bytes| Superblock::decode(&bytes).map_err(|e| format!("copy at {at}: {e}")));
         match decoded {
-            Ok(record) if best.is_none_or(|b| record.sequence > b.sequence) => best = Some(record),
-            Ok(_) => {}
+            Ok(record) => valid.push((at, record)),
             Err(problem) => problems.push(problem),
+        }
+    }
+    let best = valid.iter().map(|(_, r)| *r).max_by_key(|r| r.sequence);
+    for (at, record) in &valid {
+        if let Some(best) = best.filter(|b| b.sequence != record.sequence) {
+            // A write whose second page never landed (a lying sync, then a power loss).
+            problems.push(format!(
+                "copy at {at} holds sequence {}, older than {}",
+                record.sequence, best.sequence
+            ));
         }
     }
     match best {
