@@ -2006,6 +2006,17 @@ fn with_persisted_topic(w: &mut NodeWorld, partitions: u32) -> Checked<()> {
     w.perform(persisted_topic(partitions))
 }
 
+/// The superblock records of the next `ops` ops with directory work are lost at the next
+/// power loss: each writes two (the journal's durable end before its work, the applied op
+/// after), and their syncs lie.
+fn lie_on_metadata_records(w: &mut NodeWorld, ops: usize) {
+    for _ in 0..2 * ops {
+        w.disk.script(cairn_faults::Scripted::LieOnSync(
+            "metadata/superblock".into(),
+        ));
+    }
+}
+
 fn decisions(w: &NodeWorld) -> Vec<&'static str> {
     w.report.decisions.keys().copied().collect()
 }
@@ -2017,9 +2028,7 @@ fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'sta
     let mut w = directed_world(0x4e0d_0001);
     w.setup()?;
     w.perform(AdminOp::CreateStream("s".into()))?;
-    w.disk.script(cairn_faults::Scripted::LieOnSync(
-        "metadata/superblock".into(),
-    ));
+    lie_on_metadata_records(&mut w, 1);
     w.perform(persisted_topic(1))?;
     for _ in 0..4 {
         w.produce()?;
@@ -2034,11 +2043,7 @@ fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'sta
 fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static str>> {
     let mut w = directed_world(0x4e0d_0003);
     with_persisted_topic(&mut w, 2)?;
-    for _ in 0..2 {
-        w.disk.script(cairn_faults::Scripted::LieOnSync(
-            "metadata/superblock".into(),
-        ));
-    }
+    lie_on_metadata_records(&mut w, 2);
     w.perform(AdminOp::DeletePartitions(0, 0, 1))?;
     w.perform(AdminOp::CreatePartitions(0, 0, 1))?;
     for _ in 0..6 {
@@ -2063,6 +2068,31 @@ fn a_removed_partition_directory_is_fenced() -> Checked<Vec<&'static str>> {
     Ok(decisions(&w))
 }
 
+/// The node crashes inside the directory work of a partition's removal, and rot then
+/// strikes that op's journal entry: the entry lies below the durable end recorded before the
+/// work began, so boot refuses. (Dropped as a torn tail, the op would be undone with its
+/// work half done: a partition directory gone with no op that removed it.)
+fn rot_in_an_entry_whose_work_began_is_refused() -> Checked<Vec<&'static str>> {
+    let mut w = directed_world(0x4e0d_0004);
+    with_persisted_topic(&mut w, 2)?;
+    for _ in 0..4 {
+        w.produce()?;
+    }
+    let journal = Path::new(NODE_ROOT).join("metadata").join("journal.wal");
+    let journal_len = |w: &NodeWorld| w.disk.contents(&journal).map_or(0, |c| c.len() as u64);
+    let before = journal_len(&w);
+    w.disk
+        .script(cairn_faults::Scripted::CrashOn("partitions/1".into()));
+    w.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    assert!(w.disk.is_crashed(), "the removal's work crashed");
+    let after = journal_len(&w);
+    assert!(after > before, "the removal was journaled before its work");
+    w.node = None;
+    w.disk.flip_bit_at(&journal, (before + after) / 2, 3);
+    w.restart(false)?;
+    Ok(decisions(&w))
+}
+
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
@@ -2074,6 +2104,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "a_removal_superseded_by_a_re_creation_is_not_redone",
         expect: &["DirWorkRedone"],
         run: a_removal_superseded_by_a_re_creation_is_not_redone,
+    },
+    NodeDirected {
+        name: "rot_in_an_entry_whose_work_began_is_refused",
+        expect: &["BootRefused"],
+        run: rot_in_an_entry_whose_work_began_is_refused,
     },
     NodeDirected {
         name: "a_removed_partition_directory_is_fenced",

@@ -1032,6 +1032,19 @@ impl MetadataPlane {
         Ok(())
     }
 
+    /// Records that the journal is durable to its end, before the directory work of its
+    /// newest ops begins: rot in those entries is then damage below the durable end (boot
+    /// refuses) rather than a torn tail, which boot would drop though the ops' work was
+    /// done. Boot redoes their work until [`Self::record_applied`].
+    pub fn record_journal(&mut self) -> io::Result<()> {
+        let (end, op, last) = (self.journal_end, self.last_op, self.last_checksum);
+        assert!(
+            op > self.record.applied_op,
+            "recorded before the work it precedes"
+        );
+        self.write_record(|r| r.journal = JournalPoint { len: end, op, last })
+    }
+
     /// Records that the journal is durable to its end and that the directory work of every
     /// op so far is done.
     pub fn record_applied(&mut self) -> io::Result<()> {

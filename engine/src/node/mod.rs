@@ -454,13 +454,21 @@ impl Node {
         results
     }
 
-    /// Journal, directory work, applied record, checkpoint.
+    /// Journal, journal recorded (when there is directory work), directory work, applied
+    /// record, checkpoint.
     fn commit(
         &mut self,
         accepted: &[(MetaOp, Origin)],
         results: &[NodeResult<Applied>],
     ) -> io::Result<()> {
         self.plane.append(accepted)?;
+        if results
+            .iter()
+            .flatten()
+            .any(|applied| !applied.work.is_empty())
+        {
+            self.plane.record_journal()?;
+        }
         for applied in results.iter().flatten() {
             for work in &applied.work {
                 self.do_work(work, false)?;
