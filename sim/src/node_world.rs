@@ -510,6 +510,10 @@ pub struct NodeWorld {
     metadata_lies_lost: BTreeSet<PathBuf>,
     /// The metadata file this run's lying syncs strike (see `nemesis`).
     metadata_lie_target: Option<&'static str>,
+    /// A power loss undid a lying superblock-record sync and no boot has recorded the
+    /// journal's end since: journal entries of acknowledged ops lie above the surviving
+    /// record's end (see `metadata_damage_target`).
+    journal_tail_exposed: bool,
     restarts: u32,
     /// The latest wall-clock time the node could have read (jumps back do not lower it).
     max_wall: u64,
@@ -588,6 +592,7 @@ impl NodeWorld {
             refused: false,
             metadata_lies_lost: BTreeSet::new(),
             metadata_lie_target: None,
+            journal_tail_exposed: false,
             restarts: 0,
             max_wall: 0,
         }
@@ -696,6 +701,8 @@ impl NodeWorld {
                     self.trace
                         .event(format!("boot removed {}", removed.display()));
                 }
+                // Boot recorded the journal's end: every entry it kept is below it now.
+                self.journal_tail_exposed = false;
                 self.node = Some(booted.node);
                 self.check_metadata()?;
                 self.check_partitions()
@@ -1654,6 +1661,27 @@ impl NodeWorld {
     // Crashes, power losses, damage --------------------------------------------------------
 
     /// Takes the node down; while down, metadata files may be damaged; boots again.
+    /// Where metadata damage may strike while the node is down: any metadata file, except
+    /// the journal while its tail is exposed (`journal_tail_exposed`). Damage to an entry
+    /// above the surviving record's journal end reads as a torn tail, and boot drops it with
+    /// the acknowledged ops in it: with the record lost to a lie, that disk is the disk
+    /// before those ops, which one disk cannot tell and the oracle does not model as a
+    /// rollback (as with lies lost on both the journal and the record, see `nemesis`).
+    fn metadata_damage_target(&mut self) -> PathBuf {
+        let dir = Path::new(NODE_ROOT).join("metadata");
+        if !self.journal_tail_exposed {
+            return dir;
+        }
+        let files: Vec<PathBuf> = self
+            .disk
+            .paths_under(&dir)
+            .into_iter()
+            .filter(|p| *p != dir && !p.ends_with(cairn_engine::metadata::JOURNAL))
+            .collect();
+        assert!(!files.is_empty(), "a booted node has superblock slots");
+        files[self.rng.gen_range(0..files.len())].clone()
+    }
+
     pub fn restart(&mut self, power: bool) -> Checked<()> {
         self.restarts += 1;
         self.report.restarts += 1;
@@ -1665,6 +1693,7 @@ impl NodeWorld {
             let dir = Path::new(NODE_ROOT).join("metadata");
             for path in self.disk.paths_under(&dir) {
                 if self.disk.has_lied_pages(&path) {
+                    self.journal_tail_exposed |= path.to_string_lossy().contains("superblock");
                     self.metadata_lies_lost.insert(path);
                 }
             }
@@ -1685,7 +1714,7 @@ impl NodeWorld {
             self.remove_partition_dir(key);
         }
         if self.faulty && self.chance(self.profile.metadata_damage) {
-            let dir = Path::new(NODE_ROOT).join("metadata");
+            let dir = self.metadata_damage_target();
             if self.rng.gen_bool(0.7) {
                 if let Some((path, at)) = self.disk.flip_random_bit(&dir) {
                     self.event(format!("fault bit flip {} at {at}", path.display()));
