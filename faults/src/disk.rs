@@ -1311,6 +1311,7 @@ impl DiskFile for SimFile {
         }
         let (target, at) = s.misdirect(self.inode, pos).unwrap_or((self.inode, pos));
         let end = pos + bytes.len() as u64;
+        let target_len = s.files[&target].data.len() as u64;
         s.files
             .get_mut(&target)
             .expect("target file")
@@ -1333,10 +1334,12 @@ impl DiskFile for SimFile {
                 "meant for {}@{pos}",
                 path.as_deref().unwrap_or(Path::new("?")).display()
             );
+            // Landing past the target's end, it also made the zeros between: wrong bytes
+            // too, which a sync then promises as the file's.
             s.damage(
                 target,
                 FaultKind::MisdirectedWrite,
-                at..at + bytes.len() as u64,
+                at.min(target_len)..at + bytes.len() as u64,
                 meant.clone(),
                 (true, false, false),
             );

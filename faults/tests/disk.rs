@@ -327,6 +327,30 @@ fn a_misdirected_write_can_land_in_another_file_and_damages_both() {
     assert!(disk.live_damage(&path).is_empty());
 }
 
+/// A misdirected write landing past the end of the file it hits also makes the zeros up to
+/// it: they are damage too (seed 0x5373933f: a sync then promised them as the file's bytes,
+/// and recovery's cut through them looked unjustified).
+#[test]
+fn a_misdirected_write_past_the_end_damages_the_gap_it_makes() {
+    let (disk, dir) = setup(10, DiskFaults::default());
+    let (file, _) = durable_file(&disk, &dir, "f");
+    let (other, other_path) = durable_file(&disk, &dir, "g");
+    write(other.as_ref(), 0, &[7u8; 100]);
+    disk.script(Scripted::MisdirectWrite {
+        from: "/d/f".into(),
+        into: other_path.clone(),
+    });
+    write(file.as_ref(), 1000, &[1u8; 50]);
+    assert_eq!(disk.contents(&other_path).unwrap().len(), 1050);
+    let damage = disk.live_damage(&other_path);
+    assert!(
+        damage
+            .iter()
+            .any(|d| d.kind == FaultKind::MisdirectedWrite && d.range == (100..1050)),
+        "{damage:?}"
+    );
+}
+
 #[test]
 fn bad_sectors_fail_reads_until_rewritten_or_cut() {
     let (disk, dir) = setup(9, DiskFaults::default());

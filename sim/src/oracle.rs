@@ -566,11 +566,13 @@ pub fn check_reply(model: &mut Model, reply: &Reply<'_>, disk: &SimDisk) -> Chec
     };
     let visible = model.visible_end();
     let Some(first) = messages.first() else {
-        let start = starts.iter().copied().min().unwrap_or(0);
-        if start < visible {
-            return excuse_short_read(model, from, start, 0, disk);
+        // Nothing returned is complete when the poll may start at the visible end (a `Next`
+        // after a failed store has two values to start from, one of them may be there).
+        if starts.iter().any(|&start| start >= visible) {
+            return Ok(());
         }
-        return Ok(());
+        let start = starts.iter().copied().min().unwrap_or(0);
+        return excuse_short_read(model, from, start, 0, disk);
     };
     if !starts.contains(&first.offset) {
         return Err(violation(
