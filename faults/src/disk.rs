@@ -742,10 +742,10 @@ impl SimDisk {
     /// Cancels every crash still to strike: the armed one and every scripted one
     /// (`CrashOn`, `CrashAfterWrite`).
     pub fn cancel_crashes(&self) {
-        let mut s = self.lock();
-        s.crash_in = None;
-        s.scripted
-            .retain(|f| !matches!(f, Scripted::CrashOn(_) | Scripted::CrashAfterWrite(_)));
+        self.disarm_crash();
+        self.lock()
+            .scripted
+            .retain(|f| !matches!(f, Scripted::CrashAfterWrite(_)));
     }
 
     pub fn is_crashed(&self) -> bool {

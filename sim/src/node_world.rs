@@ -2046,6 +2046,17 @@ fn lie_on_metadata_records(w: &mut NodeWorld, ops: usize) {
     }
 }
 
+/// `batches` acknowledged sends, then a power loss that drops everything unsynced; the
+/// decisions boot took.
+fn produce_then_lose_power(w: &mut NodeWorld, batches: usize) -> Checked<Vec<&'static str>> {
+    for _ in 0..batches {
+        w.produce()?;
+    }
+    w.disk.set_fates(cairn_faults::Fates::DropAll);
+    w.restart(true)?;
+    Ok(decisions(w))
+}
+
 fn decisions(w: &NodeWorld) -> Vec<&'static str> {
     w.report.decisions.keys().copied().collect()
 }
@@ -2059,12 +2070,7 @@ fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'sta
     w.perform(AdminOp::CreateStream("s".into()))?;
     lie_on_metadata_records(&mut w, 1);
     w.perform(persisted_topic(1))?;
-    for _ in 0..4 {
-        w.produce()?;
-    }
-    w.disk.set_fates(cairn_faults::Fates::DropAll);
-    w.restart(true)?;
-    Ok(decisions(&w))
+    produce_then_lose_power(&mut w, 4)
 }
 
 /// The records of a partition's removal and of its re-creation are both lost, after the
@@ -2075,12 +2081,7 @@ fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static
     lie_on_metadata_records(&mut w, 2);
     w.perform(AdminOp::DeletePartitions(0, 0, 1))?;
     w.perform(AdminOp::CreatePartitions(0, 0, 1))?;
-    for _ in 0..6 {
-        w.produce()?;
-    }
-    w.disk.set_fates(cairn_faults::Fates::DropAll);
-    w.restart(true)?;
-    Ok(decisions(&w))
+    produce_then_lose_power(&mut w, 6)
 }
 
 /// An operator removed a partition directory while the node was down: that partition is

@@ -2,7 +2,8 @@
 //! real files: the probe's scenario, asserting the corrected behaviour.
 
 use bytes::BytesMut;
-use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
+use cairn_engine::env::Env;
 use cairn_engine::format::{BatchHeader, FormatError, Limits};
 use cairn_engine::partition::recovery::{self, Action};
 use cairn_engine::partition::superblock::{DurablePoint, Superblock};
@@ -426,6 +427,17 @@ fn slot_record(dir: &Path, name: &str) -> Option<Superblock> {
     Superblock::decode(bytes.get(..cairn_engine::partition::superblock::SUPERBLOCK_LEN)?).ok()
 }
 
+/// A new partition at `dir` holding one acknowledged batch, closed cleanly.
+fn one_batch_closed(env: &Env, dir: &Path, cfg: TopicConfig) {
+    let mut partition = create(env, dir, cfg);
+    partition
+        .append_group(vec![batch(1, 5, 100)])
+        .pop()
+        .unwrap()
+        .unwrap();
+    partition.close().unwrap();
+}
+
 /// The slot holding the older record (the one a clean close did not write last).
 fn older_slot(dir: &Path) -> &'static str {
     let a = slot_record(dir, "superblock.a").unwrap().sequence;
@@ -445,13 +457,7 @@ fn a_missing_slot_is_recreated_durably_or_fences_a_torn_tail() {
     let dir = tmp.path().join("p");
     let env = real_env();
     let cfg = config(Durability::Persisted);
-    let mut partition = create(&env, &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 5, 100)])
-        .pop()
-        .unwrap()
-        .unwrap();
-    partition.close().unwrap();
+    one_batch_closed(&env, &dir, cfg);
     let slot = older_slot(&dir);
     std::fs::remove_file(dir.join(slot)).unwrap();
     let counting = CountingDisk::default();
@@ -486,13 +492,7 @@ fn a_damaged_older_slot_is_rewritten_so_a_later_torn_tail_truncates() {
     let dir = tmp.path().join("p");
     let env = real_env();
     let cfg = config(Durability::Persisted);
-    let mut partition = create(&env, &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 5, 100)])
-        .pop()
-        .unwrap()
-        .unwrap();
-    partition.close().unwrap();
+    one_batch_closed(&env, &dir, cfg);
     let slot = dir.join(older_slot(&dir));
     flip_byte(&slot, 20);
     flip_byte(&slot, 4096 + 20);
@@ -527,13 +527,7 @@ fn a_newest_record_left_in_one_copy_is_written_again() {
     let dir = tmp.path().join("p");
     let env = real_env();
     let cfg = config(Durability::Persisted);
-    let mut partition = create(&env, &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 5, 100)])
-        .pop()
-        .unwrap()
-        .unwrap();
-    partition.close().unwrap();
+    one_batch_closed(&env, &dir, cfg);
     for name in ["superblock.a", "superblock.b"] {
         let len = std::fs::metadata(dir.join(name)).unwrap().len();
         assert_eq!(len, SLOT_FILE_LEN, "{name} is two whole pages");

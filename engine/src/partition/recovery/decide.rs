@@ -35,9 +35,10 @@ pub struct Trusted {
     /// The other slot, when it is missing, unreadable or damaged: it may have held a newer
     /// record, so the durable end may lie above `record`'s.
     pub uncertain: Option<PathBuf>,
-    /// Whether `record` survives in one copy only (the other unreadable, damaged or older):
-    /// one more fault would erase it, so recovery writes the next record into the other slot.
-    pub degraded: bool,
+    /// The other slot, when recovery writes the next record into it: `uncertain`, or
+    /// `record` survives in one copy only (the other unreadable, damaged or older), where
+    /// one more fault would erase it.
+    pub rewrite: Option<PathBuf>,
 }
 
 /// What recovery will do, when it does not fence.
@@ -201,7 +202,8 @@ fn check_offset_set(survey: &Survey, trusted: &Trusted) -> Result<(), FenceReaso
 /// | two valid records | the higher sequence |
 /// | one valid record, the other slot missing, unreadable or damaged | that record, durable end uncertain |
 ///
-/// The trusted record is `degraded` when only one copy of it verifies.
+/// The other slot is rewritten when it is uncertain or only one copy of the trusted record
+/// verifies.
 pub fn trusted_record(
     dir: &Path,
     identity: PartitionIdentity,
@@ -260,11 +262,12 @@ pub fn trusted_record(
         _ => Some(path(other)),
     };
     let degraded = matches!(&slots[slot], SlotRead::Valid { problems, .. } if !problems.is_empty());
+    let rewrite = (uncertain.is_some() || degraded).then(|| path(other));
     Ok(Trusted {
         record,
         path: path(slot),
         uncertain,
-        degraded,
+        rewrite,
     })
 }
 
@@ -637,28 +640,10 @@ fn plan_record(
     if recorded_by_actions.is_some() {
         return None;
     }
-    let other = trusted
-        .uncertain
-        .clone()
-        .or_else(|| trusted.degraded.then(|| other_slot(&trusted.path)))?;
     Some(Action::RewriteSlot {
-        path: other,
+        path: trusted.rewrite.clone()?,
         durable: record.durable,
     })
-}
-
-/// The slot file beside `trusted`, which the next record goes into.
-fn other_slot(trusted: &Path) -> PathBuf {
-    let name = trusted.file_name().and_then(|n| n.to_str());
-    let other = match name {
-        Some(name) if name == SLOT_NAMES[0] => SLOT_NAMES[1],
-        Some(name) if name == SLOT_NAMES[1] => SLOT_NAMES[0],
-        _ => unreachable!(
-            "the trusted record lies in a slot file: {}",
-            trusted.display()
-        ),
-    };
-    trusted.with_file_name(other)
 }
 
 /// Keeps the longest prefix of index entries that agrees with the log and rebuilds the

@@ -264,6 +264,7 @@ fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> 
 
 fn survey_offsets(disk: &dyn Disk, survey: &mut Survey) -> io::Result<()> {
     let root = survey.dir.join("offsets");
+    let owner = offsets::owner(&survey.identity);
     if !disk.exists(&root)? {
         survey.missing_dirs.push(root.clone());
     }
@@ -278,10 +279,9 @@ fn survey_offsets(disk: &dyn Disk, survey: &mut Survey) -> io::Result<()> {
             let temp_of = entry.name.strip_suffix(offsets::TEMP_SUFFIX);
             if let Some(id) = offsets::parse_name(&entry.name) {
                 let consumer = ConsumerId { kind, id };
-                survey.offsets.push((
-                    consumer,
-                    offsets::read(disk, &path, offsets::owner(&survey.identity), consumer),
-                ));
+                survey
+                    .offsets
+                    .push((consumer, offsets::read(disk, &path, owner, consumer)));
             } else if temp_of.and_then(offsets::parse_name).is_some() {
                 survey.temps.push(path);
             } else {
