@@ -24,6 +24,13 @@
 //! The metadata plane's writes:
 //! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
 //!   operation is applied and answered before its entry is durable.
+//!
+//! The owners:
+//! - `ack-late-joiners`: a shard answers the sends that arrived while a persist ran as if
+//!   that persist had covered them (they are only journaled, in memory);
+//! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
+//!   the batch's journal entries and before syncing them, so callers read metadata the disk
+//!   may not hold.
 
 use crate::env::{DirEntry, Disk, DiskFile, OpenMode};
 use crate::partition::recovery::decide::{self, Repairs, Trusted};
@@ -37,7 +44,9 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 11] = [
+    "ack-late-joiners",
+    "publish-before-sync",
     "ack-metadata-before-sync",
     "ack-before-sync",
     "no-dir-sync",
@@ -319,5 +328,25 @@ impl<'d, D: Deref<Target = dyn Disk + 'd> + Send + Sync> Disk for SkippingDisk<D
     }
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.inner.exists(path)
+    }
+    fn take_io_time(&self) -> std::time::Duration {
+        self.inner.take_io_time()
+    }
+}
+
+pub(crate) fn requests_after_persist<T>(inbox: &mut crate::env::chan::Receiver<T>) -> Vec<T> {
+    if !active("ack-late-joiners") {
+        return Vec::new();
+    }
+    let mut late = Vec::new();
+    while let Ok(request) = inbox.try_recv() {
+        late.push(request);
+    }
+    late
+}
+
+pub(crate) fn before_metadata_sync(publish: &mut dyn FnMut()) {
+    if active("publish-before-sync") {
+        publish();
     }
 }

@@ -5,7 +5,11 @@
 //! - [`recovery_verdict`]: recovery's decision, after the rules and before it is acted on;
 //! - [`apply_disk`]: the disk recovery's apply writes through;
 //! - [`log_disk`]: the disk an open partition log writes through;
-//! - [`metadata_disk`]: the disk the metadata plane writes through.
+//! - [`metadata_disk`]: the disk the metadata plane writes through;
+//! - [`requests_after_persist`]: requests a shard takes from its inbox after a persist and
+//!   before answering the sends it covered (none in production);
+//! - [`before_metadata_sync`]: what the metadata owner does between writing a batch's
+//!   journal entries and syncing them (nothing in production).
 
 use crate::env::Disk;
 use crate::partition::recovery::decide::Repairs;
@@ -58,5 +62,28 @@ pub(crate) fn metadata_disk(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
     #[cfg(not(feature = "canary"))]
     {
         disk
+    }
+}
+
+pub(crate) fn requests_after_persist<T>(inbox: &mut crate::env::chan::Receiver<T>) -> Vec<T> {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::requests_after_persist(inbox)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        let _ = inbox;
+        Vec::new()
+    }
+}
+
+pub(crate) fn before_metadata_sync(publish: &mut dyn FnMut()) {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::before_metadata_sync(publish)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        let _ = publish;
     }
 }

@@ -1,8 +1,8 @@
 //! `cairn check` end to end: the real binary over a real data directory made by a node.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+use cairn_engine::env::real::block_on;
 use cairn_engine::format::BatchBuilder;
-use cairn_engine::metadata::journal::Origin;
 use cairn_engine::node::{Node, NodeSettings, PasswordCost};
 use cairn_engine::partition::partition_dir;
 use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
@@ -46,25 +46,25 @@ fn node(root: &Path) {
         password_cost: PasswordCost::CHEAP,
         ..Default::default()
     };
-    let mut node = Node::open(&env, root, settings).unwrap().node;
+    let node = block_on(Node::start(&env, root, settings)).unwrap().node;
+    let client = node.client(1);
     let id = WireIdentifier::numeric;
-    node.create_stream("s", Origin::default()).unwrap();
-    node.create_topic(&id(0), "t", 3, WireOptions::empty(), Origin::default())
-        .unwrap();
+    block_on(client.create_stream("s")).unwrap();
+    block_on(client.create_topic(&id(0), "t", 3, WireOptions::empty())).unwrap();
     for p in 0..3 {
         for i in 0..5u128 {
             let mut builder = BatchBuilder::new(1);
             builder.push(i + 1, 0, b"payload", b"");
-            node.send(
+            block_on(client.send(
                 &id(0),
                 &id(0),
                 &WirePartitioning::PartitionId(p),
                 builder.build(),
-            )
+            ))
             .unwrap();
         }
     }
-    node.close().unwrap();
+    block_on(node.shutdown()).unwrap();
 }
 
 fn line_of(out: &str, path: &Path) -> String {
@@ -88,7 +88,8 @@ fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files()
     assert_eq!(out.matches(": clean").count(), 4, "{out}");
 
     // Partition 0: garbage tail -> repair. Partition 1: a flipped byte -> fenced.
-    // Partition 2: its directory gone -> fenced. A deleted topic's directory -> removed.
+    // Partition 2: its directory gone -> fenced. A directory of a topic the metadata does
+    // not have, which no journaled op deleted -> kept and reported, never removed.
     let dirs: Vec<PathBuf> = (0..3).map(|p| partition_dir(&root, 0, 0, p)).collect();
     let log0 = dirs[0].join("00000000000000000000.log");
     let mut bytes = std::fs::read(&log0).unwrap();
@@ -126,8 +127,15 @@ fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files()
         line_of(&out, &dirs[2]).contains("FENCED (DirectoryMissing)"),
         "{out}"
     );
+    assert!(
+        line_of(&out, &orphan).contains("KEPT (unaccounted)"),
+        "{out}"
+    );
     let topic_dir = orphan.parent().unwrap().parent().unwrap();
-    assert!(line_of(&out, topic_dir).contains("would remove"), "{out}");
+    assert!(
+        line_of(&out, topic_dir).contains("KEPT (unaccounted)"),
+        "{out}"
+    );
     assert_eq!(snapshot(&root), before, "check changes nothing");
 
     // Damage below the metadata journal's durable end refuses boot.
@@ -164,9 +172,10 @@ fn silent_losses_are_refused_in_check(tmp: &Path) {
         password_cost: PasswordCost::CHEAP,
         ..Default::default()
     };
-    let mut node = Node::open(&env, &root, settings).unwrap().node;
+    let node = block_on(Node::start(&env, &root, settings)).unwrap().node;
+    let client = node.client(1);
     let id = WireIdentifier::numeric;
-    node.create_stream("s", Origin::default()).unwrap();
+    block_on(client.create_stream("s")).unwrap();
     let mut options = bytes::BytesMut::new();
     iggy_binary_protocol::encode_user_headers(
         &[
@@ -177,25 +186,23 @@ fn silent_losses_are_refused_in_check(tmp: &Path) {
         &mut options,
     );
     let options = WireOptions::from_bytes(options.freeze()).unwrap();
-    node.create_topic(&id(0), "t", 2, options, Origin::default())
-        .unwrap();
+    block_on(client.create_topic(&id(0), "t", 2, options)).unwrap();
     for p in 0..2 {
         for i in 0..30u128 {
             let mut builder = BatchBuilder::new(1);
             builder.push(i + 1, 0, &[5u8; 90_000], b"");
-            node.send(
+            block_on(client.send(
                 &id(0),
                 &id(0),
                 &WirePartitioning::PartitionId(p),
                 builder.build(),
-            )
+            ))
             .unwrap();
         }
         let consumer = iggy_binary_protocol::WireConsumer::consumer(id(3));
-        node.store_offset(&consumer, &id(0), &id(0), Some(p), 10)
-            .unwrap();
+        block_on(client.store_offset(&consumer, &id(0), &id(0), Some(p), 10)).unwrap();
     }
-    node.close().unwrap();
+    block_on(node.shutdown()).unwrap();
     let (code, out) = check(&root);
     assert_eq!(code, 0, "{out}");
     let (p0, p1) = (partition_dir(&root, 0, 0, 0), partition_dir(&root, 0, 0, 1));

@@ -197,9 +197,24 @@ pub enum Scripted {
     MisdirectWrite { from: String, into: PathBuf },
     /// The next mutating call on a path containing this crashes the node (lands partly).
     CrashOn(String),
+    /// The next call of kind `call` on a path containing `part` crashes the node (the call
+    /// does not happen): a crash placed between two steps of a protocol (a checkpoint's
+    /// rename after its record, its journal cut after the rename, a deletion's unlinks).
+    CrashOnCall { call: Call, part: String },
     /// The next write to a file whose path contains this lands whole, then the node crashes
     /// (before whatever sync was to follow).
     CrashAfterWrite(String),
+}
+
+/// The kinds of mutating call a scripted crash can wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Write,
+    Sync,
+    SetLen,
+    Rename,
+    Remove,
+    Other,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,9 +360,13 @@ struct State {
     bad_sectors: BTreeMap<(u64, u64), usize>,
     scripted: Vec<Scripted>,
     fates: Fates,
-    /// Virtual time each call takes: a seeded latency in `latency` nanoseconds.
+    /// Virtual time each call takes: a seeded latency in `latency` nanoseconds, moving
+    /// `clock` at once, or (`debt` mode) owed by the caller until it asks
+    /// ([`Disk::take_io_time`]) and sleeps it off.
     clock: Option<SimClock>,
     latency: (u64, u64),
+    debt_mode: bool,
+    debt_nanos: u64,
 }
 
 /// The simulated disk. Cheap to clone; clones share the disk.
@@ -437,28 +456,35 @@ impl State {
 
     /// Lets the call's latency pass in virtual time.
     fn take_time(&mut self) {
-        if let Some(clock) = &self.clock {
-            let (lo, hi) = self.latency;
-            let nanos = if hi > lo {
-                self.rng.gen_range(lo..=hi)
-            } else {
-                lo
-            };
+        let (lo, hi) = self.latency;
+        let nanos = if hi > lo {
+            self.rng.gen_range(lo..=hi)
+        } else {
+            lo
+        };
+        if self.debt_mode {
+            self.debt_nanos += nanos;
+        } else if let Some(clock) = &self.clock {
             clock.advance(nanos);
         }
     }
 
-    /// Counts a mutating call on `path`; returns true when it is the armed crash point.
-    fn mutate(&mut self, path: Option<&Path>) -> io::Result<bool> {
+    /// Counts a mutating call of kind `call` on `path`; returns true when it is the armed
+    /// crash point.
+    fn mutate(&mut self, path: Option<&Path>, call: Call) -> io::Result<bool> {
         if self.crashed {
             return Err(crashed_error());
         }
         self.take_time();
         let scripted_crash = path.is_some_and(|path| {
             let path = path.to_string_lossy().into_owned();
-            self.take_scripted(
-                |s| matches!(s, Scripted::CrashOn(part) if path.contains(part.as_str())),
-            )
+            self.take_scripted(|s| match s {
+                Scripted::CrashOn(part) => path.contains(part.as_str()),
+                Scripted::CrashOnCall { call: c, part } => {
+                    *c == call && path.contains(part.as_str())
+                }
+                _ => false,
+            })
             .is_some()
         });
         if scripted_crash {
@@ -668,6 +694,8 @@ impl SimDisk {
                 fates: Fates::Random,
                 clock: None,
                 latency: (0, 0),
+                debt_mode: false,
+                debt_nanos: 0,
             })),
         }
     }
@@ -677,6 +705,26 @@ impl SimDisk {
         let mut s = self.lock();
         s.clock = Some(clock);
         s.latency = (min_nanos, max_nanos.max(min_nanos));
+    }
+
+    /// Makes every call owe a seeded latency in `[min, max]` nanoseconds, which the caller
+    /// learns from [`Disk::take_io_time`] and sleeps off: the disk call itself takes no
+    /// virtual time, the worker's sleep after it does, and other tasks run meanwhile.
+    pub fn set_latency_debt(&self, min_nanos: u64, max_nanos: u64) {
+        let mut s = self.lock();
+        s.debt_mode = true;
+        s.debt_nanos = 0;
+        s.latency = (min_nanos, max_nanos.max(min_nanos));
+    }
+
+    /// Bytes the live files use (what a capacity is measured against).
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used_bytes()
+    }
+
+    /// Forgets what the calls so far owe (the simulator's own reads of the disk).
+    pub fn forgive_io_time(&self) {
+        self.lock().debt_nanos = 0;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -736,11 +784,12 @@ impl SimDisk {
     pub fn disarm_crash(&self) {
         let mut s = self.lock();
         s.crash_in = None;
-        s.scripted.retain(|f| !matches!(f, Scripted::CrashOn(_)));
+        s.scripted
+            .retain(|f| !matches!(f, Scripted::CrashOn(_) | Scripted::CrashOnCall { .. }));
     }
 
     /// Cancels every crash still to strike: the armed one and every scripted one
-    /// (`CrashOn`, `CrashAfterWrite`).
+    /// (`CrashOn`, `CrashOnCall`, `CrashAfterWrite`).
     pub fn cancel_crashes(&self) {
         self.disarm_crash();
         self.lock()
@@ -1261,7 +1310,7 @@ impl DiskFile for SimFile {
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
         let path = self.path(&s);
-        let crash_now = s.mutate(path.as_deref())?;
+        let crash_now = s.mutate(path.as_deref(), Call::Write)?;
         let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
         if !s.files.contains_key(&self.inode) {
             return Err(io::Error::other("stale handle"));
@@ -1357,7 +1406,7 @@ impl DiskFile for SimFile {
     fn sync_data(&self) -> io::Result<()> {
         let mut s = self.disk.lock();
         let path = self.path(&s);
-        if s.mutate(path.as_deref())? {
+        if s.mutate(path.as_deref(), Call::Sync)? {
             return Err(crashed_error());
         }
         let Some(file) = s.files.get(&self.inode) else {
@@ -1411,7 +1460,7 @@ impl DiskFile for SimFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut s = self.disk.lock();
         let path = self.path(&s);
-        if s.mutate(path.as_deref())? {
+        if s.mutate(path.as_deref(), Call::SetLen)? {
             return Err(crashed_error());
         }
         let old = s
@@ -1462,7 +1511,7 @@ impl DiskFile for SimFile {
     fn preallocate(&self, len: u64) -> io::Result<bool> {
         let mut s = self.disk.lock();
         let path = self.path(&s);
-        if s.mutate(path.as_deref())? {
+        if s.mutate(path.as_deref(), Call::Other)? {
             return Err(crashed_error());
         }
         let used = s
@@ -1525,7 +1574,7 @@ impl Disk for SimDisk {
                 if !s.is_dir(&dir) {
                     return Err(not_found("parent directory of", path));
                 }
-                if s.mutate(Some(path))? {
+                if s.mutate(Some(path), Call::Other)? {
                     return Err(crashed_error());
                 }
                 s.check_space(PAGE, path)?;
@@ -1548,7 +1597,7 @@ impl Disk for SimDisk {
         if path.as_os_str().is_empty() {
             return Err(invalid("empty path"));
         }
-        if s.mutate(Some(path))? {
+        if s.mutate(Some(path), Call::Other)? {
             return Err(crashed_error());
         }
         let mut missing = Vec::new();
@@ -1605,7 +1654,7 @@ impl Disk for SimDisk {
         if from.as_os_str().is_empty() || to.as_os_str().is_empty() {
             return Err(invalid("empty path"));
         }
-        if s.mutate(Some(to))? {
+        if s.mutate(Some(to), Call::Rename)? {
             return Err(crashed_error());
         }
         let node = *s
@@ -1657,7 +1706,7 @@ impl Disk for SimDisk {
         if path.as_os_str().is_empty() {
             return Err(invalid("empty path"));
         }
-        if s.mutate(Some(path))? {
+        if s.mutate(Some(path), Call::Remove)? {
             return Err(crashed_error());
         }
         match s.names.get(path) {
@@ -1677,7 +1726,7 @@ impl Disk for SimDisk {
         if path.as_os_str().is_empty() || path == Path::new("/") {
             return Err(invalid("refusing to remove the root"));
         }
-        if s.mutate(Some(path))? {
+        if s.mutate(Some(path), Call::Remove)? {
             return Err(crashed_error());
         }
         match s.names.get(path) {
@@ -1710,7 +1759,7 @@ impl Disk for SimDisk {
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut s = self.lock();
-        if s.mutate(Some(path))? {
+        if s.mutate(Some(path), Call::Sync)? {
             return Err(crashed_error());
         }
         if !s.names.contains_key(path) {
@@ -1750,5 +1799,9 @@ impl Disk for SimDisk {
             return Err(crashed_error());
         }
         Ok(s.names.contains_key(path))
+    }
+
+    fn take_io_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(std::mem::take(&mut self.lock().debt_nanos))
     }
 }

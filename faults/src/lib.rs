@@ -8,6 +8,6 @@ pub mod net;
 
 pub use clock::SimClock;
 pub use disk::{
-    Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE, SECTOR,
+    Call, Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE, SECTOR,
 };
 pub use net::{HostNet, NetEvent, NetFaults, SimNet};

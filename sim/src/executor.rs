@@ -2,12 +2,12 @@
 //! next one is chosen by a PRNG seeded from the run's seed. When nothing is ready, virtual
 //! time jumps to the next timer of the [`SimClock`].
 
-use cairn_engine::env::{BoxFuture, TaskHandle, Tasks};
+use cairn_engine::env::{BlockingJob, BoxFuture, Clock, PoolBusy, TaskHandle, Tasks};
 use cairn_faults::SimClock;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -59,13 +59,23 @@ pub struct Executor {
     ready: Arc<Ready>,
     rng: ChaCha8Rng,
     clock: SimClock,
+    blocking_cost: Arc<AtomicU64>,
+    blocking_jobs: Arc<AtomicUsize>,
 }
 
-/// Spawns tasks onto an [`Executor`]; implements the engine's `Tasks`.
+/// Most blocking jobs queued or running at once before the simulated pool is busy.
+pub const BLOCKING_SLOTS: usize = 64;
+
+/// Spawns tasks onto an [`Executor`]; implements the engine's `Tasks`. Workers are tasks
+/// like any other (their disk calls owe virtual time they sleep off); a blocking job is a
+/// task that sleeps the pool's virtual cost, then runs the job.
 #[derive(Clone)]
 pub struct ExecutorHandle {
     shared: Arc<Mutex<Shared>>,
     ready: Arc<Ready>,
+    clock: SimClock,
+    blocking_cost_nanos: Arc<AtomicU64>,
+    blocking_jobs: Arc<AtomicUsize>,
 }
 
 struct SimTaskHandle {
@@ -85,7 +95,46 @@ impl TaskHandle for SimTaskHandle {
     }
 }
 
+impl ExecutorHandle {
+    /// The virtual time every blocking job takes (a password hash, say).
+    pub fn set_blocking_cost(&self, cost: std::time::Duration) {
+        self.blocking_cost_nanos
+            .store(cost.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+/// Counts a queued blocking job until it ran (or was dropped with a killed task).
+struct BlockingSlot(Arc<AtomicUsize>);
+
+impl Drop for BlockingSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Tasks for ExecutorHandle {
+    fn spawn_worker(&self, _name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        self.spawn(task)
+    }
+
+    fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
+        if self.blocking_jobs.fetch_add(1, Ordering::SeqCst) >= BLOCKING_SLOTS {
+            self.blocking_jobs.fetch_sub(1, Ordering::SeqCst);
+            return Err(PoolBusy);
+        }
+        let slot = BlockingSlot(self.blocking_jobs.clone());
+        let cost = std::time::Duration::from_nanos(self.blocking_cost_nanos.load(Ordering::SeqCst));
+        let clock = self.clock.clone();
+        self.spawn(Box::pin(async move {
+            let _slot = slot;
+            if !cost.is_zero() {
+                clock.sleep(cost).await;
+            }
+            job();
+        }));
+        Ok(())
+    }
+
     fn spawn(&self, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         let mut shared = self.shared.lock().expect("executor");
         assert!(shared.tasks.len() < MAX_TASKS, "too many simulated tasks");
@@ -118,6 +167,8 @@ impl Executor {
             ready: Arc::new(Ready(Mutex::new(BTreeSet::new()))),
             rng: ChaCha8Rng::seed_from_u64(seed),
             clock,
+            blocking_cost: Arc::new(AtomicU64::new(0)),
+            blocking_jobs: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -125,6 +176,9 @@ impl Executor {
         ExecutorHandle {
             shared: self.shared.clone(),
             ready: self.ready.clone(),
+            clock: self.clock.clone(),
+            blocking_cost_nanos: self.blocking_cost.clone(),
+            blocking_jobs: self.blocking_jobs.clone(),
         }
     }
 
@@ -226,7 +280,6 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_engine::env::Clock;
     use std::time::Duration;
 
     fn order_for(seed: u64) -> (Vec<u32>, u64) {

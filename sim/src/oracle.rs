@@ -953,7 +953,9 @@ pub fn check_fence(
                         .as_ref()
                         .is_some_and(|s| in_file(s, anywhere.clone()) || lost_names.contains(s))
             }
-            FenceReason::DirectoryMissing { .. } => false,
+            FenceReason::DirectoryMissing { .. }
+            | FenceReason::IdentityDuplicated { .. }
+            | FenceReason::DirectoryInTheWay { .. } => false,
             // A segment's name was lost, or the segment before the gap lost its tail.
             FenceReason::ChainGap { log, .. } => {
                 let previous = before

@@ -205,8 +205,15 @@ fn run_node_seed(seed: u64, verbose: bool) -> RunReport {
         "profile {}",
         xxhash::xxh3::xxh3_64(profile.to_string().as_bytes())
     ));
-    let world =
-        crate::node_world::NodeWorld::new(seed, disk, clock, env, trace, RunReport::new(profile));
+    let world = crate::node_world::NodeWorld::new(
+        seed,
+        disk,
+        clock,
+        env,
+        executor.handle(),
+        trace,
+        RunReport::new(profile),
+    );
     crate::node_world::run(world, executor).0
 }
 

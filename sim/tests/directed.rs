@@ -43,7 +43,11 @@ fn every_fence_reason_and_every_repair_has_a_directed_scenario() {
     use cairn_engine::partition::FenceReason;
     // A partition directory the metadata names and cannot find is a node's finding: the
     // node's directed scenarios reach it.
-    let node_only = ["DirectoryMissing"];
+    let node_only = [
+        "DirectoryMissing",
+        "IdentityDuplicated",
+        "DirectoryInTheWay",
+    ];
     for decision in node_only {
         assert!(
             cairn_sim::node_world::NODE_SCENARIOS

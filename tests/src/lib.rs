@@ -13,6 +13,9 @@ use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+pub mod node;
+pub use node::{read_node, start, TestNode};
+
 /// A producer batch of `count` messages; message `i` gets id `seed << 32 | i` and a payload
 /// of `size` bytes derived from both.
 pub fn batch(seed: u64, count: usize, size: usize) -> BytesMut {
@@ -247,6 +250,9 @@ impl Disk for CountingDisk {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         RealDisk.exists(path)
     }
+    fn take_io_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// Flips one bit of a file at `position`.
@@ -347,6 +353,9 @@ impl Disk for CrashingDisk {
     }
     fn exists(&self, path: &Path) -> io::Result<bool> {
         RealDisk.exists(path)
+    }
+    fn take_io_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
     }
 }
 
@@ -478,22 +487,26 @@ impl Disk for FaultyDisk {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         RealDisk.exists(path)
     }
+    fn take_io_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
-/// Settings for a node in tests: cheap password hashes, small checkpoints.
+/// Settings for a node in tests: cheap password hashes, small checkpoints, two shards.
 pub fn node_settings() -> cairn_engine::node::NodeSettings {
     cairn_engine::node::NodeSettings {
         password_cost: cairn_engine::node::PasswordCost::CHEAP,
         meta: cairn_engine::metadata::MetaSettings {
             checkpoint_bytes: 1 << 20,
         },
+        shards: 2,
         ..Default::default()
     }
 }
 
 /// Boots the node under `root` on real files.
-pub fn boot(root: &Path) -> cairn_engine::node::Booted {
-    cairn_engine::node::Node::open(&real_env(), root, node_settings()).expect("boot")
+pub fn boot(root: &Path) -> node::Booted {
+    node::start(&real_env(), root, node_settings()).expect("boot")
 }
 
 /// A topic options block: `(key, value kind, value bytes)`, kinds as `iggy_common` encodes

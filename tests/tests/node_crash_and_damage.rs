@@ -11,25 +11,18 @@
 //!   boot reproduces without further repairs.
 
 use cairn_engine::env::{BoxFuture, Clock, Entropy, Env};
-use cairn_engine::metadata::journal::Origin;
 use cairn_engine::metadata::MetaSettings;
-use cairn_engine::node::state::MetaState;
-use cairn_engine::node::{BootError, Booted, Node, NodeSettings, PartitionKey, PasswordCost};
+use cairn_engine::node::state::{MetaState, Stream, User};
+use cairn_engine::node::{BootError, NodeSettings, PartitionBoot, PartitionKey, PasswordCost};
 use cairn_tests::*;
 use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePartitioning};
 use proptest::prelude::*;
 use proptest::sample::Index;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-
-const O: Origin = Origin {
-    timestamp: 0,
-    user_id: 0,
-    client: 0,
-    request: 0,
-};
 
 fn id(n: u32) -> WireIdentifier {
     WireIdentifier::numeric(n)
@@ -93,13 +86,13 @@ const STEPS: usize = 18;
 
 /// Step `i` of the workload: every kind of metadata operation, sends to a persisted topic,
 /// a persisted offset. Errors are the crash.
-fn step(node: &mut Node, i: usize, ledger: &mut Ledger) -> Result<(), String> {
+fn step(node: &TestNode, i: usize, ledger: &mut Ledger) -> Result<(), String> {
     let e = |e: cairn_engine::node::NodeError| e.to_string();
     let persisted = topic_options(&[
         ("durability", 2, b"persisted"),
         ("consumer_offset_durability", 2, b"persisted"),
     ]);
-    let mut send = |node: &mut Node, p: u32, seed: u64| -> Result<(), String> {
+    let mut send = |node: &TestNode, p: u32, seed: u64| -> Result<(), String> {
         let sent = node
             .send(
                 &id(0),
@@ -115,22 +108,19 @@ fn step(node: &mut Node, i: usize, ledger: &mut Ledger) -> Result<(), String> {
         Ok(())
     };
     match i {
-        0 => node.create_stream("s", O).map(drop).map_err(e),
+        0 => node.create_stream("s").map(drop).map_err(e),
         1 => node
-            .create_topic(&id(0), "t", 2, persisted, O)
+            .create_topic(&id(0), "t", 2, persisted)
             .map(drop)
             .map_err(e),
         2 => send(node, 0, 1),
-        3 => node
-            .create_group(&id(0), &id(0), "g", O)
-            .map(drop)
-            .map_err(e),
+        3 => node.create_group(&id(0), &id(0), "g").map(drop).map_err(e),
         4 => node
-            .create_user("alice", "secret", 1, None, O)
+            .create_user("alice", "secret", 1, None)
             .map(drop)
             .map_err(e),
         5 => node
-            .create_topic(&id(0), "doomed", 1, topic_options(&[]), O)
+            .create_topic(&id(0), "doomed", 1, topic_options(&[]))
             .map(drop)
             .map_err(e),
         6 => node
@@ -144,41 +134,45 @@ fn step(node: &mut Node, i: usize, ledger: &mut Ledger) -> Result<(), String> {
             ledger.offset = Some(1);
             Ok(())
         }
-        8 => node.create_partitions(&id(0), &id(0), 2, O).map_err(e),
-        9 => node.purge_topic(&id(0), &id(1), O).map_err(e),
-        10 => node.delete_topic(&id(0), &id(1), O).map_err(e),
-        11 => node.update_stream(&id(0), "renamed", O).map_err(e),
-        12 => node.delete_partitions(&id(0), &id(0), 1, O).map_err(e),
-        13 => node.delete_group(&id(0), &id(0), &id(0), O).map_err(e),
-        14 => node.create_stream("x", O).map(drop).map_err(e),
-        15 => node.delete_stream(&id(1), O).map_err(e),
+        8 => node.create_partitions(&id(0), &id(0), 2).map_err(e),
+        9 => node.purge_topic(&id(0), &id(1)).map_err(e),
+        10 => node.delete_topic(&id(0), &id(1)).map_err(e),
+        11 => node.update_stream(&id(0), "renamed").map_err(e),
+        12 => node.delete_partitions(&id(0), &id(0), 1).map_err(e),
+        13 => node.delete_group(&id(0), &id(0), &id(0)).map_err(e),
+        14 => node.create_stream("x").map(drop).map_err(e),
+        15 => node.delete_stream(&id(1)).map_err(e),
         16 => send(node, 2, 3),
-        17 => node.delete_user(&id(1), O).map_err(e),
+        17 => node.delete_user(&id(1)).map_err(e),
         _ => unreachable!("{STEPS} steps"),
     }
 }
 
+/// A state as it can be compared across runs.
+type Comparable = (BTreeMap<u32, Stream>, BTreeMap<u32, User>);
+
 /// `state` without password hashes: their salts are drawn when the user is created, so a
 /// first boot finished by a second boot salts the root user's differently. Passwords are
 /// checked by verifying them instead.
-fn comparable(state: &MetaState) -> MetaState {
-    let mut state = state.clone();
-    for user in state.users.values_mut() {
+fn comparable(state: &MetaState) -> Comparable {
+    let mut users = state.users().clone();
+    for user in users.values_mut() {
         user.password_hash.clear();
     }
-    state
+    (state.streams().clone(), users)
 }
 
 /// The workload run to the end on the real disk: the state after boot and after each step.
-fn reference(root: &Path) -> Vec<MetaState> {
+fn reference(root: &Path) -> Vec<Comparable> {
     let env = repeatable_env();
-    let mut node = Node::open(&env, root, settings()).expect("boot").node;
-    let mut states = vec![comparable(node.state())];
+    let node = start(&env, root, settings()).expect("boot").node;
+    let mut states = vec![comparable(&node.view())];
     let mut ledger = Ledger::default();
     for i in 0..STEPS {
-        step(&mut node, i, &mut ledger).expect("the reference run does not fail");
-        states.push(comparable(node.state()));
+        step(&node, i, &mut ledger).expect("the reference run does not fail");
+        states.push(comparable(&node.view()));
     }
+    node.halt();
     states
 }
 
@@ -189,26 +183,27 @@ fn crashed_run(root: &Path, budget: usize) -> (Option<usize>, Ledger, bool) {
     let mut env = repeatable_env();
     env.disk = Arc::new(CrashingDisk::new(budget));
     let mut ledger = Ledger::default();
-    let Ok(booted) = Node::open(&env, root, settings()) else {
+    let Ok(booted) = start(&env, root, settings()) else {
         return (None, ledger, true);
     };
-    let mut node = booted.node;
+    let node = booted.node;
     for i in 0..STEPS {
-        if step(&mut node, i, &mut ledger).is_err() {
+        if step(&node, i, &mut ledger).is_err() {
+            node.halt();
             return (Some(i), ledger, true);
         }
     }
+    node.halt();
     (Some(STEPS), ledger, false)
 }
 
 /// Every message of a partition of the booted node, by id.
-fn ids_in(node: &mut Node, key: (u32, u32, u32)) -> Vec<u128> {
-    let partition = node.partition_for(key).expect("partition");
-    read_all(partition, 64).into_iter().map(|m| m.1).collect()
+fn ids_in(node: &TestNode, key: (u32, u32, u32)) -> Vec<u128> {
+    read_node(node, key).into_iter().map(|m| m.1).collect()
 }
 
-fn boot_again(root: &Path) -> Booted {
-    match Node::open(&repeatable_env(), root, settings()) {
+fn boot_again(root: &Path) -> cairn_tests::node::Booted {
+    match start(&repeatable_env(), root, settings()) {
         Ok(booted) => booted,
         Err(error) => panic!("boot after a crash failed: {error}"),
     }
@@ -223,18 +218,18 @@ fn a_crash_at_every_mutating_call_of_a_node_workload_recovers_what_was_acknowled
         let root = tmp.path().join(format!("crash-{budget}"));
         let (acked, ledger, crashed) = crashed_run(&root, budget);
         let booted = boot_again(&root);
-        let mut node = booted.node;
+        let node = booted.node;
         // The acknowledged steps survive; the one in flight may or may not have.
-        let state = comparable(node.state());
+        let state = comparable(&node.view());
         assert_eq!(
-            node.verify_password("iggy", "iggy").unwrap(),
+            node.login("iggy", "iggy").unwrap().user_id,
             0,
             "budget {budget}: root"
         );
-        if let Some(alice) = state.users.get(&1) {
-            assert_eq!(node.verify_password(&alice.username, "secret").unwrap(), 1);
+        if let Some(alice) = state.1.get(&1) {
+            assert_eq!(node.login(&alice.username, "secret").unwrap().user_id, 1);
         }
-        let allowed: Vec<&MetaState> = match acked {
+        let allowed: Vec<&Comparable> = match acked {
             None => vec![&states[0]],
             Some(k) => states[k..(k + 2).min(states.len())].iter().collect(),
         };
@@ -244,7 +239,7 @@ fn a_crash_at_every_mutating_call_of_a_node_workload_recovers_what_was_acknowled
         );
         for (key, message) in &ledger.messages {
             assert!(
-                ids_in(&mut node, *key).contains(message),
+                ids_in(&node, *key).contains(message),
                 "budget {budget}: acknowledged message {message:x} of {key:?} lost"
             );
         }
@@ -253,7 +248,7 @@ fn a_crash_at_every_mutating_call_of_a_node_workload_recovers_what_was_acknowled
             let stored = node.get_offset(&consumer, &id(0), &id(0), Some(0)).unwrap();
             assert_eq!(stored, Some(offset), "budget {budget}: the stored offset");
         }
-        drop(node);
+        node.halt();
         // Whatever that boot repaired, it repaired durably: the next has nothing to do.
         let again = boot_again(&root);
         assert!(
@@ -266,19 +261,28 @@ fn a_crash_at_every_mutating_call_of_a_node_workload_recovers_what_was_acknowled
             "budget {budget}: {:?}",
             again.report.removed
         );
-        assert!(
-            again.report.redone.is_empty(),
+        assert_eq!(
+            again.report.redone(),
+            0,
             "budget {budget}: {:?}",
-            again.report.redone
+            again.report.tree
         );
-        for (key, plan) in &again.report.partitions {
-            let plan = plan.as_ref().expect("every partition directory exists");
+        assert!(
+            again.report.tree.is_clean(),
+            "budget {budget}: {:?}",
+            again.report.tree
+        );
+        for (key, boot) in &again.report.partitions {
+            let PartitionBoot::Opened(plan) = boot else {
+                panic!("budget {budget}: partition {key:?} fenced before recovery: {boot:?}");
+            };
             assert!(
                 plan.fence.is_none() && plan.actions.is_empty(),
                 "budget {budget}: partition {key:?} on the second boot: {plan:?}"
             );
         }
-        assert_eq!(comparable(again.node.state()), state, "budget {budget}");
+        assert_eq!(comparable(&again.node.view()), state, "budget {budget}");
+        again.node.halt();
         if !crashed {
             assert!(budget > 50, "the workload makes many mutating calls");
             return;
@@ -299,12 +303,12 @@ fn template() -> PathBuf {
             let tmp = tempfile::tempdir().unwrap();
             let root = tmp.path().join("node");
             let env = repeatable_env();
-            let mut node = Node::open(&env, &root, settings()).expect("boot").node;
+            let node = start(&env, &root, settings()).expect("boot").node;
             let mut ledger = Ledger::default();
             for i in 0..8 {
-                step(&mut node, i, &mut ledger).expect("template step");
+                step(&node, i, &mut ledger).expect("template step");
             }
-            drop(node);
+            node.halt();
             tmp
         })
         .path()
@@ -326,27 +330,22 @@ fn pick(root: &Path, i: &Index) -> PathBuf {
 }
 
 /// Each partition boot opened, and the name of its fence if it has one.
-fn fences(booted: &Booted) -> Vec<(PartitionKey, Option<&'static str>)> {
+fn fences(booted: &cairn_tests::node::Booted) -> Vec<(PartitionKey, Option<&'static str>)> {
     booted
         .report
         .partitions
         .iter()
-        .map(|(k, p)| {
-            (
-                *k,
-                p.as_ref().and_then(|p| p.fence.as_ref().map(|f| f.name())),
-            )
-        })
+        .map(|(k, p)| (*k, p.fence().map(|f| f.name())))
         .collect()
 }
 
 fn check_boot(root: &Path) {
     let before = snapshot(root);
-    let booted = match Node::open(&repeatable_env(), root, settings()) {
+    let booted = match start(&repeatable_env(), root, settings()) {
         Ok(booted) => booted,
         Err(BootError::Refused(refusal)) => {
             assert_eq!(snapshot(root), before, "a refused boot changes nothing");
-            match Node::open(&repeatable_env(), root, settings()) {
+            match start(&repeatable_env(), root, settings()) {
                 Err(BootError::Refused(again)) => {
                     assert_eq!(again.name(), refusal.name(), "a refusal is stable")
                 }
@@ -358,13 +357,13 @@ fn check_boot(root: &Path) {
         // An I/O error on a directory a test mangled is an answer, not a panic.
         Err(_) => return,
     };
-    let state = booted.node.state().clone();
+    let state = booted.node.view().state.clone();
     let fenced = fences(&booted);
-    drop(booted);
-    let again = Node::open(&repeatable_env(), root, settings()).expect("a booted node boots again");
+    booted.node.halt();
+    let again = start(&repeatable_env(), root, settings()).expect("a booted node boots again");
     assert_eq!(
-        again.node.state(),
-        &state,
+        again.node.view().state,
+        state,
         "a second boot recovers the same state"
     );
     assert!(again.plan.actions.is_empty(), "{:?}", again.plan.actions);
@@ -374,14 +373,15 @@ fn check_boot(root: &Path) {
         again.report.removed
     );
     assert_eq!(fences(&again), fenced, "fences are stable");
-    for (key, plan) in &again.report.partitions {
-        if let Some(plan) = plan.as_ref().filter(|p| p.fence.is_none()) {
+    for (key, boot) in &again.report.partitions {
+        if let PartitionBoot::Opened(plan) = boot {
             assert!(
-                plan.actions.is_empty(),
+                plan.fence.is_some() || plan.actions.is_empty(),
                 "partition {key:?} repaired twice: {plan:?}"
             );
         }
     }
+    again.node.halt();
 }
 
 proptest! {

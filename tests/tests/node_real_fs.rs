@@ -5,9 +5,10 @@
 use cairn_engine::config::Durability;
 use cairn_engine::metadata::journal::{self, Origin};
 use cairn_engine::metadata::{MetaAction, MetaRefusal};
+use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::retention::Reason;
-use cairn_engine::node::state::DirWork;
-use cairn_engine::node::{BootError, Node, NodeError};
+use cairn_engine::node::tree::Fate;
+use cairn_engine::node::{BootError, NodeError};
 use cairn_engine::partition::{partition_dir, FenceReason, PartitionIdentity};
 use cairn_tests::*;
 use iggy_binary_protocol::{
@@ -23,15 +24,8 @@ fn named(s: &str) -> WireIdentifier {
     WireIdentifier::named(s).unwrap()
 }
 
-const O: Origin = Origin {
-    timestamp: 0,
-    user_id: 0,
-    client: 0,
-    request: 0,
-};
-
 fn refusal(root: &Path) -> MetaRefusal {
-    match Node::open(&real_env(), root, node_settings()) {
+    match start(&real_env(), root, node_settings()) {
         Err(BootError::Refused(r)) => r,
         Err(other) => panic!("expected a refusal, got {other}"),
         Ok(_) => panic!("expected a refusal, the node booted"),
@@ -52,11 +46,10 @@ fn journal_path(root: &Path) -> std::path::PathBuf {
 }
 
 /// A node with stream "s" (0) and topic "t" (0) of `partitions` partitions.
-fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> Node {
-    let mut node = boot(root).node;
-    node.create_stream("s", O).unwrap();
-    node.create_topic(&id(0), "t", partitions, options, O)
-        .unwrap();
+fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> TestNode {
+    let node = boot(root).node;
+    node.create_stream("s").unwrap();
+    node.create_topic(&id(0), "t", partitions, options).unwrap();
     node
 }
 
@@ -66,87 +59,84 @@ fn the_first_boot_creates_the_root_user_and_everything_survives_a_restart() {
     let root = tmp.path();
     let booted = boot(root);
     assert!(booted.plan.first_boot);
-    let mut node = booted.node;
-    assert_eq!(node.state().users[&0].username, "iggy");
-    assert_eq!(node.verify_password("iggy", "iggy").unwrap(), 0);
-    assert!(node.verify_password("iggy", "wrong").is_err());
+    let node = booted.node;
+    assert_eq!(node.view().users()[&0].username, "iggy");
+    assert_eq!(node.login("iggy", "iggy").map(|l| l.user_id).unwrap(), 0);
+    assert!(node.login("iggy", "wrong").map(|l| l.user_id).is_err());
     assert_eq!(node.last_op(), 1, "the root user is op 1");
-    assert_eq!(node.create_stream("orders", O).unwrap(), 0);
-    assert_eq!(node.create_stream("audit", O).unwrap(), 1);
-    node.delete_stream(&named("orders"), O).unwrap();
-    assert_eq!(
-        node.create_stream("billing", O).unwrap(),
-        0,
-        "lowest free id"
-    );
+    assert_eq!(node.create_stream("orders").unwrap(), 0);
+    assert_eq!(node.create_stream("audit").unwrap(), 1);
+    node.delete_stream(&named("orders")).unwrap();
+    assert_eq!(node.create_stream("billing").unwrap(), 0, "lowest free id");
     let topic = node
-        .create_topic(&named("billing"), "invoices", 3, WireOptions::empty(), O)
+        .create_topic(&named("billing"), "invoices", 3, WireOptions::empty())
         .unwrap();
     assert_eq!(topic, 0);
-    node.create_group(&id(0), &id(0), "workers", O).unwrap();
-    node.create_user("alice", "secret", 1, None, O).unwrap();
+    node.create_group(&id(0), &id(0), "workers").unwrap();
+    node.create_user("alice", "secret", 1, None).unwrap();
     let cluster = node.cluster();
-    let state = node.state().clone();
-    drop(node); // a crash: nothing is flushed beyond what each op made durable
+    let state = node.view();
+    node.halt(); // a crash: nothing is flushed beyond what each op made durable
     let booted = boot(root);
     assert!(!booted.plan.first_boot);
-    assert_eq!(booted.node.state(), &state);
+    assert_eq!(booted.node.view(), state);
     assert_eq!(booted.node.cluster(), cluster);
     assert!(booted.plan.actions.is_empty(), "{:?}", booted.plan.actions);
     for p in 0..3 {
         assert!(partition_dir(root, 0, 0, p).join("superblock.a").exists());
     }
-    assert_eq!(booted.node.verify_password("alice", "secret").unwrap(), 1);
+    assert_eq!(
+        booted
+            .node
+            .login("alice", "secret")
+            .map(|l| l.user_id)
+            .unwrap(),
+        1
+    );
 }
 
 #[test]
 fn entities_are_addressed_by_id_or_name_and_names_are_unique() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut node = node_with_topic(tmp.path(), 2, WireOptions::empty());
-    let dup = node.create_stream("s", O).unwrap_err();
+    let node = node_with_topic(tmp.path(), 2, WireOptions::empty());
+    let dup = node.create_stream("s").unwrap_err();
     assert!(matches!(dup, NodeError::StreamNameExists(_)));
     assert_eq!(dup.code(), 1012);
     let dup = node
-        .create_topic(&named("s"), "t", 1, WireOptions::empty(), O)
+        .create_topic(&named("s"), "t", 1, WireOptions::empty())
         .unwrap_err();
     assert_eq!(dup.code(), 2013);
-    assert_eq!(node.delete_stream(&id(9), O).unwrap_err().code(), 1009);
+    assert_eq!(node.delete_stream(&id(9)).unwrap_err().code(), 1009);
+    assert_eq!(node.delete_stream(&named("nope")).unwrap_err().code(), 1010);
     assert_eq!(
-        node.delete_stream(&named("nope"), O).unwrap_err().code(),
-        1010
-    );
-    assert_eq!(
-        node.delete_topic(&id(0), &named("nope"), O)
+        node.delete_topic(&id(0), &named("nope"))
             .unwrap_err()
             .code(),
         2011
     );
-    node.update_stream(&named("s"), "renamed", O).unwrap();
-    assert_eq!(node.state().streams[&0].name, "renamed");
-    node.update_topic(&id(0), &named("t"), "t2", WireOptions::empty(), O)
+    node.update_stream(&named("s"), "renamed").unwrap();
+    assert_eq!(node.view().streams()[&0].name, "renamed");
+    node.update_topic(&id(0), &named("t"), "t2", WireOptions::empty())
         .unwrap();
-    node.create_partitions(&id(0), &id(0), 2, O).unwrap();
-    assert_eq!(node.state().topic(0, 0).partitions.len(), 4);
-    node.delete_partitions(&id(0), &id(0), 3, O).unwrap();
-    assert_eq!(node.state().topic(0, 0).partitions.len(), 1);
+    node.create_partitions(&id(0), &id(0), 2).unwrap();
+    assert_eq!(node.view().topic(0, 0).partitions.len(), 4);
+    node.delete_partitions(&id(0), &id(0), 3).unwrap();
+    assert_eq!(node.view().topic(0, 0).partitions.len(), 1);
     assert!(
         !partition_dir(node.root(), 0, 0, 1).exists(),
         "deleted at the end"
     );
     assert_eq!(
-        node.delete_partitions(&id(0), &id(0), 2, O)
+        node.delete_partitions(&id(0), &id(0), 2)
             .unwrap_err()
             .code(),
         2019
     );
     let long = "x".repeat(256);
-    assert!(
-        node.create_stream(&long, O).is_err(),
-        "names are 1-255 bytes"
-    );
-    assert!(node.create_stream("", O).is_err());
+    assert!(node.create_stream(&long).is_err(), "names are 1-255 bytes");
+    assert!(node.create_stream("").is_err());
     assert!(matches!(
-        node.create_stream("a\nb", O),
+        node.create_stream("a\nb"),
         Err(NodeError::InvalidName { .. })
     ));
 }
@@ -155,7 +145,7 @@ fn entities_are_addressed_by_id_or_name_and_names_are_unique() {
 fn rejected_topic_options_name_the_reason_and_journal_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = node_with_topic(root, 1, WireOptions::empty());
+    let node = node_with_topic(root, 1, WireOptions::empty());
     let journal = std::fs::read(journal_path(root)).unwrap();
     type Entries<'a> = &'a [(&'a str, u8, &'a [u8])];
     let cases: [(Entries, u32, &str); 6] = [
@@ -176,7 +166,7 @@ fn rejected_topic_options_name_the_reason_and_journal_nothing() {
     ];
     for (entries, code, text) in cases {
         let e = node
-            .create_topic(&id(0), "x", 1, topic_options(entries), O)
+            .create_topic(&id(0), "x", 1, topic_options(entries))
             .unwrap_err();
         assert_eq!(e.code(), code, "{e}");
         assert!(e.to_string().contains(text), "{e}");
@@ -188,7 +178,6 @@ fn rejected_topic_options_name_the_reason_and_journal_nothing() {
                 &id(0),
                 "t",
                 topic_options(&[(key, 2, b"persisted")]),
-                O,
             )
             .unwrap_err();
         assert!(e.to_string().contains("create-only"), "{key}: {e}");
@@ -198,7 +187,7 @@ fn rejected_topic_options_name_the_reason_and_journal_nothing() {
         journal,
         "refused operations are not journaled"
     );
-    assert_eq!(node.state().streams[&0].topics.len(), 1);
+    assert_eq!(node.view().streams()[&0].topics.len(), 1);
     // The effective values are reported back.
     node.create_topic(
         &id(0),
@@ -208,10 +197,9 @@ fn rejected_topic_options_name_the_reason_and_journal_nothing() {
             ("durability", 2, b"persisted"),
             ("message_expiry", 2, b"1 day"),
         ]),
-        O,
     )
     .unwrap();
-    let options = node.state().topic(0, 1).options;
+    let options = node.view().topic(0, 1).options;
     assert_eq!(options.durability, Durability::Persisted);
     assert_eq!(options.consumer_offset_durability, Durability::Replicated);
     assert_eq!(options.message_expiry, 86_400_000_000);
@@ -222,7 +210,7 @@ fn a_damaged_journal_entry_below_the_durable_end_refuses_boot() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let node = node_with_topic(root, 1, WireOptions::empty());
-    drop(node);
+    node.halt();
     let bytes = std::fs::read(journal_path(root)).unwrap();
     let second = journal::scan(&bytes, cluster_of(root)).entries[1].position;
     flip_byte(&journal_path(root), second + 40);
@@ -277,7 +265,7 @@ fn append_unrecorded(root: &Path, names: &[&str]) -> Vec<u64> {
 fn whole_entries_above_the_durable_end_are_kept_and_a_torn_tail_is_cut() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     append_unrecorded(root, &["late"]);
     let mut bytes = std::fs::read(journal_path(root)).unwrap();
     let torn_at = bytes.len() as u64;
@@ -290,11 +278,11 @@ fn whole_entries_above_the_durable_end_are_kept_and_a_torn_tail_is_cut() {
     ));
     assert!(booted
         .node
-        .state()
-        .streams
+        .view()
+        .streams()
         .values()
         .any(|s| s.name == "late"));
-    drop(booted);
+    booted.node.halt();
     assert_eq!(
         std::fs::metadata(journal_path(root)).unwrap().len(),
         torn_at
@@ -306,7 +294,7 @@ fn whole_entries_above_the_durable_end_are_kept_and_a_torn_tail_is_cut() {
 fn damage_followed_by_a_whole_entry_is_interior_corruption() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     let positions = append_unrecorded(root, &["one", "two"]);
     flip_byte(&journal_path(root), positions[0] + 20);
     match refused(root, "JournalInteriorCorruption") {
@@ -323,7 +311,7 @@ fn damage_followed_by_a_whole_entry_is_interior_corruption() {
 fn a_journal_cut_below_its_durable_end_refuses_boot() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     let len = std::fs::metadata(journal_path(root)).unwrap().len();
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -344,12 +332,15 @@ fn a_journal_cut_below_its_durable_end_refuses_boot() {
 fn checkpointed(root: &Path) {
     let mut settings = node_settings();
     settings.meta.checkpoint_bytes = 1;
-    let mut node = Node::open(&real_env(), root, settings).unwrap().node;
-    node.create_stream("s", O).unwrap();
-    node.create_topic(&id(0), "t", 2, WireOptions::empty(), O)
+    let node = start(&real_env(), root, settings).unwrap().node;
+    node.create_stream("s").unwrap();
+    node.create_topic(&id(0), "t", 2, WireOptions::empty())
         .unwrap();
+    // The checkpoint follows the answer; the owner's next answer follows the checkpoint.
+    assert!(node.create_stream("s").is_err());
     assert!(root.join("metadata/snapshot.bin").exists());
     assert_eq!(std::fs::metadata(journal_path(root)).unwrap().len(), 0);
+    node.halt();
 }
 
 #[test]
@@ -357,18 +348,18 @@ fn a_checkpoint_boots_from_the_snapshot_and_replays_what_follows() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     checkpointed(root);
-    let mut node = boot(root).node;
-    assert_eq!(node.state().topic(0, 0).partitions.len(), 2);
-    node.create_stream("after", O).unwrap();
-    let state = node.state().clone();
-    drop(node);
+    let node = boot(root).node;
+    assert_eq!(node.view().topic(0, 0).partitions.len(), 2);
+    node.create_stream("after").unwrap();
+    let state = node.view();
+    node.halt();
     let booted = boot(root);
     assert_eq!(
         booted.plan.replayed.len(),
         1,
         "one entry after the snapshot"
     );
-    assert_eq!(booted.node.state(), &state);
+    assert_eq!(booted.node.view(), state);
 }
 
 #[test]
@@ -394,10 +385,10 @@ fn a_missing_or_different_snapshot_refuses_boot() {
     copy_dir(&original, &older);
     let mut settings = node_settings();
     settings.meta.checkpoint_bytes = 1;
-    let mut node = Node::open(&real_env(), &older, settings).unwrap().node;
+    let node = start(&real_env(), &older, settings).unwrap().node;
     let old_snapshot = std::fs::read(older.join("metadata/snapshot.bin")).unwrap();
-    node.create_stream("newer", O).unwrap();
-    drop(node);
+    node.create_stream("newer").unwrap();
+    node.halt();
     std::fs::write(older.join("metadata/snapshot.bin"), old_snapshot).unwrap();
     refused(&older, "SnapshotMismatch");
 }
@@ -406,7 +397,7 @@ fn a_missing_or_different_snapshot_refuses_boot() {
 fn both_superblocks_damaged_refuse_and_data_without_metadata_is_never_removed() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("n");
-    drop(node_with_topic(&root, 1, WireOptions::empty()));
+    node_with_topic(&root, 1, WireOptions::empty()).halt();
     let damaged = tmp.path().join("damaged");
     copy_dir(&root, &damaged);
     for slot in ["superblock.a", "superblock.b"] {
@@ -421,43 +412,55 @@ fn both_superblocks_damaged_refuse_and_data_without_metadata_is_never_removed() 
 }
 
 #[test]
-fn the_journal_is_the_truth_for_the_directory_tree() {
+fn the_journal_is_the_truth_for_the_tree_and_nothing_unaccounted_is_removed() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = node_with_topic(root, 2, WireOptions::empty());
-    node.create_topic(&id(0), "gone", 1, WireOptions::empty(), O)
+    let node = node_with_topic(root, 2, WireOptions::empty());
+    node.create_topic(&id(0), "gone", 1, WireOptions::empty())
         .unwrap();
     let gone = partition_dir(root, 0, 1, 0);
     let saved = tmp.path().join("saved");
     copy_dir(&gone, &saved);
-    node.delete_topic(&id(0), &named("gone"), O).unwrap();
-    drop(node);
-    // A crash between journaling the delete and removing the files leaves them.
+    let records = RecordsLost::from_now(root);
+    node.delete_topic(&id(0), &named("gone")).unwrap();
+    node.halt();
+    // A crash between journaling the delete and removing the files (the records after it
+    // lost) leaves them: the journal's op deleted that identity, so boot removes it.
     copy_dir(&saved, &gone);
+    records.lose();
     // A partition the metadata has loses its directory.
     std::fs::remove_dir_all(partition_dir(root, 0, 0, 1)).unwrap();
+    // Directories nothing accounts for: the deleted partition again, under a topic the
+    // metadata never had; and a copy of partition 0, whose identity the metadata has.
+    let stray = partition_dir(root, 0, 5, 0);
+    copy_dir(&saved, &stray);
+    let copy = partition_dir(root, 0, 6, 0);
+    copy_dir(&partition_dir(root, 0, 0, 0), &copy);
     let booted = boot(root);
     assert_eq!(
         booted.report.removed,
-        vec![root.join("streams/0/topics/1")],
+        vec![gone.clone(), root.join("streams/0/topics/1")],
         "the deleted topic's directory is removed"
     );
     assert!(!gone.exists());
-    let missing = booted.node.partition((0, 0, 1)).unwrap();
+    assert!(stray.exists() && copy.exists(), "never removed");
+    let tree = &booted.report.tree;
+    let fate = |dir: &Path| tree.paths.iter().find(|p| p.dir == dir).map(|p| p.fate);
+    assert_eq!(fate(&stray), Some(Fate::Unaccounted), "{tree:?}");
+    assert_eq!(fate(&copy), Some(Fate::Unaccounted), "{tree:?}");
+    let missing = booted.node.info((0, 0, 1)).unwrap();
     assert!(matches!(
-        missing.fence_reason(),
-        Some(FenceReason::DirectoryMissing { dir }) if *dir == partition_dir(root, 0, 0, 1)
+        missing.fence,
+        Some(FenceReason::DirectoryMissing { dir }) if dir == partition_dir(root, 0, 0, 1)
     ));
     assert!(
         !partition_dir(root, 0, 0, 1).exists(),
         "never recreated empty"
     );
-    assert!(booted
-        .node
-        .partition((0, 0, 0))
-        .unwrap()
-        .fence_reason()
-        .is_none());
+    assert!(matches!(
+        booted.node.info((0, 0, 0)).unwrap().fence,
+        Some(FenceReason::IdentityDuplicated { other, .. }) if other == copy
+    ));
 }
 
 /// The metadata superblock records as they are now; [`RecordsLost::lose`] puts them back,
@@ -486,9 +489,9 @@ impl RecordsLost {
 }
 
 /// Boots and reads every message of partition `key`.
-fn messages_after_boot(root: &Path, key: (u32, u32, u32)) -> (cairn_engine::node::Booted, usize) {
-    let mut booted = boot(root);
-    let count = read_all(booted.node.partition_for(key).unwrap(), 10).len();
+fn messages_after_boot(root: &Path, key: (u32, u32, u32)) -> (cairn_tests::node::Booted, usize) {
+    let booted = boot(root);
+    let count = read_node(&booted.node, key).len();
     (booted, count)
 }
 
@@ -499,11 +502,11 @@ fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
     // it made has taken acknowledged messages since. Redoing means proving it is there.
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = boot(root).node;
-    node.create_stream("s", O).unwrap();
+    let node = boot(root).node;
+    node.create_stream("s").unwrap();
     let records = RecordsLost::from_now(root);
     let persisted = topic_options(&[("durability", 2, b"persisted")]);
-    node.create_topic(&id(0), "t", 1, persisted, O).unwrap();
+    node.create_topic(&id(0), "t", 1, persisted).unwrap();
     let sent = node
         .send(
             &id(0),
@@ -513,10 +516,23 @@ fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
         )
         .unwrap();
     assert!(sent.ack.durable);
-    drop(node);
+    node.halt();
     records.lose();
     let (booted, count) = messages_after_boot(root, (0, 0, 0));
-    assert_eq!(booted.report.redone.len(), 1, "{:?}", booted.report.redone);
+    assert!(
+        matches!(
+            booted.plan.replayed.last().map(|r| &r.meta_op),
+            Some(MetaOp::CreateTopic(_))
+        ),
+        "the create is replayed"
+    );
+    let tree = &booted.report.tree;
+    assert!(
+        tree.paths
+            .iter()
+            .any(|p| p.key == (0, 0, 0) && p.fate == Fate::Open),
+        "the redone create finds its partition and opens it: {tree:?}"
+    );
     assert_eq!(count, 4, "acknowledged messages kept");
 }
 
@@ -527,10 +543,10 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let persisted = topic_options(&[("durability", 2, b"persisted")]);
-    let mut node = node_with_topic(root, 2, persisted);
+    let node = node_with_topic(root, 2, persisted);
     let records = RecordsLost::from_now(root);
-    node.delete_partitions(&id(0), &id(0), 1, O).unwrap();
-    node.create_partitions(&id(0), &id(0), 1, O).unwrap();
+    node.delete_partitions(&id(0), &id(0), 1).unwrap();
+    node.create_partitions(&id(0), &id(0), 1).unwrap();
     node.send(
         &id(0),
         &id(0),
@@ -538,14 +554,18 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
         batch(1, 4, 10),
     )
     .unwrap();
-    drop(node);
+    node.halt();
     records.lose();
     let (booted, count) = messages_after_boot(root, (0, 0, 1));
-    // The removal is superseded; the re-creation is redone and finds its partition there.
-    let redone = &booted.report.redone;
+    // The removal is superseded (the directory holds the re-created identity, not the one
+    // the removal deleted); the re-creation finds its partition there and opens it.
+    let tree = &booted.report.tree;
+    assert_eq!(booted.report.redone(), 0, "{tree:?}");
     assert!(
-        matches!(redone[..], [(_, DirWork::CreatePartition(_))]),
-        "{redone:?}"
+        tree.paths
+            .iter()
+            .any(|p| p.key == (0, 0, 1) && p.fate == Fate::Open),
+        "{tree:?}"
     );
     assert_eq!(count, 4, "acknowledged messages kept");
 }
@@ -554,7 +574,7 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
 fn swapped_partition_directories_are_fenced_not_adopted() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 2, WireOptions::empty()));
+    node_with_topic(root, 2, WireOptions::empty()).halt();
     let (a, b) = (partition_dir(root, 0, 0, 0), partition_dir(root, 0, 0, 1));
     let aside = tmp.path().join("aside");
     std::fs::rename(&a, &aside).unwrap();
@@ -562,7 +582,7 @@ fn swapped_partition_directories_are_fenced_not_adopted() {
     std::fs::rename(&aside, &b).unwrap();
     let booted = boot(root);
     for (p, found_partition) in [(0, 1), (1, 0)] {
-        match booted.node.partition((0, 0, p)).unwrap().fence_reason() {
+        match booted.node.info((0, 0, p)).unwrap().fence.as_ref() {
             Some(FenceReason::SuperblockIdentity {
                 expected, found, ..
             }) => {
@@ -574,7 +594,7 @@ fn swapped_partition_directories_are_fenced_not_adopted() {
     }
     // A directory from another node: same ids, another cluster's nonce.
     let other = tmp.path().join("other");
-    drop(node_with_topic(&other, 1, WireOptions::empty()));
+    node_with_topic(&other, 1, WireOptions::empty()).halt();
     std::fs::remove_dir_all(partition_dir(root, 0, 0, 0)).unwrap();
     copy_dir(
         &partition_dir(&other, 0, 0, 0),
@@ -582,9 +602,9 @@ fn swapped_partition_directories_are_fenced_not_adopted() {
     );
     let booted = boot(root);
     assert!(matches!(
-        booted.node.partition((0, 0, 0)).unwrap().fence_reason(),
+        booted.node.info((0, 0, 0)).unwrap().fence,
         Some(FenceReason::SuperblockIdentity { expected, found, .. })
-            if expected.nonce != found.nonce && key(expected) == key(found)
+            if expected.nonce != found.nonce && key(&expected) == key(&found)
     ));
 }
 
@@ -596,7 +616,7 @@ fn key(identity: &PartitionIdentity) -> (u32, u32, u32) {
 fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = node_with_topic(root, 2, topic_options(&[("durability", 2, b"persisted")]));
+    let node = node_with_topic(root, 2, topic_options(&[("durability", 2, b"persisted")]));
     for p in 0..2 {
         node.send(
             &id(0),
@@ -609,9 +629,9 @@ fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
     let consumer = WireConsumer::consumer(id(1));
     node.store_offset(&consumer, &id(0), &id(0), Some(0), 2)
         .unwrap();
-    let nonce = node.state().topic(0, 0).partitions[&0].nonce;
-    node.purge_topic(&id(0), &id(0), O).unwrap();
-    assert_ne!(node.state().topic(0, 0).partitions[&0].nonce, nonce);
+    let nonce = node.view().topic(0, 0).partitions[&0].nonce;
+    node.purge_topic(&id(0), &id(0)).unwrap();
+    assert_ne!(node.view().topic(0, 0).partitions[&0].nonce, nonce);
     assert_eq!(
         node.get_offset(&consumer, &id(0), &id(0), Some(0)).unwrap(),
         None
@@ -619,11 +639,10 @@ fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
     let polled = node
         .poll(
             &consumer,
-            0,
             &id(0),
             &id(0),
             Some(0),
-            &WirePollingStrategy { kind: 3, value: 0 },
+            WirePollingStrategy { kind: 3, value: 0 },
             10,
             false,
         )
@@ -642,16 +661,15 @@ fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
         sent.ack.base_offset, 0,
         "a purged partition starts again at 0"
     );
-    drop(node);
-    let mut node = boot(root).node;
+    node.halt();
+    let node = boot(root).node;
     let polled = node
         .poll(
             &consumer,
-            0,
             &id(0),
             &id(0),
             Some(0),
-            &WirePollingStrategy { kind: 3, value: 0 },
+            WirePollingStrategy { kind: 3, value: 0 },
             10,
             false,
         )
@@ -664,7 +682,7 @@ fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
 fn group_members_share_the_partitions_and_poll_them_round_robin() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = node_with_topic(root, 3, WireOptions::empty());
+    let node = node_with_topic(root, 3, WireOptions::empty());
     for p in 0..3 {
         node.send(
             &id(0),
@@ -674,28 +692,28 @@ fn group_members_share_the_partitions_and_poll_them_round_robin() {
         )
         .unwrap();
     }
-    let g = node.create_group(&id(0), &id(0), "workers", O).unwrap();
+    let g = node.create_group(&id(0), &id(0), "workers").unwrap();
     let group = WireConsumer {
         kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
         id: id(g),
     };
     let next = WirePollingStrategy { kind: 5, value: 0 };
+    let (ten, twenty) = (node.as_client(10), node.as_client(20));
     assert_eq!(
-        node.poll(&group, 10, &id(0), &id(0), None, &next, 10, true)
+        ten.poll(&group, &id(0), &id(0), None, next.clone(), 10, true)
             .unwrap_err()
             .code(),
         5006,
         "only members poll"
     );
-    node.join_group(&id(0), &id(0), &named("workers"), 10)
-        .unwrap();
-    node.join_group(&id(0), &id(0), &id(g), 20).unwrap();
-    let (generation, mine) = node.group_assignment(&id(0), &id(0), &id(g), 10).unwrap();
+    ten.join_group(&id(0), &id(0), &named("workers")).unwrap();
+    twenty.join_group(&id(0), &id(0), &id(g)).unwrap();
+    let (generation, mine) = ten.group_assignment(&id(0), &id(0), &id(g)).unwrap();
     assert_eq!((generation, mine.clone()), (2, vec![0, 2]));
     let mut seen = Vec::new();
     for _ in 0..2 {
-        let polled = node
-            .poll(&group, 10, &id(0), &id(0), None, &next, 10, true)
+        let polled = ten
+            .poll(&group, &id(0), &id(0), None, next.clone(), 10, true)
             .unwrap()
             .unwrap();
         seen.push(polled.partition_id);
@@ -704,28 +722,26 @@ fn group_members_share_the_partitions_and_poll_them_round_robin() {
     seen.sort();
     assert_eq!(seen, vec![0, 2]);
     assert_eq!(
-        node.poll(&group, 10, &id(0), &id(0), Some(1), &next, 10, true)
+        ten.poll(&group, &id(0), &id(0), Some(1), next.clone(), 10, true)
             .unwrap_err()
             .code(),
         5009
     );
     // The group's offsets moved on: nothing new to read.
-    let again = node
-        .poll(&group, 10, &id(0), &id(0), Some(0), &next, 10, true)
+    let again = ten
+        .poll(&group, &id(0), &id(0), Some(0), next.clone(), 10, true)
         .unwrap()
         .unwrap();
     assert_eq!(again.message_count, 0);
-    node.disconnect(20);
+    assert_eq!(twenty.disconnect().unwrap(), 1);
     assert_eq!(
-        node.group_assignment(&id(0), &id(0), &id(g), 10).unwrap().1,
+        ten.group_assignment(&id(0), &id(0), &id(g)).unwrap().1,
         vec![0, 1, 2],
         "a member that disconnects releases its partitions"
     );
-    node.leave_group(&id(0), &id(0), &id(g), 10).unwrap();
+    ten.leave_group(&id(0), &id(0), &id(g)).unwrap();
     assert_eq!(
-        node.leave_group(&id(0), &id(0), &id(g), 10)
-            .unwrap_err()
-            .code(),
+        ten.leave_group(&id(0), &id(0), &id(g)).unwrap_err().code(),
         5006
     );
 }
@@ -734,7 +750,7 @@ fn group_members_share_the_partitions_and_poll_them_round_robin() {
 fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut node = node_with_topic(
+    let node = node_with_topic(
         root,
         1,
         topic_options(&[
@@ -752,20 +768,23 @@ fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
         )
         .unwrap();
     }
-    let stats = node.partition_stats((0, 0, 0));
-    assert!(stats.segments >= 3, "{stats:?}");
+    let segments = node.info((0, 0, 0)).unwrap().segment_starts.len();
+    assert!(segments >= 3, "{segments}");
     let now = real_env().clock.wall_micros();
-    assert!(node.run_cleaner(now).is_empty(), "nothing has expired yet");
-    let later = now + 2 * 3_600_000_000;
-    let deleted = node.run_cleaner(later);
-    assert_eq!(
-        deleted.len() as u32,
-        stats.segments - 1,
-        "every sealed segment"
+    assert!(
+        node.clean(Some(now)).unwrap().is_empty(),
+        "nothing has expired yet"
     );
+    let later = now + 2 * 3_600_000_000;
+    let deleted = node.clean(Some(later)).unwrap();
+    assert_eq!(deleted.len(), segments - 1, "every sealed segment");
     assert!(deleted.iter().all(|d| d.reason == Reason::Expired));
-    let after = node.partition_stats((0, 0, 0));
-    assert_eq!(after.segments, 1, "the active segment is never deleted");
+    let after = node.info((0, 0, 0)).unwrap();
+    assert_eq!(
+        after.segment_starts.len(),
+        1,
+        "the active segment is never deleted"
+    );
     assert!(after.log_start > 0);
     // Size: a budget below one segment keeps the newest sealed segment.
     node.update_topic(
@@ -776,7 +795,6 @@ fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
             ("message_expiry", 12, &0u64.to_le_bytes()),
             ("max_topic_size", 2, b"1 B"),
         ]),
-        O,
     )
     .unwrap();
     for seed in 100..140 {
@@ -788,20 +806,22 @@ fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
         )
         .unwrap();
     }
-    let deleted = node.run_cleaner(later);
+    let deleted = node.clean(Some(later)).unwrap();
     assert!(deleted.iter().all(|d| d.reason == Reason::OverSize));
-    let sealed = node.partition_stats((0, 0, 0)).segments - 1;
-    assert!(sealed >= 1, "the floor keeps the newest sealed segment");
-    let log_start = node.partition_stats((0, 0, 0)).log_start;
-    drop(node);
+    let info = node.info((0, 0, 0)).unwrap();
+    assert!(
+        info.segment_starts.len() >= 2,
+        "the floor keeps the newest sealed segment"
+    );
+    node.halt();
     let node = boot(root).node;
-    assert_eq!(node.partition_stats((0, 0, 0)).log_start, log_start);
+    assert_eq!(node.info((0, 0, 0)).unwrap().log_start, info.log_start);
 }
 
 #[test]
 fn explicit_segment_deletion_never_touches_the_active_segment() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut node = node_with_topic(
+    let node = node_with_topic(
         tmp.path(),
         1,
         topic_options(&[
@@ -818,106 +838,113 @@ fn explicit_segment_deletion_never_touches_the_active_segment() {
         )
         .unwrap();
     }
-    let segments = node.partition_stats((0, 0, 0)).segments;
+    let segments = node.info((0, 0, 0)).unwrap().segment_starts.len() as u32;
     assert!(node.delete_segments(&id(0), &id(0), 0, segments).is_err());
     let deleted = node.delete_segments(&id(0), &id(0), 0, 1).unwrap();
     assert_eq!(deleted.len(), 1);
     assert_eq!(deleted[0].segment.start_offset, 0);
-    assert_eq!(node.partition_stats((0, 0, 0)).segments, segments - 1);
+    assert_eq!(
+        node.info((0, 0, 0)).unwrap().segment_starts.len() as u32,
+        segments - 1
+    );
 }
 
 #[test]
 fn entities_are_read_by_id_or_name_and_a_missing_one_is_none() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut node = node_with_topic(tmp.path(), 2, WireOptions::empty());
-    node.create_group(&id(0), &id(0), "g", O).unwrap();
-    assert_eq!(node.get_stream(&named("s")).unwrap().id, 0);
-    assert!(node.get_stream(&id(5)).is_none());
-    assert_eq!(node.list_streams().len(), 1);
-    let topic = node.get_topic(&id(0), &named("t")).unwrap().unwrap();
+    let node = node_with_topic(tmp.path(), 2, WireOptions::empty());
+    node.create_group(&id(0), &id(0), "g").unwrap();
+    let view = node.view();
+    assert_eq!(view.stream_id(&named("s")).unwrap(), 0);
+    assert_eq!(view.stream_id(&id(5)).unwrap_err().code(), 1009);
+    assert_eq!(view.streams().len(), 1);
+    let (s, t) = view.topic_ids(&id(0), &named("t")).unwrap();
+    let topic = view.topic(s, t);
     assert_eq!((topic.id, topic.partitions.len()), (0, 2));
-    assert!(node.get_topic(&id(0), &id(9)).unwrap().is_none());
-    assert_eq!(node.get_topic(&id(9), &id(0)).unwrap_err().code(), 1009);
-    assert_eq!(node.list_topics(&id(0)).unwrap().len(), 1);
-    assert_eq!(
-        node.get_group(&id(0), &id(0), &named("g"))
-            .unwrap()
-            .unwrap()
-            .id,
-        0
-    );
-    assert!(node.get_group(&id(0), &id(0), &id(3)).unwrap().is_none());
-    assert_eq!(node.list_groups(&id(0), &id(0)).unwrap().len(), 1);
-    assert_eq!(node.get_user(&named("iggy")).unwrap().id, 0);
-    assert_eq!(node.list_users().len(), 1);
+    assert_eq!(view.topic_ids(&id(0), &id(9)).unwrap_err().code(), 2010);
+    assert_eq!(view.topic_ids(&id(9), &id(0)).unwrap_err().code(), 1009);
+    assert_eq!(view.group_id(0, 0, &named("g")).unwrap(), 0);
+    assert_eq!(view.group_id(0, 0, &id(3)).unwrap_err().code(), 5000);
+    assert_eq!(view.user_id(&named("iggy")).unwrap(), 0);
+    assert_eq!(view.users().len(), 1);
     // The root user stays.
     assert!(matches!(
-        node.delete_user(&id(0), O),
-        Err(NodeError::RootUser)
+        node.delete_user(&id(0)),
+        Err(NodeError::RootUser(_))
     ));
     assert_eq!(
-        node.create_user("ab", "secret", 1, None, O)
+        node.create_user("ab", "secret", 1, None)
             .unwrap_err()
             .code(),
         43
     );
     assert_eq!(
-        node.create_user("alice", "x", 1, None, O)
-            .unwrap_err()
-            .code(),
+        node.create_user("alice", "x", 1, None).unwrap_err().code(),
         44
     );
-    let alice = node.create_user("alice", "secret", 1, None, O).unwrap();
+    let alice = node.create_user("alice", "secret", 1, None).unwrap();
     assert_eq!(
-        node.create_user("alice", "secret", 1, None, O)
+        node.create_user("alice", "secret", 1, None)
             .unwrap_err()
             .code(),
         46
     );
-    node.change_password(&id(alice), "secret", "better", O)
+    node.change_password(&id(alice), "secret", "better")
         .unwrap();
-    assert!(node.verify_password("alice", "better").is_ok());
-    assert!(node
-        .change_password(&id(alice), "wrong", "other", O)
-        .is_err());
-    node.delete_user(&named("alice"), O).unwrap();
+    assert_eq!(node.login("alice", "better").unwrap().user_id, alice);
+    assert_eq!(node.login("alice", "secret").unwrap_err().code(), 42);
+    assert!(node.change_password(&id(alice), "wrong", "other").is_err());
+    node.delete_user(&named("alice")).unwrap();
+    assert_eq!(node.login("alice", "better").unwrap_err().code(), 42);
 }
 
 #[test]
-fn the_cleaner_runs_once_per_interval() {
+fn each_shard_runs_its_cleaner_on_its_own_timer() {
     let tmp = tempfile::tempdir().unwrap();
     let mut settings = node_settings();
-    settings.cleaner_interval = std::time::Duration::from_secs(3600);
-    let mut node = Node::open(&real_env(), tmp.path(), settings).unwrap().node;
-    node.create_stream("s", O).unwrap();
+    settings.cleaner_interval = std::time::Duration::from_millis(20);
+    let node = start(&real_env(), tmp.path(), settings).unwrap().node;
+    node.create_stream("s").unwrap();
     node.create_topic(
         &id(0),
         "t",
-        1,
+        2,
         topic_options(&[
             ("durability", 2, b"persisted"),
             ("segment_size", 2, b"1 MiB"),
             ("message_expiry", 12, &1u64.to_le_bytes()),
         ]),
-        O,
     )
     .unwrap();
-    for seed in 0..30 {
+    for seed in 0..60 {
         node.send(
             &id(0),
             &id(0),
-            &WirePartitioning::PartitionId(0),
+            &WirePartitioning::PartitionId((seed % 2) as u32),
             batch(seed, 10, 9000),
         )
         .unwrap();
     }
-    assert!(node.tick().is_empty(), "the interval has not passed");
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    let deleted = node.clean();
+    // 1 µs expiry: every sealed segment of both partitions goes, on each shard's timer,
+    // with nobody asking.
+    let mut deleted = Vec::new();
+    for _ in 0..500 {
+        deleted.extend(node.node.take_deletions());
+        let sealed: usize = (0..2)
+            .map(|p| node.info((0, 0, p)).unwrap().sealed.len())
+            .sum();
+        if sealed == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    deleted.extend(node.node.take_deletions());
     assert!(
-        !deleted.is_empty(),
-        "1 µs expiry: every sealed segment goes"
+        deleted.iter().any(|d| d.partition == (0, 0, 0))
+            && deleted.iter().any(|d| d.partition == (0, 0, 1)),
+        "{deleted:?}"
     );
+    assert!(deleted.iter().all(|d| d.reason == Reason::Expired));
 }
 
 /// Appends one whole, correctly chained entry of `operation` with `body` after the last.
@@ -947,7 +974,7 @@ fn append_entry(root: &Path, operation: Operation, body: &[u8], parent: Option<u
 fn a_broken_chain_or_an_entry_that_does_not_apply_refuses_boot() {
     let tmp = tempfile::tempdir().unwrap();
     let original = tmp.path().join("n");
-    drop(node_with_topic(&original, 1, WireOptions::empty()));
+    node_with_topic(&original, 1, WireOptions::empty()).halt();
     let create = |name: &str| {
         iggy_binary_protocol::WireEncode::to_bytes(
             &iggy_binary_protocol::requests::streams::CreateStreamRequest {
@@ -982,7 +1009,7 @@ fn a_broken_chain_or_an_entry_that_does_not_apply_refuses_boot() {
 fn a_torn_tail_with_a_damaged_other_slot_refuses_as_uncertain() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     let mut bytes = std::fs::read(journal_path(root)).unwrap();
     let torn_at = bytes.len() as u64;
     bytes.extend_from_slice(&[1u8; 300]);
@@ -1015,7 +1042,7 @@ fn a_torn_tail_with_a_damaged_other_slot_refuses_as_uncertain() {
 fn a_slot_of_the_wrong_parity_refuses_as_misplaced() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     let (a, b) = (
         root.join("metadata/superblock.a"),
         root.join("metadata/superblock.b"),
@@ -1031,11 +1058,11 @@ fn a_slot_of_the_wrong_parity_refuses_as_misplaced() {
 fn an_unreadable_journal_refuses_boot_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    drop(node_with_topic(root, 1, WireOptions::empty()));
+    node_with_topic(root, 1, WireOptions::empty()).halt();
     let faulty = FaultyDisk::default();
     *faulty.unreadable.lock().unwrap() = Some((journal_path(root), 0, 512));
     let before = snapshot(root);
-    match Node::open(&faulty.env(), root, node_settings()) {
+    match start(&faulty.env(), root, node_settings()) {
         Err(BootError::Refused(MetaRefusal::Unreadable { path, .. })) => {
             assert_eq!(path, journal_path(root))
         }

@@ -2,11 +2,12 @@
 
 use cairn_engine::env::Disk;
 use cairn_engine::metadata;
+use cairn_engine::node::tree::{Fate, Found};
 use cairn_engine::node::{self, state::DirWork};
 use cairn_engine::partition::recovery::{self, RecoveryPlan};
-use cairn_engine::partition::{partition_dir, PartitionIdentity};
+use cairn_engine::partition::{ConsumerId, StoredOffset};
 use clap::{Parser, Subcommand};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -129,52 +130,98 @@ fn report(disk: &dyn Disk, root: &Path) -> std::io::Result<bool> {
         println!("  would {action}");
     }
     let redo = node::work_to_redo(&meta);
+    let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
     for (op, work) in &redo {
-        clean = false;
-        println!("  would redo the directory work of op {op}: {work:?}");
+        println!("  journaled op {op} has directory work boot redoes by identity: {work:?}");
     }
-    let tree = node::plan_tree(disk, root, &meta.state)?;
+    let tree = node::tree::plan(disk, root, &meta.state, &works)?;
+    clean &= tree.is_clean();
     for note in &tree.notes {
         println!("  note: {note}");
     }
-    for orphan in &tree.orphans {
-        clean = false;
+    let mut opening = Vec::new();
+    for path in &tree.paths {
+        match path.fate {
+            Fate::Open => opening.push(path),
+            Fate::Nothing => {}
+            Fate::Create => println!(
+                "{}: would create the partition a journaled op made ({})",
+                path.dir.display(),
+                path.wanted.expect("a created partition is wanted")
+            ),
+            Fate::Replace => println!(
+                "{}: would remove {} (a journaled op replaced it) and create {}",
+                path.dir.display(),
+                path.found,
+                path.wanted.expect("a replacement is wanted")
+            ),
+            Fate::Remove => println!(
+                "{}: would remove {}: a journaled op deleted it",
+                path.dir.display(),
+                path.found
+            ),
+            Fate::Unaccounted => println!(
+                "{}: KEPT (unaccounted): holds {}, which the metadata does not have and no journaled op deleted; boot never removes it",
+                path.dir.display(),
+                path.found
+            ),
+        }
+    }
+    for dir in &tree.remove_dirs {
+        println!("{}: would remove: a journaled op deleted it", dir.display());
+    }
+    for dir in &tree.kept_dirs {
         println!(
-            "{}: would remove: the metadata has no such entity",
-            orphan.display()
+            "{}: KEPT (unaccounted): the metadata does not have this entity and its directory holds what no journaled op deleted",
+            dir.display()
         );
     }
-    let pending: BTreeSet<PartitionIdentity> = redo
-        .iter()
-        .filter_map(|(_, w)| match w {
-            DirWork::CreatePartition(id) | DirWork::PurgePartition(id) => Some(*id),
-            _ => None,
-        })
-        .collect();
-    for identity in meta.state.partitions() {
-        let dir = partition_dir(
-            root,
-            identity.stream_id,
-            identity.topic_id,
-            identity.partition_id,
-        );
-        if pending.contains(&identity) {
-            continue; // boot makes it (again) first
-        }
-        if !disk.exists(&dir)? {
+    let claimed: BTreeMap<_, _> = tree.claimed.iter().cloned().collect();
+    for path in opening {
+        let identity = path.wanted.expect("an opened partition is the metadata's");
+        let key = path.key;
+        if let Some(other) = claimed.get(&key) {
             clean = false;
-            println!("{}: FENCED (DirectoryMissing): the metadata has this partition and its directory is missing", dir.display());
+            println!(
+                "{}: FENCED (IdentityDuplicated): {} also holds this partition's identity",
+                path.dir.display(),
+                other.display()
+            );
             continue;
         }
-        let topic = meta.state.topic(identity.stream_id, identity.topic_id);
+        if path.found == Found::Missing {
+            clean = false;
+            println!("{}: FENCED (DirectoryMissing): the metadata has this partition and its directory is missing", path.dir.display());
+            continue;
+        }
+        let topic = meta.state.topic(key.0, key.1);
         let plan = recovery::plan(
             disk,
-            &dir,
+            &path.dir,
             identity,
             topic.options.consumer_offset_durability,
         )?;
         clean &= plan.fence.is_none() && plan.actions.is_empty();
-        report_partition(&dir, &plan);
+        report_partition(&path.dir, &plan);
+        if plan.fence.is_some() {
+            continue;
+        }
+        let stored: Vec<ConsumerId> = plan.offsets.keys().copied().collect();
+        for group in node::doomed_group_offsets(&meta.state, &redo, key, &stored) {
+            clean = false;
+            println!(
+                "  would remove the offset of consumer group {group}: the group no longer exists"
+            );
+        }
+        for (consumer, stored) in &plan.offsets {
+            if let StoredOffset::Damaged { path, why } = stored {
+                clean = false;
+                println!(
+                    "  DAMAGED offset of {consumer:?} ({}): {why}; a read of it is refused",
+                    path.display()
+                );
+            }
+        }
     }
     Ok(clean)
 }

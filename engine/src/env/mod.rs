@@ -11,7 +11,16 @@
 //! The disk API is synchronous and positional: the partition log is a single-owner state
 //! machine, and group commit comes from draining many requests into one flush, not from
 //! overlapping syscalls. Clock sleeps, networking and tasks are asynchronous.
+//!
+//! Owners that do disk work run as **workers** ([`Tasks::spawn_worker`]): an OS thread of
+//! their own in production, so no socket or timer thread ever waits on an fsync; a task on
+//! the seeded executor in the simulator. They talk to callers through [`chan`] (bounded
+//! channels, one-shot replies) and, after each step of disk work, [`settle`]: a real disk
+//! took its time by blocking the thread, a simulated one charges virtual time the worker now
+//! sleeps off, so other callers' operations interleave with it as they do in production.
+//! CPU-heavy work (password hashing) runs on [`Tasks::spawn_blocking`], never on an owner.
 
+pub mod chan;
 pub mod real;
 
 use std::future::Future;
@@ -101,6 +110,11 @@ pub trait Disk: Send + Sync {
     /// Makes the directory's entries (created, renamed, removed names) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// The time the calls made since the last ask took, which the caller has not yet waited
+    /// for: zero on a real disk (its calls took their time by blocking the calling thread);
+    /// the seeded latencies of a simulated disk in debt mode, which the worker that made the
+    /// calls sleeps off ([`settle`]). Wrappers forward it.
+    fn take_io_time(&self) -> Duration;
 }
 
 /// Time.
@@ -139,9 +153,26 @@ pub trait TaskHandle: Send {
     fn is_finished(&self) -> bool;
 }
 
+/// CPU-heavy work for [`Tasks::spawn_blocking`]; it reports its result itself (a
+/// [`chan::Reply`]).
+pub type BlockingJob = Box<dyn FnOnce() + Send>;
+
+/// [`Tasks::spawn_blocking`] refused: the pool's queue is full (back-pressure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the blocking pool's queue is full")]
+pub struct PoolBusy;
+
 /// Running tasks on the current node.
 pub trait Tasks: Send + Sync {
+    /// A task that never blocks (it only awaits).
     fn spawn(&self, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle>;
+    /// A long-lived owner that may block on disk between its awaits: its own OS thread
+    /// (named `name`) in production, a task on the seeded executor in the simulator.
+    fn spawn_worker(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle>;
+    /// CPU-heavy work off every owner and socket thread: a bounded pool of threads in
+    /// production, a task charged virtual time in the simulator. A full queue is
+    /// [`PoolBusy`], never unbounded growth.
+    fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy>;
 }
 
 /// Randomness, seeded by the environment (the simulator derives it from the run seed).
@@ -163,6 +194,48 @@ impl std::fmt::Debug for Env {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Env")
     }
+}
+
+/// Sleeps off the disk time the calls since the last settle took (see
+/// [`Disk::take_io_time`]); returns at once on a real disk.
+pub async fn settle(env: &Env) {
+    let owed = env.disk.take_io_time();
+    if !owed.is_zero() {
+        env.clock.sleep(owed).await;
+    }
+}
+
+/// Runs `work` on the blocking pool and waits for its result; [`PoolBusy`] when the pool's
+/// queue is full or the job was lost (its thread panicked).
+pub async fn run_blocking<T: Send + 'static>(
+    tasks: &dyn Tasks,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PoolBusy> {
+    let (reply, pending) = chan::oneshot();
+    tasks.spawn_blocking(Box::new(move || reply.send(work())))?;
+    pending.await.map_err(|_| PoolBusy)
+}
+
+/// Which of two futures finished first.
+pub enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Polls both futures and completes with the first one ready (`a` first when both are).
+pub async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    std::future::poll_fn(move |cx| {
+        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Either::Left(v));
+        }
+        if let std::task::Poll::Ready(v) = b.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Either::Right(v));
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Joins path components for the on-disk layout.

@@ -6,8 +6,8 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use super::{
-    BoxFuture, ByteStream, Clock, DirEntry, Disk, DiskFile, Entropy, Env, Listener, Net, OpenMode,
-    TaskHandle, Tasks,
+    BlockingJob, BoxFuture, ByteStream, Clock, DirEntry, Disk, DiskFile, Entropy, Env, Listener,
+    Net, OpenMode, PoolBusy, TaskHandle, Tasks,
 };
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::{Handle, Runtime};
@@ -33,7 +33,7 @@ pub fn env_on(handle: Handle) -> Env {
         net: Arc::new(RealNet {
             handle: handle.clone(),
         }),
-        tasks: Arc::new(RealTasks { handle }),
+        tasks: Arc::new(RealTasks::new(handle)),
         entropy: Arc::new(RealEntropy::new()),
     }
 }
@@ -50,9 +50,7 @@ pub fn env() -> io::Result<Env> {
     );
     let mut env = env_on(runtime.handle().clone());
     env.tasks = Arc::new(OwnedRuntimeTasks {
-        inner: RealTasks {
-            handle: runtime.handle().clone(),
-        },
+        inner: RealTasks::new(runtime.handle().clone()),
         runtime: Some(runtime),
     });
     Ok(env)
@@ -244,6 +242,10 @@ impl Disk for RealDisk {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         path.try_exists()
     }
+
+    fn take_io_time(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// The system clock.
@@ -274,8 +276,11 @@ impl Clock for RealClock {
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        // Spawned onto the runtime so the future can be awaited from any executor.
-        let timer = self.handle.spawn(tokio::time::sleep(duration));
+        // Made and spawned on the runtime, so the future can be awaited from any thread and
+        // any executor (a worker thread, a test's `block_on`).
+        let timer = self
+            .handle
+            .spawn(async move { tokio::time::sleep(duration).await });
         Box::pin(async move {
             let _ = timer.await;
         })
@@ -338,9 +343,23 @@ impl Net for RealNet {
     }
 }
 
-/// Tasks on a tokio runtime.
+/// Jobs the blocking pool holds waiting for a thread before it refuses more.
+pub const BLOCKING_QUEUE: usize = 1024;
+
+/// Tasks on a tokio runtime; workers on OS threads of their own; CPU-heavy jobs on a fixed
+/// pool of threads (one per core) behind a bounded queue.
 pub struct RealTasks {
     handle: Handle,
+    pool: OnceLock<BlockingPool>,
+}
+
+impl RealTasks {
+    pub fn new(handle: Handle) -> RealTasks {
+        RealTasks {
+            handle,
+            pool: OnceLock::new(),
+        }
+    }
 }
 
 struct RealTaskHandle(tokio::task::JoinHandle<()>);
@@ -354,9 +373,127 @@ impl TaskHandle for RealTaskHandle {
     }
 }
 
+/// A worker thread: cancelled at its next wake-up, finished when its future completed.
+struct WorkerHandle {
+    cancelled: Arc<AtomicBool>,
+    finished: Arc<AtomicBool>,
+    thread: std::thread::Thread,
+}
+
+impl TaskHandle for WorkerHandle {
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+    fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::SeqCst)
+    }
+}
+
+/// Wakes a worker thread parked in [`block_on`].
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `future` on this thread to completion (or until `cancelled`), parking between wakes.
+fn run_worker(mut future: BoxFuture<'static, ()>, cancelled: &AtomicBool) {
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    while !cancelled.load(Ordering::SeqCst) {
+        if future.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+        std::thread::park();
+    }
+}
+
+/// Runs `future` to completion on the calling thread, parking between wakes: how tools and
+/// tests that are not async themselves wait for a node's answers. Never call it from inside
+/// an async task (it blocks the thread).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+struct BlockingPool {
+    queue: Mutex<std::sync::mpsc::SyncSender<BlockingJob>>,
+}
+
+impl BlockingPool {
+    fn start() -> BlockingPool {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<BlockingJob>(BLOCKING_QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for i in 0..threads {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("cairn-blocking-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        // A panicking job loses its reply, which its waiter sees; the
+                        // thread keeps serving.
+                        Ok(job) => {
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                        }
+                        Err(_) => return,
+                    }
+                })
+                .expect("spawning a blocking-pool thread");
+        }
+        BlockingPool {
+            queue: Mutex::new(tx),
+        }
+    }
+}
+
 impl Tasks for RealTasks {
     fn spawn(&self, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         Box::new(RealTaskHandle(self.handle.spawn(task)))
+    }
+
+    fn spawn_worker(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
+        let (c, f) = (cancelled.clone(), finished.clone());
+        // The worker's future may use the clock, whose timers live on this runtime.
+        let handle = self.handle.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let _guard = handle.enter();
+                run_worker(task, &c);
+                f.store(true, Ordering::SeqCst);
+            })
+            .expect("spawning a worker thread");
+        Box::new(WorkerHandle {
+            cancelled,
+            finished,
+            thread: thread.thread().clone(),
+        })
+    }
+
+    fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
+        let pool = self.pool.get_or_init(BlockingPool::start);
+        let queue = pool.queue.lock().map_err(|_| PoolBusy)?;
+        queue.try_send(job).map_err(|_| PoolBusy)
     }
 }
 
@@ -368,6 +505,12 @@ struct OwnedRuntimeTasks {
 impl Tasks for OwnedRuntimeTasks {
     fn spawn(&self, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         self.inner.spawn(task)
+    }
+    fn spawn_worker(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        self.inner.spawn_worker(name, task)
+    }
+    fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
+        self.inner.spawn_blocking(job)
     }
 }
 

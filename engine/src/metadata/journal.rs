@@ -17,9 +17,9 @@ use iggy_binary_protocol::namespace::METADATA_GROUP;
 use iggy_binary_protocol::{Command, ConsensusHeader, Operation, PrepareHeader, HEADER_SIZE};
 use xxhash_rust::xxh3::xxh3_64;
 
-/// Largest body an entry may carry (the largest metadata request, options included, is
-/// about 100 KB).
-pub const MAX_BODY_LEN: usize = 256 * 1024;
+/// Largest body an entry may carry; the state machine refuses any operation with a longer
+/// one before it changes anything.
+pub use crate::state::ops::MAX_BODY_LEN;
 
 /// Who asked, and when: the fields of an entry besides its operation and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

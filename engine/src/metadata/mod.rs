@@ -18,9 +18,9 @@ pub mod record;
 pub mod snapshot;
 
 use crate::env::{DirEntry, Disk, DiskFile, Env, OpenMode};
-use crate::node::ops::MetaOp;
-use crate::node::state::{Applied, MetaState, OpContext};
 use crate::slots::{self, SlotBytes};
+use crate::state::ops::MetaOp;
+use crate::state::{Applied, MetaState, OpContext};
 use journal::{Entry, Origin};
 use record::{JournalPoint, MetaRecord, SnapshotRef, SLOT_NAMES};
 use snapshot::Snapshot;
@@ -840,6 +840,14 @@ impl Default for MetaSettings {
     }
 }
 
+/// Entries written but not yet synced: where the journal will end once they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    end: u64,
+    last_op: u64,
+    last_checksum: u128,
+}
+
 /// The open metadata plane.
 pub struct MetadataPlane {
     /// The disk the plane writes through.
@@ -996,14 +1004,19 @@ impl MetadataPlane {
     }
 
     /// Journals `ops` (numbered from [`Self::next_context`] on) with one write and one sync.
-    /// An error leaves the journal's state unknown: the node must stop serving.
+    /// An error leaves the journal's state unknown: see [`Self::cut_back`].
     pub fn append(&mut self, ops: &[(MetaOp, Origin)]) -> io::Result<()> {
-        if ops.is_empty() {
-            return Ok(());
-        }
+        let written = self.write_entries(ops)?;
+        self.sync_entries(written)
+    }
+
+    /// Writes the entries of `ops` (numbered from [`Self::next_context`] on) after the
+    /// journal's end, in one write. Nothing counts until [`Self::sync_entries`] returns.
+    pub fn write_entries(&mut self, ops: &[(MetaOp, Origin)]) -> io::Result<Written> {
+        assert!(!ops.is_empty(), "a journal write holds at least one entry");
         let path = self.dir.join(JOURNAL);
         let _span =
-            tracing::debug_span!("metadata_append", ops = ops.len(), from = self.last_op + 1)
+            tracing::debug_span!("metadata_write", ops = ops.len(), from = self.last_op + 1)
                 .entered();
         let mut bytes = Vec::new();
         let (mut op, mut parent) = (self.last_op, self.last_checksum);
@@ -1025,11 +1038,38 @@ impl MetadataPlane {
         self.journal
             .write_all_at(&[io::IoSlice::new(&bytes)], self.journal_end)
             .map_err(at("write", &path))?;
+        Ok(Written {
+            end: self.journal_end + bytes.len() as u64,
+            last_op: op,
+            last_checksum: parent,
+        })
+    }
+
+    /// Syncs what [`Self::write_entries`] wrote; only then is it the journal's.
+    pub fn sync_entries(&mut self, written: Written) -> io::Result<()> {
+        let path = self.dir.join(JOURNAL);
+        let _span = tracing::debug_span!("metadata_sync", to = written.last_op).entered();
         self.journal.sync_data().map_err(at("sync", &path))?;
-        self.journal_end += bytes.len() as u64;
-        self.last_op = op;
-        self.last_checksum = parent;
+        assert!(written.end > self.journal_end && written.last_op > self.last_op);
+        self.journal_end = written.end;
+        self.last_op = written.last_op;
+        self.last_checksum = written.last_checksum;
         Ok(())
+    }
+
+    /// After a write or sync of entries failed: cuts the journal back to its durable end
+    /// and syncs the cut, so the refused entries can never reappear (a power loss could
+    /// otherwise keep some of their pages). An error here leaves the journal unknown.
+    pub fn cut_back(&mut self) -> io::Result<()> {
+        let path = self.dir.join(JOURNAL);
+        tracing::warn!(
+            end = self.journal_end,
+            "cutting the metadata journal back after a failed write"
+        );
+        self.journal
+            .set_len(self.journal_end)
+            .map_err(at("truncate", &path))?;
+        self.journal.sync_data().map_err(at("sync", &path))
     }
 
     /// Records that the journal is durable to its end, before the directory work of its
@@ -1085,13 +1125,7 @@ impl MetadataPlane {
         );
         let disk = self.disk.clone();
         let _span = tracing::info_span!("metadata_checkpoint", op = self.last_op).entered();
-        let snapshot = Snapshot::new(
-            self.record.cluster,
-            self.last_op,
-            self.last_checksum,
-            state.clone(),
-        );
-        let bytes = snapshot.encode();
+        let bytes = snapshot::encode(self.record.cluster, self.last_op, self.last_checksum, state);
         let temp = self.dir.join(snapshot::TEMP);
         let file = disk
             .open(&temp, OpenMode::CreateOrOpen)

@@ -2,25 +2,21 @@
 //! (`rmp-serde`). The superblock names it by op, length and xxh3 checksum; a checkpoint
 //! writes `snapshot.bin.tmp` (synced) first, records it, then renames it over
 //! `snapshot.bin`, so a crash leaves the recorded snapshot under one of the two names.
+//!
+//! The snapshot holds the state machine and nothing else: no client session table. Client
+//! ids are minted per login and a session does not outlive its connection, so a table that
+//! survived a restart could match no later request (version 1 had an always-empty one).
 
-use crate::node::state::MetaState;
+use crate::state::MetaState;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FILE: &str = "snapshot.bin";
 pub const TEMP: &str = "snapshot.bin.tmp";
-const VERSION: u32 = 1;
+/// 2: no session table; groups and users carry the op that created them.
+const VERSION: u32 = 2;
 
-/// A client session the node knows (the server fills this table; it survives restarts so
-/// a reconnecting client's session can be recognised).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionEntry {
-    pub user_id: u32,
-    pub last_request: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Snapshot {
     pub version: u32,
     pub cluster: u128,
@@ -29,29 +25,38 @@ pub struct Snapshot {
     /// The checksum of op `op`'s prepare: the parent of the next journal entry.
     pub anchor: u128,
     pub state: MetaState,
-    pub sessions: BTreeMap<u128, SessionEntry>,
+}
+
+/// What a checkpoint encodes: the live state borrowed, never cloned.
+#[derive(Serialize)]
+struct Encoded<'a> {
+    version: u32,
+    cluster: u128,
+    op: u64,
+    anchor: u128,
+    state: &'a MetaState,
+}
+
+/// The snapshot bytes of `state` after op `op`.
+pub fn encode(cluster: u128, op: u64, anchor: u128, state: &MetaState) -> Vec<u8> {
+    rmp_serde::to_vec_named(&Encoded {
+        version: VERSION,
+        cluster,
+        op,
+        anchor,
+        state,
+    })
+    .expect("the metadata state always serializes")
 }
 
 impl Snapshot {
-    pub fn new(cluster: u128, op: u64, anchor: u128, state: MetaState) -> Snapshot {
-        Snapshot {
-            version: VERSION,
-            cluster,
-            op,
-            anchor,
-            state,
-            sessions: BTreeMap::new(),
-        }
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("the metadata state always serializes")
-    }
-
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
         let snapshot: Snapshot = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
         if snapshot.version != VERSION {
             return Err(format!("version {}, expected {VERSION}", snapshot.version));
+        }
+        if !snapshot.state.indexes_agree() {
+            return Err("its names are not unique in their scopes".into());
         }
         Ok(snapshot)
     }
@@ -67,8 +72,11 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let snapshot = Snapshot::new(9, 4, 77, MetaState::default());
-        assert_eq!(Snapshot::decode(&snapshot.encode()), Ok(snapshot));
+        let state = MetaState::default();
+        let bytes = encode(9, 4, 77, &state);
+        let decoded = Snapshot::decode(&bytes).expect("decodes");
+        assert_eq!((decoded.cluster, decoded.op, decoded.anchor), (9, 4, 77));
+        assert_eq!(decoded.state, state);
         assert!(Snapshot::decode(b"garbage").is_err());
     }
 }

@@ -33,23 +33,21 @@ pub struct Policy {
     pub budget: u64,
 }
 
-/// The most a partition can be over one segment: a sealed segment may run one batch past
-/// `segment_size`, and a batch is at most this many bytes.
-pub const MAX_BATCH_OVERSHOOT: u64 = crate::format::Limits::MAX_BATCH_BYTES;
-
 impl Policy {
     /// The per-partition policy of a topic: `max_topic_size` shared equally, floored at one
-    /// sealed segment's ceiling (`segment_size` plus one batch), so the policy always means at
-    /// least "keep the newest sealed segment".
+    /// sealed segment's ceiling (`segment_size` plus one batch of at most `max_batch_bytes`,
+    /// the node's admission limit: a sealed segment may run one batch past `segment_size`),
+    /// so the policy always means at least "keep the newest sealed segment".
     pub fn for_topic(
         message_expiry: u64,
         max_topic_size: u64,
         partitions: u32,
         segment_size: u64,
+        max_batch_bytes: u64,
     ) -> Policy {
         let budget = match max_topic_size {
             0 => 0,
-            size => (size / u64::from(partitions.max(1))).max(segment_size + MAX_BATCH_OVERSHOOT),
+            size => (size / u64::from(partitions.max(1))).max(segment_size + max_batch_bytes),
         };
         Policy {
             message_expiry,
@@ -135,8 +133,8 @@ mod tests {
             budget: 90,
         };
         assert_eq!(decide(&sealed, policy, 0), vec![Reason::OverSize]);
-        let tiny = Policy::for_topic(0, 1, 4, 1 << 20);
-        assert_eq!(tiny.budget, (1 << 20) + MAX_BATCH_OVERSHOOT);
-        assert_eq!(Policy::for_topic(0, 0, 4, 1 << 20).budget, 0);
+        let tiny = Policy::for_topic(0, 1, 4, 1 << 20, 1 << 16);
+        assert_eq!(tiny.budget, (1 << 20) + (1 << 16));
+        assert_eq!(Policy::for_topic(0, 0, 4, 1 << 20, 1 << 16).budget, 0);
     }
 }

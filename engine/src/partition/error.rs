@@ -113,11 +113,23 @@ pub enum FenceReason {
         path: PathBuf,
         error: String,
     },
+    /// A directory the metadata does not account for (`other`) also holds this partition's
+    /// identity: which of the two is the partition is unknown, so neither is served.
+    IdentityDuplicated {
+        dir: PathBuf,
+        other: PathBuf,
+    },
+    /// The partition's directory holds something no journaled op deleted (`found`): it is
+    /// kept for an operator, and the partition is not served from it.
+    DirectoryInTheWay {
+        dir: PathBuf,
+        found: String,
+    },
 }
 
 impl FenceReason {
     /// The name of every variant, for reports and coverage tables.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 20] = [
         "NoSuperblock",
         "SuperblockIdentity",
         "LogStartMissing",
@@ -136,6 +148,8 @@ impl FenceReason {
         "EmptySealedSegment",
         "ReadFailed",
         "IoFailed",
+        "IdentityDuplicated",
+        "DirectoryInTheWay",
     ];
 
     /// This variant's name (one of [`FenceReason::NAMES`]).
@@ -160,6 +174,8 @@ impl FenceReason {
             EmptySealedSegment { .. } => "EmptySealedSegment",
             ReadFailed { .. } => "ReadFailed",
             IoFailed { .. } => "IoFailed",
+            IdentityDuplicated { .. } => "IdentityDuplicated",
+            DirectoryInTheWay { .. } => "DirectoryInTheWay",
         }
     }
 }
@@ -198,6 +214,8 @@ impl fmt::Display for FenceReason {
             EmptySealedSegment { log } => write!(f, "{}: a sealed segment is empty", log.display()),
             ReadFailed { file, position, sector, error } => write!(f, "{} at position {position}: the sector at {sector} cannot be read: {error}", file.display()),
             IoFailed { op, path, error } => write!(f, "{op} {} failed: {error}", path.display()),
+            IdentityDuplicated { dir, other } => write!(f, "{}: {} also holds this partition's identity and the metadata does not account for it: which one is the partition is unknown", dir.display(), other.display()),
+            DirectoryInTheWay { dir, found } => write!(f, "{}: holds {found}, which no journaled operation deleted: kept for an operator, not served", dir.display()),
         }
     }
 }
@@ -240,6 +258,47 @@ pub enum PartitionError {
         path: PathBuf,
         source: io::Error,
     },
+}
+
+impl PartitionError {
+    /// The same error again, for another caller (an I/O error keeps its kind and message).
+    pub fn duplicate(&self) -> PartitionError {
+        use PartitionError::*;
+        match self {
+            Fenced(reason) => Fenced(reason.clone()),
+            InvalidBatch(e) => InvalidBatch(e.clone()),
+            NoSpace => NoSpace,
+            JournalFull { bytes, limit } => JournalFull {
+                bytes: *bytes,
+                limit: *limit,
+            },
+            OffsetBeyondEnd { offset, last } => OffsetBeyondEnd {
+                offset: *offset,
+                last: *last,
+            },
+            OffsetDamaged {
+                consumer,
+                path,
+                why,
+            } => OffsetDamaged {
+                consumer: *consumer,
+                path: path.clone(),
+                why: why.clone(),
+            },
+            InvalidConfig(e) => InvalidConfig(e.clone()),
+            ZeroCount => ZeroCount,
+            ActiveSegment { requested, sealed } => ActiveSegment {
+                requested: *requested,
+                sealed: *sealed,
+            },
+            AlreadyExists(path) => AlreadyExists(path.clone()),
+            Io { op, path, source } => Io {
+                op,
+                path: path.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, PartitionError>;

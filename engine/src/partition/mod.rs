@@ -85,6 +85,25 @@ impl Partition {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<Partition> {
+        let partition = Self::create_unlinked(env, dir, identity, config, settings)?;
+        if let Some(parent) = dir.parent() {
+            env.disk
+                .sync_dir(parent)
+                .map_err(io_error("sync_dir", parent))?;
+        }
+        Ok(partition)
+    }
+
+    /// [`Partition::create`] without syncing the parent directory: the partition's files and
+    /// its own directory are durable, its name in the parent is not until the caller syncs
+    /// the parent (once for every partition it created there).
+    pub fn create_unlinked(
+        env: &Env,
+        dir: &Path,
+        identity: PartitionIdentity,
+        config: TopicConfig,
+        settings: PartitionSettings,
+    ) -> Result<Partition> {
         let disk = env.disk.as_ref();
         let _span =
             tracing::info_span!("partition_create", dir = %dir.display(), %identity).entered();
@@ -128,10 +147,6 @@ impl Partition {
         }
         for sync in [dir.join("offsets"), dir.to_path_buf()] {
             disk.sync_dir(&sync).map_err(io_error("sync_dir", &sync))?;
-        }
-        if let Some(parent) = dir.parent() {
-            disk.sync_dir(parent)
-                .map_err(io_error("sync_dir", parent))?;
         }
         Ok(Self::open(env, dir, identity, config, settings)?.partition)
     }
@@ -359,5 +374,15 @@ impl Partition {
 
     pub fn config(&self) -> Result<TopicConfig> {
         Ok(self.log_ref()?.config())
+    }
+
+    /// Every consumer with a stored offset here (damaged ones included).
+    pub fn consumers(&self) -> Result<Vec<ConsumerId>> {
+        Ok(self.log_ref()?.consumers())
+    }
+
+    /// The nonce of the identity its superblock records.
+    pub fn nonce(&self) -> Result<u64> {
+        Ok(self.log_ref()?.identity_nonce())
     }
 }

@@ -687,6 +687,15 @@ impl OpenLog {
         Ok(())
     }
 
+    /// Every consumer with a stored offset (damaged ones included).
+    pub(super) fn consumers(&self) -> Vec<ConsumerId> {
+        self.offsets.iter().map(|(c, _)| *c).collect()
+    }
+
+    pub(super) fn identity_nonce(&self) -> u64 {
+        self.superblock.identity.nonce
+    }
+
     pub(super) fn delete_offset(&mut self, consumer: ConsumerId) -> Result<bool> {
         let durability = self.config.consumer_offset_durability;
         // The set without it is recorded first, then the file goes: a crash in between

@@ -35,6 +35,9 @@ pub enum PollFrom {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Polled {
     pub partition_id: u64,
+    /// The nonce of the partition's identity: which incarnation (a purge makes a new one)
+    /// the messages come from.
+    pub incarnation: u64,
     /// The partition's last visible offset at the time of the poll (`None` when empty).
     pub current_offset: Option<u64>,
     pub batches: Vec<Bytes>,
@@ -110,6 +113,7 @@ impl OpenLog {
         let mut reply = Reply {
             polled: Polled {
                 partition_id: self.partition_id,
+                incarnation: self.superblock.identity.nonce,
                 current_offset: self.last_offset(),
                 batches: Vec::new(),
                 message_count: 0,

@@ -20,6 +20,10 @@ use iggy_binary_protocol::requests::users::{
 };
 use iggy_binary_protocol::{Operation, WireDecode, WireEncode, WireError};
 
+/// The longest wire body a journaled operation may have: an operation whose body is longer
+/// is refused before it changes anything (the server's frame limit is above it).
+pub const MAX_BODY_LEN: usize = 256 * 1024;
+
 /// One journaled metadata operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaOp {

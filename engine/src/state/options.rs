@@ -2,8 +2,8 @@
 //! `iggy_common` 0.11 encodes them) and as a topic keeps them. Parsing is a table: one row per
 //! key, saying which value kinds it accepts, its bounds, and whether an update may change it.
 
-use super::error::NodeError;
 use crate::config::{Durability, TopicConfig, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
+use crate::error::NodeError;
 use iggy_binary_protocol::primitives::options::WireOptions;
 use serde::{Deserialize, Serialize};
 

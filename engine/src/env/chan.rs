@@ -1,0 +1,589 @@
+//! Bounded channels, one-shot replies, a counting semaphore and a latch that belong to no
+//! runtime: each is a mutex around its state plus the wakers of whoever waits, so the same
+//! code runs on OS threads in production and on the seeded single-threaded executor in the
+//! simulator (where wake order is the executor's seeded choice, never the channel's).
+//!
+//! Every channel has an explicit capacity. [`Sender::try_send`] reports a full channel at
+//! once (back-pressure the caller can turn into an error); [`Sender::send`] waits for room.
+//! A receiver that is gone makes every send fail with the value handed back; senders that
+//! are all gone make [`Receiver::recv`] end with `None` once the queue is drained.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+/// Most items any channel may hold: a capacity above it is a configuration bug.
+pub const MAX_CAPACITY: usize = 1 << 20;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks is an engine bug already being reported; the
+    // state itself (a queue and wakers) stays consistent, so keep serving it.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Wakers of tasks waiting on one condition. A task polled again re-registers, so the same
+/// task may appear twice; that only costs a spurious wake.
+#[derive(Default)]
+struct Waiters(Vec<Waker>);
+
+impl Waiters {
+    fn register(&mut self, waker: &Waker) {
+        if !self.0.iter().any(|w| w.will_wake(waker)) {
+            self.0.push(waker.clone());
+        }
+    }
+
+    fn wake_all(&mut self) {
+        for waker in self.0.drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+// Bounded channel ---------------------------------------------------------------------------
+
+struct ChannelState<T> {
+    queue: VecDeque<T>,
+    capacity: usize,
+    senders: usize,
+    receiver_alive: bool,
+    receiver: Option<Waker>,
+    /// Senders waiting for room. All are woken when an item leaves: one of them gets the
+    /// slot, the others register again (no lost wake-up when a woken sender is dropped).
+    blocked: Waiters,
+}
+
+struct Channel<T> {
+    state: Mutex<ChannelState<T>>,
+}
+
+/// Why [`Sender::try_send`] did not take the value (which comes back).
+#[derive(Debug, PartialEq, Eq)]
+pub enum TrySendError<T> {
+    Full(T),
+    Closed(T),
+}
+
+/// The receiver is gone; the value comes back.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Closed<T>(pub T);
+
+/// Why [`Receiver::try_recv`] returned nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryRecvError {
+    Empty,
+    Closed,
+}
+
+pub struct Sender<T> {
+    channel: Arc<Channel<T>>,
+}
+
+pub struct Receiver<T> {
+    channel: Arc<Channel<T>>,
+}
+
+/// A channel holding at most `capacity` items (1 ..= [`MAX_CAPACITY`]).
+pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
+    assert!(
+        (1..=MAX_CAPACITY).contains(&capacity),
+        "channel capacity {capacity} out of 1..={MAX_CAPACITY}"
+    );
+    let channel = Arc::new(Channel {
+        state: Mutex::new(ChannelState {
+            queue: VecDeque::new(),
+            capacity,
+            senders: 1,
+            receiver_alive: true,
+            receiver: None,
+            blocked: Waiters::default(),
+        }),
+    });
+    (
+        Sender {
+            channel: channel.clone(),
+        },
+        Receiver { channel },
+    )
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        lock(&self.channel.state).senders += 1;
+        Sender {
+            channel: self.channel.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.channel.state);
+        state.senders -= 1;
+        if state.senders == 0 {
+            if let Some(waker) = state.receiver.take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl<T> Sender<T> {
+    /// Queues `value` if there is room, at once.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let mut state = lock(&self.channel.state);
+        if !state.receiver_alive {
+            return Err(TrySendError::Closed(value));
+        }
+        if state.queue.len() >= state.capacity {
+            return Err(TrySendError::Full(value));
+        }
+        state.queue.push_back(value);
+        if let Some(waker) = state.receiver.take() {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    /// Queues `value`, waiting for room.
+    pub fn send(&self, value: T) -> SendFuture<'_, T> {
+        SendFuture {
+            sender: self,
+            value: Some(value),
+        }
+    }
+
+    /// Whether the receiver is gone.
+    pub fn is_closed(&self) -> bool {
+        !lock(&self.channel.state).receiver_alive
+    }
+
+    /// Items queued now.
+    pub fn len(&self) -> usize {
+        lock(&self.channel.state).queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub struct SendFuture<'a, T> {
+    sender: &'a Sender<T>,
+    value: Option<T>,
+}
+
+impl<T> Unpin for SendFuture<'_, T> {}
+
+impl<T> Future for SendFuture<'_, T> {
+    type Output = Result<(), Closed<T>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let value = self
+            .value
+            .take()
+            .expect("a send future is polled after it finished");
+        match self.sender.try_send(value) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(TrySendError::Closed(value)) => Poll::Ready(Err(Closed(value))),
+            Err(TrySendError::Full(value)) => {
+                let mut state = lock(&self.sender.channel.state);
+                // Room may have appeared between the attempt and this lock.
+                if state.queue.len() < state.capacity || !state.receiver_alive {
+                    drop(state);
+                    self.value = Some(value);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                state.blocked.register(cx.waker());
+                drop(state);
+                self.value = Some(value);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.channel.state);
+        state.receiver_alive = false;
+        state.blocked.wake_all();
+        // The queued items are dropped with the last reference to the channel, outside
+        // this lock: an item may be a reply handle whose drop wakes another task.
+        let queued = std::mem::take(&mut state.queue);
+        drop(state);
+        drop(queued);
+    }
+}
+
+impl<T> Receiver<T> {
+    /// The next item, waiting for one; `None` once every sender is gone and the queue is
+    /// drained.
+    pub fn recv(&mut self) -> RecvFuture<'_, T> {
+        RecvFuture { receiver: self }
+    }
+
+    /// The next item if one is queued.
+    pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
+        let mut state = lock(&self.channel.state);
+        match state.queue.pop_front() {
+            Some(value) => {
+                state.blocked.wake_all();
+                Ok(value)
+            }
+            None if state.senders == 0 => Err(TryRecvError::Closed),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Items queued now.
+    pub fn len(&self) -> usize {
+        lock(&self.channel.state).queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub struct RecvFuture<'a, T> {
+    receiver: &'a mut Receiver<T>,
+}
+
+impl<T> Future for RecvFuture<'_, T> {
+    type Output = Option<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut state = lock(&self.receiver.channel.state);
+        if let Some(value) = state.queue.pop_front() {
+            state.blocked.wake_all();
+            return Poll::Ready(Some(value));
+        }
+        if state.senders == 0 {
+            return Poll::Ready(None);
+        }
+        state.receiver = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+// One-shot reply ----------------------------------------------------------------------------
+
+struct OneshotState<T> {
+    value: Option<T>,
+    /// The sender was dropped without sending (or sent already, when `value` is taken).
+    done: bool,
+    waker: Option<Waker>,
+}
+
+/// The answering half of a one-shot: [`Reply::send`] once, or drop it (the waiter then gets
+/// [`Canceled`]).
+pub struct Reply<T> {
+    state: Arc<Mutex<OneshotState<T>>>,
+}
+
+/// The waiting half: a future of the value.
+pub struct Pending<T> {
+    state: Arc<Mutex<OneshotState<T>>>,
+}
+
+/// The answering half was dropped without an answer (its owner stopped or crashed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Canceled;
+
+pub fn oneshot<T>() -> (Reply<T>, Pending<T>) {
+    let state = Arc::new(Mutex::new(OneshotState {
+        value: None,
+        done: false,
+        waker: None,
+    }));
+    (
+        Reply {
+            state: state.clone(),
+        },
+        Pending { state },
+    )
+}
+
+impl<T> Reply<T> {
+    /// Answers. The value is dropped when nobody waits any more.
+    pub fn send(self, value: T) {
+        let mut state = lock(&self.state);
+        state.value = Some(value);
+        state.done = true;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Whether the waiting half is gone (the answer would be dropped).
+    pub fn is_abandoned(&self) -> bool {
+        Arc::strong_count(&self.state) == 1
+    }
+}
+
+impl<T> Drop for Reply<T> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        if !state.done {
+            state.done = true;
+            if let Some(waker) = state.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl<T> Future for Pending<T> {
+    type Output = Result<T, Canceled>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = lock(&self.state);
+        if let Some(value) = state.value.take() {
+            return Poll::Ready(Ok(value));
+        }
+        if state.done {
+            return Poll::Ready(Err(Canceled));
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+// Semaphore ---------------------------------------------------------------------------------
+
+struct SemaphoreState {
+    available: usize,
+    waiters: Waiters,
+}
+
+/// A counting semaphore: at most `permits` holders at once (in-flight bounds).
+#[derive(Clone)]
+pub struct Semaphore {
+    state: Arc<Mutex<SemaphoreState>>,
+}
+
+/// One permit; released when dropped.
+pub struct Permit {
+    state: Arc<Mutex<SemaphoreState>>,
+}
+
+impl Semaphore {
+    pub fn new(permits: usize) -> Semaphore {
+        assert!(
+            permits > 0,
+            "a semaphore with no permits never lets anyone in"
+        );
+        Semaphore {
+            state: Arc::new(Mutex::new(SemaphoreState {
+                available: permits,
+                waiters: Waiters::default(),
+            })),
+        }
+    }
+
+    pub fn try_acquire(&self) -> Option<Permit> {
+        let mut state = lock(&self.state);
+        if state.available == 0 {
+            return None;
+        }
+        state.available -= 1;
+        Some(Permit {
+            state: self.state.clone(),
+        })
+    }
+
+    /// A permit, waiting for one.
+    pub fn acquire(&self) -> Acquire<'_> {
+        Acquire { semaphore: self }
+    }
+
+    pub fn available(&self) -> usize {
+        lock(&self.state).available
+    }
+}
+
+pub struct Acquire<'a> {
+    semaphore: &'a Semaphore,
+}
+
+impl Future for Acquire<'_> {
+    type Output = Permit;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit> {
+        let mut state = lock(&self.semaphore.state);
+        if state.available > 0 {
+            state.available -= 1;
+            return Poll::Ready(Permit {
+                state: self.semaphore.state.clone(),
+            });
+        }
+        state.waiters.register(cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        state.available += 1;
+        state.waiters.wake_all();
+    }
+}
+
+// Latch -------------------------------------------------------------------------------------
+
+struct LatchState<T> {
+    value: Option<T>,
+    waiters: Waiters,
+}
+
+/// Set once, read by anyone, awaited by anyone: how a node says it stopped.
+pub struct Latch<T> {
+    state: Arc<Mutex<LatchState<T>>>,
+}
+
+impl<T> Clone for Latch<T> {
+    fn clone(&self) -> Self {
+        Latch {
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<T> Default for Latch<T> {
+    fn default() -> Self {
+        Latch {
+            state: Arc::new(Mutex::new(LatchState {
+                value: None,
+                waiters: Waiters::default(),
+            })),
+        }
+    }
+}
+
+impl<T: Clone> Latch<T> {
+    /// Sets the value unless one is set already (the first one stays); true when this call
+    /// set it.
+    pub fn set(&self, value: T) -> bool {
+        let mut state = lock(&self.state);
+        if state.value.is_some() {
+            return false;
+        }
+        state.value = Some(value);
+        state.waiters.wake_all();
+        true
+    }
+
+    pub fn get(&self) -> Option<T> {
+        lock(&self.state).value.clone()
+    }
+
+    /// Completes with the value once it is set.
+    pub fn wait(&self) -> LatchWait<'_, T> {
+        LatchWait { latch: self }
+    }
+}
+
+pub struct LatchWait<'a, T> {
+    latch: &'a Latch<T>,
+}
+
+impl<T: Clone> Future for LatchWait<'_, T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut state = lock(&self.latch.state);
+        if let Some(value) = &state.value {
+            return Poll::Ready(value.clone());
+        }
+        state.waiters.register(cx.waker());
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll_once<F: Future + Unpin>(future: &mut F, waker: &Arc<CountingWaker>) -> Poll<F::Output> {
+        let waker = Waker::from(waker.clone());
+        Pin::new(future).poll(&mut Context::from_waker(&waker))
+    }
+
+    #[test]
+    fn a_full_channel_pushes_back_and_wakes_a_sender_when_room_appears() {
+        let (tx, mut rx) = channel(2);
+        tx.try_send(1).unwrap();
+        tx.try_send(2).unwrap();
+        assert_eq!(tx.try_send(3), Err(TrySendError::Full(3)));
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let mut send = tx.send(3);
+        assert!(poll_once(&mut send, &waker).is_pending());
+        assert_eq!(rx.try_recv(), Ok(1));
+        assert_eq!(
+            waker.0.load(Ordering::SeqCst),
+            1,
+            "the blocked sender was woken"
+        );
+        assert!(matches!(poll_once(&mut send, &waker), Poll::Ready(Ok(()))));
+        assert_eq!(rx.try_recv(), Ok(2));
+        assert_eq!(rx.try_recv(), Ok(3));
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+        drop(tx);
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Closed));
+        let mut recv = rx.recv();
+        assert!(matches!(poll_once(&mut recv, &waker), Poll::Ready(None)));
+    }
+
+    #[test]
+    fn a_dropped_receiver_hands_values_back_and_a_dropped_reply_cancels() {
+        let (tx, rx) = channel::<u8>(1);
+        drop(rx);
+        assert_eq!(tx.try_send(7), Err(TrySendError::Closed(7)));
+        assert!(tx.is_closed());
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let (reply, mut pending) = oneshot::<u8>();
+        assert!(poll_once(&mut pending, &waker).is_pending());
+        drop(reply);
+        assert_eq!(waker.0.load(Ordering::SeqCst), 1);
+        assert_eq!(poll_once(&mut pending, &waker), Poll::Ready(Err(Canceled)));
+        let (reply, mut pending) = oneshot::<u8>();
+        reply.send(9);
+        assert_eq!(poll_once(&mut pending, &waker), Poll::Ready(Ok(9)));
+    }
+
+    #[test]
+    fn permits_are_bounded_and_a_latch_keeps_its_first_value() {
+        let semaphore = Semaphore::new(1);
+        let permit = semaphore.try_acquire().expect("one permit");
+        assert!(semaphore.try_acquire().is_none());
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let mut acquire = semaphore.acquire();
+        assert!(poll_once(&mut acquire, &waker).is_pending());
+        drop(permit);
+        assert_eq!(waker.0.load(Ordering::SeqCst), 1);
+        assert!(poll_once(&mut acquire, &waker).is_ready());
+        let latch = Latch::default();
+        assert!(latch.set("first"));
+        assert!(!latch.set("second"));
+        assert_eq!(latch.get(), Some("first"));
+        let mut wait = latch.wait();
+        assert_eq!(poll_once(&mut wait, &waker), Poll::Ready("first"));
+    }
+}

@@ -1,0 +1,264 @@
+//! What a node answers when it cannot do what was asked, with the Iggy 0.11 error code a
+//! binary-protocol client expects for each ([`NodeError::code`]). Shared by the state
+//! machine (its refusals) and the node (everything else); sources stay typed, so the kind of
+//! an I/O error (ENOSPC, say) survives every layer.
+
+use crate::partition::PartitionError;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+/// An entity as the request named it: by id or by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named {
+    Id(u32),
+    Name(String),
+}
+
+impl fmt::Display for Named {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Named::Id(id) => write!(f, "id {id}"),
+            Named::Name(name) => write!(f, "name {name:?}"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("stream {0} not found")]
+    StreamNotFound(Named),
+    #[error("a stream named {0:?} already exists")]
+    StreamNameExists(String),
+    #[error("topic {topic} not found in stream {stream}")]
+    TopicNotFound { stream: u32, topic: Named },
+    #[error("a topic named {name:?} already exists in stream {stream}")]
+    TopicNameExists { stream: u32, name: String },
+    #[error("partition {partition} not found in topic {topic} of stream {stream}")]
+    PartitionNotFound {
+        stream: u32,
+        topic: u32,
+        partition: u32,
+    },
+    #[error("invalid partitions count {count}: {why}")]
+    InvalidPartitionsCount { count: u32, why: String },
+    #[error("consumer group {group} not found in topic {topic} of stream {stream}")]
+    GroupNotFound {
+        stream: u32,
+        topic: u32,
+        group: Named,
+    },
+    #[error("a consumer group named {name:?} already exists in topic {topic}")]
+    GroupNameExists { topic: u32, name: String },
+    #[error("client {client:#x} is not a member of consumer group {group}")]
+    NotAMember { group: u32, client: u128 },
+    #[error(
+        "partition {partition} is not assigned to client {client:#x} in consumer group {group}"
+    )]
+    PartitionNotOwned {
+        group: u32,
+        partition: u32,
+        client: u128,
+    },
+    #[error("invalid name {name:?}: {why}")]
+    InvalidName { name: String, why: String },
+    #[error("unsupported option {key:?}: {why}")]
+    UnsupportedOptionKey { key: String, why: String },
+    #[error("invalid value for option {key:?}: {why}")]
+    InvalidOptionValue { key: String, why: String },
+    #[error("too many {what}: the limit is {limit}")]
+    TooMany { what: &'static str, limit: usize },
+    #[error("user {0} not found")]
+    UserNotFound(Named),
+    #[error("a user named {0:?} already exists")]
+    UserExists(String),
+    #[error("invalid username: {0}")]
+    InvalidUsername(String),
+    #[error("invalid password: {0}")]
+    InvalidPassword(String),
+    #[error("the root user cannot be {0}")]
+    RootUser(RootAction),
+    #[error("invalid user status {0}: 1 (active) or 2 (inactive)")]
+    InvalidUserStatus(u8),
+    #[error("invalid permissions: {0}")]
+    InvalidPermissions(String),
+    /// A login with an unknown username or a wrong password (the same answer for both).
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    #[error("user {0} is inactive")]
+    UserInactive(u32),
+    #[error("consumer group member {client:#x} of group {group} has no current partition: name one, or poll first")]
+    NoCurrentPartition { group: u32, client: u128 },
+    /// A new partition's directory exists though the metadata has no partition there; it is
+    /// never removed by an operation that did not delete it.
+    #[error("{0} exists and the metadata does not account for it: move it away first")]
+    DirectoryInTheWay(std::path::PathBuf),
+    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
+    TooBig {
+        what: &'static str,
+        len: usize,
+        limit: usize,
+    },
+    #[error("no consumer offset stored for {0}")]
+    OffsetNotFound(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    /// The metadata journal ran out of space: the operations were not journaled (the journal
+    /// was cut back to where it was) and the node keeps serving; retry when space returns.
+    #[error("no space left for the metadata journal: the operation was not applied; retry when space returns")]
+    MetadataNoSpace,
+    /// A bounded queue is full: back-pressure; retry later.
+    #[error("the node is busy: {0} is full; retry later")]
+    Busy(&'static str),
+    /// The node stopped: its metadata plane failed after an operation became durable (or
+    /// with an error other than no space), or it shut down. It refuses everything; a
+    /// restart recovers what the disk holds.
+    #[error("the node stopped and refuses requests until restarted: {0}")]
+    Stopped(Arc<Failure>),
+}
+
+/// What the root user may not be made to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootAction {
+    Deleted,
+    Deactivated,
+    GivenPermissions,
+}
+
+impl fmt::Display for RootAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RootAction::Deleted => "deleted",
+            RootAction::Deactivated => "deactivated",
+            RootAction::GivenPermissions => "given permissions",
+        })
+    }
+}
+
+/// Why a node stopped: its typed cause (the I/O error keeps its kind).
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error("the metadata plane failed: {0}")]
+    Metadata(#[source] io::Error),
+    #[error("directory work of a journaled operation failed: {0}")]
+    Work(#[source] WorkError),
+    #[error("the node was shut down")]
+    Shutdown,
+}
+
+/// A piece of directory work that failed: the file system's error, or the partition's.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+}
+
+impl WorkError {
+    /// The I/O error underneath, if there is one (its kind says ENOSPC, EIO, ...).
+    pub fn io(&self) -> Option<&io::Error> {
+        match self {
+            WorkError::Io(e) => Some(e),
+            WorkError::Partition(PartitionError::Io { source, .. }) => Some(source),
+            WorkError::Partition(_) => None,
+        }
+    }
+}
+
+impl NodeError {
+    /// The Iggy 0.11 error code (`iggy_common` `IggyError`).
+    pub fn code(&self) -> u32 {
+        use NodeError::*;
+        match self {
+            StreamNotFound(Named::Id(_)) => 1009,
+            StreamNotFound(Named::Name(_)) => 1010,
+            StreamNameExists(_) => 1012,
+            TopicNotFound {
+                topic: Named::Id(_),
+                ..
+            } => 2010,
+            TopicNotFound {
+                topic: Named::Name(_),
+                ..
+            } => 2011,
+            TopicNameExists { .. } => 2013,
+            PartitionNotFound { .. } => 3007,
+            InvalidPartitionsCount { .. } => 2019,
+            GroupNotFound {
+                group: Named::Id(_),
+                ..
+            } => 5000,
+            GroupNotFound {
+                group: Named::Name(_),
+                ..
+            } => 5003,
+            GroupNameExists { .. } => 5004,
+            NotAMember { .. } => 5006,
+            NoCurrentPartition { .. } => 3007,
+            DirectoryInTheWay(_) => 1,
+            PartitionNotOwned { .. } => 5009,
+            InvalidName { .. } => 4,
+            UnsupportedOptionKey { .. } => 4041,
+            InvalidOptionValue { .. } => 4042,
+            TooMany { .. } => 3,
+            UserNotFound(_) => 20,
+            UserExists(_) => 46,
+            InvalidUsername(_) => 43,
+            InvalidPassword(_) => 44,
+            RootUser(RootAction::Deleted) => 48,
+            RootUser(RootAction::GivenPermissions) => 49,
+            RootUser(RootAction::Deactivated) => 41,
+            InvalidUserStatus(_) => 45,
+            InvalidPermissions(_) => 3,
+            InvalidCredentials => 42,
+            UserInactive(_) => 47,
+            TooBig { .. } => 3,
+            OffsetNotFound(_) => 3021,
+            InvalidRequest(_) => 3,
+            Partition(PartitionError::InvalidBatch(_)) => 4027,
+            Partition(_) => 1,
+            MetadataNoSpace => 1,
+            Busy(_) => 1,
+            Stopped(_) => 1,
+        }
+    }
+}
+
+impl NodeError {
+    /// The same error for another caller (a persist's failure answers every batch it
+    /// covered). An I/O error is rebuilt with its kind and message.
+    pub fn clone_for_reply(&self) -> NodeError {
+        use NodeError::*;
+        match self {
+            StreamNotFound(n) => StreamNotFound(n.clone()),
+            StreamNameExists(n) => StreamNameExists(n.clone()),
+            TopicNotFound { stream, topic } => TopicNotFound {
+                stream: *stream,
+                topic: topic.clone(),
+            },
+            TopicNameExists { stream, name } => TopicNameExists {
+                stream: *stream,
+                name: name.clone(),
+            },
+            PartitionNotFound {
+                stream,
+                topic,
+                partition,
+            } => PartitionNotFound {
+                stream: *stream,
+                topic: *topic,
+                partition: *partition,
+            },
+            Partition(e) => Partition(e.duplicate()),
+            Stopped(f) => Stopped(f.clone()),
+            MetadataNoSpace => MetadataNoSpace,
+            Busy(what) => Busy(what),
+            other => InvalidRequest(other.to_string()),
+        }
+    }
+}
+
+pub type NodeResult<T> = std::result::Result<T, NodeError>;

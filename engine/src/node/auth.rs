@@ -1,0 +1,150 @@
+//! Passwords: argon2id hashing and verification, always on the blocking pool (tens of
+//! milliseconds of CPU each at production cost), never on an owner or a socket thread.
+//!
+//! Login reads the user from the published view. An unknown username is verified against a
+//! fixed dummy hash of the same cost, so it costs the same work as a wrong password and
+//! gets the same answer ([`NodeError::InvalidCredentials`]): the answer does not tell which
+//! usernames exist. An inactive user is refused ([`NodeError::UserInactive`]). A login
+//! binds to the user's incarnation (the op that created it), since ids are reused.
+
+use super::view::ViewCell;
+use super::PasswordCost;
+use crate::env::{run_blocking, Env};
+use crate::error::{NodeError, NodeResult};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use std::sync::{Arc, OnceLock};
+
+/// Who logged in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Login {
+    pub user_id: u32,
+    /// The op that created the user: a session is bound to it, not only to the id.
+    pub incarnation: u64,
+}
+
+pub(crate) struct Auth {
+    cost: PasswordCost,
+    /// A hash of a password nobody has, at the configured cost (made on first use).
+    dummy: Arc<OnceLock<String>>,
+}
+
+fn argon(cost: PasswordCost) -> NodeResult<argon2::Argon2<'static>> {
+    let params = argon2::Params::new(cost.memory_kib, cost.iterations, 1, None)
+        .map_err(|e| NodeError::InvalidPassword(format!("hash parameters: {e}")))?;
+    Ok(argon2::Argon2::new(
+        argon2::Algorithm::Argon2id,
+        argon2::Version::V0x13,
+        params,
+    ))
+}
+
+fn hash_with(cost: PasswordCost, password: &str, salt: [u8; 16]) -> NodeResult<String> {
+    let salt = SaltString::encode_b64(&salt).expect("16 bytes make a salt");
+    let hash = argon(cost)?
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| NodeError::InvalidPassword(e.to_string()))?
+        .to_string();
+    assert!(
+        hash.len() <= crate::state::MAX_PASSWORD_HASH_LEN,
+        "a PHC string fits the wire's password field"
+    );
+    Ok(hash)
+}
+
+/// Whether `password` matches the PHC string `hash` (its own parameters).
+fn verify(hash: &str, password: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        argon2::Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+fn pool_busy(_: crate::env::PoolBusy) -> NodeError {
+    NodeError::Busy("the password hashing pool")
+}
+
+impl Auth {
+    pub(crate) fn new(cost: PasswordCost) -> Auth {
+        Auth {
+            cost,
+            dummy: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Makes the dummy hash (on the pool) so that the first unknown-user login costs no
+    /// more than any other.
+    pub(crate) async fn prepare(&self, env: &Env) {
+        let (dummy, cost) = (self.dummy.clone(), self.cost);
+        let _ = run_blocking(env.tasks.as_ref(), move || {
+            dummy.get_or_init(|| {
+                hash_with(cost, "\u{0}no user has this password", [7; 16])
+                    .expect("the configured cost hashes")
+            });
+        })
+        .await;
+    }
+
+    /// Hashes a new password (3 to 100 bytes) with a salt from the environment's entropy.
+    pub(crate) async fn hash(&self, env: &Env, password: &str) -> NodeResult<String> {
+        if !(3..=100).contains(&password.len()) {
+            return Err(NodeError::InvalidPassword("3 to 100 bytes".into()));
+        }
+        let mut salt = [0u8; 16];
+        salt[..8].copy_from_slice(&env.entropy.next_u64().to_le_bytes());
+        salt[8..].copy_from_slice(&env.entropy.next_u64().to_le_bytes());
+        let (cost, password) = (self.cost, password.to_owned());
+        run_blocking(env.tasks.as_ref(), move || hash_with(cost, &password, salt))
+            .await
+            .map_err(pool_busy)?
+    }
+
+    pub(crate) async fn login(
+        &self,
+        env: &Env,
+        view: &ViewCell,
+        username: &str,
+        password: &str,
+    ) -> NodeResult<Login> {
+        let before = view.load();
+        let user = before.user_by_name(username).cloned();
+        let (hash, dummy, cost) = match &user {
+            Some(u) => (Some(u.password_hash.clone()), self.dummy.clone(), self.cost),
+            None => (None, self.dummy.clone(), self.cost),
+        };
+        let password = password.to_owned();
+        let matched = run_blocking(env.tasks.as_ref(), move || {
+            let hash = match hash {
+                Some(hash) => hash,
+                None => dummy
+                    .get_or_init(|| {
+                        hash_with(cost, "\u{0}no user has this password", [7; 16])
+                            .expect("the configured cost hashes")
+                    })
+                    .clone(),
+            };
+            verify(&hash, &password)
+        })
+        .await
+        .map_err(pool_busy)?;
+        let Some(user) = user.filter(|_| matched) else {
+            return Err(NodeError::InvalidCredentials);
+        };
+        // The user may have changed while the hash was checked: only the incarnation and
+        // password that were verified count.
+        let now = view.load();
+        let current = now
+            .user(user.id)
+            .filter(|u| u.created_op == user.created_op && u.password_hash == user.password_hash);
+        let Some(current) = current else {
+            return Err(NodeError::InvalidCredentials);
+        };
+        if !current.is_active() {
+            return Err(NodeError::UserInactive(current.id));
+        }
+        Ok(Login {
+            user_id: current.id,
+            incarnation: current.created_op,
+        })
+    }
+}

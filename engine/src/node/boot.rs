@@ -1,0 +1,472 @@
+//! Boot: the metadata plan (refusal, or the state after snapshot and replay); the entity
+//! tree brought in line with it by identity ([`super::tree`]: the work of journaled ops
+//! redone, nothing removed that no journaled op deleted); the owners started; every
+//! partition opened on its shard (the shards open theirs in parallel), an I/O error fencing
+//! only its own partition; a deleted group's offsets removed, and offsets of groups that no
+//! longer exist; while no op is journaled, the root user created (op 1).
+
+use super::auth::Auth;
+use super::groups::{GroupsOwner, Membership};
+use super::meta_owner::MetaOwner;
+use super::shard::{shard_of, Shard, ShardRequest};
+use super::tree::{self, Fate, TreePlan};
+use super::view::{MetaView, ViewCell};
+use super::work::{ancestors, remove_durably, sync_dirs};
+use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
+use crate::env::chan::{channel, oneshot, Latch};
+use crate::env::{settle, Env};
+use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::partition::{
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionIdentity,
+    RecoveryPlan,
+};
+use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// Why a node did not boot.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("boot refused: {0}")]
+    Refused(MetaRefusal),
+    /// The metadata plane or the root directory failed (an error confined to one partition
+    /// fences that partition instead).
+    #[error("boot failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("boot failed creating the root user: {0}")]
+    RootUser(#[source] super::NodeError),
+}
+
+/// How one partition came up.
+#[derive(Debug, Clone)]
+pub enum PartitionBoot {
+    /// Opened (or fenced) by its recovery plan.
+    Opened(Box<RecoveryPlan>),
+    /// Fenced before recovery: its directory is missing, another directory claims its
+    /// identity, or opening it failed with an I/O error.
+    Fenced(FenceReason),
+}
+
+impl PartitionBoot {
+    pub fn fence(&self) -> Option<&FenceReason> {
+        match self {
+            PartitionBoot::Opened(plan) => plan.fence.as_ref(),
+            PartitionBoot::Fenced(reason) => Some(reason),
+        }
+    }
+}
+
+/// What boot did besides the metadata plan.
+#[derive(Debug, Clone, Default)]
+pub struct BootReport {
+    /// The entity tree: every partition path with what was found and decided, directories
+    /// removed and kept.
+    pub tree: TreePlan,
+    /// Directories boot removed (journaled deletions and replacements).
+    pub removed: Vec<PathBuf>,
+    /// Every partition of the metadata and how it came up.
+    pub partitions: Vec<(PartitionKey, PartitionBoot)>,
+    /// Group offsets boot removed: (partition, group) of deleted groups.
+    pub group_offsets_removed: Vec<(PartitionKey, u32)>,
+}
+
+impl BootReport {
+    /// Journaled directory work boot carried out (created, replaced, removed).
+    pub fn redone(&self) -> usize {
+        self.tree
+            .paths
+            .iter()
+            .filter(|p| matches!(p.fate, Fate::Create | Fate::Replace | Fate::Remove))
+            .count()
+            + self.tree.remove_dirs.len()
+    }
+}
+
+pub struct Booted {
+    pub node: Node,
+    pub plan: MetaPlan,
+    pub report: BootReport,
+}
+
+/// The directory work of the ops after the recorded applied op (their work may not have
+/// finished), in op order.
+pub fn work_to_redo(plan: &MetaPlan) -> Vec<(u64, &DirWork)> {
+    let applied = plan.record.map_or(0, |r| r.applied_op);
+    plan.replayed
+        .iter()
+        .filter(|r| r.op > applied)
+        .flat_map(|r| r.applied.work.iter().map(move |w| (r.op, w)))
+        .collect()
+}
+
+/// Group offsets boot removes in `key`: those of groups a journaled op deleted (unless a
+/// later op created a group under that id, which only a later batch can: the removal was
+/// done before it), and those of every group id the topic does not have.
+pub fn doomed_group_offsets(
+    state: &MetaState,
+    redo: &[(u64, &DirWork)],
+    key: PartitionKey,
+    stored: &[ConsumerId],
+) -> BTreeSet<u32> {
+    let groups = state.find_topic(key.0, key.1).map(|t| &t.groups);
+    let mut doomed = BTreeSet::new();
+    for (op, work) in redo {
+        if let DirWork::RemoveGroupOffsets { partition, group } = work {
+            let recreated = groups
+                .and_then(|g| g.get(group))
+                .is_some_and(|g| g.created_op > *op);
+            if *partition == key && !recreated {
+                doomed.insert(*group);
+            }
+        }
+    }
+    for consumer in stored {
+        if consumer.kind == ConsumerKind::Group
+            && !groups.is_some_and(|g| g.contains_key(&consumer.id))
+        {
+            doomed.insert(consumer.id);
+        }
+    }
+    doomed
+}
+
+impl Node {
+    /// Boots the node whose data lives under `root` and starts its owners.
+    pub async fn start(
+        env: &Env,
+        root: &Path,
+        settings: NodeSettings,
+    ) -> Result<Booted, BootError> {
+        let disk = env.disk.as_ref();
+        let plan = {
+            let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
+            metadata::plan(disk, root)?
+        };
+        if let Some(refusal) = &plan.refusal {
+            tracing::error!(%refusal, "metadata refused boot");
+            return Err(BootError::Refused(refusal.clone()));
+        }
+        let mut plane = MetadataPlane::open(env, &plan, settings.meta)?;
+        let redo = work_to_redo(&plan);
+        let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
+        let tree = tree::plan(disk, root, &plan.state, &works)?;
+        let mut report = BootReport {
+            removed: apply_tree(env, root, &plan.state, &tree)?,
+            tree,
+            ..BootReport::default()
+        };
+        plane.record_applied()?;
+        settle(env).await;
+        let node = start_owners(env, root, settings, plane, &plan, &redo, &mut report).await?;
+        if node.inner.stopped.get().is_none() && plan.last_op == 0 {
+            node.inner.auth.prepare(env).await;
+            let (username, password) = (
+                node.inner.settings.root_username.clone(),
+                node.inner.settings.root_password.clone(),
+            );
+            let id = node
+                .client(0)
+                .create_user(&username, &password, USER_ACTIVE, None)
+                .await
+                .map_err(BootError::RootUser)?;
+            assert_eq!(id, ROOT_USER_ID, "the root user is the first");
+        } else {
+            node.inner.auth.prepare(env).await;
+        }
+        Ok(Booted { node, plan, report })
+    }
+}
+
+/// Carries the tree plan out: journaled replacements and removals, new partitions created
+/// empty, each changed directory synced once. Returns what it removed.
+fn apply_tree(
+    env: &Env,
+    root: &Path,
+    state: &MetaState,
+    tree: &TreePlan,
+) -> io::Result<Vec<PathBuf>> {
+    let disk = env.disk.as_ref();
+    let mut removed = Vec::new();
+    let mut dirs = BTreeSet::new();
+    for path in &tree.paths {
+        let _span = tracing::info_span!("boot_tree", dir = %path.dir.display(), fate = path.fate.name(), found = %path.found).entered();
+        if path.touched_by_tail {
+            // Done before a crash, maybe: a creation's or a removal's names (its own, its
+            // files', its parents') may still be only in the cache.
+            ancestors(root, &path.dir, &mut dirs);
+        }
+        if path.made_by_tail {
+            dirs.insert(path.dir.clone());
+            dirs.insert(path.dir.join("offsets"));
+        }
+        match path.fate {
+            Fate::Remove => {
+                remove_durably(disk, &path.dir)?;
+                removed.push(path.dir.clone());
+            }
+            Fate::Replace | Fate::Create => {
+                if path.fate == Fate::Replace {
+                    remove_durably(disk, &path.dir)?;
+                    removed.push(path.dir.clone());
+                }
+                let identity = path.wanted.expect("a created partition is the metadata's");
+                create_empty(env, root, state, identity, &mut dirs)?;
+            }
+            Fate::Unaccounted => {
+                tracing::warn!(dir = %path.dir.display(), found = %path.found, "a directory the metadata does not account for: kept, never removed")
+            }
+            Fate::Open | Fate::Nothing => {}
+        }
+    }
+    for dir in &tree.remove_dirs {
+        remove_durably(disk, dir)?;
+        removed.push(dir.clone());
+    }
+    for dir in &tree.touched_dirs {
+        ancestors(root, &dir.join("x"), &mut dirs);
+    }
+    for dir in &tree.kept_dirs {
+        tracing::warn!(dir = %dir.display(), "the directory of an entity the metadata does not have holds what no journaled op deleted: kept");
+    }
+    sync_dirs(disk, &dirs)?;
+    Ok(removed)
+}
+
+fn create_empty(
+    env: &Env,
+    root: &Path,
+    state: &MetaState,
+    identity: PartitionIdentity,
+    dirs: &mut BTreeSet<PathBuf>,
+) -> io::Result<()> {
+    let key = key_of(&identity);
+    let dir = partition_dir(root, key.0, key.1, key.2);
+    if let Some(parent) = dir.parent() {
+        env.disk.create_dir_all(parent)?;
+    }
+    let config = state.topic(key.0, key.1).options.config();
+    Partition::create_unlinked(env, &dir, identity, config, Default::default()).map_err(
+        |e| match e {
+            crate::partition::PartitionError::Io { source, .. } => source,
+            other => io::Error::other(other.to_string()),
+        },
+    )?;
+    ancestors(root, &dir, dirs);
+    Ok(())
+}
+
+/// Opens one partition for its shard: fenced when its directory is missing, when another
+/// directory claims its identity, or when opening fails with an I/O error (the error is
+/// confined to this partition: boot goes on).
+fn open_partition(
+    env: &Env,
+    root: &Path,
+    state: &MetaState,
+    settings: crate::config::PartitionSettings,
+    identity: PartitionIdentity,
+    claimed: &BTreeMap<PartitionKey, PathBuf>,
+) -> (Partition, PartitionBoot) {
+    let key = key_of(&identity);
+    let dir = partition_dir(root, key.0, key.1, key.2);
+    let fenced = |reason: FenceReason| {
+        (
+            Partition::fenced(reason.clone()),
+            PartitionBoot::Fenced(reason),
+        )
+    };
+    if let Some(other) = claimed.get(&key) {
+        return fenced(FenceReason::IdentityDuplicated {
+            dir,
+            other: other.clone(),
+        });
+    }
+    match env.disk.exists(&dir) {
+        Ok(true) => {}
+        Ok(false) => return fenced(FenceReason::DirectoryMissing { dir }),
+        Err(e) => {
+            return fenced(FenceReason::IoFailed {
+                op: "stat",
+                path: dir,
+                error: e.to_string(),
+            })
+        }
+    }
+    let config = state.topic(key.0, key.1).options.config();
+    match Partition::open(env, &dir, identity, config, settings) {
+        Ok(opened) => (
+            opened.partition,
+            PartitionBoot::Opened(Box::new(opened.plan)),
+        ),
+        Err(e) => {
+            tracing::error!(dir = %dir.display(), %e, "opening a partition failed: it is fenced, boot goes on");
+            fenced(FenceReason::IoFailed {
+                op: "open",
+                path: dir,
+                error: e.to_string(),
+            })
+        }
+    }
+}
+
+/// What one shard reports once its partitions are open.
+struct ShardBoot {
+    partitions: Vec<(PartitionKey, PartitionBoot)>,
+    group_offsets_removed: Vec<(PartitionKey, u32)>,
+}
+
+async fn start_owners(
+    env: &Env,
+    root: &Path,
+    settings: NodeSettings,
+    plane: MetadataPlane,
+    plan: &MetaPlan,
+    redo: &[(u64, &DirWork)],
+    report: &mut BootReport,
+) -> Result<Node, BootError> {
+    let shard_count = match settings.shards {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let limits = settings.limits;
+    let last_op = plan.last_op;
+    let cluster = plane.cluster();
+    let view = Arc::new(ViewCell::new(MetaView {
+        op: last_op,
+        state: plan.state.clone(),
+    }));
+    let stopped = Latch::default();
+    let stats = Arc::new(NodeStats::default());
+    let tickets = Arc::new(AtomicU64::new(0));
+    let deletions = Arc::new(Deletions::default());
+    let claimed: BTreeMap<PartitionKey, PathBuf> = report.tree.claimed.iter().cloned().collect();
+    let redo_owned: Vec<(u64, DirWork)> = redo.iter().map(|(op, w)| (*op, (*w).clone())).collect();
+    let mut workers = Vec::new();
+    let mut shards = Vec::with_capacity(shard_count);
+    let mut booting = Vec::with_capacity(shard_count);
+    let mut owned: Vec<Vec<PartitionIdentity>> = vec![Vec::new(); shard_count];
+    for identity in plan.state.partitions() {
+        owned[shard_of(key_of(&identity), shard_count)].push(identity);
+    }
+    for (index, identities) in owned.into_iter().enumerate() {
+        let (tx, rx) = channel::<ShardRequest>(limits.shard_inbox);
+        let (reply, pending) = oneshot::<ShardBoot>();
+        let mut shard = Shard::new(
+            env.clone(),
+            root.to_path_buf(),
+            settings.partition,
+            view.clone(),
+            stopped.clone(),
+            stats.clone(),
+            tickets.clone(),
+            settings.cleaner_interval,
+            deletions.clone(),
+        );
+        let (env2, root2, state, claimed, redo) = (
+            env.clone(),
+            root.to_path_buf(),
+            plan.state.clone(),
+            claimed.clone(),
+            redo_owned.clone(),
+        );
+        let partition_settings = settings.partition;
+        let task = async move {
+            let mut boot = ShardBoot {
+                partitions: Vec::new(),
+                group_offsets_removed: Vec::new(),
+            };
+            let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
+            for identity in identities {
+                let key = key_of(&identity);
+                let (mut partition, outcome) = open_partition(
+                    &env2,
+                    &root2,
+                    &state,
+                    partition_settings,
+                    identity,
+                    &claimed,
+                );
+                if partition.fence_reason().is_none() {
+                    let stored = partition.consumers().unwrap_or_default();
+                    for group in doomed_group_offsets(&state, &redo, key, &stored) {
+                        match partition.delete_offset(ConsumerId::group(group)) {
+                            Ok(true) => boot.group_offsets_removed.push((key, group)),
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::error!(?key, group, %e, "removing a deleted group's offset failed")
+                            }
+                        }
+                    }
+                }
+                shard.adopt(identity, partition);
+                boot.partitions.push((key, outcome));
+            }
+            settle(&env2).await;
+            reply.send(boot);
+            shard.run(rx).await;
+        };
+        workers.push(
+            env.tasks
+                .spawn_worker(&format!("cairn-shard-{index}"), Box::pin(task)),
+        );
+        shards.push(tx);
+        booting.push(pending);
+    }
+    for pending in booting {
+        let boot = pending
+            .await
+            .map_err(|_| io::Error::other("a shard stopped while opening its partitions"))?;
+        report.partitions.extend(boot.partitions);
+        report
+            .group_offsets_removed
+            .extend(boot.group_offsets_removed);
+    }
+    report.partitions.sort_by_key(|(key, _)| *key);
+    let (groups_tx, groups_rx) = channel(limits.groups_inbox);
+    let groups = GroupsOwner {
+        membership: Membership::default(),
+        view: view.clone(),
+    };
+    workers.push(
+        env.tasks
+            .spawn_worker("cairn-groups", Box::pin(groups.run(groups_rx))),
+    );
+    let (meta_tx, meta_rx) = channel(limits.meta_inbox);
+    let owner = MetaOwner {
+        env: env.clone(),
+        root: root.to_path_buf(),
+        plane,
+        current: view.load(),
+        view: view.clone(),
+        shards: shards.clone(),
+        groups: groups_tx.clone(),
+        stopped: stopped.clone(),
+        stats: stats.clone(),
+        deferred: Default::default(),
+    };
+    workers.push(
+        env.tasks
+            .spawn_worker("cairn-metadata", Box::pin(owner.run(meta_rx))),
+    );
+    Ok(Node {
+        inner: Arc::new(Inner {
+            env: env.clone(),
+            root: root.to_path_buf(),
+            cluster,
+            auth: Auth::new(settings.password_cost),
+            settings,
+            view,
+            meta: meta_tx,
+            shards,
+            groups: groups_tx,
+            stopped,
+            stats,
+            tickets,
+            deletions,
+            balanced: Mutex::new(BTreeMap::new()),
+            workers: Mutex::new(workers),
+        }),
+    })
+}

@@ -1,0 +1,540 @@
+//! The metadata owner: the only writer of the metadata state and plane. It drains every
+//! operation queued while the previous batch ran into one batch and commits it:
+//!
+//! ```text
+//! check each op on a staged copy of the state (a refusal changes nothing)
+//!   → one journal write + one sync for the batch (ENOSPC: cut back, answer no-space,
+//!     keep serving; any other failure: the node stops)
+//!   → when there is directory work: a record naming the new journal end, then the work
+//!     (partitions created, purged, removed on their shards, in parallel within an op; each
+//!     changed directory synced once), then a record naming the op applied
+//!   → publish the new view → effects to the groups owner → answer every caller
+//!   → checkpoint when the journal is long enough
+//! ```
+//!
+//! Once an entry is durable, any failure stops the node ([`Failure`]): the state it would
+//! serve is not what the disk holds, and a restart redoes the work of every journaled op.
+
+use super::groups::GroupRequest;
+use super::shard::{shard_of, ShardRequest, ShardWork};
+use super::tree::{stream_dir, topic_dir};
+use super::view::{MetaView, ViewCell};
+use super::work::{ancestors, remove_deleted_tree, sync_dirs};
+use super::NodeStats;
+use crate::env::chan::{oneshot, Latch, Pending, Receiver, Reply, Sender};
+use crate::env::{is_no_space, settle, Env};
+use crate::error::{Failure, NodeError, NodeResult, WorkError};
+use crate::metadata::journal::Origin;
+use crate::metadata::MetadataPlane;
+use crate::partition::partition_dir;
+use crate::state::ops::MetaOp;
+use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext};
+use std::collections::{BTreeSet, VecDeque};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Most operations one batch journals.
+pub const MAX_BATCH_OPS: usize = 256;
+/// Most body bytes one batch journals (a batch always takes at least one op).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the metadata owner answers: the op's result, and where it sits in the journal (its
+/// own op number when accepted; the last op of the state it was checked against when
+/// refused).
+#[derive(Debug)]
+pub struct MetaReply {
+    pub at_op: u64,
+    pub result: NodeResult<Applied>,
+}
+
+pub(crate) struct OpRequest {
+    pub(crate) op: MetaOp,
+    pub(crate) origin: Origin,
+    pub(crate) reply: Reply<MetaReply>,
+}
+
+/// An op the batch accepted.
+struct Accepted {
+    op: MetaOp,
+    origin: Origin,
+    applied: Applied,
+    number: u64,
+    reply: Reply<MetaReply>,
+}
+
+pub(crate) struct MetaOwner {
+    pub(crate) env: Env,
+    pub(crate) root: PathBuf,
+    pub(crate) plane: MetadataPlane,
+    pub(crate) current: Arc<MetaView>,
+    pub(crate) view: Arc<ViewCell>,
+    pub(crate) shards: Vec<Sender<ShardRequest>>,
+    pub(crate) groups: Sender<GroupRequest>,
+    pub(crate) stopped: Latch<Arc<Failure>>,
+    pub(crate) stats: Arc<NodeStats>,
+    /// Ops a batch put off to the next one (see [`Self::stage`]).
+    pub(crate) deferred: VecDeque<OpRequest>,
+}
+
+impl MetaOwner {
+    pub(crate) async fn run(mut self, mut inbox: Receiver<OpRequest>) {
+        loop {
+            let mut batch: Vec<OpRequest> = self.deferred.drain(..).collect();
+            if batch.is_empty() {
+                match inbox.recv().await {
+                    Some(request) => batch.push(request),
+                    None => return,
+                }
+            }
+            let mut bytes: usize = batch.iter().map(|r| r.op.body().len()).sum();
+            while batch.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
+                match inbox.try_recv() {
+                    Ok(request) => {
+                        bytes += request.op.body().len();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.stats.meta_batches.fetch_add(1, Ordering::Relaxed);
+            self.commit(batch).await;
+        }
+    }
+
+    /// Checks, journals, does the work of, publishes and answers one batch.
+    async fn commit(&mut self, batch: Vec<OpRequest>) {
+        if let Some(failure) = self.stopped.get() {
+            for request in batch {
+                request.reply.send(MetaReply {
+                    at_op: self.current.op,
+                    result: Err(NodeError::Stopped(failure.clone())),
+                });
+            }
+            return;
+        }
+        let (staged, accepted, refused) = self.stage(batch);
+        if accepted.is_empty() {
+            for (reply, at_op, error) in refused {
+                reply.send(MetaReply {
+                    at_op,
+                    result: Err(error),
+                });
+            }
+            return;
+        }
+        let entries: Vec<(MetaOp, Origin)> =
+            accepted.iter().map(|a| (a.op.clone(), a.origin)).collect();
+        self.stats
+            .meta_ops
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        let journaled = match self.plane.write_entries(&entries) {
+            Ok(written) => {
+                settle(&self.env).await;
+                let last = accepted.last().map_or(0, |a| a.number);
+                crate::canary_seam::before_metadata_sync(&mut || {
+                    self.view.publish(Arc::new(MetaView {
+                        op: last,
+                        state: staged.clone(),
+                    }))
+                });
+                let synced = self.plane.sync_entries(written);
+                settle(&self.env).await;
+                synced
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(error) = journaled {
+            self.journal_failed(error, accepted, refused);
+            return;
+        }
+        // Durable from here on: a failure stops the node.
+        match self.apply(&staged, &accepted).await {
+            Ok(()) => {}
+            Err(failure) => {
+                let failure = self.fail(failure);
+                for a in accepted {
+                    a.reply.send(MetaReply {
+                        at_op: a.number,
+                        result: Err(NodeError::Stopped(failure.clone())),
+                    });
+                }
+                for (reply, at_op, _) in refused {
+                    reply.send(MetaReply {
+                        at_op,
+                        result: Err(NodeError::Stopped(failure.clone())),
+                    });
+                }
+                return;
+            }
+        }
+        let last = accepted.last().expect("a batch with entries").number;
+        self.current = Arc::new(MetaView {
+            op: last,
+            state: staged,
+        });
+        self.view.publish(self.current.clone());
+        let effects: Vec<Effect> = accepted
+            .iter()
+            .flat_map(|a| a.applied.effects.iter().cloned())
+            .collect();
+        if !effects.is_empty() {
+            // FIFO after the publish and before any answer: a caller that got its answer
+            // and then asks the groups owner finds the effects applied.
+            let _ = self.groups.send(GroupRequest::Effects { effects }).await;
+        }
+        for a in accepted {
+            a.reply.send(MetaReply {
+                at_op: a.number,
+                result: Ok(a.applied),
+            });
+        }
+        for (reply, at_op, error) in refused {
+            reply.send(MetaReply {
+                at_op,
+                result: Err(error),
+            });
+        }
+        self.check();
+        if self.plane.wants_checkpoint() {
+            let checkpoint = self.plane.checkpoint(&self.current.state);
+            settle(&self.env).await;
+            if let Err(e) = checkpoint {
+                self.fail(Failure::Metadata(e));
+            }
+        }
+    }
+
+    /// Checks every op of the batch on a staged copy of the state, in order. A refused op
+    /// changes nothing; an op that would create a group under an id an earlier op of this
+    /// batch freed waits for the next batch with every op after it (a group's offset files
+    /// are keyed by its id: the deletion's removal of them must be done before the id is
+    /// reused); an op whose new partition's directory exists though the metadata has no
+    /// partition there is refused (the directory is never removed by an op that did not
+    /// delete it).
+    #[allow(clippy::type_complexity)]
+    fn stage(
+        &mut self,
+        batch: Vec<OpRequest>,
+    ) -> (
+        MetaState,
+        Vec<Accepted>,
+        Vec<(Reply<MetaReply>, u64, NodeError)>,
+    ) {
+        let base = self.current.clone();
+        let timestamp = self.env.clock.wall_micros();
+        let cluster = self.plane.cluster();
+        let mut staged = base.state.clone();
+        let mut accepted: Vec<Accepted> = Vec::new();
+        let mut refused = Vec::new();
+        let mut freed_groups: BTreeSet<(u32, u32, u32)> = BTreeSet::new();
+        let mut deferring = false;
+        for request in batch {
+            if deferring || reuses_freed_group(&staged, &request.op, &freed_groups) {
+                deferring = true;
+                self.deferred.push_back(request);
+                continue;
+            }
+            let number = base.op + 1 + accepted.len() as u64;
+            let ctx = OpContext {
+                op: number,
+                timestamp,
+                cluster,
+            };
+            match staged.apply(&request.op, ctx) {
+                Ok(applied) => {
+                    if let Err(error) = self.check_paths(&base.state, &applied) {
+                        staged = replay(&base.state, &accepted, timestamp, cluster);
+                        refused.push((request.reply, number - 1, error));
+                        continue;
+                    }
+                    for effect in &applied.effects {
+                        if let Effect::GroupDeleted { group, .. } = effect {
+                            freed_groups.insert(*group);
+                        }
+                    }
+                    accepted.push(Accepted {
+                        op: request.op,
+                        origin: Origin {
+                            timestamp,
+                            ..request.origin
+                        },
+                        applied,
+                        number,
+                        reply: request.reply,
+                    });
+                }
+                Err(error) => refused.push((request.reply, number - 1, error)),
+            }
+        }
+        (staged, accepted, refused)
+    }
+
+    /// A new partition's directory must not exist unless the state before the batch has a
+    /// partition there (which an earlier op of the batch removes or replaces).
+    fn check_paths(&self, before: &MetaState, applied: &Applied) -> NodeResult<()> {
+        for work in &applied.work {
+            if let DirWork::CreatePartition(identity) = work {
+                let key = key_of(identity);
+                if before.partition(key).is_some() {
+                    continue;
+                }
+                let dir = partition_dir(&self.root, key.0, key.1, key.2);
+                match self.env.disk.exists(&dir) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        return Err(NodeError::DirectoryInTheWay(dir));
+                    }
+                    Err(e) => {
+                        return Err(NodeError::InvalidRequest(format!(
+                            "cannot check {}: {e}",
+                            dir.display()
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The journal write or sync failed: nothing of the batch counts. Out of space, the
+    /// journal is cut back durably and every caller of the batch is told so (the node keeps
+    /// serving); any other error stops the node.
+    fn journal_failed(
+        &mut self,
+        error: io::Error,
+        accepted: Vec<Accepted>,
+        refused: Vec<(Reply<MetaReply>, u64, NodeError)>,
+    ) {
+        let answer: Box<dyn Fn() -> NodeError> = if is_no_space(&error) {
+            match self.plane.cut_back() {
+                Ok(()) => {
+                    tracing::warn!(%error, "the metadata journal is out of space: the batch was refused");
+                    self.stats.meta_no_space.fetch_add(1, Ordering::Relaxed);
+                    Box::new(|| NodeError::MetadataNoSpace)
+                }
+                Err(cut) => {
+                    let failure = self.fail(Failure::Metadata(cut));
+                    Box::new(move || NodeError::Stopped(failure.clone()))
+                }
+            }
+        } else {
+            let failure = self.fail(Failure::Metadata(error));
+            Box::new(move || NodeError::Stopped(failure.clone()))
+        };
+        let at_op = self.current.op;
+        for a in accepted {
+            a.reply.send(MetaReply {
+                at_op,
+                result: Err(answer()),
+            });
+        }
+        for (reply, _, _) in refused {
+            reply.send(MetaReply {
+                at_op,
+                result: Err(answer()),
+            });
+        }
+    }
+
+    /// Stops the node (the first failure stays).
+    fn fail(&mut self, failure: Failure) -> Arc<Failure> {
+        let failure = Arc::new(failure);
+        if self.stopped.set(failure.clone()) {
+            tracing::error!(%failure, "the node stops: restart it to recover what the disk holds");
+        }
+        self.stopped.get().expect("just set")
+    }
+
+    /// Records, does the directory work of, and records as applied the journaled batch.
+    async fn apply(&mut self, staged: &MetaState, accepted: &[Accepted]) -> Result<(), Failure> {
+        let has_work = accepted.iter().any(|a| !a.applied.work.is_empty());
+        if has_work {
+            self.plane.record_journal().map_err(Failure::Metadata)?;
+            settle(&self.env).await;
+            let mut dirs = BTreeSet::new();
+            for a in accepted {
+                self.do_work(staged, &a.applied.work, &mut dirs)
+                    .await
+                    .map_err(Failure::Work)?;
+            }
+            sync_dirs(self.env.disk.as_ref(), &dirs).map_err(|e| Failure::Work(e.into()))?;
+        }
+        self.plane.record_applied().map_err(Failure::Metadata)?;
+        settle(&self.env).await;
+        Ok(())
+    }
+
+    /// One op's directory work: its partitions' work on their shards, all at once; the
+    /// directories of deleted topics and streams after their partitions were closed.
+    async fn do_work(
+        &mut self,
+        state: &MetaState,
+        work: &[DirWork],
+        dirs: &mut BTreeSet<PathBuf>,
+    ) -> Result<(), WorkError> {
+        let mut pending: Vec<Pending<Result<(), WorkError>>> = Vec::new();
+        let mut trees: Vec<(PathBuf, Vec<crate::partition::PartitionIdentity>)> = Vec::new();
+        for w in work {
+            let config = |s: u32, t: u32| {
+                state
+                    .find_topic(s, t)
+                    .map(|topic| topic.options.config())
+                    .unwrap_or_default()
+            };
+            let (key, request) = match w {
+                DirWork::CreatePartition(identity) => {
+                    let key = key_of(identity);
+                    ancestors(
+                        &self.root,
+                        &partition_dir(&self.root, key.0, key.1, key.2),
+                        dirs,
+                    );
+                    (
+                        key,
+                        ShardWork::Create {
+                            identity: *identity,
+                            config: config(key.0, key.1),
+                        },
+                    )
+                }
+                DirWork::PurgePartition { identity, replaces } => {
+                    let key = key_of(identity);
+                    ancestors(
+                        &self.root,
+                        &partition_dir(&self.root, key.0, key.1, key.2),
+                        dirs,
+                    );
+                    (
+                        key,
+                        ShardWork::Purge {
+                            identity: *identity,
+                            replaces: *replaces,
+                            config: config(key.0, key.1),
+                        },
+                    )
+                }
+                DirWork::RemovePartition(identity) => (
+                    key_of(identity),
+                    ShardWork::Remove {
+                        identity: *identity,
+                    },
+                ),
+                DirWork::RemoveGroupOffsets { partition, group } => (
+                    *partition,
+                    ShardWork::RemoveGroupOffsets {
+                        key: *partition,
+                        group: *group,
+                    },
+                ),
+                DirWork::RemoveTopic {
+                    stream,
+                    topic,
+                    partitions,
+                } => {
+                    for shard in 0..self.shards.len() {
+                        pending.push(
+                            self.ask(
+                                shard,
+                                ShardWork::DropTopic {
+                                    stream: *stream,
+                                    topic: *topic,
+                                },
+                            )
+                            .await,
+                        );
+                    }
+                    trees.push((topic_dir(&self.root, *stream, *topic), partitions.clone()));
+                    continue;
+                }
+                DirWork::RemoveStream { stream, partitions } => {
+                    for shard in 0..self.shards.len() {
+                        pending.push(
+                            self.ask(shard, ShardWork::DropStream { stream: *stream })
+                                .await,
+                        );
+                    }
+                    trees.push((stream_dir(&self.root, *stream), partitions.clone()));
+                    continue;
+                }
+            };
+            let shard = shard_of(key, self.shards.len());
+            pending.push(self.ask(shard, request).await);
+        }
+        for answer in pending {
+            answer
+                .await
+                .map_err(|_| WorkError::Io(io::Error::other("a shard stopped")))??;
+        }
+        for (dir, partitions) in trees {
+            let removal = remove_deleted_tree(self.env.disk.as_ref(), &dir, &partitions)?;
+            for (kept, found) in removal.kept {
+                tracing::error!(dir = %kept.display(), %found, "kept a directory the deletion did not account for");
+            }
+        }
+        settle(&self.env).await;
+        Ok(())
+    }
+
+    async fn ask(&self, shard: usize, work: ShardWork) -> Pending<Result<(), WorkError>> {
+        let (reply, pending) = oneshot();
+        // A closed shard drops the reply: the pending answer then says it stopped.
+        let _ = self.shards[shard]
+            .send(ShardRequest::Work { work, reply })
+            .await;
+        pending
+    }
+
+    /// The invariants at a batch's end: the plane and the view agree on the last op, and the
+    /// state's indexes agree with its maps.
+    fn check(&self) {
+        assert_eq!(
+            self.plane.last_op(),
+            self.current.op,
+            "the journal and the published view end at the same op"
+        );
+        assert_eq!(
+            self.plane.applied_op(),
+            self.current.op,
+            "every journaled op's work is recorded as applied"
+        );
+        debug_assert!(self.current.state.indexes_agree(), "name indexes agree");
+    }
+}
+
+/// Whether `op` creates a group in a topic where the batch freed that group id.
+fn reuses_freed_group(state: &MetaState, op: &MetaOp, freed: &BTreeSet<(u32, u32, u32)>) -> bool {
+    let MetaOp::CreateConsumerGroup(r) = op else {
+        return false;
+    };
+    let Ok((s, t)) = state.topic_ids(&r.stream_id, &r.topic_id) else {
+        return false;
+    };
+    let next = lowest_free_group(state, s, t);
+    freed.contains(&(s, t, next))
+}
+
+fn lowest_free_group(state: &MetaState, s: u32, t: u32) -> u32 {
+    let groups = &state.topic(s, t).groups;
+    (0..)
+        .find(|id| !groups.contains_key(id))
+        .expect("a free id")
+}
+
+/// The state before the batch with the accepted ops applied again (after an op was refused
+/// late, when the staged copy already held it).
+fn replay(before: &MetaState, accepted: &[Accepted], timestamp: u64, cluster: u128) -> MetaState {
+    let mut state = before.clone();
+    for a in accepted {
+        let ctx = OpContext {
+            op: a.number,
+            timestamp,
+            cluster,
+        };
+        state
+            .apply(&a.op, ctx)
+            .expect("an op accepted on this state applies again");
+    }
+    state
+}

@@ -1,0 +1,839 @@
+//! A partition shard: the only owner of a fixed subset of the node's partitions (chosen by a
+//! stable hash of their ids), running one loop that drains its inbox.
+//!
+//! Each round takes everything queued (at most [`MAX_DRAIN`] requests) and serves it in
+//! order. A `persisted` send is appended (admitted, stamped, journaled, not yet visible) and
+//! waits; before anything else touches that partition's files, and at the end of the round,
+//! the partition persists once for every send waiting on it: one flush, one set of syncs,
+//! one superblock record, and only then is each of those senders answered. Sends that
+//! arrive while a persist runs wait in the inbox and make up the next round's group (group
+//! commit across callers, with no timer: a lone producer waits for its own sync only).
+//!
+//! The shard also does the directory work of its partitions (create, purge, remove, drop,
+//! a deleted group's offsets) when the metadata owner asks, and runs retention on its own
+//! timer, judging each topic by the published view.
+
+use super::retention::{self, Policy, Reason, Sealed};
+use super::view::ViewCell;
+use super::{Deletion, NodeStats, PartitionInfo, Sent};
+use crate::config::{PartitionSettings, TopicConfig};
+use crate::env::chan::{Latch, Receiver, Reply};
+use crate::env::{race, settle, Either, Env};
+use crate::error::{Failure, NodeError, NodeResult, WorkError};
+use crate::partition::{
+    partition_dir, ConsumerId, FenceReason, Partition, PartitionError, PartitionIdentity, PollFrom,
+    Polled,
+};
+use crate::state::{key_of, PartitionKey};
+use bytes::BytesMut;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most requests one round takes from the inbox.
+pub const MAX_DRAIN: usize = 1024;
+
+/// The shard a partition belongs to: a stable hash of its ids.
+pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
+    assert!(shards > 0, "a node has at least one shard");
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&key.0.to_le_bytes());
+    bytes[4..8].copy_from_slice(&key.1.to_le_bytes());
+    bytes[8..].copy_from_slice(&key.2.to_le_bytes());
+    (xxhash_rust::xxh3::xxh3_64(&bytes) % shards as u64) as usize
+}
+
+pub(crate) enum ShardRequest {
+    Send {
+        key: PartitionKey,
+        batch: BytesMut,
+        ticket: u64,
+        reply: Reply<NodeResult<Sent>>,
+    },
+    Poll {
+        key: PartitionKey,
+        from: PollFrom,
+        count: u32,
+        /// Store the last polled offset for this consumer (auto-commit).
+        commit: Option<ConsumerId>,
+        ticket: u64,
+        reply: Reply<NodeResult<Polled>>,
+    },
+    StoreOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        offset: u64,
+        reply: Reply<NodeResult<()>>,
+    },
+    GetOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        reply: Reply<NodeResult<Option<u64>>>,
+    },
+    DeleteOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        reply: Reply<NodeResult<bool>>,
+    },
+    DeleteSegments {
+        key: PartitionKey,
+        count: u32,
+        reply: Reply<NodeResult<Vec<Deletion>>>,
+    },
+    Inspect {
+        key: PartitionKey,
+        reply: Reply<Option<PartitionInfo>>,
+    },
+    Work {
+        work: ShardWork,
+        reply: Reply<Result<(), WorkError>>,
+    },
+    /// A cleaner pass now, at `now` (µs) or the retention clock's time.
+    Clean {
+        now: Option<u64>,
+        reply: Reply<Vec<Deletion>>,
+    },
+    /// Graceful shutdown: every partition flushes and syncs what it holds; the loop ends.
+    Close { reply: Reply<NodeResult<()>> },
+}
+
+impl ShardRequest {
+    /// The partition the request reads or changes, if it names one.
+    fn key(&self) -> Option<PartitionKey> {
+        match self {
+            ShardRequest::Send { key, .. }
+            | ShardRequest::Poll { key, .. }
+            | ShardRequest::StoreOffset { key, .. }
+            | ShardRequest::GetOffset { key, .. }
+            | ShardRequest::DeleteOffset { key, .. }
+            | ShardRequest::DeleteSegments { key, .. }
+            | ShardRequest::Inspect { key, .. } => Some(*key),
+            ShardRequest::Work { .. } | ShardRequest::Clean { .. } | ShardRequest::Close { .. } => {
+                None
+            }
+        }
+    }
+}
+
+/// Directory work the metadata owner asks of the shard owning the partitions.
+#[derive(Debug, Clone)]
+pub(crate) enum ShardWork {
+    /// Create the partition (its directory must not exist: checked before journaling).
+    Create {
+        identity: PartitionIdentity,
+        config: TopicConfig,
+    },
+    /// Replace the partition holding nonce `replaces` with an empty one.
+    Purge {
+        identity: PartitionIdentity,
+        replaces: u64,
+        config: TopicConfig,
+    },
+    /// Remove the partition's directory (it held `identity`).
+    Remove {
+        identity: PartitionIdentity,
+    },
+    /// Close every partition of the topic; the metadata owner removes the directory.
+    DropTopic {
+        stream: u32,
+        topic: u32,
+    },
+    DropStream {
+        stream: u32,
+    },
+    /// Remove a deleted group's stored offset.
+    RemoveGroupOffsets {
+        key: PartitionKey,
+        group: u32,
+    },
+}
+
+/// A partition the shard owns: open, fenced, or missing its directory.
+struct Owned {
+    identity: PartitionIdentity,
+    partition: Partition,
+}
+
+/// Persisted sends waiting for their partition's persist.
+struct Waiting {
+    sends: Vec<(Sent, Reply<NodeResult<Sent>>)>,
+}
+
+pub(crate) struct Shard {
+    pub(crate) env: Env,
+    pub(crate) root: PathBuf,
+    pub(crate) settings: PartitionSettings,
+    pub(crate) view: Arc<ViewCell>,
+    pub(crate) stopped: Latch<Arc<Failure>>,
+    pub(crate) stats: Arc<NodeStats>,
+    pub(crate) tickets: Arc<AtomicU64>,
+    pub(crate) cleaner_interval: Duration,
+    pub(crate) deletions: Arc<super::Deletions>,
+    partitions: BTreeMap<PartitionKey, Owned>,
+    /// Per partition, the tickets issued before its last persist began and before it ended:
+    /// a request with a ticket in between arrived while that persist ran.
+    windows: BTreeMap<PartitionKey, (u64, u64)>,
+    retention_clock: RetentionClock,
+}
+
+impl Shard {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        env: Env,
+        root: PathBuf,
+        settings: PartitionSettings,
+        view: Arc<ViewCell>,
+        stopped: Latch<Arc<Failure>>,
+        stats: Arc<NodeStats>,
+        tickets: Arc<AtomicU64>,
+        cleaner_interval: Duration,
+        deletions: Arc<super::Deletions>,
+    ) -> Shard {
+        Shard {
+            retention_clock: RetentionClock::new(&env),
+            env,
+            root,
+            settings,
+            view,
+            stopped,
+            stats,
+            tickets,
+            cleaner_interval,
+            deletions,
+            partitions: BTreeMap::new(),
+            windows: BTreeMap::new(),
+        }
+    }
+
+    /// Takes ownership of a partition opened (or fenced) at boot.
+    pub(crate) fn adopt(&mut self, identity: PartitionIdentity, partition: Partition) {
+        let key = key_of(&identity);
+        let previous = self.partitions.insert(
+            key,
+            Owned {
+                identity,
+                partition,
+            },
+        );
+        assert!(previous.is_none(), "a partition has one owner: {key:?}");
+    }
+
+    pub(crate) fn keys(&self) -> Vec<PartitionKey> {
+        self.partitions.keys().copied().collect()
+    }
+
+    /// The shard's loop: rounds of requests, and retention on its own timer.
+    pub(crate) async fn run(mut self, mut inbox: Receiver<ShardRequest>) {
+        let mut next_clean = self.env.clock.monotonic_nanos() + self.interval_nanos();
+        let mut carried: Vec<ShardRequest> = Vec::new();
+        loop {
+            let mut round = std::mem::take(&mut carried);
+            if round.is_empty() {
+                let now = self.env.clock.monotonic_nanos();
+                let wait = Duration::from_nanos(next_clean.saturating_sub(now));
+                match race(inbox.recv(), self.env.clock.sleep(wait)).await {
+                    Either::Left(Some(request)) => round.push(request),
+                    Either::Left(None) => return,
+                    Either::Right(()) => {
+                        if self.stopped.get().is_none() {
+                            let deleted = self.clean(None);
+                            self.deletions.record(deleted);
+                            settle(&self.env).await;
+                        }
+                        next_clean = self.env.clock.monotonic_nanos() + self.interval_nanos();
+                        continue;
+                    }
+                }
+            }
+            while round.len() < MAX_DRAIN {
+                match inbox.try_recv() {
+                    Ok(request) => round.push(request),
+                    Err(_) => break,
+                }
+            }
+            if self.serve(round, &mut inbox, &mut carried).await {
+                return;
+            }
+        }
+    }
+
+    fn interval_nanos(&self) -> u64 {
+        self.cleaner_interval.as_nanos().max(1) as u64
+    }
+
+    /// One round, in order; true when the shard closed.
+    async fn serve(
+        &mut self,
+        round: Vec<ShardRequest>,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) -> bool {
+        let mut waiting: BTreeMap<PartitionKey, Waiting> = BTreeMap::new();
+        for request in round {
+            if let Some(failure) = self.stopped.get() {
+                refuse(request, &failure);
+                continue;
+            }
+            // Anything but a send or a poll waits until the partition's waiting sends are
+            // durable and answered: offsets, deletions and directory work see them settled.
+            let settles_first = match &request {
+                ShardRequest::Send { .. } | ShardRequest::Poll { .. } => None,
+                ShardRequest::Work { .. }
+                | ShardRequest::Clean { .. }
+                | ShardRequest::Close { .. } => Some(None),
+                other => other.key().map(Some),
+            };
+            match settles_first {
+                Some(Some(key)) => {
+                    if let Some(w) = waiting.remove(&key) {
+                        self.persist(key, w, inbox, carried).await;
+                    }
+                }
+                Some(None) => {
+                    for (key, w) in std::mem::take(&mut waiting) {
+                        self.persist(key, w, inbox, carried).await;
+                    }
+                }
+                None => {}
+            }
+            if self.handle(request, &mut waiting).await {
+                return true;
+            }
+        }
+        for (key, w) in waiting {
+            self.persist(key, w, inbox, carried).await;
+        }
+        false
+    }
+
+    /// Serves one request; true when it closed the shard.
+    async fn handle(
+        &mut self,
+        request: ShardRequest,
+        waiting: &mut BTreeMap<PartitionKey, Waiting>,
+    ) -> bool {
+        match request {
+            ShardRequest::Send {
+                key,
+                batch,
+                ticket,
+                reply,
+            } => {
+                self.note_window(key, ticket, &self.stats.joined_running_persist);
+                match self.append(key, batch) {
+                    Ok(sent) if sent.ack.requires_persist && !sent.ack.durable => {
+                        waiting
+                            .entry(key)
+                            .or_insert_with(|| Waiting { sends: Vec::new() })
+                            .sends
+                            .push((sent, reply));
+                    }
+                    result => {
+                        settle(&self.env).await;
+                        reply.send(result);
+                    }
+                }
+            }
+            ShardRequest::Poll {
+                key,
+                from,
+                count,
+                commit,
+                ticket,
+                reply,
+            } => {
+                self.note_window(key, ticket, &self.stats.polls_during_persist);
+                let result = self.poll(key, from, count, commit);
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::StoreOffset {
+                key,
+                consumer,
+                offset,
+                reply,
+            } => {
+                let result = self
+                    .open(key)
+                    .and_then(|p| Ok(p.store_offset(consumer, offset)?));
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::GetOffset {
+                key,
+                consumer,
+                reply,
+            } => {
+                let result = self.open(key).and_then(|p| Ok(p.get_offset(consumer)?));
+                reply.send(result);
+            }
+            ShardRequest::DeleteOffset {
+                key,
+                consumer,
+                reply,
+            } => {
+                let result = self.open(key).and_then(|p| Ok(p.delete_offset(consumer)?));
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::DeleteSegments { key, count, reply } => {
+                let result = self.delete_segments(key, count);
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::Inspect { key, reply } => reply.send(self.inspect(key)),
+            ShardRequest::Work { work, reply } => {
+                let result = self.work(work);
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::Clean { now, reply } => {
+                let deleted = self.clean(now);
+                settle(&self.env).await;
+                reply.send(deleted);
+            }
+            ShardRequest::Close { reply } => {
+                let result = self.close();
+                settle(&self.env).await;
+                reply.send(result);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Counts a request for `key` that arrived while its last persist ran.
+    fn note_window(&self, key: PartitionKey, ticket: u64, counter: &AtomicU64) {
+        if let Some(&(start, end)) = self.windows.get(&key) {
+            if ticket > start && ticket <= end {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn missing(key: PartitionKey) -> NodeError {
+        NodeError::PartitionNotFound {
+            stream: key.0,
+            topic: key.1,
+            partition: key.2,
+        }
+    }
+
+    fn open(&mut self, key: PartitionKey) -> NodeResult<&mut Partition> {
+        self.partitions
+            .get_mut(&key)
+            .map(|o| &mut o.partition)
+            .ok_or(Self::missing(key))
+    }
+
+    fn append(&mut self, key: PartitionKey, batch: BytesMut) -> NodeResult<Sent> {
+        let owned = self.partitions.get_mut(&key).ok_or(Self::missing(key))?;
+        let ack = owned.partition.append(batch)?;
+        Ok(Sent {
+            partition: key.2,
+            nonce: owned.identity.nonce,
+            ack,
+        })
+    }
+
+    /// Makes every waiting send of `key` durable with one persist, then answers them: each
+    /// only once the sync that covers its batch returned.
+    async fn persist(
+        &mut self,
+        key: PartitionKey,
+        mut waiting: Waiting,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        let start = self.tickets.load(Ordering::SeqCst);
+        let result = match self.partitions.get_mut(&key) {
+            Some(owned) => owned.partition.persist().map_err(NodeError::from),
+            None => Err(Self::missing(key)),
+        };
+        self.stats.persists.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .persisted_acks
+            .fetch_add(waiting.sends.len() as u64, Ordering::Relaxed);
+        settle(&self.env).await;
+        let end = self.tickets.load(Ordering::SeqCst);
+        self.windows.insert(key, (start, end));
+        // In production nothing is taken here; a canary answers requests that arrived
+        // during the persist as if it had covered them.
+        for late in crate::canary_seam::requests_after_persist(inbox) {
+            match late {
+                ShardRequest::Send {
+                    key: k,
+                    batch,
+                    reply,
+                    ..
+                } if k == key => match self.append(key, batch) {
+                    Ok(sent) => waiting.sends.push((sent, reply)),
+                    Err(e) => reply.send(Err(e)),
+                },
+                other => carried.push(other),
+            }
+        }
+        let durable_end = match self
+            .partitions
+            .get(&key)
+            .map(|o| o.partition.durable_point())
+        {
+            Some(Ok(point)) => point.next_offset,
+            _ => 0,
+        };
+        for (mut sent, reply) in waiting.sends {
+            let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
+            match &result {
+                Ok(_) => {
+                    sent.ack.durable = true;
+                    reply.send(Ok(sent));
+                }
+                // A segment sealed on the way made this batch durable anyway.
+                Err(_) if end <= durable_end => {
+                    sent.ack.durable = true;
+                    reply.send(Ok(sent));
+                }
+                Err(e) => reply.send(Err(e.clone_for_reply())),
+            }
+        }
+    }
+
+    fn poll(
+        &mut self,
+        key: PartitionKey,
+        from: PollFrom,
+        count: u32,
+        commit: Option<ConsumerId>,
+    ) -> NodeResult<Polled> {
+        let partition = self.open(key)?;
+        let polled = partition.poll(from, count)?;
+        if let Some(consumer) = commit {
+            if let Some(last) = super::last_offset(&polled) {
+                partition.store_offset(consumer, last)?;
+            }
+        }
+        Ok(polled)
+    }
+
+    fn inspect(&self, key: PartitionKey) -> Option<PartitionInfo> {
+        let owned = self.partitions.get(&key)?;
+        let p = &owned.partition;
+        Some(PartitionInfo {
+            identity: owned.identity,
+            fence: p.fence_reason().cloned(),
+            segment_starts: p.segment_starts().unwrap_or_default(),
+            log_start: p.log_start().unwrap_or(0),
+            visible_next_offset: p.visible_next_offset().ok(),
+            durable_next_offset: p.durable_point().ok().map(|d| d.next_offset),
+            sealed: p.sealed_segments().unwrap_or_default(),
+        })
+    }
+
+    fn work(&mut self, work: ShardWork) -> Result<(), WorkError> {
+        let _span = tracing::info_span!("shard_work", ?work).entered();
+        match work {
+            ShardWork::Create { identity, config } => self.create(identity, config),
+            ShardWork::Purge {
+                identity,
+                replaces,
+                config,
+            } => {
+                let key = key_of(&identity);
+                let dir = self.dir(key);
+                self.partitions.remove(&key);
+                let found = super::tree::survey_path(self.env.disk.as_ref(), &dir);
+                let old = PartitionIdentity {
+                    nonce: replaces,
+                    ..identity
+                };
+                match found {
+                    super::tree::Found::Partition(id) if id == identity => {
+                        self.reopen(identity, config)
+                    }
+                    super::tree::Found::Partition(id) if id == old => {
+                        super::work::remove_durably(self.env.disk.as_ref(), &dir)?;
+                        self.create(identity, config)
+                    }
+                    super::tree::Found::Missing | super::tree::Found::Empty => {
+                        super::work::remove_durably(self.env.disk.as_ref(), &dir)?;
+                        self.create(identity, config)
+                    }
+                    other => {
+                        // Not the partition the purge replaces: keep it for an operator and
+                        // fence the partition (never serve it from there).
+                        tracing::error!(dir = %dir.display(), found = %other, "purge found a directory it cannot account for; keeping it");
+                        let reason = match other {
+                            super::tree::Found::Partition(found) => {
+                                FenceReason::SuperblockIdentity {
+                                    path: dir.clone(),
+                                    expected: identity,
+                                    found,
+                                }
+                            }
+                            other => FenceReason::DirectoryInTheWay {
+                                dir: dir.clone(),
+                                found: other.to_string(),
+                            },
+                        };
+                        self.partitions.insert(
+                            key,
+                            Owned {
+                                identity,
+                                partition: Partition::fenced(reason),
+                            },
+                        );
+                        Ok(())
+                    }
+                }
+            }
+            ShardWork::Remove { identity } => {
+                let key = key_of(&identity);
+                let dir = self.dir(key);
+                self.partitions.remove(&key);
+                match super::tree::survey_path(self.env.disk.as_ref(), &dir) {
+                    super::tree::Found::Partition(id) if id != identity => {
+                        tracing::error!(dir = %dir.display(), found = %id, "removal found another partition's directory; keeping it");
+                        Ok(())
+                    }
+                    super::tree::Found::Foreign { why } => {
+                        tracing::error!(dir = %dir.display(), why, "removal found a directory it cannot account for; keeping it");
+                        Ok(())
+                    }
+                    _ => Ok(super::work::remove_durably(self.env.disk.as_ref(), &dir)?),
+                }
+            }
+            ShardWork::DropTopic { stream, topic } => {
+                self.partitions
+                    .retain(|(s, t, _), _| (*s, *t) != (stream, topic));
+                Ok(())
+            }
+            ShardWork::DropStream { stream } => {
+                self.partitions.retain(|(s, _, _), _| *s != stream);
+                Ok(())
+            }
+            ShardWork::RemoveGroupOffsets { key, group } => {
+                if let Some(owned) = self.partitions.get_mut(&key) {
+                    if owned.partition.fence_reason().is_none() {
+                        owned.partition.delete_offset(ConsumerId::group(group))?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn dir(&self, key: PartitionKey) -> PathBuf {
+        partition_dir(&self.root, key.0, key.1, key.2)
+    }
+
+    fn create(
+        &mut self,
+        identity: PartitionIdentity,
+        config: TopicConfig,
+    ) -> Result<(), WorkError> {
+        let key = key_of(&identity);
+        let dir = self.dir(key);
+        let disk = self.env.disk.as_ref();
+        if let Some(parent) = dir.parent() {
+            disk.create_dir_all(parent)?;
+        }
+        let partition =
+            Partition::create_unlinked(&self.env, &dir, identity, config, self.settings)?;
+        self.partitions.insert(
+            key,
+            Owned {
+                identity,
+                partition,
+            },
+        );
+        Ok(())
+    }
+
+    /// The partition is there already (done before a crash): open it.
+    fn reopen(
+        &mut self,
+        identity: PartitionIdentity,
+        config: TopicConfig,
+    ) -> Result<(), WorkError> {
+        let key = key_of(&identity);
+        let dir = self.dir(key);
+        let opened = Partition::open(&self.env, &dir, identity, config, self.settings)?;
+        self.partitions.insert(
+            key,
+            Owned {
+                identity,
+                partition: opened.partition,
+            },
+        );
+        Ok(())
+    }
+
+    fn close(&mut self) -> NodeResult<()> {
+        let mut first_error = None;
+        for (key, owned) in std::mem::take(&mut self.partitions) {
+            if owned.partition.fence_reason().is_some() {
+                continue;
+            }
+            if let Err(e) = owned.partition.close() {
+                tracing::error!(?key, %e, "closing a partition failed");
+                first_error.get_or_insert(NodeError::from(e));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    // Retention ---------------------------------------------------------------------------
+
+    /// One cleaner pass over this shard's partitions, at `now` or the retention clock's
+    /// time; what it deleted.
+    fn clean(&mut self, now: Option<u64>) -> Vec<Deletion> {
+        let now = now.unwrap_or_else(|| self.retention_clock.now(&self.env));
+        let mut deleted = Vec::new();
+        let view = self.view.load();
+        let keys = self.keys();
+        for key in keys {
+            let Some(topic) = view.find_topic(key.0, key.1) else {
+                continue;
+            };
+            let policy = Policy::for_topic(
+                topic.options.message_expiry,
+                topic.options.max_topic_size,
+                topic.partitions.len() as u32,
+                topic.options.segment_size,
+                self.settings.limits.max_batch_bytes,
+            );
+            if policy.message_expiry == 0 && policy.budget == 0 {
+                continue;
+            }
+            let Some(sealed) = self.sealed(key) else {
+                continue;
+            };
+            let reasons = retention::decide(&sealed, policy, now);
+            deleted.extend(self.delete_prefix(key, &sealed, &reasons, policy, now));
+        }
+        deleted
+    }
+
+    fn sealed(&self, key: PartitionKey) -> Option<Vec<Sealed>> {
+        let owned = self.partitions.get(&key)?;
+        let sealed = owned.partition.sealed_segments().ok()?;
+        Some(
+            sealed
+                .into_iter()
+                .map(|(start_offset, bytes, newest)| Sealed {
+                    start_offset,
+                    bytes,
+                    newest,
+                })
+                .collect(),
+        )
+    }
+
+    fn delete_prefix(
+        &mut self,
+        key: PartitionKey,
+        sealed: &[Sealed],
+        reasons: &[Reason],
+        policy: Policy,
+        now: u64,
+    ) -> Vec<Deletion> {
+        if reasons.is_empty() {
+            return Vec::new();
+        }
+        let sealed_bytes = sealed.iter().map(|s| s.bytes).sum();
+        let Some(owned) = self.partitions.get_mut(&key) else {
+            return Vec::new();
+        };
+        let starts = owned.partition.segment_starts().unwrap_or_default();
+        let nonce = owned.identity.nonce;
+        if let Err(error) = owned.partition.delete_oldest_segments(reasons.len()) {
+            tracing::error!(?key, %error, "retention could not delete segments");
+            return Vec::new();
+        }
+        sealed
+            .iter()
+            .zip(reasons)
+            .enumerate()
+            .map(|(i, (segment, reason))| Deletion {
+                partition: key,
+                nonce,
+                segment: *segment,
+                end: starts[i + 1],
+                reason: *reason,
+                sealed_bytes,
+                policy,
+                now,
+            })
+            .collect()
+    }
+
+    fn delete_segments(&mut self, key: PartitionKey, count: u32) -> NodeResult<Vec<Deletion>> {
+        self.open(key)?;
+        let sealed = self.sealed(key).unwrap_or_default();
+        if count as usize > sealed.len() {
+            return Err(NodeError::Partition(PartitionError::ActiveSegment {
+                requested: count as usize,
+                sealed: sealed.len(),
+            }));
+        }
+        let reasons = vec![Reason::Requested; count as usize];
+        let policy = Policy {
+            message_expiry: 0,
+            budget: 0,
+        };
+        let now = self.env.clock.wall_micros();
+        Ok(self.delete_prefix(key, &sealed, &reasons, policy, now))
+    }
+}
+
+/// Answers a request the stopped node will not serve.
+fn refuse(request: ShardRequest, failure: &Arc<Failure>) {
+    let stopped = || NodeError::Stopped(failure.clone());
+    match request {
+        ShardRequest::Send { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::Poll { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::StoreOffset { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::GetOffset { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::DeleteOffset { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::DeleteSegments { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::Inspect { reply, .. } => reply.send(None),
+        ShardRequest::Work { reply, .. } => reply.send(Err(WorkError::Io(std::io::Error::other(
+            "the node stopped",
+        )))),
+        ShardRequest::Clean { reply, .. } => reply.send(Vec::new()),
+        ShardRequest::Close { reply } => reply.send(Ok(())),
+    }
+}
+
+/// The time retention judges expiry by: the wall clock, never running ahead of the
+/// monotonic clock since boot (a wall clock jumped forward at runtime does not make
+/// messages look older than they are) and never going back.
+#[derive(Debug, Clone, Copy)]
+struct RetentionClock {
+    anchor_wall: u64,
+    anchor_mono_nanos: u64,
+    last: u64,
+}
+
+impl RetentionClock {
+    fn new(env: &Env) -> RetentionClock {
+        RetentionClock {
+            anchor_wall: env.clock.wall_micros(),
+            anchor_mono_nanos: env.clock.monotonic_nanos(),
+            last: 0,
+        }
+    }
+
+    fn now(&mut self, env: &Env) -> u64 {
+        let elapsed = env
+            .clock
+            .monotonic_nanos()
+            .saturating_sub(self.anchor_mono_nanos)
+            / 1000;
+        let bound = self.anchor_wall.saturating_add(elapsed);
+        self.last = self.last.max(env.clock.wall_micros().min(bound));
+        self.last
+    }
+}

@@ -1,0 +1,110 @@
+//! Directory work shared by boot and the metadata owner: removing what a journaled op
+//! deleted (and only that), and making new names durable with one sync per directory.
+
+use super::tree::{survey_path, Found};
+use crate::env::Disk;
+use crate::partition::PartitionIdentity;
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Removes `path` (if present) and syncs its parent.
+pub(crate) fn remove_durably(disk: &dyn Disk, path: &Path) -> io::Result<()> {
+    if !disk.exists(path)? {
+        return Ok(());
+    }
+    disk.remove_dir_all(path)?;
+    if let Some(parent) = path.parent() {
+        disk.sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Every directory from `dir`'s parent up to `root`, which must be synced for `dir`'s name
+/// (and the names of the directories created with it) to survive a power loss.
+pub(crate) fn ancestors(root: &Path, dir: &Path, into: &mut BTreeSet<PathBuf>) {
+    let mut current = dir.parent();
+    while let Some(path) = current {
+        into.insert(path.to_path_buf());
+        if path == root {
+            break;
+        }
+        current = path.parent();
+    }
+}
+
+/// Syncs each directory once, deepest first (a name is durable before the one above it).
+pub(crate) fn sync_dirs(disk: &dyn Disk, dirs: &BTreeSet<PathBuf>) -> io::Result<()> {
+    let mut deepest_first: Vec<&PathBuf> = dirs.iter().collect();
+    deepest_first.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in deepest_first {
+        if disk.exists(dir)? {
+            disk.sync_dir(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// What removing a topic's or stream's directory left in place.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TreeRemoval {
+    pub removed: Vec<PathBuf>,
+    /// Partition directories kept: they hold an identity the deletion did not remove, or
+    /// data with no readable identity.
+    pub kept: Vec<(PathBuf, Found)>,
+}
+
+/// Removes the directory `dir` of a deleted topic or stream: each partition directory in it
+/// only if it holds one of `deleted` (or nothing), then `dir` itself if nothing was kept.
+pub(crate) fn remove_deleted_tree(
+    disk: &dyn Disk,
+    dir: &Path,
+    deleted: &[PartitionIdentity],
+) -> io::Result<TreeRemoval> {
+    let mut removal = TreeRemoval::default();
+    if !disk.exists(dir)? {
+        return Ok(removal);
+    }
+    let deleted: BTreeSet<PartitionIdentity> = deleted.iter().copied().collect();
+    for partitions in partition_parents(disk, dir)? {
+        for entry in disk.read_dir(&partitions)? {
+            let path = partitions.join(&entry.name);
+            let found = survey_path(disk, &path);
+            match &found {
+                Found::Partition(id) if deleted.contains(id) => {}
+                Found::Empty | Found::Missing => {}
+                _ => {
+                    tracing::error!(dir = %path.display(), %found, "a deleted entity's directory holds a partition directory no journaled op deleted; keeping it");
+                    removal.kept.push((path, found));
+                    continue;
+                }
+            }
+            remove_durably(disk, &path)?;
+            removal.removed.push(path);
+        }
+    }
+    if removal.kept.is_empty() {
+        remove_durably(disk, dir)?;
+        removal.removed.push(dir.to_path_buf());
+    }
+    Ok(removal)
+}
+
+/// The `partitions/` directories under a topic or stream directory.
+fn partition_parents(disk: &dyn Disk, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let direct = dir.join("partitions");
+    if disk.exists(&direct)? {
+        return Ok(vec![direct]);
+    }
+    let topics = dir.join("topics");
+    let mut parents = Vec::new();
+    if disk.exists(&topics)? {
+        for topic in disk.read_dir(&topics)? {
+            let partitions = topics.join(&topic.name).join("partitions");
+            if topic.is_dir && disk.exists(&partitions)? {
+                parents.push(partitions);
+            }
+        }
+    }
+    Ok(parents)
+}

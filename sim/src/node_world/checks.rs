@@ -1,0 +1,935 @@
+//! Boots, restarts and what the oracle checks after each boot: the refusal's cause, the
+//! superblock record boot trusted, the whole metadata state (with the ops in doubt placed
+//! where the journal can hold them), the newest op the view showed, the directory tree,
+//! every partition's messages and offsets.
+
+use super::model::{self, AdminOp, MUser, Model};
+use super::{
+    block, lock, meta_violation, Accepted, Holder, NodeWorld, Sent, Shared, INV_CALLERS, NODE_ROOT,
+};
+use crate::executor::Executor;
+use crate::oracle::{
+    violation, Checked, INV_JUSTIFIED, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
+};
+use crate::world::decode;
+use cairn_engine::metadata::record::MetaRecord;
+use cairn_engine::metadata::{MetaAction, MetaRefusal};
+use cairn_engine::node::tree::Fate;
+use cairn_engine::node::{BootError, Booted, Client, Node, PartitionBoot, PartitionKey};
+use cairn_engine::partition::{Outcome, PartitionIdentity};
+use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePartitioning, WirePollingStrategy};
+use rand::Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn sid(id: u32) -> WireIdentifier {
+    WireIdentifier::numeric(id)
+}
+
+/// The first boot (a crash may be armed inside it; the next boot must finish it).
+pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
+    {
+        let mut w = lock(world);
+        w.model.users.insert(
+            0,
+            MUser {
+                name: "iggy".into(),
+                password: "iggy".into(),
+                status: 1,
+                permissions: None,
+                created: None,
+                created_op: 1,
+            },
+        );
+        w.model.op = 1;
+        if w.faulty && w.rng.gen_bool(0.2) {
+            let n = w.rng.gen_range(0..24);
+            w.disk.arm_crash(n);
+            w.event(format!("fault crash armed inside the first boot at +{n}"));
+        }
+    }
+    boot(world, executor)?;
+    let crashed = {
+        let w = lock(world);
+        w.disk.disarm_crash();
+        w.disk.is_crashed()
+    };
+    if crashed {
+        let power = lock(world).rng.gen_bool(0.5);
+        restart(world, executor, power)?;
+        let mut w = lock(world);
+        if !w.is_up() {
+            return Ok(()); // refused, justified by damage the restart injected
+        }
+        w.decision("FirstBootInterrupted");
+    }
+    Ok(())
+}
+
+/// The newest valid record in the metadata slots as the device holds them.
+fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
+    let dir = Path::new(NODE_ROOT).join("metadata");
+    let mut best: Option<MetaRecord> = None;
+    for name in ["superblock.a", "superblock.b"] {
+        let path = dir.join(name);
+        if !w.disk.live_damage(&path).is_empty() {
+            // A damaged copy may hide a newer record: the trust check needs clean slots.
+            return None;
+        }
+        let Some(bytes) = w.disk.device_view(&path) else {
+            continue;
+        };
+        for at in [0usize, cairn_engine::slots::MIRROR_OFFSET as usize] {
+            let Some(copy) = bytes.get(at..at + cairn_engine::slots::RECORD_LEN) else {
+                continue;
+            };
+            let copy: [u8; cairn_engine::slots::RECORD_LEN] = copy.try_into().expect("a record");
+            if let Ok(record) = MetaRecord::decode(&copy) {
+                if best.is_none_or(|b| record.sequence > b.sequence) {
+                    best = Some(record);
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Boots the node and checks what it recovered.
+pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
+    let (env, settings, newest) = {
+        let w = lock(world);
+        (
+            w.env.clone(),
+            super::settings(&w.profile),
+            newest_record(&w),
+        )
+    };
+    let started = block(executor, async move {
+        Node::start(&env, Path::new(NODE_ROOT), settings).await
+    });
+    let started = match started {
+        Some(result) => result,
+        None => {
+            let w = lock(world);
+            if w.disk.is_crashed() {
+                return Ok(());
+            }
+            return Err(violation(INV_LIVENESS, "boot stalled".into()));
+        }
+    };
+    match started {
+        Ok(_) if lock(world).disk.is_crashed() => {
+            lock(world).event("boot crashed");
+            Ok(())
+        }
+        Ok(booted) => {
+            lock(world).booted(booted, newest)?;
+            check_partitions(world, executor)
+        }
+        Err(BootError::Refused(refusal)) => {
+            let mut w = lock(world);
+            w.event(format!("BOOT REFUSED: {refusal}"));
+            if !w.refusal_justified(&refusal) {
+                return Err(meta_violation(format!(
+                    "boot refused with no damaging fault present on a metadata file: {refusal}"
+                )));
+            }
+            w.decision("BootRefused");
+            w.decision(refusal.coverage_name());
+            w.refused = true;
+            Ok(())
+        }
+        Err(e) => {
+            let mut w = lock(world);
+            if w.disk.is_crashed() {
+                w.event(format!("boot crashed: {e}"));
+                return Ok(());
+            }
+            Err(meta_violation(format!(
+                "boot failed with no fault to explain it: {e}"
+            )))
+        }
+    }
+}
+
+impl NodeWorld {
+    /// What boot decided, against what the disk holds and the model.
+    fn booted(&mut self, booted: Booted, newest: Option<MetaRecord>) -> Checked<()> {
+        let plan = &booted.plan;
+        self.trace.event(format!(
+            "boot: record {:?}, journal end {}, last op {}, replayed {} ops, first boot {}",
+            plan.record,
+            plan.journal_end,
+            plan.last_op,
+            plan.replayed.len(),
+            plan.first_boot
+        ));
+        if let (Some(newest), Some(trusted)) = (newest, plan.record) {
+            if trusted.sequence != newest.sequence {
+                return Err(meta_violation(format!(
+                    "boot trusted superblock record {} while sequence {} is valid on the device",
+                    trusted.sequence, newest.sequence
+                )));
+            }
+        }
+        for action in &plan.actions {
+            self.trace.event(format!("metadata recovery: {action}"));
+            match action {
+                MetaAction::TruncateJournal { why, .. } => {
+                    self.decision("TruncateJournal");
+                    if why.contains("already in the snapshot") {
+                        self.decision("CheckpointCrash");
+                    }
+                }
+                MetaAction::FinishSnapshot | MetaAction::RemoveTempSnapshot => {
+                    self.decision("CheckpointCrash");
+                }
+            }
+        }
+        if plan.record.is_some_and(|r| r.snapshot.op > 0) && !plan.replayed.is_empty() {
+            self.decision("SnapshotReplay");
+        }
+        let report = &booted.report;
+        for path in &report.tree.paths {
+            if path.fate != Fate::Open {
+                self.trace.event(format!(
+                    "boot tree {}: found {}, wanted {:?}: {}",
+                    path.dir.display(),
+                    path.found,
+                    path.wanted,
+                    path.fate.name()
+                ));
+            }
+        }
+        // An operator's removal is undone by work done there since (by boot, or by an op in
+        // doubt before the crash): a removed partition is one whose directory boot finds
+        // missing and leaves so.
+        let still_missing: BTreeSet<PartitionKey> = report
+            .tree
+            .paths
+            .iter()
+            .filter(|p| p.found == cairn_engine::node::tree::Found::Missing && p.fate == Fate::Open)
+            .map(|p| p.key)
+            .collect();
+        self.removed.retain(|k| still_missing.contains(k));
+        let claimed: BTreeMap<PartitionKey, PathBuf> =
+            report.tree.claimed.iter().cloned().collect();
+        for (key, outcome) in &report.partitions {
+            match outcome {
+                PartitionBoot::Fenced(
+                    cairn_engine::partition::FenceReason::IdentityDuplicated { other, .. },
+                ) if self.planted.contains(other) && claimed.get(key) == Some(other) => {
+                    self.decision("IdentityDuplicated")
+                }
+                PartitionBoot::Fenced(cairn_engine::partition::FenceReason::DirectoryMissing {
+                    ..
+                }) if self.removed.contains(key) => self.decision("DirectoryMissing"),
+                PartitionBoot::Opened(plan) if plan.fence.is_none() => {
+                    for action in &plan.actions {
+                        self.trace.event(format!("recovery of {key:?}: {action}"));
+                    }
+                    for outcome in plan.outcomes() {
+                        *self.report.outcomes.entry(outcome).or_default() += 1;
+                        if outcome == Outcome::DeletionFinished {
+                            self.decision("CrashDuringDeletion");
+                        }
+                    }
+                }
+                other => {
+                    return Err(violation(INV_JUSTIFIED, format!("partition {key:?} fenced at boot with no fault on partition files in this scope: {other:?}")));
+                }
+            }
+        }
+        for path in &report.tree.paths {
+            if path.fate == Fate::Unaccounted && !self.planted.contains(&path.dir) {
+                return Err(violation(INV_JUSTIFIED, format!("{}: a directory the metadata does not account for ({}), which nothing in this scope makes", path.dir.display(), path.found)));
+            }
+        }
+        let planted = |d: &PathBuf| self.planted.iter().any(|p| p.starts_with(d));
+        if !report.tree.kept_dirs.iter().all(planted)
+            || !report
+                .tree
+                .claimed
+                .iter()
+                .all(|(_, d)| self.planted.contains(d))
+        {
+            return Err(violation(
+                INV_JUSTIFIED,
+                format!(
+                    "boot kept unaccounted directories: {:?} {:?}",
+                    report.tree.kept_dirs, report.tree.claimed
+                ),
+            ));
+        }
+        let applied = plan.record.map_or(0, |r| r.applied_op);
+        if report.redone() > 0
+            || plan
+                .replayed
+                .iter()
+                .any(|r| r.op > applied && !r.applied.work.is_empty())
+        {
+            self.decision("DirWorkRedone");
+        }
+        for removed in &report.removed {
+            self.trace
+                .event(format!("boot removed {}", removed.display()));
+        }
+        // Boot recorded the journal's end: every entry it kept is below it now.
+        self.journal_tail_exposed = false;
+        self.cluster = booted.node.cluster();
+        let view = booted.node.view();
+        if view.op < self.max_observed_op {
+            return Err(violation(
+                INV_CALLERS,
+                format!(
+                    "a caller saw op {} in the published view; the disk holds ops up to {} only",
+                    self.max_observed_op, view.op
+                ),
+            ));
+        }
+        self.max_observed_op = view.op;
+        self.resolve(&view.state, view.op)?;
+        self.check_tree()?;
+        self.node = Some(booted.node);
+        Ok(())
+    }
+
+    /// The recovered metadata is the model's: the acknowledged ops in journal order, with the
+    /// ops in doubt placed in the journal's gaps and after its last acknowledged op, wherever
+    /// that makes the recovered state (all of it: the ops in doubt happened or did not).
+    fn resolve(
+        &mut self,
+        found: &cairn_engine::node::state::MetaState,
+        last_op: u64,
+    ) -> Checked<()> {
+        let known: BTreeMap<u64, Accepted> = std::mem::take(&mut self.pending);
+        let doubt: Vec<Sent> = std::mem::take(&mut self.in_doubt);
+        self.deferred_refusals.clear();
+        self.history.clear();
+        if let Some((lost, accepted)) = known.range(last_op + 1..).next() {
+            return Err(meta_violation(format!(
+                "op {lost} ({:?}) was acknowledged; the recovered journal ends at op {last_op}",
+                accepted.sent.op
+            )));
+        }
+        let base = self.model.clone();
+        if last_op < base.op {
+            return Err(meta_violation(format!(
+                "the model holds ops up to {}, the recovered journal ends at op {last_op}",
+                base.op
+            )));
+        }
+        let missing: Vec<u64> = (base.op + 1..=last_op)
+            .filter(|n| !known.contains_key(n))
+            .collect();
+        let mut last_error = String::new();
+        for assignment in assignments(missing.len(), doubt.len()) {
+            let mut model = base.clone();
+            let mut ops: Vec<(AdminOp, u64)> = Vec::new();
+            let mut fits = true;
+            for n in base.op + 1..=last_op {
+                let (op, window, at) = match known.get(&n) {
+                    Some(a) => (a.sent.op.clone(), a.window, a.sent.at),
+                    None => {
+                        let i = missing.iter().position(|m| *m == n).expect("missing");
+                        let d = &doubt[assignment[i]];
+                        (d.op.clone(), None, d.at)
+                    }
+                };
+                if model.apply(&op, window, self.cluster).is_err() {
+                    fits = false;
+                    break;
+                }
+                ops.push((op, at));
+            }
+            if !fits {
+                continue;
+            }
+            match model::compare(&model, found, self.cluster) {
+                Ok(()) => {
+                    for (i, d) in assignment.iter().enumerate() {
+                        self.event(format!(
+                            "op {} in doubt happened: {:?}",
+                            missing[i], doubt[*d].op
+                        ));
+                    }
+                    self.replay_effects(&base, &ops);
+                    return Ok(());
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        Err(meta_violation(format!(
+            "after boot the metadata (last op {last_op}) is no arrangement of the acknowledged ops (up to {}) and the {} in doubt: {last_error}",
+            base.op,
+            doubt.len()
+        )))
+    }
+
+    /// The model takes the recovered ops, their effects on partitions and groups in order.
+    fn replay_effects(&mut self, base: &Model, ops: &[(AdminOp, u64)]) {
+        self.model = base.clone();
+        for (op, at) in ops {
+            let effect = self
+                .model
+                .apply(op, None, self.cluster)
+                .expect("an arrangement that fits applies");
+            self.apply_effect(op, &effect, *at, false);
+        }
+        // A purge or a creation keeps its window: the arrangement's model has them.
+    }
+
+    /// The partition directories on disk are exactly the model's (less those an operator
+    /// removed).
+    fn check_tree(&mut self) -> Checked<()> {
+        let streams = Path::new(NODE_ROOT).join("streams");
+        let found: BTreeSet<PartitionKey> = self
+            .disk
+            .paths_under(&streams)
+            .into_iter()
+            .filter(|p| !self.planted.contains(p))
+            .filter_map(|p| partition_key_of(&p))
+            .collect();
+        let expected: BTreeSet<PartitionKey> = self
+            .model
+            .identities(self.cluster)
+            .into_keys()
+            .filter(|k| !self.removed.contains(k))
+            .collect();
+        if found != expected {
+            return Err(violation(
+                INV_JUSTIFIED,
+                format!(
+                    "the partition directories on disk are {found:?}; the model's are {expected:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A damaging fault present where the refusal points: damaged bytes still in that file
+    /// (or, for the superblock pair, in a slot; for a snapshot, in either of its names), a
+    /// name lost, or lied pages of it a power loss dropped. A journal shorter than recorded
+    /// is explained by its own lost lied pages only.
+    fn refusal_justified(&self, refusal: &MetaRefusal) -> bool {
+        use cairn_engine::metadata::MetaRefusal as R;
+        let dir = Path::new(NODE_ROOT).join("metadata");
+        let file = refusal.file().to_path_buf();
+        let slots = [dir.join("superblock.a"), dir.join("superblock.b")];
+        let mut candidates: Vec<PathBuf> = match refusal {
+            R::NoSuperblock { .. } => slots.to_vec(),
+            R::SnapshotMissing { .. }
+            | R::SnapshotMismatch { .. }
+            | R::SnapshotUndecodable { .. }
+            | R::SnapshotContradicts { .. } => {
+                vec![dir.join("snapshot.bin"), dir.join("snapshot.bin.tmp")]
+            }
+            R::JournalUncertain { slot, .. } => vec![file.clone(), slot.clone()],
+            _ => vec![file.clone()],
+        };
+        candidates.extend(slots.iter().cloned());
+        let damaged = |path: &PathBuf| {
+            !self.disk.live_damage(path).is_empty()
+                || self.metadata_lies_lost.contains(path)
+                || self.disk.lost_synced_names(&dir).contains(path)
+        };
+        match refusal {
+            R::JournalShorterThanDurable { path, .. } => {
+                self.metadata_lies_lost.contains(path) || slots.iter().any(damaged)
+            }
+            _ => candidates.iter().any(damaged),
+        }
+    }
+}
+
+/// Every injective map of `slots` positions to `choices` items (as index lists).
+fn assignments(slots: usize, choices: usize) -> Vec<Vec<usize>> {
+    if slots > choices {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut current = Vec::with_capacity(slots);
+    fn go(slots: usize, choices: usize, current: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if current.len() == slots {
+            out.push(current.clone());
+            return;
+        }
+        for c in 0..choices {
+            if !current.contains(&c) {
+                current.push(c);
+                go(slots, choices, current, out);
+                current.pop();
+            }
+        }
+    }
+    go(slots, choices, &mut current, &mut out);
+    out
+}
+
+/// `(s, t, p)` when `path` is `/node/streams/s/topics/t/partitions/p`.
+fn partition_key_of(path: &Path) -> Option<PartitionKey> {
+    let rest = path
+        .strip_prefix(Path::new(NODE_ROOT).join("streams"))
+        .ok()?;
+    let parts: Vec<&str> = rest.iter().filter_map(|c| c.to_str()).collect();
+    match parts.as_slice() {
+        [s, "topics", t, "partitions", p] => {
+            Some((s.parse().ok()?, t.parse().ok()?, p.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+// Partitions after a boot ---------------------------------------------------------------------
+
+/// Every partition the model has: served, unfenced, gapless from its log start, every
+/// acknowledged `persisted` message there; every stored offset allowed.
+fn check_partitions(world: &Shared, executor: &mut Executor) -> Checked<()> {
+    let (client, identities) = {
+        let w = lock(world);
+        let Some(node) = w.node.clone() else {
+            return Ok(());
+        };
+        let identities: Vec<PartitionIdentity> = w
+            .model
+            .identities(w.cluster)
+            .into_iter()
+            .filter(|(k, _)| !w.removed.contains(k))
+            .map(|(_, id)| id)
+            .collect();
+        (node.client(0x0c4ec4), identities)
+    };
+    let w2 = world.clone();
+    let checked = block(executor, async move {
+        for identity in identities {
+            verify(&w2, &client, identity, true).await?;
+        }
+        Ok(())
+    });
+    match checked {
+        Some(result) => result,
+        None => Err(violation(
+            INV_LIVENESS,
+            "the checks after boot stalled".into(),
+        )),
+    }
+}
+
+/// Reads partition `identity` whole; after a boot also checks its stored offsets.
+pub(crate) async fn verify(
+    world: &Shared,
+    client: &Client,
+    identity: PartitionIdentity,
+    after_boot: bool,
+) -> Checked<()> {
+    let key = super::key(&identity);
+    let info = client
+        .partition_info(key)
+        .await
+        .map_err(|e| violation(INV_LIVENESS, format!("partition {key:?}: {e}")))?
+        .ok_or_else(|| {
+            meta_violation(format!("partition {key:?} of the metadata is not served"))
+        })?;
+    if let Some(cairn_engine::partition::FenceReason::IdentityDuplicated { other, .. }) =
+        &info.fence
+    {
+        if lock(world).planted.contains(other) {
+            return Ok(()); // fenced, as it must be: a planted copy claims its identity
+        }
+    }
+    if let Some(reason) = &info.fence {
+        return Err(violation(
+            INV_JUSTIFIED,
+            format!(
+                "partition {key:?} fenced with no fault on partition files in this scope: {reason}"
+            ),
+        ));
+    }
+    if info.identity != identity {
+        return Err(meta_violation(format!(
+            "partition {key:?} serves {}, the model has {identity}",
+            info.identity
+        )));
+    }
+    let mut all: Vec<crate::oracle::ReadMessage> = Vec::new();
+    let mut next = 0;
+    loop {
+        let request = PollMessagesRequest {
+            consumer: WireConsumer::consumer(sid(0)),
+            stream_id: sid(key.0),
+            topic_id: sid(key.1),
+            partition_id: Some(key.2),
+            strategy: WirePollingStrategy {
+                kind: 1,
+                value: next,
+            },
+            count: 500,
+            auto_commit: false,
+        };
+        let polled = client
+            .poll(&request)
+            .await
+            .map_err(|e| violation(INV_NO_LOSS, format!("partition {key:?}: read failed: {e}")))?
+            .expect("a consumer's poll has a partition");
+        let messages = decode(&polled, true)?;
+        let Some(last) = messages.last() else { break };
+        next = last.offset + 1;
+        all.extend(messages);
+    }
+    let (holders, end) = {
+        let mut w = lock(world);
+        let before = w.parts.get(&identity).map_or(0, |p| p.log_start);
+        // A cleaner may have run meanwhile, on its shard's timer: before the partition was
+        // inspected (then the inspection shows it), or after (then the reads may or may not).
+        w.drain_deletions()?;
+        w.trace.event(format!(
+            "partition {key:?}: log start {}, segments {:?}, visible end {:?}",
+            info.log_start, info.segment_starts, info.visible_next_offset
+        ));
+        let persisted = w.parts.get(&identity).is_some_and(|p| p.persisted());
+        let part = w.parts.entry(identity).or_default();
+        let inspected = info.log_start;
+        if inspected < before || (inspected > part.log_start && !part.log_start_unknown) {
+            return Err(violation(super::INV_RETENTION, format!("partition {key:?}: the log starts at {inspected}, the model says {} (the log start only moves forward, by a deletion)", part.log_start)));
+        }
+        let log_start = inspected.max(part.log_start);
+        all.retain(|m| m.offset >= log_start);
+        if log_start > part.log_start {
+            part.log_start = log_start;
+            part.messages = part.messages.split_off(&log_start);
+            part.batches = part.batches.split_off(&log_start);
+        }
+        part.log_start_unknown = false;
+        for (i, m) in all.iter().enumerate() {
+            if m.offset != log_start + i as u64 {
+                return Err(violation(INV_PREFIX, format!("partition {key:?}: not gapless from {log_start}: position {i} holds offset {}", m.offset)));
+            }
+            if let Some(id) = part.messages.get(&m.offset) {
+                if *id != m.id {
+                    return Err(violation(
+                        INV_PREFIX,
+                        format!(
+                            "partition {key:?}: offset {} holds {:#x}, acknowledged for {id:#x}",
+                            m.offset, m.id
+                        ),
+                    ));
+                }
+            }
+        }
+        let end = log_start + all.len() as u64;
+        if persisted {
+            if let Some((lost, _)) = part.messages.range(end..).next() {
+                return Err(violation(INV_NO_LOSS, format!("partition {key:?}: persisted offset {lost} was acknowledged, the log ends at {end}")));
+            }
+        } else if after_boot {
+            // Replicated: an unflushed suffix may be gone.
+            part.messages.split_off(&end);
+            part.batches.split_off(&end);
+        }
+        for m in &all {
+            part.messages.insert(m.offset, m.id);
+        }
+        let holders: Vec<Holder> = part.offsets.keys().copied().collect();
+        (holders, end)
+    };
+    if after_boot {
+        for holder in holders {
+            check_offset(world, client, identity, holder, end).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 5 after a boot: a stored offset never exceeds the partition's end, and under
+/// `persisted` offset durability the last acknowledged store survives (read as consumed up
+/// to the log start when retention passed it). A group's offsets are its incarnation's only.
+async fn check_offset(
+    world: &Shared,
+    client: &Client,
+    identity: PartitionIdentity,
+    holder: Holder,
+    end: u64,
+) -> Checked<()> {
+    let key = super::key(&identity);
+    let consumer = match holder {
+        Holder::Consumer(id) => WireConsumer::consumer(sid(id)),
+        Holder::Group { id, .. } => WireConsumer {
+            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+            id: sid(id),
+        },
+    };
+    let got = client
+        .get_offset(&consumer, &sid(key.0), &sid(key.1), Some(key.2))
+        .await
+        .map_err(|e| {
+            violation(
+                INV_OFFSETS,
+                format!("partition {key:?}: reading {holder:?}'s offset failed: {e}"),
+            )
+        })?;
+    let mut w = lock(world);
+    let part = w.parts.get_mut(&identity).expect("modelled");
+    let offsets_persisted = part.persisted.is_some_and(|p| p.1);
+    if got.is_some_and(|g| end == 0 || g > end - 1) {
+        return Err(violation(
+            INV_OFFSETS,
+            format!("partition {key:?}: {holder:?} offset {got:?} beyond the end {end}"),
+        ));
+    }
+    let floor = part.log_start.saturating_sub(1);
+    let clamp = |v: Option<u64>| match (v, end.checked_sub(1)) {
+        (Some(v), Some(l)) => Some(v.min(l).max(floor)),
+        _ => None,
+    };
+    let (acked, candidates) = part.offsets.get(&holder).cloned().expect("listed");
+    if part.unknown_offsets.remove(&holder) {
+        part.offsets.insert(holder, (got, BTreeSet::new()));
+        return Ok(());
+    }
+    let mut allowed: BTreeSet<Option<u64>> = candidates
+        .iter()
+        .chain([&acked])
+        .map(|v| clamp(*v))
+        .collect();
+    if !offsets_persisted {
+        allowed.insert(None);
+    }
+    if !allowed.contains(&got) {
+        return Err(violation(INV_OFFSETS, format!("partition {key:?}: {holder:?} reads {got:?} after boot; the model allows {allowed:?} (log start {}, end {end})", part.log_start)));
+    }
+    part.offsets.insert(holder, (got, BTreeSet::new()));
+    Ok(())
+}
+
+// Restarts ------------------------------------------------------------------------------------
+
+impl NodeWorld {
+    /// Where metadata damage may strike while the node is down: any metadata file, except
+    /// the journal while its tail is exposed: damage to an entry above the surviving record's
+    /// journal end reads as a torn tail, and boot drops it with the acknowledged ops in it;
+    /// with the record lost to a lie, that disk is the disk before those ops, which one disk
+    /// cannot tell and the oracle does not model as a rollback.
+    fn metadata_damage_target(&mut self) -> PathBuf {
+        let dir = Path::new(NODE_ROOT).join("metadata");
+        if !self.journal_tail_exposed {
+            return dir;
+        }
+        let files: Vec<PathBuf> = self
+            .disk
+            .paths_under(&dir)
+            .into_iter()
+            .filter(|p| *p != dir && !p.ends_with(cairn_engine::metadata::JOURNAL))
+            .collect();
+        assert!(!files.is_empty(), "a booted node has superblock slots");
+        files[self.rng.gen_range(0..files.len())].clone()
+    }
+
+    /// An operator removes a partition's directory (durably) while the node is down.
+    pub(crate) fn remove_partition_dir(&mut self, key: PartitionKey) {
+        let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), key.0, key.1, key.2);
+        if cairn_engine::env::Disk::exists(&self.disk, &dir).unwrap_or(false) {
+            cairn_engine::env::Disk::remove_dir_all(&self.disk, &dir).expect("remove");
+            let parent = dir.parent().expect("parent");
+            cairn_engine::env::Disk::sync_dir(&self.disk, parent).expect("sync");
+            self.disk.forgive_io_time();
+            self.removed.insert(key);
+            self.event(format!("fault an operator removed {}", dir.display()));
+        }
+    }
+
+    /// The node goes down: its tasks are gone, every answer not yet given is in doubt.
+    fn go_down(&mut self, power: bool) {
+        // What the cleaners deleted before the crash happened: judged now.
+        if let Err(v) = self.drain_deletions() {
+            self.fail(v);
+        }
+        if self.disk.is_crashed() {
+            // The crash struck inside a disk call: a cleaner pass may have recorded a new
+            // log start and not yet said so.
+            for part in self.parts.values_mut() {
+                part.log_start_unknown = true;
+            }
+        }
+        // A group poll whose answer the crash took may have stored any offset it read.
+        for ((s, t), holder) in std::mem::take(&mut self.auto_commits).into_values() {
+            let cluster = self.cluster;
+            for key in self.model.keys_of(s, Some(t)) {
+                if let Some(identity) = self.model.identity(cluster, key) {
+                    let part = self.parts.entry(identity).or_default();
+                    part.unknown_offsets.insert(holder);
+                    part.offsets
+                        .entry(holder)
+                        .or_insert((None, BTreeSet::new()));
+                }
+            }
+        }
+        // An explicit deletion whose answer the crash took may have happened.
+        for key in std::mem::take(&mut self.deleting) {
+            if let Some(identity) = self.model.identity(self.cluster, key) {
+                self.parts.entry(identity).or_default().log_start_unknown = true;
+            }
+        }
+        self.restarts += 1;
+        self.report.restarts += 1;
+        self.node = None;
+        // Membership is a live session's: it does not outlive the process.
+        self.members.clear();
+        self.metadata_lies_lost.clear();
+        self.checkpoint_crash_armed = false;
+        self.deletion_crash_armed = false;
+        let in_flight: Vec<Sent> = std::mem::take(&mut self.in_flight).into_values().collect();
+        self.in_doubt.extend(in_flight);
+        self.deleting_users.clear();
+        if power {
+            let dir = Path::new(NODE_ROOT).join("metadata");
+            for path in self.disk.paths_under(&dir) {
+                if self.disk.has_lied_pages(&path) {
+                    self.journal_tail_exposed |= path.to_string_lossy().contains("superblock");
+                    self.metadata_lies_lost.insert(path);
+                }
+            }
+            self.disk.power_loss();
+            self.event("fault power loss");
+            for part in self.parts.values_mut() {
+                for (acked, candidates) in part.offsets.values_mut() {
+                    candidates.insert(*acked);
+                }
+            }
+        } else {
+            self.disk.process_crash();
+            self.event("fault process crash");
+        }
+        self.disk.cancel_crashes();
+        if self.faulty && self.chance(self.profile.dir_removal) {
+            let keys: Vec<PartitionKey> = self.model.identities(self.cluster).into_keys().collect();
+            if !keys.is_empty() {
+                let key = keys[self.rng.gen_range(0..keys.len())];
+                self.remove_partition_dir(key);
+            }
+        }
+        if self.faulty && self.chance(self.profile.metadata_damage) {
+            let dir = self.metadata_damage_target();
+            if self.rng.gen_bool(0.7) {
+                if let Some((path, at)) = self.disk.flip_random_bit(&dir) {
+                    self.event(format!("fault bit flip {} at {at}", path.display()));
+                }
+            } else if let Some((path, at)) = self.disk.add_bad_sector(&dir) {
+                self.event(format!("fault bad sector {} at {at}", path.display()));
+            }
+        }
+        let mut faults = self.disk.faults();
+        faults.capacity = None;
+        self.disk.set_faults(faults);
+        if self.disk_full_until.take().is_some() {
+            self.last_full = self.now();
+        }
+    }
+}
+
+/// Takes the node down (a process crash or a power loss), then boots it again.
+pub(crate) fn restart(world: &Shared, executor: &mut Executor, power: bool) -> Checked<()> {
+    lock(world).go_down(power);
+    boot(world, executor)?;
+    let crashed = lock(world).disk.is_crashed();
+    if crashed {
+        // The boot itself crashed: down again.
+        executor.kill_all();
+        return restart(world, executor, false);
+    }
+    Ok(())
+}
+
+/// Faults healed: the node must boot and serve every partition and a new stream.
+pub(crate) fn liveness(world: &Shared, executor: &mut Executor) -> Checked<()> {
+    {
+        let mut w = lock(world);
+        w.event("phase liveness: faults healed");
+        w.disk.heal();
+        w.disk.disarm_crash();
+        w.faulty = false;
+    }
+    let power = lock(world).rng.gen_bool(0.5);
+    restart(world, executor, power)?;
+    if lock(world).refused {
+        return Ok(());
+    }
+    let (client, name, keys) = {
+        let w = lock(world);
+        let client = w.node.clone().expect("up").client(0x11fe);
+        let name = format!("live{}", w.next_name);
+        let keys: Vec<PartitionIdentity> = w
+            .model
+            .identities(w.cluster)
+            .into_iter()
+            .filter(|(k, _)| !w.removed.contains(k))
+            .map(|(_, id)| id)
+            .collect();
+        (client, name, keys)
+    };
+    let w2 = world.clone();
+    let checked = block(executor, async move {
+        let created = client.execute_traced(cairn_engine::node::ops::MetaOp::CreateStream(
+            iggy_binary_protocol::requests::streams::CreateStreamRequest {
+                name: iggy_binary_protocol::WireName::new(&name).expect("a name"),
+                options: iggy_binary_protocol::WireOptions::empty(),
+            },
+        ));
+        {
+            lock(&w2).send_op_liveness(AdminOp::CreateStream(name.clone()));
+        }
+        let reply = created.await;
+        {
+            let mut w = lock(&w2);
+            w.judge_meta(u32::MAX, reply)?;
+            if !w.pending.is_empty() {
+                return Err(violation(
+                    INV_LIVENESS,
+                    "the liveness stream's op is out of order".into(),
+                ));
+            }
+        }
+        for identity in keys {
+            let key = super::key(&identity);
+            let (batch, ids) = lock(&w2).batch(1);
+            let sent = client
+                .send(
+                    &sid(key.0),
+                    &sid(key.1),
+                    &WirePartitioning::PartitionId(key.2),
+                    batch,
+                )
+                .await
+                .map_err(|e| {
+                    violation(
+                        INV_LIVENESS,
+                        format!("partition {key:?}: a send failed after faults healed: {e}"),
+                    )
+                })?;
+            lock(&w2).judge_send(key.0, key.1, &ids, Default::default(), Ok(sent))?;
+            verify(&w2, &client, identity, false).await?;
+        }
+        let deleted = client.node().clean(None).await.map_err(|e| {
+            violation(
+                INV_LIVENESS,
+                format!("a cleaner pass after faults healed: {e}"),
+            )
+        })?;
+        lock(&w2).judge_deletions(&deleted)
+    });
+    checked.unwrap_or_else(|| Err(violation(INV_LIVENESS, "the liveness phase stalled".into())))
+}
+
+impl NodeWorld {
+    fn send_op_liveness(&mut self, op: AdminOp) {
+        self.in_flight.remove(&u32::MAX);
+        let sent = Sent {
+            op,
+            at: self.now(),
+            wall: self.wall(),
+            jumps: self.jumps,
+            fills: self.fills,
+        };
+        self.in_flight.insert(u32::MAX, sent);
+    }
+}

@@ -1,0 +1,365 @@
+//! Directed node scenarios: each a scripted fault schedule under the node oracle, reaching a
+//! decision on purpose. Every step is a caller's operation run on the executor and judged
+//! like the swarm's.
+
+use super::actors::{produce, run_meta};
+use super::checks::{restart, setup};
+use super::model::AdminOp;
+use super::{lock, NodeWorld, Shared, NODE_ROOT};
+use crate::executor::Executor;
+use crate::oracle::Checked;
+use crate::run::{RunReport, Trace};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// One directed node scenario: its name, the decisions it must reach, and its body (the
+/// world's oracle checks every boot and operation on the way).
+pub struct NodeDirected {
+    pub name: &'static str,
+    pub expect: &'static [&'static str],
+    pub run: fn() -> Checked<Vec<&'static str>>,
+}
+
+/// A node on a simulated disk with no random faults: each scenario injects its own.
+struct Scenario {
+    world: Shared,
+    executor: Executor,
+}
+
+impl Scenario {
+    fn new(seed: u64) -> Scenario {
+        let profile = crate::profile::Profile::from_seed(seed);
+        let (disk, clock, executor, env) = crate::run::sim_env(seed, &profile);
+        disk.set_faults(cairn_faults::DiskFaults::default());
+        let trace = Trace::new(false, clock.clone());
+        let mut w = NodeWorld::new(
+            seed,
+            disk,
+            clock,
+            env,
+            executor.handle(),
+            trace,
+            RunReport::new(profile),
+        );
+        w.faulty = false;
+        // No checkpoint unless a scenario asks: each superblock record is then one op's.
+        w.profile.checkpoint_bytes = 1 << 20;
+        Scenario {
+            world: Arc::new(Mutex::new(w)),
+            executor,
+        }
+    }
+
+    fn setup(&mut self) -> Checked<()> {
+        setup(&self.world, &mut self.executor)
+    }
+
+    /// Runs `op` as an admin caller and judges it.
+    fn perform(&mut self, op: AdminOp) -> Checked<()> {
+        let world = self.world.clone();
+        let client = lock(&world).node.clone().expect("up").client(100);
+        super::block(&mut self.executor, async move {
+            run_meta(&world, &client, 100, op).await;
+        });
+        self.violation()
+    }
+
+    /// One producer's send, judged.
+    fn produce(&mut self) -> Checked<()> {
+        let world = self.world.clone();
+        let client = lock(&world).node.clone().expect("up").client(200);
+        super::block(&mut self.executor, async move {
+            produce(&world, &client).await;
+        });
+        self.violation()
+    }
+
+    fn violation(&self) -> Checked<()> {
+        match lock(&self.world).violation.clone() {
+            Some(v) => Err(v),
+            None => Ok(()),
+        }
+    }
+
+    fn restart(&mut self, power: bool) -> Checked<()> {
+        self.executor.kill_all();
+        restart(&self.world, &mut self.executor, power)?;
+        self.violation()
+    }
+
+    fn with_persisted_topic(&mut self, partitions: u32) -> Checked<()> {
+        self.setup()?;
+        self.perform(AdminOp::CreateStream("s".into()))?;
+        self.perform(persisted_topic(partitions))
+    }
+
+    fn decisions(&self) -> Vec<&'static str> {
+        lock(&self.world).report.decisions.keys().copied().collect()
+    }
+
+    /// `batches` acknowledged sends, then a power loss that drops everything unsynced; the
+    /// decisions boot took.
+    fn produce_then_lose_power(&mut self, batches: usize) -> Checked<Vec<&'static str>> {
+        for _ in 0..batches {
+            self.produce()?;
+        }
+        lock(&self.world)
+            .disk
+            .set_fates(cairn_faults::Fates::DropAll);
+        self.restart(true)?;
+        Ok(self.decisions())
+    }
+
+    /// The superblock records of the next `ops` ops with directory work are lost at the
+    /// next power loss: each writes two (the journal's durable end before its work, the
+    /// applied op after), and their syncs lie.
+    fn lie_on_metadata_records(&mut self, ops: usize) {
+        let w = lock(&self.world);
+        for _ in 0..2 * ops {
+            w.disk.script(cairn_faults::Scripted::LieOnSync(
+                "metadata/superblock".into(),
+            ));
+        }
+    }
+}
+
+/// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
+fn persisted_topic(partitions: u32) -> AdminOp {
+    AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        max_size: 0,
+    }
+}
+
+/// The superblock record after a topic's creation is lost (its sync lied, then the power
+/// failed) after the new partition took acknowledged messages: boot replays the creation and
+/// its directory work, which must find the partition there and keep it.
+fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0001);
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.lie_on_metadata_records(1);
+    s.perform(persisted_topic(1))?;
+    s.produce_then_lose_power(4)
+}
+
+/// The records of a partition's removal and of its re-creation are both lost, after the
+/// re-created partition took acknowledged messages: boot must not redo the removal.
+fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0003);
+    s.with_persisted_topic(2)?;
+    s.lie_on_metadata_records(2);
+    s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    s.perform(AdminOp::CreatePartitions(0, 0, 1))?;
+    s.produce_then_lose_power(6)
+}
+
+/// An operator removed a partition directory while the node was down: that partition is
+/// fenced, never recreated empty; the others serve.
+fn a_removed_partition_directory_is_fenced() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0002);
+    s.with_persisted_topic(2)?;
+    for _ in 0..4 {
+        s.produce()?;
+    }
+    s.executor.kill_all();
+    lock(&s.world).remove_partition_dir((0, 0, 1));
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// The node crashes inside the directory work of a partition's removal, and rot then
+/// strikes that op's journal entry: the entry lies below the durable end recorded before the
+/// work began, so boot refuses. (Dropped as a torn tail, the op would be undone with its
+/// work half done: a partition directory gone with no op that removed it.)
+fn rot_in_an_entry_whose_work_began_is_refused() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0004);
+    s.with_persisted_topic(2)?;
+    for _ in 0..4 {
+        s.produce()?;
+    }
+    let journal = Path::new(NODE_ROOT).join("metadata").join("journal.wal");
+    let journal_len = |w: &NodeWorld| w.disk.contents(&journal).map_or(0, |c| c.len() as u64);
+    let before = journal_len(&lock(&s.world));
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOn("partitions/1".into()));
+    s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    let after = {
+        let w = lock(&s.world);
+        assert!(w.disk.is_crashed(), "the removal's work crashed");
+        journal_len(&w)
+    };
+    assert!(after > before, "the removal was journaled before its work");
+    s.executor.kill_all();
+    lock(&s.world)
+        .disk
+        .flip_bit_at(&journal, (before + after) / 2, 3);
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// Copies the directory tree `from` to `to` on the simulated disk, durably (what an operator
+/// does with `cp -r` and `sync`).
+fn copy_tree(w: &NodeWorld, from: &Path, to: &Path) {
+    use cairn_engine::env::{Disk, OpenMode};
+    let disk = &w.disk;
+    for path in disk.paths_under(from) {
+        let target = to.join(path.strip_prefix(from).expect("under"));
+        match disk.contents(&path) {
+            Some(bytes) => {
+                disk.create_dir_all(target.parent().expect("parent"))
+                    .expect("mkdir");
+                let file = disk.open(&target, OpenMode::CreateNew).expect("create");
+                file.write_all_at(&[std::io::IoSlice::new(&bytes)], 0)
+                    .expect("write");
+                file.sync_data().expect("sync");
+            }
+            None => disk.create_dir_all(&target).expect("mkdir"),
+        }
+    }
+    for dir in disk.paths_under(to).iter().chain([to.to_path_buf()].iter()) {
+        if disk.contents(dir).is_none() {
+            disk.sync_dir(dir).expect("sync dir");
+        }
+    }
+    let mut up = to.parent();
+    while let Some(dir) = up {
+        disk.sync_dir(dir).expect("sync dir");
+        up = dir.parent().filter(|p| p.starts_with(NODE_ROOT));
+    }
+    disk.forgive_io_time();
+}
+
+/// While the node is down an operator copies a partition's directory under a topic the
+/// metadata never had: boot keeps the copy (it may be the only copy of acknowledged data),
+/// never removes it, and fences the partition whose identity it claims.
+fn a_copy_claiming_a_partitions_identity_fences_it_and_is_kept() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0005);
+    s.with_persisted_topic(2)?;
+    for _ in 0..4 {
+        s.produce()?;
+    }
+    s.executor.kill_all();
+    let original = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+    let copy = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 7, 0);
+    {
+        let mut w = lock(&s.world);
+        copy_tree(&w, &original, &copy);
+        w.planted.insert(copy.clone());
+    }
+    s.restart(false)?;
+    let w = lock(&s.world);
+    assert!(
+        cairn_engine::env::Disk::exists(&w.disk, &copy).unwrap_or(false),
+        "the copy is kept"
+    );
+    drop(w);
+    Ok(s.decisions())
+}
+
+/// While the node serves, an operator's mistake leaves a partition's directory with data and
+/// no readable identity (its superblocks removed). A purge of the topic must not remove what
+/// it cannot account for: it keeps the directory and fences the partition.
+fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0006);
+    s.with_persisted_topic(1)?;
+    for _ in 0..3 {
+        s.produce()?;
+    }
+    let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+    {
+        let w = lock(&s.world);
+        for slot in ["superblock.a", "superblock.b"] {
+            cairn_engine::env::Disk::remove_file(&w.disk, &dir.join(slot)).expect("remove");
+        }
+        cairn_engine::env::Disk::sync_dir(&w.disk, &dir).expect("sync");
+        w.disk.forgive_io_time();
+    }
+    let world = s.world.clone();
+    let client = lock(&world).node.clone().expect("up").client(100);
+    let purge = cairn_engine::node::ops::MetaOp::PurgeTopic(
+        iggy_binary_protocol::requests::topics::PurgeTopicRequest {
+            stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        },
+    );
+    let (purged, sent) = super::block(&mut s.executor, async move {
+        let purged = client.execute(purge).await;
+        let mut builder = cairn_engine::format::BatchBuilder::new(1);
+        builder.push(u128::MAX, 0, b"after", b"");
+        let sent = client
+            .send(
+                &iggy_binary_protocol::WireIdentifier::numeric(0),
+                &iggy_binary_protocol::WireIdentifier::numeric(0),
+                &iggy_binary_protocol::WirePartitioning::PartitionId(0),
+                builder.build(),
+            )
+            .await;
+        (purged, sent)
+    })
+    .expect("the purge and the send finish");
+    assert!(
+        purged.is_ok(),
+        "the purge is journaled and done: {purged:?}"
+    );
+    let kept = lock(&s.world)
+        .disk
+        .paths_under(&dir)
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with(".log"));
+    assert!(
+        kept,
+        "the directory the purge could not account for is kept"
+    );
+    match sent {
+        Err(cairn_engine::node::NodeError::Partition(
+            cairn_engine::partition::PartitionError::Fenced(
+                cairn_engine::partition::FenceReason::DirectoryInTheWay { .. },
+            ),
+        )) => Ok(vec!["DirectoryInTheWay"]),
+        other => Err(crate::oracle::violation(
+            crate::oracle::INV_JUSTIFIED,
+            format!("a send after the purge answered {other:?}, not a fence for the directory in the way"),
+        )),
+    }
+}
+
+/// Every directed node scenario.
+pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_create_redone_after_a_lost_record_keeps_its_messages",
+        expect: &["DirWorkRedone"],
+        run: a_create_redone_after_a_lost_record_keeps_its_messages,
+    },
+    NodeDirected {
+        name: "a_removal_superseded_by_a_re_creation_is_not_redone",
+        expect: &["DirWorkRedone"],
+        run: a_removal_superseded_by_a_re_creation_is_not_redone,
+    },
+    NodeDirected {
+        name: "rot_in_an_entry_whose_work_began_is_refused",
+        expect: &["BootRefused"],
+        run: rot_in_an_entry_whose_work_began_is_refused,
+    },
+    NodeDirected {
+        name: "a_removed_partition_directory_is_fenced",
+        expect: &["DirectoryMissing"],
+        run: a_removed_partition_directory_is_fenced,
+    },
+    NodeDirected {
+        name: "a_copy_claiming_a_partitions_identity_fences_it_and_is_kept",
+        expect: &["IdentityDuplicated"],
+        run: a_copy_claiming_a_partitions_identity_fences_it_and_is_kept,
+    },
+    NodeDirected {
+        name: "a_purge_keeps_a_directory_it_cannot_account_for",
+        expect: &["DirectoryInTheWay"],
+        run: a_purge_keeps_a_directory_it_cannot_account_for,
+    },
+];

@@ -1,0 +1,649 @@
+//! The node-scope simulation: the concurrent [`Node`] (metadata owner, partition shards,
+//! groups owner, the blocking pool) on the simulated disk, driven by concurrent callers as
+//! tasks on the deterministic executor — admins, producers, a consumer with group members, a
+//! user-and-login caller, a reader of the published view — through process crashes, power
+//! losses, crashes inside operations and checkpoints, clock jumps, a full disk, and damage
+//! to the metadata files. Every disk call costs virtual time that the owner making it sleeps
+//! off, so operations of different callers really interleave.
+//!
+//! The oracle judges what each caller was told:
+//! - **metadata (invariant 6)**: every metadata reply carries its op number; the model
+//!   applies acknowledged ops in journal order and judges each refusal against the state it
+//!   was checked against. After every boot the whole recovered state (every field) equals the
+//!   model with the ops in doubt placed where the journal can hold them; the view never
+//!   showed an op the disk then lost; a refused boot needs a damaging fault still present;
+//! - **messages (1-3)**: acknowledged `persisted` messages survive, at their offset, in the
+//!   incarnation (identity) their send landed in; polls return only sent messages, gapless,
+//!   never below the log start;
+//! - **offsets (5)**, consumer-group memberships (every partition owned once, by exactly the
+//!   members the model knows), logins (an answer consistent with the users during the
+//!   login), the directory tree (exactly the model's partitions after deletes and boots),
+//!   and each retention deletion against the rule and the deletions before it.
+
+mod actors;
+mod checks;
+pub mod directed;
+mod model;
+
+pub use directed::{NodeDirected, NODE_SCENARIOS};
+
+use crate::executor::{Executor, ExecutorHandle};
+use crate::oracle::violation;
+use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
+use cairn_engine::env::Env;
+use cairn_engine::metadata::MetaSettings;
+use cairn_engine::node::{Node, NodeLimits, NodeSettings, PartitionKey, PasswordCost};
+use cairn_engine::partition::PartitionIdentity;
+use cairn_faults::{FaultKind, SimClock, SimDisk};
+use model::{AdminOp, Model, Window};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const NODE_ROOT: &str = "/node";
+
+/// The node scope's coverage rows: decision name, and what reaching it means.
+pub const NODE_COVERAGE: [(&str, &str); 16] = [
+    ("TruncateJournal", "metadata journal tail truncated at boot"),
+    (
+        "SnapshotReplay",
+        "boot from a snapshot plus replayed entries",
+    ),
+    ("BootRefused", "boot refused, justified by metadata damage"),
+    (
+        "RetentionDeletion",
+        "segment deleted by a shard's cleaner (rule checked)",
+    ),
+    (
+        "CrashDuringDeletion",
+        "a deletion interrupted by a crash, finished at boot",
+    ),
+    (
+        "GroupRebalance",
+        "consumer group membership changed, partitions rebalanced",
+    ),
+    ("EntityDeleted", "stream, topic or group deleted"),
+    (
+        "DirectoryMissing",
+        "a partition directory removed while down: fenced, never recreated",
+    ),
+    (
+        "FirstBootInterrupted",
+        "a crash inside the very first boot, finished by the next",
+    ),
+    (
+        "JoinedRunningPersist",
+        "a send arrived while its partition's persist ran and joined the next one",
+    ),
+    (
+        "PollDuringPersist",
+        "a poll arrived while its partition's persist ran",
+    ),
+    (
+        "MetaOpRacedSends",
+        "a purge or removal of a partition concurrent with sends to it",
+    ),
+    (
+        "LoginRacedDeletion",
+        "a login concurrent with the deletion of that user",
+    ),
+    ("InboxFull", "a full inbox pushed back on a caller"),
+    (
+        "MetadataBatched",
+        "two callers' metadata ops journaled in one batch",
+    ),
+    (
+        "CheckpointCrash",
+        "a crash inside a checkpoint (record, rename, journal cut), finished at boot",
+    ),
+];
+pub const INV_METADATA: &str = "6 metadata";
+pub const INV_RETENTION: &str = "6r retention";
+pub const INV_CALLERS: &str = "9 what callers were told";
+/// Most streams, topics per stream and partitions per topic the admins create.
+const MAX_STREAMS: usize = 3;
+const MAX_TOPICS: usize = 3;
+const MAX_PARTITIONS: u32 = 3;
+/// Restarts a run may take (each one a full boot and check).
+const MAX_RESTARTS: u32 = 40;
+/// Metadata states kept for judging refusals checked against an earlier op.
+const HISTORY: usize = 512;
+
+/// What one node-scope seed does.
+#[derive(Debug, Clone)]
+pub struct NodeProfile {
+    pub steps: u32,
+    pub producers: u32,
+    pub admins: u32,
+    pub shards: usize,
+    pub shard_inbox: usize,
+    pub meta_inbox: usize,
+    pub max_think_nanos: u64,
+    /// The longest a reader of the view waits between reads.
+    pub read_every_nanos: u64,
+    pub max_payload: usize,
+    /// Virtual time each disk call costs (seeded in this range).
+    pub disk_latency_nanos: (u64, u64),
+    /// Virtual time a password hash costs on the blocking pool.
+    pub hash_nanos: u64,
+    pub process_crash: f64,
+    pub power_loss: f64,
+    pub mid_operation_crash: f64,
+    /// While the node is down: a bit flipped in a metadata file, or a bad sector there.
+    pub metadata_damage: f64,
+    /// The next metadata journal sync lies (a power loss may follow).
+    pub metadata_lie: f64,
+    pub clock_jump: f64,
+    /// While the node is down: an operator removes a partition's directory.
+    pub dir_removal: f64,
+    /// A crash scripted inside the next checkpoint, or the next deletion.
+    pub checkpoint_crash: f64,
+    pub deletion_crash: f64,
+    /// The disk fills up for a while.
+    pub disk_full: f64,
+    /// Virtual time between each shard's cleaner passes.
+    pub cleaner_every_nanos: u64,
+    pub checkpoint_bytes: u64,
+    /// Message expiries topics are created with (µs), 0 = none.
+    pub expiries: [u64; 3],
+    /// The largest batch the node admits (size retention's floor is a segment plus this).
+    pub max_batch_bytes: u64,
+}
+
+impl NodeProfile {
+    pub fn from_seed(seed: u64) -> NodeProfile {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0a0d_e5ee_d000);
+        let maybe = |rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64| {
+            if rng.gen_bool(on) {
+                rng.gen_range(low..high)
+            } else {
+                0.0
+            }
+        };
+        NodeProfile {
+            steps: rng.gen_range(200..500),
+            producers: rng.gen_range(1..=3),
+            admins: rng.gen_range(1..=2),
+            shards: rng.gen_range(1..=3),
+            shard_inbox: [2, 4, 64][rng.gen_range(0..3)],
+            meta_inbox: [1, 4][rng.gen_range(0..2)],
+            max_think_nanos: [2_000_000, 20_000_000, 200_000_000][rng.gen_range(0..3)],
+            read_every_nanos: [50_000, 500_000, 10_000_000][rng.gen_range(0..3)],
+            // Large payloads in half the profiles: 1 MiB segments seal, so the cleaner has work.
+            max_payload: [256, 8 * 1024, 64 * 1024, 64 * 1024][rng.gen_range(0..4)],
+            disk_latency_nanos: [(2_000, 50_000), (50_000, 2_000_000)][rng.gen_range(0..2)],
+            hash_nanos: [100_000, 3_000_000][rng.gen_range(0..2)],
+            process_crash: maybe(&mut rng, 0.7, 0.002, 0.02),
+            power_loss: maybe(&mut rng, 0.7, 0.002, 0.02),
+            mid_operation_crash: maybe(&mut rng, 0.5, 0.002, 0.02),
+            metadata_damage: maybe(&mut rng, 0.3, 0.1, 0.5),
+            metadata_lie: maybe(&mut rng, 0.2, 0.005, 0.03),
+            clock_jump: maybe(&mut rng, 0.3, 0.005, 0.03),
+            dir_removal: maybe(&mut rng, 0.2, 0.1, 0.3),
+            checkpoint_crash: maybe(&mut rng, 0.2, 0.2, 0.6),
+            deletion_crash: maybe(&mut rng, 0.3, 0.05, 0.3),
+            disk_full: maybe(&mut rng, 0.15, 0.002, 0.01),
+            cleaner_every_nanos: [50_000_000, 500_000_000][rng.gen_range(0..2)],
+            checkpoint_bytes: [512, 4096, 1 << 20][rng.gen_range(0..3)],
+            expiries: [
+                0,
+                rng.gen_range(100_000..2_000_000),
+                rng.gen_range(1..50_000),
+            ],
+            max_batch_bytes: 1 << 20,
+        }
+    }
+}
+
+// The model of a partition ------------------------------------------------------------------
+
+/// A consumer whose offset the model follows: a consumer id, or a group's incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Holder {
+    Consumer(u32),
+    Group { id: u32, incarnation: u64 },
+}
+
+/// One incarnation of a partition (an identity: a purge or a re-creation makes another).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PartModel {
+    /// Whether its topic is `persisted` (for messages, and for offsets); `None` until the
+    /// model adopts the op that created this incarnation.
+    pub(crate) persisted: Option<(bool, bool)>,
+    /// Offset → message id, for every acknowledged message the log still holds.
+    pub(crate) messages: BTreeMap<u64, u128>,
+    /// Acknowledged batches: base offset → (messages, stamp).
+    pub(crate) batches: BTreeMap<u64, (u32, u64)>,
+    /// The first offset the log holds, as the model knows it.
+    pub(crate) log_start: u64,
+    /// A deletion a crash interrupted may have moved the log start.
+    pub(crate) log_start_unknown: bool,
+    /// Holder → the last acknowledged store, and every value stored since the last check (a
+    /// store in doubt or a replicated one may or may not have survived).
+    pub(crate) offsets: BTreeMap<Holder, (Option<u64>, BTreeSet<Option<u64>>)>,
+    /// Holders an auto-commit of unknown value may have stored into (its poll's answer was
+    /// lost): any offset up to the end is theirs until the next check.
+    pub(crate) unknown_offsets: BTreeSet<Holder>,
+    /// When a send to it was last acknowledged (virtual nanoseconds).
+    pub(crate) last_ack: u64,
+}
+
+impl PartModel {
+    fn acked_end(&self) -> u64 {
+        self.messages
+            .keys()
+            .next_back()
+            .map_or(self.log_start, |o| o + 1)
+    }
+
+    pub(crate) fn persisted(&self) -> bool {
+        self.persisted.is_some_and(|p| p.0)
+    }
+}
+
+/// A metadata op a caller has sent and not yet had judged.
+#[derive(Debug, Clone)]
+pub(crate) struct Sent {
+    pub(crate) op: AdminOp,
+    /// Virtual time and wall clock when it was sent, and the clock jumps before it.
+    pub(crate) at: u64,
+    pub(crate) wall: u64,
+    pub(crate) jumps: u32,
+    /// How many times the disk had filled up when it was sent (a no-space answer needs a
+    /// full disk at some point while it ran).
+    pub(crate) fills: u32,
+}
+
+/// An accepted op waiting for the ops before it.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    pub(crate) sent: Sent,
+    pub(crate) created: Option<u32>,
+    pub(crate) window: Window,
+}
+
+// The world ---------------------------------------------------------------------------------
+
+pub struct NodeWorld {
+    pub profile: NodeProfile,
+    pub rng: ChaCha8Rng,
+    pub disk: SimDisk,
+    pub clock: SimClock,
+    pub env: Env,
+    pub trace: Trace,
+    pub report: RunReport,
+    node: Option<Node>,
+    cluster: u128,
+    model: Model,
+    /// The model after each recent op, for refusals checked against an earlier state.
+    history: BTreeMap<u64, Model>,
+    /// Accepted ops whose op number lies beyond the model's next one.
+    pending: BTreeMap<u64, Accepted>,
+    /// Refusals checked against a state the model has not reached yet.
+    deferred_refusals: Vec<(u64, Sent)>,
+    /// Ops sent whose answer has not come, by caller.
+    in_flight: BTreeMap<u32, Sent>,
+    /// Ops whose answer a crash or a failure took: each may or may not have happened.
+    in_doubt: Vec<Sent>,
+    /// Every partition incarnation the callers saw.
+    parts: BTreeMap<PartitionIdentity, PartModel>,
+    /// Partitions whose directory an operator removed while the node was down.
+    removed: BTreeSet<PartitionKey>,
+    /// Every message id a producer sent (a poll may return only these).
+    sent_ids: BTreeSet<u128>,
+    /// Group members the model believes joined: (stream, topic, group, incarnation) →
+    /// clients.
+    members: BTreeMap<(u32, u32, u32, u64), BTreeSet<u128>>,
+    next_id: u128,
+    next_name: u32,
+    pub stop: Option<bool>,
+    pub violation: Option<Violation>,
+    pub ops: u32,
+    pub faulty: bool,
+    /// Boot was refused, justified: the run ends.
+    pub refused: bool,
+    /// Metadata files whose lied pages a power loss dropped.
+    metadata_lies_lost: BTreeSet<PathBuf>,
+    /// The metadata file this run's lying syncs strike (see `nemesis`).
+    metadata_lie_target: Option<&'static str>,
+    /// A power loss undid a lying superblock-record sync and no boot has recorded the
+    /// journal's end since (see `metadata_damage_target`).
+    journal_tail_exposed: bool,
+    restarts: u32,
+    /// The latest wall-clock time the node could have read (jumps back do not lower it).
+    max_wall: u64,
+    /// Clock jumps so far (an op's window is unknown when one happened during it).
+    jumps: u32,
+    /// The newest op any caller saw in the published view.
+    max_observed_op: u64,
+    /// A checkpoint crash, or a deletion crash, is scripted and has not struck yet.
+    checkpoint_crash_armed: bool,
+    deletion_crash_armed: bool,
+    /// The op count at which a full disk has room again, and how often it filled.
+    disk_full_until: Option<u32>,
+    pub(crate) fills: u32,
+    /// When the disk last had room again after being full (virtual nanoseconds).
+    pub(crate) last_full: u64,
+    /// Group polls with auto-commit in flight, by client: (topic, group holder).
+    pub(crate) auto_commits: BTreeMap<u128, ((u32, u32), Holder)>,
+    /// Directories a directed scenario put under `streams/` that no op made (an operator's
+    /// copy): boot must keep them and fence the partition whose identity they claim.
+    pub(crate) planted: BTreeSet<PathBuf>,
+    /// Partitions an explicit segment deletion is in flight for.
+    pub(crate) deleting: BTreeSet<PartitionKey>,
+    /// Deletions of users in flight: username → when sent.
+    deleting_users: BTreeMap<String, u64>,
+}
+
+fn settings(profile: &NodeProfile) -> NodeSettings {
+    let mut partition = cairn_engine::config::PartitionSettings::default();
+    partition.limits.max_batch_bytes = profile.max_batch_bytes;
+    NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        meta: MetaSettings {
+            checkpoint_bytes: profile.checkpoint_bytes,
+        },
+        partition,
+        cleaner_interval: Duration::from_nanos(profile.cleaner_every_nanos),
+        shards: profile.shards,
+        limits: NodeLimits {
+            meta_inbox: profile.meta_inbox,
+            shard_inbox: profile.shard_inbox,
+            groups_inbox: 16,
+            in_flight_per_client: 4,
+            journal_bytes: 64 << 20,
+        },
+        ..Default::default()
+    }
+}
+
+pub(crate) type Shared = Arc<Mutex<NodeWorld>>;
+
+pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, NodeWorld> {
+    world.lock().expect("world")
+}
+
+impl NodeWorld {
+    pub fn new(
+        seed: u64,
+        disk: SimDisk,
+        clock: SimClock,
+        env: Env,
+        tasks: ExecutorHandle,
+        trace: Trace,
+        report: RunReport,
+    ) -> NodeWorld {
+        let profile = NodeProfile::from_seed(seed);
+        disk.set_latency_debt(profile.disk_latency_nanos.0, profile.disk_latency_nanos.1);
+        tasks.set_blocking_cost(Duration::from_nanos(profile.hash_nanos));
+        NodeWorld {
+            profile,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x0de0),
+            disk,
+            clock,
+            env,
+            trace,
+            report,
+            node: None,
+            cluster: 0,
+            model: Model::default(),
+            history: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            deferred_refusals: Vec::new(),
+            in_flight: BTreeMap::new(),
+            in_doubt: Vec::new(),
+            parts: BTreeMap::new(),
+            removed: BTreeSet::new(),
+            sent_ids: BTreeSet::new(),
+            members: BTreeMap::new(),
+            next_id: 1,
+            next_name: 0,
+            stop: None,
+            violation: None,
+            ops: 0,
+            faulty: true,
+            refused: false,
+            metadata_lies_lost: BTreeSet::new(),
+            metadata_lie_target: None,
+            journal_tail_exposed: false,
+            restarts: 0,
+            max_wall: 0,
+            jumps: 0,
+            max_observed_op: 0,
+            checkpoint_crash_armed: false,
+            deletion_crash_armed: false,
+            disk_full_until: None,
+            fills: 0,
+            last_full: 0,
+            deleting_users: BTreeMap::new(),
+            deleting: BTreeSet::new(),
+            planted: BTreeSet::new(),
+            auto_commits: BTreeMap::new(),
+        }
+    }
+
+    pub fn event(&mut self, text: impl AsRef<str>) {
+        self.trace.event(text);
+    }
+
+    pub fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.violation = Some(v);
+        }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen_bool(p.min(1.0))
+    }
+
+    pub(crate) fn decision(&mut self, name: &'static str) {
+        *self.report.decisions.entry(name).or_default() += 1;
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.node.is_some() && !self.refused
+    }
+
+    fn wall(&self) -> u64 {
+        self.env.clock.wall_micros()
+    }
+
+    /// The virtual time now.
+    fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    /// Faults of the nemesis after every step: clock jumps, lies, crashes, a full disk.
+    pub fn nemesis(&mut self) {
+        if self.stop.is_some() || self.violation.is_some() || !self.faulty {
+            return;
+        }
+        self.max_wall = self.max_wall.max(self.wall());
+        if self.chance(self.profile.clock_jump) {
+            let jump: i64 = self.rng.gen_range(-86_400_000_000..86_400_000_000);
+            self.clock.jump_wall(jump);
+            self.jumps += 1;
+            self.disk
+                .record(FaultKind::ClockJump, None, format!("{jump} us"));
+            self.event(format!("fault clock jump {jump} us"));
+        }
+        if self.chance(self.profile.metadata_lie) {
+            // The journal's sync, or a superblock record's. One of them per run (a scripted
+            // lie outlives a power loss): a journal entry and the record covering it both
+            // lost to lies leave the disk byte for byte as it was before the op, which no
+            // single-disk design can tell from never having done it; this oracle does not
+            // model rolling back acknowledged metadata ops, so the pair is not injected.
+            let pick = self.rng.gen_range(0..2);
+            let target = *self
+                .metadata_lie_target
+                .get_or_insert(["journal.wal", "metadata/superblock"][pick]);
+            self.disk
+                .script(cairn_faults::Scripted::LieOnSync(target.into()));
+            self.event(format!("fault the next sync of {target} lies"));
+        }
+        if !self.checkpoint_crash_armed && self.chance(self.profile.checkpoint_crash) {
+            self.arm_checkpoint_crash();
+        }
+        if !self.deletion_crash_armed && self.chance(self.profile.deletion_crash) {
+            self.deletion_crash_armed = true;
+            self.disk.script(cairn_faults::Scripted::CrashOnCall {
+                call: cairn_faults::Call::Remove,
+                part: ".log".into(),
+            });
+        }
+        let fill = self.disk_full_until.is_none() && self.chance(self.profile.disk_full);
+        match self.disk_full_until {
+            Some(until) if self.ops >= until => {
+                let mut faults = self.disk.faults();
+                faults.capacity = None;
+                self.disk.set_faults(faults);
+                self.disk_full_until = None;
+                self.last_full = self.now();
+                self.event("the disk has room again");
+            }
+            None if fill => {
+                let mut faults = self.disk.faults();
+                faults.capacity = Some(self.disk.used_bytes() + self.rng.gen_range(0..4096));
+                self.disk.set_faults(faults);
+                self.disk_full_until = Some(self.ops + self.rng.gen_range(2..20));
+                self.fills += 1;
+                self.event("fault the disk is full");
+            }
+            _ => {}
+        }
+        if self.chance(self.profile.power_loss) {
+            self.stop = Some(true);
+        } else if self.chance(self.profile.process_crash) {
+            self.stop = Some(false);
+        } else if self.chance(self.profile.mid_operation_crash) {
+            let n = self.rng.gen_range(0..8);
+            self.disk.arm_crash(n);
+            self.event(format!("fault crash armed at mutating call +{n}"));
+        }
+    }
+
+    /// A crash at one of a checkpoint's steps: before its record (the temporary snapshot),
+    /// between the record and the rename, or between the rename and the journal cut.
+    fn arm_checkpoint_crash(&mut self) {
+        use cairn_faults::{Call, Scripted};
+        let (call, part, step) = match self.rng.gen_range(0..3) {
+            0 => (Call::Sync, "snapshot.bin.tmp", "before its record"),
+            1 => (
+                Call::Rename,
+                "snapshot.bin",
+                "between its record and the rename",
+            ),
+            _ => (
+                Call::SetLen,
+                "journal.wal",
+                "between the rename and the journal cut",
+            ),
+        };
+        self.disk.script(Scripted::CrashOnCall {
+            call,
+            part: part.into(),
+        });
+        self.checkpoint_crash_armed = true;
+        self.event(format!(
+            "fault a crash is scripted inside the next checkpoint, {step}"
+        ));
+    }
+}
+
+// The run -----------------------------------------------------------------------------------
+
+/// Runs `future` on the executor until it finishes; `None` if the run stalled first.
+pub(crate) fn block<T: Send + 'static>(
+    executor: &mut Executor,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+    let out = slot.clone();
+    cairn_engine::env::Tasks::spawn(
+        &executor.handle(),
+        Box::pin(async move {
+            let value = future.await;
+            *out.lock().expect("slot") = Some(value);
+        }),
+    );
+    let done = || slot.lock().expect("slot").is_some();
+    executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &|| !done());
+    let value = slot.lock().expect("slot").take();
+    value
+}
+
+/// Runs one node-scope seed.
+pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
+    let world: Shared = Arc::new(Mutex::new(world));
+    if let Err(v) = checks::setup(&world, &mut executor) {
+        lock(&world).fail(v);
+    }
+    loop {
+        {
+            let w = lock(&world);
+            if w.violation.is_some() || w.refused || !w.faulty {
+                break;
+            }
+        }
+        actors::spawn(&world, &executor);
+        let keep_going = || {
+            let w = lock(&world);
+            w.stop.is_none() && w.violation.is_none()
+        };
+        executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
+        executor.kill_all();
+        let power = {
+            let mut w = lock(&world);
+            if w.violation.is_some() {
+                break;
+            }
+            let power = w.stop.take().unwrap_or(false);
+            if w.restarts >= MAX_RESTARTS {
+                w.faulty = false;
+            }
+            if !w.faulty {
+                break;
+            }
+            power
+        };
+        if let Err(v) = checks::restart(&world, &mut executor, power) {
+            lock(&world).fail(v);
+            break;
+        }
+    }
+    let liveness = {
+        let w = lock(&world);
+        w.violation.is_none() && !w.refused
+    };
+    if liveness {
+        if let Err(v) = checks::liveness(&world, &mut executor) {
+            lock(&world).fail(v);
+        }
+    }
+    executor.kill_all();
+    let mut w = lock(&world);
+    for record in w.disk.records() {
+        *w.report.faults_fired.entry(record.kind).or_default() += 1;
+    }
+    if let Some(v) = w.violation.clone() {
+        w.event(format!("VIOLATION {v}"));
+    }
+    let report = w
+        .report
+        .clone()
+        .finished(w.violation.clone(), w.ops, &w.clock, &w.trace);
+    (report, 0)
+}
+
+/// A partition identity's key.
+pub(crate) fn key(identity: &PartitionIdentity) -> PartitionKey {
+    (identity.stream_id, identity.topic_id, identity.partition_id)
+}
+
+/// A violation of the metadata invariant.
+pub(crate) fn meta_violation(evidence: String) -> Violation {
+    violation(INV_METADATA, evidence)
+}
