@@ -233,6 +233,9 @@ pub enum MetaAction {
     /// Remove a `snapshot.bin.tmp` the record does not name (a checkpoint interrupted before
     /// its record).
     RemoveTempSnapshot,
+    /// The trusted record survives in one copy of its slot file: write the next two records
+    /// (one into each slot), so each slot file holds two good copies again.
+    RewriteSlot { path: PathBuf },
 }
 
 impl MetaAction {
@@ -241,6 +244,7 @@ impl MetaAction {
             MetaAction::TruncateJournal { .. } => "TruncateJournal",
             MetaAction::FinishSnapshot => "FinishSnapshot",
             MetaAction::RemoveTempSnapshot => "RemoveTempSnapshot",
+            MetaAction::RewriteSlot { .. } => "RewriteSlot",
         }
     }
 }
@@ -263,6 +267,11 @@ impl fmt::Display for MetaAction {
                 f,
                 "remove {}: a checkpoint interrupted before its record",
                 snapshot::TEMP
+            ),
+            MetaAction::RewriteSlot { path } => write!(
+                f,
+                "write the next records into both superblock slots: the newest survives in one copy of {}",
+                path.display()
             ),
         }
     }
@@ -338,7 +347,12 @@ enum Slot {
     Missing,
     Problem(String),
     Misplaced(String),
-    Valid(MetaRecord),
+    /// The newest valid record of the slot; `degraded` when the file's other copy is not
+    /// the same valid record.
+    Valid {
+        record: MetaRecord,
+        degraded: bool,
+    },
 }
 
 fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> Slot {
@@ -354,10 +368,15 @@ fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> 
     };
     let mut best: Option<MetaRecord> = None;
     let mut problems = Vec::new();
+    let mut valid = Vec::new();
     for copy in *copies {
         match copy.and_then(|bytes| MetaRecord::decode(&bytes).map_err(|e| e.to_string())) {
-            Ok(record) if best.is_none_or(|b| record.sequence > b.sequence) => best = Some(record),
-            Ok(_) => {}
+            Ok(record) => {
+                valid.push(record);
+                if best.is_none_or(|b| record.sequence > b.sequence) {
+                    best = Some(record);
+                }
+            }
             Err(problem) => problems.push(problem),
         }
     }
@@ -366,7 +385,11 @@ fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> 
             "it holds sequence {}, which belongs in the other slot",
             record.sequence
         )),
-        Some(record) => Slot::Valid(record),
+        Some(record) => Slot::Valid {
+            record,
+            // The other copy is unreadable, rotten or older: the record survives in one.
+            degraded: valid.len() < 2 || valid.iter().any(|r| *r != record),
+        },
         None => Slot::Problem(problems.join("; ")),
     }
 }
@@ -422,7 +445,7 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
         .iter()
         .enumerate()
         .filter_map(|(i, s)| match s {
-            Slot::Valid(r) => Some((i, *r)),
+            Slot::Valid { record, .. } => Some((i, *record)),
             _ => None,
         })
         .max_by_key(|(_, r)| r.sequence);
@@ -431,7 +454,7 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
     };
     let other = 1 - trusted_slot;
     let uncertain = match &slots[other] {
-        Slot::Valid(_) => None,
+        Slot::Valid { .. } => None,
         Slot::Missing => {
             notes.push(format!(
                 "{} is missing",
@@ -445,6 +468,14 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
         }
     };
     let mut actions = Vec::new();
+    if let Slot::Valid { degraded: true, .. } = &slots[trusted_slot] {
+        let path = dir.join(SLOT_NAMES[trusted_slot]);
+        notes.push(format!(
+            "{}: the newest record survives in one copy only",
+            path.display()
+        ));
+        actions.push(MetaAction::RewriteSlot { path });
+    }
     let state = match load_snapshot(disk, &dir, &entries, &record, &mut actions)? {
         Ok(state) => state,
         Err(refusal) => return Ok(MetaPlan::refused(&dir, refusal, notes)),
@@ -526,7 +557,7 @@ fn no_record(
             match s {
                 Slot::Missing => format!("{name} is missing"),
                 Slot::Problem(p) | Slot::Misplaced(p) => format!("{name}: {p}"),
-                Slot::Valid(_) => unreachable!("no valid record"),
+                Slot::Valid { .. } => unreachable!("no valid record"),
             }
         })
         .collect();
@@ -909,6 +940,8 @@ impl MetadataPlane {
                         .map_err(at("remove", &dir))?;
                     disk.sync_dir(&dir).map_err(at("sync", &dir))?;
                 }
+                // Done once the plane is open (it writes records).
+                MetaAction::RewriteSlot { .. } => {}
             }
         }
         let journal = disk
@@ -925,7 +958,7 @@ impl MetadataPlane {
             plan.journal_end,
             "the plan's actions left the journal"
         );
-        Ok(MetadataPlane {
+        let mut plane = MetadataPlane {
             disk: shared.clone(),
             dir,
             journal,
@@ -934,7 +967,18 @@ impl MetadataPlane {
             last_op: plan.last_op,
             last_checksum: plan.last_checksum,
             settings,
-        })
+        };
+        if plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, MetaAction::RewriteSlot { .. }))
+        {
+            // The next record goes into the other slot, the one after into the degraded one.
+            for _ in 0..2 {
+                plane.write_record(|_| {})?;
+            }
+        }
+        Ok(plane)
     }
 
     fn initialise(

@@ -185,6 +185,7 @@ impl NodeWorld {
                 MetaAction::FinishSnapshot | MetaAction::RemoveTempSnapshot => {
                     self.decision("CheckpointCrash");
                 }
+                MetaAction::RewriteSlot { .. } => self.decision("MetaSlotRepaired"),
             }
         }
         if plan.record.is_some_and(|r| r.snapshot.op > 0) && !plan.replayed.is_empty() {

@@ -1,0 +1,152 @@
+//! Group commit across callers on real files: many threads, each its own client, sending
+//! `persisted` batches to one partition at once. Fewer syncs than acknowledgements (the
+//! sends that arrive while a persist runs share the next one), every acknowledged message at
+//! its offset; and on a disk that crashes after N mutating calls, every message acknowledged
+//! before the crash is there after the next boot.
+// Test driver: real threads are the concurrent callers.
+#![allow(clippy::disallowed_methods)]
+
+use cairn_engine::env::real::block_on;
+use cairn_engine::node::{Client, Node};
+use cairn_tests::*;
+use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+const THREADS: usize = 16;
+
+fn id(n: u32) -> WireIdentifier {
+    WireIdentifier::numeric(n)
+}
+
+/// Every acknowledged message: offset → id.
+type Acked = Arc<Mutex<BTreeMap<u64, u128>>>;
+
+/// `THREADS` callers each sending `sends` one-message batches to partition 0 until one
+/// fails; what was acknowledged.
+fn send_concurrently(node: &Node, sends: usize) -> Acked {
+    let acked: Acked = Arc::default();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let client: Client = node.client(100 + t as u128);
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for i in 0..sends {
+                    let seed = (t * 1000 + i) as u64;
+                    let sent = block_on(client.send(
+                        &id(0),
+                        &id(0),
+                        &WirePartitioning::PartitionId(0),
+                        batch(seed, 1, 100),
+                    ));
+                    let Ok(sent) = sent else { return };
+                    assert!(sent.ack.durable, "a persisted send is answered durable");
+                    acked
+                        .lock()
+                        .unwrap()
+                        .insert(sent.ack.base_offset, message_id(seed, 0));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    acked
+}
+
+fn persisted_topic(node: &TestNode) {
+    node.create_stream("s").unwrap();
+    node.create_topic(
+        &id(0),
+        "t",
+        1,
+        topic_options(&[("durability", 2, b"persisted")]),
+    )
+    .unwrap();
+}
+
+fn check_present(node: &TestNode, acked: &Acked, what: &str) {
+    let found: BTreeMap<u64, u128> = read_node(node, (0, 0, 0))
+        .into_iter()
+        .map(|(offset, id, _)| (offset, id))
+        .collect();
+    for (offset, id) in acked.lock().unwrap().iter() {
+        assert_eq!(
+            found.get(offset),
+            Some(id),
+            "{what}: acknowledged offset {offset} lost or changed"
+        );
+    }
+}
+
+#[test]
+fn concurrent_persisted_sends_share_syncs_and_every_ack_is_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disk = CountingDisk::default();
+    let mut env = real_env();
+    env.disk = Arc::new(disk.clone());
+    let node = start(&env, root, node_settings()).unwrap().node;
+    persisted_topic(&node);
+    let before = disk.syncs_of(".log");
+    let acked = send_concurrently(&node.node, 40);
+    let acks = acked.lock().unwrap().len();
+    let syncs = disk.syncs_of(".log") - before;
+    assert_eq!(acks, THREADS * 40);
+    assert!(
+        syncs < acks,
+        "{syncs} log syncs for {acks} acknowledgements: no group commit"
+    );
+    assert!(
+        node.node.stats().joined_running_persist > 0,
+        "some sends joined a persist already running"
+    );
+    let offsets: Vec<u64> = acked.lock().unwrap().keys().copied().collect();
+    assert_eq!(
+        offsets,
+        (0..acks as u64).collect::<Vec<_>>(),
+        "gapless offsets, each given once"
+    );
+    check_present(&node, &acked, "after the sends");
+    node.halt();
+    let node = start(&real_env(), root, node_settings()).unwrap().node;
+    check_present(&node, &acked, "after a crash");
+}
+
+/// A crash at a range of points while the callers send: the next boot keeps every message
+/// acknowledged before it.
+#[test]
+fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
+    let mut cut_short = 0;
+    for budget in [25usize, 60, 110, 170, 240, 330] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let node = start(&real_env(), root, node_settings()).unwrap().node;
+        persisted_topic(&node);
+        node.halt();
+        let mut env = real_env();
+        env.disk = Arc::new(CrashingDisk::new(budget));
+        let Ok(booted) = start(&env, root, node_settings()) else {
+            continue; // the crash struck inside the boot
+        };
+        let acked = send_concurrently(&booted.node.node, 30);
+        let acks = acked.lock().unwrap().len();
+        cut_short += usize::from(acks > 0 && acks < THREADS * 30);
+        booted.node.halt();
+        let node = boot_again(root);
+        check_present(&node, &acked, &format!("budget {budget}"));
+        node.halt();
+    }
+    assert!(
+        cut_short >= 3,
+        "the crash struck while callers sent ({cut_short} times)"
+    );
+}
+
+fn boot_again(root: &Path) -> TestNode {
+    start(&real_env(), root, node_settings())
+        .expect("the boot after a crash")
+        .node
+}
