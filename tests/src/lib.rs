@@ -580,3 +580,97 @@ pub fn inflict(dir: &Path, damage: &Damage, pick: impl Fn(&proptest::sample::Ind
         }
     }
 }
+
+/// A real disk on which one chosen `open` blocks until the test lets it go: arm it with a
+/// path part and how many matching opens pass first; the next one waits in the calling
+/// owner (an OS thread) while the test looks at what the node answers meanwhile.
+#[derive(Default, Clone)]
+pub struct GatedDisk {
+    gate: Arc<(Mutex<Gate>, std::sync::Condvar)>,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: Option<(String, usize)>,
+    blocked: bool,
+    released: bool,
+}
+
+impl GatedDisk {
+    /// The open of a path containing `part` after `pass` such opens blocks.
+    pub fn arm(&self, part: &str, pass: usize) {
+        let mut gate = self.gate.0.lock().unwrap();
+        *gate = Gate {
+            armed: Some((part.to_string(), pass)),
+            ..Gate::default()
+        };
+    }
+
+    /// Waits until an open is blocked at the gate (false after `timeout`).
+    pub fn wait_blocked(&self, timeout: std::time::Duration) -> bool {
+        let (lock, signal) = &*self.gate;
+        let gate = lock.lock().unwrap();
+        let (gate, _) = signal
+            .wait_timeout_while(gate, timeout, |g| !g.blocked)
+            .unwrap();
+        gate.blocked
+    }
+
+    /// Lets the blocked open (and every later one) through.
+    pub fn release(&self) {
+        let (lock, signal) = &*self.gate;
+        let mut gate = lock.lock().unwrap();
+        gate.released = true;
+        gate.armed = None;
+        signal.notify_all();
+    }
+
+    fn pass(&self, path: &Path) {
+        let (lock, signal) = &*self.gate;
+        let mut gate = lock.lock().unwrap();
+        let Some((part, pass)) = gate.armed.clone() else {
+            return;
+        };
+        if !path.to_string_lossy().contains(&part) {
+            return;
+        }
+        if pass > 0 {
+            gate.armed = Some((part, pass - 1));
+            return;
+        }
+        gate.blocked = true;
+        signal.notify_all();
+        let _released = signal.wait_while(gate, |g| !g.released).unwrap();
+    }
+}
+
+impl Disk for GatedDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        self.pass(path);
+        RealDisk.open(path, mode)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.create_dir_all(path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        RealDisk.read_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealDisk.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealDisk.remove_dir_all(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        RealDisk.sync_dir(path)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        RealDisk.exists(path)
+    }
+    fn take_io_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}

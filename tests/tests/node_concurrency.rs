@@ -150,3 +150,62 @@ fn boot_again(root: &Path) -> TestNode {
         .expect("the boot after a crash")
         .node
 }
+
+/// A purge replaces a partition while callers send to it. The partition the purge creates
+/// answers nobody until the purge is recorded applied: until then a boot would take a
+/// missing directory for the purge's work not yet done and create it again, empty, and an
+/// acknowledged message would be gone. Here the record's write is held at a gate: a send to
+/// the partition waits for it, and is answered (from the new partition) once it lands.
+#[test]
+fn a_partition_a_purge_creates_answers_only_once_the_purge_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disk = GatedDisk::default();
+    let mut env = real_env();
+    env.disk = Arc::new(disk.clone());
+    let node = start(&env, root, node_settings()).unwrap().node;
+    persisted_topic(&node);
+    let send = |node: &TestNode, seed: u64| {
+        node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(0),
+            batch(seed, 1, 100),
+        )
+    };
+    let before = send(&node, 1).unwrap();
+    // The purge's first superblock record (the journal, before the work) passes; the
+    // second (applied, after the work) waits at the gate.
+    disk.arm("metadata/superblock", 1);
+    let purging = {
+        let node = node.clone();
+        std::thread::spawn(move || node.purge_topic(&id(0), &id(0)))
+    };
+    assert!(
+        disk.wait_blocked(std::time::Duration::from_secs(10)),
+        "the purge reached its applied record"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = {
+        let node = node.as_client(7);
+        std::thread::spawn(move || tx.send(send(&node, 2)).unwrap())
+    };
+    let early = rx.recv_timeout(std::time::Duration::from_millis(300));
+    assert!(
+        early.is_err(),
+        "a send was answered by a partition whose purge is not yet recorded: {early:?}"
+    );
+    disk.release();
+    purging.join().unwrap().expect("the purge");
+    let sent = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("answered once the purge is recorded")
+        .expect("the send");
+    sender.join().unwrap();
+    assert_ne!(
+        sent.nonce, before.nonce,
+        "from the partition the purge made"
+    );
+    assert_eq!(sent.ack.base_offset, 0);
+    node.close().unwrap();
+}

@@ -230,7 +230,13 @@ fn cluster_of(root: &Path) -> u128 {
 
 /// Appends whole, chained entries after the journal's last one (what a crash between a
 /// batch's journal sync and its record leaves).
+/// Appends a CreateStream entry per name after the journal's last, unrecorded: each written
+/// after the one before it was durable, or all in one write (`one_write`).
 fn append_unrecorded(root: &Path, names: &[&str]) -> Vec<u64> {
+    append_entries(root, names, false)
+}
+
+fn append_entries(root: &Path, names: &[&str], one_write: bool) -> Vec<u64> {
     let path = journal_path(root);
     let mut bytes = std::fs::read(&path).unwrap();
     let scan = journal::scan(&bytes, cluster_of(root));
@@ -245,8 +251,10 @@ fn append_unrecorded(root: &Path, names: &[&str]) -> Vec<u64> {
                 options: WireOptions::empty(),
             },
         );
+        let commit = if one_write { last.op } else { op - 1 };
         let entry = journal::encode(
             op,
+            commit,
             parent,
             last.cluster,
             Operation::CreateStream,
@@ -305,6 +313,40 @@ fn damage_followed_by_a_whole_entry_is_interior_corruption() {
         } => assert_eq!((position, later_entry), (positions[0], positions[1])),
         other => panic!("{other}"),
     }
+}
+
+/// A crash tears a write sector by sector: the first entry of a two-entry write can be lost
+/// while the second lands whole. Neither was ever durable (the second's commit number says
+/// it was written with the first, before any sync): a torn tail, not interior damage.
+#[test]
+fn damage_followed_only_by_entries_of_its_own_write_is_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    node_with_topic(root, 1, WireOptions::empty()).halt();
+    let positions = append_entries(root, &["one", "two"], true);
+    let journal = journal_path(root);
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes[positions[0] as usize..positions[0] as usize + 512].fill(0);
+    std::fs::write(&journal, &bytes).unwrap();
+    let booted = boot(root);
+    assert!(
+        matches!(
+            booted.plan.actions.as_slice(),
+            [MetaAction::TruncateJournal { from, .. }] if *from == positions[0]
+        ),
+        "{:?}",
+        booted.plan.actions
+    );
+    let names: Vec<String> = booted
+        .node
+        .view()
+        .streams()
+        .values()
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(!names.iter().any(|n| n == "one" || n == "two"), "{names:?}");
+    booted.node.halt();
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), positions[0]);
 }
 
 #[test]
@@ -958,6 +1000,7 @@ fn append_entry(root: &Path, operation: Operation, body: &[u8], parent: Option<u
         .clone();
     let entry = journal::encode(
         last.op + 1,
+        last.op,
         parent.unwrap_or(last.checksum),
         last.cluster,
         operation,

@@ -7,8 +7,10 @@
 //! header, hence `checksum_body`, hence the body); `checksum_body` = xxh3-64 of the body;
 //! `cluster`; `size` = 256 + body; `command` = Prepare; `parent` = the previous entry's
 //! checksum (a hash chain; the first entry after a checkpoint names the snapshot's anchor);
-//! `op` (1, 2, 3, ... never reused); `commit` = `op` (a single node commits what it
-//! journals); `timestamp` (wall-clock µs, the entities' creation time); `operation`;
+//! `op` (1, 2, 3, ... never reused); `commit` = the last op whose entry was durable (synced)
+//! when this one was written, VSR's commit number: the entries of one write share it, so
+//! boot can tell the entries of a torn last write (commit below every op of that write) from
+//! entries written after damaged ones were durable; `timestamp` (wall-clock µs, the entities' creation time); `operation`;
 //! `group` = the metadata group; `user_id` = the acting user; `client` / `request` = the
 //! session's, when a client asked.
 
@@ -37,6 +39,8 @@ pub struct Entry {
     pub position: u64,
     pub len: u64,
     pub op: u64,
+    /// The last op durable when this entry was written.
+    pub commit: u64,
     pub parent: u128,
     pub checksum: u128,
     pub cluster: u128,
@@ -70,9 +74,10 @@ impl std::fmt::Display for EntryProblem {
     }
 }
 
-/// The bytes of one entry.
+/// The bytes of one entry: op `op`, written when ops up to `commit` were durable.
 pub fn encode(
     op: u64,
+    commit: u64,
     parent: u128,
     cluster: u128,
     operation: Operation,
@@ -81,6 +86,7 @@ pub fn encode(
 ) -> Vec<u8> {
     assert!(body.len() <= MAX_BODY_LEN, "metadata bodies are bounded");
     assert!(op > 0, "op numbers start at 1");
+    assert!(commit < op, "an entry is written before it is durable");
     let mut header = PrepareHeader {
         checksum_body: u128::from(xxh3_64(body)),
         cluster,
@@ -89,7 +95,7 @@ pub fn encode(
         client: origin.client,
         parent,
         op,
-        commit: op,
+        commit,
         timestamp: origin.timestamp,
         request: origin.request,
         operation,
@@ -133,7 +139,7 @@ pub fn decode_at(journal: &[u8], position: u64) -> Result<Entry, EntryProblem> {
     if header.view != 0 {
         return Err(invalid(format!("view {} on a single node", header.view)));
     }
-    if header.group != METADATA_GROUP || header.commit != header.op || header.op == 0 {
+    if header.group != METADATA_GROUP || header.commit > header.op || header.op == 0 {
         return Err(invalid("not a cairn metadata prepare".into()));
     }
     let size = header.size as usize;
@@ -154,6 +160,7 @@ pub fn decode_at(journal: &[u8], position: u64) -> Result<Entry, EntryProblem> {
         position,
         len: size as u64,
         op: header.op,
+        commit: header.commit,
         parent: header.parent,
         checksum: header.checksum,
         cluster: header.cluster,
@@ -176,12 +183,25 @@ pub struct Scan {
     pub valid_end: u64,
     /// Where and why the walk stopped before the end of the file.
     pub damage: Option<(u64, EntryProblem)>,
-    /// A complete valid entry of this cluster found after the damage: the damage is interior.
-    pub later_entry: Option<u64>,
+    /// The complete valid entries of this cluster found after the damage, in file order:
+    /// whether the damage is a torn tail depends on when they were written.
+    pub later: Vec<Later>,
 }
 
-/// Walks `journal` from byte zero; after damage, searches every later position for a whole
-/// entry of `cluster` (one there means the damage is not a torn tail).
+/// A whole entry found after damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Later {
+    pub position: u64,
+    pub op: u64,
+    pub commit: u64,
+}
+
+/// Most whole entries a scan collects after damage: more than one write holds (the metadata
+/// owner journals at most 256 ops at once), so an entry of a later write is among them.
+pub const MAX_LATER: usize = 512;
+
+/// Walks `journal` from byte zero; after damage, searches every later position for whole
+/// entries of `cluster`.
 pub fn scan(journal: &[u8], cluster: u128) -> Scan {
     let mut entries = Vec::new();
     let mut position = 0u64;
@@ -198,19 +218,32 @@ pub fn scan(journal: &[u8], cluster: u128) -> Scan {
             }
         }
     }
-    let later_entry = damage.as_ref().and_then(|(at, _)| {
-        (at + 1..journal.len() as u64).find(|&p| {
-            let at = p as usize;
-            journal.len() - at >= HEADER_SIZE
-                && journal[at + 60] == Command::Prepare as u8
-                && decode_at(journal, p).is_ok_and(|e| e.cluster == cluster)
-        })
-    });
+    let mut later = Vec::new();
+    if let Some((at, _)) = &damage {
+        let mut p = at + 1;
+        while p + HEADER_SIZE as u64 <= journal.len() as u64 && later.len() < MAX_LATER {
+            let found = (journal[p as usize + 60] == Command::Prepare as u8)
+                .then(|| decode_at(journal, p).ok())
+                .flatten()
+                .filter(|e| e.cluster == cluster);
+            match found {
+                Some(entry) => {
+                    later.push(Later {
+                        position: p,
+                        op: entry.op,
+                        commit: entry.commit,
+                    });
+                    p += entry.len;
+                }
+                None => p += 1,
+            }
+        }
+    }
     Scan {
         entries,
         valid_end: position,
         damage,
-        later_entry,
+        later,
     }
 }
 
@@ -225,6 +258,7 @@ mod tests {
         for op in 1..=n {
             let entry = encode(
                 op,
+                op - 1,
                 parent,
                 7,
                 Operation::CreateStream,
@@ -259,13 +293,17 @@ mod tests {
             s.damage,
             Some((_, EntryProblem::Truncated { .. }))
         ));
-        assert_eq!(s.later_entry, None);
+        assert_eq!(s.later, vec![]);
         let mut rotten = bytes.clone();
         rotten[second as usize + 100] ^= 1;
         let s = scan(&rotten, 7);
         assert_eq!(s.entries.len(), 1);
         assert_eq!(s.damage.as_ref().map(|d| d.0), Some(second));
-        assert!(s.later_entry.is_some(), "entry 3 is whole after the damage");
+        assert_eq!(
+            s.later.iter().map(|l| (l.op, l.commit)).collect::<Vec<_>>(),
+            vec![(3, 2)],
+            "entry 3 is whole after the damage"
+        );
     }
 
     #[test]

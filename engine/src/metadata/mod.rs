@@ -672,9 +672,7 @@ struct Walk {
 /// | no entry ends at the durable end with the recorded op and checksum | refuse `JournalChainBroken` |
 /// | entries out of order, or a parent that is not the previous entry | refuse `JournalChainBroken` |
 /// | an entry that does not apply to the state before it | refuse `EntryDoesNotApply` |
-/// | damage above the durable end, a whole entry after it | refuse `JournalInteriorCorruption` |
-/// | damage above the durable end, the other slot damaged or missing | refuse `JournalUncertain` |
-/// | damage above the durable end | truncate there (a torn tail) |
+/// | damage above the durable end | see [`judge_tail_damage`] |
 /// | entries the snapshot already holds, above the durable end | truncate them (a checkpoint's leftovers) |
 fn walk_journal(
     path: &Path,
@@ -813,28 +811,32 @@ fn walk_journal(
     let mut actions = Vec::new();
     let mut end = scan.valid_end;
     if let Some((position, problem)) = &scan.damage {
-        if let Some(later) = scan.later_entry {
-            return Err(MetaRefusal::JournalInteriorCorruption {
-                path: path.to_path_buf(),
-                position: *position,
-                later_entry: later,
-                damage: problem.to_string(),
-            });
+        let damaged_op = scan.entries.last().map_or(snapshot.op, |e| e.op) + 1;
+        let refusal = |later: journal::Later| MetaRefusal::JournalInteriorCorruption {
+            path: path.to_path_buf(),
+            position: *position,
+            later_entry: later.position,
+            damage: problem.to_string(),
+        };
+        match judge_tail_damage(damaged_op, &scan.later, uncertain_slot.is_some()) {
+            TailDamage::WrittenAfter(later) => return Err(refusal(later)),
+            TailDamage::Uncertain => {
+                return Err(MetaRefusal::JournalUncertain {
+                    path: path.to_path_buf(),
+                    position: *position,
+                    damage: problem.to_string(),
+                    slot: uncertain_slot.expect("judged uncertain").to_path_buf(),
+                })
+            }
+            TailDamage::Torn => {
+                actions.push(MetaAction::TruncateJournal {
+                    from: *position,
+                    len: file_len,
+                    why: format!("torn tail above the durable end ({problem})"),
+                });
+                end = *position;
+            }
         }
-        if let Some(slot) = uncertain_slot {
-            return Err(MetaRefusal::JournalUncertain {
-                path: path.to_path_buf(),
-                position: *position,
-                damage: problem.to_string(),
-                slot: slot.to_path_buf(),
-            });
-        }
-        actions.push(MetaAction::TruncateJournal {
-            from: *position,
-            len: file_len,
-            why: format!("torn tail above the durable end ({problem})"),
-        });
-        end = *position;
     }
     if let Some(obsolete) = obsolete_end.filter(|_| replayed.is_empty()) {
         // Everything the journal holds is in the snapshot: empty it.
@@ -854,6 +856,41 @@ fn walk_journal(
         last_checksum,
         actions,
     })
+}
+
+/// What damage above the durable end is, the entry it stopped the walk at being op
+/// `damaged_op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TailDamage {
+    /// A whole entry written after the damaged op was durable follows it (its commit number
+    /// reaches the damaged op): the damage is in bytes a sync had returned for.
+    WrittenAfter(journal::Later),
+    /// The other superblock slot is damaged or missing: the durable end itself may be older
+    /// than the newest record, so the damage may be in ops that were answered.
+    Uncertain,
+    /// A torn last write: nothing after the damage but entries of that same write (their
+    /// commit number is below the damaged op), none of them ever durable or answered.
+    Torn,
+}
+
+/// | a later whole entry with commit ≥ the damaged op | other slot | verdict |
+/// |---|---|---|
+/// | yes | any | `WrittenAfter`: refuse `JournalInteriorCorruption` |
+/// | no | damaged or missing | `Uncertain`: refuse `JournalUncertain` |
+/// | no | valid | `Torn`: truncate at the damage |
+fn judge_tail_damage(
+    damaged_op: u64,
+    later: &[journal::Later],
+    other_slot_uncertain: bool,
+) -> TailDamage {
+    match (
+        later.iter().find(|l| l.commit >= damaged_op),
+        other_slot_uncertain,
+    ) {
+        (Some(later), _) => TailDamage::WrittenAfter(*later),
+        (None, true) => TailDamage::Uncertain,
+        (None, false) => TailDamage::Torn,
+    }
 }
 
 /// How often the plane checkpoints.
@@ -1066,8 +1103,10 @@ impl MetadataPlane {
         let (mut op, mut parent) = (self.last_op, self.last_checksum);
         for (meta_op, origin) in ops {
             op += 1;
+            // Every entry of one write names the same commit: the last op synced before it.
             let entry = journal::encode(
                 op,
+                self.last_op,
                 parent,
                 self.record.cluster,
                 meta_op.operation(),

@@ -16,6 +16,7 @@ use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
 use crate::env::{settle, Env};
 use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::partition::resources::PartitionResources;
 use crate::partition::{
     partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionIdentity,
     RecoveryPlan,
@@ -341,6 +342,7 @@ async fn start_owners(
     let stats = Arc::new(NodeStats::default());
     let tickets = Arc::new(AtomicU64::new(0));
     let deletions = Arc::new(Deletions::default());
+    let resources = PartitionResources::shared(limits.sealed_handles, limits.journal_bytes);
     let claimed: BTreeMap<PartitionKey, PathBuf> = report.tree.claimed.iter().cloned().collect();
     let redo_owned: Vec<(u64, DirWork)> = redo.iter().map(|(op, w)| (*op, (*w).clone())).collect();
     let mut workers = Vec::new();
@@ -363,6 +365,7 @@ async fn start_owners(
             tickets.clone(),
             settings.cleaner_interval,
             deletions.clone(),
+            resources.clone(),
         );
         let (env2, root2, state, claimed, redo) = (
             env.clone(),
@@ -465,6 +468,7 @@ async fn start_owners(
             stats,
             tickets,
             deletions,
+            resources,
             balanced: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(workers),
         }),

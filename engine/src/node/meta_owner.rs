@@ -37,6 +37,10 @@ use std::sync::Arc;
 
 /// Most operations one batch journals.
 pub const MAX_BATCH_OPS: usize = 256;
+const _: () = assert!(
+    MAX_BATCH_OPS < crate::metadata::journal::MAX_LATER,
+    "boot sees past the entries of one write"
+);
 /// Most body bytes one batch journals (a batch always takes at least one op).
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
@@ -344,6 +348,11 @@ impl MetaOwner {
         if self.stopped.set(failure.clone()) {
             tracing::error!(%failure, "the node stops: restart it to recover what the disk holds");
         }
+        // Wake every shard, so requests it holds for partitions this batch created are
+        // answered now (a full inbox wakes it anyway).
+        for shard in &self.shards {
+            let _ = shard.try_send(ShardRequest::Applied);
+        }
         self.stopped.get().expect("just set")
     }
 
@@ -363,6 +372,13 @@ impl MetaOwner {
         }
         self.plane.record_applied().map_err(Failure::Metadata)?;
         settle(&self.env).await;
+        if has_work {
+            // Only now may the partitions this work created answer anyone: a boot finds
+            // their ops applied, so a missing directory is damage, never work to redo.
+            for shard in &self.shards {
+                let _ = shard.send(ShardRequest::Applied).await;
+            }
+        }
         Ok(())
     }
 

@@ -95,8 +95,12 @@ pub struct NodeLimits {
     pub groups_inbox: usize,
     /// Requests one client may have in flight at once.
     pub in_flight_per_client: usize,
-    /// Unflushed message bytes all partitions together may hold.
+    /// Unflushed message bytes all partitions together may hold; a send past it is
+    /// refused with [`crate::partition::PartitionError::NodeJournalFull`].
     pub journal_bytes: u64,
+    /// Open handles of sealed segments across all partitions (an LRU cache; the active
+    /// segment of each partition holds its two files besides).
+    pub sealed_handles: usize,
 }
 
 impl Default for NodeLimits {
@@ -107,6 +111,7 @@ impl Default for NodeLimits {
             groups_inbox: 4096,
             in_flight_per_client: 64,
             journal_bytes: 1024 * 1024 * 1024,
+            sealed_handles: 512,
         }
     }
 }
@@ -291,6 +296,7 @@ struct Inner {
     /// Tickets stamped on partition requests as they are queued (see the shard's windows).
     tickets: Arc<AtomicU64>,
     deletions: Arc<Deletions>,
+    resources: crate::partition::resources::PartitionResources,
     /// Round-robin cursors of `Balanced` sends, per topic (bounded: pruned to the view's
     /// topics when it grows past [`MAX_BALANCED_CURSORS`]).
     balanced: Mutex<BTreeMap<(u32, u32), u32>>,
@@ -342,6 +348,13 @@ impl Node {
 
     pub fn stats(&self) -> StatsSnapshot {
         self.inner.stats.snapshot()
+    }
+
+    /// What the partitions hold of the node-wide bounds: unflushed journal bytes, and the
+    /// sealed-segment handle cache.
+    pub fn resources_in_use(&self) -> (u64, crate::partition::resources::HandleStats) {
+        let resources = &self.inner.resources;
+        (resources.journal.used(), resources.handles.stats())
     }
 
     /// The retention deletions the shards' cleaners made since the last call, oldest first.

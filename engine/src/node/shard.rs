@@ -20,13 +20,14 @@ use crate::config::{PartitionSettings, TopicConfig};
 use crate::env::chan::{Latch, Receiver, Reply};
 use crate::env::{race, settle, Either, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
+use crate::partition::resources::PartitionResources;
 use crate::partition::{
     partition_dir, ConsumerId, FenceReason, Partition, PartitionError, PartitionIdentity, PollFrom,
     Polled,
 };
 use crate::state::{key_of, PartitionKey};
 use bytes::BytesMut;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,10 @@ pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
     bytes[8..].copy_from_slice(&key.2.to_le_bytes());
     (xxhash_rust::xxh3::xxh3_64(&bytes) % shards as u64) as usize
 }
+
+/// Most requests a shard holds for partitions its current metadata batch is creating; past
+/// it a request is refused [`NodeError::Busy`].
+pub const MAX_PARKED: usize = 4096;
 
 pub(crate) enum ShardRequest {
     Send {
@@ -95,6 +100,10 @@ pub(crate) enum ShardRequest {
         now: Option<u64>,
         reply: Reply<Vec<Deletion>>,
     },
+    /// The metadata owner recorded the last batch's ops as applied: the partitions that
+    /// batch's work created serve from now on. (Also sent when the node stops, so requests
+    /// held for such a partition are answered.)
+    Applied,
     /// Graceful shutdown: every partition flushes and syncs what it holds; the loop ends.
     Close { reply: Reply<NodeResult<()>> },
 }
@@ -110,9 +119,10 @@ impl ShardRequest {
             | ShardRequest::DeleteOffset { key, .. }
             | ShardRequest::DeleteSegments { key, .. }
             | ShardRequest::Inspect { key, .. } => Some(*key),
-            ShardRequest::Work { .. } | ShardRequest::Clean { .. } | ShardRequest::Close { .. } => {
-                None
-            }
+            ShardRequest::Work { .. }
+            | ShardRequest::Clean { .. }
+            | ShardRequest::Applied
+            | ShardRequest::Close { .. } => None,
         }
     }
 }
@@ -171,6 +181,14 @@ pub(crate) struct Shard {
     pub(crate) tickets: Arc<AtomicU64>,
     pub(crate) cleaner_interval: Duration,
     pub(crate) deletions: Arc<super::Deletions>,
+    /// Sealed-segment handles and the journal budget, shared by every shard's partitions.
+    resources: PartitionResources,
+    /// Partitions the current metadata batch's work created or replaced: they serve once
+    /// that batch is recorded applied ([`ShardRequest::Applied`]), so nothing is ever
+    /// acknowledged from a partition a boot could still take for one its op never made.
+    held: BTreeSet<PartitionKey>,
+    /// Requests for held partitions, in arrival order (at most [`MAX_PARKED`]).
+    parked: VecDeque<ShardRequest>,
     partitions: BTreeMap<PartitionKey, Owned>,
     /// Per partition, the tickets issued before its last persist began and before it ended:
     /// a request with a ticket in between arrived while that persist ran.
@@ -190,8 +208,10 @@ impl Shard {
         tickets: Arc<AtomicU64>,
         cleaner_interval: Duration,
         deletions: Arc<super::Deletions>,
+        resources: PartitionResources,
     ) -> Shard {
         Shard {
+            resources,
             retention_clock: RetentionClock::new(&env),
             env,
             root,
@@ -204,20 +224,28 @@ impl Shard {
             deletions,
             partitions: BTreeMap::new(),
             windows: BTreeMap::new(),
+            held: BTreeSet::new(),
+            parked: VecDeque::new(),
         }
     }
 
     /// Takes ownership of a partition opened (or fenced) at boot.
     pub(crate) fn adopt(&mut self, identity: PartitionIdentity, partition: Partition) {
-        let key = key_of(&identity);
-        let previous = self.partitions.insert(
-            key,
+        let previous = self.own(identity, partition);
+        assert!(previous.is_none(), "a partition has one owner: {identity}");
+    }
+
+    /// Holds `partition` from now on, drawing on the node's shared resources; returns the
+    /// one it replaces.
+    fn own(&mut self, identity: PartitionIdentity, mut partition: Partition) -> Option<Owned> {
+        partition.attach(&self.resources);
+        self.partitions.insert(
+            key_of(&identity),
             Owned {
                 identity,
                 partition,
             },
-        );
-        assert!(previous.is_none(), "a partition has one owner: {key:?}");
+        )
     }
 
     pub(crate) fn keys(&self) -> Vec<PartitionKey> {
@@ -271,9 +299,30 @@ impl Shard {
         carried: &mut Vec<ShardRequest>,
     ) -> bool {
         let mut waiting: BTreeMap<PartitionKey, Waiting> = BTreeMap::new();
-        for request in round {
+        let mut round = VecDeque::from(round);
+        while let Some(request) = round.pop_front() {
             if let Some(failure) = self.stopped.get() {
+                for parked in std::mem::take(&mut self.parked) {
+                    refuse(parked, &failure);
+                }
+                self.held.clear();
                 refuse(request, &failure);
+                continue;
+            }
+            if let ShardRequest::Applied = request {
+                // The held partitions serve now: their requests first, in arrival order.
+                self.held.clear();
+                for parked in std::mem::take(&mut self.parked).into_iter().rev() {
+                    round.push_front(parked);
+                }
+                continue;
+            }
+            if request.key().is_some_and(|key| self.held.contains(&key)) {
+                if self.parked.len() < MAX_PARKED {
+                    self.parked.push_back(request);
+                } else {
+                    refuse_busy(request);
+                }
                 continue;
             }
             // Anything but a send or a poll waits until the partition's waiting sends are
@@ -394,7 +443,14 @@ impl Shard {
                 settle(&self.env).await;
                 reply.send(deleted);
             }
+            ShardRequest::Applied => unreachable!("a round serves it"),
             ShardRequest::Close { reply } => {
+                // A metadata batch may be between its work and its record (a shutdown
+                // does not wait for it): what waits for its partitions is not served.
+                let shutdown = Arc::new(Failure::Shutdown);
+                for parked in std::mem::take(&mut self.parked) {
+                    refuse(parked, &shutdown);
+                }
                 let result = self.close();
                 settle(&self.env).await;
                 reply.send(result);
@@ -577,13 +633,7 @@ impl Shard {
                                 found: other.to_string(),
                             },
                         };
-                        self.partitions.insert(
-                            key,
-                            Owned {
-                                identity,
-                                partition: Partition::fenced(reason),
-                            },
-                        );
+                        self.own(identity, Partition::fenced(reason));
                         Ok(())
                     }
                 }
@@ -641,13 +691,8 @@ impl Shard {
         }
         let partition =
             Partition::create_unlinked(&self.env, &dir, identity, config, self.settings)?;
-        self.partitions.insert(
-            key,
-            Owned {
-                identity,
-                partition,
-            },
-        );
+        self.own(identity, partition);
+        self.held.insert(key);
         Ok(())
     }
 
@@ -660,13 +705,8 @@ impl Shard {
         let key = key_of(&identity);
         let dir = self.dir(key);
         let opened = Partition::open(&self.env, &dir, identity, config, self.settings)?;
-        self.partitions.insert(
-            key,
-            Owned {
-                identity,
-                partition: opened.partition,
-            },
-        );
+        self.own(identity, opened.partition);
+        self.held.insert(key);
         Ok(())
     }
 
@@ -790,19 +830,30 @@ impl Shard {
 
 /// Answers a request the stopped node will not serve.
 fn refuse(request: ShardRequest, failure: &Arc<Failure>) {
-    let stopped = || NodeError::Stopped(failure.clone());
+    answer_error(request, &|| NodeError::Stopped(failure.clone()));
+}
+
+/// Answers a request for a held partition that found the parking full.
+fn refuse_busy(request: ShardRequest) {
+    answer_error(request, &|| {
+        NodeError::Busy("requests for partitions being created")
+    });
+}
+
+fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
     match request {
-        ShardRequest::Send { reply, .. } => reply.send(Err(stopped())),
-        ShardRequest::Poll { reply, .. } => reply.send(Err(stopped())),
-        ShardRequest::StoreOffset { reply, .. } => reply.send(Err(stopped())),
-        ShardRequest::GetOffset { reply, .. } => reply.send(Err(stopped())),
-        ShardRequest::DeleteOffset { reply, .. } => reply.send(Err(stopped())),
-        ShardRequest::DeleteSegments { reply, .. } => reply.send(Err(stopped())),
+        ShardRequest::Send { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
+        ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
+        ShardRequest::GetOffset { reply, .. } => reply.send(Err(error())),
+        ShardRequest::DeleteOffset { reply, .. } => reply.send(Err(error())),
+        ShardRequest::DeleteSegments { reply, .. } => reply.send(Err(error())),
         ShardRequest::Inspect { reply, .. } => reply.send(None),
         ShardRequest::Work { reply, .. } => reply.send(Err(WorkError::Io(std::io::Error::other(
-            "the node stopped",
+            error().to_string(),
         )))),
         ShardRequest::Clean { reply, .. } => reply.send(Vec::new()),
+        ShardRequest::Applied => {}
         ShardRequest::Close { reply } => reply.send(Ok(())),
     }
 }

@@ -236,6 +236,10 @@ pub enum PartitionError {
         "{bytes} bytes of unflushed messages would exceed the journal limit {limit}; retry later"
     )]
     JournalFull { bytes: u64, limit: u64 },
+    #[error(
+        "{bytes} bytes of unflushed messages across the node would exceed its journal budget {limit}; retry later"
+    )]
+    NodeJournalFull { bytes: u64, limit: u64 },
     #[error("offset {offset} is beyond the partition's last offset {last:?}")]
     OffsetBeyondEnd { offset: u64, last: Option<u64> },
     #[error("stored offset of {consumer:?} is damaged: {why} ({path})")]
@@ -269,6 +273,10 @@ impl PartitionError {
             InvalidBatch(e) => InvalidBatch(e.clone()),
             NoSpace => NoSpace,
             JournalFull { bytes, limit } => JournalFull {
+                bytes: *bytes,
+                limit: *limit,
+            },
+            NodeJournalFull { bytes, limit } => NodeJournalFull {
                 bytes: *bytes,
                 limit: *limit,
             },

@@ -17,6 +17,7 @@ mod error;
 pub mod offsets;
 mod open_log;
 pub mod recovery;
+pub mod resources;
 pub mod segment;
 pub mod superblock;
 
@@ -197,6 +198,14 @@ impl Partition {
         match &self.state {
             State::Fenced(reason) => Some(reason),
             State::Open(_) => None,
+        }
+    }
+
+    /// Draws on a node's shared resources (sealed-segment handles, journal budget) instead
+    /// of the partition's own, from before its first append. A fenced partition holds none.
+    pub fn attach(&mut self, resources: &resources::PartitionResources) {
+        if let State::Open(log) = &mut self.state {
+            log.attach(resources);
         }
     }
 

@@ -8,6 +8,8 @@
 //! - the superblock's durable end only ever names bytes whose `sync_data` returned: it is
 //!   written after the log (and index) syncs of the flush it records, and never moves back;
 //! - a sealed segment was synced before the next one was created, and is never written again;
+//!   it holds no open file (reads go through the shared handle cache);
+//! - the journal's bytes are reserved in the node's journal budget while it holds them;
 //! - under `persisted`, nothing above the durable end is ever shown (polls, stored offsets),
 //!   and a failed persist rolls back every batch it did not make durable, so an offset a
 //!   producer was refused is never shown holding a message.
@@ -18,17 +20,19 @@ pub use read::{PollFrom, Polled};
 
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
 use super::recovery::RecoveryPlan;
-use super::segment::{index_name, log_name, Segment};
+use super::resources::{HandleKey, JournalBudget, PartitionResources};
+use super::segment::{index_name, log_name, ActiveFiles, Segment};
 use super::superblock::{self, DurablePoint, Superblock};
 use super::{FenceReason, PartitionError, Result};
 use crate::config::{Durability, PartitionSettings, TopicConfig};
-use crate::env::{is_no_space, Env, OpenMode};
+use crate::env::{is_no_space, DiskFile, Env, OpenMode};
 use crate::format::{admit_batch, BatchHeader, IndexEntry, INDEX_ENTRY_LEN};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What an append was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,12 +96,84 @@ struct JournalBatch {
     header: BatchHeader,
 }
 
-/// Stamped batches admitted but not yet written to the active segment.
-#[derive(Default)]
+/// Stamped batches admitted but not yet written to the active segment. Its bytes are held
+/// in the node's journal budget from admission until the batch leaves (written, rolled
+/// back, or the partition dropped).
 struct Journal {
     batches: VecDeque<JournalBatch>,
     bytes: u64,
     messages: u64,
+    budget: JournalBudget,
+}
+
+impl Journal {
+    fn new(budget: JournalBudget) -> Journal {
+        Journal {
+            batches: VecDeque::new(),
+            bytes: 0,
+            messages: 0,
+            budget,
+        }
+    }
+
+    /// Room for a batch of `length` bytes: under this partition's limit, then reserved in
+    /// the node's budget (released by [`Self::unreserve`] if the batch is not admitted).
+    fn reserve(&self, length: u64, limit: u64) -> Result<()> {
+        if self.bytes + length > limit {
+            return Err(PartitionError::JournalFull {
+                bytes: self.bytes + length,
+                limit,
+            });
+        }
+        self.budget
+            .reserve(length)
+            .map_err(|bytes| PartitionError::NodeJournalFull {
+                bytes,
+                limit: self.budget.limit(),
+            })
+    }
+
+    fn unreserve(&self, length: u64) {
+        self.budget.release(length);
+    }
+
+    /// Adds an admitted batch whose bytes [`Self::reserve`] reserved.
+    fn push(&mut self, batch: JournalBatch) {
+        self.bytes += batch.header.batch_length;
+        self.messages += u64::from(batch.header.message_count);
+        self.batches.push_back(batch);
+    }
+
+    fn pop_front(&mut self) -> JournalBatch {
+        let batch = self.batches.pop_front().expect("a batch to pop");
+        self.bytes -= batch.header.batch_length;
+        self.messages -= u64::from(batch.header.message_count);
+        self.budget.release(batch.header.batch_length);
+        batch
+    }
+
+    fn clear(&mut self) {
+        self.budget.release(self.bytes);
+        self.batches.clear();
+        self.bytes = 0;
+        self.messages = 0;
+    }
+
+    /// Draws on another budget from now on (a partition joining its node, before it admits
+    /// anything).
+    fn move_to(&mut self, budget: JournalBudget) {
+        assert!(
+            self.batches.is_empty() && self.bytes == 0,
+            "a partition joins its node's budget before it admits a batch"
+        );
+        self.budget = budget;
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 pub(super) struct OpenLog {
@@ -109,6 +185,9 @@ pub(super) struct OpenLog {
     /// Oldest first; the last one is active.
     segments: Vec<Segment>,
     journal: Journal,
+    resources: PartitionResources,
+    /// This log's number in the handle cache.
+    handle_owner: u64,
     next_offset: u64,
     last_timestamp: u64,
     superblock: Superblock,
@@ -135,24 +214,28 @@ impl OpenLog {
         let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);
-        for (i, planned) in plan.segments.iter().enumerate() {
-            let mode = if i == last {
-                OpenMode::ReadWrite
-            } else {
-                OpenMode::Read
-            };
-            let open = |path: &Path| {
-                disk.open(path, mode).map_err(|source| PartitionError::Io {
+        let open = |path: &Path| {
+            disk.open(path, OpenMode::ReadWrite)
+                .map_err(|source| PartitionError::Io {
                     op: "open",
                     path: path.to_path_buf(),
                     source,
                 })
+        };
+        for (i, planned) in plan.segments.iter().enumerate() {
+            // Sealed segments are opened when a read reaches them.
+            let files = if i == last {
+                Some(ActiveFiles {
+                    log: Arc::from(open(&planned.log_path)?),
+                    index: open(&planned.index_path)?,
+                })
+            } else {
+                None
             };
             segments.push(Segment {
                 start_offset: planned.start_offset,
                 end_offset: planned.next_offset,
-                log: open(&planned.log_path)?,
-                index_file: open(&planned.index_path)?,
+                files,
                 log_path: planned.log_path.clone(),
                 index_path: planned.index_path.clone(),
                 log_len: planned.len,
@@ -175,7 +258,11 @@ impl OpenLog {
         );
         let next_offset = active.end_offset;
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
+        let resources = PartitionResources::private();
         Ok(OpenLog {
+            journal: Journal::new(resources.journal.clone()),
+            handle_owner: resources.handles.register(),
+            resources,
             dir: plan.dir.clone(),
             offsets: ConsumerOffsets::new(
                 &plan.dir,
@@ -187,13 +274,44 @@ impl OpenLog {
             config,
             settings,
             segments,
-            journal: Journal::default(),
             next_offset,
             last_timestamp,
             superblock,
             unsynced_dir_entries: false,
             pending_fence: None,
         })
+    }
+
+    /// Draws on a node's shared resources from now on instead of this log's own.
+    pub(super) fn attach(&mut self, resources: &PartitionResources) {
+        self.journal.move_to(resources.journal.clone());
+        self.resources.handles.forget_owner(self.handle_owner);
+        self.handle_owner = resources.handles.register();
+        self.resources = resources.clone();
+    }
+
+    fn handle_key(&self, segment_start: u64) -> HandleKey {
+        HandleKey {
+            owner: self.handle_owner,
+            segment_start,
+        }
+    }
+
+    /// The `.log` of segment `i`: the active one's own handle, a sealed one's from the cache
+    /// (opened now if the cache does not hold it).
+    fn segment_log(&self, i: usize) -> std::result::Result<Arc<dyn DiskFile>, io::Error> {
+        let segment = &self.segments[i];
+        if let Some(files) = &segment.files {
+            return Ok(files.log.clone());
+        }
+        assert!(segment.sealed, "only a sealed segment is without its files");
+        self.resources
+            .handles
+            .get(self.handle_key(segment.start_offset), || {
+                let _span = tracing::debug_span!("open_sealed", log = %segment.log_path.display())
+                    .entered();
+                self.env.disk.open(&segment.log_path, OpenMode::Read)
+            })
     }
 
     pub(super) fn next_offset(&self) -> u64 {
@@ -243,27 +361,28 @@ impl OpenLog {
     /// Admission: verify the producer's batch, stamp it, journal it; flush on thresholds.
     pub(super) fn append(&mut self, mut batch: BytesMut) -> Result<AppendAck> {
         let length = batch.len() as u64;
-        if self.journal.bytes + length > self.settings.max_journal_bytes {
-            return Err(PartitionError::JournalFull {
-                bytes: self.journal.bytes + length,
-                limit: self.settings.max_journal_bytes,
-            });
-        }
+        self.journal
+            .reserve(length, self.settings.max_journal_bytes)?;
         // Timestamps never go backwards within a partition, whatever the wall clock does.
         let timestamp = self.env.clock.wall_micros().max(self.last_timestamp);
         let base_offset = self.next_offset;
-        let header = admit_batch(
+        let header = match admit_batch(
             &mut batch,
             &self.settings.limits,
             self.partition_id,
             base_offset,
             timestamp,
-        )?;
+        ) {
+            Ok(header) => header,
+            Err(error) => {
+                self.journal.unreserve(length);
+                return Err(error.into());
+            }
+        };
+        assert_eq!(header.batch_length, length, "admission keeps the length");
         self.last_timestamp = timestamp;
         self.next_offset = header.next_offset();
-        self.journal.bytes += length;
-        self.journal.messages += u64::from(header.message_count);
-        self.journal.batches.push_back(JournalBatch {
+        self.journal.push(JournalBatch {
             bytes: batch.freeze(),
             header,
         });
@@ -344,13 +463,14 @@ impl OpenLog {
             position,
         };
         let index_position = (segment.index.len() * INDEX_ENTRY_LEN) as u64;
-        let written = segment
+        let files = segment.active_files();
+        let written = files
             .log
             .write_all_at(&slices, position)
             .map_err(|e| (e, &segment.log_path))
             .and_then(|()| {
-                segment
-                    .index_file
+                files
+                    .index
                     .write_all_at(&[IoSlice::new(&entry.encode())], index_position)
                     .map_err(|e| (e, &segment.index_path))
             });
@@ -360,12 +480,12 @@ impl OpenLog {
             }
             // Cut whatever part of the write landed; the journal still holds it all. If the
             // cut fails the file's end is unknown: fence.
-            segment
+            files
                 .log
                 .set_len(position)
                 .map_err(write_error("set_len", &segment.log_path))?;
-            segment
-                .index_file
+            files
+                .index
                 .set_len(index_position)
                 .map_err(write_error("set_len", &segment.index_path))?;
             tracing::warn!(path = %path.display(), "flush failed: no space left");
@@ -378,9 +498,7 @@ impl OpenLog {
         segment.max_timestamp = segment.max_timestamp.max(last.base_timestamp);
         segment.index.push(entry);
         for _ in 0..take {
-            let batch = self.journal.batches.pop_front().expect("taken batch");
-            self.journal.bytes -= batch.header.batch_length;
-            self.journal.messages -= u64::from(batch.header.message_count);
+            self.journal.pop_front();
         }
         Ok(())
     }
@@ -397,23 +515,24 @@ impl OpenLog {
         );
         // A sealed segment holds exactly its batches: nothing a failed write or a stray
         // write left past them.
-        let file_len = sealing
+        let files = sealing.active_files();
+        let file_len = files
             .log
             .len()
             .map_err(write_error("stat", &sealing.log_path))?;
         if file_len != sealing.log_len {
             tracing::warn!(log = %sealing.log_path.display(), file_len, log_len = sealing.log_len, "cutting bytes past the last batch before sealing");
-            sealing
+            files
                 .log
                 .set_len(sealing.log_len)
                 .map_err(write_error("set_len", &sealing.log_path))?;
         }
-        sealing
+        files
             .log
             .sync_data()
             .map_err(write_error("sync_data", &sealing.log_path))?;
-        sealing
-            .index_file
+        files
+            .index
             .sync_data()
             .map_err(write_error("sync_data", &sealing.index_path))?;
         let start = sealing.end_offset;
@@ -442,14 +561,25 @@ impl OpenLog {
                 }
             }
         }
-        self.active().sealed = true;
+        let sealed_start = self.active().start_offset;
+        let key = self.handle_key(sealed_start);
+        let sealed = self.active();
+        sealed.sealed = true;
+        let sealed_files = sealed
+            .files
+            .take()
+            .expect("the active segment holds its files");
+        // Its index lives in memory from now on; its log stays warm in the cache.
+        self.resources.handles.put(key, sealed_files.log);
         self.segments.push(Segment {
             start_offset: start,
             end_offset: start,
             log_path,
             index_path,
-            log,
-            index_file,
+            files: Some(ActiveFiles {
+                log: Arc::from(log),
+                index: index_file,
+            }),
             log_len: 0,
             index: Vec::new(),
             max_timestamp: 0,
@@ -478,16 +608,17 @@ impl OpenLog {
             "the durable end never moves backwards: {previous:?} -> {durable:?}"
         );
         let _span = tracing::debug_span!("persist", log = %active.log_path.display(), position = durable.position).entered();
+        let files = active.active_files();
         // Index first: on ext4 (data=ordered) its fdatasync commits the journal transaction
         // that also carries the log's size change and flushes the log's data with it, so the
         // log's own sync that follows is nearly free (measured: 0.53 ms per 1 MiB flush
         // against 0.61 ms log-first). Order is free for correctness: the index is a hint that
         // recovery verifies against the log. The superblock comes strictly after both.
-        active
-            .index_file
+        files
+            .index
             .sync_data()
             .map_err(write_error("sync_data", &active.index_path))?;
-        active
+        files
             .log
             .sync_data()
             .map_err(write_error("sync_data", &active.log_path))?;
@@ -555,6 +686,10 @@ impl OpenLog {
         let disk = self.env.disk.clone();
         for segment in self.segments.drain(..count) {
             let (log_path, index_path) = (segment.log_path.clone(), segment.index_path.clone());
+            self.resources.handles.forget(HandleKey {
+                owner: self.handle_owner,
+                segment_start: segment.start_offset,
+            });
             drop(segment);
             for path in [&log_path, &index_path] {
                 disk.remove_file(path)
@@ -584,7 +719,7 @@ impl OpenLog {
     /// acknowledged, so their offsets are free again and a retry cannot duplicate them.
     fn roll_back(&mut self) -> std::result::Result<(), WriteError> {
         let durable = self.superblock.durable;
-        self.journal = Journal::default();
+        self.journal.clear();
         let active = self.segments.last_mut().expect("active segment");
         assert_eq!(
             active.start_offset, durable.segment_start,
@@ -592,23 +727,24 @@ impl OpenLog {
         );
         if active.log_len > durable.position {
             active.index.retain(|e| e.position < durable.position);
-            active
+            let files = active.active_files();
+            files
                 .log
                 .set_len(durable.position)
                 .map_err(write_error("set_len", &active.log_path))?;
-            active
-                .index_file
+            files
+                .index
                 .set_len((active.index.len() * INDEX_ENTRY_LEN) as u64)
                 .map_err(write_error("set_len", &active.index_path))?;
             // Durably: the cut bytes may have been synced on the way (a segment sealed before
             // the next one could be created), and a power loss must not bring back batches
             // whose offsets are about to be given to others.
-            active
+            files
                 .log
                 .sync_data()
                 .map_err(write_error("sync_data", &active.log_path))?;
-            active
-                .index_file
+            files
+                .index
                 .sync_data()
                 .map_err(write_error("sync_data", &active.index_path))?;
             active.log_len = durable.position;
@@ -710,5 +846,12 @@ impl OpenLog {
                 path: self.dir.join("offsets"),
                 source,
             })
+    }
+}
+
+impl Drop for OpenLog {
+    /// Closes this log's cached handles (its journal releases its budget as it drops).
+    fn drop(&mut self) {
+        self.resources.handles.forget_owner(self.handle_owner);
     }
 }

@@ -9,6 +9,7 @@ use crate::format::{
 use bytes::{Bytes, BytesMut};
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub fn log_name(start_offset: u64) -> String {
     format!("{start_offset:020}.log")
@@ -34,6 +35,13 @@ pub fn parse_segment_name(name: &str) -> Option<(u64, bool)> {
     stem.parse().ok().map(|offset| (offset, is_log))
 }
 
+/// The open files of the active segment. A sealed segment holds none: its `.log` is read
+/// through the node's [`super::resources::HandleCache`], its index lives in memory.
+pub struct ActiveFiles {
+    pub log: Arc<dyn DiskFile>,
+    pub index: Box<dyn DiskFile>,
+}
+
 /// A live segment of an open partition.
 pub struct Segment {
     pub start_offset: u64,
@@ -41,8 +49,8 @@ pub struct Segment {
     pub end_offset: u64,
     pub log_path: PathBuf,
     pub index_path: PathBuf,
-    pub log: Box<dyn DiskFile>,
-    pub index_file: Box<dyn DiskFile>,
+    /// `Some` exactly while the segment is active.
+    pub files: Option<ActiveFiles>,
     /// Bytes of whole batches written to the `.log` (the next write position).
     pub log_len: u64,
     /// The in-memory copy of the `.index` file, in file order.
@@ -55,6 +63,14 @@ pub struct Segment {
 impl Segment {
     pub fn is_empty(&self) -> bool {
         self.log_len == 0
+    }
+
+    /// The files of the active segment.
+    pub fn active_files(&self) -> &ActiveFiles {
+        assert!(!self.sealed, "only the active segment holds its files");
+        self.files
+            .as_ref()
+            .expect("the active segment holds its files")
     }
 
     /// Where to start walking to find `offset`: the last index entry at or below it, or the
@@ -92,6 +108,9 @@ pub enum ReadBatchError {
     /// The device failed to read the sector at `sector` (the first failing one).
     #[error("the sector at {sector} cannot be read: {error}")]
     Unreadable { sector: u64, error: io::Error },
+    /// The sealed segment's file could not be opened for the read.
+    #[error("the file cannot be opened: {error}")]
+    Unopenable { error: io::Error },
 }
 
 /// How much of each batch a read checks.

@@ -1240,7 +1240,17 @@ async fn delete_segments(world: &Shared, client: &Client) {
     w.deleting.remove(&key);
     match result {
         Ok(deleted) => {
-            if let Err(v) = w.judge_deletions(&deleted) {
+            // The shard's cleaner may have deleted segments of this partition just before
+            // (or after) this request ran; its records wait in the node's list. Each
+            // incarnation's deletions are judged in its own order: by start offset.
+            let mut all = w
+                .node
+                .as_ref()
+                .map(|n| n.take_deletions())
+                .unwrap_or_default();
+            all.extend(deleted);
+            all.sort_by_key(|d| (d.partition, d.nonce, d.segment.start_offset));
+            if let Err(v) = w.judge_deletions(&all) {
                 w.fail(v);
             }
         }

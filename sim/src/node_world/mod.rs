@@ -151,6 +151,8 @@ pub struct NodeProfile {
     pub expiries: [u64; 3],
     /// The largest batch the node admits (size retention's floor is a segment plus this).
     pub max_batch_bytes: u64,
+    /// Sealed-segment handles the node keeps open (small: reads reopen and evict).
+    pub sealed_handles: usize,
 }
 
 impl NodeProfile {
@@ -194,6 +196,8 @@ impl NodeProfile {
                 rng.gen_range(1..50_000),
             ],
             max_batch_bytes: 1 << 20,
+            // Drawn last, so the draws above keep their values for every seed.
+            sealed_handles: [1, 2, 512][rng.gen_range(0..3)],
         }
     }
 }
@@ -355,6 +359,7 @@ fn settings(profile: &NodeProfile) -> NodeSettings {
             groups_inbox: 16,
             in_flight_per_client: 4,
             journal_bytes: 64 << 20,
+            sealed_handles: profile.sealed_handles,
         },
         ..Default::default()
     }

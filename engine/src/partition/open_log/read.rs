@@ -170,7 +170,10 @@ impl OpenLog {
         if segment.is_empty() || segment.max_timestamp < timestamp {
             return Ok(None);
         }
-        let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
+        let log = self
+            .segment_log(i)
+            .map_err(|error| (0, ReadBatchError::Unopenable { error }))?;
+        let mut reader = LogReader::new(log.as_ref(), segment.log_len);
         let (mut position, mut expected) = segment.seek_timestamp(timestamp);
         while position < segment.log_len && expected < visible {
             let header = match reader.batch_at(position, expected, self.partition_id, self.check())
@@ -236,7 +239,10 @@ impl OpenLog {
     ) -> std::result::Result<bool, (u64, ReadBatchError)> {
         let check = self.check();
         let segment = &self.segments[i];
-        let mut reader = LogReader::new(segment.log.as_ref(), segment.log_len);
+        let log = self
+            .segment_log(i)
+            .map_err(|error| (0, ReadBatchError::Unopenable { error }))?;
+        let mut reader = LogReader::new(log.as_ref(), segment.log_len);
         let (mut position, mut expected) = segment.seek_offset(reply.next);
         while position < segment.log_len && !reply.full() {
             match reader.batch_at(position, expected, self.partition_id, check) {
@@ -280,6 +286,12 @@ fn fence_for(
             position,
             sector: *sector,
             error: error.to_string(),
+        },
+        ReadBatchError::Unopenable { error } => FenceReason::ReadFailed {
+            file: segment.log_path.clone(),
+            position,
+            sector: 0,
+            error: format!("open: {error}"),
         },
         _ if segment.sealed => FenceReason::SealedSegmentCorrupt {
             log: segment.log_path.clone(),

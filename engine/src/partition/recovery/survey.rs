@@ -372,6 +372,9 @@ fn damage_kind(error: ReadBatchError) -> DamageKind {
             sector,
             error: error.to_string(),
         },
+        ReadBatchError::Unopenable { error } => {
+            unreachable!("a survey reads a file it has open: {error}")
+        }
     }
 }
 

@@ -1,0 +1,202 @@
+//! The node-wide bounds on real files: the journals of all partitions together stay within
+//! the node's journal budget (a send past it is refused, the bytes come back as batches are
+//! written or their partition goes), and sealed segments are read through a bounded cache
+//! of handles (never more open than its capacity, every message read back whole, and a
+//! purged partition's new segments never read through its predecessor's handles).
+
+use cairn_engine::node::NodeError;
+use cairn_engine::partition::PartitionError;
+use cairn_tests::node::{read_node, start, TestNode};
+use cairn_tests::*;
+use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
+
+fn id(n: u32) -> WireIdentifier {
+    WireIdentifier::numeric(n)
+}
+
+fn boot_with(root: &std::path::Path, journal_bytes: u64, sealed_handles: usize) -> TestNode {
+    let mut settings = node_settings();
+    settings.limits.journal_bytes = journal_bytes;
+    settings.limits.sealed_handles = sealed_handles;
+    start(&real_env(), root, settings).expect("boot").node
+}
+
+fn send_to(node: &TestNode, topic: u32, partition: u32, seed: u64, count: usize, size: usize) {
+    node.send(
+        &id(0),
+        &id(topic),
+        &WirePartitioning::PartitionId(partition),
+        batch(seed, count, size),
+    )
+    .unwrap_or_else(|e| panic!("send {seed} to {topic}/{partition}: {e}"));
+}
+
+#[test]
+fn sends_past_the_node_journal_budget_are_refused_and_the_bytes_come_back() {
+    const BUDGET: u64 = 64 * 1024;
+    let root = tempfile::tempdir().unwrap();
+    let node = boot_with(root.path(), BUDGET, 8);
+    node.create_stream("s").unwrap();
+    // Topic 0 keeps what it is sent in its journal (no threshold is reached), topic 1 is
+    // persisted: each send flushes at once.
+    node.create_topic(
+        &id(0),
+        "held",
+        2,
+        topic_options(&[
+            ("durability", 2, b"replicated"),
+            ("messages_required_to_save", 11, &100_000u32.to_le_bytes()),
+            ("size_of_messages_required_to_save", 2, b"100 MiB"),
+        ]),
+    )
+    .unwrap();
+    node.create_topic(
+        &id(0),
+        "persisted",
+        1,
+        topic_options(&[("durability", 2, b"persisted")]),
+    )
+    .unwrap();
+    let mut held = 0u64;
+    let refused = loop {
+        let partition = (held % 2) as u32;
+        match node.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(partition),
+            batch(held, 1, 1000),
+        ) {
+            Ok(sent) => assert!(!sent.ack.durable, "held in the journal"),
+            Err(e) => break e,
+        }
+        held += 1;
+        assert!(held < 1000, "the budget never refused a send");
+    };
+    let (used, _) = node.node.resources_in_use();
+    match &refused {
+        NodeError::Partition(PartitionError::NodeJournalFull { bytes, limit }) => {
+            assert_eq!(*limit, BUDGET);
+            assert!(*bytes > BUDGET && *bytes - used < 2000, "{refused}");
+        }
+        other => panic!("expected the node's journal budget, got {other}"),
+    }
+    assert!(used <= BUDGET && used > BUDGET - 2000, "used {used}");
+    assert!(
+        held >= 40,
+        "both partitions filled the one budget: {held} sends"
+    );
+    // The bound is the node's: a persisted send to another topic is refused too.
+    let other = node
+        .send(
+            &id(0),
+            &id(1),
+            &WirePartitioning::PartitionId(0),
+            batch(9_999, 1, 1000),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            other,
+            NodeError::Partition(PartitionError::NodeJournalFull { .. })
+        ),
+        "{other}"
+    );
+    // The held topic goes: its journals' bytes come back, and sends flow again.
+    node.delete_topic(&id(0), &id(0)).unwrap();
+    assert_eq!(
+        node.node.resources_in_use().0,
+        0,
+        "a dropped journal releases"
+    );
+    for seed in 0..100 {
+        send_to(&node, 1, 0, 10_000 + seed, 1, 1000);
+    }
+    assert_eq!(
+        node.node.resources_in_use().0,
+        0,
+        "a persisted send's bytes leave the journal with its persist"
+    );
+    assert_eq!(read_node(&node, (0, 1, 0)).len(), 100);
+    node.close().unwrap();
+}
+
+#[test]
+fn sealed_segments_are_read_through_a_bounded_handle_cache() {
+    const HANDLES: usize = 2;
+    let root = tempfile::tempdir().unwrap();
+    let node = boot_with(root.path(), 1 << 30, HANDLES);
+    node.create_stream("s").unwrap();
+    node.create_topic(
+        &id(0),
+        "t",
+        3,
+        topic_options(&[
+            ("durability", 2, b"persisted"),
+            ("segment_size", 2, b"1 MiB"),
+        ]),
+    )
+    .unwrap();
+    // About 4 MiB per partition: four segments each, three of them sealed.
+    let fill = |node: &TestNode, base: u64| {
+        for i in 0..40u64 {
+            for partition in 0..3u32 {
+                send_to(
+                    node,
+                    0,
+                    partition,
+                    base + i * 3 + u64::from(partition),
+                    100,
+                    1000,
+                );
+            }
+        }
+    };
+    let expect_read = |node: &TestNode, base: u64| {
+        for _round in 0..2 {
+            for partition in 0..3u32 {
+                let read = read_node(node, (0, 0, partition));
+                assert_eq!(read.len(), 4000, "partition {partition}");
+                for (n, (offset, message, _)) in read.iter().enumerate() {
+                    let (i, m) = (n as u64 / 100, n % 100);
+                    assert_eq!(*offset, n as u64);
+                    assert_eq!(
+                        *message,
+                        message_id(base + i * 3 + u64::from(partition), m),
+                        "partition {partition} offset {offset}"
+                    );
+                }
+                let (_, handles) = node.node.resources_in_use();
+                assert!(handles.open <= HANDLES, "{handles:?}");
+            }
+        }
+    };
+    fill(&node, 0);
+    for partition in 0..3 {
+        let info = node.info((0, 0, partition)).unwrap();
+        assert!(info.sealed.len() >= 3, "{:?}", info.sealed);
+    }
+    expect_read(&node, 0);
+    let (_, handles) = node.node.resources_in_use();
+    assert!(
+        handles.evictions > 0 && handles.opens > handles.evictions,
+        "nine sealed segments through two handles: {handles:?}"
+    );
+    // Deleting a partition's oldest segments closes their handles with them.
+    node.delete_segments(&id(0), &id(0), 0, 2).unwrap();
+    let read = read_node(&node, (0, 0, 0));
+    assert_eq!(
+        read.first().map(|m| m.0),
+        node.info((0, 0, 0)).map(|i| i.log_start)
+    );
+    // A purge starts every partition again at offset 0, with segments at the same start
+    // offsets as before: each is read from its new file.
+    node.purge_topic(&id(0), &id(0)).unwrap();
+    fill(&node, 1_000_000);
+    expect_read(&node, 1_000_000);
+    node.close().unwrap();
+    // And after a boot, from files opened lazily again.
+    let node = boot_with(root.path(), 1 << 30, HANDLES);
+    assert_eq!(node.node.resources_in_use().1.open, 0, "nothing opened yet");
+    expect_read(&node, 1_000_000);
+    node.close().unwrap();
+}
