@@ -10,6 +10,7 @@ pub mod env;
 pub mod error;
 pub mod format;
 pub mod metadata;
+mod names;
 pub mod node;
 pub mod partition;
 pub mod slots;

@@ -222,3 +222,85 @@ fn silent_losses_are_refused_in_check(tmp: &Path) {
     );
     assert_eq!(snapshot(&root), before, "check changes nothing");
 }
+
+/// A topic options block of string values (kind 2), as `iggy_common` encodes them.
+fn string_options(entries: &[(&str, &str)]) -> WireOptions {
+    let mut buf = bytes::BytesMut::new();
+    let tlv: Vec<(u8, &[u8], u8, &[u8])> = entries
+        .iter()
+        .map(|(k, v)| (2u8, k.as_bytes(), 2u8, v.as_bytes()))
+        .collect();
+    iggy_binary_protocol::encode_user_headers(&tlv, &mut buf);
+    WireOptions::from_bytes(buf.freeze()).expect("valid options")
+}
+
+/// What boot leaves for a read to refuse, and what it would remove, `cairn check` reports
+/// and exits non-zero for: a damaged `persisted` consumer offset, and the offset file of a
+/// consumer group that no longer exists.
+#[test]
+fn check_reports_damaged_offsets_and_offsets_of_deleted_groups() {
+    use iggy_binary_protocol::WireConsumer;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("data");
+    let env = cairn_engine::env::real::env().unwrap();
+    let settings = NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        ..Default::default()
+    };
+    let node = block_on(Node::start(&env, &root, settings)).unwrap().node;
+    let client = node.client(1);
+    let id = WireIdentifier::numeric;
+    block_on(client.create_stream("s")).unwrap();
+    let options = string_options(&[
+        ("durability", "persisted"),
+        ("consumer_offset_durability", "persisted"),
+    ]);
+    block_on(client.create_topic(&id(0), "t", 1, options)).unwrap();
+    let mut builder = BatchBuilder::new(1);
+    for i in 0..5u128 {
+        builder.push(i + 1, 0, b"payload", b"");
+    }
+    block_on(client.send(
+        &id(0),
+        &id(0),
+        &WirePartitioning::PartitionId(0),
+        builder.build(),
+    ))
+    .unwrap();
+    let consumer = WireConsumer::consumer(id(4));
+    block_on(client.store_offset(&consumer, &id(0), &id(0), Some(0), 2)).unwrap();
+    let g = block_on(client.create_group(&id(0), &id(0), "doomed")).unwrap();
+    let group = WireConsumer::consumer_group(id(g));
+    block_on(client.store_offset(&group, &id(0), &id(0), Some(0), 3)).unwrap();
+    let dir = partition_dir(&root, 0, 0, 0);
+    let group_file = dir.join(format!("offsets/groups/{g}"));
+    let saved = std::fs::read(&group_file).unwrap();
+    block_on(client.delete_group(&id(0), &id(0), &id(g))).unwrap();
+    block_on(node.shutdown()).unwrap();
+    let (code, out) = check(&root);
+    assert_eq!(code, 0, "{out}");
+
+    // The deleted group's file comes back (a leftover no journaled op accounts for), and
+    // the consumer's offset file rots.
+    std::fs::write(&group_file, &saved).unwrap();
+    let consumer_file = dir.join("offsets/consumers/4");
+    let mut bytes = std::fs::read(&consumer_file).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&consumer_file, &bytes).unwrap();
+    let before = snapshot(&root);
+    let (code, out) = check(&root);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "would remove the offset of consumer group {g}: the group no longer exists"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("DAMAGED offset")
+                && l.contains(&consumer_file.display().to_string())),
+        "{out}"
+    );
+    assert_eq!(snapshot(&root), before, "check changes nothing");
+}

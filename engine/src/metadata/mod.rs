@@ -113,70 +113,24 @@ pub enum MetaRefusal {
     },
 }
 
+crate::names::variant_names!(MetaRefusal, coverage "meta:":
+    NoSuperblock,
+    SuperblockMisplaced,
+    DataWithoutMetadata,
+    SnapshotMissing,
+    SnapshotMismatch,
+    SnapshotUndecodable,
+    SnapshotContradicts,
+    JournalShorterThanDurable,
+    JournalCorrupt,
+    JournalInteriorCorruption,
+    JournalUncertain,
+    JournalChainBroken,
+    EntryDoesNotApply,
+    Unreadable,
+);
+
 impl MetaRefusal {
-    pub const NAMES: [&'static str; 14] = [
-        "NoSuperblock",
-        "SuperblockMisplaced",
-        "DataWithoutMetadata",
-        "SnapshotMissing",
-        "SnapshotMismatch",
-        "SnapshotUndecodable",
-        "SnapshotContradicts",
-        "JournalShorterThanDurable",
-        "JournalCorrupt",
-        "JournalInteriorCorruption",
-        "JournalUncertain",
-        "JournalChainBroken",
-        "EntryDoesNotApply",
-        "Unreadable",
-    ];
-
-    /// The name in coverage tables, distinct from partition fence reasons.
-    pub fn coverage_name(&self) -> &'static str {
-        let at = Self::NAMES
-            .iter()
-            .position(|n| *n == self.name())
-            .expect("every refusal is named");
-        Self::COVERAGE_NAMES[at]
-    }
-
-    pub const COVERAGE_NAMES: [&'static str; 14] = [
-        "meta:NoSuperblock",
-        "meta:SuperblockMisplaced",
-        "meta:DataWithoutMetadata",
-        "meta:SnapshotMissing",
-        "meta:SnapshotMismatch",
-        "meta:SnapshotUndecodable",
-        "meta:SnapshotContradicts",
-        "meta:JournalShorterThanDurable",
-        "meta:JournalCorrupt",
-        "meta:JournalInteriorCorruption",
-        "meta:JournalUncertain",
-        "meta:JournalChainBroken",
-        "meta:EntryDoesNotApply",
-        "meta:Unreadable",
-    ];
-
-    pub fn name(&self) -> &'static str {
-        use MetaRefusal::*;
-        match self {
-            NoSuperblock { .. } => "NoSuperblock",
-            SuperblockMisplaced { .. } => "SuperblockMisplaced",
-            DataWithoutMetadata { .. } => "DataWithoutMetadata",
-            SnapshotMissing { .. } => "SnapshotMissing",
-            SnapshotMismatch { .. } => "SnapshotMismatch",
-            SnapshotUndecodable { .. } => "SnapshotUndecodable",
-            SnapshotContradicts { .. } => "SnapshotContradicts",
-            JournalShorterThanDurable { .. } => "JournalShorterThanDurable",
-            JournalCorrupt { .. } => "JournalCorrupt",
-            JournalInteriorCorruption { .. } => "JournalInteriorCorruption",
-            JournalUncertain { .. } => "JournalUncertain",
-            JournalChainBroken { .. } => "JournalChainBroken",
-            EntryDoesNotApply { .. } => "EntryDoesNotApply",
-            Unreadable { .. } => "Unreadable",
-        }
-    }
-
     /// The metadata file the refusal is about.
     pub fn file(&self) -> &Path {
         use MetaRefusal::*;
@@ -238,16 +192,12 @@ pub enum MetaAction {
     RewriteSlot { path: PathBuf },
 }
 
-impl MetaAction {
-    pub fn name(&self) -> &'static str {
-        match self {
-            MetaAction::TruncateJournal { .. } => "TruncateJournal",
-            MetaAction::FinishSnapshot => "FinishSnapshot",
-            MetaAction::RemoveTempSnapshot => "RemoveTempSnapshot",
-            MetaAction::RewriteSlot { .. } => "RewriteSlot",
-        }
-    }
-}
+crate::names::variant_names!(MetaAction:
+    TruncateJournal,
+    FinishSnapshot,
+    RemoveTempSnapshot,
+    RewriteSlot,
+);
 
 impl fmt::Display for MetaAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -679,10 +629,30 @@ fn walk_journal(
     bytes: &[u8],
     record: &MetaRecord,
     uncertain_slot: Option<&Path>,
-    mut state: MetaState,
+    state: MetaState,
 ) -> Result<Walk, MetaRefusal> {
-    let durable = record.journal;
-    let file_len = bytes.len() as u64;
+    let scan = journal::scan(bytes, record.cluster);
+    check_durable_end(path, &scan, bytes.len() as u64, record.journal)?;
+    let chain = replay_chain(path, &scan, record, state)?;
+    let (actions, end) = tail_actions(path, &scan, &chain, uncertain_slot, bytes.len() as u64)?;
+    Ok(Walk {
+        state: chain.state,
+        replayed: chain.replayed,
+        end,
+        last_op: chain.last_op,
+        last_checksum: chain.last_checksum,
+        actions,
+    })
+}
+
+/// The first rows: the journal holds the recorded durable end whole, and the entry ending
+/// there is the one recorded.
+fn check_durable_end(
+    path: &Path,
+    scan: &journal::Scan,
+    file_len: u64,
+    durable: JournalPoint,
+) -> Result<(), MetaRefusal> {
     if file_len < durable.len {
         return Err(MetaRefusal::JournalShorterThanDurable {
             path: path.to_path_buf(),
@@ -690,7 +660,6 @@ fn walk_journal(
             durable_len: durable.len,
         });
     }
-    let scan = journal::scan(bytes, record.cluster);
     if let Some((position, problem)) = scan.damage.as_ref().filter(|(p, _)| *p < durable.len) {
         return Err(MetaRefusal::JournalCorrupt {
             path: path.to_path_buf(),
@@ -729,6 +698,34 @@ fn walk_journal(
             }
         }
     }
+    Ok(())
+}
+
+/// The valid entries replayed in order onto the snapshot's state.
+struct Chain {
+    state: MetaState,
+    replayed: Vec<Replayed>,
+    last_op: u64,
+    last_checksum: u128,
+    /// The end of the entries the snapshot already holds, if the journal starts with some.
+    obsolete_end: Option<u64>,
+    snapshot_op: u64,
+}
+
+/// The chain rows: each entry follows the one before it (or the snapshot) and applies to the
+/// state it leaves.
+fn replay_chain(
+    path: &Path,
+    scan: &journal::Scan,
+    record: &MetaRecord,
+    mut state: MetaState,
+) -> Result<Chain, MetaRefusal> {
+    let durable = record.journal;
+    let broken = |position: u64, detail: String| MetaRefusal::JournalChainBroken {
+        path: path.to_path_buf(),
+        position,
+        detail,
+    };
     let snapshot = record.snapshot;
     let mut previous: Option<&Entry> = None;
     let mut last_op = snapshot.op;
@@ -808,10 +805,29 @@ fn walk_journal(
         last_op = entry.op;
         last_checksum = entry.checksum;
     }
+    Ok(Chain {
+        state,
+        replayed,
+        last_op,
+        last_checksum,
+        obsolete_end,
+        snapshot_op: snapshot.op,
+    })
+}
+
+/// The tail rows: damage above the durable end (see [`judge_tail_damage`]), and entries the
+/// snapshot already holds. Returns the repairs and where the journal then ends.
+fn tail_actions(
+    path: &Path,
+    scan: &journal::Scan,
+    chain: &Chain,
+    uncertain_slot: Option<&Path>,
+    file_len: u64,
+) -> Result<(Vec<MetaAction>, u64), MetaRefusal> {
     let mut actions = Vec::new();
     let mut end = scan.valid_end;
     if let Some((position, problem)) = &scan.damage {
-        let damaged_op = scan.entries.last().map_or(snapshot.op, |e| e.op) + 1;
+        let damaged_op = scan.entries.last().map_or(chain.snapshot_op, |e| e.op) + 1;
         let refusal = |later: journal::Later| MetaRefusal::JournalInteriorCorruption {
             path: path.to_path_buf(),
             position: *position,
@@ -838,7 +854,7 @@ fn walk_journal(
             }
         }
     }
-    if let Some(obsolete) = obsolete_end.filter(|_| replayed.is_empty()) {
+    if let Some(obsolete) = chain.obsolete_end.filter(|_| chain.replayed.is_empty()) {
         // Everything the journal holds is in the snapshot: empty it.
         actions.retain(|a| !matches!(a, MetaAction::TruncateJournal { .. }));
         actions.push(MetaAction::TruncateJournal {
@@ -848,14 +864,7 @@ fn walk_journal(
         });
         end = 0;
     }
-    Ok(Walk {
-        state,
-        replayed,
-        end,
-        last_op,
-        last_checksum,
-        actions,
-    })
+    Ok((actions, end))
 }
 
 /// What damage above the durable end is, the entry it stopped the walk at being op
@@ -1073,6 +1082,24 @@ impl MetadataPlane {
 
     pub fn applied_op(&self) -> u64 {
         self.record.applied_op
+    }
+
+    /// Between batches: the record names the journal's end, its last op and that op's
+    /// checksum, and every op as applied.
+    pub fn assert_recorded(&self) {
+        let end = JournalPoint {
+            len: self.journal_end,
+            op: self.last_op,
+            last: self.last_checksum,
+        };
+        assert_eq!(
+            self.record.journal, end,
+            "the record names the journal's end"
+        );
+        assert_eq!(
+            self.record.applied_op, self.last_op,
+            "the record names every op applied"
+        );
     }
 
     /// The context the next op will run in.

@@ -286,6 +286,33 @@ impl Membership {
         }
         assert_eq!(total, self.total, "the membership count is every member");
     }
+
+    /// Against the state every effect up to its op was applied from: each group with members
+    /// is an incarnation the state has, and its assignment covers its topic's partitions.
+    pub fn check_against(&self, state: &crate::state::MetaState) {
+        for (&(s, t, g), group) in &self.groups {
+            if group.members.is_empty() {
+                continue;
+            }
+            let topic = state.find_topic(s, t);
+            let created = topic
+                .and_then(|topic| topic.groups.get(&g))
+                .map(|g| g.created_op);
+            assert_eq!(
+                created,
+                Some(group.incarnation),
+                "members of group {:?} joined an incarnation the state has",
+                (s, t, g)
+            );
+            let partitions = topic.map_or(0, |topic| topic.partitions.len() as u32);
+            assert_eq!(
+                group.partitions,
+                partitions,
+                "group {:?}'s assignment covers its topic's partitions",
+                (s, t, g)
+            );
+        }
+    }
 }
 
 fn rebalance(group: &mut Members, partitions: u32) {
@@ -368,9 +395,10 @@ pub(crate) enum GroupRequest {
         key: GroupKey,
         reply: Reply<NodeResult<MemberList>>,
     },
-    /// A metadata batch's effects, in op order.
+    /// A metadata batch's effects, in op order; `at_op` is the batch's last op.
     Effects {
         effects: Vec<Effect>,
+        at_op: u64,
     },
 }
 
@@ -506,12 +534,16 @@ impl GroupsOwner {
                 });
                 reply.send(result);
             }
-            GroupRequest::Effects { effects } => {
+            GroupRequest::Effects { effects, at_op } => {
                 for effect in &effects {
                     self.membership.apply(effect);
                 }
-                if cfg!(debug_assertions) {
-                    self.membership.check();
+                self.membership.check();
+                // Only while no later batch is published: a join may already have read a
+                // newer view than these effects.
+                let view = self.view.load();
+                if view.op == at_op {
+                    self.membership.check_against(&view.state);
                 }
             }
         }

@@ -186,7 +186,13 @@ impl MetaOwner {
         if !effects.is_empty() {
             // FIFO after the publish and before any answer: a caller that got its answer
             // and then asks the groups owner finds the effects applied.
-            let _ = self.groups.send(GroupRequest::Effects { effects }).await;
+            let _ = self
+                .groups
+                .send(GroupRequest::Effects {
+                    effects,
+                    at_op: last,
+                })
+                .await;
         }
         for a in accepted {
             a.reply.send(MetaReply {
@@ -378,8 +384,45 @@ impl MetaOwner {
             for shard in &self.shards {
                 let _ = shard.send(ShardRequest::Applied).await;
             }
+            self.check_partitions(staged).await;
         }
         Ok(())
+    }
+
+    /// After a batch's work: the shards hold exactly the state's partitions, each on the
+    /// shard its key hashes to. (A shard that stopped answers nothing: no check.)
+    async fn check_partitions(&self, state: &MetaState) {
+        let mut answers = Vec::with_capacity(self.shards.len());
+        for shard in &self.shards {
+            let (reply, pending) = oneshot();
+            if shard
+                .send(ShardRequest::Identities { reply })
+                .await
+                .is_err()
+            {
+                return;
+            }
+            answers.push(pending);
+        }
+        let mut held = BTreeSet::new();
+        for (index, pending) in answers.into_iter().enumerate() {
+            let Ok(identities) = pending.await else {
+                return;
+            };
+            for identity in identities {
+                assert_eq!(
+                    shard_of(key_of(&identity), self.shards.len()),
+                    index,
+                    "{identity} is held by the shard its key hashes to"
+                );
+                assert!(held.insert(identity), "{identity} is held once");
+            }
+        }
+        let expected: BTreeSet<_> = state.partitions().into_iter().collect();
+        assert_eq!(
+            held, expected,
+            "the shards hold exactly the state's partitions"
+        );
     }
 
     /// One op's directory work: its partitions' work on their shards, all at once; the
@@ -515,6 +558,7 @@ impl MetaOwner {
             self.current.op,
             "every journaled op's work is recorded as applied"
         );
+        self.plane.assert_recorded();
         debug_assert!(self.current.state.indexes_agree(), "name indexes agree");
     }
 }

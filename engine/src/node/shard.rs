@@ -104,6 +104,11 @@ pub(crate) enum ShardRequest {
     /// batch's work created serve from now on. (Also sent when the node stops, so requests
     /// held for such a partition are answered.)
     Applied,
+    /// The identities of every partition the shard holds (open or fenced), for the metadata
+    /// owner's check that they are exactly the state's.
+    Identities {
+        reply: Reply<Vec<PartitionIdentity>>,
+    },
     /// Graceful shutdown: every partition flushes and syncs what it holds; the loop ends.
     Close { reply: Reply<NodeResult<()>> },
 }
@@ -122,6 +127,7 @@ impl ShardRequest {
             ShardRequest::Work { .. }
             | ShardRequest::Clean { .. }
             | ShardRequest::Applied
+            | ShardRequest::Identities { .. }
             | ShardRequest::Close { .. } => None,
         }
     }
@@ -444,6 +450,9 @@ impl Shard {
                 reply.send(deleted);
             }
             ShardRequest::Applied => unreachable!("a round serves it"),
+            ShardRequest::Identities { reply } => {
+                reply.send(self.partitions.values().map(|o| o.identity).collect())
+            }
             ShardRequest::Close { reply } => {
                 // A metadata batch may be between its work and its record (a shutdown
                 // does not wait for it): what waits for its partitions is not served.
@@ -854,6 +863,7 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         )))),
         ShardRequest::Clean { reply, .. } => reply.send(Vec::new()),
         ShardRequest::Applied => {}
+        ShardRequest::Identities { reply } => reply.send(Vec::new()),
         ShardRequest::Close { reply } => reply.send(Ok(())),
     }
 }

@@ -127,58 +127,28 @@ pub enum FenceReason {
     },
 }
 
-impl FenceReason {
-    /// The name of every variant, for reports and coverage tables.
-    pub const NAMES: [&'static str; 20] = [
-        "NoSuperblock",
-        "SuperblockIdentity",
-        "LogStartMissing",
-        "StoredOffsetsMissing",
-        "DirectoryMissing",
-        "SuperblockMisplaced",
-        "DurableEndUncertain",
-        "MissingLog",
-        "DurableSegmentMissing",
-        "ChainGap",
-        "SegmentNameMismatch",
-        "SealedSegmentCorrupt",
-        "CorruptBelowDurable",
-        "LogShorterThanDurable",
-        "DurableOffsetMismatch",
-        "EmptySealedSegment",
-        "ReadFailed",
-        "IoFailed",
-        "IdentityDuplicated",
-        "DirectoryInTheWay",
-    ];
-
-    /// This variant's name (one of [`FenceReason::NAMES`]).
-    pub fn name(&self) -> &'static str {
-        use FenceReason::*;
-        match self {
-            NoSuperblock { .. } => "NoSuperblock",
-            SuperblockIdentity { .. } => "SuperblockIdentity",
-            LogStartMissing { .. } => "LogStartMissing",
-            StoredOffsetsMissing { .. } => "StoredOffsetsMissing",
-            DirectoryMissing { .. } => "DirectoryMissing",
-            SuperblockMisplaced { .. } => "SuperblockMisplaced",
-            DurableEndUncertain { .. } => "DurableEndUncertain",
-            MissingLog { .. } => "MissingLog",
-            DurableSegmentMissing { .. } => "DurableSegmentMissing",
-            ChainGap { .. } => "ChainGap",
-            SegmentNameMismatch { .. } => "SegmentNameMismatch",
-            SealedSegmentCorrupt { .. } => "SealedSegmentCorrupt",
-            CorruptBelowDurable { .. } => "CorruptBelowDurable",
-            LogShorterThanDurable { .. } => "LogShorterThanDurable",
-            DurableOffsetMismatch { .. } => "DurableOffsetMismatch",
-            EmptySealedSegment { .. } => "EmptySealedSegment",
-            ReadFailed { .. } => "ReadFailed",
-            IoFailed { .. } => "IoFailed",
-            IdentityDuplicated { .. } => "IdentityDuplicated",
-            DirectoryInTheWay { .. } => "DirectoryInTheWay",
-        }
-    }
-}
+crate::names::variant_names!(FenceReason:
+    NoSuperblock,
+    SuperblockIdentity,
+    LogStartMissing,
+    StoredOffsetsMissing,
+    DirectoryMissing,
+    SuperblockMisplaced,
+    DurableEndUncertain,
+    MissingLog,
+    DurableSegmentMissing,
+    ChainGap,
+    SegmentNameMismatch,
+    SealedSegmentCorrupt,
+    CorruptBelowDurable,
+    LogShorterThanDurable,
+    DurableOffsetMismatch,
+    EmptySealedSegment,
+    ReadFailed,
+    IoFailed,
+    IdentityDuplicated,
+    DirectoryInTheWay,
+);
 
 impl fmt::Display for FenceReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

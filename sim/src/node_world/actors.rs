@@ -889,6 +889,34 @@ impl NodeWorld {
     /// Whether an error to a caller of `s`/`t` has a cause the model knows of: a crash, a
     /// concurrent metadata op, a missing entity, an operator's removal, a full disk.
     /// When a caller's op started, for judging its answer.
+    /// How a caller names stream `s` and topic `t`: by id, or now and then by name (only
+    /// while no metadata op is in flight, so the names denote these ids when picked).
+    pub(crate) fn address(&mut self, s: u32, t: u32) -> (WireIdentifier, WireIdentifier, bool) {
+        let quiet =
+            self.in_flight.is_empty() && self.pending.is_empty() && self.in_doubt.is_empty();
+        let names =
+            self.model.streams.get(&s).and_then(|stream| {
+                Some((stream.name.clone(), stream.topics.get(&t)?.name.clone()))
+            });
+        match names {
+            Some((stream, topic)) if quiet && self.rng.gen_bool(0.3) => (
+                WireIdentifier::named(&stream).expect("a model name is valid"),
+                WireIdentifier::named(&topic).expect("a model name is valid"),
+                true,
+            ),
+            _ => (sid(s), sid(t), false),
+        }
+    }
+
+    /// Whether a request that named its stream and topic by name may have reached other
+    /// entities: a metadata op ran meanwhile (a rename, a deletion and a re-creation).
+    pub(crate) fn names_moved(&self, started: Start) -> bool {
+        self.model.op != started.model_op
+            || !self.in_flight.is_empty()
+            || !self.pending.is_empty()
+            || !self.in_doubt.is_empty()
+    }
+
     pub(crate) fn start(&self) -> Start {
         Start {
             at: self.now(),
@@ -996,11 +1024,19 @@ pub(crate) async fn produce(world: &Shared, client: &Client) {
         };
         let count = w.rng.gen_range(1..=8);
         let (batch, ids) = w.batch(count);
-        (s, t, partitioning, batch, ids, w.start())
+        let address = w.address(s, t);
+        (s, t, partitioning, batch, ids, address, w.start())
     };
-    let (s, t, partitioning, batch, ids, started) = plan;
-    let result = client.send(&sid(s), &sid(t), &partitioning, batch).await;
+    let (s, t, partitioning, batch, ids, (stream, topic, by_name), started) = plan;
+    let result = client.send(&stream, &topic, &partitioning, batch).await;
     let mut w = lock(world);
+    if by_name && w.names_moved(started) {
+        // The names may denote other entities by now: what the send did is not judged.
+        w.event(format!(
+            "send by name to {s}/{t} raced a metadata op: not judged"
+        ));
+        return;
+    }
     if let Err(v) = w.judge_send(s, t, &ids, started, result) {
         w.fail(v);
     }
@@ -1083,13 +1119,14 @@ async fn poll(world: &Shared, client: &Client) {
                 value: w.rng.gen_range(0..200),
             },
         };
-        (key, consumer, strategy, w.start())
+        let address = w.address(key.0, key.1);
+        (key, consumer, strategy, address, w.start())
     };
-    let (key, consumer, strategy, started) = plan;
+    let (key, consumer, strategy, (stream_id, topic_id, by_name), started) = plan;
     let request = PollMessagesRequest {
         consumer,
-        stream_id: sid(key.0),
-        topic_id: sid(key.1),
+        stream_id,
+        topic_id,
         partition_id: Some(key.2),
         strategy,
         count: 50,
@@ -1097,6 +1134,9 @@ async fn poll(world: &Shared, client: &Client) {
     };
     let result = client.poll(&request).await;
     let mut w = lock(world);
+    if by_name && w.names_moved(started) {
+        return;
+    }
     let outcome = match result {
         Ok(Some(polled)) => {
             // Judged in the incarnation it read (a purge may have made another meanwhile).
@@ -1485,20 +1525,57 @@ fn read_view(world: &Shared, client: &Client) {
             w.stop = Some(true);
         }
     }
-    for (id, stream) in view.streams() {
-        let named = WireIdentifier::named(&stream.name).expect("a stored name is valid");
-        if view.stream_id(&named).ok() != Some(*id) {
-            let v = violation(
-                INV_CALLERS,
-                format!(
-                    "the view's stream {:?} does not resolve to its id {id}",
-                    stream.name
-                ),
-            );
-            w.fail(v);
-            return;
+    if let Some(wrong) = names_that_do_not_resolve(&view) {
+        let v = violation(INV_CALLERS, format!("in the view, {wrong}"));
+        w.fail(v);
+    }
+}
+
+/// The lookups by name a caller makes, against the entities the view lists: every stream,
+/// topic, group and user resolves to its own id by its name (and by its id).
+fn names_that_do_not_resolve(view: &cairn_engine::node::MetaView) -> Option<String> {
+    let named = |name: &str| WireIdentifier::named(name).expect("a stored name is valid");
+    for (&s, stream) in view.streams() {
+        if view.stream_id(&named(&stream.name)).ok() != Some(s)
+            || view.stream_id(&sid(s)).ok() != Some(s)
+        {
+            return Some(format!(
+                "stream {:?} does not resolve to its id {s}",
+                stream.name
+            ));
+        }
+        for (&t, topic) in &stream.topics {
+            if view
+                .topic_ids(&named(&stream.name), &named(&topic.name))
+                .ok()
+                != Some((s, t))
+            {
+                return Some(format!(
+                    "topic {:?} of {s} does not resolve to its id {t}",
+                    topic.name
+                ));
+            }
+            for (&g, group) in &topic.groups {
+                if view.group_id(s, t, &named(&group.name)).ok() != Some(g) {
+                    return Some(format!(
+                        "group {:?} of {s}/{t} does not resolve to its id {g}",
+                        group.name
+                    ));
+                }
+            }
         }
     }
+    for (&u, user) in view.users() {
+        if view.user_id(&named(&user.username)).ok() != Some(u)
+            || view.user_by_name(&user.username).map(|x| x.id) != Some(u)
+        {
+            return Some(format!(
+                "user {:?} does not resolve to its id {u}",
+                user.username
+            ));
+        }
+    }
+    None
 }
 
 /// Drains what the shards' cleaners deleted on their own timers and judges it.

@@ -137,45 +137,22 @@ pub enum Action {
     },
 }
 
-impl Action {
-    /// Every action's name, for reports and coverage tables.
-    pub const NAMES: [&'static str; 14] = [
-        "CreateDir",
-        "RemoveTemp",
-        "RemoveStrayIndex",
-        "CreateSegment",
-        "Truncate",
-        "RemoveSegment",
-        "FinishDeletion",
-        "RewriteIndex",
-        "LowerOffset",
-        "DeleteOffset",
-        "DropDamagedOffset",
-        "AdvanceSuperblock",
-        "RecordOffsets",
-        "RewriteSlot",
-    ];
-
-    /// This action's name (one of [`Action::NAMES`]).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Action::CreateDir { .. } => "CreateDir",
-            Action::RemoveTemp { .. } => "RemoveTemp",
-            Action::RemoveStrayIndex { .. } => "RemoveStrayIndex",
-            Action::CreateSegment { .. } => "CreateSegment",
-            Action::Truncate { .. } => "Truncate",
-            Action::RemoveSegment { .. } => "RemoveSegment",
-            Action::FinishDeletion { .. } => "FinishDeletion",
-            Action::RewriteIndex { .. } => "RewriteIndex",
-            Action::LowerOffset { .. } => "LowerOffset",
-            Action::DeleteOffset { .. } => "DeleteOffset",
-            Action::DropDamagedOffset { .. } => "DropDamagedOffset",
-            Action::AdvanceSuperblock { .. } => "AdvanceSuperblock",
-            Action::RecordOffsets { .. } => "RecordOffsets",
-            Action::RewriteSlot { .. } => "RewriteSlot",
-        }
-    }
-}
+crate::names::variant_names!(Action:
+    CreateDir,
+    RemoveTemp,
+    RemoveStrayIndex,
+    CreateSegment,
+    Truncate,
+    RemoveSegment,
+    FinishDeletion,
+    RewriteIndex,
+    LowerOffset,
+    DeleteOffset,
+    DropDamagedOffset,
+    AdvanceSuperblock,
+    RecordOffsets,
+    RewriteSlot,
+);
 
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
