@@ -146,6 +146,10 @@ pub enum Failure {
     Work(#[source] WorkError),
     #[error("the node was shut down")]
     Shutdown,
+    /// An owner broke an invariant (an assertion fired): the node stops rather than serve a
+    /// state it no longer understands.
+    #[error("the {0} panicked: an invariant failed")]
+    Panicked(String),
 }
 
 /// A piece of directory work that failed: the file system's error, or the partition's.

@@ -1729,11 +1729,11 @@ impl Disk for SimDisk {
         if s.mutate(Some(path), Call::Remove)? {
             return Err(crashed_error());
         }
-        match s.names.get(path) {
-            Some(Node::Dir(_)) => {}
+        let node = match s.names.get(path) {
+            Some(node @ Node::Dir(_)) => *node,
             Some(Node::File(_)) => return Err(io::Error::other("not a directory")),
             None => return Err(not_found("directory", path)),
-        }
+        };
         let doomed: Vec<PathBuf> = s
             .names
             .keys()
@@ -1746,12 +1746,18 @@ impl Disk for SimDisk {
         // The removed directories' own unsynced changes go with them: a directory created
         // later at the same path is another directory.
         s.pending.retain(|dir, _| !dir.starts_with(path));
-        let durable: Vec<(PathBuf, Node)> = s
+        let mut durable: Vec<(PathBuf, Node)> = s
             .durable_names
             .iter()
             .filter(|(p, _)| p.starts_with(path))
             .map(|(p, n)| (p.clone(), *n))
             .collect();
+        // The directory itself goes too, durable yet or not: its name may be waiting in the
+        // parent's log ahead of this removal (created and removed before any parent sync),
+        // and the sync that applies both must leave no name behind.
+        if !durable.iter().any(|(p, _)| p == path) {
+            durable.push((path.to_path_buf(), node));
+        }
         let dir = parent_of(path);
         s.log_dir_op(&dir, DirOp::UnlinkDir(path.to_path_buf(), durable));
         Ok(())

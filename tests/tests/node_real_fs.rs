@@ -385,6 +385,57 @@ fn checkpointed(root: &Path) {
     node.halt();
 }
 
+/// A crash between a checkpoint's rename and its journal cut leaves the journal holding ops
+/// the snapshot has. Rot in one of those entries, with whole ones after it written later,
+/// is damage only in what the snapshot already holds: boot empties the journal, it does
+/// not refuse.
+#[test]
+fn damage_in_entries_the_snapshot_already_holds_empties_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let node = boot(root).node;
+    for name in ["a", "b", "c"] {
+        node.create_stream(name).unwrap();
+    }
+    node.halt();
+    let old = std::fs::read(journal_path(root)).unwrap();
+    let entries = journal::scan(&old, cluster_of(root)).entries;
+    assert!(
+        entries.len() >= 4,
+        "the root user and three streams, each its own write"
+    );
+    let mut settings = node_settings();
+    settings.meta.checkpoint_bytes = 1;
+    let node = start(&real_env(), root, settings).unwrap().node;
+    node.create_stream("d").unwrap();
+    assert!(node.create_stream("d").is_err(), "the checkpoint is done");
+    node.halt();
+    assert_eq!(std::fs::metadata(journal_path(root)).unwrap().len(), 0);
+    // The journal as the interrupted cut left it, with rot in its second entry.
+    let mut leftover = old.clone();
+    leftover[entries[1].position as usize + 100] ^= 1;
+    std::fs::write(journal_path(root), &leftover).unwrap();
+    let booted = boot(root);
+    assert!(
+        matches!(
+            booted.plan.actions.as_slice(),
+            [MetaAction::TruncateJournal { from: 0, .. }]
+        ),
+        "{:?}",
+        booted.plan.actions
+    );
+    let names: Vec<String> = booted
+        .node
+        .view()
+        .streams()
+        .values()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    booted.node.halt();
+    assert_eq!(std::fs::metadata(journal_path(root)).unwrap().len(), 0);
+}
+
 #[test]
 fn a_checkpoint_boots_from_the_snapshot_and_replays_what_follows() {
     let tmp = tempfile::tempdir().unwrap();

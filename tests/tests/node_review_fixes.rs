@@ -343,6 +343,48 @@ fn n5_a_full_disk_refuses_metadata_and_the_node_keeps_serving() {
     assert_eq!(read_node(&node, (0, 0, 0)).len(), 1);
 }
 
+/// N5 for checkpoints: no space for the snapshot changes nothing (no snapshot recorded, no
+/// temporary file left, the journal kept) and the node keeps serving; the checkpoint is
+/// tried again after more journal, and done once there is space.
+#[test]
+fn n5_a_checkpoint_without_space_changes_nothing_and_is_tried_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disk = FaultyDisk::default();
+    let env = disk.env();
+    let mut settings = node_settings();
+    settings.meta.checkpoint_bytes = 1;
+    let node = start(&env, root, settings.clone()).unwrap().node;
+    let snapshot = root.join("metadata/snapshot.bin");
+    let journal = root.join("metadata/journal.wal");
+    node.create_stream("first").unwrap();
+    let before = std::fs::read(&snapshot).expect("a checkpoint after the first op");
+    *disk.nospace_writes_to.lock().unwrap() = Some("tmp");
+    node.create_stream("s").unwrap();
+    node.create_stream("t").unwrap();
+    assert!(node.node.failure().is_none(), "the node did not stop");
+    assert_eq!(std::fs::read(&snapshot).unwrap(), before, "no new snapshot");
+    assert!(!root.join("metadata/snapshot.bin.tmp").exists());
+    assert!(
+        std::fs::metadata(&journal).unwrap().len() > 0,
+        "the journal kept"
+    );
+    assert!(node.node.stats().meta_no_space >= 1);
+    *disk.nospace_writes_to.lock().unwrap() = None;
+    node.create_stream("u").unwrap();
+    node.create_stream("v").unwrap();
+    assert_ne!(
+        std::fs::read(&snapshot).unwrap(),
+        before,
+        "checkpointed once there is room"
+    );
+    node.halt();
+    let view = start(&env, root, settings).unwrap().node.view();
+    for name in ["s", "t", "u", "v"] {
+        assert!(view.stream_id(&named(name)).is_ok(), "{name}");
+    }
+}
+
 /// N5's other half: any other failure of the journal stops the node (it answers nothing
 /// until restarted, and says why).
 #[test]

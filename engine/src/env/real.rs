@@ -281,9 +281,20 @@ impl Clock for RealClock {
         let timer = self
             .handle
             .spawn(async move { tokio::time::sleep(duration).await });
+        // Dropped before it fires (a race lost), the timer task is cancelled with it.
+        let mut timer = AbortOnDrop(timer);
         Box::pin(async move {
-            let _ = timer.await;
+            let _ = (&mut timer.0).await;
         })
+    }
+}
+
+/// A spawned task that is aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -402,6 +413,15 @@ impl std::task::Wake for ThreadWaker {
     }
 }
 
+/// Sets its flag when dropped: on return and on unwind alike.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Runs `future` on this thread to completion (or until `cancelled`), parking between wakes.
 fn run_worker(mut future: BoxFuture<'static, ()>, cancelled: &AtomicBool) {
     let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
@@ -479,8 +499,9 @@ impl Tasks for RealTasks {
             .name(name.to_string())
             .spawn(move || {
                 let _guard = handle.enter();
+                // Finished even when the future panics (the unwind drops this first).
+                let _finished = SetOnDrop(f);
                 run_worker(task, &c);
-                f.store(true, Ordering::SeqCst);
             })
             .expect("spawning a worker thread");
         Box::new(WorkerHandle {

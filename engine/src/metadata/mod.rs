@@ -834,7 +834,22 @@ fn tail_actions(
             later_entry: later.position,
             damage: problem.to_string(),
         };
-        match judge_tail_damage(damaged_op, &scan.later, uncertain_slot.is_some()) {
+        match judge_tail_damage(
+            damaged_op,
+            chain.snapshot_op,
+            &scan.later,
+            uncertain_slot.is_some(),
+        ) {
+            TailDamage::InSnapshot => {
+                actions.push(MetaAction::TruncateJournal {
+                    from: 0,
+                    len: file_len,
+                    why: format!(
+                        "damage at {position} lies in entries the snapshot already holds ({problem})"
+                    ),
+                });
+                return Ok((actions, 0));
+            }
             TailDamage::WrittenAfter(later) => return Err(refusal(later)),
             TailDamage::Uncertain => {
                 return Err(MetaRefusal::JournalUncertain {
@@ -871,6 +886,9 @@ fn tail_actions(
 /// `damaged_op`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TailDamage {
+    /// The damage and every whole entry after it are ops the snapshot already holds: a
+    /// checkpoint's leftovers, cut whole.
+    InSnapshot,
     /// A whole entry written after the damaged op was durable follows it (its commit number
     /// reaches the damaged op): the damage is in bytes a sync had returned for.
     WrittenAfter(journal::Later),
@@ -882,23 +900,28 @@ enum TailDamage {
     Torn,
 }
 
-/// | a later whole entry with commit ≥ the damaged op | other slot | verdict |
-/// |---|---|---|
-/// | yes | any | `WrittenAfter`: refuse `JournalInteriorCorruption` |
-/// | no | damaged or missing | `Uncertain`: refuse `JournalUncertain` |
-/// | no | valid | `Torn`: truncate at the damage |
+/// | the damaged op and every later entry's | a later whole entry with commit ≥ the damaged op | other slot | verdict |
+/// |---|---|---|---|
+/// | ≤ the snapshot's op | any | any | `InSnapshot`: empty the journal |
+/// | above | yes | any | `WrittenAfter`: refuse `JournalInteriorCorruption` |
+/// | above | no | damaged or missing | `Uncertain`: refuse `JournalUncertain` |
+/// | above | no | valid | `Torn`: truncate at the damage |
 fn judge_tail_damage(
     damaged_op: u64,
+    snapshot_op: u64,
     later: &[journal::Later],
     other_slot_uncertain: bool,
 ) -> TailDamage {
+    let in_snapshot = damaged_op <= snapshot_op && later.iter().all(|l| l.op <= snapshot_op);
     match (
+        in_snapshot,
         later.iter().find(|l| l.commit >= damaged_op),
         other_slot_uncertain,
     ) {
-        (Some(later), _) => TailDamage::WrittenAfter(*later),
-        (None, true) => TailDamage::Uncertain,
-        (None, false) => TailDamage::Torn,
+        (true, _, _) => TailDamage::InSnapshot,
+        (false, Some(later), _) => TailDamage::WrittenAfter(*later),
+        (false, None, true) => TailDamage::Uncertain,
+        (false, None, false) => TailDamage::Torn,
     }
 }
 
@@ -936,6 +959,18 @@ pub struct MetadataPlane {
     last_op: u64,
     last_checksum: u128,
     settings: MetaSettings,
+    /// The journal length at which the next checkpoint is wanted: `checkpoint_bytes`, or
+    /// further on after one found no space.
+    checkpoint_at: u64,
+}
+
+/// How a checkpoint ended when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpointed {
+    Done,
+    /// No space for the snapshot: nothing changed (its temporary file is removed); the
+    /// next attempt waits for another `checkpoint_bytes` of journal.
+    NoSpace,
 }
 
 fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Error + 'a {
@@ -1013,6 +1048,7 @@ impl MetadataPlane {
             last_op: plan.last_op,
             last_checksum: plan.last_checksum,
             settings,
+            checkpoint_at: settings.checkpoint_bytes,
         };
         if plan
             .actions
@@ -1069,6 +1105,7 @@ impl MetadataPlane {
             last_op: 0,
             last_checksum: 0,
             settings,
+            checkpoint_at: settings.checkpoint_bytes,
         })
     }
 
@@ -1223,12 +1260,12 @@ impl MetadataPlane {
 
     /// Whether the journal has grown enough for a checkpoint.
     pub fn wants_checkpoint(&self) -> bool {
-        self.journal_end >= self.settings.checkpoint_bytes
+        self.journal_end >= self.checkpoint_at
     }
 
     /// Writes `state` (the state after [`Self::last_op`], its directory work done) as the
     /// snapshot, records it, and empties the journal.
-    pub fn checkpoint(&mut self, state: &MetaState) -> io::Result<()> {
+    pub fn checkpoint(&mut self, state: &MetaState) -> io::Result<Checkpointed> {
         assert_eq!(
             self.record.applied_op, self.last_op,
             "checkpoints follow applied work"
@@ -1237,15 +1274,16 @@ impl MetadataPlane {
         let _span = tracing::info_span!("metadata_checkpoint", op = self.last_op).entered();
         let bytes = snapshot::encode(self.record.cluster, self.last_op, self.last_checksum, state);
         let temp = self.dir.join(snapshot::TEMP);
-        let file = disk
-            .open(&temp, OpenMode::CreateOrOpen)
-            .map_err(at("create", &temp))?;
-        file.set_len(0).map_err(at("truncate", &temp))?;
-        file.write_all_at(&[io::IoSlice::new(&bytes)], 0)
-            .map_err(at("write", &temp))?;
-        file.sync_data().map_err(at("sync", &temp))?;
-        drop(file);
-        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
+        match self.write_temp_snapshot(&temp, &bytes) {
+            Ok(()) => {}
+            Err(error) if crate::env::is_no_space(&error) => {
+                tracing::warn!(%error, "no space for a metadata checkpoint: trying again later");
+                let _ = disk.remove_file(&temp);
+                self.checkpoint_at = self.journal_end + self.settings.checkpoint_bytes;
+                return Ok(Checkpointed::NoSpace);
+            }
+            Err(error) => return Err(error),
+        }
         let snapshot_ref = SnapshotRef {
             op: self.last_op,
             len: bytes.len() as u64,
@@ -1264,6 +1302,22 @@ impl MetadataPlane {
         self.journal.set_len(0).map_err(at("truncate", &path))?;
         self.journal.sync_data().map_err(at("sync", &path))?;
         self.journal_end = 0;
-        Ok(())
+        self.checkpoint_at = self.settings.checkpoint_bytes;
+        Ok(Checkpointed::Done)
+    }
+
+    /// The snapshot under its temporary name, synced with its name: nothing refers to it
+    /// yet, so a failure here changes nothing.
+    fn write_temp_snapshot(&self, temp: &Path, bytes: &[u8]) -> io::Result<()> {
+        let file = self
+            .disk
+            .open(temp, OpenMode::CreateOrOpen)
+            .map_err(at("create", temp))?;
+        file.set_len(0).map_err(at("truncate", temp))?;
+        file.write_all_at(&[io::IoSlice::new(bytes)], 0)
+            .map_err(at("write", temp))?;
+        file.sync_data().map_err(at("sync", temp))?;
+        drop(file);
+        self.disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))
     }
 }

@@ -15,6 +15,7 @@ use super::work::{ancestors, remove_durably, sync_dirs};
 use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
 use crate::env::{settle, Env};
+use crate::error::Failure;
 use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
@@ -410,10 +411,11 @@ async fn start_owners(
             reply.send(boot);
             shard.run(rx).await;
         };
-        workers.push(
-            env.tasks
-                .spawn_worker(&format!("cairn-shard-{index}"), Box::pin(task)),
-        );
+        let name = format!("cairn-shard-{index}");
+        workers.push(env.tasks.spawn_worker(
+            &name,
+            stops_on_panic(name.clone(), stopped.clone(), Vec::new(), task),
+        ));
         shards.push(tx);
         booting.push(pending);
     }
@@ -432,10 +434,15 @@ async fn start_owners(
         membership: Membership::default(),
         view: view.clone(),
     };
-    workers.push(
-        env.tasks
-            .spawn_worker("cairn-groups", Box::pin(groups.run(groups_rx))),
-    );
+    workers.push(env.tasks.spawn_worker(
+        "cairn-groups",
+        stops_on_panic(
+            "groups owner".into(),
+            stopped.clone(),
+            Vec::new(),
+            groups.run(groups_rx),
+        ),
+    ));
     let (meta_tx, meta_rx) = channel(limits.meta_inbox);
     let owner = MetaOwner {
         env: env.clone(),
@@ -449,10 +456,15 @@ async fn start_owners(
         stats: stats.clone(),
         deferred: Default::default(),
     };
-    workers.push(
-        env.tasks
-            .spawn_worker("cairn-metadata", Box::pin(owner.run(meta_rx))),
-    );
+    workers.push(env.tasks.spawn_worker(
+        "cairn-metadata",
+        stops_on_panic(
+            "metadata owner".into(),
+            stopped.clone(),
+            shards.clone(),
+            owner.run(meta_rx),
+        ),
+    ));
     Ok(Node {
         inner: Arc::new(Inner {
             env: env.clone(),
@@ -473,4 +485,71 @@ async fn start_owners(
             workers: Mutex::new(workers),
         }),
     })
+}
+
+/// An owner's loop that stops the node if it panics (an invariant's assertion fired): the
+/// latch tells every caller and the supervisor, and the shards are woken so requests they
+/// hold for the metadata owner's answer are refused instead of waiting for it.
+fn stops_on_panic(
+    name: String,
+    stopped: Latch<Arc<Failure>>,
+    wake: Vec<crate::env::chan::Sender<ShardRequest>>,
+    run: impl std::future::Future<Output = ()> + Send + 'static,
+) -> crate::env::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let _guard = PanicGuard {
+            name,
+            stopped,
+            wake,
+        };
+        run.await;
+    })
+}
+
+struct PanicGuard {
+    name: String,
+    stopped: Latch<Arc<Failure>>,
+    wake: Vec<crate::env::chan::Sender<ShardRequest>>,
+}
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        self.stopped
+            .set(Arc::new(Failure::Panicked(std::mem::take(&mut self.name))));
+        for shard in &self.wake {
+            let _ = shard.try_send(ShardRequest::Applied);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An owner whose assertion fires stops the node (callers and the supervisor hear it)
+    /// and its worker counts as finished, so a halt waiting for it returns.
+    #[test]
+    #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
+    fn an_owner_that_panics_stops_the_node() {
+        let env = crate::env::real::env().expect("runtime");
+        let stopped: Latch<Arc<Failure>> = Latch::default();
+        let worker = env.tasks.spawn_worker(
+            "cairn-test-owner",
+            stops_on_panic("test owner".into(), stopped.clone(), Vec::new(), async {
+                panic!("an invariant failed (on purpose)")
+            }),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !worker.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the worker finished");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        match stopped.get().as_deref() {
+            Some(Failure::Panicked(name)) => assert_eq!(name, "test owner"),
+            other => panic!("the node stopped for the panic, not {other:?}"),
+        }
+    }
 }

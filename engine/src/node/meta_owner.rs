@@ -28,10 +28,10 @@ use crate::metadata::journal::Origin;
 use crate::metadata::MetadataPlane;
 use crate::partition::partition_dir;
 use crate::state::ops::MetaOp;
-use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext};
+use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext, PartitionKey};
 use std::collections::{BTreeSet, VecDeque};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -210,8 +210,14 @@ impl MetaOwner {
         if self.plane.wants_checkpoint() {
             let checkpoint = self.plane.checkpoint(&self.current.state);
             settle(&self.env).await;
-            if let Err(e) = checkpoint {
-                self.fail(Failure::Metadata(e));
+            match checkpoint {
+                Ok(crate::metadata::Checkpointed::Done) => {}
+                Ok(crate::metadata::Checkpointed::NoSpace) => {
+                    self.stats.meta_no_space.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    self.fail(Failure::Metadata(e));
+                }
             }
         }
     }
@@ -287,25 +293,31 @@ impl MetaOwner {
         for work in &applied.work {
             if let DirWork::CreatePartition(identity) = work {
                 let key = key_of(identity);
-                if before.partition(key).is_some() {
-                    continue;
-                }
                 let dir = partition_dir(&self.root, key.0, key.1, key.2);
-                match self.env.disk.exists(&dir) {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        return Err(NodeError::DirectoryInTheWay(dir));
-                    }
-                    Err(e) => {
-                        return Err(NodeError::InvalidRequest(format!(
-                            "cannot check {}: {e}",
-                            dir.display()
-                        )))
-                    }
+                let exists = self.env.disk.exists(&dir).map_err(|e| {
+                    NodeError::InvalidRequest(format!("cannot check {}: {e}", dir.display()))
+                })?;
+                if exists && !self.removed_before(before, key, &dir) {
+                    return Err(NodeError::DirectoryInTheWay(dir));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Whether an earlier op of the batch removes the directory at `key` before this one
+    /// creates it there: the state before the batch has a partition at `key` and the
+    /// directory holds that partition (or nothing). A directory the removal would keep (an
+    /// identity it does not remove, data without one) stays in the way.
+    fn removed_before(&self, before: &MetaState, key: PartitionKey, dir: &Path) -> bool {
+        let Some(old) = before.partition(key) else {
+            return false;
+        };
+        match super::tree::survey_path(self.env.disk.as_ref(), dir) {
+            super::tree::Found::Partition(found) => found == old,
+            super::tree::Found::Empty | super::tree::Found::Missing => true,
+            super::tree::Found::Foreign { .. } => false,
+        }
     }
 
     /// The journal write or sync failed: nothing of the batch counts. Out of space, the
@@ -317,11 +329,13 @@ impl MetaOwner {
         accepted: Vec<Accepted>,
         refused: Vec<(Reply<MetaReply>, u64, NodeError)>,
     ) {
+        let mut serving = false;
         let answer: Box<dyn Fn() -> NodeError> = if is_no_space(&error) {
             match self.plane.cut_back() {
                 Ok(()) => {
                     tracing::warn!(%error, "the metadata journal is out of space: the batch was refused");
                     self.stats.meta_no_space.fetch_add(1, Ordering::Relaxed);
+                    serving = true;
                     Box::new(|| NodeError::MetadataNoSpace)
                 }
                 Err(cut) => {
@@ -340,10 +354,17 @@ impl MetaOwner {
                 result: Err(answer()),
             });
         }
-        for (reply, _, _) in refused {
+        for (reply, judged_at, refusal) in refused {
+            // An op refused on its own merits, against the state as it stays (no op of the
+            // failed write before it), keeps its answer while the node serves.
+            let error = if serving && judged_at == at_op {
+                refusal
+            } else {
+                answer()
+            };
             reply.send(MetaReply {
                 at_op,
-                result: Err(answer()),
+                result: Err(error),
             });
         }
     }
@@ -392,6 +413,9 @@ impl MetaOwner {
     /// After a batch's work: the shards hold exactly the state's partitions, each on the
     /// shard its key hashes to. (A shard that stopped answers nothing: no check.)
     async fn check_partitions(&self, state: &MetaState) {
+        if self.stopped.get().is_some() {
+            return;
+        }
         let mut answers = Vec::with_capacity(self.shards.len());
         for shard in &self.shards {
             let (reply, pending) = oneshot();

@@ -260,14 +260,13 @@ impl Shard {
 
     /// The shard's loop: rounds of requests, and retention on its own timer.
     pub(crate) async fn run(mut self, mut inbox: Receiver<ShardRequest>) {
-        let mut next_clean = self.env.clock.monotonic_nanos() + self.interval_nanos();
         let mut carried: Vec<ShardRequest> = Vec::new();
+        // One timer per cleaner interval, kept across rounds (not one per round).
+        let mut cleaner = self.cleaner_timer();
         loop {
             let mut round = std::mem::take(&mut carried);
             if round.is_empty() {
-                let now = self.env.clock.monotonic_nanos();
-                let wait = Duration::from_nanos(next_clean.saturating_sub(now));
-                match race(inbox.recv(), self.env.clock.sleep(wait)).await {
+                match race(inbox.recv(), cleaner.as_mut()).await {
                     Either::Left(Some(request)) => round.push(request),
                     Either::Left(None) => return,
                     Either::Right(()) => {
@@ -276,7 +275,7 @@ impl Shard {
                             self.deletions.record(deleted);
                             settle(&self.env).await;
                         }
-                        next_clean = self.env.clock.monotonic_nanos() + self.interval_nanos();
+                        cleaner = self.cleaner_timer();
                         continue;
                     }
                 }
@@ -293,8 +292,10 @@ impl Shard {
         }
     }
 
-    fn interval_nanos(&self) -> u64 {
-        self.cleaner_interval.as_nanos().max(1) as u64
+    fn cleaner_timer(&self) -> crate::env::BoxFuture<'static, ()> {
+        self.env
+            .clock
+            .sleep(self.cleaner_interval.max(Duration::from_nanos(1)))
     }
 
     /// One round, in order; true when the shard closed.
@@ -441,6 +442,9 @@ impl Shard {
             ShardRequest::Inspect { key, reply } => reply.send(self.inspect(key)),
             ShardRequest::Work { work, reply } => {
                 let result = self.work(work);
+                // Persist windows of partitions that went (bounded by the partitions held).
+                let partitions = &self.partitions;
+                self.windows.retain(|key, _| partitions.contains_key(key));
                 settle(&self.env).await;
                 reply.send(result);
             }
@@ -819,7 +823,8 @@ impl Shard {
     }
 
     fn delete_segments(&mut self, key: PartitionKey, count: u32) -> NodeResult<Vec<Deletion>> {
-        self.open(key)?;
+        // A fenced partition answers with its reason.
+        self.open(key)?.sealed_segments()?;
         let sealed = self.sealed(key).unwrap_or_default();
         if count as usize > sealed.len() {
             return Err(NodeError::Partition(PartitionError::ActiveSegment {
@@ -863,7 +868,8 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         )))),
         ShardRequest::Clean { reply, .. } => reply.send(Vec::new()),
         ShardRequest::Applied => {}
-        ShardRequest::Identities { reply } => reply.send(Vec::new()),
+        // Unanswered: the check that asked is skipped (an empty list would be a false one).
+        ShardRequest::Identities { reply } => drop(reply),
         ShardRequest::Close { reply } => reply.send(Ok(())),
     }
 }

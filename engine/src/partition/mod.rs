@@ -76,6 +76,35 @@ fn io_error<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> P
     }
 }
 
+/// Whether `dir` is missing or holds only what an interrupted create leaves (the offsets
+/// directories, empty, and segment 0's files, empty, or a temporary file): a partition is
+/// created there. Anything else (a superblock slot, messages, an offset) is someone's data.
+fn holds_nothing(disk: &dyn crate::env::Disk, dir: &Path) -> io::Result<bool> {
+    if !disk.exists(dir)? {
+        return Ok(true);
+    }
+    for entry in disk.read_dir(dir)? {
+        let path = dir.join(&entry.name);
+        let leftover = match entry.name.as_str() {
+            "offsets" => {
+                let mut empty = true;
+                for sub in disk.read_dir(&path)? {
+                    empty &= sub.is_dir && disk.read_dir(&path.join(&sub.name))?.is_empty();
+                }
+                empty
+            }
+            name if name == log_name(0) || name == index_name(0) => {
+                disk.open(&path, OpenMode::Read)?.len()? == 0
+            }
+            name => name.ends_with(".tmp") && !SLOT_NAMES.contains(&name),
+        };
+        if !leftover {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 impl Partition {
     /// Creates a new, empty partition in `dir` (which must not hold one), durably: files
     /// synced, then the directory and its parent.
@@ -109,13 +138,8 @@ impl Partition {
         let _span =
             tracing::info_span!("partition_create", dir = %dir.display(), %identity).entered();
         config.validate()?;
-        for slot in SLOT_NAMES {
-            if disk
-                .exists(&dir.join(slot))
-                .map_err(io_error("stat", dir))?
-            {
-                return Err(PartitionError::AlreadyExists(dir.to_path_buf()));
-            }
+        if !holds_nothing(disk, dir).map_err(io_error("list", dir))? {
+            return Err(PartitionError::AlreadyExists(dir.to_path_buf()));
         }
         for sub in ["offsets/consumers", "offsets/groups"] {
             let path = dir.join(sub);

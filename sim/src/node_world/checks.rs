@@ -754,6 +754,16 @@ impl NodeWorld {
         }
         // A group poll whose answer the crash took may have stored any offset it read.
         for ((s, t), holder) in std::mem::take(&mut self.auto_commits).into_values() {
+            if let Holder::Group { id, incarnation } = holder {
+                // A group the model saw deleted has no offsets to store into any more.
+                let live = self
+                    .model
+                    .topic(s, t)
+                    .and_then(|topic| topic.groups.get(&id));
+                if live.map(|(_, i)| *i) != Some(incarnation) {
+                    continue;
+                }
+            }
             let cluster = self.cluster;
             for key in self.model.keys_of(s, Some(t)) {
                 if let Some(identity) = self.model.identity(cluster, key) {

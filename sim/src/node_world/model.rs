@@ -156,8 +156,9 @@ pub enum AdminOp {
         user: u32,
         permissions: Option<MPermissions>,
     },
-    /// A `CreateUser` whose permissions make its body longer than the journal takes.
-    OversizeUser(String),
+    /// A `CreateUser` whose body is `MAX_BODY + excess` bytes (its permissions name topics
+    /// that do not exist, so it is refused either way: `TooBig` exactly when `excess > 0`).
+    OversizeUser(String, i32),
 }
 
 impl AdminOp {
@@ -540,7 +541,7 @@ impl Model {
                 self.users.get_mut(user).expect("checked").permissions =
                     permissions.as_ref().map(encode_permissions);
             }
-            AdminOp::OversizeUser(_) => return Err(()),
+            AdminOp::OversizeUser(..) => return Err(()),
         }
         Ok(effect)
     }
@@ -750,11 +751,4 @@ pub fn verify(hash: &str, password: &str) -> bool {
             .verify_password(password.as_bytes(), &parsed)
             .is_ok()
     })
-}
-
-/// The permissions of a user the oracle grants for every topic the model has, enough to
-/// make a body longer than `MAX_BODY` when repeated (for `OversizeUser`).
-pub fn oversize_permissions() -> WirePermissions {
-    let topics = (0..(MAX_BODY / 8 + 16) as u32).collect();
-    wire_permissions(&vec![(0, topics)])
 }

@@ -264,6 +264,13 @@ impl OpenLog {
     /// has; in bytes promised durable the partition also fences.
     fn damage_found(&mut self, i: usize, position: u64, error: &ReadBatchError) {
         let segment = &self.segments[i];
+        if let ReadBatchError::Unopenable { error } = error {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                // Out of file descriptors or memory: nothing says the bytes are damaged.
+                tracing::warn!(log = %segment.log_path.display(), %error, "a sealed segment could not be opened for a read: the poll returns what it has");
+                return;
+            }
+        }
         let durable = self.superblock.durable;
         let promised = segment.sealed
             || (segment.start_offset == durable.segment_start && position < durable.position);
