@@ -481,6 +481,10 @@ fn a_missing_or_different_snapshot_refuses_boot() {
     let node = start(&real_env(), &older, settings).unwrap().node;
     let old_snapshot = std::fs::read(older.join("metadata/snapshot.bin")).unwrap();
     node.create_stream("newer").unwrap();
+    assert!(
+        node.create_stream("newer").is_err(),
+        "the checkpoint is done"
+    );
     node.halt();
     std::fs::write(older.join("metadata/snapshot.bin"), old_snapshot).unwrap();
     refused(&older, "SnapshotMismatch");

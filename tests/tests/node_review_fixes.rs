@@ -357,11 +357,16 @@ fn n5_a_checkpoint_without_space_changes_nothing_and_is_tried_again() {
     let node = start(&env, root, settings.clone()).unwrap().node;
     let snapshot = root.join("metadata/snapshot.bin");
     let journal = root.join("metadata/journal.wal");
+    // The checkpoint follows the answer; the owner's next answer (a refusal, which
+    // journals nothing and so checkpoints nothing) follows the checkpoint.
+    let settled = || assert!(node.create_stream("first").is_err());
     node.create_stream("first").unwrap();
+    settled();
     let before = std::fs::read(&snapshot).expect("a checkpoint after the first op");
     *disk.nospace_writes_to.lock().unwrap() = Some("tmp");
     node.create_stream("s").unwrap();
     node.create_stream("t").unwrap();
+    settled();
     assert!(node.node.failure().is_none(), "the node did not stop");
     assert_eq!(std::fs::read(&snapshot).unwrap(), before, "no new snapshot");
     assert!(!root.join("metadata/snapshot.bin.tmp").exists());
@@ -373,6 +378,7 @@ fn n5_a_checkpoint_without_space_changes_nothing_and_is_tried_again() {
     *disk.nospace_writes_to.lock().unwrap() = None;
     node.create_stream("u").unwrap();
     node.create_stream("v").unwrap();
+    settled();
     assert_ne!(
         std::fs::read(&snapshot).unwrap(),
         before,
