@@ -490,6 +490,48 @@ fn a_missing_or_different_snapshot_refuses_boot() {
     refused(&older, "SnapshotMismatch");
 }
 
+/// A slot file holding the other slot's record (a copy of it, or a restore that swapped
+/// them), or longer than one slot, is not a superblock cairn wrote there: boot refuses and
+/// names the file rather than trust either.
+#[test]
+fn a_superblock_in_the_wrong_slot_or_oversized_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("n");
+    node_with_topic(&root, 1, WireOptions::empty()).halt();
+    let [a, b] = ["superblock.a", "superblock.b"].map(|n| root.join("metadata").join(n));
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let copied = tmp.path().join("copied");
+        let _ = std::fs::remove_dir_all(&copied);
+        copy_dir(&root, &copied);
+        let target = copied.join("metadata").join(to.file_name().unwrap());
+        std::fs::copy(
+            copied.join("metadata").join(from.file_name().unwrap()),
+            &target,
+        )
+        .unwrap();
+        match refused(&copied, "SuperblockMisplaced") {
+            MetaRefusal::SuperblockMisplaced { path, detail } => {
+                assert_eq!(path, target);
+                assert!(detail.contains("belongs in the other slot"), "{detail}");
+            }
+            other => panic!("{other}"),
+        }
+    }
+    let long = tmp.path().join("long");
+    copy_dir(&root, &long);
+    let slot = long.join("metadata/superblock.a");
+    let mut bytes = std::fs::read(&slot).unwrap();
+    bytes.extend_from_slice(&[0; 512]);
+    std::fs::write(&slot, bytes).unwrap();
+    match refused(&long, "SuperblockMisplaced") {
+        MetaRefusal::SuperblockMisplaced { path, detail } => {
+            assert_eq!(path, slot);
+            assert!(detail.contains("longer than one slot"), "{detail}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
 #[test]
 fn both_superblocks_damaged_refuse_and_data_without_metadata_is_never_removed() {
     let tmp = tempfile::tempdir().unwrap();

@@ -282,14 +282,6 @@ impl MetaPlan {
             ..MetaPlan::empty(dir)
         }
     }
-
-    /// Decision names: the refusal's, or every action's.
-    pub fn decisions(&self) -> Vec<&'static str> {
-        match &self.refusal {
-            Some(r) => vec![r.name()],
-            None => self.actions.iter().map(MetaAction::name).collect(),
-        }
-    }
 }
 
 /// A superblock slot as read.
