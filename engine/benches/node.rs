@@ -17,7 +17,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 use cairn_engine::env::real::{self, block_on, RealDisk};
-use cairn_engine::env::{chan, DirEntry, Disk, DiskFile, OpenMode};
+use cairn_engine::env::{chan, Disk, DiskFile, OpenMode};
 use cairn_engine::format::BatchBuilder;
 use cairn_engine::node::{Node, NodeSettings, PasswordCost};
 use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
@@ -26,7 +26,7 @@ use std::io::IoSlice;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -79,30 +79,7 @@ impl Disk for Counting {
             syncs: self.syncs.clone(),
         }))
     }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir_all(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        RealDisk.read_dir(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_dir_all(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealDisk.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        RealDisk.exists(path)
-    }
-    fn take_io_time(&self) -> Duration {
-        Duration::ZERO
-    }
+    cairn_engine::real_disk_except_open!();
 }
 
 fn message(caller: usize, i: usize) -> bytes::BytesMut {

@@ -466,30 +466,7 @@ impl Disk for FaultyDisk {
             disk: self.clone(),
         }))
     }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir_all(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        RealDisk.read_dir(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_dir_all(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealDisk.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        RealDisk.exists(path)
-    }
-    fn take_io_time(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
+    cairn_engine::real_disk_except_open!();
 }
 
 /// Settings for a node in tests: cheap password hashes, small checkpoints, two shards.
@@ -649,28 +626,5 @@ impl Disk for GatedDisk {
         self.pass(path);
         RealDisk.open(path, mode)
     }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir_all(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        RealDisk.read_dir(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_dir_all(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealDisk.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        RealDisk.exists(path)
-    }
-    fn take_io_time(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
+    cairn_engine::real_disk_except_open!();
 }

@@ -38,7 +38,7 @@ pub use shard::shard_of;
 pub use view::MetaView;
 
 use crate::config::PartitionSettings;
-use crate::env::chan::{oneshot, Latch, Pending, Semaphore, Sender, TrySendError};
+use crate::env::chan::{oneshot, Latch, Pending, Reply, Semaphore, Sender, TrySendError};
 use crate::env::Env;
 use crate::metadata::journal::Origin;
 use crate::metadata::MetaSettings;
@@ -1149,15 +1149,10 @@ impl Client {
         topic: &WireIdentifier,
         group: &WireIdentifier,
     ) -> NodeResult<()> {
-        self.node.check_running()?;
-        let key = self.group_key(stream, topic, group)?;
-        let (reply, pending) = oneshot();
-        let request = GroupRequest::Join {
-            key,
-            client: self.id,
-            reply,
-        };
-        self.ask_groups(request, pending).await?
+        self.change_membership(stream, topic, group, |key, client, reply| {
+            GroupRequest::Join { key, client, reply }
+        })
+        .await
     }
 
     pub async fn leave_group(
@@ -1166,15 +1161,25 @@ impl Client {
         topic: &WireIdentifier,
         group: &WireIdentifier,
     ) -> NodeResult<()> {
+        self.change_membership(stream, topic, group, |key, client, reply| {
+            GroupRequest::Leave { key, client, reply }
+        })
+        .await
+    }
+
+    /// A join or a leave of this client, as `request` builds it from the group's key.
+    async fn change_membership(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        group: &WireIdentifier,
+        request: impl FnOnce((u32, u32, u32), u128, Reply<NodeResult<()>>) -> GroupRequest,
+    ) -> NodeResult<()> {
         self.node.check_running()?;
         let key = self.group_key(stream, topic, group)?;
         let (reply, pending) = oneshot();
-        let request = GroupRequest::Leave {
-            key,
-            client: self.id,
-            reply,
-        };
-        self.ask_groups(request, pending).await?
+        self.ask_groups(request(key, self.id, reply), pending)
+            .await?
     }
 
     /// The session ended: this client leaves every group, releasing its partitions. Returns
