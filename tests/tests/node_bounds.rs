@@ -200,3 +200,44 @@ fn sealed_segments_are_read_through_a_bounded_handle_cache() {
     expect_read(&node, 1_000_000);
     node.close().unwrap();
 }
+
+/// The entity counts have limits (DESIGN's "an explicit limit on everything"): one more
+/// consumer group than a topic holds is refused as too many, changes nothing, and fits
+/// again once one is deleted.
+#[test]
+fn a_topic_refuses_one_group_more_than_its_limit() {
+    use cairn_engine::state::MAX_GROUPS_PER_TOPIC;
+    let tmp = tempfile::tempdir().unwrap();
+    let node = boot_with(tmp.path(), 1 << 20, 4);
+    node.create_stream("s").unwrap();
+    node.create_topic(&id(0), "t", 1, iggy_binary_protocol::WireOptions::empty())
+        .unwrap();
+    // Many callers at once, so their creates share journal writes.
+    std::thread::scope(|scope| {
+        for caller in 0..8 {
+            let node = node.as_client(100 + caller as u128);
+            scope.spawn(move || {
+                for g in (caller..MAX_GROUPS_PER_TOPIC).step_by(8) {
+                    node.create_group(&id(0), &id(0), &format!("g{g}"))
+                        .unwrap_or_else(|e| panic!("group {g}: {e}"));
+                }
+            });
+        }
+    });
+    let before = node.view();
+    match node.create_group(&id(0), &id(0), "one-more") {
+        Err(NodeError::TooMany { what, limit }) => {
+            assert_eq!(
+                (what, limit),
+                ("consumer groups in a topic", MAX_GROUPS_PER_TOPIC)
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(node.view(), before, "a refusal changes nothing");
+    node.delete_group(&id(0), &id(0), &WireIdentifier::named("g7").unwrap())
+        .unwrap();
+    node.create_group(&id(0), &id(0), "one-more").unwrap();
+    assert_eq!(node.view().topic(0, 0).groups.len(), MAX_GROUPS_PER_TOPIC);
+    node.halt();
+}

@@ -98,12 +98,7 @@ impl MetaState {
 
     fn create_stream(&mut self, name: &str, ctx: OpContext) -> NodeResult<Applied> {
         self.check_stream_name(name, None)?;
-        if self.streams.len() >= MAX_STREAMS {
-            return Err(NodeError::TooMany {
-                what: "streams",
-                limit: MAX_STREAMS,
-            });
-        }
+        room_for(self.streams.len(), "streams", MAX_STREAMS)?;
         let id = lowest_free(&self.streams);
         self.names.streams.insert(name.into(), id);
         self.streams.insert(
@@ -173,12 +168,11 @@ impl MetaState {
         check_partitions_count(r.partitions_count, 0, true)?;
         let options = options::for_create(&r.options)?;
         let stream = &self.streams[&s];
-        if stream.topics.len() >= MAX_TOPICS_PER_STREAM {
-            return Err(NodeError::TooMany {
-                what: "topics in a stream",
-                limit: MAX_TOPICS_PER_STREAM,
-            });
-        }
+        room_for(
+            stream.topics.len(),
+            "topics in a stream",
+            MAX_TOPICS_PER_STREAM,
+        )?;
         let id = lowest_free(&stream.topics);
         self.names.topics.insert((s, name.into()), id);
         self.streams.get_mut(&s).expect("resolved").topics.insert(
@@ -397,12 +391,11 @@ impl MetaState {
             });
         }
         let topic = self.topic(s, t);
-        if topic.groups.len() >= MAX_GROUPS_PER_TOPIC {
-            return Err(NodeError::TooMany {
-                what: "consumer groups in a topic",
-                limit: MAX_GROUPS_PER_TOPIC,
-            });
-        }
+        room_for(
+            topic.groups.len(),
+            "consumer groups in a topic",
+            MAX_GROUPS_PER_TOPIC,
+        )?;
         let id = lowest_free(&topic.groups);
         self.names.groups.insert((s, t, name.into()), id);
         self.topic_mut(s, t).groups.insert(
@@ -468,12 +461,7 @@ impl MetaState {
         if let Some(permissions) = &r.permissions {
             check_permissions(self, permissions)?;
         }
-        if self.users.len() >= MAX_USERS {
-            return Err(NodeError::TooMany {
-                what: "users",
-                limit: MAX_USERS,
-            });
-        }
+        room_for(self.users.len(), "users", MAX_USERS)?;
         let id = lowest_free(&self.users);
         self.names.users.insert(name.into(), id);
         self.users.insert(
@@ -633,6 +621,14 @@ fn check_partitions_count(count: u32, existing: usize, zero_ok: bool) -> NodeRes
                 "a topic holds at most {MAX_PARTITIONS_PER_TOPIC} partitions (it has {existing})"
             ),
         });
+    }
+    Ok(())
+}
+
+/// One more of `what` fits under its limit.
+fn room_for(held: usize, what: &'static str, limit: usize) -> NodeResult<()> {
+    if held >= limit {
+        return Err(NodeError::TooMany { what, limit });
     }
     Ok(())
 }
