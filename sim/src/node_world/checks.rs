@@ -12,7 +12,7 @@ use crate::oracle::{
     violation, Checked, INV_JUSTIFIED, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
 };
 use crate::world::decode;
-use cairn_engine::metadata::record::MetaRecord;
+use cairn_engine::metadata::record::{MetaRecord, SLOT_NAMES};
 use cairn_engine::metadata::{MetaAction, MetaRefusal};
 use cairn_engine::node::tree::Fate;
 use cairn_engine::node::{BootError, Booted, Client, Node, PartitionBoot, PartitionKey};
@@ -67,12 +67,24 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
     Ok(())
 }
 
+fn slot_path(slot: usize) -> PathBuf {
+    Path::new(NODE_ROOT).join("metadata").join(SLOT_NAMES[slot])
+}
+
+/// The two copies of a metadata slot file's record, each decoded if it is valid.
+fn slot_copies(bytes: &[u8]) -> [Option<MetaRecord>; 2] {
+    [0usize, cairn_engine::slots::MIRROR_OFFSET as usize].map(|at| {
+        let copy = bytes.get(at..at + cairn_engine::slots::RECORD_LEN)?;
+        let copy: [u8; cairn_engine::slots::RECORD_LEN] = copy.try_into().expect("a record");
+        MetaRecord::decode(&copy).ok()
+    })
+}
+
 /// The newest valid record in the metadata slots as the device holds them.
 fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
-    let dir = Path::new(NODE_ROOT).join("metadata");
     let mut best: Option<MetaRecord> = None;
-    for name in ["superblock.a", "superblock.b"] {
-        let path = dir.join(name);
+    for slot in [0, 1] {
+        let path = slot_path(slot);
         if !w.disk.live_damage(&path).is_empty() {
             // A damaged copy may hide a newer record: the trust check needs clean slots.
             return None;
@@ -80,29 +92,60 @@ fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
         let Some(bytes) = w.disk.device_view(&path) else {
             continue;
         };
-        for at in [0usize, cairn_engine::slots::MIRROR_OFFSET as usize] {
-            let Some(copy) = bytes.get(at..at + cairn_engine::slots::RECORD_LEN) else {
-                continue;
-            };
-            let copy: [u8; cairn_engine::slots::RECORD_LEN] = copy.try_into().expect("a record");
-            if let Ok(record) = MetaRecord::decode(&copy) {
-                if best.is_none_or(|b| record.sequence > b.sequence) {
-                    best = Some(record);
-                }
+        for record in slot_copies(&bytes).into_iter().flatten() {
+            if best.is_none_or(|b| record.sequence > b.sequence) {
+                best = Some(record);
             }
         }
     }
     best
 }
 
+/// After a boot, the slot file of the record boot trusted holds one record in both copies,
+/// that one or a newer one boot wrote there: a record boot found in one copy only was
+/// written again (`RewriteSlot`), so one more damaged copy cannot lose it. Excused only by
+/// a fault the disk injected on a slot file during the boot, or an unreadable sector there
+/// (other damage boot reads past, and its rewrite replaces).
+fn trusted_slot_in_two_copies(
+    w: &NodeWorld,
+    trusted: MetaRecord,
+    faults_from: usize,
+) -> Checked<()> {
+    let paths = [0, 1].map(slot_path);
+    let excused = paths.iter().any(|path| {
+        w.disk
+            .live_damage(path)
+            .iter()
+            .any(|d| d.kind == cairn_faults::FaultKind::ReadError)
+            || w.disk
+                .records_since(faults_from)
+                .iter()
+                .any(|r| r.path.as_deref() == Some(path.as_path()))
+    });
+    if excused {
+        return Ok(());
+    }
+    let path = &paths[trusted.slot()];
+    let held = w.disk.contents(path).map(|b| slot_copies(&b));
+    match held {
+        Some([Some(a), Some(b)]) if a == b && a.sequence >= trusted.sequence => Ok(()),
+        other => Err(meta_violation(format!(
+            "after boot {} holds {other:?}: the trusted record (sequence {}) is not in both copies",
+            path.display(),
+            trusted.sequence
+        ))),
+    }
+}
+
 /// Boots the node and checks what it recovered.
 pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
-    let (env, settings, newest) = {
+    let (env, settings, newest, faults_from) = {
         let w = lock(world);
         (
             w.env.clone(),
             super::settings(&w.profile),
             newest_record(&w),
+            w.disk.record_count(),
         )
     };
     let started = block(executor, async move {
@@ -124,7 +167,11 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
             Ok(())
         }
         Ok(booted) => {
+            let trusted = booted.plan.record;
             lock(world).booted(booted, newest)?;
+            if let Some(trusted) = trusted {
+                trusted_slot_in_two_copies(&lock(world), trusted, faults_from)?;
+            }
             check_partitions(world, executor)
         }
         Err(BootError::Refused(refusal)) => {
