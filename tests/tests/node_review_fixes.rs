@@ -229,6 +229,49 @@ fn n3_a_group_recreated_at_once_does_not_keep_the_old_members() {
     }
 }
 
+/// N2 for whole entities: deleting a stream (or a topic) forgets the memberships of its
+/// groups only; a member of another stream's (or topic's) group keeps its partitions, and a
+/// group recreated under the deleted one's ids starts without members.
+#[test]
+fn deleting_a_stream_or_topic_forgets_only_its_groups_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_topic(tmp.path(), 2, WireOptions::empty());
+    node.create_stream("other").unwrap();
+    node.create_topic(&id(1), "t", 2, WireOptions::empty())
+        .unwrap();
+    node.create_topic(&id(1), "u", 2, WireOptions::empty())
+        .unwrap();
+    for (s, t) in [(0, 0), (1, 0), (1, 1)] {
+        let g = node.create_group(&id(s), &id(t), "g").unwrap();
+        assert_eq!(g, 0);
+        node.as_client(9)
+            .join_group(&id(s), &id(t), &id(0))
+            .unwrap();
+    }
+    let member = node.as_client(9);
+    let kept = |s: u32, t: u32| member.group_assignment(&id(s), &id(t), &id(0)).unwrap();
+    let before = (kept(1, 0), kept(1, 1));
+    node.delete_stream(&id(0)).unwrap();
+    assert_eq!(
+        (kept(1, 0), kept(1, 1)),
+        before,
+        "the other stream's groups kept"
+    );
+    node.delete_topic(&id(1), &id(0)).unwrap();
+    assert_eq!(kept(1, 1), before.1, "the other topic's group kept");
+    // The same ids again: no member carried over.
+    node.create_stream("s").unwrap();
+    node.create_topic(&id(0), "t", 2, WireOptions::empty())
+        .unwrap();
+    node.create_topic(&id(1), "t", 2, WireOptions::empty())
+        .unwrap();
+    for (s, t) in [(0, 0), (1, 0)] {
+        assert_eq!(node.create_group(&id(s), &id(t), "g").unwrap(), 0);
+        let members = node.group_members(&id(s), &id(t), &id(0)).unwrap();
+        assert!(members.is_empty(), "{s}/{t}: {members:?}");
+    }
+}
+
 /// N4: a metadata request whose body would exceed the journal's bound is refused before it
 /// changes anything (no panic, nothing journaled, the view unchanged).
 #[test]

@@ -552,4 +552,21 @@ mod tests {
             other => panic!("the node stopped for the panic, not {other:?}"),
         }
     }
+
+    /// A redone group removal dooms that group's offsets in the partition it names only:
+    /// the same group id in another topic (ids are per topic) keeps its offsets.
+    #[test]
+    fn a_redone_group_removal_dooms_only_the_partition_it_names() {
+        let state = MetaState::default();
+        let work = DirWork::RemoveGroupOffsets {
+            partition: (0, 1, 0),
+            group: 3,
+        };
+        let redo = [(5, &work)];
+        assert!(doomed_group_offsets(&state, &redo, (0, 0, 0), &[]).is_empty());
+        assert_eq!(
+            doomed_group_offsets(&state, &redo, (0, 1, 0), &[]),
+            BTreeSet::from([3])
+        );
+    }
 }
