@@ -473,6 +473,16 @@ fn a_missing_or_different_snapshot_refuses_boot() {
     copy_dir(&original, &damaged);
     flip_byte(&damaged.join("metadata/snapshot.bin"), 10);
     refused(&damaged, "SnapshotMismatch");
+    // A temporary snapshot beside it that is not the recorded one either (a later
+    // checkpoint's, torn) is not taken in its place: the refusal still names the snapshot.
+    let temp = damaged.join("metadata/snapshot.bin.tmp");
+    std::fs::write(&temp, b"half a later checkpoint").unwrap();
+    match refused(&damaged, "SnapshotMismatch") {
+        MetaRefusal::SnapshotMismatch { path, .. } => {
+            assert_eq!(path, damaged.join("metadata/snapshot.bin"))
+        }
+        other => panic!("{other}"),
+    }
     // An older snapshot (another checkpoint's) in its place.
     let older = tmp.path().join("older");
     copy_dir(&original, &older);
