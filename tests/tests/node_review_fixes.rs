@@ -272,6 +272,32 @@ fn deleting_a_stream_or_topic_forgets_only_its_groups_members() {
     }
 }
 
+/// A new partition's directory that already exists, with nothing in the metadata there (an
+/// operator's copy, a leftover of another node), is in the way: the create is refused,
+/// changes nothing, and the directory is left as it was.
+#[test]
+fn a_create_refuses_a_directory_in_the_way_and_leaves_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let node = node_with_topic(root, 1, WireOptions::empty());
+    let planted = root.join("streams/0/topics/0/partitions/1");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(planted.join("someone-elses.log"), b"data").unwrap();
+    let view = node.view();
+    match node.create_partitions(&id(0), &id(0), 1) {
+        Err(NodeError::DirectoryInTheWay(dir)) => assert_eq!(dir, planted),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(node.view(), view, "nothing changed");
+    assert_eq!(
+        std::fs::read(planted.join("someone-elses.log")).unwrap(),
+        b"data"
+    );
+    std::fs::remove_dir_all(&planted).unwrap();
+    node.create_partitions(&id(0), &id(0), 1).unwrap();
+    assert_eq!(node.view().topic(0, 0).partitions.len(), 2);
+}
+
 /// N4: a metadata request whose body would exceed the journal's bound is refused before it
 /// changes anything (no panic, nothing journaled, the view unchanged).
 #[test]
