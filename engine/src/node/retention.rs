@@ -136,5 +136,11 @@ mod tests {
         let tiny = Policy::for_topic(0, 1, 4, 1 << 20, 1 << 16);
         assert_eq!(tiny.budget, (1 << 20) + (1 << 16));
         assert_eq!(Policy::for_topic(0, 0, 4, 1 << 20, 1 << 16).budget, 0);
+        let shared = Policy::for_topic(0, 40 << 20, 4, 1 << 20, 1 << 16);
+        assert_eq!(
+            shared.budget,
+            10 << 20,
+            "the topic's size shared by its partitions"
+        );
     }
 }

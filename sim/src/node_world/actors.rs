@@ -1687,14 +1687,16 @@ impl NodeWorld {
             }
             // The cleaner judged by the topic's options in the view it read: the model's now,
             // or those of a recent op (an update may have been published, not yet answered).
-            let policy_of = |t: &model::MTopic| {
-                Policy::for_topic(
-                    t.expiry,
-                    t.max_size,
-                    t.partitions.len() as u32,
-                    model::SEGMENT_SIZE,
-                    self.profile.max_batch_bytes,
-                )
+            // The budget as the spec words it, computed here rather than by the engine's own
+            // `Policy::for_topic`: `max_topic_size` shared equally by the partitions, never
+            // below one sealed segment's ceiling (its size plus one batch).
+            let floor = model::SEGMENT_SIZE + self.profile.max_batch_bytes;
+            let policy_of = |t: &model::MTopic| Policy {
+                message_expiry: t.expiry,
+                budget: match t.max_size {
+                    0 => 0,
+                    size => (size / t.partitions.len().max(1) as u64).max(floor),
+                },
             };
             let known = std::iter::once(policy_of(&topic))
                 .chain(
