@@ -83,23 +83,6 @@ pub fn decide(sealed: &[Sealed], policy: Policy, now: u64) -> Vec<Reason> {
     reasons
 }
 
-/// Whether deleting `segment` for `reason` held at `now` (the simulator's checker).
-pub fn justified(
-    segment: Sealed,
-    reason: Reason,
-    policy: Policy,
-    now: u64,
-    sealed_bytes: u64,
-) -> bool {
-    match reason {
-        Reason::Expired => {
-            policy.message_expiry > 0 && now.saturating_sub(segment.newest) > policy.message_expiry
-        }
-        Reason::OverSize => policy.budget > 0 && sealed_bytes > policy.budget,
-        Reason::Requested => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
