@@ -41,6 +41,15 @@ fn refused(root: &Path, expected: &str) -> MetaRefusal {
     r
 }
 
+/// The names of the node's streams, in id order.
+fn stream_names(node: &TestNode) -> Vec<String> {
+    node.view()
+        .streams()
+        .values()
+        .map(|s| s.name.clone())
+        .collect()
+}
+
 fn journal_path(root: &Path) -> std::path::PathBuf {
     root.join("metadata/journal.wal")
 }
@@ -337,13 +346,7 @@ fn damage_followed_only_by_entries_of_its_own_write_is_a_torn_tail() {
         "{:?}",
         booted.plan.actions
     );
-    let names: Vec<String> = booted
-        .node
-        .view()
-        .streams()
-        .values()
-        .map(|s| s.name.clone())
-        .collect();
+    let names = stream_names(&booted.node);
     assert!(!names.iter().any(|n| n == "one" || n == "two"), "{names:?}");
     booted.node.halt();
     assert_eq!(std::fs::metadata(&journal).unwrap().len(), positions[0]);
@@ -424,13 +427,7 @@ fn damage_in_entries_the_snapshot_already_holds_empties_the_journal() {
         "{:?}",
         booted.plan.actions
     );
-    let names: Vec<String> = booted
-        .node
-        .view()
-        .streams()
-        .values()
-        .map(|s| s.name.clone())
-        .collect();
+    let names = stream_names(&booted.node);
     assert_eq!(names, ["a", "b", "c", "d"]);
     booted.node.halt();
     assert_eq!(std::fs::metadata(journal_path(root)).unwrap().len(), 0);

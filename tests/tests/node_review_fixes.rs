@@ -50,12 +50,9 @@ fn persisted() -> WireOptions {
     ])
 }
 
-/// N1: a deleted group's offsets go with it; the next group under the same (lowest free)
-/// id starts from nothing, also after a restart.
-#[test]
-fn n1_a_new_group_never_inherits_a_deleted_groups_offsets() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
+/// A persisted topic of one partition holding ten messages, and group `name` (the first, id
+/// 0) with `offset` stored there: the node, the group's id and its offset file.
+fn group_with_offset(root: &Path, name: &str, offset: u64) -> (TestNode, u32, std::path::PathBuf) {
     let node = node_with_topic(root, 1, persisted());
     node.send(
         &id(0),
@@ -64,10 +61,20 @@ fn n1_a_new_group_never_inherits_a_deleted_groups_offsets() {
         batch(1, 10, 10),
     )
     .unwrap();
-    let old = node.create_group(&id(0), &id(0), "old").unwrap();
-    node.store_offset(&group(id(old)), &id(0), &id(0), Some(0), 7)
+    let g = node.create_group(&id(0), &id(0), name).unwrap();
+    node.store_offset(&group(id(g)), &id(0), &id(0), Some(0), offset)
         .unwrap();
     let file = cairn_engine::partition::partition_dir(root, 0, 0, 0).join("offsets/groups/0");
+    (node, g, file)
+}
+
+/// N1: a deleted group's offsets go with it; the next group under the same (lowest free)
+/// id starts from nothing, also after a restart.
+#[test]
+fn n1_a_new_group_never_inherits_a_deleted_groups_offsets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (node, old, file) = group_with_offset(root, "old", 7);
     assert!(file.exists());
     node.delete_group(&id(0), &id(0), &id(old)).unwrap();
     assert!(
@@ -114,18 +121,7 @@ fn n1_a_new_group_never_inherits_a_deleted_groups_offsets() {
 fn n1_boot_removes_the_offsets_of_groups_that_no_longer_exist() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let node = node_with_topic(root, 1, persisted());
-    node.send(
-        &id(0),
-        &id(0),
-        &WirePartitioning::PartitionId(0),
-        batch(1, 10, 10),
-    )
-    .unwrap();
-    let g = node.create_group(&id(0), &id(0), "doomed").unwrap();
-    node.store_offset(&group(id(g)), &id(0), &id(0), Some(0), 3)
-        .unwrap();
-    let file = cairn_engine::partition::partition_dir(root, 0, 0, 0).join("offsets/groups/0");
+    let (node, g, file) = group_with_offset(root, "doomed", 3);
     let saved = std::fs::read(&file).unwrap();
     node.delete_group(&id(0), &id(0), &id(g)).unwrap();
     node.halt();
