@@ -25,6 +25,10 @@
 //! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
 //!   operation is applied and answered before its entry is durable.
 //!
+//! The metadata plan at boot:
+//! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
+//!   (boot's `RewriteSlot` dropped), one more damaged copy from being lost.
+//!
 //! The owners:
 //! - `ack-late-joiners`: a shard answers the sends that arrived while a persist ran as if
 //!   that persist had covered them (they are only journaled, in memory);
@@ -44,7 +48,8 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
+    "skip-meta-slot-rewrite",
     "ack-late-joiners",
     "publish-before-sync",
     "ack-metadata-before-sync",
@@ -349,4 +354,12 @@ pub(crate) fn before_metadata_sync(publish: &mut dyn FnMut()) {
     if active("publish-before-sync") {
         publish();
     }
+}
+
+pub(crate) fn metadata_plan(mut plan: crate::metadata::MetaPlan) -> crate::metadata::MetaPlan {
+    if active("skip-meta-slot-rewrite") {
+        plan.actions
+            .retain(|a| !matches!(a, crate::metadata::MetaAction::RewriteSlot { .. }));
+    }
+    plan
 }

@@ -9,7 +9,8 @@
 //! - [`requests_after_persist`]: requests a shard takes from its inbox after a persist and
 //!   before answering the sends it covered (none in production);
 //! - [`before_metadata_sync`]: what the metadata owner does between writing a batch's
-//!   journal entries and syncing them (nothing in production).
+//!   journal entries and syncing them (nothing in production);
+//! - [`metadata_plan`]: boot's metadata plan, after the rules and before it is acted on.
 
 use crate::env::Disk;
 use crate::partition::recovery::decide::Repairs;
@@ -85,5 +86,16 @@ pub(crate) fn before_metadata_sync(publish: &mut dyn FnMut()) {
     #[cfg(not(feature = "canary"))]
     {
         let _ = publish;
+    }
+}
+
+pub(crate) fn metadata_plan(plan: crate::metadata::MetaPlan) -> crate::metadata::MetaPlan {
+    #[cfg(feature = "canary")]
+    {
+        crate::canary::metadata_plan(plan)
+    }
+    #[cfg(not(feature = "canary"))]
+    {
+        plan
     }
 }

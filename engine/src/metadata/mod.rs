@@ -361,6 +361,10 @@ fn has_partition_data(disk: &dyn Disk, root: &Path) -> io::Result<bool> {
 
 /// Reads the metadata directory of `root` and decides what boot does. Changes no bytes.
 pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
+    plan_by_the_rules(disk, root).map(crate::canary_seam::metadata_plan)
+}
+
+fn plan_by_the_rules(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
     let dir = root.join(DIR);
     let _span = tracing::info_span!("metadata_plan", dir = %dir.display()).entered();
     let entries = if disk.exists(&dir)? {

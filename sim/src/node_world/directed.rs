@@ -204,6 +204,36 @@ fn rot_in_an_entry_whose_work_began_is_refused() -> Checked<Vec<&'static str>> {
     Ok(s.decisions())
 }
 
+/// While the node is down, the mirror copy of the newest metadata superblock record rots:
+/// boot trusts the record from its one good copy and writes it again (`RewriteSlot`), which
+/// the oracle checks after the boot (the slot file holds one record twice).
+fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0007);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.executor.kill_all();
+    {
+        let w = lock(&s.world);
+        let dir = Path::new(NODE_ROOT).join("metadata");
+        let sequence = |name: &str| {
+            let bytes = w.disk.contents(&dir.join(name)).expect("a slot file");
+            let copy: [u8; cairn_engine::slots::RECORD_LEN] = bytes
+                [..cairn_engine::slots::RECORD_LEN]
+                .try_into()
+                .expect("a record");
+            cairn_engine::metadata::record::MetaRecord::decode(&copy).map_or(0, |r| r.sequence)
+        };
+        let newest = ["superblock.a", "superblock.b"]
+            .into_iter()
+            .max_by_key(|n| sequence(n))
+            .expect("two slots");
+        let mirror = cairn_engine::slots::MIRROR_OFFSET + 20;
+        w.disk.flip_bit_at(&dir.join(newest), mirror, 2);
+    }
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
 /// Copies the directory tree `from` to `to` on the simulated disk, durably (what an operator
 /// does with `cp -r` and `sync`).
 fn copy_tree(w: &NodeWorld, from: &Path, to: &Path) {
@@ -332,6 +362,11 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_metadata_record_in_one_copy_is_written_again",
+        expect: &["MetaSlotRepaired"],
+        run: a_metadata_record_in_one_copy_is_written_again,
+    },
     NodeDirected {
         name: "a_create_redone_after_a_lost_record_keeps_its_messages",
         expect: &["DirWorkRedone"],
