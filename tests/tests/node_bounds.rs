@@ -212,7 +212,7 @@ fn a_topic_refuses_one_group_more_than_its_limit() {
     node.create_stream("s").unwrap();
     node.create_topic(&id(0), "t", 1, iggy_binary_protocol::WireOptions::empty())
         .unwrap();
-    // Many callers at once, so their creates share journal writes.
+    // Many callers at once (quicker: their creates may share journal writes).
     std::thread::scope(|scope| {
         for caller in 0..8 {
             let node = node.as_client(100 + caller as u128);
