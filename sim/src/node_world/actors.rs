@@ -3,8 +3,8 @@
 
 use super::model::{self, AdminOp, Model, Window};
 use super::{
-    lock, meta_violation, Accepted, Holder, NodeWorld, Sent, Shared, INV_CALLERS, INV_RETENTION,
-    MAX_PARTITIONS, MAX_STREAMS, MAX_TOPICS,
+    lock, meta_violation, Accepted, Due, GroupInc, Holder, NodeWorld, Sent, Shared, INV_CALLERS,
+    INV_RETENTION, MAX_PARTITIONS, MAX_STREAMS, MAX_TOPICS,
 };
 use crate::executor::Executor;
 use crate::oracle::{violation, Checked, INV_LIVENESS, INV_OFFSETS, INV_PREFIX};
@@ -14,8 +14,11 @@ use cairn_engine::env::Clock;
 use cairn_engine::format::BatchBuilder;
 use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::retention::{Policy, Reason};
-use cairn_engine::node::{Client, Deletion, MetaReply, NodeError, NodeResult, PartitionKey};
+use cairn_engine::node::{
+    Client, Deletion, MetaReply, NodeError, NodeResult, PartitionInfo, PartitionKey,
+};
 use cairn_engine::partition::{PartitionError, PartitionIdentity, Polled};
+use cairn_faults::FaultKind;
 use iggy_binary_protocol::requests::consumer_groups::{
     CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
 };
@@ -64,7 +67,7 @@ const LOGIN: u32 = 301;
 const READER: u32 = 400;
 const CLEANER: u32 = 500;
 /// Group members are clients 1 ..= MEMBERS.
-const MEMBERS: u128 = 3;
+pub(crate) const MEMBERS: u128 = 3;
 
 /// Spawns every caller of an epoch, each with its own client of the running node.
 pub(crate) fn spawn(world: &Shared, executor: &Executor) {
@@ -1360,6 +1363,17 @@ async fn delete_segments(world: &Shared, client: &Client) {
     }
 }
 
+/// What a group member does in one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupMove {
+    Join,
+    Leave,
+    Disconnect,
+    /// Ask the group's list and every member's assignment, and judge them.
+    Check,
+    Poll,
+}
+
 async fn group_step(world: &Shared, members: &[Client]) {
     let plan = {
         let mut w = lock(world);
@@ -1369,42 +1383,69 @@ async fn group_step(world: &Shared, members: &[Client]) {
         let Some((s, t)) = w.pick_topic() else {
             return;
         };
-        let topic = w.model.topic(s, t).expect("picked");
-        let Some((&g, (_, incarnation))) = topic.groups.iter().next() else {
+        let groups: Vec<(u32, u64)> = w
+            .model
+            .topic(s, t)
+            .expect("picked")
+            .groups
+            .iter()
+            .map(|(g, (_, incarnation))| (*g, *incarnation))
+            .collect();
+        if groups.is_empty() {
             return;
-        };
-        let incarnation = *incarnation;
+        }
+        let (g, incarnation) = groups[w.rng.gen_range(0..groups.len())];
         let member = w.rng.gen_range(0..members.len());
-        let client = members[member].id();
-        let joined = w
-            .members
-            .get(&(s, t, g, incarnation))
-            .is_some_and(|m| m.contains(&client));
+        let moves = [
+            GroupMove::Join,
+            GroupMove::Leave,
+            GroupMove::Disconnect,
+            GroupMove::Check,
+            GroupMove::Poll,
+            GroupMove::Poll,
+        ];
         (
-            s,
-            t,
-            g,
-            incarnation,
+            (s, t, g, incarnation),
             member,
-            joined,
-            w.rng.gen_range(0..5),
-            w.start(),
+            moves[w.rng.gen_range(0..moves.len())],
         )
     };
-    let (s, t, g, incarnation, member, joined, roll, started) = plan;
+    group_move(world, members, plan.0, plan.1, plan.2).await;
+}
+
+/// One member's move on one incarnation of a group, judged: a join or leave updates the
+/// model's members, a poll is judged like any poll, and a move the member's state makes
+/// meaningless (a join when joined) is skipped.
+pub(crate) async fn group_move(
+    world: &Shared,
+    members: &[Client],
+    group: GroupInc,
+    member: usize,
+    planned: GroupMove,
+) {
+    let (s, t, g, incarnation) = group;
+    let (joined, started) = {
+        let w = lock(world);
+        let joined = w
+            .members
+            .get(&group)
+            .is_some_and(|m| m.contains(&members[member].id()));
+        (joined, w.start())
+    };
     let client = &members[member];
     let group = sid(g);
-    let result: NodeResult<&str> = match roll {
-        0 if !joined => client
+    let result: NodeResult<&str> = match planned {
+        GroupMove::Join if !joined => client
             .join_group(&sid(s), &sid(t), &group)
             .await
             .map(|_| "join"),
-        1 if joined => client
+        GroupMove::Leave if joined => client
             .leave_group(&sid(s), &sid(t), &group)
             .await
             .map(|_| "leave"),
-        2 => client.disconnect().await.map(|_| "disconnect"),
-        _ if joined => {
+        GroupMove::Disconnect => client.disconnect().await.map(|_| "disconnect"),
+        GroupMove::Check => Ok("check"),
+        GroupMove::Poll if joined => {
             let request = PollMessagesRequest {
                 consumer: WireConsumer {
                     kind: KIND_CONSUMER_GROUP,
@@ -1476,6 +1517,7 @@ async fn group_step(world: &Shared, members: &[Client]) {
                 }
                 w.decision("GroupRebalance");
             }
+            Ok("check") => {}
             Ok(_) => {
                 let id = client.id();
                 for m in w.members.values_mut() {
@@ -1498,19 +1540,42 @@ async fn group_step(world: &Shared, members: &[Client]) {
         w.in_flight.is_empty() && w.pending.is_empty() && w.in_doubt.is_empty()
     };
     if check_members {
-        check_group(world, client, s, t, g, incarnation).await;
+        check_group(world, members, (s, t, g, incarnation)).await;
     }
 }
 
+/// A member's generation and partitions, or why it has none.
+type Assignment = NodeResult<(u64, Vec<u32>)>;
+
+/// What the node said about one group: its member list, and each simulated member's own
+/// assignment (`SyncConsumerGroup`).
+struct GroupSeen {
+    members: Vec<(u128, Vec<u32>)>,
+    assignments: Vec<(u128, Assignment)>,
+}
+
 /// Every partition has exactly one owner among the members, who are exactly the members the
-/// model knows (a client that left is no member).
-async fn check_group(world: &Shared, client: &Client, s: u32, t: u32, g: u32, incarnation: u64) {
-    let members = client.group_members(&sid(s), &sid(t), &sid(g)).await;
-    let mut w = lock(world);
-    let Ok(members) = members else {
+/// model knows (a client that left is no member); each member's own assignment is its
+/// share of that list, all at one generation, which never goes back and moves whenever the
+/// members change; a client the model holds no member is told so. Judged only when no
+/// metadata op ran or was in flight while the node was asked.
+async fn check_group(world: &Shared, clients: &[Client], group: GroupInc) {
+    let (s, t, g, incarnation) = group;
+    let started = lock(world).start();
+    let Ok(members) = clients[0].group_members(&sid(s), &sid(t), &sid(g)).await else {
         return;
     };
-    if !w.in_flight.is_empty() || !w.pending.is_empty() {
+    let mut assignments = Vec::with_capacity(clients.len());
+    for client in clients {
+        let assignment = client.group_assignment(&sid(s), &sid(t), &sid(g)).await;
+        assignments.push((client.id(), assignment));
+    }
+    let seen = GroupSeen {
+        members,
+        assignments,
+    };
+    let mut w = lock(world);
+    if w.names_moved(started) || !w.is_up() {
         return;
     }
     let Some(topic) = w.model.topic(s, t) else {
@@ -1520,35 +1585,68 @@ async fn check_group(world: &Shared, client: &Client, s: u32, t: u32, g: u32, in
         return;
     }
     let partitions = topic.partitions.len() as u32;
-    let clients: BTreeSet<u128> = members.iter().map(|(c, _)| *c).collect();
-    let expected = w
-        .members
-        .get(&(s, t, g, incarnation))
-        .cloned()
-        .unwrap_or_default();
-    if clients != expected {
-        let v = violation(
-            INV_CALLERS,
-            format!(
-                "group {s}/{t}/{g}: the node's members are {clients:?}, the model's {expected:?}"
-            ),
-        );
+    if let Err(v) = w.judge_group(group, partitions, &seen) {
         w.fail(v);
-        return;
     }
-    let mut owned: Vec<u32> = members.iter().flat_map(|(_, p)| p.clone()).collect();
-    owned.sort_unstable();
-    let expected: Vec<u32> = if members.is_empty() {
-        vec![]
-    } else {
-        (0..partitions).collect()
-    };
-    if owned != expected {
-        let v = violation(
-            INV_CALLERS,
-            format!("group {s}/{t}/{g}: partitions owned {owned:?}, expected each of {expected:?} exactly once"),
-        );
-        w.fail(v);
+}
+
+impl NodeWorld {
+    fn judge_group(&mut self, group: GroupInc, partitions: u32, seen: &GroupSeen) -> Checked<()> {
+        let (s, t, g, _) = group;
+        let name = format!("group {s}/{t}/{g}");
+        let fail = |what: String| Err(violation(INV_CALLERS, format!("{name}: {what}")));
+        let clients: BTreeSet<u128> = seen.members.iter().map(|(c, _)| *c).collect();
+        let expected = self.members.get(&group).cloned().unwrap_or_default();
+        if clients != expected {
+            return fail(format!(
+                "the node's members are {clients:?}, the model's {expected:?}"
+            ));
+        }
+        let mut owned: Vec<u32> = seen.members.iter().flat_map(|(_, p)| p.clone()).collect();
+        owned.sort_unstable();
+        let all: Vec<u32> = if clients.is_empty() {
+            vec![]
+        } else {
+            (0..partitions).collect()
+        };
+        if owned != all {
+            return fail(format!(
+                "partitions owned {owned:?}, expected each of {all:?} exactly once"
+            ));
+        }
+        let mut generation = None;
+        for (client, assignment) in &seen.assignments {
+            let listed = seen.members.iter().find(|(c, _)| c == client);
+            match (listed, assignment) {
+                (None, Err(NodeError::NotAMember { .. })) => {}
+                (Some((_, listed)), Ok((at, mine))) if listed == mine => {
+                    if generation.is_some_and(|g| g != *at) {
+                        return fail(format!(
+                            "members answered at generations {generation:?} and {at}"
+                        ));
+                    }
+                    generation = Some(*at);
+                }
+                (listed, assignment) => {
+                    return fail(format!(
+                        "client {client} is listed with {listed:?} but its own assignment is {assignment:?}"
+                    ));
+                }
+            }
+        }
+        let Some(generation) = generation else {
+            return Ok(());
+        };
+        if let Some((before, who)) = self.generations.get(&group) {
+            if generation < *before || (generation == *before && *who != clients) {
+                return fail(format!(
+                    "generation {generation} with members {clients:?} after generation {before} with {who:?}"
+                ));
+            }
+        }
+        self.generations.insert(group, (generation, clients));
+        self.decision("AssignmentsJudged");
+        Ok(())
     }
 }
 
@@ -1633,14 +1731,137 @@ fn names_that_do_not_resolve(view: &cairn_engine::node::MetaView) -> Option<Stri
 }
 
 /// Drains what the shards' cleaners deleted on their own timers and judges it.
-async fn watch_cleaners(world: &Shared, _client: &Client) {
-    let mut w = lock(world);
-    if let Err(v) = w.drain_deletions() {
-        w.fail(v);
+/// Judges the cleaners' deletions, then their liveness: a sealed segment at the log start
+/// of a partition with an expiry, every message of which the model holds and saw expire, is
+/// deleted within a few cleaner intervals of the oracle first seeing it due.
+async fn watch_cleaners(world: &Shared, client: &Client) {
+    let expiring = {
+        let mut w = lock(world);
+        if let Err(v) = w.drain_deletions() {
+            w.fail(v);
+            return;
+        }
+        if !w.is_up() {
+            return;
+        }
+        w.expiring_partitions()
+    };
+    for identity in expiring {
+        let info = client.partition_info(super::key(&identity)).await;
+        let mut w = lock(world);
+        let judged = w.drain_deletions().and_then(|()| match info {
+            Ok(Some(info)) if info.identity == identity => w.judge_cleaner_liveness(&info),
+            _ => Ok(()),
+        });
+        if let Err(v) = judged {
+            w.fail(v);
+            return;
+        }
     }
 }
 
+/// Cleaner intervals the oracle allows between seeing a segment due and its deletion (the
+/// timer's period, a pass that began just before, and the oracle's own look between).
+const CLEANER_GRACE_INTERVALS: u64 = 4;
+
+/// Fault kinds a cleaner pass may have met on its way (an error returned to the engine, or a
+/// clock jump the retention clock refuses to follow): while one happened since a segment was
+/// seen due, its deletion is not owed.
+const CLEANER_EXCUSES: [FaultKind; 6] = [
+    FaultKind::WriteError,
+    FaultKind::SyncError,
+    FaultKind::DirSyncError,
+    FaultKind::NoSpace,
+    FaultKind::ReadError,
+    FaultKind::ClockJump,
+];
+
 impl NodeWorld {
+    /// Partitions of topics with an expiry, while no metadata op is in flight.
+    fn expiring_partitions(&self) -> Vec<PartitionIdentity> {
+        if !self.in_flight.is_empty() || !self.pending.is_empty() || !self.in_doubt.is_empty() {
+            return Vec::new();
+        }
+        self.model
+            .identities(self.cluster)
+            .into_iter()
+            .filter(|(k, _)| !self.removed.contains(k))
+            .filter(|(k, _)| self.model.topic(k.0, k.1).is_some_and(|t| t.expiry > 0))
+            .map(|(_, identity)| identity)
+            .collect()
+    }
+
+    /// The first sealed segment of `info`, if the oracle knows it due: the log start the
+    /// model knows, every message in it acknowledged, the newest older than the expiry by
+    /// the wall clock the cleaner reads (no jump since boot, so the same clock).
+    fn due_segment(&self, info: &PartitionInfo) -> Option<Due> {
+        let topic = self
+            .model
+            .topic(info.identity.stream_id, info.identity.topic_id)?;
+        let part = self.parts.get(&info.identity)?;
+        let (start, _, _) = *info.sealed.first()?;
+        let end = *info.segment_starts.iter().find(|s| **s > start)?;
+        let whole = part.messages.range(start..end).count() as u64 == end - start;
+        let newest = part
+            .batches
+            .range(start..end)
+            .map(|(_, (_, ts))| *ts)
+            .max()?;
+        let slack = self.profile.cleaner_every_nanos / 1000;
+        let due = info.fence.is_none()
+            && !part.log_start_unknown
+            && part.log_start == start
+            && whole
+            && self.jumps == self.jumps_at_boot
+            && self.disk_full_until.is_none()
+            && topic.expiry > 0
+            && self.wall().saturating_sub(newest) > topic.expiry + slack;
+        due.then_some(Due {
+            start,
+            expiry: topic.expiry,
+            seen_at: self.now(),
+            faults_from: self.disk.record_count(),
+        })
+    }
+
+    /// A segment seen due and still there, with nothing since that would excuse it, after
+    /// the grace the cleaner's timer allows: the cleaner did not run, or did not delete.
+    fn judge_cleaner_liveness(&mut self, info: &PartitionInfo) -> Checked<()> {
+        let identity = info.identity;
+        let Some(now_due) = self.due_segment(info) else {
+            self.due.remove(&identity);
+            return Ok(());
+        };
+        let Some(first) = self.due.get(&identity).copied() else {
+            self.due.insert(identity, now_due);
+            return Ok(());
+        };
+        let excused = first.start != now_due.start
+            || first.expiry != now_due.expiry
+            || self.last_full >= first.seen_at
+            || self
+                .disk
+                .records_since(first.faults_from)
+                .iter()
+                .any(|r| CLEANER_EXCUSES.contains(&r.kind));
+        if excused {
+            self.due.insert(identity, now_due);
+            return Ok(());
+        }
+        let grace = CLEANER_GRACE_INTERVALS * self.profile.cleaner_every_nanos;
+        if now_due.seen_at.saturating_sub(first.seen_at) > grace {
+            return Err(violation(
+                INV_RETENTION,
+                format!(
+                    "partition {identity}: segment {}.. due for expiry (every message older than {} µs) since {} ns, still there at {} ns: the cleaner did not delete it",
+                    first.start, first.expiry, first.seen_at, now_due.seen_at
+                ),
+            ));
+        }
+        self.decision("CleanerOwedDeletion");
+        Ok(())
+    }
+
     /// Judges what the running node's cleaners deleted since the last look.
     pub(crate) fn drain_deletions(&mut self) -> Checked<()> {
         let deleted = match &self.node {

@@ -203,6 +203,7 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
 impl NodeWorld {
     /// What boot decided, against what the disk holds and the model.
     fn booted(&mut self, booted: Booted, newest: Option<MetaRecord>) -> Checked<()> {
+        self.jumps_at_boot = self.jumps;
         let plan = &booted.plan;
         self.trace.event(format!(
             "boot: record {:?}, journal end {}, last op {}, replayed {} ops, first boot {}",
@@ -833,6 +834,8 @@ impl NodeWorld {
         self.node = None;
         // Membership is a live session's: it does not outlive the process.
         self.members.clear();
+        self.generations.clear();
+        self.due.clear();
         self.metadata_lies_lost.clear();
         self.checkpoint_crash_armed = false;
         self.deletion_crash_armed = false;

@@ -2,7 +2,7 @@
 //! decision on purpose. Every step is a caller's operation run on the executor and judged
 //! like the swarm's.
 
-use super::actors::{produce, run_meta};
+use super::actors::{group_move, produce, run_meta, GroupMove, MEMBERS};
 use super::checks::{restart, setup};
 use super::model::AdminOp;
 use super::{lock, NodeWorld, Shared, NODE_ROOT};
@@ -72,6 +72,48 @@ impl Scenario {
             produce(&world, &client).await;
         });
         self.violation()
+    }
+
+    /// Member `member`'s `planned` move on the newest incarnation of group `g` of topic
+    /// `t` in stream `s`, judged.
+    fn group(
+        &mut self,
+        (s, t, g): (u32, u32, u32),
+        member: usize,
+        planned: GroupMove,
+    ) -> Checked<()> {
+        let world = self.world.clone();
+        let (node, incarnation) = {
+            let w = lock(&world);
+            let topic = w.model.topic(s, t).expect("the scenario made it");
+            (w.node.clone().expect("up"), topic.groups[&g].1)
+        };
+        let members: Vec<_> = (1..=MEMBERS).map(|c| node.client(c)).collect();
+        super::block(&mut self.executor, async move {
+            group_move(&world, &members, (s, t, g, incarnation), member, planned).await;
+        });
+        self.violation()
+    }
+
+    /// A `Check` move that the oracle must judge (not skip as racing).
+    fn judged_check(&mut self, group: (u32, u32, u32), member: usize) -> Checked<()> {
+        let judged = |s: &Scenario| {
+            let w = lock(&s.world);
+            w.report
+                .decisions
+                .get("AssignmentsJudged")
+                .copied()
+                .unwrap_or(0)
+        };
+        let before = judged(self);
+        self.group(group, member, GroupMove::Check)?;
+        if judged(self) == before {
+            return Err(crate::oracle::violation(
+                super::INV_CALLERS,
+                format!("group {group:?}: the scenario's check was not judged"),
+            ));
+        }
+        Ok(())
     }
 
     fn violation(&self) -> Checked<()> {
@@ -234,6 +276,36 @@ fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>
     Ok(s.decisions())
 }
 
+/// Two streams, each with a topic and a group, the same members in both; deleting one
+/// stream drops only its group's members: the other group's list, assignments and
+/// generation are judged after the deletion.
+fn deleting_a_stream_keeps_the_other_streams_members() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0008);
+    s.setup()?;
+    for (stream, name) in [(0, "a"), (1, "b")] {
+        s.perform(AdminOp::CreateStream(name.into()))?;
+        s.perform(AdminOp::CreateTopic {
+            stream,
+            name: "t".into(),
+            partitions: 2,
+            persisted: true,
+            offsets_persisted: true,
+            expiry: 0,
+            max_size: 0,
+        })?;
+        s.perform(AdminOp::CreateGroup(stream, 0, "g".into()))?;
+        for member in 0..2 {
+            s.group((stream, 0, 0), member, GroupMove::Join)?;
+        }
+        s.group((stream, 0, 0), 0, GroupMove::Check)?;
+    }
+    s.perform(AdminOp::DeleteStream(0))?;
+    s.judged_check((1, 0, 0), 1)?;
+    s.group((1, 0, 0), 1, GroupMove::Leave)?;
+    s.judged_check((1, 0, 0), 0)?;
+    Ok(s.decisions())
+}
+
 /// Copies the directory tree `from` to `to` on the simulated disk, durably (what an operator
 /// does with `cp -r` and `sync`).
 fn copy_tree(w: &NodeWorld, from: &Path, to: &Path) {
@@ -362,6 +434,11 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "deleting_a_stream_keeps_the_other_streams_members",
+        expect: &["GroupRebalance", "AssignmentsJudged"],
+        run: deleting_a_stream_keeps_the_other_streams_members,
+    },
     NodeDirected {
         name: "a_metadata_record_in_one_copy_is_written_again",
         expect: &["MetaSlotRepaired"],

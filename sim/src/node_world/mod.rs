@@ -46,7 +46,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 16] = [
+pub const NODE_COVERAGE: [(&str, &str); 18] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "SnapshotReplay",
@@ -94,6 +94,14 @@ pub const NODE_COVERAGE: [(&str, &str); 16] = [
     (
         "MetadataBatched",
         "two callers' metadata ops journaled in one batch",
+    ),
+    (
+        "CleanerOwedDeletion",
+        "a segment due for expiry seen twice: the cleaner's deletion of it judged owed",
+    ),
+    (
+        "AssignmentsJudged",
+        "every member's own assignment judged against the group's list and generation",
     ),
     (
         "CheckpointCrash",
@@ -248,6 +256,22 @@ impl PartModel {
     }
 }
 
+/// One incarnation of a consumer group: (stream, topic, group, the op that created it).
+pub(crate) type GroupInc = (u32, u32, u32, u64);
+
+/// A sealed segment at a partition's log start that the oracle saw due for expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// The segment's first offset.
+    pub(crate) start: u64,
+    /// The topic's expiry then.
+    pub(crate) expiry: u64,
+    /// When the oracle first saw it due (virtual nanoseconds).
+    pub(crate) seen_at: u64,
+    /// The disk's fault records then (a fault the cleaner would hit since excuses it).
+    pub(crate) faults_from: usize,
+}
+
 /// A metadata op a caller has sent and not yet had judged.
 #[derive(Debug, Clone)]
 pub(crate) struct Sent {
@@ -300,7 +324,15 @@ pub struct NodeWorld {
     sent_ids: BTreeSet<u128>,
     /// Group members the model believes joined: (stream, topic, group, incarnation) →
     /// clients.
-    members: BTreeMap<(u32, u32, u32, u64), BTreeSet<u128>>,
+    members: BTreeMap<GroupInc, BTreeSet<u128>>,
+    /// The last generation each group's members were seen at, with who they were: a
+    /// group's generation never goes back, and changes whenever its members do.
+    generations: BTreeMap<GroupInc, (u64, BTreeSet<u128>)>,
+    /// Sealed segments the oracle saw due for expiry (every message older than the topic's
+    /// expiry): partition → when first seen due, for the cleaner's liveness.
+    due: BTreeMap<PartitionIdentity, Due>,
+    /// Clock jumps when the node last booted (its cleaners' clocks start there).
+    jumps_at_boot: u32,
     next_id: u128,
     next_name: u32,
     pub stop: Option<bool>,
@@ -404,6 +436,9 @@ impl NodeWorld {
             removed: BTreeSet::new(),
             sent_ids: BTreeSet::new(),
             members: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            due: BTreeMap::new(),
+            jumps_at_boot: 0,
             next_id: 1,
             next_name: 0,
             stop: None,
