@@ -376,7 +376,16 @@ impl NodeWorld {
         self.trace.event(format!("meta {:?} -> {reply:?}", sent.op));
         let reply = match reply {
             Ok(reply) => reply,
-            Err(NodeError::Stopped(_)) => {
+            Err(NodeError::Stopped(failure)) => {
+                // A node that told a caller it failed says why to whoever supervises it.
+                let silent = !matches!(*failure, cairn_engine::node::Failure::Shutdown)
+                    && self.node.as_ref().is_some_and(|n| n.failure().is_none());
+                if silent {
+                    return Err(violation(
+                        INV_LIVENESS,
+                        format!("{:?}: answered that the node stopped ({failure}), yet the node reports no failure", sent.op),
+                    ));
+                }
                 self.in_doubt.push(sent);
                 return Ok(());
             }
@@ -390,6 +399,7 @@ impl NodeWorld {
         match reply.result {
             Ok(applied) => {
                 let window = self.window(&sent);
+                self.asked_by.insert(reply.at_op, u128::from(caller));
                 self.pending.insert(
                     reply.at_op,
                     Accepted {

@@ -137,6 +137,56 @@ fn trusted_slot_in_two_copies(
     }
 }
 
+/// After a boot, the metadata journal holds no damage: damage below the durable end is a
+/// refusal, and damage above it is a torn tail boot cuts off (or, in entries the snapshot
+/// holds, the journal emptied) — so a boot that served leaves none for the next write to
+/// bury under whole entries. Excused only by a fault the disk injected on the journal
+/// during the boot.
+fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
+    let path = Path::new(NODE_ROOT)
+        .join("metadata")
+        .join(cairn_engine::metadata::JOURNAL);
+    let during_boot = w
+        .disk
+        .records_since(faults_from)
+        .iter()
+        .any(|r| r.path.as_deref() == Some(path.as_path()));
+    let live = w.disk.live_damage(&path);
+    match live.first() {
+        Some(d) if !during_boot => Err(meta_violation(format!(
+            "after boot {} still holds {:?} damage at {:?}: boot neither refused nor cut it",
+            path.display(),
+            d.kind,
+            d.range
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// After a boot, each journal entry of an op a caller was answered for names that caller
+/// as its client. Ops the journal no longer holds (a checkpoint emptied it) are forgotten.
+fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
+    let path = Path::new(NODE_ROOT)
+        .join("metadata")
+        .join(cairn_engine::metadata::JOURNAL);
+    let bytes = w.disk.contents(&path).unwrap_or_default();
+    let entries = cairn_engine::metadata::journal::scan(&bytes, w.cluster).entries;
+    let first = entries.first().map_or(u64::MAX, |e| e.op);
+    w.asked_by.retain(|op, _| *op >= first);
+    for entry in &entries {
+        match w.asked_by.get(&entry.op) {
+            Some(client) if *client != entry.origin.client => {
+                return Err(meta_violation(format!(
+                    "journal entry of op {} names client {}, but client {client} asked for it",
+                    entry.op, entry.origin.client
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Boots the node and checks what it recovered.
 pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
     let (env, settings, newest, faults_from) = {
@@ -172,6 +222,8 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
             if let Some(trusted) = trusted {
                 trusted_slot_in_two_copies(&lock(world), trusted, faults_from)?;
             }
+            journal_whole_after_boot(&lock(world), faults_from)?;
+            journal_names_who_asked(&mut lock(world))?;
             check_partitions(world, executor)
         }
         Err(BootError::Refused(refusal)) => {
@@ -788,7 +840,7 @@ impl NodeWorld {
     }
 
     /// The node goes down: its tasks are gone, every answer not yet given is in doubt.
-    fn go_down(&mut self, power: bool) {
+    pub(crate) fn go_down(&mut self, power: bool) {
         // What the cleaners deleted before the crash happened: judged now.
         if let Err(v) = self.drain_deletions() {
             self.fail(v);

@@ -95,6 +95,22 @@ impl Scenario {
         self.violation()
     }
 
+    /// The node goes down (all its unsynced pages lost on a power loss), `damage` is done to
+    /// its disk while it is down, and it boots again.
+    fn restart_after(&mut self, power: bool, damage: impl FnOnce(&NodeWorld)) -> Checked<()> {
+        self.executor.kill_all();
+        {
+            let mut w = lock(&self.world);
+            if power {
+                w.disk.set_fates(cairn_faults::Fates::DropAll);
+            }
+            w.go_down(power);
+            damage(&w);
+        }
+        super::checks::boot(&self.world, &mut self.executor)?;
+        self.violation()
+    }
+
     /// A `Check` move that the oracle must judge (not skip as racing).
     fn judged_check(&mut self, group: (u32, u32, u32), member: usize) -> Checked<()> {
         let judged = |s: &Scenario| {
@@ -276,6 +292,123 @@ fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>
     Ok(s.decisions())
 }
 
+/// The metadata directory, and its files by name.
+fn metadata(name: &str) -> std::path::PathBuf {
+    Path::new(NODE_ROOT).join("metadata").join(name)
+}
+
+/// An operator restored a copy of one superblock slot file over the other while the node
+/// was down: slot b holds a record whose sequence belongs in slot a. Boot refuses
+/// (`SuperblockMisplaced`) rather than trust a file that is not what its name says.
+fn a_slot_holding_the_other_slots_record_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0009);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.restart_after(false, |w| {
+        let a = w.disk.contents(&metadata("superblock.a")).expect("slot a");
+        w.disk.overwrite(&metadata("superblock.b"), 0, &a);
+    })?;
+    Ok(s.decisions())
+}
+
+/// Both copies of both superblock slots rot while the node is down: no record to trust,
+/// though the journal holds ops, so boot refuses (`NoSuperblock`) instead of starting empty.
+fn every_superblock_copy_rotten_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000a);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.restart_after(false, |w| {
+        for slot in ["superblock.a", "superblock.b"] {
+            for copy in [0, cairn_engine::slots::MIRROR_OFFSET] {
+                w.disk.flip_bit_at(&metadata(slot), copy + 20, 1);
+            }
+        }
+    })?;
+    Ok(s.decisions())
+}
+
+/// The records of two ops are lost at a power loss (their syncs lied); the journal kept
+/// both entries, and rot then strikes the first. Damage above the durable end the surviving
+/// record names is a torn tail only if nothing written after it follows; the second entry
+/// was written after the first was durable (its commit number reaches it), so boot refuses
+/// (`JournalInteriorCorruption`).
+fn rot_before_a_later_whole_entry_is_interior_corruption() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000b);
+    s.with_persisted_topic(1)?;
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    let journal_len = |s: &Scenario| {
+        let w = lock(&s.world);
+        w.disk.contents(&journal).map_or(0, |c| c.len() as u64)
+    };
+    s.lie_on_metadata_records(2);
+    let before = journal_len(&s);
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    let first_end = journal_len(&s);
+    s.perform(AdminOp::RenameStream(0, "again".into()))?;
+    assert!(journal_len(&s) > first_end, "the second op was journaled");
+    s.restart_after(true, |w| {
+        w.disk.flip_bit_at(&journal, (before + first_end) / 2, 4);
+    })?;
+    Ok(s.decisions())
+}
+
+/// The node crashes as a purge's directory work first touches the partition, after the
+/// purge was journaled: boot finds the old incarnation at the path, which the journaled
+/// purge replaces, and redoes the replacement (the old messages gone, the new incarnation
+/// empty), rather than open the old directory as the new partition.
+fn a_purge_cut_short_before_its_work_is_redone() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000c);
+    s.with_persisted_topic(1)?;
+    for _ in 0..3 {
+        s.produce()?;
+    }
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOn("partitions/0".into()));
+    s.perform(AdminOp::PurgeTopic(0, 0))?;
+    assert!(lock(&s.world).disk.is_crashed(), "the purge's work crashed");
+    s.restart(false)?;
+    s.produce()?;
+    Ok(s.decisions())
+}
+
+/// While the node is down, the last journal entry is replaced by another whole entry of the
+/// same op number, parent and length (an operator's restore from another history): it is
+/// not the op the superblock records, whose checksum it lacks, so boot refuses
+/// (`JournalChainBroken`) rather than replay an op nobody was answered for.
+fn another_entry_at_the_durable_end_refuses_boot() -> Checked<Vec<&'static str>> {
+    use cairn_engine::metadata::journal;
+    let mut s = Scenario::new(0x4e0d_000d);
+    s.with_persisted_topic(1)?;
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    s.restart_after(false, |w| {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let bytes = w.disk.contents(&path).expect("a journal");
+        let last = journal::scan(&bytes, w.cluster)
+            .entries
+            .pop()
+            .expect("the rename's entry");
+        let mut body = last.body.clone();
+        let at = body
+            .windows(7)
+            .position(|n| n == b"renamed")
+            .expect("the new name is in the body");
+        body[at] = b'R';
+        let forged = journal::encode(
+            last.op,
+            last.commit,
+            last.parent,
+            last.cluster,
+            last.operation,
+            last.origin,
+            &body,
+        );
+        assert_eq!(forged.len() as u64, last.len, "the same length");
+        w.disk.overwrite(&path, last.position, &forged);
+    })?;
+    Ok(s.decisions())
+}
+
 /// Two streams, each with a topic and a group, the same members in both; deleting one
 /// stream drops only its group's members: the other group's list, assignments and
 /// generation are judged after the deletion.
@@ -434,6 +567,31 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "another_entry_at_the_durable_end_refuses_boot",
+        expect: &["BootRefused", "meta:JournalChainBroken"],
+        run: another_entry_at_the_durable_end_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_purge_cut_short_before_its_work_is_redone",
+        expect: &["DirWorkRedone"],
+        run: a_purge_cut_short_before_its_work_is_redone,
+    },
+    NodeDirected {
+        name: "a_slot_holding_the_other_slots_record_refuses_boot",
+        expect: &["BootRefused", "meta:SuperblockMisplaced"],
+        run: a_slot_holding_the_other_slots_record_refuses_boot,
+    },
+    NodeDirected {
+        name: "every_superblock_copy_rotten_refuses_boot",
+        expect: &["BootRefused", "meta:NoSuperblock"],
+        run: every_superblock_copy_rotten_refuses_boot,
+    },
+    NodeDirected {
+        name: "rot_before_a_later_whole_entry_is_interior_corruption",
+        expect: &["BootRefused", "meta:JournalInteriorCorruption"],
+        run: rot_before_a_later_whole_entry_is_interior_corruption,
+    },
     NodeDirected {
         name: "deleting_a_stream_keeps_the_other_streams_members",
         expect: &["GroupRebalance", "AssignmentsJudged"],

@@ -331,6 +331,9 @@ pub struct NodeWorld {
     /// Sealed segments the oracle saw due for expiry (every message older than the topic's
     /// expiry): partition → when first seen due, for the cleaner's liveness.
     due: BTreeMap<PartitionIdentity, Due>,
+    /// Op number → the client that asked for it and was answered (the journal records who
+    /// asked: the server's duplicate detection reads it). Pruned to the journal at boot.
+    asked_by: BTreeMap<u64, u128>,
     /// Clock jumps when the node last booted (its cleaners' clocks start there).
     jumps_at_boot: u32,
     next_id: u128,
@@ -439,6 +442,7 @@ impl NodeWorld {
             generations: BTreeMap::new(),
             due: BTreeMap::new(),
             jumps_at_boot: 0,
+            asked_by: BTreeMap::new(),
             next_id: 1,
             next_name: 0,
             stop: None,
