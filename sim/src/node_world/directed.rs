@@ -132,6 +132,44 @@ impl Scenario {
         Ok(())
     }
 
+    /// `n` producer sends, each judged.
+    fn produce_n(&mut self, n: usize) -> Checked<()> {
+        (0..n).try_for_each(|_| self.produce())
+    }
+
+    /// What the node says of partition `key`.
+    fn info(
+        &mut self,
+        key: cairn_engine::node::PartitionKey,
+    ) -> Checked<cairn_engine::node::PartitionInfo> {
+        let client = lock(&self.world).node.clone().expect("up").client(300);
+        let info = super::block(&mut self.executor, async move {
+            client.partition_info(key).await
+        });
+        match info {
+            Some(Ok(Some(info))) => Ok(info),
+            other => Err(crate::oracle::violation(
+                crate::oracle::INV_LIVENESS,
+                format!("partition {key:?} has no info: {other:?}"),
+            )),
+        }
+    }
+
+    /// Virtual time passes.
+    fn sleep(&mut self, duration: std::time::Duration) {
+        let clock = lock(&self.world).clock.clone();
+        super::block(&mut self.executor, async move {
+            cairn_engine::env::Clock::sleep(&clock, duration).await;
+        });
+    }
+
+    /// The metadata journal's length in the page cache.
+    fn journal_len(&self) -> u64 {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let w = lock(&self.world);
+        w.disk.contents(&path).map_or(0, |c| c.len() as u64)
+    }
+
     fn violation(&self) -> Checked<()> {
         match lock(&self.world).violation.clone() {
             Some(v) => Err(v),
@@ -158,9 +196,7 @@ impl Scenario {
     /// `batches` acknowledged sends, then a power loss that drops everything unsynced; the
     /// decisions boot took.
     fn produce_then_lose_power(&mut self, batches: usize) -> Checked<Vec<&'static str>> {
-        for _ in 0..batches {
-            self.produce()?;
-        }
+        self.produce_n(batches)?;
         lock(&self.world)
             .disk
             .set_fates(cairn_faults::Fates::DropAll);
@@ -222,9 +258,7 @@ fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static
 fn a_removed_partition_directory_is_fenced() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0002);
     s.with_persisted_topic(2)?;
-    for _ in 0..4 {
-        s.produce()?;
-    }
+    s.produce_n(4)?;
     s.executor.kill_all();
     lock(&s.world).remove_partition_dir((0, 0, 1));
     s.restart(false)?;
@@ -238,21 +272,18 @@ fn a_removed_partition_directory_is_fenced() -> Checked<Vec<&'static str>> {
 fn rot_in_an_entry_whose_work_began_is_refused() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0004);
     s.with_persisted_topic(2)?;
-    for _ in 0..4 {
-        s.produce()?;
-    }
-    let journal = Path::new(NODE_ROOT).join("metadata").join("journal.wal");
-    let journal_len = |w: &NodeWorld| w.disk.contents(&journal).map_or(0, |c| c.len() as u64);
-    let before = journal_len(&lock(&s.world));
+    s.produce_n(4)?;
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    let before = s.journal_len();
     lock(&s.world)
         .disk
         .script(cairn_faults::Scripted::CrashOn("partitions/1".into()));
     s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
-    let after = {
-        let w = lock(&s.world);
-        assert!(w.disk.is_crashed(), "the removal's work crashed");
-        journal_len(&w)
-    };
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the removal's work crashed"
+    );
+    let after = s.journal_len();
     assert!(after > before, "the removal was journaled before its work");
     s.executor.kill_all();
     lock(&s.world)
@@ -336,16 +367,12 @@ fn rot_before_a_later_whole_entry_is_interior_corruption() -> Checked<Vec<&'stat
     let mut s = Scenario::new(0x4e0d_000b);
     s.with_persisted_topic(1)?;
     let journal = metadata(cairn_engine::metadata::JOURNAL);
-    let journal_len = |s: &Scenario| {
-        let w = lock(&s.world);
-        w.disk.contents(&journal).map_or(0, |c| c.len() as u64)
-    };
     s.lie_on_metadata_records(2);
-    let before = journal_len(&s);
+    let before = s.journal_len();
     s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
-    let first_end = journal_len(&s);
+    let first_end = s.journal_len();
     s.perform(AdminOp::RenameStream(0, "again".into()))?;
-    assert!(journal_len(&s) > first_end, "the second op was journaled");
+    assert!(s.journal_len() > first_end, "the second op was journaled");
     s.restart_after(true, |w| {
         w.disk.flip_bit_at(&journal, (before + first_end) / 2, 4);
     })?;
@@ -359,9 +386,7 @@ fn rot_before_a_later_whole_entry_is_interior_corruption() -> Checked<Vec<&'stat
 fn a_purge_cut_short_before_its_work_is_redone() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_000c);
     s.with_persisted_topic(1)?;
-    for _ in 0..3 {
-        s.produce()?;
-    }
+    s.produce_n(3)?;
     lock(&s.world)
         .disk
         .script(cairn_faults::Scripted::CrashOn("partitions/0".into()));
@@ -406,6 +431,54 @@ fn another_entry_at_the_durable_end_refuses_boot() -> Checked<Vec<&'static str>>
         assert_eq!(forged.len() as u64, last.len, "the same length");
         w.disk.overwrite(&path, last.position, &forged);
     })?;
+    Ok(s.decisions())
+}
+
+/// A sealed segment whose newest message is exactly as old as the topic's expiry is kept
+/// (the spec deletes messages *older* than it); a microsecond later it is deleted. Both
+/// passes are explicit cleaner passes at a given time, judged by the oracle like the
+/// shards' own.
+fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>> {
+    const EXPIRY: u64 = 10_000_000;
+    let mut s = Scenario::new(0x4e0d_000e);
+    s.setup()?;
+    lock(&s.world).profile.max_payload = 64 * 1024;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions: 1,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: EXPIRY,
+        max_size: 0,
+    })?;
+    let mut newest = None;
+    for _ in 0..64 {
+        s.produce()?;
+        let info = s.info((0, 0, 0))?;
+        if let Some(&(_, _, stamp)) = info.sealed.first() {
+            newest = Some(stamp);
+            break;
+        }
+    }
+    let newest = newest.expect("a segment sealed");
+    let wall = lock(&s.world).env.clock.wall_micros();
+    s.sleep(std::time::Duration::from_micros(newest + EXPIRY - wall));
+    for (now, expect_deleted) in [(newest + EXPIRY, false), (newest + EXPIRY + 1, true)] {
+        let node = lock(&s.world).node.clone().expect("up");
+        let deleted = super::block(&mut s.executor, async move { node.clean(Some(now)).await })
+            .expect("answered")
+            .expect("a pass");
+        let mut w = lock(&s.world);
+        w.judge_deletions(&deleted)?;
+        if deleted.is_empty() == expect_deleted {
+            return Err(crate::oracle::violation(
+                super::INV_RETENTION,
+                format!("a pass at {now} µs over a segment whose newest stamp is {newest} µs (expiry {EXPIRY} µs) deleted {deleted:?}"),
+            ));
+        }
+    }
     Ok(s.decisions())
 }
 
@@ -477,9 +550,7 @@ fn copy_tree(w: &NodeWorld, from: &Path, to: &Path) {
 fn a_copy_claiming_a_partitions_identity_fences_it_and_is_kept() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0005);
     s.with_persisted_topic(2)?;
-    for _ in 0..4 {
-        s.produce()?;
-    }
+    s.produce_n(4)?;
     s.executor.kill_all();
     let original = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
     let copy = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 7, 0);
@@ -504,9 +575,7 @@ fn a_copy_claiming_a_partitions_identity_fences_it_and_is_kept() -> Checked<Vec<
 fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0006);
     s.with_persisted_topic(1)?;
-    for _ in 0..3 {
-        s.produce()?;
-    }
+    s.produce_n(3)?;
     let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
     {
         let w = lock(&s.world);
@@ -567,6 +636,11 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_segment_exactly_as_old_as_the_expiry_is_kept",
+        expect: &["RetentionDeletion"],
+        run: a_segment_exactly_as_old_as_the_expiry_is_kept,
+    },
     NodeDirected {
         name: "another_entry_at_the_durable_end_refuses_boot",
         expect: &["BootRefused", "meta:JournalChainBroken"],
