@@ -1000,6 +1000,25 @@ impl NodeWorld {
         }
     }
 
+    /// The op that made `identity`, if the newest superblock record (in the page cache)
+    /// names it journaled but not applied: a partition an op creates serves only once the
+    /// op is recorded applied, so a removal of its directory afterwards fences it rather
+    /// than let boot redo the creation empty over acknowledged messages.
+    fn created_by_unapplied_op(&self, identity: PartitionIdentity) -> Option<u64> {
+        if self.disk.is_crashed() || !self.is_up() {
+            return None;
+        }
+        let record = [0, 1]
+            .into_iter()
+            .filter_map(|slot| self.disk.contents(&super::checks::slot_path(slot)))
+            .flat_map(|bytes| super::checks::slot_copies(&bytes))
+            .flatten()
+            .max_by_key(|r| r.sequence)?;
+        let key = super::key(&identity);
+        (record.applied_op + 1..=record.journal.op)
+            .find(|op| model::nonce(self.cluster, *op, key) == identity.nonce)
+    }
+
     pub(crate) fn judge_send(
         &mut self,
         s: u32,
@@ -1016,6 +1035,12 @@ impl NodeWorld {
                     partition_id: sent.partition,
                     nonce: sent.nonce,
                 };
+                if let Some(op) = self.created_by_unapplied_op(identity) {
+                    return Err(violation(
+                        INV_CALLERS,
+                        format!("a send to {identity} was answered while op {op}, which made that incarnation, was journaled but not yet recorded applied"),
+                    ));
+                }
                 let now = self.now();
                 let part = self.parts.entry(identity).or_default();
                 if part.persisted() && !sent.ack.durable {

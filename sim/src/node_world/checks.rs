@@ -67,12 +67,12 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
     Ok(())
 }
 
-fn slot_path(slot: usize) -> PathBuf {
+pub(crate) fn slot_path(slot: usize) -> PathBuf {
     Path::new(NODE_ROOT).join("metadata").join(SLOT_NAMES[slot])
 }
 
 /// The two copies of a metadata slot file's record, each decoded if it is valid.
-fn slot_copies(bytes: &[u8]) -> [Option<MetaRecord>; 2] {
+pub(crate) fn slot_copies(bytes: &[u8]) -> [Option<MetaRecord>; 2] {
     [0usize, cairn_engine::slots::MIRROR_OFFSET as usize].map(|at| {
         let copy = bytes.get(at..at + cairn_engine::slots::RECORD_LEN)?;
         let copy: [u8; cairn_engine::slots::RECORD_LEN] = copy.try_into().expect("a record");
