@@ -365,7 +365,13 @@ impl NodeWorld {
     }
 
     /// Judges `caller`'s metadata answer, in journal order.
-    pub(crate) fn judge_meta(&mut self, caller: u32, reply: NodeResult<MetaReply>) -> Checked<()> {
+    /// Judges the answer to `caller`'s op, sent through the client with id `client`.
+    pub(crate) fn judge_meta(
+        &mut self,
+        caller: u32,
+        client: u128,
+        reply: NodeResult<MetaReply>,
+    ) -> Checked<()> {
         let sent = self.in_flight.remove(&caller).expect("an op in flight");
         if let AdminOp::DeleteUser(id) = &sent.op {
             let name = self.users_name(*id);
@@ -399,7 +405,11 @@ impl NodeWorld {
         match reply.result {
             Ok(applied) => {
                 let window = self.window(&sent);
-                self.asked_by.insert(reply.at_op, u128::from(caller));
+                self.asked_by.insert(reply.at_op, client);
+                // The entry is in the journal now, unless a checkpoint since emptied it.
+                if let Some(entry) = self.journal_entries().iter().find(|e| e.op == reply.at_op) {
+                    super::checks::entry_names_client(entry, client)?;
+                }
                 self.pending.insert(
                     reply.at_op,
                     Accepted {
@@ -494,6 +504,7 @@ impl NodeWorld {
         live: bool,
     ) {
         for identity in &effect.removed {
+            self.due.remove(identity);
             if live {
                 self.removed.remove(&super::key(identity));
             }
@@ -534,6 +545,7 @@ impl NodeWorld {
         }
         for (s, t, g, incarnation) in &effect.groups_deleted {
             self.members.remove(&(*s, *t, *g, *incarnation));
+            self.generations.remove(&(*s, *t, *g, *incarnation));
             let holder = Holder::Group {
                 id: *g,
                 incarnation: *incarnation,
@@ -754,7 +766,7 @@ pub(crate) async fn run_meta(world: &Shared, client: &Client, caller: u32, op: A
             return;
         }
     }
-    if let Err(v) = w.judge_meta(caller, reply) {
+    if let Err(v) = w.judge_meta(caller, client.id(), reply) {
         w.fail(v);
     }
 }
@@ -1008,12 +1020,7 @@ impl NodeWorld {
         if self.disk.is_crashed() || !self.is_up() {
             return None;
         }
-        let record = [0, 1]
-            .into_iter()
-            .filter_map(|slot| self.disk.contents(&super::checks::slot_path(slot)))
-            .flat_map(|bytes| super::checks::slot_copies(&bytes))
-            .flatten()
-            .max_by_key(|r| r.sequence)?;
+        let record = super::checks::newest_slot_record(|path| self.disk.contents(path))?;
         let key = super::key(&identity);
         (record.applied_op + 1..=record.journal.op)
             .find(|op| model::nonce(self.cluster, *op, key) == identity.nonce)
@@ -1469,17 +1476,17 @@ pub(crate) async fn group_move(
     };
     let client = &members[member];
     let group = sid(g);
-    let result: NodeResult<&str> = match planned {
+    let result: NodeResult<GroupMove> = match planned {
         GroupMove::Join if !joined => client
             .join_group(&sid(s), &sid(t), &group)
             .await
-            .map(|_| "join"),
+            .map(|_| GroupMove::Join),
         GroupMove::Leave if joined => client
             .leave_group(&sid(s), &sid(t), &group)
             .await
-            .map(|_| "leave"),
-        GroupMove::Disconnect => client.disconnect().await.map(|_| "disconnect"),
-        GroupMove::Check => Ok("check"),
+            .map(|_| GroupMove::Leave),
+        GroupMove::Disconnect => client.disconnect().await.map(|_| GroupMove::Disconnect),
+        GroupMove::Check => Ok(GroupMove::Check),
         GroupMove::Poll if joined => {
             let request = PollMessagesRequest {
                 consumer: WireConsumer {
@@ -1536,29 +1543,28 @@ pub(crate) async fn group_move(
         }
         _ => return,
     };
-    let check_members = {
+    let (check_members, unsure) = {
         let mut w = lock(world);
+        let mut unsure = false;
         match result {
-            Ok("join") => {
+            // A metadata op ran meanwhile: the group may have been deleted and re-created
+            // under its id, so which incarnation the node changed is unknown.
+            Ok(GroupMove::Join | GroupMove::Leave) if w.names_moved(started) => unsure = true,
+            Ok(GroupMove::Join) => {
                 w.members
                     .entry((s, t, g, incarnation))
                     .or_default()
                     .insert(client.id());
                 w.decision("GroupRebalance");
             }
-            Ok("leave") => {
+            Ok(GroupMove::Leave) => {
                 if let Some(m) = w.members.get_mut(&(s, t, g, incarnation)) {
                     m.remove(&client.id());
                 }
                 w.decision("GroupRebalance");
             }
-            Ok("check") => {}
-            Ok(_) => {
-                let id = client.id();
-                for m in w.members.values_mut() {
-                    m.remove(&id);
-                }
-            }
+            Ok(GroupMove::Check | GroupMove::Poll) => {}
+            Ok(GroupMove::Disconnect) => w.forget_member(client.id()),
             Err(e) if w.excused(&e, s, t, started) => {}
             Err(e) => {
                 let v = violation(
@@ -1572,8 +1578,16 @@ pub(crate) async fn group_move(
                 return;
             }
         }
-        w.in_flight.is_empty() && w.pending.is_empty() && w.in_doubt.is_empty()
+        let quiet = w.in_flight.is_empty() && w.pending.is_empty() && w.in_doubt.is_empty();
+        (quiet, unsure)
     };
+    if unsure {
+        // The member starts over: a disconnect drops it from every group (it fails only
+        // when the node stopped, whose restart drops every membership anyway).
+        let _ = client.disconnect().await;
+        lock(world).forget_member(client.id());
+        return;
+    }
     if check_members {
         check_group(world, members, (s, t, g, incarnation)).await;
     }
@@ -1626,6 +1640,13 @@ async fn check_group(world: &Shared, clients: &[Client], group: GroupInc) {
 }
 
 impl NodeWorld {
+    /// The client is a member of no group.
+    fn forget_member(&mut self, client: u128) {
+        for m in self.members.values_mut() {
+            m.remove(&client);
+        }
+    }
+
     fn judge_group(&mut self, group: GroupInc, partitions: u32, seen: &GroupSeen) -> Checked<()> {
         let (s, t, g, _) = group;
         let name = format!("group {s}/{t}/{g}");
@@ -1799,16 +1820,16 @@ async fn watch_cleaners(world: &Shared, client: &Client) {
 /// timer's period, a pass that began just before, and the oracle's own look between).
 const CLEANER_GRACE_INTERVALS: u64 = 4;
 
-/// Fault kinds a cleaner pass may have met on its way (an error returned to the engine, or a
-/// clock jump the retention clock refuses to follow): while one happened since a segment was
-/// seen due, its deletion is not owed.
-const CLEANER_EXCUSES: [FaultKind; 6] = [
+/// Fault kinds a cleaner pass may have met on its way (an error returned to the engine):
+/// while one struck the partition's files since a segment was seen due, its deletion is
+/// not owed. (A clock jump since boot stops the judging altogether: the retention clock
+/// refuses to follow it.)
+const CLEANER_EXCUSES: [FaultKind; 5] = [
     FaultKind::WriteError,
     FaultKind::SyncError,
     FaultKind::DirSyncError,
     FaultKind::NoSpace,
     FaultKind::ReadError,
-    FaultKind::ClockJump,
 ];
 
 impl NodeWorld {
@@ -1856,6 +1877,7 @@ impl NodeWorld {
             expiry: topic.expiry,
             seen_at: self.now(),
             faults_from: self.disk.record_count(),
+            model_op: self.model.op,
         })
     }
 
@@ -1871,13 +1893,25 @@ impl NodeWorld {
             self.due.insert(identity, now_due);
             return Ok(());
         };
+        let dir = cairn_engine::partition::partition_dir(
+            std::path::Path::new(super::NODE_ROOT),
+            identity.stream_id,
+            identity.topic_id,
+            identity.partition_id,
+        );
+        let metadata_moved = first.model_op != self.model.op
+            || !self.in_flight.is_empty()
+            || !self.pending.is_empty()
+            || !self.in_doubt.is_empty();
         let excused = first.start != now_due.start
             || first.expiry != now_due.expiry
+            || metadata_moved
             || self.last_full >= first.seen_at
             || self
                 .disk
                 .records_since(first.faults_from)
                 .iter()
+                .filter(|r| r.path.as_ref().is_none_or(|p| p.starts_with(&dir)))
                 .any(|r| CLEANER_EXCUSES.contains(&r.kind));
         if excused {
             self.due.insert(identity, now_due);

@@ -80,25 +80,32 @@ pub(crate) fn slot_copies(bytes: &[u8]) -> [Option<MetaRecord>; 2] {
     })
 }
 
+pub(crate) fn journal_path() -> PathBuf {
+    Path::new(NODE_ROOT)
+        .join("metadata")
+        .join(cairn_engine::metadata::JOURNAL)
+}
+
+/// The newest valid record in the metadata slots, as `read` shows each slot file.
+pub(crate) fn newest_slot_record(read: impl Fn(&Path) -> Option<Vec<u8>>) -> Option<MetaRecord> {
+    [0, 1]
+        .into_iter()
+        .filter_map(|slot| read(&slot_path(slot)))
+        .flat_map(|bytes| slot_copies(&bytes))
+        .flatten()
+        .max_by_key(|r| r.sequence)
+}
+
 /// The newest valid record in the metadata slots as the device holds them.
 fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
-    let mut best: Option<MetaRecord> = None;
-    for slot in [0, 1] {
-        let path = slot_path(slot);
-        if !w.disk.live_damage(&path).is_empty() {
-            // A damaged copy may hide a newer record: the trust check needs clean slots.
-            return None;
-        }
-        let Some(bytes) = w.disk.device_view(&path) else {
-            continue;
-        };
-        for record in slot_copies(&bytes).into_iter().flatten() {
-            if best.is_none_or(|b| record.sequence > b.sequence) {
-                best = Some(record);
-            }
-        }
+    if [0, 1]
+        .iter()
+        .any(|s| !w.disk.live_damage(&slot_path(*s)).is_empty())
+    {
+        // A damaged copy may hide a newer record: the trust check needs clean slots.
+        return None;
     }
-    best
+    newest_slot_record(|path| w.disk.device_view(path))
 }
 
 /// After a boot, the slot file of the record boot trusted holds one record in both copies,
@@ -140,19 +147,19 @@ fn trusted_slot_in_two_copies(
 /// After a boot, the metadata journal holds no damage: damage below the durable end is a
 /// refusal, and damage above it is a torn tail boot cuts off (or, in entries the snapshot
 /// holds, the journal emptied) — so a boot that served leaves none for the next write to
-/// bury under whole entries. Excused only by a fault the disk injected on the journal
-/// during the boot.
+/// bury under whole entries. Bytes that went missing (a lost page) count only while they
+/// lie inside the journal (cutting the file leaves their record behind). Excused only by
+/// a fault the disk injected on the journal during the boot.
 fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
-    let path = Path::new(NODE_ROOT)
-        .join("metadata")
-        .join(cairn_engine::metadata::JOURNAL);
+    let path = journal_path();
+    let len = w.disk.contents(&path).map_or(0, |c| c.len() as u64);
     let during_boot = w
         .disk
         .records_since(faults_from)
         .iter()
         .any(|r| r.path.as_deref() == Some(path.as_path()));
     let live = w.disk.live_damage(&path);
-    match live.first() {
+    match live.iter().find(|d| !d.missing || d.range.start < len) {
         Some(d) if !during_boot => Err(meta_violation(format!(
             "after boot {} still holds {:?} damage at {:?}: boot neither refused nor cut it",
             path.display(),
@@ -166,25 +173,37 @@ fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
 /// After a boot, each journal entry of an op a caller was answered for names that caller
 /// as its client. Ops the journal no longer holds (a checkpoint emptied it) are forgotten.
 fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
-    let path = Path::new(NODE_ROOT)
-        .join("metadata")
-        .join(cairn_engine::metadata::JOURNAL);
-    let bytes = w.disk.contents(&path).unwrap_or_default();
-    let entries = cairn_engine::metadata::journal::scan(&bytes, w.cluster).entries;
+    let entries = w.journal_entries();
     let first = entries.first().map_or(u64::MAX, |e| e.op);
     w.asked_by.retain(|op, _| *op >= first);
-    for entry in &entries {
-        match w.asked_by.get(&entry.op) {
-            Some(client) if *client != entry.origin.client => {
-                return Err(meta_violation(format!(
-                    "journal entry of op {} names client {}, but client {client} asked for it",
-                    entry.op, entry.origin.client
-                )));
-            }
-            _ => {}
-        }
+    entries
+        .iter()
+        .try_for_each(|entry| match w.asked_by.get(&entry.op) {
+            Some(client) => entry_names_client(entry, *client),
+            None => Ok(()),
+        })
+}
+
+/// A journal entry of an op `client` asked for names `client`.
+pub(crate) fn entry_names_client(
+    entry: &cairn_engine::metadata::journal::Entry,
+    client: u128,
+) -> Checked<()> {
+    if entry.origin.client == client {
+        return Ok(());
     }
-    Ok(())
+    Err(meta_violation(format!(
+        "journal entry of op {} names client {}, but client {client} asked for it",
+        entry.op, entry.origin.client
+    )))
+}
+
+impl NodeWorld {
+    /// The whole entries at the start of the metadata journal, as reads see it now.
+    pub(crate) fn journal_entries(&self) -> Vec<cairn_engine::metadata::journal::Entry> {
+        let bytes = self.disk.contents(&journal_path()).unwrap_or_default();
+        cairn_engine::metadata::journal::scan(&bytes, self.cluster).entries
+    }
 }
 
 /// Boots the node and checks what it recovered.
@@ -994,7 +1013,7 @@ pub(crate) fn liveness(world: &Shared, executor: &mut Executor) -> Checked<()> {
         let reply = created.await;
         {
             let mut w = lock(&w2);
-            w.judge_meta(u32::MAX, reply)?;
+            w.judge_meta(u32::MAX, client.id(), reply)?;
             if !w.pending.is_empty() {
                 return Err(violation(
                     INV_LIVENESS,

@@ -270,6 +270,9 @@ pub(crate) struct Due {
     pub(crate) seen_at: u64,
     /// The disk's fault records then (a fault the cleaner would hit since excuses it).
     pub(crate) faults_from: usize,
+    /// The model's last op then (a metadata op since may have changed the policy the
+    /// node's view holds before the model adopts it).
+    pub(crate) model_op: u64,
 }
 
 /// A metadata op a caller has sent and not yet had judged.
