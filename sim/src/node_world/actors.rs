@@ -1326,17 +1326,15 @@ impl NodeWorld {
             Ok(()) => true,
             Err(e) => self.excused(e, key.0, key.1, started),
         };
-        let entry = self
-            .parts
-            .entry(identity)
-            .or_default()
+        let part = self.parts.entry(identity).or_default();
+        let durable = part.persisted.is_some_and(|p| p.1);
+        let entry = part
             .offsets
             .entry(holder)
             .or_insert((None, BTreeSet::new()));
         match result {
             Ok(()) => {
-                entry.1.insert(entry.0);
-                entry.0 = Some(offset);
+                acknowledge_store(entry, offset, durable);
                 Ok(())
             }
             Err(_) if excused => {
@@ -1522,15 +1520,13 @@ pub(crate) async fn group_move(
                     // The shard stored the auto-commit before it answered the poll.
                     if let Some(last) = last_offset(&polled) {
                         let holder = Holder::Group { id: g, incarnation };
-                        let entry = w
-                            .parts
-                            .entry(identity)
-                            .or_default()
+                        let part = w.parts.entry(identity).or_default();
+                        let durable = part.persisted.is_some_and(|p| p.1);
+                        let entry = part
                             .offsets
                             .entry(holder)
                             .or_insert((None, BTreeSet::new()));
-                        entry.1.insert(entry.0);
-                        entry.0 = Some(last);
+                        acknowledge_store(entry, last, durable);
                     }
                     return;
                 }
@@ -1704,6 +1700,19 @@ impl NodeWorld {
         self.decision("AssignmentsJudged");
         Ok(())
     }
+}
+
+/// An acknowledged store of `offset`: the value a read must give from now on. Under
+/// `persisted` offsets it was durable when answered, so no value stored before it may
+/// come back; otherwise (acknowledged before synced) a crash may still bring back any value
+/// stored since the last check.
+fn acknowledge_store(entry: &mut (Option<u64>, BTreeSet<Option<u64>>), offset: u64, durable: bool) {
+    if durable {
+        entry.1.clear();
+    } else {
+        entry.1.insert(entry.0);
+    }
+    entry.0 = Some(offset);
 }
 
 fn last_offset(polled: &Polled) -> Option<u64> {

@@ -147,19 +147,19 @@ fn trusted_slot_in_two_copies(
 /// After a boot, the metadata journal holds no damage: damage below the durable end is a
 /// refusal, and damage above it is a torn tail boot cuts off (or, in entries the snapshot
 /// holds, the journal emptied) — so a boot that served leaves none for the next write to
-/// bury under whole entries. Bytes that went missing (a lost page) count only while they
-/// lie inside the journal (cutting the file leaves their record behind). Excused only by
-/// a fault the disk injected on the journal during the boot.
+/// bury under whole entries. Judged on wrong bytes (a flip, a tear, a misdirected
+/// write), not on bytes that went missing: a lost page is recorded for the whole page,
+/// whose older durable bytes may be the very entries boot keeps, and its record outlives
+/// a cut. Excused only by a fault the disk injected on the journal during the boot.
 fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
     let path = journal_path();
-    let len = w.disk.contents(&path).map_or(0, |c| c.len() as u64);
     let during_boot = w
         .disk
         .records_since(faults_from)
         .iter()
         .any(|r| r.path.as_deref() == Some(path.as_path()));
     let live = w.disk.live_damage(&path);
-    match live.iter().find(|d| !d.missing || d.range.start < len) {
+    match live.iter().find(|d| !d.missing) {
         Some(d) if !during_boot => Err(meta_violation(format!(
             "after boot {} still holds {:?} damage at {:?}: boot neither refused nor cut it",
             path.display(),

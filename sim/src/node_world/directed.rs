@@ -490,6 +490,58 @@ fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>
     Ok(s.decisions())
 }
 
+/// Two topics of one stream each have a group of id 0 whose members polled with
+/// auto-commit (persisted offsets). The superblock records of the deletion of topic 0's
+/// group are lost at a power loss, so boot redoes its removal of that group's offsets: it
+/// must remove them in topic 0's partition only, never those of topic 1's group of the
+/// same id.
+fn a_redone_group_deletion_keeps_another_topics_group_of_that_id() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000f);
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    for topic in ["a", "b"] {
+        s.perform(AdminOp::CreateTopic {
+            stream: 0,
+            name: topic.into(),
+            partitions: 1,
+            persisted: true,
+            offsets_persisted: true,
+            expiry: 0,
+            max_size: 0,
+        })?;
+    }
+    for _ in 0..32 {
+        let acked = |t: u32| {
+            let w = lock(&s.world);
+            let identity = w.model.identity(w.cluster, (0, t, 0)).expect("made");
+            w.parts
+                .get(&identity)
+                .is_some_and(|p| !p.messages.is_empty())
+        };
+        if acked(0) && acked(1) {
+            break;
+        }
+        s.produce()?;
+    }
+    for topic in [0, 1] {
+        s.perform(AdminOp::CreateGroup(0, topic, "g".into()))?;
+        s.group((0, topic, 0), 0, GroupMove::Join)?;
+        s.group((0, topic, 0), 0, GroupMove::Poll)?;
+    }
+    let committed = {
+        let w = lock(&s.world);
+        let identity = w.model.identity(w.cluster, (0, 1, 0)).expect("made");
+        let incarnation = w.model.topic(0, 1).expect("made").groups[&0].1;
+        let holder = super::Holder::Group { id: 0, incarnation };
+        w.parts[&identity].offsets.get(&holder).and_then(|o| o.0)
+    };
+    assert!(committed.is_some(), "topic b's group committed an offset");
+    s.lie_on_metadata_records(1);
+    s.perform(AdminOp::DeleteGroup(0, 0, 0))?;
+    s.restart_after(true, |_| {})?;
+    Ok(s.decisions())
+}
+
 /// Two streams, each with a topic and a group, the same members in both; deleting one
 /// stream drops only its group's members: the other group's list, assignments and
 /// generation are judged after the deletion.
@@ -644,6 +696,11 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_redone_group_deletion_keeps_another_topics_group_of_that_id",
+        expect: &["DirWorkRedone"],
+        run: a_redone_group_deletion_keeps_another_topics_group_of_that_id,
+    },
     NodeDirected {
         name: "a_segment_exactly_as_old_as_the_expiry_is_kept",
         expect: &["RetentionDeletion"],
