@@ -694,8 +694,191 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
     }
 }
 
+/// A checkpoint crashed after writing its temporary snapshot (before its record), and the
+/// snapshot the record names then rots while the node is down: boot refuses
+/// (`SnapshotMismatch`) — the temporary file is a later checkpoint's, which no record names,
+/// and never stands in for the recorded one.
+fn a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0012);
+    lock(&s.world).profile.checkpoint_bytes = 1;
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    let snapshot = metadata("snapshot.bin");
+    assert!(
+        lock(&s.world).disk.contents(&snapshot).is_some(),
+        "the first op's batch checkpointed"
+    );
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOnCall {
+            call: cairn_faults::Call::Sync,
+            part: "snapshot.bin.tmp".into(),
+        });
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    assert!(lock(&s.world).disk.is_crashed(), "the checkpoint crashed");
+    s.restart_after(false, |w| {
+        assert!(
+            w.disk.contents(&metadata("snapshot.bin.tmp")).is_some(),
+            "the crashed checkpoint left its temporary snapshot"
+        );
+        w.disk.flip_bit_at(&snapshot, 40, 5);
+    })?;
+    Ok(s.decisions())
+}
+
+/// While the node serves, an operator plants a copy of partition 0's directory where the
+/// topic's next partition will go. Adding a partition is refused (`DirectoryInTheWay`)
+/// before anything is journaled, and the planted directory is left as it was.
+fn a_create_refuses_a_directory_in_the_way() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0013);
+    s.with_persisted_topic(1)?;
+    s.produce_n(2)?;
+    let next = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 1);
+    let journaled = s.journal_len();
+    {
+        let mut w = lock(&s.world);
+        let source = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+        copy_tree(&w, &source, &next);
+        w.disk.forgive_io_time();
+        w.planted.insert(next.clone());
+    }
+    let client = lock(&s.world).node.clone().expect("up").client(100);
+    let create = cairn_engine::node::ops::MetaOp::CreatePartitions(
+        iggy_binary_protocol::requests::partitions::CreatePartitionsRequest {
+            stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            partitions_count: 1,
+        },
+    );
+    let created = super::block(&mut s.executor, async move { client.execute(create).await })
+        .expect("answered");
+    assert!(
+        holds_a_log(&lock(&s.world), &next),
+        "the planted copy is kept"
+    );
+    assert_eq!(s.journal_len(), journaled, "nothing was journaled");
+    match created {
+        Err(cairn_engine::node::NodeError::DirectoryInTheWay(_)) => Ok(vec!["DirectoryInTheWay"]),
+        other => Err(crate::oracle::violation(
+            crate::oracle::INV_JUSTIFIED,
+            format!("adding a partition over a planted directory answered {other:?}"),
+        )),
+    }
+}
+
+/// Whether `dir` still holds a segment log file.
+fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
+    w.disk
+        .paths_under(dir)
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with(".log"))
+}
+
+/// While the node serves, an operator copies partition 1's directory over partition 0's. A
+/// purge of the topic finds another partition's identity where it replaces partition 0: it
+/// keeps that directory and fences the partition, rather than remove what it did not make.
+fn a_purge_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0010);
+    s.with_persisted_topic(2)?;
+    s.produce_n(4)?;
+    let dir = |p| cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, p);
+    {
+        let w = lock(&s.world);
+        cairn_engine::env::Disk::remove_dir_all(&w.disk, &dir(0)).expect("remove");
+        copy_tree(&w, &dir(1), &dir(0));
+        w.disk.forgive_io_time();
+    }
+    let world = s.world.clone();
+    let client = lock(&world).node.clone().expect("up").client(100);
+    let purge = cairn_engine::node::ops::MetaOp::PurgeTopic(
+        iggy_binary_protocol::requests::topics::PurgeTopicRequest {
+            stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        },
+    );
+    let info = super::block(&mut s.executor, async move {
+        client
+            .execute(purge)
+            .await
+            .expect("the purge is journaled and done");
+        client.partition_info((0, 0, 0)).await
+    })
+    .expect("the purge and the look finish");
+    assert!(holds_a_log(&lock(&s.world), &dir(0)), "the copy is kept");
+    match info.ok().flatten().and_then(|i| i.fence) {
+        Some(cairn_engine::partition::FenceReason::SuperblockIdentity { .. }) => {
+            Ok(vec!["SuperblockIdentity"])
+        }
+        other => Err(crate::oracle::violation(
+            crate::oracle::INV_JUSTIFIED,
+            format!(
+                "after the purge partition 0 is fenced by {other:?}, not for the identity it found"
+            ),
+        )),
+    }
+}
+
+/// While the node serves, an operator plants a copy of topic 1's partition under topic 0
+/// (a partition id no op made). Deleting topic 0 removes its own partitions and keeps the
+/// directory it cannot account for, with the topic directory holding it.
+fn a_topic_deletion_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0011);
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    for name in ["a", "b"] {
+        s.perform(AdminOp::CreateTopic {
+            stream: 0,
+            name: name.into(),
+            partitions: 1,
+            persisted: true,
+            offsets_persisted: true,
+            expiry: 0,
+            max_size: 0,
+        })?;
+    }
+    s.produce_n(4)?;
+    let planted = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 7);
+    {
+        let mut w = lock(&s.world);
+        let source = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 1, 0);
+        copy_tree(&w, &source, &planted);
+        w.disk.forgive_io_time();
+        w.planted.insert(planted.clone());
+    }
+    s.perform(AdminOp::DeleteTopic(0, 0))?;
+    let w = lock(&s.world);
+    assert!(holds_a_log(&w, &planted), "the planted copy is kept");
+    let own = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+    assert!(
+        !cairn_engine::env::Disk::exists(&w.disk, &own).unwrap_or(true),
+        "the deleted topic's own partition is removed"
+    );
+    drop(w);
+    Ok(s.decisions())
+}
+
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_create_refuses_a_directory_in_the_way",
+        expect: &["DirectoryInTheWay"],
+        run: a_create_refuses_a_directory_in_the_way,
+    },
+    NodeDirected {
+        name: "a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot",
+        expect: &["BootRefused", "meta:SnapshotMismatch"],
+        run: a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_purge_keeps_a_directory_of_another_identity",
+        expect: &["SuperblockIdentity"],
+        run: a_purge_keeps_a_directory_of_another_identity,
+    },
+    NodeDirected {
+        name: "a_topic_deletion_keeps_a_directory_of_another_identity",
+        expect: &["EntityDeleted"],
+        run: a_topic_deletion_keeps_a_directory_of_another_identity,
+    },
     NodeDirected {
         name: "a_redone_group_deletion_keeps_another_topics_group_of_that_id",
         expect: &["DirWorkRedone"],
