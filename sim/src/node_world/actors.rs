@@ -407,8 +407,9 @@ impl NodeWorld {
                 let window = self.window(&sent);
                 self.asked_by.insert(reply.at_op, client);
                 // The entry is in the journal now, unless a checkpoint since emptied it.
-                if let Some(entry) = self.journal_entries().iter().find(|e| e.op == reply.at_op) {
-                    super::checks::entry_names_client(entry, client)?;
+                let entries = self.journal_entries();
+                if let Some(entry) = entries.iter().find(|e| e.op == reply.at_op) {
+                    super::checks::judge_entry_origin(entry, client)?;
                 }
                 self.pending.insert(
                     reply.at_op,

@@ -198,6 +198,23 @@ pub(crate) fn entry_names_client(
     )))
 }
 
+/// The entry of an op a client was just answered for names that client and one of its
+/// request numbers (a client numbers its requests from 1; the server's duplicate
+/// detection keys on the pair).
+pub(crate) fn judge_entry_origin(
+    entry: &cairn_engine::metadata::journal::Entry,
+    client: u128,
+) -> Checked<()> {
+    entry_names_client(entry, client)?;
+    if entry.origin.request == 0 {
+        return Err(meta_violation(format!(
+            "journal entry of op {} carries no request number of client {client}",
+            entry.op
+        )));
+    }
+    Ok(())
+}
+
 impl NodeWorld {
     /// The whole entries at the start of the metadata journal, as reads see it now.
     pub(crate) fn journal_entries(&self) -> Vec<cairn_engine::metadata::journal::Entry> {
