@@ -1858,8 +1858,10 @@ impl NodeWorld {
     }
 
     /// The first sealed segment of `info`, if the oracle knows it due: the log start the
-    /// model knows, every message in it acknowledged, the newest older than the expiry by
-    /// the wall clock the cleaner reads (no jump since boot, so the same clock).
+    /// model knows, every message in it in a batch acknowledged with its stamp (a message
+    /// in doubt that a boot found there has a stamp the model does not know), the newest
+    /// older than the expiry by the wall clock the cleaner reads (no jump since boot, so
+    /// the same clock).
     fn due_segment(&self, info: &PartitionInfo) -> Option<Due> {
         let topic = self
             .model
@@ -1867,7 +1869,12 @@ impl NodeWorld {
         let part = self.parts.get(&info.identity)?;
         let (start, _, _) = *info.sealed.first()?;
         let end = *info.segment_starts.iter().find(|s| **s > start)?;
-        let whole = part.messages.range(start..end).count() as u64 == end - start;
+        let stamped: u64 = part
+            .batches
+            .range(start..end)
+            .map(|(base, (count, _))| (base + u64::from(*count)).min(end) - base)
+            .sum();
+        let whole = stamped == end - start;
         let newest = part
             .batches
             .range(start..end)
