@@ -189,6 +189,24 @@ impl Scenario {
         self.perform(persisted_topic(partitions))
     }
 
+    /// Stream 0 with topics 0 ("a") and 1 ("b"), one `persisted` partition each.
+    fn with_two_persisted_topics(&mut self) -> Checked<()> {
+        self.setup()?;
+        self.perform(AdminOp::CreateStream("s".into()))?;
+        for name in ["a", "b"] {
+            self.perform(AdminOp::CreateTopic {
+                stream: 0,
+                name: name.into(),
+                partitions: 1,
+                persisted: true,
+                offsets_persisted: true,
+                expiry: 0,
+                max_size: 0,
+            })?;
+        }
+        Ok(())
+    }
+
     fn decisions(&self) -> Vec<&'static str> {
         lock(&self.world).report.decisions.keys().copied().collect()
     }
@@ -497,19 +515,7 @@ fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>
 /// same id.
 fn a_redone_group_deletion_keeps_another_topics_group_of_that_id() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_000f);
-    s.setup()?;
-    s.perform(AdminOp::CreateStream("s".into()))?;
-    for topic in ["a", "b"] {
-        s.perform(AdminOp::CreateTopic {
-            stream: 0,
-            name: topic.into(),
-            partitions: 1,
-            persisted: true,
-            offsets_persisted: true,
-            expiry: 0,
-            max_size: 0,
-        })?;
-    }
+    s.with_two_persisted_topics()?;
     for _ in 0..32 {
         let acked = |t: u32| {
             let w = lock(&s.world);
@@ -823,19 +829,7 @@ fn a_purge_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>>
 /// directory it cannot account for, with the topic directory holding it.
 fn a_topic_deletion_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0011);
-    s.setup()?;
-    s.perform(AdminOp::CreateStream("s".into()))?;
-    for name in ["a", "b"] {
-        s.perform(AdminOp::CreateTopic {
-            stream: 0,
-            name: name.into(),
-            partitions: 1,
-            persisted: true,
-            offsets_persisted: true,
-            expiry: 0,
-            max_size: 0,
-        })?;
-    }
+    s.with_two_persisted_topics()?;
     s.produce_n(4)?;
     let planted = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 7);
     {
