@@ -1328,7 +1328,7 @@ impl NodeWorld {
             Err(e) => self.excused(e, key.0, key.1, started),
         };
         let part = self.parts.entry(identity).or_default();
-        let durable = part.persisted.is_some_and(|p| p.1);
+        let durable = part.offsets_persisted();
         let entry = part
             .offsets
             .entry(holder)
@@ -1522,7 +1522,7 @@ pub(crate) async fn group_move(
                     if let Some(last) = last_offset(&polled) {
                         let holder = Holder::Group { id: g, incarnation };
                         let part = w.parts.entry(identity).or_default();
-                        let durable = part.persisted.is_some_and(|p| p.1);
+                        let durable = part.offsets_persisted();
                         let entry = part
                             .offsets
                             .entry(holder)
@@ -1916,10 +1916,10 @@ impl NodeWorld {
             identity.topic_id,
             identity.partition_id,
         );
-        let metadata_moved = first.model_op != self.model.op
-            || !self.in_flight.is_empty()
-            || !self.pending.is_empty()
-            || !self.in_doubt.is_empty();
+        let metadata_moved = self.names_moved(Start {
+            at: first.seen_at,
+            model_op: first.model_op,
+        });
         let excused = first.start != now_due.start
             || first.expiry != now_due.expiry
             || metadata_moved

@@ -807,7 +807,7 @@ async fn check_offset(
         })?;
     let mut w = lock(world);
     let part = w.parts.get_mut(&identity).expect("modelled");
-    let offsets_persisted = part.persisted.is_some_and(|p| p.1);
+    let offsets_persisted = part.offsets_persisted();
     if got.is_some_and(|g| end == 0 || g > end - 1) {
         return Err(violation(
             INV_OFFSETS,

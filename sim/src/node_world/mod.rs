@@ -254,6 +254,11 @@ impl PartModel {
     pub(crate) fn persisted(&self) -> bool {
         self.persisted.is_some_and(|p| p.0)
     }
+
+    /// Whether its topic's offsets are `persisted` (synced before a store is answered).
+    pub(crate) fn offsets_persisted(&self) -> bool {
+        self.persisted.is_some_and(|p| p.1)
+    }
 }
 
 /// One incarnation of a consumer group: (stream, topic, group, the op that created it).
