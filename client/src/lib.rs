@@ -1,0 +1,1 @@
+//! cairn's client module (see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! cairn's server (see ARCHITECTURE.md).
