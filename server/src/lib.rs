@@ -1,1 +1,2 @@
 //! cairn's server (see ARCHITECTURE.md).
+pub mod config;
