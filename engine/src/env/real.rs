@@ -42,9 +42,15 @@ pub fn env_on(handle: Handle) -> Env {
 /// not run a server. The runtime lives as long as the returned `Env` or anything cloned
 /// from it.
 pub fn env() -> io::Result<Env> {
+    env_with_workers(1)
+}
+
+/// An [`Env`] whose runtime has `workers` threads for tasks (the server's connections); the
+/// node's owners run on threads of their own besides.
+pub fn env_with_workers(workers: usize) -> io::Result<Env> {
     let runtime = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(workers.max(1))
             .enable_all()
             .build()?,
     );

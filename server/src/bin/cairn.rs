@@ -29,6 +29,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the server: boot the node on the data directory and serve Iggy's 0.11 binary
+    /// protocol over TCP (127.0.0.1:8090 by default). Configuration: defaults, then
+    /// `cairn.toml` (or `--config`), then `CAIRN_*` environment variables (for example
+    /// `CAIRN_DATA_DIR`, `CAIRN_TCP_ADDRESS`, `CAIRN_ROOT_PASSWORD`). SIGINT or SIGTERM shuts
+    /// down gracefully (every committed message flushed and synced, exit 0); a second signal
+    /// exits at once. Exits 1 when the node stopped on a failure, 2 when it could not start.
+    Serve {
+        /// The configuration file (default: `cairn.toml` in the working directory, if any).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the effective configuration (defaults, file and environment merged) as TOML
+        /// and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
     /// Report what boot would do to a data directory, and why, without changing a byte: the
     /// metadata plane (refusal, journal repairs, replayed operations, directory work still
     /// to redo), directories of deleted entities it would remove, and for every partition the
@@ -42,6 +57,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            print_config,
+        } => serve(config.as_deref(), print_config),
+        Command::Check { data_dir } => {
+            quiet_logs();
+            check(&data_dir)
+        }
+    }
+}
+
+fn quiet_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -49,10 +78,21 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Check { data_dir } => check(&data_dir),
+}
+
+fn serve(file: Option<&Path>, print_config: bool) -> ExitCode {
+    let config = match cairn_server::config::load(file, std::env::vars()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("cairn: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if print_config {
+        print!("{}", config.to_toml());
+        return ExitCode::SUCCESS;
     }
+    cairn_server::serve::run(config)
 }
 
 fn check(root: &Path) -> ExitCode {

@@ -1,0 +1,198 @@
+//! One connection's task: read a frame, answer it, write the reply; in order, one request at
+//! a time (the 0.11 SDK is lockstep, SPEC §1). A connection therefore holds at most one
+//! request (≤ `max_frame_bytes`) and one reply in memory: a client that stops reading its
+//! replies blocks its own task in `write_all` (TCP back-pressure) until the idle timeout
+//! closes it, and never grows the server's memory.
+//!
+//! Closed when: the framing breaks (a size outside the bounds), the peer closes, it does not
+//! log in within the handshake timeout, it sends nothing (or takes no reply) within the idle
+//! timeout, it was evicted, or the server stops (after finishing the request it is serving).
+
+use crate::frame::{self, FrameError};
+use crate::handlers::{self, Answer};
+use crate::registry::ClientEntry;
+use crate::server::Shared;
+use crate::session::Session;
+use bytes::{Bytes, BytesMut};
+use cairn_engine::env::{race, ByteStream, Either};
+use iggy_binary_protocol::HEADER_SIZE;
+use std::collections::BTreeSet;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// One connection's state.
+pub struct Conn {
+    pub shared: Arc<Shared>,
+    pub peer: SocketAddr,
+    /// Its numeric client id in the registry (renewed at each login).
+    pub id: u32,
+    pub session: Option<Session>,
+    /// Monotonic ns when it connected.
+    connected_at: u64,
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("the peer closed the connection")]
+    PeerClosed,
+    #[error("no login within {0:?}")]
+    HandshakeTimeout(Duration),
+    #[error("idle for {0:?}")]
+    Idle(Duration),
+    #[error("the server is stopping")]
+    Stopping,
+    #[error(transparent)]
+    Framing(#[from] FrameError),
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error("evicted")]
+    Evicted,
+}
+
+/// Registers the connection and spawns its task; refuses it (closes at once) past the
+/// connection limit.
+pub fn start(shared: Arc<Shared>, stream: Box<dyn ByteStream>, peer: SocketAddr) {
+    let entry = ClientEntry {
+        address: peer,
+        user_id: None,
+        client: 0,
+        groups: BTreeSet::new(),
+    };
+    let Some(id) = shared.registry.add(entry, shared.limits.max_connections) else {
+        tracing::warn!(%peer, limit = shared.limits.max_connections, "connection refused: too many connections");
+        return;
+    };
+    shared.live.fetch_add(1, Ordering::SeqCst);
+    let env = shared.env.clone();
+    let conn = Conn {
+        connected_at: env.clock.monotonic_nanos(),
+        shared,
+        peer,
+        id,
+        session: None,
+    };
+    env.tasks.spawn(Box::pin(serve(conn, stream)));
+}
+
+async fn serve(mut conn: Conn, mut stream: Box<dyn ByteStream>) {
+    let span = tracing::debug_span!("connection", peer = %conn.peer);
+    async move {
+        tracing::debug!("connected");
+        let ended = serve_requests(&mut conn, stream.as_mut()).await;
+        tracing::debug!(reason = %ended, "connection closed");
+        let _ = stream.shutdown().await;
+        handlers::end_session(&mut conn).await;
+        conn.shared.registry.remove(conn.id);
+        conn.shared.live.fetch_sub(1, Ordering::SeqCst);
+    }
+    .instrument(span)
+    .await
+}
+
+async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
+    loop {
+        let mut header = [0u8; HEADER_SIZE];
+        if let Err(ended) = read_request_start(conn, stream, &mut header).await {
+            return ended;
+        }
+        let body_len = match frame::body_len(&header, conn.shared.limits.max_frame_bytes) {
+            Ok(len) => len,
+            Err(e) => return e.into(),
+        };
+        let mut body = BytesMut::zeroed(body_len);
+        let idle = conn.shared.limits.idle_timeout;
+        match timed(conn, read_exact(stream, &mut body), idle).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return e,
+            None => return Ended::Idle(idle),
+        }
+        let answer = handlers::answer(conn, &header, body).await;
+        let (pieces, close) = match answer {
+            Answer::Frame(pieces) => (pieces, false),
+            Answer::Evict(frame) => (vec![frame], true),
+        };
+        match timed(conn, write_pieces(stream, &pieces), idle).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return e.into(),
+            None => return Ended::Idle(idle),
+        }
+        if close {
+            return Ended::Evicted;
+        }
+        if conn.shared.stopping.get().is_some() {
+            return Ended::Stopping;
+        }
+    }
+}
+
+/// Reads the next request's header: waits at most the handshake timeout's remainder before
+/// a login, the idle timeout after; gives up when the server stops.
+async fn read_request_start(
+    conn: &Conn,
+    stream: &mut dyn ByteStream,
+    header: &mut [u8; HEADER_SIZE],
+) -> Result<(), Ended> {
+    let limits = conn.shared.limits;
+    let (wait, on_timeout) = if conn.session.is_some() {
+        (limits.idle_timeout, Ended::Idle(limits.idle_timeout))
+    } else {
+        let elapsed = conn
+            .shared
+            .env
+            .clock
+            .monotonic_nanos()
+            .saturating_sub(conn.connected_at);
+        (
+            limits
+                .handshake_timeout
+                .saturating_sub(Duration::from_nanos(elapsed)),
+            Ended::HandshakeTimeout(limits.handshake_timeout),
+        )
+    };
+    let read = read_exact(stream, header);
+    match race(conn.shared.stopping.wait(), timed(conn, read, wait)).await {
+        Either::Left(()) => Err(Ended::Stopping),
+        Either::Right(None) => Err(on_timeout),
+        Either::Right(Some(result)) => result,
+    }
+}
+
+/// `future`, or `None` once `limit` passed.
+async fn timed<T>(
+    conn: &Conn,
+    future: impl std::future::Future<Output = T>,
+    limit: Duration,
+) -> Option<T> {
+    match race(future, conn.shared.env.clock.sleep(limit)).await {
+        Either::Left(value) => Some(value),
+        Either::Right(()) => None,
+    }
+}
+
+async fn read_exact(stream: &mut dyn ByteStream, mut buf: &mut [u8]) -> Result<(), Ended> {
+    while !buf.is_empty() {
+        match stream.read(buf).await {
+            Ok(0) => return Err(Ended::PeerClosed),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn write_pieces(stream: &mut dyn ByteStream, pieces: &[Bytes]) -> io::Result<()> {
+    // An index, not an iterator: a slice iterator held across the await makes the task's
+    // future not `Send` for every lifetime (a compiler limitation).
+    let mut i = 0;
+    while i < pieces.len() {
+        stream.write_all(&pieces[i]).await?;
+        i += 1;
+    }
+    Ok(())
+}

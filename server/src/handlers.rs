@@ -1,0 +1,1036 @@
+//! Each request, from its checked header to its reply: the login and session gate, then a
+//! table of command codes, each handler decoding its body with the codec, checking the
+//! user's permission, calling the node and encoding the reply (SPEC §4, §5).
+//!
+//! Every request gets exactly one frame back: a reply (status 0 with its body, or an error
+//! status with an empty body) or an eviction. Nothing is written for a refused request: the
+//! header, the session, the body and the permission are all checked before the node is
+//! called.
+
+use crate::connection::Conn;
+use crate::frame::{self, status, Echo, ReplyMeta};
+use crate::permissions::{allowed, Action};
+use crate::responses::{self, Numbers, PartitionNumbers};
+use crate::session::{Dedup, Session};
+use bytes::{Buf, Bytes, BytesMut};
+use cairn_engine::node::ops::MetaOp;
+use cairn_engine::node::{NodeError, PartitionKey};
+use cairn_engine::partition::PartitionError;
+use iggy_binary_protocol::codes::*;
+use iggy_binary_protocol::requests::consumer_groups::{
+    GetConsumerGroupRequest, GetConsumerGroupsRequest, JoinConsumerGroupRequest,
+    LeaveConsumerGroupRequest, SyncConsumerGroupRequest,
+};
+use iggy_binary_protocol::requests::consumer_offsets::{
+    DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
+};
+use iggy_binary_protocol::requests::messages::{PollMessagesRequest, SendMessagesHeader};
+use iggy_binary_protocol::requests::segments::DeleteSegmentsRequest;
+use iggy_binary_protocol::requests::streams::GetStreamRequest;
+use iggy_binary_protocol::requests::system::GetClientRequest;
+use iggy_binary_protocol::requests::topics::{GetTopicRequest, GetTopicsRequest};
+use iggy_binary_protocol::requests::users::{
+    ChangePasswordRequest, CreateUserRequest, GetUserRequest, LoginRegisterRequest,
+};
+use iggy_binary_protocol::responses::clients::ClientDetailsResponse;
+use iggy_binary_protocol::responses::clients::GetClientsResponse;
+use iggy_binary_protocol::responses::clients::{ClientResponse, ConsumerGroupInfoResponse};
+use iggy_binary_protocol::responses::consumer_groups::ConsumerGroupResponse;
+use iggy_binary_protocol::responses::consumer_groups::GetConsumerGroupsResponse;
+use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
+use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
+use iggy_binary_protocol::responses::messages::{
+    SendMessagesConfirmationResponse, SendMessagesResponse,
+};
+use iggy_binary_protocol::responses::streams::GetStreamsResponse;
+use iggy_binary_protocol::responses::system::StatsResponse;
+use iggy_binary_protocol::responses::system::{ClusterMetadataResponse, ClusterNodeResponse};
+use iggy_binary_protocol::responses::topics::GetTopicsResponse;
+use iggy_binary_protocol::responses::users::GetUsersResponse;
+use iggy_binary_protocol::responses::users::LoginRegisterResponse;
+use iggy_binary_protocol::{
+    ClientVersionInfo, EvictionReason, Operation, WireDecode, WireEncode, WireIdentifier, WireName,
+    HEADER_SIZE,
+};
+use secrecy::ExposeSecret;
+use tracing::Instrument;
+
+/// The server's version string in login replies and stats.
+pub const SERVER_VERSION: &str = concat!("cairn ", env!("CARGO_PKG_VERSION"));
+
+/// What to write back.
+pub enum Answer {
+    /// A reply frame, in pieces written back to back (a poll's stored batches are not
+    /// copied).
+    Frame(Vec<Bytes>),
+    /// An eviction; the connection closes after it.
+    Evict(Bytes),
+}
+
+/// A refusal: the status to answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status(pub u32);
+
+impl From<NodeError> for Status {
+    fn from(e: NodeError) -> Status {
+        tracing::debug!(error = %e, "request refused");
+        Status(match &e {
+            NodeError::Partition(PartitionError::InvalidBatch(
+                cairn_engine::format::FormatError::BatchChecksum { .. },
+            )) => 4039,
+            _ => e.code(),
+        })
+    }
+}
+
+fn undecodable(what: &str, e: impl std::fmt::Display) -> Status {
+    tracing::debug!(what, error = %e, "undecodable request body");
+    Status(status::INVALID_COMMAND)
+}
+
+/// Decodes a whole body as `T`; trailing bytes are a malformed request.
+fn decode<T: WireDecode>(body: &[u8]) -> Result<T, Status> {
+    let (value, used) = T::decode(body).map_err(|e| undecodable(std::any::type_name::<T>(), e))?;
+    if used != body.len() {
+        return Err(undecodable(
+            std::any::type_name::<T>(),
+            format!("{} trailing bytes", body.len() - used),
+        ));
+    }
+    Ok(value)
+}
+
+fn encoded(value: &impl WireEncode) -> Vec<u8> {
+    value.to_bytes().to_vec()
+}
+
+/// The body of a successful reply, before framing.
+type Handled = Result<Vec<u8>, Status>;
+
+/// Answers one framed request.
+pub async fn answer(conn: &mut Conn, header: &[u8; HEADER_SIZE], body: BytesMut) -> Answer {
+    let echo = Echo::of(header);
+    let request = match frame::decode_request(header, &body) {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::debug!(error = %e, "request refused at its header");
+            return reply(conn, echo, Err(Status(e.status())));
+        }
+    };
+    let span = tracing::debug_span!(
+        "request",
+        code = request.code,
+        request = request.header.request
+    );
+    answer_request(conn, echo, request, body)
+        .instrument(span)
+        .await
+}
+
+async fn answer_request(
+    conn: &mut Conn,
+    echo: Echo,
+    request: frame::Request,
+    body: BytesMut,
+) -> Answer {
+    let code = request.code;
+    let operation = request.header.operation;
+    match code {
+        PING_CODE => reply(conn, echo, Ok(Vec::new())),
+        LOGIN_REGISTER_CODE => login(conn, echo, &body).await,
+        LOGOUT_USER_CODE => logout(conn, echo, &request.header).await,
+        LOGIN_USER_CODE | LOGIN_WITH_PERSONAL_ACCESS_TOKEN_CODE => {
+            evict(echo, EvictionReason::MalformedLogin)
+        }
+        _ => {
+            if let Err(answer) = gate(conn, echo, &request.header).await {
+                return answer;
+            }
+            let key = (echo.client, echo.request, echo.request_checksum);
+            let dedup = operation.is_metadata() && echo.request_checksum != 0;
+            if dedup {
+                if let Some(cached) = session(conn).dedup.get(&key) {
+                    tracing::debug!("a retried request answered from the duplicate table");
+                    return Answer::Frame(vec![cached]);
+                }
+            }
+            let result = authorized(conn, code, body).await;
+            let answer = match result {
+                Outcome::Body(result) => reply(conn, echo, result),
+                Outcome::Poll(result) => poll_reply(conn, echo, result),
+            };
+            if let (true, Answer::Frame(pieces), Some(session)) =
+                (dedup, &answer, conn.session.as_mut())
+            {
+                session.dedup.insert(key, pieces.concat().into());
+            }
+            answer
+        }
+    }
+}
+
+fn session(conn: &Conn) -> &Session {
+    conn.session.as_ref().expect("the gate passed")
+}
+
+fn meta(conn: &Conn) -> ReplyMeta {
+    ReplyMeta {
+        session: conn.session.as_ref().map_or(0, |s| s.session),
+        commit: conn.shared.node.view().op,
+    }
+}
+
+/// A reply frame; result-framed operations get their `[count = 0]` prefix on success.
+fn reply(conn: &Conn, echo: Echo, result: Handled) -> Answer {
+    let meta = meta(conn);
+    let frame = match result {
+        Ok(body) if echo.operation.is_result_framed() || echo.operation == Operation::Register => {
+            frame::reply(echo, meta, 0, &frame::framed(&body))
+        }
+        Ok(body) => frame::reply(echo, meta, 0, &body),
+        Err(Status(code)) => frame::reply(echo, meta, code, &[]),
+    };
+    Answer::Frame(vec![frame.freeze()])
+}
+
+fn evict(echo: Echo, reason: EvictionReason) -> Answer {
+    tracing::debug!(?reason, "evicting the session");
+    Answer::Evict(frame::eviction(echo.client, reason).freeze())
+}
+
+/// The session gate: logged in, as the login that is bound here, whose user still holds.
+async fn gate(
+    conn: &mut Conn,
+    echo: Echo,
+    header: &iggy_binary_protocol::RequestHeader,
+) -> Result<(), Answer> {
+    let replicated = header.operation != Operation::NonReplicated;
+    let unauthenticated = |conn: &Conn| {
+        if replicated {
+            evict(echo, EvictionReason::NoSession)
+        } else {
+            reply(conn, echo, Err(Status(status::UNAUTHENTICATED)))
+        }
+    };
+    let Some(session) = conn.session.as_ref() else {
+        return Err(unauthenticated(conn));
+    };
+    if session.client != header.client || session.session != header.session {
+        return Err(unauthenticated(conn));
+    }
+    if let Err(why) = session.still_valid(&conn.shared.node.view()) {
+        tracing::info!(user = session.user_id, ?why, "a session lost its access");
+        end_session(conn).await;
+        return Err(reply(conn, echo, Err(Status(status::UNAUTHENTICATED))));
+    }
+    Ok(())
+}
+
+// Login and logout --------------------------------------------------------------------------
+
+async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
+    let Ok((version, used)) = ClientVersionInfo::decode(body) else {
+        return evict(echo, EvictionReason::MalformedLogin);
+    };
+    if !iggy_binary_protocol::is_protocol_compatible(version.protocol_version) {
+        tracing::info!(
+            version = version.protocol_version,
+            sdk = version.sdk_name.as_str(),
+            "login refused: incompatible protocol version"
+        );
+        return evict(echo, EvictionReason::IncompatibleProtocol);
+    }
+    let Ok((request, rest)) = LoginRegisterRequest::decode_after_prefix(version, &body[used..])
+    else {
+        // The personal-access-token shape: tokens are not served yet.
+        return reply(conn, echo, Err(Status(status::FEATURE_UNAVAILABLE)));
+    };
+    if used + rest != body.len() {
+        return evict(echo, EvictionReason::MalformedLogin);
+    }
+    let shared = conn.shared.clone();
+    let now = shared.env.clock.monotonic_nanos() / 1000;
+    let ip = conn.peer.ip();
+    if !shared.logins.may_try(ip, now) {
+        tracing::warn!(peer = %conn.peer, "login refused: too many failed logins from this address");
+        return evict(echo, EvictionReason::InvalidCredentials);
+    }
+    end_session(conn).await;
+    let node = shared.node.client(echo.client);
+    let username = request.username.as_str().to_owned();
+    let login = match node
+        .login(&username, request.password.expose_secret())
+        .await
+    {
+        Ok(login) => login,
+        Err(e) => {
+            shared.logins.failed(ip, now);
+            tracing::info!(peer = %conn.peer, user = %username, error = %e, "login refused");
+            return match e {
+                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
+                    evict(echo, EvictionReason::InvalidCredentials)
+                }
+                other => reply(conn, echo, Err(other.into())),
+            };
+        }
+    };
+    shared.logins.succeeded(ip);
+    let view = shared.node.view();
+    let Some(user) = view
+        .user(login.user_id)
+        .filter(|u| u.created_op == login.incarnation)
+    else {
+        return evict(echo, EvictionReason::InvalidCredentials);
+    };
+    let session = Session {
+        client: echo.client,
+        session: shared.next_session(),
+        user_id: login.user_id,
+        incarnation: login.incarnation,
+        password_hash: user.password_hash.clone(),
+        node,
+        dedup: Dedup::default(),
+    };
+    let response = LoginRegisterResponse {
+        user_id: session.user_id,
+        session: session.session,
+        server_protocol_version: iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
+        server_version: WireName::new(SERVER_VERSION).expect("a valid name"),
+    };
+    conn.id = shared.registry.renew(conn.id, |entry| {
+        entry.user_id = Some(session.user_id);
+        entry.client = session.client;
+        entry.groups.clear();
+    });
+    tracing::debug!(user = session.user_id, client_id = conn.id, "logged in");
+    conn.session = Some(session);
+    reply(conn, echo, Ok(encoded(&response)))
+}
+
+async fn logout(
+    conn: &mut Conn,
+    echo: Echo,
+    header: &iggy_binary_protocol::RequestHeader,
+) -> Answer {
+    let bound = conn
+        .session
+        .as_ref()
+        .is_some_and(|s| s.client == header.client && s.session == header.session);
+    if !bound {
+        return evict(echo, EvictionReason::NoSession);
+    }
+    let answer = reply(conn, echo, Ok(Vec::new()));
+    end_session(conn).await;
+    answer
+}
+
+/// Unbinds the connection's login: it leaves every consumer group it joined.
+pub async fn end_session(conn: &mut Conn) {
+    if let Some(session) = conn.session.take() {
+        if let Err(e) = session.node.disconnect().await {
+            tracing::debug!(error = %e, "leaving the session's groups failed");
+        }
+        conn.shared.registry.update(conn.id, |entry| {
+            entry.user_id = None;
+            entry.groups.clear();
+        });
+    }
+}
+
+// The command table ------------------------------------------------------------------------
+
+enum Outcome {
+    Body(Handled),
+    Poll(Result<Polled, Status>),
+}
+
+struct Polled {
+    head: [u8; 16],
+    batches: Vec<Bytes>,
+}
+
+fn poll_reply(conn: &Conn, echo: Echo, result: Result<Polled, Status>) -> Answer {
+    match result {
+        Ok(polled) => {
+            let body_len = 16 + polled.batches.iter().map(Bytes::len).sum::<usize>();
+            let mut head = Vec::with_capacity(HEADER_SIZE + 16);
+            head.extend_from_slice(&frame::reply_header(echo, meta(conn), body_len));
+            head.extend_from_slice(&polled.head);
+            let mut pieces = Vec::with_capacity(1 + polled.batches.len());
+            pieces.push(Bytes::from(head));
+            pieces.extend(polled.batches);
+            Answer::Frame(pieces)
+        }
+        Err(e) => reply(conn, echo, Err(e)),
+    }
+}
+
+async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
+    if code == POLL_MESSAGES_CODE {
+        return Outcome::Poll(poll(conn, &body).await);
+    }
+    Outcome::Body(match code {
+        GET_STATS_CODE => stats(conn).await,
+        GET_CLUSTER_METADATA_CODE => Ok(cluster_metadata(conn)),
+        GET_ME_CODE => Ok(client_details(conn, conn.id)
+            .map(|d| encoded(&d))
+            .unwrap_or_default()),
+        GET_CLIENT_CODE => get_client(conn, &body),
+        GET_CLIENTS_CODE => get_clients(conn),
+        GET_USER_CODE => get_user(conn, &body),
+        GET_USERS_CODE => get_users(conn),
+        CREATE_USER_CODE => create_user(conn, &body).await,
+        CHANGE_PASSWORD_CODE => change_password(conn, &body).await,
+        GET_STREAM_CODE => get_stream(conn, &body).await,
+        GET_STREAMS_CODE => get_streams(conn).await,
+        GET_TOPIC_CODE => get_topic(conn, &body).await,
+        GET_TOPICS_CODE => get_topics(conn, &body).await,
+        SEND_MESSAGES_CODE => send(conn, body).await,
+        GET_CONSUMER_OFFSET_CODE => get_offset(conn, &body).await,
+        STORE_CONSUMER_OFFSET_CODE => store_offset(conn, &body).await,
+        DELETE_CONSUMER_OFFSET_CODE => delete_offset(conn, &body).await,
+        DELETE_SEGMENTS_CODE => delete_segments(conn, &body).await,
+        GET_CONSUMER_GROUP_CODE => get_group(conn, &body).await,
+        GET_CONSUMER_GROUPS_CODE => get_groups(conn, &body).await,
+        JOIN_CONSUMER_GROUP_CODE => join_group(conn, &body).await,
+        LEAVE_CONSUMER_GROUP_CODE => leave_group(conn, &body).await,
+        SYNC_CONSUMER_GROUP_CODE => sync_group(conn, &body).await,
+        CREATE_STREAM_CODE
+        | UPDATE_STREAM_CODE
+        | DELETE_STREAM_CODE
+        | PURGE_STREAM_CODE
+        | CREATE_TOPIC_CODE
+        | UPDATE_TOPIC_CODE
+        | DELETE_TOPIC_CODE
+        | PURGE_TOPIC_CODE
+        | CREATE_PARTITIONS_CODE
+        | DELETE_PARTITIONS_CODE
+        | CREATE_CONSUMER_GROUP_CODE
+        | DELETE_CONSUMER_GROUP_CODE
+        | UPDATE_USER_CODE
+        | DELETE_USER_CODE
+        | UPDATE_PERMISSIONS_CODE => metadata_op(conn, code, &body).await,
+        other => {
+            tracing::debug!(code = other, "a known command cairn does not serve");
+            Err(Status(status::FEATURE_UNAVAILABLE))
+        }
+    })
+}
+
+/// Refuses unless the session's user may do `action`.
+fn require(conn: &Conn, action: Action) -> Result<(), Status> {
+    let session = session(conn);
+    let view = conn.shared.node.view();
+    if allowed(session.user_id, session.permissions(&view).as_ref(), action) {
+        Ok(())
+    } else {
+        tracing::debug!(user = session.user_id, ?action, "permission denied");
+        Err(Status(status::UNAUTHORIZED))
+    }
+}
+
+fn topic_ids(
+    conn: &Conn,
+    stream: &WireIdentifier,
+    topic: &WireIdentifier,
+) -> Result<(u32, u32), Status> {
+    Ok(conn.shared.node.view().topic_ids(stream, topic)?)
+}
+
+// Metadata ops ------------------------------------------------------------------------------
+
+/// The permission a journaled metadata op needs.
+fn op_action(conn: &Conn, op: &MetaOp) -> Result<Action, Status> {
+    let view = conn.shared.node.view();
+    Ok(match op {
+        MetaOp::CreateStream(_) => Action::CreateStream,
+        MetaOp::UpdateStream(r) => Action::ManageStream(view.stream_id(&r.stream_id)?),
+        MetaOp::DeleteStream(r) => Action::ManageStream(view.stream_id(&r.stream_id)?),
+        MetaOp::PurgeStream(r) => Action::ManageStream(view.stream_id(&r.stream_id)?),
+        MetaOp::CreateTopic(r) => Action::CreateTopic(view.stream_id(&r.stream_id)?),
+        MetaOp::UpdateTopic(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::DeleteTopic(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::PurgeTopic(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::CreatePartitions(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::DeletePartitions(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::CreateConsumerGroup(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::DeleteConsumerGroup(r) => manage(view.topic_ids(&r.stream_id, &r.topic_id)?),
+        MetaOp::CreateUser(_)
+        | MetaOp::UpdateUser(_)
+        | MetaOp::DeleteUser(_)
+        | MetaOp::ChangePassword(_)
+        | MetaOp::UpdatePermissions(_) => Action::ManageUsers,
+    })
+}
+
+fn manage((s, t): (u32, u32)) -> Action {
+    Action::ManageTopic(s, t)
+}
+
+async fn metadata_op(conn: &mut Conn, code: u32, body: &[u8]) -> Handled {
+    let operation = Operation::from_command_code(code).expect("a replicated command");
+    let op = MetaOp::decode(operation, body).map_err(|e| undecodable("metadata op", e))?;
+    require(conn, op_action(conn, &op)?)?;
+    let executed = session(conn).node.execute(op.clone()).await?;
+    let view = conn.shared.node.view();
+    let created = executed.applied.created;
+    Ok(match (&op, created) {
+        (MetaOp::CreateStream(_), Some(s)) => {
+            let stream = view.stream(s).ok_or(Status(1009))?;
+            encoded(&responses::get_stream(stream, &Numbers::new()))
+        }
+        (MetaOp::CreateTopic(r), Some(t)) => {
+            let s = view.stream_id(&r.stream_id)?;
+            let topic = view.find_topic(s, t).ok_or(Status(2010))?;
+            encoded(&responses::get_topic(s, topic, &Numbers::new()))
+        }
+        (MetaOp::CreateConsumerGroup(r), Some(g)) => {
+            let (s, t) = view.topic_ids(&r.stream_id, &r.topic_id)?;
+            let topic = view.topic(s, t);
+            let group = topic.groups.get(&g).ok_or(Status(5000))?;
+            let partitions = u32::try_from(topic.partitions.len()).expect("bounded");
+            encoded(&responses::group_details(
+                g,
+                &group.name,
+                partitions,
+                Vec::new(),
+            ))
+        }
+        _ => Vec::new(),
+    })
+}
+
+async fn create_user(conn: &mut Conn, body: &[u8]) -> Handled {
+    let request: CreateUserRequest = decode(body)?;
+    require(conn, Action::ManageUsers)?;
+    let id = session(conn)
+        .node
+        .create_user(
+            request.username.as_str(),
+            &request.password,
+            request.status,
+            request.permissions,
+        )
+        .await?;
+    let view = conn.shared.node.view();
+    let user = view.user(id).ok_or(Status(20))?;
+    Ok(encoded(&responses::user_details(user)))
+}
+
+async fn change_password(conn: &mut Conn, body: &[u8]) -> Handled {
+    let request: ChangePasswordRequest = decode(body)?;
+    let target = conn.shared.node.view().user_id(&request.user_id)?;
+    if target != session(conn).user_id {
+        require(conn, Action::ManageUsers)?;
+    }
+    session(conn)
+        .node
+        .change_password(
+            &WireIdentifier::numeric(target),
+            &request.current_password,
+            &request.new_password,
+        )
+        .await?;
+    Ok(Vec::new())
+}
+
+// Reads of the metadata -----------------------------------------------------------------------
+
+/// The numbers of every partition `keys` names, from their shards.
+async fn numbers(conn: &Conn, keys: impl IntoIterator<Item = PartitionKey>) -> Numbers {
+    let node = session(conn).node.clone();
+    let keys: Vec<PartitionKey> = keys.into_iter().collect();
+    let mut numbers = Numbers::new();
+    for key in keys {
+        if let Ok(Some(info)) = node.partition_info(key).await {
+            numbers.insert(key, PartitionNumbers::of(&info));
+        }
+    }
+    numbers
+}
+
+fn stream_keys(view: &cairn_engine::node::MetaView, s: u32) -> Vec<PartitionKey> {
+    view.stream(s).map_or_else(Vec::new, |stream| {
+        stream
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.keys().map(move |p| (s, t.id, *p)))
+            .collect()
+    })
+}
+
+async fn get_stream(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetStreamRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let Ok(s) = view.stream_id(&request.stream_id) else {
+        return Ok(Vec::new());
+    };
+    require(conn, Action::ReadStream(s))?;
+    let numbers = numbers(conn, stream_keys(&view, s)).await;
+    Ok(encoded(&responses::get_stream(
+        view.stream(s).expect("resolved"),
+        &numbers,
+    )))
+}
+
+async fn get_streams(conn: &Conn) -> Handled {
+    require(conn, Action::ReadStreams)?;
+    let view = conn.shared.node.view();
+    let keys: Vec<_> = view
+        .streams()
+        .keys()
+        .flat_map(|s| stream_keys(&view, *s))
+        .collect();
+    let numbers = numbers(conn, keys).await;
+    Ok(encoded(&GetStreamsResponse {
+        streams: view
+            .streams()
+            .values()
+            .map(|s| responses::stream_response(s, &numbers))
+            .collect(),
+    }))
+}
+
+async fn get_topic(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetTopicRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let Ok((s, t)) = view.topic_ids(&request.stream_id, &request.topic_id) else {
+        return Ok(Vec::new());
+    };
+    require(conn, Action::ReadTopic(s, t))?;
+    let topic = view.topic(s, t);
+    let numbers = numbers(conn, topic.partitions.keys().map(|p| (s, t, *p))).await;
+    Ok(encoded(&responses::get_topic(s, topic, &numbers)))
+}
+
+async fn get_topics(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetTopicsRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let s = view.stream_id(&request.stream_id)?;
+    require(conn, Action::ReadTopics(s))?;
+    let numbers = numbers(conn, stream_keys(&view, s)).await;
+    let stream = view.stream(s).expect("resolved");
+    Ok(encoded(&GetTopicsResponse {
+        topics: stream
+            .topics
+            .values()
+            .map(|t| responses::topic_header(s, t, &numbers))
+            .collect(),
+    }))
+}
+
+fn get_user(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetUserRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let Ok(id) = view.user_id(&request.user_id) else {
+        return Ok(Vec::new());
+    };
+    if id != session(conn).user_id {
+        require(conn, Action::ReadUsers)?;
+    }
+    Ok(encoded(&responses::user_details(
+        view.user(id).expect("resolved"),
+    )))
+}
+
+fn get_users(conn: &Conn) -> Handled {
+    require(conn, Action::ReadUsers)?;
+    let view = conn.shared.node.view();
+    Ok(encoded(&GetUsersResponse {
+        users: view
+            .users()
+            .values()
+            .map(responses::user_response)
+            .collect(),
+    }))
+}
+
+// Clients and the system ------------------------------------------------------------------------
+
+fn client_response(id: u32, entry: &crate::registry::ClientEntry) -> ClientResponse {
+    ClientResponse {
+        client_id: id,
+        user_id: entry.user_id.unwrap_or(u32::MAX),
+        transport: 1,
+        address: entry.address.to_string(),
+        consumer_groups_count: u32::try_from(entry.groups.len()).expect("bounded"),
+    }
+}
+
+fn client_details(conn: &Conn, id: u32) -> Option<ClientDetailsResponse> {
+    let entry = conn.shared.registry.get(id)?;
+    Some(ClientDetailsResponse {
+        client: client_response(id, &entry),
+        consumer_groups: entry
+            .groups
+            .iter()
+            .map(
+                |&(stream_id, topic_id, group_id)| ConsumerGroupInfoResponse {
+                    stream_id,
+                    topic_id,
+                    group_id,
+                },
+            )
+            .collect(),
+    })
+}
+
+fn get_client(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetClientRequest = decode(body)?;
+    if request.client_id != conn.id {
+        require(conn, Action::ReadServers)?;
+    }
+    Ok(client_details(conn, request.client_id)
+        .map(|d| encoded(&d))
+        .unwrap_or_default())
+}
+
+fn get_clients(conn: &Conn) -> Handled {
+    require(conn, Action::ReadServers)?;
+    Ok(encoded(&GetClientsResponse {
+        clients: conn
+            .shared
+            .registry
+            .list()
+            .iter()
+            .map(|(id, e)| client_response(*id, e))
+            .collect(),
+    }))
+}
+
+/// One node, the leader, at the address this connection reached (SPEC §2.1, trap T4).
+fn cluster_metadata(conn: &Conn) -> Vec<u8> {
+    let addr = conn.shared.local_addr;
+    encoded(&ClusterMetadataResponse {
+        name: "cairn".into(),
+        nodes: vec![ClusterNodeResponse {
+            name: "cairn-0".into(),
+            ip: addr.ip().to_string(),
+            tcp_port: addr.port(),
+            quic_port: 0,
+            http_port: 0,
+            websocket_port: 0,
+            role: 0,
+            status: 0,
+        }],
+    })
+}
+
+async fn stats(conn: &Conn) -> Handled {
+    let view = conn.shared.node.view();
+    let keys = view
+        .partitions()
+        .iter()
+        .map(cairn_engine::state::key_of)
+        .collect::<Vec<_>>();
+    let numbers = numbers(conn, keys).await;
+    let topics = view.streams().values().flat_map(|s| s.topics.values());
+    let now = conn.shared.env.clock.wall_micros();
+    Ok(encoded(&StatsResponse {
+        process_id: std::process::id(),
+        cpu_usage: 0.0,
+        total_cpu_usage: 0.0,
+        memory_usage: 0,
+        total_memory: 0,
+        available_memory: 0,
+        run_time: now.saturating_sub(conn.shared.started_at),
+        start_time: conn.shared.started_at,
+        read_bytes: 0,
+        written_bytes: 0,
+        messages_size_bytes: numbers.values().map(|n| n.size_bytes).sum(),
+        streams_count: count(view.streams().len()),
+        topics_count: count(topics.clone().count()),
+        partitions_count: count(numbers.len().max(view.partitions().len())),
+        segments_count: numbers.values().map(|n| n.segments).sum(),
+        messages_count: numbers.values().map(|n| n.messages).sum(),
+        clients_count: count(conn.shared.registry.len()),
+        consumer_groups_count: count(topics.map(|t| t.groups.len()).sum()),
+        hostname: String::new(),
+        os_name: std::env::consts::OS.into(),
+        os_version: String::new(),
+        kernel_version: String::new(),
+        iggy_server_version: SERVER_VERSION.into(),
+        iggy_server_semver: None,
+        cache_metrics: Vec::new(),
+        threads_count: 0,
+        free_disk_space: 0,
+        total_disk_space: 0,
+    }))
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+// Messages ------------------------------------------------------------------------------------
+
+async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
+    if body.len() < 4 {
+        return Err(undecodable("send", "no metadata length"));
+    }
+    let metadata_len = body.get_u32_le() as usize;
+    if metadata_len > body.len() {
+        return Err(undecodable("send", "metadata longer than the body"));
+    }
+    let header: SendMessagesHeader = decode(&body[..metadata_len])?;
+    let batch = body.split_off(metadata_len);
+    check_batch_frame(&batch, header.messages_count)?;
+    let (s, t) = topic_ids(conn, &header.stream_id, &header.topic_id)?;
+    require(conn, Action::Send(s, t))?;
+    let sent = session(conn)
+        .node
+        .send(
+            &header.stream_id,
+            &header.topic_id,
+            &header.partitioning,
+            batch,
+        )
+        .await?;
+    Ok(encoded(&SendMessagesResponse {
+        confirmations: vec![SendMessagesConfirmationResponse {
+            stream_id: s,
+            topic_id: t,
+            partition_id: sent.partition,
+            base_offset: sent.ack.base_offset,
+        }],
+    }))
+}
+
+/// The batch fills the rest of the body exactly and holds the count the header says.
+fn check_batch_frame(batch: &[u8], messages_count: u32) -> Result<(), Status> {
+    if batch.len() < HEADER_SIZE {
+        return Err(undecodable("send", "batch shorter than its header"));
+    }
+    let length = u64::from_le_bytes(batch[32..40].try_into().expect("8 bytes"));
+    let count = u32::from_le_bytes(batch[48..52].try_into().expect("4 bytes"));
+    if length != batch.len() as u64 {
+        return Err(undecodable(
+            "send",
+            format!("batch_length {length} but {} bytes follow", batch.len()),
+        ));
+    }
+    if count != messages_count || count == 0 {
+        return Err(Status(4009));
+    }
+    Ok(())
+}
+
+async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
+    let request: PollMessagesRequest = decode(body)?;
+    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    let polled = session(conn).node.poll(&request).await?;
+    let (partition, current, count, batches) = match polled {
+        Some(p) => (
+            u32::try_from(p.partition_id).expect("partition ids are u32"),
+            p.current_offset.unwrap_or(0),
+            p.message_count,
+            p.batches,
+        ),
+        // A group member that holds no partition: an empty poll with Iggy's
+        // `NO_ASSIGNED_PARTITION` sentinel.
+        None => (u32::MAX - 1, 0, 0, Vec::new()),
+    };
+    let mut head = [0u8; 16];
+    head[..4].copy_from_slice(&partition.to_le_bytes());
+    head[4..12].copy_from_slice(&current.to_le_bytes());
+    head[12..16].copy_from_slice(&count.to_le_bytes());
+    Ok(Polled { head, batches })
+}
+
+async fn get_offset(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetConsumerOffsetRequest = decode(body)?;
+    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    let node = &session(conn).node;
+    let stored = node
+        .get_offset(
+            &request.consumer,
+            &request.stream_id,
+            &request.topic_id,
+            request.partition_id,
+        )
+        .await?;
+    let Some(stored) = stored else {
+        return Ok(Vec::new());
+    };
+    let p = request.partition_id.unwrap_or(0);
+    let current = match node.partition_info((s, t, p)).await {
+        Ok(Some(info)) => info.current_offset().unwrap_or(0),
+        _ => 0,
+    };
+    Ok(encoded(&ConsumerOffsetResponse {
+        partition_id: p,
+        current_offset: current,
+        stored_offset: stored,
+    }))
+}
+
+async fn store_offset(conn: &Conn, body: &[u8]) -> Handled {
+    let request: StoreConsumerOffsetRequest = decode(body)?;
+    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    session(conn)
+        .node
+        .store_offset(
+            &request.consumer,
+            &request.stream_id,
+            &request.topic_id,
+            request.partition_id,
+            request.offset,
+        )
+        .await?;
+    Ok(Vec::new())
+}
+
+async fn delete_offset(conn: &Conn, body: &[u8]) -> Handled {
+    let request: DeleteConsumerOffsetRequest = decode(body)?;
+    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    session(conn)
+        .node
+        .delete_offset(
+            &request.consumer,
+            &request.stream_id,
+            &request.topic_id,
+            request.partition_id,
+        )
+        .await?;
+    Ok(Vec::new())
+}
+
+async fn delete_segments(conn: &Conn, body: &[u8]) -> Handled {
+    let request: DeleteSegmentsRequest = decode(body)?;
+    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
+    require(conn, Action::ManageTopic(s, t))?;
+    session(conn)
+        .node
+        .delete_segments(
+            &request.stream_id,
+            &request.topic_id,
+            request.partition_id,
+            request.segments_count,
+        )
+        .await?;
+    Ok(Vec::new())
+}
+
+// Consumer groups -------------------------------------------------------------------------------
+
+/// A group's members by their connections' numeric client ids.
+async fn members(
+    conn: &Conn,
+    stream: &WireIdentifier,
+    topic: &WireIdentifier,
+    group: &WireIdentifier,
+) -> Result<Vec<(u32, Vec<u32>)>, Status> {
+    let members = session(conn)
+        .node
+        .group_members(stream, topic, group)
+        .await?;
+    Ok(members
+        .into_iter()
+        .map(|(client, partitions)| (conn.shared.registry.id_of(client).unwrap_or(0), partitions))
+        .collect())
+}
+
+async fn get_group(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetConsumerGroupRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let Ok((s, t)) = view.topic_ids(&request.stream_id, &request.topic_id) else {
+        return Ok(Vec::new());
+    };
+    require(conn, Action::ReadTopic(s, t))?;
+    let Ok(g) = view.group_id(s, t, &request.group_id) else {
+        return Ok(Vec::new());
+    };
+    let topic = view.topic(s, t);
+    let group = &topic.groups[&g];
+    let members = members(
+        conn,
+        &request.stream_id,
+        &request.topic_id,
+        &request.group_id,
+    )
+    .await?;
+    let partitions = count(topic.partitions.len());
+    Ok(encoded(&responses::group_details(
+        g,
+        &group.name,
+        partitions,
+        members,
+    )))
+}
+
+async fn get_groups(conn: &Conn, body: &[u8]) -> Handled {
+    let request: GetConsumerGroupsRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let (s, t) = view.topic_ids(&request.stream_id, &request.topic_id)?;
+    require(conn, Action::ReadTopic(s, t))?;
+    let topic = view.topic(s, t);
+    let mut groups = Vec::with_capacity(topic.groups.len());
+    for group in topic.groups.values() {
+        let id = WireIdentifier::numeric(group.id);
+        let members = members(conn, &request.stream_id, &request.topic_id, &id).await?;
+        groups.push(ConsumerGroupResponse {
+            id: group.id,
+            partitions_count: count(topic.partitions.len()),
+            members_count: count(members.len()),
+            name: WireName::new(group.name.clone()).expect("stored names are valid"),
+        });
+    }
+    Ok(encoded(&GetConsumerGroupsResponse { groups }))
+}
+
+async fn join_group(conn: &Conn, body: &[u8]) -> Handled {
+    let request: JoinConsumerGroupRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let (s, t) = view.topic_ids(&request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    let g = view.group_id(s, t, &request.group_id)?;
+    session(conn)
+        .node
+        .join_group(&request.stream_id, &request.topic_id, &request.group_id)
+        .await?;
+    conn.shared.registry.update(conn.id, |e| {
+        e.groups.insert((s, t, g));
+    });
+    Ok(Vec::new())
+}
+
+async fn leave_group(conn: &Conn, body: &[u8]) -> Handled {
+    let request: LeaveConsumerGroupRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let (s, t) = view.topic_ids(&request.stream_id, &request.topic_id)?;
+    require(conn, Action::Poll(s, t))?;
+    let g = view.group_id(s, t, &request.group_id)?;
+    session(conn)
+        .node
+        .leave_group(&request.stream_id, &request.topic_id, &request.group_id)
+        .await?;
+    conn.shared.registry.update(conn.id, |e| {
+        e.groups.remove(&(s, t, g));
+    });
+    Ok(Vec::new())
+}
+
+async fn sync_group(conn: &Conn, body: &[u8]) -> Handled {
+    let request: SyncConsumerGroupRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let Ok((s, t)) = view.topic_ids(&request.stream_id, &request.topic_id) else {
+        return Ok(Vec::new());
+    };
+    require(conn, Action::Poll(s, t))?;
+    match session(conn)
+        .node
+        .group_assignment(&request.stream_id, &request.topic_id, &request.group_id)
+        .await
+    {
+        Ok((generation, partitions)) => Ok(encoded(&SyncConsumerGroupResponse {
+            generation,
+            partitions,
+        })),
+        Err(NodeError::NotAMember { .. } | NodeError::GroupNotFound { .. }) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,189 @@
+//! `cairn serve`: boot the node on the data directory, start the listener, and run until a
+//! signal (graceful shutdown; a second signal exits at once) or a node failure (exit 1, for a
+//! supervisor to restart the process).
+//!
+//! The root user is created at the first boot with the configured password, or a random one
+//! printed once; the node library's test default never reaches the server.
+
+use crate::config::{LogFormat, ServerConfig};
+use crate::{Server, ServerLimits, ServerSettings};
+use cairn_engine::env::chan::Latch;
+use cairn_engine::env::{race, Either, Env};
+use cairn_engine::node::{Booted, Node};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Exit codes of `cairn serve`.
+pub mod exit {
+    /// The node stopped on a failure, or a graceful shutdown could not flush.
+    pub const FAILED: u8 = 1;
+    /// Boot refused, or the listener could not bind.
+    pub const NOT_STARTED: u8 = 2;
+    /// A second signal during shutdown.
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// Installs the log output the configuration asks for (stderr).
+pub fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => builder.init(),
+    }
+}
+
+/// A password for the root user when none is configured: 24 characters from the
+/// environment's entropy.
+fn generated_password(env: &Env) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    (0..24)
+        .map(|_| ALPHABET[(env.entropy.next_u64() % ALPHABET.len() as u64) as usize] as char)
+        .collect()
+}
+
+/// The signals: the first sets the latch, the second exits at once.
+fn install_signals() -> Latch<()> {
+    let latch = Latch::default();
+    let seen = Arc::new(AtomicU32::new(0));
+    let handler_latch = latch.clone();
+    let result = ctrlc::set_handler(move || {
+        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            eprintln!("cairn: shutting down (signal again to exit at once)");
+            handler_latch.set(());
+        } else {
+            eprintln!("cairn: second signal, exiting now");
+            std::process::exit(exit::INTERRUPTED);
+        }
+    });
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "signal handler not installed");
+    }
+    latch
+}
+
+fn log_boot(config: &ServerConfig, booted: &Booted) {
+    let plan = &booted.plan;
+    let report = &booted.report;
+    let fenced: Vec<_> = report
+        .partitions
+        .iter()
+        .filter_map(|(key, boot)| boot.fence().map(|f| (key, f)))
+        .collect();
+    for (key, reason) in &fenced {
+        tracing::warn!(partition = ?key, %reason, "partition fenced at boot: it refuses reads and writes until repaired");
+    }
+    for action in &plan.actions {
+        tracing::info!(?action, "metadata recovery");
+    }
+    for note in &plan.notes {
+        tracing::info!(%note, "metadata recovery");
+    }
+    for dir in &report.removed {
+        tracing::info!(dir = %dir.display(), "boot removed a directory of a deleted entity");
+    }
+    tracing::info!(
+        data = %config.data_dir.display(),
+        first_boot = plan.first_boot,
+        op = plan.last_op,
+        replayed = plan.replayed.len(),
+        repairs = plan.actions.len(),
+        redone = report.redone(),
+        partitions = report.partitions.len(),
+        fenced = fenced.len(),
+        "booted"
+    );
+}
+
+fn server_settings(config: &ServerConfig) -> ServerSettings {
+    ServerSettings {
+        address: config.tcp.address,
+        limits: ServerLimits {
+            max_frame_bytes: u32::try_from(config.tcp.max_frame_bytes)
+                .expect("the configuration bounds frames at 1 GiB"),
+            max_connections: config.tcp.max_connections,
+            handshake_timeout: config.tcp.handshake_timeout,
+            idle_timeout: config.tcp.idle_timeout,
+            max_failed_logins: config.auth.max_failed_logins,
+            failed_login_window: config.auth.failed_login_window,
+            ..ServerLimits::default()
+        },
+    }
+}
+
+/// Runs the server until a signal or a failure.
+pub fn run(config: ServerConfig) -> ExitCode {
+    init_logging(config.log.format, &config.log.level);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let env = match cairn_engine::env::real::env_with_workers(workers) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("cairn: cannot start the runtime: {e}");
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
+    let stop = install_signals();
+    cairn_engine::env::real::block_on(serve(env, config, stop))
+}
+
+async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
+    let mut settings = config.node_settings();
+    let generated = config.root.password.is_none();
+    settings.root_password = config
+        .root
+        .password
+        .clone()
+        .unwrap_or_else(|| generated_password(&env));
+    let root_password = settings.root_password.clone();
+    let booted = match Node::start(&env, &config.data_dir, settings).await {
+        Ok(booted) => booted,
+        Err(e) => {
+            tracing::error!(data = %config.data_dir.display(), error = %e, "boot refused");
+            eprintln!("cairn: boot of {} refused: {e}", config.data_dir.display());
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
+    log_boot(&config, &booted);
+    if booted.plan.last_op == 0 && generated {
+        println!(
+            "cairn: created the root user `{}` with the password `{root_password}` (shown once; set CAIRN_ROOT_PASSWORD to choose it)",
+            config.root.username
+        );
+    }
+    let node = booted.node;
+    let server = match Server::start(node.clone(), server_settings(&config)).await {
+        Ok(server) => server,
+        Err(e) => {
+            tracing::error!(address = %config.tcp.address, error = %e, "cannot listen");
+            eprintln!("cairn: cannot listen on {}: {e}", config.tcp.address);
+            let _ = node.shutdown().await;
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
+    tracing::info!(data = %config.data_dir.display(), tcp = %server.local_addr(), "cairn serving");
+    println!(
+        "cairn: listening on {} (data in {})",
+        server.local_addr(),
+        config.data_dir.display()
+    );
+    match race(stop.wait(), node.stopped()).await {
+        Either::Left(()) => match server.shutdown().await {
+            Ok(()) => {
+                tracing::info!("shut down cleanly: every committed message is on disk");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "shutdown could not flush everything");
+                ExitCode::from(exit::FAILED)
+            }
+        },
+        Either::Right(failure) => {
+            tracing::error!(%failure, "the node stopped; exiting for a restart to recover");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The real `cairn` binary as a child process on a temporary data directory and a free
+//! loopback port, for end-to-end tests.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    dead_code,
+    clippy::zombie_processes,
+    unreachable_pub
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const PASSWORD: &str = "secret-root-password";
+
+/// A running `cairn serve`.
+pub struct Cairn {
+    pub child: Child,
+    pub address: SocketAddr,
+    pub data: PathBuf,
+    /// Lines of its stdout and stderr seen so far arrive here.
+    pub output: mpsc::Receiver<String>,
+}
+
+impl Cairn {
+    /// Starts `cairn serve` on `data` (listening on an ephemeral port) and waits until it
+    /// listens.
+    pub fn start(data: &Path) -> Cairn {
+        Self::start_with(data, &[])
+    }
+
+    pub fn start_with(data: &Path, env: &[(&str, &str)]) -> Cairn {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+        command
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("CAIRN_DATA_DIR", data)
+            .env("CAIRN_TCP_ADDRESS", "127.0.0.1:0")
+            .env("CAIRN_ROOT_PASSWORD", PASSWORD)
+            .env("CAIRN_NODE_SHARDS", "2")
+            .env("CAIRN_LOG_LEVEL", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn cairn");
+        let (tx, output) = mpsc::channel();
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut seen = Vec::new();
+        loop {
+            let line = output
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("cairn did not start listening; output: {seen:#?}"));
+            if let Some(rest) = line.strip_prefix("cairn: listening on ") {
+                let address = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return Cairn {
+                    child,
+                    address,
+                    data: data.to_path_buf(),
+                    output,
+                };
+            }
+            seen.push(line);
+        }
+    }
+
+    pub fn connection_string(&self, user: &str, password: &str) -> String {
+        format!("iggy://{user}:{password}@{}", self.address)
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then the exit code.
+    pub fn terminate(mut self) -> Option<i32> {
+        let pid = self.child.id() as i32;
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let status = self.child.wait().unwrap();
+        status.code()
+    }
+
+    /// Every output line seen so far.
+    pub fn drain_output(&self) -> Vec<String> {
+        self.output.try_iter().collect()
+    }
+}
+
+impl Drop for Cairn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
