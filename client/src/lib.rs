@@ -10,6 +10,8 @@
 //! - `cli` (feature `cli`): the client half of the `cairn` command line.
 
 pub mod api;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod codes;
 pub mod connection;
