@@ -222,10 +222,11 @@ impl Client {
         self.request(code, &body).await
     }
 
-    /// Closes the connection (logging out first when logged in, best effort).
+    /// Closes the connection, logging out first when logged in (best effort: one attempt,
+    /// no reconnect).
     pub async fn close(mut self) {
         if self.sequence.is_bound() && self.connection.is_some() {
-            if let Err(error) = self.logout().await {
+            if let Err(error) = self.attempt(&Route::LOGOUT, &[]).await {
                 tracing::debug!(%error, "logout before close failed");
             }
         }
@@ -287,11 +288,15 @@ impl Client {
         result
     }
 
-    /// Connects and logs in when credentials are known.
+    /// Connects and logs in when credentials are known; a failed login drops the new
+    /// connection, so the next request starts over.
     async fn establish(&mut self) -> Result<(), ClientError> {
         self.open().await?;
         if let Some(credentials) = self.credentials.clone() {
-            self.register(&credentials).await?;
+            if let Err(error) = self.register(&credentials).await {
+                self.drop_connection();
+                return Err(error);
+            }
         }
         Ok(())
     }

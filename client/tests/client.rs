@@ -597,3 +597,26 @@ fn a_short_poll_reply_is_a_protocol_error() {
         ClientError::Protocol(ProtocolError::ShortBody { len: 15, .. })
     ));
 }
+
+#[test]
+fn wrong_credentials_on_reconnect_stop_the_retries_and_leave_the_client_disconnected() {
+    let server = Server::new(|seen| match (seen.connection, seen.header.operation) {
+        (1, Operation::Register) => Action::Reply(login_ok()),
+        (1, _) => Action::Close,
+        _ => Action::Evict(EvictionReason::InvalidCredentials),
+    });
+    let mut client = connect(&server, config_with_login()).unwrap();
+    let error = block_on(client.ping()).unwrap_err();
+    assert!(matches!(error, ClientError::InvalidCredentials), "{error}");
+    assert_eq!(server.connections(), 2, "no retry after wrong credentials");
+    assert!(!client.is_connected());
+    assert!(client.session().is_none());
+}
+
+#[test]
+fn close_logs_out_once_without_reconnecting() {
+    let server = Server::new(standard(|_| Action::Status(3)));
+    let client = connect(&server, config_with_login()).unwrap();
+    block_on(client.close());
+    assert_eq!(server.codes(), [(1, 40), (1, 39)]);
+}
