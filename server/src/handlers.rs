@@ -471,7 +471,8 @@ async fn metadata_op(conn: &mut Conn, code: u32, body: &[u8]) -> Handled {
     let operation = Operation::from_command_code(code).expect("a replicated command");
     let op = MetaOp::decode(operation, body).map_err(|e| undecodable("metadata op", e))?;
     require(conn, op_action(conn, &op)?)?;
-    let executed = session(conn).node.execute(op.clone()).await?;
+    let session = session(conn);
+    let executed = session.node.execute_as(op.clone(), session.user_id).await?;
     let view = conn.shared.node.view();
     let created = executed.applied.created;
     Ok(match (&op, created) {

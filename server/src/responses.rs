@@ -32,7 +32,7 @@ impl PartitionNumbers {
             segments: u32::try_from(info.segment_starts.len()).unwrap_or(u32::MAX),
             current_offset: info.current_offset().unwrap_or(0),
             messages: next.saturating_sub(info.log_start),
-            size_bytes: info.sealed.iter().map(|(_, bytes, _)| bytes).sum(),
+            size_bytes: info.stored_bytes,
         }
     }
 }

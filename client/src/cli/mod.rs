@@ -536,8 +536,11 @@ pub enum UserCommand {
     /// Create a user.
     Create {
         /// The new user's name (3..=50 bytes).
+        // Ids of their own: `username` and `password` are the global login flags' ids.
+        #[arg(id = "new_username", value_name = "USERNAME")]
         username: String,
         /// Their password (3..=100 bytes).
+        #[arg(id = "new_password", value_name = "PASSWORD")]
         password: String,
         /// Create the user inactive (cannot log in).
         #[arg(long)]
@@ -557,7 +560,7 @@ pub enum UserCommand {
         /// User id or name.
         user: Ident,
         /// A new username.
-        #[arg(long)]
+        #[arg(long = "new-name", id = "new_name")]
         username: Option<String>,
         /// Let the user log in.
         #[arg(long, conflicts_with = "inactive")]
@@ -1163,7 +1166,7 @@ async fn user(client: &mut Client, command: UserCommand) -> Result<View, String>
                 _ => None,
             };
             if username.is_none() && status.is_none() {
-                return Err("nothing to update: give --username, --active or --inactive".into());
+                return Err("nothing to update: give --new-name, --active or --inactive".into());
             }
             client
                 .update_user(&user.0, username.as_deref(), status)

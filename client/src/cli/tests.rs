@@ -437,3 +437,21 @@ fn an_unreachable_server_exits_nonzero() {
     let error = execute(&args, ClientCommand::Stats).unwrap_err();
     assert!(error.contains("needs a login"), "{error}");
 }
+
+#[test]
+fn a_new_users_name_and_password_are_not_the_login_flags() {
+    let cli = parse("-u root -p rootpw user create alice alice-pw --can-poll").unwrap();
+    assert_eq!(cli.args.username, "root");
+    assert_eq!(cli.args.password.as_deref(), Some("rootpw"));
+    match cli.command {
+        ClientCommand::User(UserCommand::Create {
+            username, password, ..
+        }) => {
+            assert_eq!(username, "alice");
+            assert_eq!(password, "alice-pw");
+        }
+        other => panic!("{other:?}"),
+    }
+    let cli = parse("-u root user update alice --new-name bob").unwrap();
+    assert_eq!(cli.args.username, "root");
+}

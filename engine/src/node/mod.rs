@@ -202,6 +202,8 @@ pub struct PartitionInfo {
     pub durable_next_offset: Option<u64>,
     /// Sealed segments: (start offset, bytes, newest timestamp).
     pub sealed: Vec<(u64, u64, u64)>,
+    /// Bytes of batches it holds (all segments and the journal; 0 when fenced).
+    pub stored_bytes: u64,
 }
 
 impl PartitionInfo {
@@ -552,12 +554,23 @@ impl Client {
     /// [`Self::execute`], also telling where a refused op was checked (for the simulator's
     /// oracle, which replays the journal order).
     pub async fn execute_traced(&self, op: MetaOp) -> NodeResult<MetaReply> {
+        self.execute_by(op, 0).await
+    }
+
+    /// [`Self::execute`] on behalf of `user_id` (the journal entry names who asked).
+    pub async fn execute_as(&self, op: MetaOp, user_id: u32) -> NodeResult<Executed> {
+        let reply = self.execute_by(op, user_id).await?;
+        let op = reply.at_op;
+        reply.result.map(|applied| Executed { op, applied })
+    }
+
+    async fn execute_by(&self, op: MetaOp, user_id: u32) -> NodeResult<MetaReply> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         let (reply, pending) = oneshot();
         let request = OpRequest {
             op,
-            origin: self.origin(0),
+            origin: self.origin(user_id),
             reply,
         };
         self.node.enqueue(&self.node.inner.meta, request).await?;

@@ -597,6 +597,7 @@ impl Shard {
             visible_next_offset: p.visible_next_offset().ok(),
             durable_next_offset: p.durable_point().ok().map(|d| d.next_offset),
             sealed: p.sealed_segments().unwrap_or_default(),
+            stored_bytes: p.stored_bytes().unwrap_or(0),
         })
     }
 

@@ -394,6 +394,11 @@ impl Partition {
         Ok(self.log_ref()?.log_start())
     }
 
+    /// Bytes of batches the log holds (written to segments, and in the journal).
+    pub fn stored_bytes(&self) -> Result<u64> {
+        Ok(self.log_ref()?.stored_bytes())
+    }
+
     /// The sealed segments, oldest first: (start offset, bytes, newest timestamp).
     pub fn sealed_segments(&self) -> Result<Vec<(u64, u64, u64)>> {
         Ok(self.log_ref()?.sealed_segments())

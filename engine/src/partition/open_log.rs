@@ -652,6 +652,11 @@ impl OpenLog {
 
     /// Sealed segments retention may delete, oldest first: (start offset, bytes, newest
     /// timestamp). Never the active segment.
+    /// Bytes of batches the log holds: every segment's written bytes and the journal's.
+    pub(super) fn stored_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.log_len).sum::<u64>() + self.journal.bytes
+    }
+
     pub(super) fn sealed_segments(&self) -> Vec<(u64, u64, u64)> {
         let sealed = &self.segments[..self.segments.len() - 1];
         sealed

@@ -1,5 +1,6 @@
 //! The `cairn` command line.
 
+use cairn_client::cli::{ClientCommand, ConnectArgs};
 use cairn_engine::env::Disk;
 use cairn_engine::metadata;
 use cairn_engine::node::tree::{Fate, Found};
@@ -23,14 +24,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "cairn: a durable message-streaming log server"
 )]
 struct Cli {
+    /// The server the client commands talk to, and who they log in as.
+    #[command(flatten)]
+    connect: ConnectArgs,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server: boot the node on the data directory and serve Iggy's 0.11 binary
-    /// protocol over TCP (127.0.0.1:8090 by default). Configuration: defaults, then
+    /// Run the server (Iggy's 0.11 binary protocol over TCP, 127.0.0.1:8090 by default).
+    ///
+    /// Boots the node on the data directory and serves. Configuration: defaults, then
     /// `cairn.toml` (or `--config`), then `CAIRN_*` environment variables (for example
     /// `CAIRN_DATA_DIR`, `CAIRN_TCP_ADDRESS`, `CAIRN_ROOT_PASSWORD`). SIGINT or SIGTERM shuts
     /// down gracefully (every committed message flushed and synced, exit 0); a second signal
@@ -44,8 +49,9 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
-    /// Report what boot would do to a data directory, and why, without changing a byte: the
-    /// metadata plane (refusal, journal repairs, replayed operations, directory work still
+    /// Report what boot would do to a data directory, without changing a byte.
+    ///
+    /// Covers the metadata plane (refusal, journal repairs, replayed operations, directory work still
     /// to redo), directories of deleted entities it would remove, and for every partition the
     /// metadata names its recovery plan (a missing directory is fenced). Exits 0 when boot
     /// would change nothing and refuse nothing, 1 when anything would be repaired, removed,
@@ -54,6 +60,8 @@ enum Command {
         /// The data directory (the one holding `metadata/` and `streams/`).
         data_dir: PathBuf,
     },
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +74,10 @@ fn main() -> ExitCode {
         Command::Check { data_dir } => {
             quiet_logs();
             check(&data_dir)
+        }
+        Command::Client(command) => {
+            quiet_logs();
+            cairn_client::cli::run(cli.connect, command)
         }
     }
 }

@@ -1,0 +1,223 @@
+//! cairn's own client commands, run as the real binary against a real server: the output a
+//! user sees (tables and `--json`), the exit codes, and errors that name what went wrong.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod common;
+
+use common::{Cairn, PASSWORD};
+use std::process::Command;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn cairn(server: &Cairn, password: &str, args: &[&str]) -> Out {
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_clear()
+        .env("CAIRN_ADDRESS", server.address.to_string())
+        .env("CAIRN_PASSWORD", password)
+        .args(args)
+        .output()
+        .expect("run cairn");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn ok(server: &Cairn, args: &[&str]) -> String {
+    let out = cairn(server, PASSWORD, args);
+    assert_eq!(out.code, 0, "cairn {args:?}: {}{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+#[test]
+fn the_client_commands_create_send_poll_and_report_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Cairn::start(dir.path());
+    assert!(ok(&server, &["ping"]).contains("pong"));
+    ok(&server, &["stream", "create", "orders"]);
+    ok(
+        &server,
+        &[
+            "topic",
+            "create",
+            "orders",
+            "events",
+            "--partitions",
+            "2",
+            "--durability",
+            "persisted",
+        ],
+    );
+    let topics = ok(&server, &["topic", "list", "orders"]);
+    assert!(topics.contains("events"), "{topics}");
+    ok(
+        &server,
+        &[
+            "message",
+            "send",
+            "orders",
+            "events",
+            "--partition-id",
+            "1",
+            "hello",
+            "world",
+        ],
+    );
+    let polled = ok(
+        &server,
+        &[
+            "--json",
+            "message",
+            "poll",
+            "orders",
+            "events",
+            "--partition-id",
+            "1",
+            "--first",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&polled).unwrap_or_else(|e| panic!("{e}: {polled}"));
+    let text = json.to_string();
+    assert!(text.contains("hello") && text.contains("world"), "{text}");
+    ok(&server, &["group", "create", "orders", "events", "workers"]);
+    assert!(ok(&server, &["group", "list", "orders", "events"]).contains("workers"));
+    ok(
+        &server,
+        &["user", "create", "alice", "alice-password", "--can-poll"],
+    );
+    assert!(ok(&server, &["user", "list"]).contains("alice"));
+    let stats = ok(&server, &["--json", "stats"]);
+    assert!(
+        stats.contains("\"messages\"") || stats.contains("messages"),
+        "{stats}"
+    );
+
+    let missing = cairn(&server, PASSWORD, &["stream", "get", "nope"]);
+    assert_ne!(missing.code, 0);
+    assert!(
+        missing.stderr.contains("unknown stream `nope`"),
+        "{}",
+        missing.stderr
+    );
+    let wrong = cairn(&server, "wrong-password", &["stream", "list"]);
+    assert_ne!(wrong.code, 0);
+    assert!(
+        wrong.stderr.contains("wrong username or password"),
+        "{}",
+        wrong.stderr
+    );
+    // alice may poll but not create streams.
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_clear()
+        .args([
+            "--address",
+            &server.address.to_string(),
+            "-u",
+            "alice",
+            "-p",
+            "alice-password",
+            "stream",
+            "create",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    drop(server);
+    let gone = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_clear()
+        .args(["--address", "127.0.0.1:1", "-p", "x", "ping"])
+        .output()
+        .unwrap();
+    assert_ne!(gone.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("unreachable at 127.0.0.1:1"));
+}
+
+#[test]
+fn serve_refuses_unknown_keys_and_prints_its_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+        command
+            .env_clear()
+            .current_dir(dir.path())
+            .arg("serve")
+            .args(args);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    let out = run(&[("CAIRN_TCP_ADRESS", "127.0.0.1:1")], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CAIRN_TCP_ADRESS"));
+    std::fs::write(dir.path().join("cairn.toml"), "[tcp]\nadress = \"x\"\n").unwrap();
+    let out = run(&[], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tcp.adress"));
+    std::fs::write(dir.path().join("cairn.toml"), "[node]\nshards = 3\n").unwrap();
+    let out = run(&[("CAIRN_ROOT_PASSWORD", "hunter22")], &["--print-config"]);
+    assert_eq!(out.status.code(), Some(0));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("shards = 3"), "{printed}");
+    assert!(printed.contains("127.0.0.1:8090"), "{printed}");
+    assert!(
+        !printed.contains("hunter22"),
+        "the password is masked: {printed}"
+    );
+}
+
+#[test]
+fn the_first_start_without_a_password_generates_one_and_never_uses_a_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    let mut child = command
+        .env_clear()
+        .env("CAIRN_DATA_DIR", dir.path())
+        .env("CAIRN_TCP_ADDRESS", "127.0.0.1:0")
+        .arg("serve")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut password = None;
+    let mut address = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("with the password `").nth(1) {
+            password = Some(rest.split('`').next().unwrap().to_string());
+        }
+        if let Some(rest) = line.strip_prefix("cairn: listening on ") {
+            address = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    let password = password.expect("the generated password is printed once");
+    assert!(password.len() >= 16 && password != "iggy");
+    let address = address.unwrap();
+    let login = |p: &str| {
+        Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .env_clear()
+            .args(["--address", &address, "-p", p, "stream", "list"])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(login(&password), Some(0));
+    assert_ne!(
+        login("iggy"),
+        Some(0),
+        "the library's default password never reaches the server"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
