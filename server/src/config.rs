@@ -18,9 +18,10 @@
 //!
 //! Durations are humantime strings (`"10s"`, `"5m"`, `"250ms"`, `"1h 30m"`).
 
-use cairn_engine::config::PartitionSettings;
+use cairn_engine::config::{PartitionSettings, TopicConfig, MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE};
 use cairn_engine::format::Limits;
 use cairn_engine::node::{NodeLimits, NodeSettings, PasswordCost};
+use cairn_engine::state::options::MAX_MESSAGES_REQUIRED_TO_SAVE;
 use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
@@ -46,8 +47,8 @@ const GIB: u64 = 1024 * MIB;
 pub const MIN_FRAME_BYTES: u64 = 4 * KIB;
 pub const MAX_FRAME_BYTES: u64 = GIB;
 pub const MAX_CONNECTIONS: usize = 1 << 20;
-pub const MIN_REPLY_BUFFER_BYTES: u64 = 64 * KIB;
-pub const MAX_REPLY_BUFFER_BYTES: u64 = 16 * GIB;
+pub const MIN_REPLY_BYTES: u64 = 64 * KIB;
+pub const MAX_REPLY_BYTES: u64 = GIB;
 /// Most bytes of a username or a password (Iggy's wire strings have a one-byte length).
 pub const MAX_CREDENTIAL_BYTES: usize = 255;
 pub const MAX_SHARDS: usize = 1024;
@@ -106,8 +107,10 @@ pub struct TcpConfig {
     /// 5 s, so a healthy client never comes near the default).
     #[serde(with = "duration")]
     pub idle_timeout: Duration,
-    /// Reply bytes that may wait on one slow connection.
-    pub max_reply_buffer_bytes: u64,
+    /// The most batch bytes one poll reply carries (a single larger stored batch still goes
+    /// whole): with one request served at a time, the reply bytes one slow connection can
+    /// hold.
+    pub max_reply_bytes: u64,
 }
 
 impl Default for TcpConfig {
@@ -118,7 +121,7 @@ impl Default for TcpConfig {
             max_connections: 4096,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5 * 60),
-            max_reply_buffer_bytes: 64 * MIB,
+            max_reply_bytes: 64 * MIB,
         }
     }
 }
@@ -171,6 +174,10 @@ pub struct NodeConfig {
     pub password_hash_memory_kib: u32,
     /// Argon2id passes of a password hash.
     pub password_hash_iterations: u32,
+    /// A new topic's flush threshold in messages, when its creation does not name one.
+    pub messages_required_to_save: u32,
+    /// A new topic's flush threshold in bytes, when its creation does not name one.
+    pub size_of_messages_required_to_save: u64,
 }
 
 impl Default for NodeConfig {
@@ -185,6 +192,9 @@ impl Default for NodeConfig {
             in_flight_per_client: limits.in_flight_per_client,
             password_hash_memory_kib: cost.memory_kib,
             password_hash_iterations: cost.iterations,
+            messages_required_to_save: TopicConfig::default().messages_required_to_save,
+            size_of_messages_required_to_save: TopicConfig::default()
+                .size_of_messages_required_to_save,
         }
     }
 }
@@ -571,6 +581,7 @@ impl ServerConfig {
         NodeSettings {
             partition: PartitionSettings {
                 validate_checksum: self.node.validate_checksum,
+                max_poll_bytes: self.tcp.max_reply_bytes,
                 ..defaults.partition
             },
             meta: defaults.meta,
@@ -662,10 +673,10 @@ impl ServerConfig {
         span("tcp.handshake_timeout", tcp.handshake_timeout)?;
         span("tcp.idle_timeout", tcp.idle_timeout)?;
         range(
-            "tcp.max_reply_buffer_bytes",
-            tcp.max_reply_buffer_bytes,
-            MIN_REPLY_BUFFER_BYTES,
-            MAX_REPLY_BUFFER_BYTES,
+            "tcp.max_reply_bytes",
+            tcp.max_reply_bytes,
+            MIN_REPLY_BYTES,
+            MAX_REPLY_BYTES,
         )?;
         credential("root.username", &self.root.username)?;
         if let Some(password) = &self.root.password {
@@ -691,6 +702,18 @@ impl ServerConfig {
             n(node.in_flight_per_client),
             1,
             n(MAX_IN_FLIGHT_PER_CLIENT),
+        )?;
+        range(
+            "node.messages_required_to_save",
+            node.messages_required_to_save.into(),
+            1,
+            MAX_MESSAGES_REQUIRED_TO_SAVE.into(),
+        )?;
+        range(
+            "node.size_of_messages_required_to_save",
+            node.size_of_messages_required_to_save,
+            1,
+            MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE,
         )?;
         range(
             "node.password_hash_memory_kib",
@@ -825,7 +848,7 @@ mod tests {
                 max_connections: 100,
                 handshake_timeout: Duration::from_millis(2500),
                 idle_timeout: Duration::from_secs(90),
-                max_reply_buffer_bytes: 32 * MIB,
+                max_reply_bytes: 32 * MIB,
             },
             root: RootConfig {
                 username: "admin".into(),
@@ -839,6 +862,8 @@ mod tests {
                 in_flight_per_client: 8,
                 password_hash_memory_kib: 1024,
                 password_hash_iterations: 3,
+                messages_required_to_save: 10,
+                size_of_messages_required_to_save: 4096,
             },
             auth: AuthConfig {
                 max_failed_logins: 9,
@@ -861,7 +886,7 @@ mod tests {
         assert_eq!(config.tcp.max_connections, 4096);
         assert_eq!(config.tcp.handshake_timeout, Duration::from_secs(10));
         assert_eq!(config.tcp.idle_timeout, Duration::from_secs(300));
-        assert_eq!(config.tcp.max_reply_buffer_bytes, 64 * 1024 * 1024);
+        assert_eq!(config.tcp.max_reply_bytes, 64 * 1024 * 1024);
         assert_eq!(config.root.username, "iggy");
         assert_eq!(config.root.password, None, "there is no default password");
         assert_eq!(config.node.shards, 0);
@@ -1008,7 +1033,7 @@ mod tests {
             error(result),
             format!(
                 "unknown key tcp.adress in {} (expected one of: address, max_frame_bytes, \
-                 max_connections, handshake_timeout, idle_timeout, max_reply_buffer_bytes)",
+                 max_connections, handshake_timeout, idle_timeout, max_reply_bytes)",
                 path.display()
             )
         );
@@ -1051,7 +1076,7 @@ mod tests {
             error(result),
             "unknown key tcp.adress in environment variable CAIRN_TCP_ADRESS (expected one of: \
              address, max_frame_bytes, max_connections, handshake_timeout, idle_timeout, \
-             max_reply_buffer_bytes)"
+             max_reply_bytes)"
         );
     }
 
@@ -1088,7 +1113,7 @@ mod tests {
             message,
             "CAIRN_TCP names the section [tcp], not a key (expected CAIRN_TCP_<KEY>, KEY one of: \
              ADDRESS, MAX_FRAME_BYTES, MAX_CONNECTIONS, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, \
-             MAX_REPLY_BUFFER_BYTES)"
+             MAX_REPLY_BYTES)"
         );
     }
 
@@ -1197,7 +1222,7 @@ mod tests {
         );
         let refused = [
             ("CAIRN_TCP_MAX_CONNECTIONS", "0"),
-            ("CAIRN_TCP_MAX_REPLY_BUFFER_BYTES", "1024"),
+            ("CAIRN_TCP_MAX_REPLY_BYTES", "1024"),
             ("CAIRN_TCP_IDLE_TIMEOUT", "0s"),
             ("CAIRN_TCP_HANDSHAKE_TIMEOUT", "30days"),
             ("CAIRN_ROOT_USERNAME", ""),
@@ -1355,6 +1380,7 @@ mod tests {
             settings.partition,
             PartitionSettings {
                 validate_checksum: false,
+                max_poll_bytes: 32 * MIB,
                 ..defaults.partition
             }
         );

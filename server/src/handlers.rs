@@ -12,6 +12,7 @@ use crate::frame::{self, status, Echo, ReplyMeta};
 use crate::permissions::{allowed, Action};
 use crate::responses::{self, Numbers, PartitionNumbers};
 use crate::session::{Dedup, Session};
+use crate::TopicDefaults;
 use bytes::{Buf, Bytes, BytesMut};
 use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::{NodeError, PartitionKey};
@@ -50,7 +51,7 @@ use iggy_binary_protocol::responses::users::GetUsersResponse;
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
 use iggy_binary_protocol::{
     ClientVersionInfo, EvictionReason, Operation, WireDecode, WireEncode, WireIdentifier, WireName,
-    HEADER_SIZE,
+    WireOptions, HEADER_SIZE,
 };
 use secrecy::ExposeSecret;
 use tracing::Instrument;
@@ -463,14 +464,57 @@ fn op_action(conn: &Conn, op: &MetaOp) -> Result<Action, Status> {
     })
 }
 
+/// Keys a topic creation's options must name for the configuration's defaults to apply.
+const FLUSH_KEYS: [&str; 2] = [
+    "messages_required_to_save",
+    "size_of_messages_required_to_save",
+];
+
+/// `options` with the flush thresholds it does not name set to `defaults` (as unsigned
+/// values, kinds Uint32 and Uint64).
+fn with_flush_defaults(
+    options: &WireOptions,
+    defaults: TopicDefaults,
+) -> Result<WireOptions, Status> {
+    let named: Vec<&[u8]> = options.iter().map(|entry| entry.key).collect();
+    let mut block = options.as_bytes().to_vec();
+    let values: [(u8, Vec<u8>); 2] = [
+        (
+            11,
+            defaults.messages_required_to_save.to_le_bytes().to_vec(),
+        ),
+        (
+            12,
+            defaults
+                .size_of_messages_required_to_save
+                .to_le_bytes()
+                .to_vec(),
+        ),
+    ];
+    for (key, (kind, value)) in FLUSH_KEYS.iter().zip(values) {
+        if named.contains(&key.as_bytes()) {
+            continue;
+        }
+        for (kind, bytes) in [(2u8, key.as_bytes()), (kind, &value[..])] {
+            block.push(kind);
+            block.extend_from_slice(&u32::try_from(bytes.len()).expect("short").to_le_bytes());
+            block.extend_from_slice(bytes);
+        }
+    }
+    WireOptions::from_bytes(block.into()).map_err(|e| undecodable("topic options", e))
+}
+
 fn manage((s, t): (u32, u32)) -> Action {
     Action::ManageTopic(s, t)
 }
 
 async fn metadata_op(conn: &mut Conn, code: u32, body: &[u8]) -> Handled {
     let operation = Operation::from_command_code(code).expect("a replicated command");
-    let op = MetaOp::decode(operation, body).map_err(|e| undecodable("metadata op", e))?;
+    let mut op = MetaOp::decode(operation, body).map_err(|e| undecodable("metadata op", e))?;
     require(conn, op_action(conn, &op)?)?;
+    if let MetaOp::CreateTopic(request) = &mut op {
+        request.options = with_flush_defaults(&request.options, conn.shared.topic_defaults)?;
+    }
     let session = session(conn);
     let executed = session.node.execute_as(op.clone(), session.user_id).await?;
     let view = conn.shared.node.view();
@@ -1033,5 +1077,41 @@ async fn sync_group(conn: &Conn, body: &[u8]) -> Handled {
         })),
         Err(NodeError::NotAMember { .. } | NodeError::GroupNotFound { .. }) => Ok(Vec::new()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_engine::state::options::for_create;
+
+    const DEFAULTS: TopicDefaults = TopicDefaults {
+        messages_required_to_save: 7,
+        size_of_messages_required_to_save: 9000,
+    };
+
+    #[test]
+    fn a_topic_creation_gets_the_configured_flush_thresholds_it_does_not_name() {
+        let filled = with_flush_defaults(&WireOptions::empty(), DEFAULTS).unwrap();
+        let topic = for_create(&filled).unwrap();
+        assert_eq!(topic.messages_required_to_save, 7);
+        assert_eq!(topic.size_of_messages_required_to_save, 9000);
+    }
+
+    #[test]
+    fn a_threshold_the_creation_names_is_kept() {
+        let mut block = Vec::new();
+        for (kind, bytes) in [
+            (2u8, &b"messages_required_to_save"[..]),
+            (11, &3u32.to_le_bytes()[..]),
+        ] {
+            block.push(kind);
+            block.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            block.extend_from_slice(bytes);
+        }
+        let named = WireOptions::from_bytes(block.into()).unwrap();
+        let topic = for_create(&with_flush_defaults(&named, DEFAULTS).unwrap()).unwrap();
+        assert_eq!(topic.messages_required_to_save, 3);
+        assert_eq!(topic.size_of_messages_required_to_save, 9000);
     }
 }

@@ -25,4 +25,4 @@ pub mod serve;
 pub mod server;
 pub mod session;
 
-pub use server::{Server, ServerLimits, ServerSettings};
+pub use server::{Server, ServerLimits, ServerSettings, TopicDefaults};

@@ -113,6 +113,10 @@ fn server_settings(config: &ServerConfig) -> ServerSettings {
             failed_login_window: config.auth.failed_login_window,
             ..ServerLimits::default()
         },
+        topic_defaults: crate::TopicDefaults {
+            messages_required_to_save: config.node.messages_required_to_save,
+            size_of_messages_required_to_save: config.node.size_of_messages_required_to_save,
+        },
     }
 }
 

@@ -49,6 +49,27 @@ impl Default for ServerLimits {
 pub struct ServerSettings {
     pub address: SocketAddr,
     pub limits: ServerLimits,
+    /// What a new topic gets when its creation does not say.
+    pub topic_defaults: TopicDefaults,
+}
+
+/// Flush thresholds a topic creation that names none gets. The server writes them into the
+/// request's options before it is journaled, so a later change of the configuration never
+/// changes a topic that exists (replay reads what the journal says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub messages_required_to_save: u32,
+    pub size_of_messages_required_to_save: u64,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        let config = cairn_engine::config::TopicConfig::default();
+        TopicDefaults {
+            messages_required_to_save: config.messages_required_to_save,
+            size_of_messages_required_to_save: config.size_of_messages_required_to_save,
+        }
+    }
 }
 
 /// What every connection task shares.
@@ -56,6 +77,7 @@ pub struct Shared {
     pub env: Env,
     pub node: Node,
     pub limits: ServerLimits,
+    pub topic_defaults: TopicDefaults,
     pub registry: Registry,
     pub logins: LoginLimiter,
     /// The address the listener is bound to (reported by GetClusterMetadata).
@@ -97,6 +119,7 @@ impl Server {
             env: env.clone(),
             node,
             limits,
+            topic_defaults: settings.topic_defaults,
             registry: Registry::default(),
             logins: LoginLimiter::new(limits.max_failed_logins, limits.failed_login_window),
             local_addr,
