@@ -3,6 +3,12 @@
 //! per wall second, and a coverage table: for each fault kind the seeds where it fired, for
 //! each recovery outcome the seeds that reached it. New failing seeds are recorded in
 //! `seeds/`. The last line is exactly `swarm seeds=<n> failures=<n> speedup=<x>`.
+//!
+//! `cairn-harness bench <kind>`: a bench client with iggy-bench's workload shapes (see
+//! [`bench`]). The last line is exactly
+//! `bench <kind> mb_per_s=<x> msg_per_s=<x> p50_ms=<x> p99_ms=<x>`.
+
+mod bench;
 
 use cairn_engine::partition::recovery::Action;
 use cairn_engine::partition::{FenceReason, Outcome};
@@ -27,6 +33,9 @@ struct Cli {
 enum Command {
     /// Run many simulation seeds in parallel and report failures and coverage.
     Swarm(SwarmArgs),
+    /// Benchmark a server (one started in this process, or --address) with iggy-bench's
+    /// workload shapes; report MB/s, msg/s and latency percentiles.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -308,5 +317,6 @@ fn swarm(args: SwarmArgs) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Swarm(args) => swarm(args),
+        Command::Bench(args) => bench::bench(args),
     }
 }
