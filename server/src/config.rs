@@ -637,15 +637,18 @@ impl ServerConfig {
                 Ok(())
             }
         };
-        let credential = |key: &str, value: &str| {
+        // The lengths Iggy's SDK lets a client send (a root user it could not log in as is
+        // no use): usernames 3..=50 bytes, passwords 3..=100.
+        let credential = |key: &str, value: &str, max: usize| {
             if value.is_empty() {
                 Err(fail(key, "must not be empty".into()))
-            } else if value.len() > MAX_CREDENTIAL_BYTES {
+            } else if value.len() < 3 || value.len() > max.min(MAX_CREDENTIAL_BYTES) {
                 Err(fail(
                     key,
                     format!(
-                        "{} bytes is above the limit {MAX_CREDENTIAL_BYTES}",
-                        value.len()
+                        "{} bytes is outside 3..={} (what Iggy clients send)",
+                        value.len(),
+                        max.min(MAX_CREDENTIAL_BYTES)
                     ),
                 ))
             } else {
@@ -678,9 +681,9 @@ impl ServerConfig {
             MIN_REPLY_BYTES,
             MAX_REPLY_BYTES,
         )?;
-        credential("root.username", &self.root.username)?;
+        credential("root.username", &self.root.username, 50)?;
         if let Some(password) = &self.root.password {
-            credential("root.password", password)?;
+            credential("root.password", password, 100)?;
             if password == PASSWORD_MASK {
                 return Err(fail(
                     "root.password",

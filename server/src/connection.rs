@@ -31,8 +31,9 @@ pub struct Conn {
     /// Its numeric client id in the registry (renewed at each login).
     pub id: u32,
     pub session: Option<Session>,
-    /// Monotonic ns when it connected.
-    connected_at: u64,
+    /// Monotonic ns when it connected, or when its last login ended: the handshake timeout
+    /// counts from there.
+    pub(crate) connected_at: u64,
 }
 
 /// Why a connection ended.
@@ -100,26 +101,34 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         if let Err(ended) = read_request_start(conn, stream, &mut header).await {
             return ended;
         }
-        let body_len = match frame::body_len(&header, conn.shared.limits.max_frame_bytes) {
+        // Before a login a frame is small (a Register body is tens of bytes): an anonymous
+        // connection cannot make the server hold a large body.
+        let limit = if conn.session.is_some() {
+            conn.shared.limits.max_frame_bytes
+        } else {
+            conn.shared.limits.max_frame_bytes.min(MAX_ANONYMOUS_FRAME)
+        };
+        let body_len = match frame::body_len(&header, limit) {
             Ok(len) => len,
             Err(e) => return e.into(),
         };
         let mut body = BytesMut::zeroed(body_len);
-        let idle = conn.shared.limits.idle_timeout;
-        match timed(conn, read_exact(stream, &mut body), idle).await {
+        let (wait, on_timeout) = wait_for_request(conn);
+        match timed(conn, read_exact(stream, &mut body), wait).await {
             Some(Ok(())) => {}
             Some(Err(e)) => return e,
-            None => return Ended::Idle(idle),
+            None => return on_timeout,
         }
         let answer = handlers::answer(conn, &header, body).await;
         let (pieces, close) = match answer {
             Answer::Frame(pieces) => (pieces, false),
             Answer::Evict(frame) => (vec![frame], true),
         };
-        match timed(conn, write_pieces(stream, &pieces), idle).await {
+        let (wait, on_timeout) = wait_for_request(conn);
+        match timed(conn, write_pieces(stream, &pieces), wait).await {
             Some(Ok(())) => {}
             Some(Err(e)) => return e.into(),
-            None => return Ended::Idle(idle),
+            None => return on_timeout,
         }
         if close {
             return Ended::Evicted;
@@ -137,29 +146,37 @@ async fn read_request_start(
     stream: &mut dyn ByteStream,
     header: &mut [u8; HEADER_SIZE],
 ) -> Result<(), Ended> {
-    let limits = conn.shared.limits;
-    let (wait, on_timeout) = if conn.session.is_some() {
-        (limits.idle_timeout, Ended::Idle(limits.idle_timeout))
-    } else {
-        let elapsed = conn
-            .shared
-            .env
-            .clock
-            .monotonic_nanos()
-            .saturating_sub(conn.connected_at);
-        (
-            limits
-                .handshake_timeout
-                .saturating_sub(Duration::from_nanos(elapsed)),
-            Ended::HandshakeTimeout(limits.handshake_timeout),
-        )
-    };
+    let (wait, on_timeout) = wait_for_request(conn);
     let read = read_exact(stream, header);
     match race(conn.shared.stopping.wait(), timed(conn, read, wait)).await {
         Either::Left(()) => Err(Ended::Stopping),
         Either::Right(None) => Err(on_timeout),
         Either::Right(Some(result)) => result,
     }
+}
+
+/// Most bytes a frame may have before its connection logged in.
+pub const MAX_ANONYMOUS_FRAME: u32 = 64 * 1024;
+
+/// How long the connection may take over its next request: the idle timeout after a login,
+/// what remains of the handshake timeout before one.
+fn wait_for_request(conn: &Conn) -> (Duration, Ended) {
+    let limits = conn.shared.limits;
+    if conn.session.is_some() {
+        return (limits.idle_timeout, Ended::Idle(limits.idle_timeout));
+    }
+    let elapsed = conn
+        .shared
+        .env
+        .clock
+        .monotonic_nanos()
+        .saturating_sub(conn.connected_at);
+    (
+        limits
+            .handshake_timeout
+            .saturating_sub(Duration::from_nanos(elapsed)),
+        Ended::HandshakeTimeout(limits.handshake_timeout),
+    )
 }
 
 /// `future`, or `None` once `limit` passed.

@@ -275,7 +275,6 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
             };
         }
     };
-    shared.logins.succeeded(ip);
     let view = shared.node.view();
     let Some(user) = view
         .user(login.user_id)
@@ -335,6 +334,9 @@ pub async fn end_session(conn: &mut Conn) {
             entry.user_id = None;
             entry.groups.clear();
         });
+        // A connection without a login must log in again within the handshake timeout,
+        // counted from now (the SDK logs out and in again on one socket).
+        conn.connected_at = conn.shared.env.clock.monotonic_nanos();
     }
 }
 
@@ -762,6 +764,7 @@ fn cluster_metadata(conn: &Conn) -> Vec<u8> {
 }
 
 async fn stats(conn: &Conn) -> Handled {
+    require(conn, Action::ReadServers)?;
     let view = conn.shared.node.view();
     let keys = view
         .partitions()
@@ -822,11 +825,13 @@ async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
     check_batch_frame(&batch, header.messages_count)?;
     let (s, t) = topic_ids(conn, &header.stream_id, &header.topic_id)?;
     require(conn, Action::Send(s, t))?;
+    // The ids the permission was checked for, not the names again: a rename between the
+    // check and the send must not move the send to a topic the check did not cover.
     let sent = session(conn)
         .node
         .send(
-            &header.stream_id,
-            &header.topic_id,
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
             &header.partitioning,
             batch,
         )
@@ -861,9 +866,11 @@ fn check_batch_frame(batch: &[u8], messages_count: u32) -> Result<(), Status> {
 }
 
 async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
-    let request: PollMessagesRequest = decode(body)?;
+    let mut request: PollMessagesRequest = decode(body)?;
     let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
     require(conn, Action::Poll(s, t))?;
+    request.stream_id = WireIdentifier::numeric(s);
+    request.topic_id = WireIdentifier::numeric(t);
     let polled = session(conn).node.poll(&request).await?;
     let (partition, current, count, batches) = match polled {
         Some(p) => (
@@ -888,18 +895,17 @@ async fn get_offset(conn: &Conn, body: &[u8]) -> Handled {
     let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
     require(conn, Action::Poll(s, t))?;
     let node = &session(conn).node;
+    let (stream, topic) = (WireIdentifier::numeric(s), WireIdentifier::numeric(t));
+    // A group member without a partition id means its current partition: report that one.
+    let (_, _, p) = node
+        .offset_partition(&request.consumer, &stream, &topic, request.partition_id)
+        .await?;
     let stored = node
-        .get_offset(
-            &request.consumer,
-            &request.stream_id,
-            &request.topic_id,
-            request.partition_id,
-        )
+        .get_offset(&request.consumer, &stream, &topic, Some(p))
         .await?;
     let Some(stored) = stored else {
         return Ok(Vec::new());
     };
-    let p = request.partition_id.unwrap_or(0);
     let current = match node.partition_info((s, t, p)).await {
         Ok(Some(info)) => info.current_offset().unwrap_or(0),
         _ => 0,
@@ -919,8 +925,8 @@ async fn store_offset(conn: &Conn, body: &[u8]) -> Handled {
         .node
         .store_offset(
             &request.consumer,
-            &request.stream_id,
-            &request.topic_id,
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
             request.partition_id,
             request.offset,
         )
@@ -936,8 +942,8 @@ async fn delete_offset(conn: &Conn, body: &[u8]) -> Handled {
         .node
         .delete_offset(
             &request.consumer,
-            &request.stream_id,
-            &request.topic_id,
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
             request.partition_id,
         )
         .await?;
@@ -1035,7 +1041,11 @@ async fn join_group(conn: &Conn, body: &[u8]) -> Handled {
     let g = view.group_id(s, t, &request.group_id)?;
     session(conn)
         .node
-        .join_group(&request.stream_id, &request.topic_id, &request.group_id)
+        .join_group(
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
+            &request.group_id,
+        )
         .await?;
     conn.shared.registry.update(conn.id, |e| {
         e.groups.insert((s, t, g));
@@ -1051,7 +1061,11 @@ async fn leave_group(conn: &Conn, body: &[u8]) -> Handled {
     let g = view.group_id(s, t, &request.group_id)?;
     session(conn)
         .node
-        .leave_group(&request.stream_id, &request.topic_id, &request.group_id)
+        .leave_group(
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
+            &request.group_id,
+        )
         .await?;
     conn.shared.registry.update(conn.id, |e| {
         e.groups.remove(&(s, t, g));
@@ -1068,7 +1082,11 @@ async fn sync_group(conn: &Conn, body: &[u8]) -> Handled {
     require(conn, Action::Poll(s, t))?;
     match session(conn)
         .node
-        .group_assignment(&request.stream_id, &request.topic_id, &request.group_id)
+        .group_assignment(
+            &WireIdentifier::numeric(s),
+            &WireIdentifier::numeric(t),
+            &request.group_id,
+        )
         .await
     {
         Ok((generation, partitions)) => Ok(encoded(&SyncConsumerGroupResponse {

@@ -110,8 +110,10 @@ impl Registry {
 /// Most addresses whose failed logins are remembered; past it the oldest window is dropped.
 pub const MAX_TRACKED_ADDRESSES: usize = 65_536;
 
-/// Failed logins per remote address in a sliding window: past `max` failures, logins from
-/// that address are refused without checking the password until the window passes.
+/// Failed logins per remote address in a window: past `max` failures, logins from that
+/// address are refused without checking the password until the window passes. A successful
+/// login does not clear the count (else any account's login would reset an attacker's
+/// guesses at another's).
 pub struct LoginLimiter {
     max: u32,
     window_micros: u64,
@@ -158,10 +160,6 @@ impl LoginLimiter {
         }
         entry.1 = entry.1.saturating_add(1);
     }
-
-    pub fn succeeded(&self, ip: IpAddr) {
-        self.lock().remove(&ip);
-    }
 }
 
 #[cfg(test)]
@@ -205,7 +203,5 @@ mod tests {
         assert!(!limiter.may_try(ip, 2));
         assert!(limiter.may_try(other, 2));
         assert!(limiter.may_try(ip, 10_000_000));
-        limiter.succeeded(ip);
-        assert!(limiter.may_try(ip, 3));
     }
 }

@@ -9,7 +9,7 @@ use crate::config::{LogFormat, ServerConfig};
 use crate::{Server, ServerLimits, ServerSettings};
 use cairn_engine::env::chan::Latch;
 use cairn_engine::env::{race, Either, Env};
-use cairn_engine::node::{Booted, Node};
+use cairn_engine::node::{Booted, Failure, Node};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -153,6 +153,12 @@ async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
         }
     };
     log_boot(&config, &booted);
+    if booted.plan.last_op > 0 && !generated {
+        tracing::warn!(
+            user = %config.root.username,
+            "root.password (CAIRN_ROOT_PASSWORD) applies only at the first start; the root user keeps the password it has"
+        );
+    }
     if booted.plan.last_op == 0 && generated {
         println!(
             "cairn: created the root user `{}` with the password `{root_password}` (shown once; set CAIRN_ROOT_PASSWORD to choose it)",
@@ -177,6 +183,13 @@ async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
     );
     match race(stop.wait(), node.stopped()).await {
         Either::Left(()) => match server.shutdown().await {
+            // The node may have stopped on a failure during the drain: then not everything
+            // is known to be on disk.
+            Ok(()) if !matches!(node.failure().as_deref(), None | Some(Failure::Shutdown)) => {
+                let failure = node.failure().expect("checked");
+                tracing::error!(%failure, "the node failed during shutdown");
+                ExitCode::from(exit::FAILED)
+            }
             Ok(()) => {
                 tracing::info!("shut down cleanly: every committed message is on disk");
                 ExitCode::SUCCESS

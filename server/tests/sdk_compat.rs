@@ -151,7 +151,12 @@ async fn the_sdk_logs_in_creates_sends_polls_and_logs_out() {
     let first_two = poll(PollingStrategy::first(), 2, false).await;
     let p2_first = payloads(&first_two);
     assert_eq!(first_two.messages.len(), 2);
-    assert_eq!(first_two.current_offset, first_two.current_offset.max(1));
+    let p2 = client.get_topic(&s, &t).await.unwrap().unwrap().partitions[2].messages_count;
+    assert_eq!(
+        first_two.current_offset,
+        p2 - 1,
+        "the partition's last offset"
+    );
     let from_offset = poll(PollingStrategy::offset(1), 100, false).await;
     assert_eq!(from_offset.messages[0].header.offset, 1);
     assert_eq!(payloads(&from_offset)[0], p2_first[1]);
@@ -207,7 +212,14 @@ async fn the_sdk_logs_in_creates_sends_polls_and_logs_out() {
     assert!(!client.get_clients().await.unwrap().is_empty());
 
     client.logout_user().await.unwrap();
-    assert!(client.get_streams().await.is_err(), "no data after logout");
+    let after = client.get_streams().await.unwrap_err();
+    assert_eq!(after.as_code(), 40, "no data after logout: {after:?}");
+    client.login_user("iggy", PASSWORD).await.unwrap();
+    assert_eq!(
+        client.get_streams().await.unwrap().len(),
+        1,
+        "a new login on the same client"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +238,7 @@ async fn consumer_groups_users_and_permissions_work_through_the_sdk() {
                 &id("s"),
                 &id("t"),
                 &Partitioning::partition_id(p),
-                &mut messages(&format!("p{p}"), 3),
+                &mut messages(&format!("p{p}"), 3 + 2 * p as usize),
             )
             .await
             .unwrap();
@@ -272,7 +284,22 @@ async fn consumer_groups_users_and_permissions_work_through_the_sdk() {
         seen.extend(payloads(&polled));
     }
     seen.sort();
-    assert_eq!(seen, ["p0-0", "p0-1", "p0-2", "p1-0", "p1-1", "p1-2"]);
+    assert_eq!(
+        seen,
+        ["p0-0", "p0-1", "p0-2", "p1-0", "p1-1", "p1-2", "p1-3", "p1-4"]
+    );
+    // Without a partition id, a member's offset is its current partition's.
+    let offset = member
+        .get_consumer_offset(&group_consumer, &id("s"), &id("t"), None)
+        .await
+        .unwrap()
+        .expect("auto-commit stored it");
+    let last = if offset.partition_id == 0 { 2 } else { 4 };
+    assert_eq!(
+        (offset.current_offset, offset.stored_offset),
+        (last, last),
+        "the partition reported is the one whose offset it is: {offset:?}"
+    );
     member
         .leave_consumer_group(&id("s"), &id("t"), &id("workers"))
         .await

@@ -1036,6 +1036,21 @@ impl Client {
         Ok(((s, t, p), id))
     }
 
+    /// The partition an offset call with these arguments means (a group member's current
+    /// one when no partition is named).
+    pub async fn offset_partition(
+        &self,
+        consumer: &WireConsumer,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        partition: Option<u32>,
+    ) -> NodeResult<PartitionKey> {
+        Ok(self
+            .offset_target(consumer, stream, topic, partition)
+            .await?
+            .0)
+    }
+
     async fn ask_shard<T>(
         &self,
         key: PartitionKey,
