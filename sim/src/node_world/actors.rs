@@ -534,6 +534,15 @@ impl NodeWorld {
             if live {
                 self.removed.remove(&super::key(identity));
             }
+            let raced: Vec<(Holder, u64)> = self
+                .racing_stores
+                .iter()
+                .filter(|(key, _, _)| *key == super::key(identity))
+                .map(|(_, holder, offset)| (*holder, *offset))
+                .collect();
+            for (holder, offset) in raced {
+                self.store_candidate(*identity, holder, offset);
+            }
             let topic = self
                 .model
                 .topic(identity.stream_id, identity.topic_id)
@@ -1314,6 +1323,38 @@ impl NodeWorld {
         !part.persisted() || part.log_start_unknown || part.acked_end() <= part.log_start
     }
 
+    /// A store that may have happened while a metadata op ran: it may have landed in the
+    /// incarnation at `key` now, or in one a later-adopted op makes there.
+    fn raced_store(
+        &mut self,
+        key: PartitionKey,
+        planned: PartitionIdentity,
+        holder: Holder,
+        offset: u64,
+    ) {
+        if self.racing_stores.len() >= super::MAX_RACING_STORES {
+            self.racing_stores.pop_front();
+        }
+        self.racing_stores.push_back((key, holder, offset));
+        if let Some(current) = self.model.identity(self.cluster, key) {
+            if current != planned {
+                self.store_candidate(current, holder, offset);
+            }
+        }
+    }
+
+    /// `offset` may be what `holder`'s offset reads in `identity`.
+    fn store_candidate(&mut self, identity: PartitionIdentity, holder: Holder, offset: u64) {
+        self.parts
+            .entry(identity)
+            .or_default()
+            .offsets
+            .entry(holder)
+            .or_insert((None, BTreeSet::new()))
+            .1
+            .insert(Some(offset));
+    }
+
     fn judge_store(
         &mut self,
         key: PartitionKey,
@@ -1327,6 +1368,9 @@ impl NodeWorld {
             Ok(()) => true,
             Err(e) => self.excused(e, key.0, key.1, started),
         };
+        if excused && self.names_moved(started) {
+            self.raced_store(key, identity, holder, offset);
+        }
         let part = self.parts.entry(identity).or_default();
         let durable = part.offsets_persisted();
         let entry = part

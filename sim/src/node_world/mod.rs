@@ -38,7 +38,7 @@ use cairn_faults::{FaultKind, SimClock, SimDisk};
 use model::{AdminOp, Model, Window};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -212,6 +212,10 @@ impl NodeProfile {
 
 // The model of a partition ------------------------------------------------------------------
 
+/// Most racing offset stores the oracle remembers (the oldest go first; a store older than
+/// this many others has long met the ops it raced).
+pub(crate) const MAX_RACING_STORES: usize = 1024;
+
 /// A consumer whose offset the model follows: a consumer id, or a group's incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Holder {
@@ -381,6 +385,11 @@ pub struct NodeWorld {
     pub(crate) planted: BTreeSet<PathBuf>,
     /// Partitions an explicit segment deletion is in flight for.
     pub(crate) deleting: BTreeSet<PartitionKey>,
+    /// Offset stores that raced a metadata op (answered, or in doubt): the node resolves
+    /// the partition when the store reaches its shard, so a purge or re-creation adopted
+    /// later may have made the store land in the new incarnation. Each fresh incarnation
+    /// at the key takes the value as a candidate (bounded: [`MAX_RACING_STORES`]).
+    pub(crate) racing_stores: VecDeque<(PartitionKey, Holder, u64)>,
     /// Deletions of users in flight: username → when sent.
     deleting_users: BTreeMap<String, u64>,
 }
@@ -472,6 +481,7 @@ impl NodeWorld {
             last_full: 0,
             deleting_users: BTreeMap::new(),
             deleting: BTreeSet::new(),
+            racing_stores: VecDeque::new(),
             planted: BTreeSet::new(),
             auto_commits: BTreeMap::new(),
         }
