@@ -1248,12 +1248,18 @@ mod tests {
                 "{name}={value}: {message}"
             );
         }
-        let long = "x".repeat(MAX_CREDENTIAL_BYTES + 1);
+        let long = "x".repeat(101);
         let message = error(from_env(&[("CAIRN_ROOT_PASSWORD", &long)]));
         assert_eq!(
             message,
-            "CAIRN_ROOT_PASSWORD: 256 bytes is above the limit 255"
+            "CAIRN_ROOT_PASSWORD: 101 bytes is outside 3..=100 (what Iggy clients send)"
         );
+        let message = error(from_env(&[("CAIRN_ROOT_USERNAME", "ab")]));
+        assert_eq!(
+            message,
+            "CAIRN_ROOT_USERNAME: 2 bytes is outside 3..=50 (what Iggy clients send)"
+        );
+        from_env(&[("CAIRN_ROOT_PASSWORD", &"x".repeat(100))]).unwrap();
     }
 
     #[test]

@@ -159,11 +159,16 @@ async fn kill_9_during_persisted_sends_loses_no_acknowledged_message() {
     }
     let mut acked_total: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     let mut next = BTreeMap::new();
-    for round in 0..6u64 {
+    // `CAIRN_KILL_ROUNDS` runs more kills by hand (the default keeps `cargo test` short).
+    let rounds: u64 = std::env::var("CAIRN_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    for round in 0..rounds {
         let cairn = Cairn::start(dir.path());
         let pid = cairn.child.id();
         // Kill at a varying point of the stream: some kills land inside a segment roll.
-        let delay = Duration::from_millis(300 + round * 170);
+        let delay = Duration::from_millis(300 + (round % 8) * 170);
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
             // SAFETY: signalling our own child.
@@ -182,6 +187,7 @@ async fn kill_9_during_persisted_sends_loses_no_acknowledged_message() {
         restarted.kill9();
     }
     let sent: usize = acked_total.values().map(Vec::len).sum();
+    eprintln!("{rounds} kills, {sent} acknowledged messages, every restart booted");
     assert!(
         sent > 20,
         "the producers got far enough to roll segments ({sent} acknowledged)"
