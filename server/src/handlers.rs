@@ -440,6 +440,32 @@ fn topic_ids(
     Ok(conn.shared.node.view().topic_ids(stream, topic)?)
 }
 
+/// The topic a request names, once the session may do `action` on it: its ids, and
+/// identifiers that name it by id for the node (a rename between the check and the node's
+/// lookup cannot move the request to a topic the check did not cover).
+struct Target {
+    s: u32,
+    t: u32,
+    stream: WireIdentifier,
+    topic: WireIdentifier,
+}
+
+fn target(
+    conn: &Conn,
+    stream: &WireIdentifier,
+    topic: &WireIdentifier,
+    action: fn(u32, u32) -> Action,
+) -> Result<Target, Status> {
+    let (s, t) = topic_ids(conn, stream, topic)?;
+    require(conn, action(s, t))?;
+    Ok(Target {
+        s,
+        t,
+        stream: WireIdentifier::numeric(s),
+        topic: WireIdentifier::numeric(t),
+    })
+}
+
 // Metadata ops ------------------------------------------------------------------------------
 
 /// The permission a journaled metadata op needs.
@@ -823,23 +849,15 @@ async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
     let header: SendMessagesHeader = decode(&body[..metadata_len])?;
     let batch = body.split_off(metadata_len);
     check_batch_frame(&batch, header.messages_count)?;
-    let (s, t) = topic_ids(conn, &header.stream_id, &header.topic_id)?;
-    require(conn, Action::Send(s, t))?;
-    // The ids the permission was checked for, not the names again: a rename between the
-    // check and the send must not move the send to a topic the check did not cover.
+    let to = target(conn, &header.stream_id, &header.topic_id, Action::Send)?;
     let sent = session(conn)
         .node
-        .send(
-            &WireIdentifier::numeric(s),
-            &WireIdentifier::numeric(t),
-            &header.partitioning,
-            batch,
-        )
+        .send(&to.stream, &to.topic, &header.partitioning, batch)
         .await?;
     Ok(encoded(&SendMessagesResponse {
         confirmations: vec![SendMessagesConfirmationResponse {
-            stream_id: s,
-            topic_id: t,
+            stream_id: to.s,
+            topic_id: to.t,
             partition_id: sent.partition,
             base_offset: sent.ack.base_offset,
         }],
@@ -867,10 +885,9 @@ fn check_batch_frame(batch: &[u8], messages_count: u32) -> Result<(), Status> {
 
 async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
     let mut request: PollMessagesRequest = decode(body)?;
-    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
-    request.stream_id = WireIdentifier::numeric(s);
-    request.topic_id = WireIdentifier::numeric(t);
+    let to = target(conn, &request.stream_id, &request.topic_id, Action::Poll)?;
+    request.stream_id = to.stream;
+    request.topic_id = to.topic;
     let polled = session(conn).node.poll(&request).await?;
     let (partition, current, count, batches) = match polled {
         Some(p) => (
@@ -892,21 +909,24 @@ async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
 
 async fn get_offset(conn: &Conn, body: &[u8]) -> Handled {
     let request: GetConsumerOffsetRequest = decode(body)?;
-    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
+    let to = target(conn, &request.stream_id, &request.topic_id, Action::Poll)?;
     let node = &session(conn).node;
-    let (stream, topic) = (WireIdentifier::numeric(s), WireIdentifier::numeric(t));
     // A group member without a partition id means its current partition: report that one.
     let (_, _, p) = node
-        .offset_partition(&request.consumer, &stream, &topic, request.partition_id)
+        .offset_partition(
+            &request.consumer,
+            &to.stream,
+            &to.topic,
+            request.partition_id,
+        )
         .await?;
     let stored = node
-        .get_offset(&request.consumer, &stream, &topic, Some(p))
+        .get_offset(&request.consumer, &to.stream, &to.topic, Some(p))
         .await?;
     let Some(stored) = stored else {
         return Ok(Vec::new());
     };
-    let current = match node.partition_info((s, t, p)).await {
+    let current = match node.partition_info((to.s, to.t, p)).await {
         Ok(Some(info)) => info.current_offset().unwrap_or(0),
         _ => 0,
     };
@@ -918,50 +938,28 @@ async fn get_offset(conn: &Conn, body: &[u8]) -> Handled {
 }
 
 async fn store_offset(conn: &Conn, body: &[u8]) -> Handled {
-    let request: StoreConsumerOffsetRequest = decode(body)?;
-    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
-    session(conn)
-        .node
-        .store_offset(
-            &request.consumer,
-            &WireIdentifier::numeric(s),
-            &WireIdentifier::numeric(t),
-            request.partition_id,
-            request.offset,
-        )
+    let r: StoreConsumerOffsetRequest = decode(body)?;
+    let to = target(conn, &r.stream_id, &r.topic_id, Action::Poll)?;
+    let node = &session(conn).node;
+    node.store_offset(&r.consumer, &to.stream, &to.topic, r.partition_id, r.offset)
         .await?;
     Ok(Vec::new())
 }
 
 async fn delete_offset(conn: &Conn, body: &[u8]) -> Handled {
-    let request: DeleteConsumerOffsetRequest = decode(body)?;
-    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
-    session(conn)
-        .node
-        .delete_offset(
-            &request.consumer,
-            &WireIdentifier::numeric(s),
-            &WireIdentifier::numeric(t),
-            request.partition_id,
-        )
+    let r: DeleteConsumerOffsetRequest = decode(body)?;
+    let to = target(conn, &r.stream_id, &r.topic_id, Action::Poll)?;
+    let node = &session(conn).node;
+    node.delete_offset(&r.consumer, &to.stream, &to.topic, r.partition_id)
         .await?;
     Ok(Vec::new())
 }
 
 async fn delete_segments(conn: &Conn, body: &[u8]) -> Handled {
-    let request: DeleteSegmentsRequest = decode(body)?;
-    let (s, t) = topic_ids(conn, &request.stream_id, &request.topic_id)?;
-    require(conn, Action::ManageTopic(s, t))?;
-    session(conn)
-        .node
-        .delete_segments(
-            &request.stream_id,
-            &request.topic_id,
-            request.partition_id,
-            request.segments_count,
-        )
+    let r: DeleteSegmentsRequest = decode(body)?;
+    let to = target(conn, &r.stream_id, &r.topic_id, Action::ManageTopic)?;
+    let node = &session(conn).node;
+    node.delete_segments(&to.stream, &to.topic, r.partition_id, r.segments_count)
         .await?;
     Ok(Vec::new())
 }
