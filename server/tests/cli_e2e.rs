@@ -154,6 +154,13 @@ fn serve_refuses_unknown_keys_and_prints_its_configuration() {
         }
         command.output().unwrap()
     };
+    let out = run(&[], &["--address", "0.0.0.0:9"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a client flag does not set the listen address"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("CAIRN_TCP_ADDRESS"));
     let out = run(&[("CAIRN_TCP_ADRESS", "127.0.0.1:1")], &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("CAIRN_TCP_ADRESS"));

@@ -7,7 +7,7 @@ use cairn_engine::node::tree::{Fate, Found};
 use cairn_engine::node::{self, state::DirWork};
 use cairn_engine::partition::recovery::{self, RecoveryPlan};
 use cairn_engine::partition::{ConsumerId, StoredOffset};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,8 +64,29 @@ enum Command {
     Client(ClientCommand),
 }
 
+/// The client commands' connection flags, which `serve` and `check` do not take.
+const CLIENT_FLAGS: [&str; 4] = ["address", "username", "password", "json"];
+
+/// The client flag given on the command line of a command that does not use it, if any:
+/// `cairn serve --address X` must not look as if it set the listen address.
+fn misplaced_client_flag(matches: &clap::ArgMatches) -> Option<&'static str> {
+    let (_, sub) = matches.subcommand()?;
+    CLIENT_FLAGS
+        .into_iter()
+        .find(|flag| sub.value_source(flag) == Some(clap::parser::ValueSource::CommandLine))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if !matches!(cli.command, Command::Client(_)) {
+        if let Some(flag) = misplaced_client_flag(&matches) {
+            eprintln!(
+                "cairn: --{flag} is a flag of the client commands; `serve` and `check` do not take it (the server's listen address is CAIRN_TCP_ADDRESS or [tcp] address in its configuration)"
+            );
+            return ExitCode::from(2);
+        }
+    }
     match cli.command {
         Command::Serve {
             config,
