@@ -1,7 +1,7 @@
 //! The simulated network under the deterministic executor: in-order exactly-once delivery
 //! under delays and spikes, partitions, resets, and determinism.
 
-use cairn_engine::env::{ByteStream, Net, Tasks};
+use cairn_engine::env::{ByteStream, Clock, Net, Tasks};
 use cairn_faults::{NetEvent, NetFaults, SimClock, SimNet};
 use cairn_sim::executor::{Executor, Stop};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -98,6 +98,7 @@ fn bytes_arrive_in_order_exactly_once_under_delays_and_spikes() {
         delay_nanos: (10_000, 2_000_000),
         spike: Some(0.2),
         reset: None,
+        ..NetFaults::default()
     };
     let (results, elapsed, events) = echo(3, faults, 60);
     assert_eq!(results.len(), 60);
@@ -117,6 +118,7 @@ fn the_same_seed_gives_the_same_timing() {
         delay_nanos: (10_000, 2_000_000),
         spike: Some(0.1),
         reset: None,
+        ..NetFaults::default()
     };
     let (_, a, events_a) = echo(9, faults, 30);
     let (_, b, events_b) = echo(9, faults, 30);
@@ -131,6 +133,7 @@ fn resets_surface_as_errors_to_both_ends() {
         delay_nanos: (10_000, 100_000),
         spike: None,
         reset: Some(0.2),
+        ..NetFaults::default()
     };
     let (results, _, events) = echo(5, faults, 50);
     let last = results.last().expect("some result");
@@ -172,4 +175,247 @@ fn a_partition_refuses_connects_until_healed() {
         *outcomes.lock().unwrap(),
         vec![Err(std::io::ErrorKind::TimedOut), Ok(())]
     );
+}
+
+/// Runs `client` against a server task `server` on one connection, to the end.
+fn pair<S, C>(faults: NetFaults, server: S, client: C) -> (SimNet, Stop)
+where
+    S: FnOnce(Box<dyn ByteStream>, SimNet, SimClock) -> cairn_engine::env::BoxFuture<'static, ()>
+        + Send
+        + 'static,
+    C: FnOnce(Box<dyn ByteStream>, SimNet, SimClock) -> cairn_engine::env::BoxFuture<'static, ()>
+        + Send
+        + 'static,
+{
+    let clock = SimClock::new();
+    let mut executor = Executor::new(7, clock.clone());
+    let tasks = executor.handle();
+    let net = SimNet::new(7, clock.clone(), faults);
+    let (server_net, client_net) = (net.host(SERVER), net.host(CLIENT));
+    let (n1, c1, n2, c2) = (net.clone(), clock.clone(), net.clone(), clock.clone());
+    let spawner = tasks.clone();
+    tasks.spawn(Box::pin(async move {
+        let mut listener = server_net.listen(addr()).await.expect("listen");
+        let (stream, _) = listener.accept().await.expect("accept");
+        spawner.spawn(server(stream, n1, c1));
+        // Keep listening (a dropped listener is gone from the network).
+        let _ = listener.accept().await;
+    }));
+    tasks.spawn(Box::pin(async move {
+        let stream = client_net.connect(addr()).await.expect("connect");
+        client(stream, n2, c2).await;
+    }));
+    let stop = executor.run(10_000_000, 3_600_000_000_000);
+    (net, stop)
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+#[test]
+fn a_full_pipe_makes_the_writer_wait_for_the_reader() {
+    let faults = NetFaults {
+        pipe_capacity: 1024,
+        ..NetFaults::default()
+    };
+    let got: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let log: Log = Arc::default();
+    let (g, l1, l2) = (got.clone(), log.clone(), log.clone());
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let expected = payload.clone();
+    let (net, _) = pair(
+        faults,
+        move |mut stream, _, clock| {
+            Box::pin(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    // A slow reader.
+                    clock.sleep(std::time::Duration::from_millis(1)).await;
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            assert!(n <= 1024, "a read never holds more than the pipe: {n}");
+                            g.lock().unwrap().extend_from_slice(&buf[..n]);
+                        }
+                    }
+                }
+                l1.lock()
+                    .unwrap()
+                    .push(format!("reader done at {}", clock.now_nanos()));
+            })
+        },
+        move |mut stream, _, clock| {
+            Box::pin(async move {
+                stream.write_all(&payload).await.unwrap();
+                l2.lock()
+                    .unwrap()
+                    .push(format!("writer done at {}", clock.now_nanos()));
+                stream.shutdown().await.unwrap();
+            })
+        },
+    );
+    assert_eq!(*got.lock().unwrap(), expected, "every byte, in order");
+    assert!(net
+        .events()
+        .iter()
+        .any(|e| matches!(e, NetEvent::BackPressure { .. })));
+    let log = log.lock().unwrap();
+    let writer_done: u64 = log[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        writer_done > 90_000_000,
+        "the write finished only as the 1 ms-per-read reader drained it: {log:?}"
+    );
+}
+
+#[test]
+fn reads_split_and_join_writes_at_seeded_points() {
+    let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let s = sizes.clone();
+    let (_, _) = pair(
+        NetFaults::default(),
+        move |mut stream, _, clock| {
+            Box::pin(async move {
+                // Let several writes arrive before reading, so reads can join them.
+                clock.sleep(std::time::Duration::from_millis(50)).await;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    s.lock().unwrap().push(n);
+                }
+            })
+        },
+        move |mut stream, _, _| {
+            Box::pin(async move {
+                for _ in 0..200 {
+                    stream.write_all(&[1u8; 100]).await.unwrap();
+                }
+                stream.shutdown().await.unwrap();
+            })
+        },
+    );
+    let sizes = sizes.lock().unwrap();
+    assert_eq!(sizes.iter().sum::<usize>(), 20_000);
+    assert!(
+        sizes.iter().any(|&n| n > 100),
+        "some read joined writes: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().any(|&n| n % 100 != 0),
+        "some read ended inside a write: {sizes:?}"
+    );
+}
+
+#[test]
+fn a_reset_cuts_a_write_and_the_reader_gets_a_prefix_then_the_reset() {
+    let faults = NetFaults {
+        reset: Some(1.0),
+        ..NetFaults::default()
+    };
+    let got: Arc<Mutex<(Vec<u8>, Option<std::io::ErrorKind>)>> = Arc::default();
+    let g = got.clone();
+    let written: Arc<Mutex<Option<std::io::ErrorKind>>> = Arc::default();
+    let w = written.clone();
+    let (net, _) = pair(
+        faults,
+        move |mut stream, _, _| {
+            Box::pin(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match stream.read(&mut buf).await {
+                        Ok(0) => break,
+                        Ok(n) => g.lock().unwrap().0.extend_from_slice(&buf[..n]),
+                        Err(e) => {
+                            g.lock().unwrap().1 = Some(e.kind());
+                            break;
+                        }
+                    }
+                }
+            })
+        },
+        move |mut stream, _, _| {
+            Box::pin(async move {
+                let result = stream.write_all(&[9u8; 3000]).await;
+                *w.lock().unwrap() = result.err().map(|e| e.kind());
+            })
+        },
+    );
+    let delivered = net
+        .events()
+        .iter()
+        .find_map(|e| match e {
+            NetEvent::Reset { delivered, .. } => Some(*delivered),
+            _ => None,
+        })
+        .expect("a reset");
+    let got = got.lock().unwrap();
+    assert_eq!(
+        got.0,
+        vec![9u8; delivered],
+        "the reader got the prefix sent before the reset"
+    );
+    assert_eq!(got.1, Some(std::io::ErrorKind::ConnectionReset));
+    assert_eq!(
+        *written.lock().unwrap(),
+        Some(std::io::ErrorKind::ConnectionReset)
+    );
+}
+
+#[test]
+fn a_power_loss_leaves_the_peer_half_open_until_the_host_boots_again() {
+    let faults = NetFaults {
+        pipe_capacity: 4096,
+        ..NetFaults::default()
+    };
+    let log: Log = Arc::default();
+    let l = log.clone();
+    let (net, _) = pair(
+        faults,
+        move |stream, net, clock| {
+            Box::pin(async move {
+                // The server's host loses power; its process (this task) is gone.
+                clock.sleep(std::time::Duration::from_millis(5)).await;
+                net.power_off(SERVER);
+                drop(stream);
+            })
+        },
+        move |mut stream, net, clock| {
+            Box::pin(async move {
+                clock.sleep(std::time::Duration::from_millis(10)).await;
+                let mut buf = [0u8; 16];
+                let second = std::time::Duration::from_secs(1);
+                let read =
+                    cairn_engine::env::race(stream.read(&mut buf), clock.sleep(second)).await;
+                l.lock().unwrap().push(match read {
+                    cairn_engine::env::Either::Left(r) => format!("read {r:?}"),
+                    cairn_engine::env::Either::Right(()) => "read waited".into(),
+                });
+                let big = vec![0u8; 64 * 1024];
+                let wrote =
+                    cairn_engine::env::race(stream.write_all(&big), clock.sleep(second)).await;
+                l.lock().unwrap().push(match wrote {
+                    cairn_engine::env::Either::Left(r) => format!("write {r:?}"),
+                    cairn_engine::env::Either::Right(()) => "write waited".into(),
+                });
+                net.power_on(SERVER);
+                let read = stream.read(&mut buf).await;
+                l.lock()
+                    .unwrap()
+                    .push(format!("after boot {:?}", read.map_err(|e| e.kind())));
+            })
+        },
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec![
+            "read waited".to_string(),
+            "write waited".to_string(),
+            "after boot Err(ConnectionReset)".to_string(),
+        ],
+        "half-open: no end of stream, writes fill the pipe and wait; reset after the reboot"
+    );
+    assert!(net
+        .events()
+        .iter()
+        .any(|e| matches!(e, NetEvent::StaleConnection { .. })));
 }
