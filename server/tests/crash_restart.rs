@@ -72,16 +72,25 @@ fn payload(producer: u32, seq: u64, size: usize) -> IggyMessage {
 
 /// Each producer sends one message per request to its own partition until the server dies;
 /// returns the acknowledged sequence numbers per producer.
+/// One logged-in connection per producer (made before the kill timer starts, so a slow
+/// machine's logins never meet a dead server).
+async fn producers(cairn: &Cairn) -> Vec<IggyClient> {
+    let mut clients = Vec::new();
+    for _ in 0..PRODUCERS {
+        clients.push(root(cairn).await);
+    }
+    clients
+}
+
 async fn produce_until_killed(
-    cairn: &Cairn,
+    clients: Vec<IggyClient>,
     topic: &str,
     size: usize,
     start: &BTreeMap<u32, u64>,
 ) -> BTreeMap<u32, Vec<u64>> {
     let acked: Arc<Mutex<BTreeMap<u32, Vec<u64>>>> = Arc::default();
     let mut tasks = Vec::new();
-    for producer in 0..PRODUCERS {
-        let client = root(cairn).await;
+    for (producer, client) in (0..PRODUCERS).zip(clients) {
         let acked = acked.clone();
         let topic = topic.to_string();
         let first = start.get(&producer).copied().unwrap_or(0);
@@ -169,6 +178,7 @@ async fn kill_9_during_persisted_sends_loses_no_acknowledged_message() {
         let pid = cairn.child.id();
         // Kill at a varying point of the stream: some kills land inside a segment roll.
         let delay = Duration::from_millis(300 + (round % 8) * 170);
+        let clients = producers(&cairn).await;
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
             // SAFETY: signalling our own child.
@@ -176,7 +186,7 @@ async fn kill_9_during_persisted_sends_loses_no_acknowledged_message() {
                 libc::kill(pid as i32, libc::SIGKILL);
             }
         });
-        let acked = produce_until_killed(&cairn, "persisted", 100 * 1024, &next).await;
+        let acked = produce_until_killed(clients, "persisted", 100 * 1024, &next).await;
         killer.join().unwrap();
         cairn.kill9();
         for (p, seqs) in acked {
