@@ -200,31 +200,33 @@ pub struct ReplyMeta {
     pub commit: u64,
 }
 
-/// A reply frame: the header echoing the request, then `body` (empty when `status` ≠ 0).
-pub fn reply(echo: Echo, meta: ReplyMeta, status: u32, body: &[u8]) -> BytesMut {
-    let body = if status == 0 { body } else { &[] };
-    let header = ReplyHeader {
-        size: u32::try_from(HEADER_SIZE + body.len()).expect("replies are bounded below 4 GiB"),
-        command: Command::Reply,
-        request_checksum: echo.request_checksum,
-        client: echo.client,
-        op: meta.session,
-        commit: meta.commit,
-        request: echo.request,
-        operation: echo.operation,
-        status,
-        ..ReplyHeader::default()
+/// The `[count = 0]` result section a result-framed success starts with (SPEC §4.2).
+pub const RESULT_OK: [u8; 4] = 0u32.to_le_bytes();
+
+/// A reply frame: the header echoing the request, then `body` (empty when `status` ≠ 0),
+/// behind the result section when `framed`.
+pub fn reply(echo: Echo, meta: ReplyMeta, status: u32, framed: bool, body: &[u8]) -> BytesMut {
+    let (prefix, body): (&[u8], &[u8]) = match (status, framed) {
+        (0, true) => (&RESULT_OK, body),
+        (0, false) => (&[], body),
+        _ => (&[], &[]),
     };
-    let mut frame = BytesMut::with_capacity(HEADER_SIZE + body.len());
-    frame.put_slice(bytemuck::bytes_of(&header));
+    let len = prefix.len() + body.len();
+    let mut frame = BytesMut::with_capacity(HEADER_SIZE + len);
+    frame.put_slice(&reply_header(echo, meta, status, len));
+    frame.put_slice(prefix);
     frame.put_slice(body);
-    debug_assert_eq!(frame.len(), header.size as usize);
     frame
 }
 
-/// A reply header for a body the caller appends itself (a poll's stored batches): `body_len`
-/// bytes will follow.
-pub fn reply_header(echo: Echo, meta: ReplyMeta, body_len: usize) -> [u8; HEADER_SIZE] {
+/// A reply header for `body_len` bytes of body (a poll's caller appends its stored batches
+/// itself).
+pub fn reply_header(
+    echo: Echo,
+    meta: ReplyMeta,
+    status: u32,
+    body_len: usize,
+) -> [u8; HEADER_SIZE] {
     let header = ReplyHeader {
         size: u32::try_from(HEADER_SIZE + body_len).expect("replies are bounded below 4 GiB"),
         command: Command::Reply,
@@ -234,6 +236,7 @@ pub fn reply_header(echo: Echo, meta: ReplyMeta, body_len: usize) -> [u8; HEADER
         commit: meta.commit,
         request: echo.request,
         operation: echo.operation,
+        status,
         ..ReplyHeader::default()
     };
     let mut out = [0u8; HEADER_SIZE];
@@ -258,14 +261,6 @@ pub fn eviction(client: u128, reason: EvictionReason) -> BytesMut {
         EvictionHeader::new(0, 0, 0, client, reason)
     };
     BytesMut::from(bytemuck::bytes_of(&header))
-}
-
-/// A result-framed success body (SPEC §4.2): `[count = 0]` then the payload.
-pub fn framed(payload: &[u8]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(4 + payload.len());
-    body.extend_from_slice(&0u32.to_le_bytes());
-    body.extend_from_slice(payload);
-    body
 }
 
 #[cfg(test)]
@@ -384,7 +379,7 @@ mod tests {
             session: 5,
             commit: 11,
         };
-        let ok = reply(echo, meta, 0, b"xyz");
+        let ok = reply(echo, meta, 0, false, b"xyz");
         let decoded: ReplyHeader = bytemuck::checked::try_pod_read_unaligned(&ok[..256]).unwrap();
         assert_eq!(decoded.size, 259);
         assert_eq!(decoded.command, Command::Reply);
@@ -394,7 +389,14 @@ mod tests {
         assert_eq!(decoded.op, 5);
         assert_eq!(decoded.commit, 11);
         assert_eq!(&ok[256..], b"xyz");
-        let err = reply(echo, meta, 1009, b"xyz");
+        let framed = reply(echo, meta, 0, true, b"xyz");
+        assert_eq!(u32::from_le_bytes(framed[48..52].try_into().unwrap()), 263);
+        assert_eq!(
+            &framed[256..],
+            b"\0\0\0\0xyz",
+            "the result section, then the payload"
+        );
+        let err = reply(echo, meta, 1009, true, b"xyz");
         assert_eq!(err.len(), 256);
         assert_eq!(u32::from_le_bytes(err[216..220].try_into().unwrap()), 1009);
     }

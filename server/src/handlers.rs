@@ -155,16 +155,21 @@ async fn answer_request(
                     return Answer::Frame(vec![cached]);
                 }
             }
-            let result = authorized(conn, code, body).await;
-            let answer = match result {
-                Outcome::Body(result) => reply(conn, echo, result),
+            let answer = match authorized(conn, code, body).await {
+                Outcome::Body(result) => {
+                    // Only what was applied is cached: a refusal (a full disk, a busy
+                    // node) retried is tried again.
+                    let applied = result.is_ok();
+                    let answer = reply(conn, echo, result);
+                    if let (true, true, Answer::Frame(pieces), Some(session)) =
+                        (dedup, applied, &answer, conn.session.as_mut())
+                    {
+                        session.dedup.insert(key, pieces.concat().into());
+                    }
+                    answer
+                }
                 Outcome::Poll(result) => poll_reply(conn, echo, result),
             };
-            if let (true, Answer::Frame(pieces), Some(session)) =
-                (dedup, &answer, conn.session.as_mut())
-            {
-                session.dedup.insert(key, pieces.concat().into());
-            }
             answer
         }
     }
@@ -174,22 +179,26 @@ fn session(conn: &Conn) -> &Session {
     conn.session.as_ref().expect("the gate passed")
 }
 
-fn meta(conn: &Conn) -> ReplyMeta {
+fn meta(conn: &Conn, operation: Operation) -> ReplyMeta {
     ReplyMeta {
         session: conn.session.as_ref().map_or(0, |s| s.session),
-        commit: conn.shared.node.view().op,
+        // Only metadata-plane replies feed the SDK's commit watermark: the others need no
+        // view read.
+        commit: if operation.is_metadata_plane() {
+            conn.shared.node.view().op
+        } else {
+            0
+        },
     }
 }
 
 /// A reply frame; result-framed operations get their `[count = 0]` prefix on success.
 fn reply(conn: &Conn, echo: Echo, result: Handled) -> Answer {
-    let meta = meta(conn);
+    let meta = meta(conn, echo.operation);
+    let framed = echo.operation.is_result_framed() || echo.operation == Operation::Register;
     let frame = match result {
-        Ok(body) if echo.operation.is_result_framed() || echo.operation == Operation::Register => {
-            frame::reply(echo, meta, 0, &frame::framed(&body))
-        }
-        Ok(body) => frame::reply(echo, meta, 0, &body),
-        Err(Status(code)) => frame::reply(echo, meta, code, &[]),
+        Ok(body) => frame::reply(echo, meta, 0, framed, &body),
+        Err(Status(code)) => frame::reply(echo, meta, code, framed, &[]),
     };
     Answer::Frame(vec![frame.freeze()])
 }
@@ -357,7 +366,12 @@ fn poll_reply(conn: &Conn, echo: Echo, result: Result<Polled, Status>) -> Answer
         Ok(polled) => {
             let body_len = 16 + polled.batches.iter().map(Bytes::len).sum::<usize>();
             let mut head = Vec::with_capacity(HEADER_SIZE + 16);
-            head.extend_from_slice(&frame::reply_header(echo, meta(conn), body_len));
+            head.extend_from_slice(&frame::reply_header(
+                echo,
+                meta(conn, echo.operation),
+                0,
+                body_len,
+            ));
             head.extend_from_slice(&polled.head);
             let mut pieces = Vec::with_capacity(1 + polled.batches.len());
             pieces.push(Bytes::from(head));
@@ -1032,41 +1046,38 @@ async fn get_groups(conn: &Conn, body: &[u8]) -> Handled {
 }
 
 async fn join_group(conn: &Conn, body: &[u8]) -> Handled {
-    let request: JoinConsumerGroupRequest = decode(body)?;
-    let view = conn.shared.node.view();
-    let (s, t) = view.topic_ids(&request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
-    let g = view.group_id(s, t, &request.group_id)?;
-    session(conn)
-        .node
-        .join_group(
-            &WireIdentifier::numeric(s),
-            &WireIdentifier::numeric(t),
-            &request.group_id,
-        )
-        .await?;
-    conn.shared.registry.update(conn.id, |e| {
-        e.groups.insert((s, t, g));
-    });
-    Ok(Vec::new())
+    let r: JoinConsumerGroupRequest = decode(body)?;
+    change_membership(conn, &r.stream_id, &r.topic_id, &r.group_id, true).await
 }
 
 async fn leave_group(conn: &Conn, body: &[u8]) -> Handled {
-    let request: LeaveConsumerGroupRequest = decode(body)?;
-    let view = conn.shared.node.view();
-    let (s, t) = view.topic_ids(&request.stream_id, &request.topic_id)?;
-    require(conn, Action::Poll(s, t))?;
-    let g = view.group_id(s, t, &request.group_id)?;
-    session(conn)
-        .node
-        .leave_group(
-            &WireIdentifier::numeric(s),
-            &WireIdentifier::numeric(t),
-            &request.group_id,
-        )
-        .await?;
+    let r: LeaveConsumerGroupRequest = decode(body)?;
+    change_membership(conn, &r.stream_id, &r.topic_id, &r.group_id, false).await
+}
+
+/// This session joins (or leaves) the group; the registry keeps what GetMe shows.
+async fn change_membership(
+    conn: &Conn,
+    stream: &WireIdentifier,
+    topic: &WireIdentifier,
+    group: &WireIdentifier,
+    join: bool,
+) -> Handled {
+    let to = target(conn, stream, topic, Action::Poll)?;
+    let g = conn.shared.node.view().group_id(to.s, to.t, group)?;
+    let group = WireIdentifier::numeric(g);
+    let node = &session(conn).node;
+    if join {
+        node.join_group(&to.stream, &to.topic, &group).await?;
+    } else {
+        node.leave_group(&to.stream, &to.topic, &group).await?;
+    }
     conn.shared.registry.update(conn.id, |e| {
-        e.groups.remove(&(s, t, g));
+        if join {
+            e.groups.insert((to.s, to.t, g));
+        } else {
+            e.groups.remove(&(to.s, to.t, g));
+        }
     });
     Ok(Vec::new())
 }

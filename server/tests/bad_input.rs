@@ -6,17 +6,15 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{snapshot, Cairn, PASSWORD};
 use iggy_binary_protocol::requests::streams::CreateStreamRequest;
 use iggy_binary_protocol::requests::users::LoginRegisterRequest;
 use iggy_binary_protocol::{
     ClientVersionInfo, Command, Operation, RequestHeader, WireEncode, WireName, WireOptions,
     HEADER_SIZE,
 };
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 struct Raw {
@@ -195,22 +193,6 @@ impl Raw {
     }
 }
 
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
 fn status_of(back: Back) -> u32 {
     match back {
         Back::Reply { status, .. } => status,
@@ -222,7 +204,7 @@ fn status_of(back: Back) -> u32 {
 fn each_malformed_frame_gets_its_answer_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cairn = Cairn::start(dir.path());
-    let before = files(dir.path());
+    let before = snapshot(dir.path());
 
     // Before login: a read gets 40, a replicated op is evicted (no session).
     let mut anonymous = Raw::connect(&cairn);
@@ -326,7 +308,7 @@ fn each_malformed_frame_gets_its_answer_and_writes_nothing() {
     let mut fresh = Raw::login(&cairn);
     fresh.ping_ok();
     assert_eq!(
-        files(dir.path()),
+        snapshot(dir.path()),
         before,
         "no rejected request wrote anything"
     );

@@ -6,9 +6,11 @@ use cairn_engine::format::BatchBuilder;
 use cairn_engine::node::{Node, NodeSettings, PasswordCost};
 use cairn_engine::partition::partition_dir;
 use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod common;
+use common::snapshot;
 
 fn check(root: &Path) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -20,23 +22,6 @@ fn check(root: &Path) -> (i32, String) {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.insert(path.clone(), std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
 }
 
 /// A node with stream 0, topic 0 of three partitions holding messages, closed.
