@@ -115,12 +115,14 @@ pub struct TcpConfig {
 
 impl Default for TcpConfig {
     fn default() -> Self {
+        // The server's own defaults (one place says them).
+        let limits = crate::ServerLimits::default();
         TcpConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 8090)),
-            max_frame_bytes: 64 * MIB,
-            max_connections: 4096,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(5 * 60),
+            max_frame_bytes: u64::from(limits.max_frame_bytes),
+            max_connections: limits.max_connections,
+            handshake_timeout: limits.handshake_timeout,
+            idle_timeout: limits.idle_timeout,
             max_reply_bytes: 64 * MIB,
         }
     }
@@ -210,9 +212,11 @@ pub struct AuthConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
+        // The server's own defaults (one place says them).
+        let limits = crate::ServerLimits::default();
         AuthConfig {
-            max_failed_logins: 5,
-            failed_login_window: Duration::from_secs(60),
+            max_failed_logins: limits.max_failed_logins,
+            failed_login_window: limits.failed_login_window,
         }
     }
 }

@@ -40,7 +40,7 @@ pub fn init_logging(format: LogFormat, level: &str) {
 
 /// A password for the root user when none is configured: 24 characters from the
 /// environment's entropy.
-fn generated_password(env: &Env) -> String {
+pub fn generated_password(env: &Env) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
     (0..24)
         .map(|_| ALPHABET[(env.entropy.next_u64() % ALPHABET.len() as u64) as usize] as char)

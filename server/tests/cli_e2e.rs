@@ -228,3 +228,70 @@ fn the_first_start_without_a_password_generates_one_and_never_uses_a_default() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// The partition a `cairn --json message send` confirmation names.
+fn sent_to(server: &Cairn, args: &[&str]) -> u64 {
+    let mut all = vec!["--json", "message", "send"];
+    all.extend_from_slice(args);
+    let out = ok(server, &all);
+    let json: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    fn find(v: &serde_json::Value) -> Option<u64> {
+        match v {
+            serde_json::Value::Object(m) => m
+                .get("partition_id")
+                .and_then(|p| p.as_u64())
+                .or_else(|| m.values().find_map(find)),
+            serde_json::Value::Array(a) => a.iter().find_map(find),
+            _ => None,
+        }
+    }
+    find(&json).unwrap_or_else(|| panic!("no partition_id in {out}"))
+}
+
+#[test]
+fn the_server_resolves_balanced_and_key_partitioning_and_names_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Cairn::start(dir.path());
+    ok(&server, &["stream", "create", "s"]);
+    ok(&server, &["topic", "create", "s", "t", "--partitions", "2"]);
+    // cairn's client sends Balanced (kind 1) and MessagesKey (kind 3) for the server to
+    // resolve (the Iggy SDK resolves both itself and sends a partition id).
+    let balanced: Vec<u64> = (0..4).map(|_| sent_to(&server, &["s", "t", "x"])).collect();
+    assert_eq!(balanced, [0, 1, 0, 1], "round robin over the partitions");
+    let expected = u64::from(xxhash_rust::xxh32::xxh32(b"customer-7", 0) % 2);
+    for _ in 0..3 {
+        assert_eq!(
+            sent_to(&server, &["--key", "customer-7", "s", "t", "y"]),
+            expected
+        );
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&server, &["--json", "stats"])).unwrap();
+    assert_eq!(stats["messages"], 7, "{stats}");
+    assert_eq!(stats["partitions"], 2, "{stats}");
+    // A user who may not send is refused with Iggy's Unauthorized, not a login failure.
+    ok(
+        &server,
+        &["user", "create", "bob", "bob-password", "--can-poll"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_clear()
+        .args([
+            "--address",
+            &server.address.to_string(),
+            "-u",
+            "bob",
+            "-p",
+            "bob-password",
+        ])
+        .args(["message", "send", "s", "t", "nope"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("code 41"), "{stderr}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&ok(&server, &["--json", "stats"])).unwrap();
+    assert_eq!(stats["messages"], 7, "the refused send wrote nothing");
+}

@@ -42,6 +42,21 @@ fn topic_options(partitions: u32, durability: Durability) -> TopicCreateOptions 
     }
 }
 
+/// A plain consumer's poll of partition 0 of `s`/`t` from the first message.
+async fn poll_as(client: &IggyClient) -> Result<PolledMessages, IggyError> {
+    client
+        .poll_messages(
+            &id("s"),
+            &id("t"),
+            Some(0),
+            &Consumer::new(Identifier::numeric(1).unwrap()),
+            &PollingStrategy::first(),
+            10,
+            false,
+        )
+        .await
+}
+
 fn id(name: &str) -> Identifier {
     Identifier::named(name).unwrap()
 }
@@ -382,6 +397,59 @@ async fn consumer_groups_users_and_permissions_work_through_the_sdk() {
     assert!(
         after.is_err(),
         "a deleted user's session gets no data: {after:?}"
+    );
+
+    // Deactivated, re-passworded, and deleted with the id given to someone else: each live
+    // session loses access at its next request.
+    let mut can_poll = Permissions::default();
+    can_poll.global.read_streams = true;
+    can_poll.global.poll_messages = true;
+    let mut sessions = Vec::new();
+    for name in ["sleepy", "rotated", "replaced"] {
+        admin
+            .create_user(
+                name,
+                "first-password",
+                UserStatus::Active,
+                Some(can_poll.clone()),
+            )
+            .await
+            .unwrap();
+        let session = client(&cairn, name, "first-password").await.unwrap();
+        assert!(poll_as(&session).await.is_ok(), "{name} may poll at first");
+        sessions.push(session);
+    }
+    admin
+        .update_user(
+            &id("sleepy"),
+            None,
+            Some(UserStatus::Inactive),
+            &UserUpdateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        poll_as(&sessions[0]).await.is_err(),
+        "a deactivated user's session"
+    );
+    admin
+        .change_password(&id("rotated"), "first-password", "second-password")
+        .await
+        .unwrap();
+    assert!(
+        poll_as(&sessions[1]).await.is_err(),
+        "a re-passworded user's session"
+    );
+    let replaced = admin.get_user(&id("replaced")).await.unwrap().unwrap().id;
+    admin.delete_user(&id("replaced")).await.unwrap();
+    let heir = admin
+        .create_user("heir", "heir-password", UserStatus::Active, Some(can_poll))
+        .await
+        .unwrap();
+    assert_eq!(heir.id, replaced, "user ids are reused");
+    assert!(
+        poll_as(&sessions[2]).await.is_err(),
+        "a session is bound to its user's incarnation, not only its id"
     );
 }
 

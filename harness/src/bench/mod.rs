@@ -270,14 +270,6 @@ struct OwnServer {
     _dir: tempfile::TempDir,
 }
 
-/// A password for the in-process server's root user: 24 characters from the entropy.
-fn random_password(env: &Env) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    (0..24)
-        .map(|_| ALPHABET[(env.entropy.next_u64() % ALPHABET.len() as u64) as usize] as char)
-        .collect()
-}
-
 async fn start_server(env: &Env, args: &BenchArgs, password: &str) -> Result<OwnServer, String> {
     let mut builder = tempfile::Builder::new();
     builder.prefix("cairn-bench-");
@@ -326,7 +318,7 @@ async fn run(env: Env, args: BenchArgs, shape: Shape) -> Result<(), String> {
             (address, password, None)
         }
         None => {
-            let password = random_password(&env);
+            let password = cairn_server::serve::generated_password(&env);
             let own = start_server(&env, &args, &password).await?;
             (own.server.local_addr(), password, Some(own))
         }
