@@ -87,6 +87,44 @@ fn the_client_commands_create_send_poll_and_report_errors() {
     assert!(text.contains("hello") && text.contains("world"), "{text}");
     ok(&server, &["group", "create", "orders", "events", "workers"]);
     assert!(ok(&server, &["group", "list", "orders", "events"]).contains("workers"));
+    // A group poll: the one-shot session joins, reads what the group is assigned, and
+    // commits; the next one goes on from there.
+    let first = ok(
+        &server,
+        &[
+            "--json",
+            "message",
+            "poll",
+            "orders",
+            "events",
+            "--group",
+            "workers",
+            "--partition-id",
+            "1",
+            "--auto-commit",
+            "--count",
+            "1",
+        ],
+    );
+    assert!(first.contains("hello"), "{first}");
+    let second = ok(
+        &server,
+        &[
+            "--json",
+            "message",
+            "poll",
+            "orders",
+            "events",
+            "--group",
+            "workers",
+            "--partition-id",
+            "1",
+            "--auto-commit",
+            "--count",
+            "1",
+        ],
+    );
+    assert!(second.contains("world"), "{second}");
     ok(
         &server,
         &["user", "create", "alice", "alice-password", "--can-poll"],

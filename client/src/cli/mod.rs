@@ -365,7 +365,8 @@ pub enum MessageCommand {
         stream: Ident,
         /// Topic id or name.
         topic: Ident,
-        /// Partition id (0-based); required for groups.
+        /// Partition id (0-based; default 0). With --group, omit it to read the partitions the
+        /// server assigns the group member.
         #[arg(long)]
         partition_id: Option<u32>,
         #[command(flatten)]
@@ -971,6 +972,14 @@ async fn message(client: &mut Client, command: MessageCommand) -> Result<View, S
                 group: consumer.group.as_ref().map(Ident::to_string),
                 ..subject(Some(&stream), Some(&topic))
             };
+            // A group's partitions are its members': this one-shot session joins first
+            // (its logout at the end leaves again).
+            if let Some(group) = &consumer.group {
+                client
+                    .join_consumer_group(&stream.0, &topic.0, &group.0)
+                    .await
+                    .map_err(|e| describe(&e, &what))?;
+            }
             let request = PollMessagesRequest {
                 consumer: consumer.wire(),
                 stream_id: stream.0.clone(),
