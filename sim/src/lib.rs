@@ -9,6 +9,7 @@ pub mod oracle;
 pub mod profile;
 pub mod run;
 pub mod scenario;
+pub mod timeline;
 pub mod walk;
 pub mod world;
 
