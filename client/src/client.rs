@@ -98,6 +98,9 @@ pub struct Client {
     /// Used for every (re)login: the configured ones, or the last successful `login`'s.
     credentials: Option<Credentials>,
     session: Option<Session>,
+    /// The last replicated request sent on this session, frame as sent (see
+    /// [`Client::replay_last`]); forgotten when the session ends.
+    last: Option<(Route, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for Client {
@@ -123,6 +126,7 @@ impl Client {
             connection: None,
             sequence: Sequence::unbound(client_id),
             session: None,
+            last: None,
         };
         client.establish().await?;
         Ok(client)
@@ -235,6 +239,25 @@ impl Client {
         }
     }
 
+    /// Sends the last replicated request of this session again with its header unchanged
+    /// (the same client id and request number), on the same connection, as the SDK does
+    /// after a reply of 57 or 58 (SPEC §3). The server's duplicate table must answer a
+    /// metadata op with its original reply rather than apply it again. Never reconnects: a
+    /// replay on another session is another request.
+    pub async fn replay_last(&mut self) -> Result<Bytes, ClientError> {
+        let Some((route, frame)) = self.last.clone() else {
+            return Err(ClientError::InvalidRequest(
+                "no replicated request on this session to replay".into(),
+            ));
+        };
+        if self.connection.is_none() {
+            return Err(ClientError::NotLoggedIn {
+                command: route.name,
+            });
+        }
+        self.round_trip(&route, &frame).await
+    }
+
     /// One request, with the reconnect rule: a failure that triggers a reconnect (SPEC
     /// §2.4) while credentials are known reconnects and logs in again, then replays the
     /// request only when it is replayable; a replicated request returns its error, whose
@@ -266,12 +289,21 @@ impl Client {
     #[tracing::instrument(level = "debug", skip(self, body), fields(command = route.name, len = body.len()))]
     async fn attempt(&mut self, route: &Route, body: &[u8]) -> Result<Bytes, ClientError> {
         let frame = encode_request(&mut self.sequence, route, body)?;
+        if route.advances_counter() {
+            self.last = Some((*route, frame.clone()));
+        }
+        self.round_trip(route, &frame).await
+    }
+
+    /// Writes `frame` on the current connection and judges its reply. A connection failure
+    /// drops the connection; an eviction unbinds the session.
+    async fn round_trip(&mut self, route: &Route, frame: &[u8]) -> Result<Bytes, ClientError> {
         let connection = self
             .connection
             .as_mut()
             .expect("attempt runs on an open connection");
         let result = match connection
-            .round_trip(&*self.env.clock, &frame, self.config.reply_timeout)
+            .round_trip(&*self.env.clock, frame, self.config.reply_timeout)
             .await
         {
             Ok(raw) => decode_reply(&raw.head, raw.body, route, self.config.max_reply_bytes),
@@ -380,6 +412,7 @@ impl Client {
     fn unbind(&mut self) {
         self.sequence = Sequence::unbound(mint_client_id(&self.env));
         self.session = None;
+        self.last = None;
     }
 
     fn drop_connection(&mut self) {

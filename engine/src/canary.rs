@@ -35,6 +35,14 @@
 //! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
 //!   the batch's journal entries and before syncing them, so callers read metadata the disk
 //!   may not hold.
+//!
+//! The server (`cairn_server::canary`, through its own seam; activated here, one switch):
+//! - `ack-send-before-shard`: the adapter answers a send before the shard's reply (the send
+//!   goes on in the background), so a `persisted` acknowledgement promises nothing;
+//! - `dedup-wrong-reply`: the duplicate table answers a retried request with the reply of
+//!   another request of the session;
+//! - `session-outlives-user`: a session keeps its access (as it had at login) after its
+//!   user is deleted.
 
 use crate::env::{DirEntry, Disk, DiskFile, OpenMode};
 use crate::partition::recovery::decide::{self, Repairs, Trusted};
@@ -48,7 +56,10 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 15] = [
+    "ack-send-before-shard",
+    "dedup-wrong-reply",
+    "session-outlives-user",
     "skip-meta-slot-rewrite",
     "ack-late-joiners",
     "publish-before-sync",

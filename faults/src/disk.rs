@@ -367,6 +367,23 @@ struct State {
     latency: (u64, u64),
     debt_mode: bool,
     debt_nanos: u64,
+    /// Mutating calls as made, for a picture of the run ([`SimDisk::enable_call_log`]).
+    call_log: Option<CallLog>,
+}
+
+/// One mutating call: when (virtual nanoseconds), what, on which path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRecord {
+    pub at_nanos: u64,
+    pub call: Call,
+    pub path: Option<PathBuf>,
+}
+
+struct CallLog {
+    clock: SimClock,
+    capacity: usize,
+    calls: Vec<CallRecord>,
+    dropped: u64,
 }
 
 /// The simulated disk. Cheap to clone; clones share the disk.
@@ -474,6 +491,17 @@ impl State {
     fn mutate(&mut self, path: Option<&Path>, call: Call) -> io::Result<bool> {
         if self.crashed {
             return Err(crashed_error());
+        }
+        if let Some(log) = &mut self.call_log {
+            if log.calls.len() < log.capacity {
+                log.calls.push(CallRecord {
+                    at_nanos: log.clock.now_nanos(),
+                    call,
+                    path: path.map(Path::to_path_buf),
+                });
+            } else {
+                log.dropped += 1;
+            }
         }
         self.take_time();
         let scripted_crash = path.is_some_and(|path| {
@@ -696,8 +724,28 @@ impl SimDisk {
                 latency: (0, 0),
                 debt_mode: false,
                 debt_nanos: 0,
+                call_log: None,
             })),
         }
+    }
+
+    /// Records every mutating call from now on (at most `capacity`; the rest are counted).
+    /// Observation only: the run is the same with or without it.
+    pub fn enable_call_log(&self, clock: SimClock, capacity: usize) {
+        self.lock().call_log = Some(CallLog {
+            clock,
+            capacity,
+            calls: Vec::new(),
+            dropped: 0,
+        });
+    }
+
+    /// The mutating calls recorded, and how many did not fit.
+    pub fn call_log(&self) -> (Vec<CallRecord>, u64) {
+        self.lock()
+            .call_log
+            .as_ref()
+            .map_or((Vec::new(), 0), |log| (log.calls.clone(), log.dropped))
     }
 
     /// Makes every call take a seeded latency in `[min, max]` nanoseconds of `clock`'s time.

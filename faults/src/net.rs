@@ -208,6 +208,26 @@ impl SimNet {
             .insert(ordered(a, b));
     }
 
+    /// Heals the partition between `a` and `b` (other partitions and faults stay).
+    pub fn heal_partition(&self, a: IpAddr, b: IpAddr) {
+        self.state
+            .lock()
+            .expect("net")
+            .partitions
+            .remove(&ordered(a, b));
+    }
+
+    /// How many events happened so far.
+    pub fn event_count(&self) -> usize {
+        self.state.lock().expect("net").events.len()
+    }
+
+    /// The events from `from` on.
+    pub fn events_since(&self, from: usize) -> Vec<NetEvent> {
+        let s = self.state.lock().expect("net");
+        s.events[from.min(s.events.len())..].to_vec()
+    }
+
     /// Heals every partition and switches off resets and spikes.
     pub fn heal(&self) {
         let mut s = self.state.lock().expect("net");

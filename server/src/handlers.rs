@@ -150,7 +150,11 @@ async fn answer_request(
             let key = (echo.client, echo.request, echo.request_checksum);
             let dedup = operation.is_metadata() && echo.request_checksum != 0;
             if dedup {
-                if let Some(cached) = session(conn).dedup.get(&key) {
+                let meta = meta(conn, operation);
+                let reframe = |body: &[u8]| frame::reply(echo, meta, 0, false, body).freeze();
+                if let Some(cached) =
+                    crate::canary_seam::dedup_hit(&session(conn).dedup, &key, &reframe)
+                {
                     tracing::debug!("a retried request answered from the duplicate table");
                     return Answer::Frame(vec![cached]);
                 }
@@ -228,7 +232,9 @@ async fn gate(
     if session.client != header.client || session.session != header.session {
         return Err(unauthenticated(conn));
     }
-    if let Err(why) = session.still_valid(&conn.shared.node.view()) {
+    if let Err(why) =
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view()))
+    {
         tracing::info!(user = session.user_id, ?why, "a session lost its access");
         end_session(conn).await;
         return Err(reply(conn, echo, Err(Status(status::UNAUTHENTICATED))));
@@ -864,16 +870,21 @@ async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
     let batch = body.split_off(metadata_len);
     check_batch_frame(&batch, header.messages_count)?;
     let to = target(conn, &header.stream_id, &header.topic_id, Action::Send)?;
-    let sent = session(conn)
-        .node
-        .send(&to.stream, &to.topic, &header.partitioning, batch)
-        .await?;
+    let (partition_id, base_offset) = crate::canary_seam::send(
+        &session(conn).node,
+        &*conn.shared.env.tasks,
+        &to.stream,
+        &to.topic,
+        &header.partitioning,
+        batch,
+    )
+    .await?;
     Ok(encoded(&SendMessagesResponse {
         confirmations: vec![SendMessagesConfirmationResponse {
             stream_id: to.s,
             topic_id: to.t,
-            partition_id: sent.partition,
-            base_offset: sent.ack.base_offset,
+            partition_id,
+            base_offset,
         }],
     }))
 }

@@ -14,6 +14,9 @@
 //! - [`connection`]: one connection's task (read a frame, answer it, in order);
 //! - [`server`]: the listener, its bounds and graceful shutdown.
 
+#[cfg(feature = "canary")]
+mod canary;
+mod canary_seam;
 pub mod config;
 pub mod connection;
 pub mod frame;

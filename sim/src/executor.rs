@@ -16,6 +16,8 @@ pub const MAX_TASKS: usize = 10_000;
 
 struct Slot {
     future: Option<BoxFuture<'static, ()>>,
+    /// The group of the handle that spawned it ([`ExecutorHandle::in_group`]).
+    group: u32,
     cancelled: Arc<AtomicBool>,
     finished: Arc<AtomicBool>,
 }
@@ -76,6 +78,8 @@ pub struct ExecutorHandle {
     clock: SimClock,
     blocking_cost_nanos: Arc<AtomicU64>,
     blocking_jobs: Arc<AtomicUsize>,
+    /// Tasks spawned through this handle belong to this group (0 by default).
+    group: u32,
 }
 
 struct SimTaskHandle {
@@ -100,6 +104,15 @@ impl ExecutorHandle {
     pub fn set_blocking_cost(&self, cost: std::time::Duration) {
         self.blocking_cost_nanos
             .store(cost.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// A handle whose tasks, and the tasks they spawn through it, belong to `group`: one
+    /// simulated process, which [`Executor::kill_group`] kills while the others run on.
+    pub fn in_group(&self, group: u32) -> ExecutorHandle {
+        ExecutorHandle {
+            group,
+            ..self.clone()
+        }
     }
 }
 
@@ -146,6 +159,7 @@ impl Tasks for ExecutorHandle {
             id,
             Slot {
                 future: Some(task),
+                group: self.group,
                 cancelled: cancelled.clone(),
                 finished: finished.clone(),
             },
@@ -179,6 +193,7 @@ impl Executor {
             clock: self.clock.clone(),
             blocking_cost_nanos: self.blocking_cost.clone(),
             blocking_jobs: self.blocking_jobs.clone(),
+            group: 0,
         }
     }
 
@@ -191,6 +206,34 @@ impl Executor {
         let tasks = std::mem::take(&mut self.shared.lock().expect("executor").tasks);
         self.ready.0.lock().expect("ready").clear();
         drop(tasks);
+    }
+
+    /// Drops the tasks of `group` (one simulated process's crash); the others run on.
+    pub fn kill_group(&self, group: u32) {
+        let killed: Vec<Slot> = {
+            let mut shared = self.shared.lock().expect("executor");
+            let ids: Vec<u64> = shared
+                .tasks
+                .iter()
+                .filter(|(_, slot)| slot.group == group)
+                .map(|(id, _)| *id)
+                .collect();
+            let mut ready = self.ready.0.lock().expect("ready");
+            ids.iter()
+                .filter_map(|id| {
+                    ready.remove(id);
+                    shared.tasks.remove(id)
+                })
+                .collect()
+        };
+        // Dropped outside the locks: a future's drop may wake or spawn.
+        drop(killed);
+    }
+
+    /// Tasks of `group` alive.
+    pub fn group_count(&self, group: u32) -> usize {
+        let shared = self.shared.lock().expect("executor");
+        shared.tasks.values().filter(|s| s.group == group).count()
     }
 
     /// Runs until no task is left, nothing can progress, `max_steps` polls were made, or

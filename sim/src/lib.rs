@@ -9,9 +9,10 @@ pub mod oracle;
 pub mod profile;
 pub mod run;
 pub mod scenario;
+pub mod server_world;
 pub mod timeline;
 pub mod walk;
 pub mod world;
 
 pub use profile::{Class, Profile};
-pub use run::{run_seed, RunReport, Violation};
+pub use run::{run_seed, run_seed_with, RunOptions, RunReport, Violation};

@@ -1,8 +1,12 @@
-//! `cairn-sim --seed <N> [--verbose] [--canary <name>]`: runs one seed and prints its profile,
-//! a summary and `trace_hash <hex>`; `--verbose` prints the event trace. On failure it prints
-//! the violated invariant, the evidence and the command that replays it, and exits 1.
+//! `cairn-sim --seed <N> [--verbose] [--canary <name>] [--scope <scope>] [--timeline <file>]`:
+//! runs one seed and prints its profile, a summary and `trace_hash <hex>`; `--verbose` prints
+//! the event trace; `--timeline out.svg` (or `.html`) draws the run. On failure it prints the
+//! violated invariant, the evidence and the command that replays it, and exits 1.
+// The command line writes the picture it was asked for to the real file system.
+#![allow(clippy::disallowed_methods)]
 
-use cairn_sim::run_seed;
+use cairn_sim::profile::Scope;
+use cairn_sim::{run_seed_with, RunOptions};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -21,6 +25,16 @@ struct Cli {
     /// Activate a deliberate engine bug (needs `--features canary`).
     #[arg(long)]
     canary: Option<String>,
+    /// Run the seed in this scope (partitions, node, server) instead of the one it draws.
+    #[arg(long, value_parser = parse_scope)]
+    scope: Option<Scope>,
+    /// Draw the run on a time axis into this file: `.svg`, or `.html` (the SVG with a zoom).
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
+}
+
+fn parse_scope(text: &str) -> Result<Scope, String> {
+    Scope::parse(text).ok_or_else(|| format!("unknown scope {text:?}: partitions, node or server"))
 }
 
 fn parse_seed(text: &str) -> Result<u64, String> {
@@ -48,7 +62,39 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let report = run_seed(cli.seed, cli.verbose);
+    let html = match &cli.timeline {
+        None => false,
+        Some(path) => match path.extension().and_then(|e| e.to_str()) {
+            Some("svg") => false,
+            Some("html") => true,
+            _ => {
+                eprintln!("--timeline {}: the file must end in .svg or .html", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let options = RunOptions {
+        verbose: cli.verbose,
+        timeline: cli.timeline.is_some(),
+        scope: cli.scope,
+    };
+    let report = run_seed_with(cli.seed, options);
+    if let Some(path) = &cli.timeline {
+        let Some(timeline) = &report.timeline else {
+            eprintln!("this seed's scope records no timeline yet (only the server scope does)");
+            return ExitCode::from(2);
+        };
+        let picture = if html {
+            cairn_sim::timeline::render_html(timeline)
+        } else {
+            cairn_sim::timeline::render_svg(timeline)
+        };
+        if let Err(e) = std::fs::write(path, picture) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        println!("timeline written to {}", path.display());
+    }
     if !cli.verbose {
         print!("{}", report.profile);
     }

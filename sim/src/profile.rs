@@ -193,21 +193,49 @@ pub enum Scope {
     /// A whole node: metadata plane, entities, groups, retention
     /// ([`crate::node_world`]).
     Node,
+    /// The server (listener, connections, sessions) and the node, reached by protocol
+    /// clients over the simulated network ([`crate::server_world`]).
+    Server,
 }
 
 impl Scope {
-    /// One seed in five simulates a node. Drawn from its own hash of the seed, so adding the
-    /// scope changed no partition-scope profile.
+    /// One seed in five simulates a node; of the rest, one in four the server. Each drawn
+    /// from its own hash of the seed, so adding a scope changed no other scope's profile
+    /// (corpus seeds found in the partition scope whose draw became the server's pin their
+    /// scope in their file).
     pub fn of(seed: u64) -> Scope {
-        match xxhash::xxh3::xxh3_64(&seed.to_le_bytes()) % 5 {
-            0 => Scope::Node,
+        if xxhash::xxh3::xxh3_64(&seed.to_le_bytes()) % 5 == 0 {
+            return Scope::Node;
+        }
+        match xxhash::xxh3::xxh3_64(&(seed ^ 0x5e4e_e45c_09e0).to_le_bytes()) % 4 {
+            0 => Scope::Server,
             _ => Scope::Partitions,
         }
+    }
+
+    /// The name `--scope` takes and seed files pin.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Partitions => "partitions",
+            Scope::Node => "node",
+            Scope::Server => "server",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        [Scope::Partitions, Scope::Node, Scope::Server]
+            .into_iter()
+            .find(|s| s.name() == name)
     }
 }
 
 impl Profile {
     pub fn from_seed(seed: u64) -> Profile {
+        Profile::from_seed_in(seed, Scope::of(seed))
+    }
+
+    /// The profile of `seed` run in `scope`.
+    pub fn from_seed_in(seed: u64, scope: Scope) -> Profile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ed0f_ca12_u64);
         let class = class_of(&mut rng);
         let partition_count = rng.gen_range(1..=3);
@@ -217,7 +245,7 @@ impl Profile {
         let disk = disk_faults(&mut rng, class);
         let mut profile = Profile {
             seed,
-            scope: Scope::of(seed),
+            scope,
             class,
             partitions,
             steps: rng.gen_range(200..500),
@@ -275,6 +303,10 @@ impl fmt::Display for Profile {
         if self.scope == Scope::Node {
             let node = crate::node_world::NodeProfile::from_seed(self.seed);
             return writeln!(f, "seed {:#x} scope node\n  {node:?}", self.seed);
+        }
+        if self.scope == Scope::Server {
+            let server = crate::server_world::ServerProfile::from_seed(self.seed);
+            return writeln!(f, "seed {:#x} scope server\n  {server:?}", self.seed);
         }
         writeln!(f, "seed {:#x} class {:?}", self.seed, self.class)?;
         for (i, p) in self.partitions.iter().enumerate() {

@@ -63,6 +63,19 @@ pub struct RunReport {
     /// Crashes that struck while recovery was running.
     pub crashes_in_recovery: u64,
     pub acked_messages: u64,
+    /// The run's picture, when asked for ([`RunOptions::timeline`]).
+    pub timeline: Option<Box<crate::timeline::Timeline>>,
+}
+
+/// How to run a seed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    pub verbose: bool,
+    /// Record the run's timeline (observation only: the run is the same).
+    pub timeline: bool,
+    /// Run the seed in this scope instead of the one it draws (a corpus seed found in a
+    /// scope keeps it when the draw changes).
+    pub scope: Option<crate::profile::Scope>,
 }
 
 impl RunReport {
@@ -80,6 +93,7 @@ impl RunReport {
             boot_retries: 0,
             crashes_in_recovery: 0,
             acked_messages: 0,
+            timeline: None,
         }
     }
 
@@ -105,8 +119,13 @@ impl RunReport {
             ""
         };
         let canary = canary.map(|c| format!(" --canary {c}")).unwrap_or_default();
+        let scope = if self.profile.scope == crate::profile::Scope::of(self.profile.seed) {
+            String::new()
+        } else {
+            format!(" --scope {}", self.profile.scope.name())
+        };
         format!(
-            "cargo run --release -p cairn-sim{features} -- --seed {:#x}{canary} --verbose",
+            "cargo run --release -p cairn-sim{features} -- --seed {:#x}{scope}{canary} --verbose",
             self.profile.seed
         )
     }
@@ -194,8 +213,8 @@ pub fn world_for(seed: u64, verbose: bool) -> (Shared, Executor) {
 }
 
 /// Runs one node-scope seed ([`crate::node_world`]).
-fn run_node_seed(seed: u64, verbose: bool) -> RunReport {
-    let profile = Profile::from_seed(seed);
+fn run_node_seed(profile: Profile, verbose: bool) -> RunReport {
+    let seed = profile.seed;
     if verbose {
         print!("{profile}");
     }
@@ -223,7 +242,21 @@ pub const INV_ASSERTION: &str = "engine assertion";
 /// Runs one seed to completion. An engine assertion that fires (a panic) is a violation of
 /// its own: the run reports it instead of taking the caller down.
 pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
-    match std::panic::catch_unwind(|| run_seed_inner(seed, verbose)) {
+    run_seed_with(
+        seed,
+        RunOptions {
+            verbose,
+            ..RunOptions::default()
+        },
+    )
+}
+
+/// Runs one seed as `options` say; see [`run_seed`].
+pub fn run_seed_with(seed: u64, options: RunOptions) -> RunReport {
+    let scope = options
+        .scope
+        .unwrap_or_else(|| crate::profile::Scope::of(seed));
+    match std::panic::catch_unwind(|| run_seed_inner(seed, scope, options)) {
         Ok(report) => report,
         Err(panic) => {
             let message = panic
@@ -231,7 +264,7 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "a panic without a message".into());
-            let mut report = RunReport::new(Profile::from_seed(seed));
+            let mut report = RunReport::new(Profile::from_seed_in(seed, scope));
             report.violation = Some(Violation {
                 invariant: INV_ASSERTION,
                 evidence: format!("the run panicked: {message}"),
@@ -241,9 +274,23 @@ pub fn run_seed(seed: u64, verbose: bool) -> RunReport {
     }
 }
 
-fn run_seed_inner(seed: u64, verbose: bool) -> RunReport {
-    if crate::profile::Scope::of(seed) == crate::profile::Scope::Node {
-        return run_node_seed(seed, verbose);
+fn run_seed_inner(seed: u64, scope: crate::profile::Scope, options: RunOptions) -> RunReport {
+    let verbose = options.verbose;
+    let profile = Profile::from_seed_in(seed, scope);
+    match scope {
+        crate::profile::Scope::Node => return run_node_seed(profile, verbose),
+        crate::profile::Scope::Server => {
+            if verbose {
+                print!("{profile}");
+            }
+            return crate::server_world::run(
+                seed,
+                verbose,
+                options.timeline,
+                RunReport::new(profile),
+            );
+        }
+        crate::profile::Scope::Partitions => {}
     }
     let (world, mut executor) = world_for(seed, verbose);
     {

@@ -1,0 +1,881 @@
+//! The server scope: `cairn serve`'s code — the listener, the connection tasks, sessions,
+//! the duplicate table and the concurrent node — on the simulated disk, clock and network,
+//! reached by simulated clients that speak Iggy's binary protocol through `cairn-client`
+//! (its real reconnect, re-login and retry rules). Producers, consumers, consumer-group
+//! members, an admin and a user's session run as tasks of their own simulated process
+//! while the server's process crashes, loses power, or finds its disk full, and the network
+//! delays, splits, resets, back-pressures and partitions their connections.
+//!
+//! Each boot is judged before the server listens again: the oracle ([`oracle`]) scans what
+//! the node recovered and holds it against every acknowledgement the clients received.
+//! Then the liveness phase heals every fault and every client must get work done, and a
+//! graceful shutdown must keep every acknowledged message, `replicated` ones included.
+
+mod actors;
+pub mod oracle;
+
+use crate::executor::{Executor, ExecutorHandle};
+use crate::oracle::{violation, INV_LIVENESS};
+use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
+use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline};
+use cairn_engine::env::Env;
+use cairn_engine::node::{Node, NodeLimits, NodeSettings, PasswordCost};
+use cairn_faults::{FaultKind, NetEvent, NetFaults, SimClock, SimDisk, SimNet};
+use cairn_server::{Server, ServerLimits, ServerSettings, TopicDefaults};
+use oracle::{Oracle, PartKey, PartModel, Scan};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The server's host, and the address it listens on.
+pub const SERVER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+pub const SERVER_ADDR: SocketAddr = SocketAddr::new(SERVER_IP, 8090);
+/// The server's tasks (one process: killed together) and the clients'.
+pub const SERVER_GROUP: u32 = 1;
+pub const CLIENT_GROUP: u32 = 2;
+pub const DATA_DIR: &str = "/cairn";
+pub const ROOT_USER: &str = "iggy";
+pub const ROOT_PASSWORD: &str = "sim-root-password";
+/// The stream the workload's topics live in, and the topics: index 0 `persisted`, 1
+/// `replicated` (the consumer group's).
+pub const STREAM: &str = "sim";
+pub const TOPICS: [(&str, bool); 2] = [("persisted", true), ("replicated", false)];
+pub const GROUP: &str = "members";
+/// Restarts a run may take.
+const MAX_RESTARTS: u32 = 24;
+/// Boot attempts (an armed crash may strike inside one) before the run gives up.
+const MAX_BOOT_ATTEMPTS: u32 = 8;
+/// Successful requests every client must make once faults heal, and the time it has.
+pub const LIVENESS_REQUESTS: u32 = 3;
+pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
+
+/// The server scope's coverage rows: decision name, and what reaching it means.
+pub const SERVER_COVERAGE: [(&str, &str); 9] = [
+    ("ReplyLost", "a reply lost or never received: an unknown outcome"),
+    ("RetriedSend", "a send retried after an unknown outcome"),
+    (
+        "DedupAnswered",
+        "a replayed metadata request answered from the duplicate table",
+    ),
+    ("Relogin", "a client reconnected and logged in again"),
+    ("PartitionHealed", "a network partition between a client and the server healed"),
+    ("ResetMidFrame", "a connection reset in the middle of a frame"),
+    ("HalfOpen", "a connection half-open after the server's power loss"),
+    ("BackPressure", "a write waited on a full pipe"),
+    ("ClientTimeout", "a client gave up waiting for a reply"),
+];
+
+/// What one server-scope seed does.
+#[derive(Debug, Clone)]
+pub struct ServerProfile {
+    pub steps: u32,
+    pub producers: u32,
+    pub consumers: u32,
+    /// Consumer-group members (0: no group work).
+    pub members: u32,
+    /// Whether a user's session runs (created, used, deleted by the admin).
+    pub user_session: bool,
+    /// Share of the admin's acknowledged creates it replays on the same session.
+    pub replay: f64,
+    pub shards: usize,
+    pub partitions: u32,
+    pub max_payload: usize,
+    pub max_batch: usize,
+    pub max_think_nanos: u64,
+    pub net: NetFaults,
+    /// Per request: a partition between a random client and the server begins.
+    pub net_partition: f64,
+    /// How long a network partition lasts (nanoseconds, seeded in this range).
+    pub partition_nanos: (u64, u64),
+    pub disk_latency_nanos: (u64, u64),
+    pub process_crash: f64,
+    pub power_loss: f64,
+    pub mid_operation_crash: f64,
+    pub disk_full: f64,
+    pub reply_timeout: Duration,
+    pub reconnect_retries: u32,
+    pub reconnect_interval: Duration,
+    /// The replicated topic's flush threshold (messages).
+    pub messages_required_to_save: u32,
+}
+
+impl ServerProfile {
+    pub fn from_seed(seed: u64) -> ServerProfile {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5e4e_e45e_ed00);
+        let maybe = |rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64| {
+            if rng.gen_bool(on) {
+                rng.gen_range(low..high)
+            } else {
+                0.0
+            }
+        };
+        let slow_net = rng.gen_bool(0.3);
+        let net = NetFaults {
+            delay_nanos: if slow_net {
+                (200_000, 5_000_000)
+            } else {
+                (20_000, 200_000)
+            },
+            spike: rng.gen_bool(0.4).then(|| rng.gen_range(0.001..0.02)),
+            reset: rng.gen_bool(0.5).then(|| rng.gen_range(0.002..0.02)),
+            pipe_capacity: [4 * 1024, 64 * 1024, 1 << 20][rng.gen_range(0..3)],
+            split_reads: rng.gen_bool(0.7),
+        };
+        ServerProfile {
+            steps: rng.gen_range(150..400),
+            producers: rng.gen_range(1..=3),
+            consumers: rng.gen_range(1..=2),
+            members: [0, 2, 3][rng.gen_range(0..3)],
+            user_session: rng.gen_bool(0.6),
+            replay: [0.0, 0.3, 0.8][rng.gen_range(0..3)],
+            shards: rng.gen_range(1..=3),
+            partitions: rng.gen_range(1..=3),
+            max_payload: [64, 1024, 16 * 1024][rng.gen_range(0..3)],
+            max_batch: rng.gen_range(1..=8),
+            max_think_nanos: [1_000_000, 20_000_000, 200_000_000][rng.gen_range(0..3)],
+            net,
+            net_partition: maybe(&mut rng, 0.5, 0.002, 0.02),
+            partition_nanos: (100_000_000, 20_000_000_000),
+            disk_latency_nanos: [(2_000, 50_000), (50_000, 2_000_000)][rng.gen_range(0..2)],
+            process_crash: maybe(&mut rng, 0.7, 0.002, 0.015),
+            power_loss: maybe(&mut rng, 0.7, 0.002, 0.015),
+            mid_operation_crash: maybe(&mut rng, 0.4, 0.002, 0.01),
+            disk_full: maybe(&mut rng, 0.15, 0.002, 0.01),
+            reply_timeout: Duration::from_millis([500, 2_000, 10_000][rng.gen_range(0..3)]),
+            reconnect_retries: rng.gen_range(1..=5),
+            reconnect_interval: Duration::from_millis([50, 500][rng.gen_range(0..2)]),
+            messages_required_to_save: [1, 16, 1000][rng.gen_range(0..3)],
+        }
+    }
+}
+
+/// Why the server's process is going down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Down {
+    ProcessCrash,
+    PowerLoss,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Safety,
+    Liveness,
+    Done,
+}
+
+/// The ids the setup created: the stream, each topic.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ids {
+    pub stream: u32,
+    pub topics: [u32; 2],
+    pub group: u32,
+}
+
+pub struct ServerWorld {
+    pub profile: ServerProfile,
+    pub rng: ChaCha8Rng,
+    pub clock: SimClock,
+    pub disk: SimDisk,
+    pub net: SimNet,
+    /// The server process's `Env` (its tasks in [`SERVER_GROUP`]).
+    pub server_env: Env,
+    pub clients: ExecutorHandle,
+    pub trace: Trace,
+    pub report: RunReport,
+    pub timeline: Option<Timeline>,
+    pub server: Option<Arc<Server>>,
+    pub ids: Ids,
+    pub phase: Phase,
+    pub down: Option<Down>,
+    pub ops: u32,
+    pub restarts: u32,
+    pub violation: Option<Violation>,
+    pub oracle: Oracle,
+    /// A network partition in force: the client host, and when it heals.
+    pub partitioned: Option<(IpAddr, u64)>,
+    net_seen: usize,
+    disk_seen: usize,
+    disk_full_until: Option<u32>,
+    /// Successful requests of each client since the liveness phase began.
+    pub progress: BTreeMap<String, u32>,
+    /// When the server last lost power (virtual nanoseconds), for half-open timeouts.
+    pub power_lost_at: Option<u64>,
+    next_entropy: u64,
+}
+
+pub(crate) type Shared = Arc<Mutex<ServerWorld>>;
+
+pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, ServerWorld> {
+    world.lock().expect("world")
+}
+
+/// Seeded entropy for one simulated process.
+struct SimEntropy(Mutex<ChaCha8Rng>);
+
+impl cairn_engine::env::Entropy for SimEntropy {
+    fn next_u64(&self) -> u64 {
+        self.0.lock().expect("entropy").gen()
+    }
+}
+
+impl ServerWorld {
+    pub fn event(&mut self, text: impl AsRef<str>) {
+        self.trace.event(text);
+    }
+
+    pub fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.event(format!("VIOLATION {v}"));
+            if let Some(timeline) = &mut self.timeline {
+                let lane = timeline.lane("oracle", LaneKind::Node);
+                timeline.mark(lane, self.clock.now_nanos(), MarkKind::Note, v.to_string());
+            }
+            self.violation = Some(v);
+        }
+    }
+
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen_bool(p.min(1.0))
+    }
+
+    pub(crate) fn decision(&mut self, name: &'static str) {
+        *self.report.decisions.entry(name).or_default() += 1;
+    }
+
+    pub fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    pub fn running(&self) -> bool {
+        self.phase != Phase::Done && self.violation.is_none()
+    }
+
+    /// A fresh `Env` for a client process on host `ip`.
+    pub fn client_env(&mut self, ip: IpAddr) -> Env {
+        self.next_entropy += 1;
+        Env {
+            disk: self.server_env.disk.clone(),
+            clock: self.server_env.clock.clone(),
+            net: Arc::new(self.net.host(ip)),
+            tasks: Arc::new(self.clients.clone()),
+            entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
+                self.next_entropy ^ 0xc11e,
+            )))),
+        }
+    }
+
+    /// A mark on the timeline (when one is recorded).
+    pub fn mark(&mut self, lane: &str, kind: LaneKind, mark: MarkKind, label: String) {
+        let now = self.now();
+        if let Some(timeline) = &mut self.timeline {
+            let lane = timeline.lane(lane, kind);
+            timeline.mark(lane, now, mark, label);
+        }
+    }
+
+    /// What the network and the disk did since the last look: coverage and marks.
+    pub fn observe(&mut self) {
+        let events = self.net.events_since(self.net_seen);
+        self.net_seen += events.len();
+        for event in events {
+            let name = match event {
+                NetEvent::Reset { delivered, .. } if delivered > 0 => Some("ResetMidFrame"),
+                NetEvent::BackPressure { .. } => Some("BackPressure"),
+                NetEvent::StaleConnection { .. } => Some("HalfOpen"),
+                _ => None,
+            };
+            if let Some(name) = name {
+                self.decision(name);
+            }
+            if !matches!(event, NetEvent::BackPressure { .. }) {
+                self.mark("network", LaneKind::Network, MarkKind::NetFault, format!("{event:?}"));
+            }
+        }
+        let records = self.disk.records_since(self.disk_seen);
+        self.disk_seen += records.len();
+        for record in records {
+            let label = format!("{:?} {:?} {}", record.kind, record.path, record.detail);
+            self.mark("disk", LaneKind::Disk, MarkKind::DiskFault, label);
+        }
+    }
+
+    /// The faults after every request while the server is up in the safety phase.
+    pub fn nemesis(&mut self) {
+        self.observe();
+        if self.phase != Phase::Safety || self.server.is_none() || self.down.is_some() {
+            return;
+        }
+        if self.disk.is_crashed() {
+            // An armed crash struck inside a disk call: the process dies there.
+            self.down = Some(Down::ProcessCrash);
+            return;
+        }
+        self.network_partitions();
+        let fill = self.disk_full_until.is_none() && self.chance(self.profile.disk_full);
+        match self.disk_full_until {
+            Some(until) if self.ops >= until => {
+                let mut faults = self.disk.faults();
+                faults.capacity = None;
+                self.disk.set_faults(faults);
+                self.disk_full_until = None;
+                self.event("the disk has room again");
+            }
+            None if fill => {
+                let mut faults = self.disk.faults();
+                faults.capacity = Some(self.disk.used_bytes() + self.rng.gen_range(0..4096));
+                self.disk.set_faults(faults);
+                self.disk_full_until = Some(self.ops + self.rng.gen_range(2..20));
+                self.event("fault the disk is full");
+                self.mark("disk", LaneKind::Disk, MarkKind::DiskFault, "disk full".into());
+            }
+            _ => {}
+        }
+        if self.restarts >= MAX_RESTARTS {
+            return;
+        }
+        if self.chance(self.profile.power_loss) {
+            self.down = Some(Down::PowerLoss);
+        } else if self.chance(self.profile.process_crash) {
+            self.down = Some(Down::ProcessCrash);
+        } else if self.chance(self.profile.mid_operation_crash) {
+            let n = self.rng.gen_range(0..8);
+            self.disk.arm_crash(n);
+            self.event(format!("fault crash armed at mutating call +{n}"));
+        }
+    }
+
+    /// A partition between one client host and the server begins, or the one in force
+    /// heals once its time is up.
+    fn network_partitions(&mut self) {
+        let now = self.now();
+        let start = self.partitioned.is_none() && {
+            let p = self.profile.net_partition;
+            self.chance(p)
+        };
+        match self.partitioned {
+            Some((host, until)) if now >= until => {
+                self.net.heal_partition(host, SERVER_IP);
+                self.partitioned = None;
+                self.decision("PartitionHealed");
+                self.event(format!("network partition {host} | server healed"));
+                self.mark("network", LaneKind::Network, MarkKind::Heal, format!("{host} healed"));
+            }
+            None if start => {
+                let hosts = actors::client_hosts(&self.profile);
+                let host = hosts[self.rng.gen_range(0..hosts.len())];
+                let (lo, hi) = self.profile.partition_nanos;
+                let until = now + self.rng.gen_range(lo..hi);
+                self.net.partition(host, SERVER_IP);
+                self.partitioned = Some((host, until));
+                self.event(format!("fault network partition {host} | server until {until}"));
+                self.mark(
+                    "network",
+                    LaneKind::Network,
+                    MarkKind::Partition,
+                    format!("{host} cut off"),
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+fn node_settings(profile: &ServerProfile) -> NodeSettings {
+    NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        root_username: ROOT_USER.into(),
+        root_password: ROOT_PASSWORD.into(),
+        shards: profile.shards,
+        limits: NodeLimits {
+            in_flight_per_client: 4,
+            journal_bytes: 64 << 20,
+            ..NodeLimits::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn server_settings(profile: &ServerProfile) -> ServerSettings {
+    ServerSettings {
+        address: SERVER_ADDR,
+        limits: ServerLimits {
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(5),
+            ..ServerLimits::default()
+        },
+        topic_defaults: TopicDefaults {
+            messages_required_to_save: profile.messages_required_to_save,
+            size_of_messages_required_to_save: 1 << 20,
+        },
+    }
+}
+
+/// Runs `future` on the executor (the clients run meanwhile) until it finishes; `None` if
+/// the run stalled first.
+fn block<T: Send + 'static>(
+    executor: &mut Executor,
+    tasks: &ExecutorHandle,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+    let out = slot.clone();
+    cairn_engine::env::Tasks::spawn(
+        tasks,
+        Box::pin(async move {
+            let value = future.await;
+            *out.lock().expect("slot") = Some(value);
+        }),
+    );
+    let done = || slot.lock().expect("slot").is_some();
+    executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &|| !done());
+    let value = slot.lock().expect("slot").take();
+    value
+}
+
+/// Boots the node on the disk as it is, scans what it recovered, then starts the server.
+/// An armed crash striking inside the boot kills the process; the next attempt boots again.
+fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), Violation> {
+    for attempt in 0..MAX_BOOT_ATTEMPTS {
+        let (env, settings, profile, server_tasks) = {
+            let w = lock(world);
+            (
+                w.server_env.clone(),
+                node_settings(&w.profile),
+                w.profile.clone(),
+                w.server_env.tasks.clone(),
+            )
+        };
+        let handle = lock(world).clients.in_group(SERVER_GROUP);
+        let _ = server_tasks;
+        let started = block(executor, &handle, async move {
+            let booted = Node::start(&env, Path::new(DATA_DIR), settings)
+                .await
+                .map_err(|e| e.to_string())?;
+            let scan = scan(&booted.node).await;
+            Ok::<_, String>((booted.node, scan))
+        });
+        let crashed = lock(world).disk.is_crashed();
+        match started {
+            Some(Ok((node, scan))) if !crashed => {
+                let scan = scan.map_err(|e| violation(INV_LIVENESS, format!("the boot scan failed: {e}")))?;
+                {
+                    let mut w = lock(world);
+                    let epoch = w.oracle.epoch;
+                    let parts = scan_parts(&w, &scan);
+                    w.oracle.recovered(Scan { epoch, parts }, graceful)?;
+                    check_metadata(&mut w, &node)?;
+                    w.event(format!("boot {epoch}: recovered and judged"));
+                }
+                let settings = server_settings(&profile);
+                let server = block(executor, &handle, async move { Server::start(node, settings).await });
+                match server {
+                    Some(Ok(server)) => {
+                        let mut w = lock(world);
+                        w.server = Some(Arc::new(server));
+                        let label = format!("boot {}", w.oracle.epoch);
+                        w.mark("node", LaneKind::Node, MarkKind::Boot, label);
+                        return Ok(());
+                    }
+                    other => {
+                        let why = other.map_or("stalled".to_string(), |r| format!("{:?}", r.err()));
+                        return Err(violation(INV_LIVENESS, format!("the server did not start: {why}")));
+                    }
+                }
+            }
+            Some(Err(e)) if !crashed => {
+                return Err(violation(INV_LIVENESS, format!("boot {attempt} refused with no damaging fault in this scope: {e}")));
+            }
+            None if !crashed => return Err(violation(INV_LIVENESS, "boot stalled".into())),
+            _ => {
+                // The boot itself crashed: that process is gone too.
+                let mut w = lock(world);
+                w.event(format!("boot attempt {attempt} crashed"));
+                executor.kill_group(SERVER_GROUP);
+                w.disk.process_crash();
+                w.disk.cancel_crashes();
+            }
+        }
+    }
+    Err(violation(INV_LIVENESS, format!("no boot completed in {MAX_BOOT_ATTEMPTS} attempts")))
+}
+
+/// Every partition of the workload's topics, read whole from the recovered node: (topic,
+/// partition) → the ids at offsets 0.. (and whether each payload was the one sent).
+async fn scan(node: &Node) -> Result<BTreeMap<(String, u32), Vec<(u128, bool)>>, String> {
+    use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+    use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePollingStrategy};
+    let client = node.client(u128::MAX);
+    let mut out = BTreeMap::new();
+    let view = node.view();
+    let Some(stream) = view.streams().values().find(|s| s.name == STREAM) else {
+        return Ok(out);
+    };
+    for topic in stream.topics.values() {
+        for p in 0..topic.partitions.len() as u32 {
+            let mut all = Vec::new();
+            loop {
+                let request = PollMessagesRequest {
+                    consumer: WireConsumer::consumer(WireIdentifier::numeric(1)),
+                    stream_id: WireIdentifier::numeric(stream.id),
+                    topic_id: WireIdentifier::numeric(topic.id),
+                    partition_id: Some(p),
+                    strategy: WirePollingStrategy::offset(all.len() as u64),
+                    count: 1000,
+                    auto_commit: false,
+                };
+                let polled = client
+                    .poll(&request)
+                    .await
+                    .map_err(|e| format!("{}/{p}: {e}", topic.name))?
+                    .ok_or_else(|| format!("{}/{p}: no partition", topic.name))?;
+                let messages = crate::world::decode(&polled, true).map_err(|v| v.to_string())?;
+                if messages.is_empty() {
+                    break;
+                }
+                for m in messages {
+                    if m.offset != all.len() as u64 {
+                        return Err(format!("{}/{p}: offset {} at position {}", topic.name, m.offset, all.len()));
+                    }
+                    all.push((m.id, m.payload == actors::payload(m.id, m.payload.len())));
+                }
+            }
+            out.insert((topic.name.clone(), p), all);
+        }
+    }
+    Ok(out)
+}
+
+fn scan_parts(
+    w: &ServerWorld,
+    scan: &BTreeMap<(String, u32), Vec<(u128, bool)>>,
+) -> BTreeMap<PartKey, Vec<u128>> {
+    let mut parts = BTreeMap::new();
+    for ((topic, p), messages) in scan {
+        let Some(t) = TOPICS.iter().position(|(name, _)| name == topic) else {
+            continue;
+        };
+        if !w.oracle.parts.contains_key(&(t, *p)) {
+            continue;
+        }
+        parts.insert((t, *p), messages.iter().map(|(id, _)| *id).collect());
+    }
+    parts
+}
+
+/// After a boot: the scratch streams and users as the recovered view holds them.
+fn check_metadata(w: &mut ServerWorld, node: &Node) -> Result<(), Violation> {
+    let view = node.view();
+    let listed: BTreeMap<String, u32> = view
+        .streams()
+        .values()
+        .filter(|s| s.name != STREAM)
+        .map(|s| (s.name.clone(), s.id))
+        .collect();
+    w.oracle.streams_read(&listed)?;
+    for name in w.oracle.live_users.keys() {
+        if !w.oracle.users_in_doubt.contains(name) && view.user_by_name(name).is_none() {
+            return Err(violation(oracle::INV_META, format!("user {name} was created (acknowledged), the recovered view lacks it")));
+        }
+    }
+    for name in w.oracle.deleted_users.keys() {
+        if !w.oracle.users_in_doubt.contains(name) && view.user_by_name(name).is_some() {
+            return Err(violation(oracle::INV_META, format!("user {name} was deleted (acknowledged), the recovered view holds it")));
+        }
+    }
+    Ok(())
+}
+
+/// The server's process goes down: power off (its connections freeze half-open) or a
+/// process crash (they close), its tasks die, the disk keeps what the fault keeps.
+fn go_down(world: &Shared, executor: &mut Executor, down: Down) {
+    let mut w = lock(world);
+    w.restarts += 1;
+    w.report.restarts += 1;
+    let power = down == Down::PowerLoss;
+    if power {
+        w.net.power_off(SERVER_IP);
+        w.power_lost_at = Some(w.now());
+    }
+    executor.kill_group(SERVER_GROUP);
+    w.server = None;
+    if power {
+        w.disk.power_loss();
+        w.event("fault power loss");
+        w.mark("node", LaneKind::Node, MarkKind::PowerLoss, "power loss".into());
+    } else {
+        w.disk.process_crash();
+        w.event("fault process crash");
+        w.mark("node", LaneKind::Node, MarkKind::ProcessCrash, "process crash".into());
+    }
+    w.disk.cancel_crashes();
+    w.oracle.crashed();
+    if power {
+        w.net.power_on(SERVER_IP);
+    }
+}
+
+/// Sets the run up: the first boot, then the stream, topics and group over the network.
+fn setup(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
+    boot(world, executor, false)?;
+    let (env, partitions, handle) = {
+        let mut w = lock(world);
+        let env = w.client_env(actors::ADMIN_IP);
+        (env, w.profile.partitions, w.clients.clone())
+    };
+    let made = block(executor, &handle, actors::create_topology(env, partitions));
+    let ids = match made {
+        Some(Ok(ids)) => ids,
+        Some(Err(e)) => return Err(violation(INV_LIVENESS, format!("setup failed: {e}"))),
+        None => return Err(violation(INV_LIVENESS, "setup stalled".into())),
+    };
+    let mut w = lock(world);
+    w.ids = ids;
+    for (t, (_, persisted)) in TOPICS.iter().enumerate() {
+        for p in 0..partitions {
+            w.oracle.parts.insert(
+                (t, p),
+                PartModel {
+                    persisted: *persisted,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    let faults = w.profile.net;
+    w.net.set_faults(faults);
+    w.event(format!("setup: {ids:?}"));
+    Ok(())
+}
+
+/// Runs one server-scope seed.
+pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunReport {
+    let profile = ServerProfile::from_seed(seed);
+    let clock = SimClock::new();
+    let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
+    disk.set_latency_debt(profile.disk_latency_nanos.0, profile.disk_latency_nanos.1);
+    let mut executor = Executor::new(seed ^ 0xe8ec, clock.clone());
+    let net = SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default());
+    let server_env = Env {
+        disk: Arc::new(disk.clone()),
+        clock: Arc::new(clock.clone()),
+        net: Arc::new(net.host(SERVER_IP)),
+        tasks: Arc::new(executor.handle().in_group(SERVER_GROUP)),
+        entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(seed ^ 0xe27)))),
+    };
+    let mut trace = Trace::new(verbose, clock.clone());
+    trace.event(format!("server profile {profile:?}"));
+    let timeline = record.then(|| {
+        disk.enable_call_log(clock.clone(), crate::timeline::MAX_ITEMS);
+        Timeline::new(format!("cairn-sim seed {seed:#x} (server scope)"))
+    });
+    let world: Shared = Arc::new(Mutex::new(ServerWorld {
+        rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5e4e),
+        clients: executor.handle().in_group(CLIENT_GROUP),
+        profile,
+        clock,
+        disk,
+        net,
+        server_env,
+        trace,
+        report,
+        timeline,
+        server: None,
+        ids: Ids::default(),
+        phase: Phase::Safety,
+        down: None,
+        ops: 0,
+        restarts: 0,
+        violation: None,
+        oracle: Oracle::default(),
+        partitioned: None,
+        net_seen: 0,
+        disk_seen: 0,
+        disk_full_until: None,
+        progress: BTreeMap::new(),
+        power_lost_at: None,
+        next_entropy: seed,
+    }));
+    if let Err(v) = setup(&world, &mut executor) {
+        lock(&world).fail(v);
+    } else {
+        actors::spawn(&world);
+        if let Err(v) = safety(&world, &mut executor) {
+            lock(&world).fail(v);
+        }
+        if lock(&world).violation.is_none() {
+            if let Err(v) = liveness(&world, &mut executor) {
+                lock(&world).fail(v);
+            }
+        }
+    }
+    lock(&world).phase = Phase::Done;
+    executor.kill_all();
+    finish(&world)
+}
+
+fn safety(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
+    loop {
+        let keep_going = || {
+            let w = lock(world);
+            w.violation.is_none() && w.down.is_none() && w.ops < w.profile.steps
+        };
+        executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
+        let down = {
+            let mut w = lock(world);
+            if w.violation.is_some() {
+                return Ok(());
+            }
+            w.down.take()
+        };
+        match down {
+            Some(down) => {
+                go_down(world, executor, down);
+                boot(world, executor, false)?;
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Faults healed: the server restarts, every client must make [`LIVENESS_REQUESTS`]
+/// successful requests within [`LIVENESS_BUDGET`]; then a graceful shutdown keeps every
+/// acknowledged message.
+fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
+    {
+        let mut w = lock(world);
+        w.event("phase liveness: faults healed");
+        w.net.heal();
+        let calm = NetFaults {
+            reset: None,
+            spike: None,
+            ..w.profile.net
+        };
+        w.net.set_faults(calm);
+        w.partitioned = None;
+        w.disk.heal();
+        w.disk.disarm_crash();
+        w.phase = Phase::Liveness;
+        w.progress.clear();
+    }
+    go_down(world, executor, Down::ProcessCrash);
+    boot(world, executor, false)?;
+    let deadline = lock(world).now() + LIVENESS_BUDGET.as_nanos() as u64;
+    let everyone = actors::names(&lock(world).profile);
+    let done = || {
+        let w = lock(world);
+        w.violation.is_some()
+            || everyone
+                .iter()
+                .all(|n| w.progress.get(n).copied().unwrap_or(0) >= LIVENESS_REQUESTS)
+    };
+    executor.run_while(MAX_EPOCH_POLLS, deadline, &|| !done());
+    {
+        let w = lock(world);
+        if w.violation.is_some() {
+            return Ok(());
+        }
+        if let Some(slow) = everyone
+            .iter()
+            .find(|n| w.progress.get(*n).copied().unwrap_or(0) < LIVENESS_REQUESTS)
+        {
+            return Err(violation(INV_LIVENESS, format!("{slow}: fewer than {LIVENESS_REQUESTS} successful requests within {LIVENESS_BUDGET:?} of virtual time after faults healed ({:?})", w.progress)));
+        }
+    }
+    // A graceful shutdown: every acknowledged message, replicated too, survives it.
+    let (server, handle) = {
+        let mut w = lock(world);
+        w.phase = Phase::Done;
+        w.event("graceful shutdown");
+        (w.server.clone(), w.clients.in_group(SERVER_GROUP))
+    };
+    executor.kill_group(CLIENT_GROUP);
+    if let Some(server) = server {
+        let shut = block(executor, &handle, async move { server.shutdown().await });
+        if !matches!(shut, Some(Ok(()))) {
+            return Err(violation(INV_LIVENESS, format!("graceful shutdown failed: {shut:?}")));
+        }
+    }
+    {
+        let mut w = lock(world);
+        executor.kill_group(SERVER_GROUP);
+        w.server = None;
+        w.disk.process_crash();
+        w.oracle.crashed();
+    }
+    boot(world, executor, true)
+}
+
+fn finish(world: &Shared) -> RunReport {
+    let mut w = lock(world);
+    w.observe();
+    for record in w.disk.records() {
+        *w.report.faults_fired.entry(record.kind).or_default() += 1;
+    }
+    let net_faults = w.net.events().len();
+    *w.report.faults_fired.entry(FaultKind::ClockJump).or_default() += 0;
+    w.event(format!("network events {net_faults}"));
+    let now = w.now();
+    let violation = w.violation.clone();
+    if let Some(mut timeline) = w.timeline.take() {
+        owner_lanes(&mut timeline, &w.disk, w.profile.shards);
+        for span in timeline.spans.iter_mut().filter(|s| s.end_nanos.is_none()) {
+            span.outcome = SpanOutcome::Running;
+        }
+        let verdict = violation.as_ref().map(|v| crate::timeline::Verdict {
+            at_nanos: now,
+            invariant: v.invariant.to_string(),
+            evidence: v.evidence.clone(),
+            spans: actors::named_spans(&timeline, &v.evidence),
+        });
+        timeline.finish(now, verdict);
+        w.report.timeline = Some(Box::new(timeline));
+    }
+    let ops = w.ops;
+    w.report.acked_messages = w
+        .oracle
+        .parts
+        .values()
+        .map(|p| p.acked.len() as u64)
+        .sum();
+    w.report
+        .clone()
+        .finished(violation, ops, &w.clock, &w.trace)
+}
+
+/// The owners' lanes: every mutating disk call, on the lane of the owner that made it (the
+/// metadata owner for `metadata/`, a partition's shard for its files).
+fn owner_lanes(timeline: &mut Timeline, disk: &SimDisk, shards: usize) {
+    let (calls, dropped) = disk.call_log();
+    timeline.dropped += dropped;
+    for call in calls {
+        let Some(path) = &call.path else { continue };
+        let text = path.to_string_lossy();
+        let lane = match partition_key(&text) {
+            Some(key) => format!(
+                "shard {}",
+                cairn_engine::node::shard_of(key, shards.max(1))
+            ),
+            None if text.contains("/metadata") => "metadata owner".to_string(),
+            None => "node (other files)".to_string(),
+        };
+        let lane = timeline.lane(&lane, LaneKind::Owner);
+        let file = path.file_name().map_or(text.to_string(), |f| f.to_string_lossy().into_owned());
+        let id = timeline.begin(lane, call.at_nanos, format!("{:?} {file}", call.call));
+        timeline.end(id, call.at_nanos, SpanOutcome::Ok);
+    }
+}
+
+/// The partition key of a path under `streams/<s>/<t>/<p>/`.
+fn partition_key(path: &str) -> Option<cairn_engine::node::PartitionKey> {
+    let rest = path.split("/streams/").nth(1)?;
+    let mut parts = rest.split('/');
+    let s = parts.next()?.parse().ok()?;
+    let t = parts.next()?.parse().ok()?;
+    let p = parts.next()?.parse().ok()?;
+    Some((s, t, p))
+}

@@ -1,0 +1,423 @@
+//! The server world's oracle: a model of what the simulated clients were told, and the
+//! checks that judge every reply and every boot against it. Pure: no I/O, no clock; the
+//! world feeds it what happened, tagged with the server's boot ("epoch") at the time a
+//! request was sent (a reply written before a crash can still arrive after it).
+//!
+//! A reply that never came is an unknown outcome: the model keeps both possibilities until
+//! a read decides. Each allowance below names its cause.
+
+use crate::oracle::violation;
+use crate::run::Violation;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+pub const INV_ACKED: &str = "S1 acknowledged messages survive";
+pub const INV_POLL: &str = "S2 polls return sent messages, in order, gapless, at most as often as sent";
+pub const INV_META: &str = "S3 metadata ops apply once, and survive";
+pub const INV_DEDUP: &str = "S4 a replayed request gets its original reply";
+pub const INV_REVOKED: &str = "S5 no data for a deleted user's session";
+pub const INV_GROUP: &str = "S6 group members never share a partition";
+
+/// Scans of the boots kept for judging late acknowledgements (the oldest go first).
+pub const MAX_SCANS: usize = 16;
+
+pub type Checked<T> = Result<T, Violation>;
+
+/// A partition of the world: (topic index, partition id).
+pub type PartKey = (usize, u32);
+
+/// What the model knows of one message id.
+#[derive(Debug, Clone, Default)]
+pub struct Msg {
+    pub part: PartKey,
+    /// How many times a producer sent it (a retry after an unknown outcome sends it again).
+    pub sends: u32,
+}
+
+/// An acknowledged message: where the server said it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub id: u128,
+    pub epoch: u64,
+    pub persisted: bool,
+}
+
+/// One partition's model.
+#[derive(Debug, Clone, Default)]
+pub struct PartModel {
+    pub persisted: bool,
+    /// Offset → acknowledged message (every ack the log must still honour).
+    pub acked: BTreeMap<u64, Ack>,
+    /// Offset → message id, as this epoch's boot scan, acks and reads showed it.
+    pub log: BTreeMap<u64, u128>,
+}
+
+/// The log of every partition as one boot recovered it.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    pub epoch: u64,
+    pub parts: BTreeMap<PartKey, Vec<u128>>,
+}
+
+/// A scratch stream the admin manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// Created, with this id (acknowledged, or seen by a read).
+    Exists(u32),
+    /// Deleted, or never created (acknowledged, or seen by a read).
+    Absent,
+    /// A create or delete whose reply was lost, sent in this epoch: either, until a read
+    /// after that server process is gone (until then the request may still be applied).
+    InDoubt(u64),
+}
+
+/// The oracle of one server-world run.
+#[derive(Debug, Default)]
+pub struct Oracle {
+    pub epoch: u64,
+    pub parts: BTreeMap<PartKey, PartModel>,
+    pub msgs: BTreeMap<u128, Msg>,
+    pub scans: VecDeque<Scan>,
+    pub streams: BTreeMap<String, StreamState>,
+    /// Users deleted, with when their deletion's reply arrived (virtual nanoseconds).
+    pub deleted_users: BTreeMap<String, u64>,
+    /// Users the admin created (acknowledged) and not yet deleted.
+    pub live_users: BTreeMap<String, String>,
+    /// Users whose create or delete reply was lost.
+    pub users_in_doubt: BTreeSet<String>,
+}
+
+fn id_text(id: u128) -> String {
+    format!("{:#x}:{}", id >> 64, id as u64)
+}
+
+impl Oracle {
+    /// A producer is about to send `ids` to `part` (again, for a retry).
+    pub fn sending(&mut self, part: PartKey, ids: &[u128]) {
+        for id in ids {
+            let msg = self.msgs.entry(*id).or_insert(Msg { part, sends: 0 });
+            assert_eq!(msg.part, part, "a message id is sent to one partition only");
+            msg.sends += 1;
+        }
+    }
+
+    /// The server acknowledged `ids` at `base..` in `part`, for a request of `epoch`.
+    pub fn acked(&mut self, part: PartKey, base: u64, ids: &[u128], epoch: u64) -> Checked<()> {
+        let current = epoch == self.epoch;
+        let model = self.parts.get_mut(&part).expect("a known partition");
+        let persisted = model.persisted;
+        for (i, id) in ids.iter().enumerate() {
+            let offset = base + i as u64;
+            let ack = Ack {
+                id: *id,
+                epoch,
+                persisted,
+            };
+            if let Some(old) = model.acked.get(&offset).copied() {
+                // An offset is acknowledged for two messages only when the older ack's was
+                // lost to a crash (a replicated one, unflushed) and the offset reused.
+                let (older, newer) = if old.epoch <= epoch {
+                    (old, ack)
+                } else {
+                    (ack, old)
+                };
+                let lost = older.epoch < newer.epoch && !older.persisted;
+                if old.id != *id && !lost {
+                    return Err(violation(INV_ACKED, format!("partition {part:?}: offset {offset} acknowledged for {} (boot {}) and for {} (boot {epoch})", id_text(old.id), old.epoch, id_text(*id))));
+                }
+                if old.epoch > epoch {
+                    // A late ack of a message lost since: the newer one stands.
+                    continue;
+                }
+            }
+            if current {
+                if let Some(seen) = model.log.get(&offset) {
+                    if seen != id {
+                        return Err(violation(INV_ACKED, format!("partition {part:?}: offset {offset} acknowledged for {} but this boot's log holds {} there", id_text(*id), id_text(*seen))));
+                    }
+                }
+                model.log.insert(offset, *id);
+            }
+            model.acked.insert(offset, ack);
+        }
+        if !current {
+            self.late_ack(part, base, ids, epoch)?;
+        }
+        Ok(())
+    }
+
+    /// An acknowledgement from an earlier boot arrived after the crash: the boots since must
+    /// have recovered it (a persisted one), or never put another message below their end.
+    fn late_ack(&self, part: PartKey, base: u64, ids: &[u128], epoch: u64) -> Checked<()> {
+        let persisted = self.parts[&part].persisted;
+        for scan in self.scans.iter().filter(|s| s.epoch > epoch) {
+            let log = scan.parts.get(&part).map_or(&[][..], Vec::as_slice);
+            for (i, id) in ids.iter().enumerate() {
+                let offset = base + i as u64;
+                match log.get(offset as usize) {
+                    Some(found) if found == id => {}
+                    Some(found) if !persisted && scan.epoch > epoch + 1 => {
+                        // Lost to an earlier crash, the offset reused since.
+                        let _ = found;
+                    }
+                    Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} there", id_text(*id), scan.epoch, id_text(*found)))),
+                    None if persisted => return Err(violation(INV_ACKED, format!("partition {part:?}: persisted {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} messages", id_text(*id), scan.epoch, log.len()))),
+                    None => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A poll of `part` in `epoch` asked from `from` (`None`: the server chose, a `next`)
+    /// and got `messages` (offset, id, whether the payload matched its id).
+    pub fn polled(
+        &mut self,
+        part: PartKey,
+        from: Option<u64>,
+        messages: &[(u64, u128, bool)],
+        epoch: u64,
+    ) -> Checked<()> {
+        let current = epoch == self.epoch;
+        for (i, (offset, id, payload_ok)) in messages.iter().enumerate() {
+            let Some(msg) = self.msgs.get(id) else {
+                return Err(violation(INV_POLL, format!("partition {part:?}: a poll returned {} at offset {offset}, which no producer sent", id_text(*id))));
+            };
+            if msg.part != part {
+                return Err(violation(INV_POLL, format!("partition {part:?}: a poll returned {} at offset {offset}, sent to {:?}", id_text(*id), msg.part)));
+            }
+            if !payload_ok {
+                return Err(violation(INV_POLL, format!("partition {part:?}: offset {offset} holds {} with a payload that is not the one sent", id_text(*id))));
+            }
+            let expected = match (i, from) {
+                (0, Some(from)) => Some(from),
+                (0, None) => None,
+                _ => Some(messages[i - 1].0 + 1),
+            };
+            if let Some(expected) = expected {
+                if *offset != expected {
+                    return Err(violation(INV_POLL, format!("partition {part:?}: a poll from {from:?} returned offset {offset} at position {i}, expected {expected} (a gap or disorder)")));
+                }
+            }
+        }
+        if !current {
+            return Ok(());
+        }
+        let model = self.parts.get_mut(&part).expect("a known partition");
+        if let (Some(from), None) = (from, messages.first()) {
+            if model.log.contains_key(&from) {
+                return Err(violation(INV_POLL, format!("partition {part:?}: a poll from offset {from} returned nothing, though this boot acknowledged or recovered a message there")));
+            }
+        }
+        for (offset, id, _) in messages {
+            match model.log.get(offset) {
+                Some(seen) if seen != id => return Err(violation(INV_POLL, format!("partition {part:?}: offset {offset} read as {} after it was {} in this boot", id_text(*id), id_text(*seen)))),
+                _ => {
+                    model.log.insert(*offset, *id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The server went down: a new epoch begins at the next boot.
+    pub fn crashed(&mut self) {
+        self.epoch += 1;
+        for model in self.parts.values_mut() {
+            model.log.clear();
+        }
+    }
+
+    /// What a boot recovered, before the server listens again. `graceful`: the run shut the
+    /// server down cleanly before (a shutdown flushes every acknowledged message).
+    pub fn recovered(&mut self, scan: Scan, graceful: bool) -> Checked<()> {
+        assert_eq!(scan.epoch, self.epoch, "a scan of this epoch");
+        for (part, model) in &mut self.parts {
+            let log = scan.parts.get(part).map_or(&[][..], Vec::as_slice);
+            check_log(*part, log, &self.msgs)?;
+            let end = log.len() as u64;
+            let mut lost = Vec::new();
+            for (offset, ack) in &model.acked {
+                match log.get(*offset as usize) {
+                    Some(found) if *found == ack.id => {}
+                    Some(found) if !ack.persisted && ack.epoch + 1 < scan.epoch && !graceful => {
+                        // Lost to an earlier crash (unflushed, replicated), the offset
+                        // reused since.
+                        let _ = found;
+                        lost.push(*offset);
+                    }
+                    Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: offset {offset} acknowledged for {} (boot {}), boot {} recovered {} there", id_text(ack.id), ack.epoch, scan.epoch, id_text(*found)))),
+                    None if ack.persisted || graceful => return Err(violation(INV_ACKED, format!("partition {part:?}: {} {} acknowledged at offset {offset} (boot {}), boot {} recovered {end} messages", if ack.persisted { "persisted" } else { "replicated (then a graceful shutdown)" }, id_text(ack.id), ack.epoch, scan.epoch))),
+                    // Replicated and unflushed: the spec allows losing it to a crash.
+                    None => lost.push(*offset),
+                }
+            }
+            for offset in lost {
+                model.acked.remove(&offset);
+            }
+            model.log = log
+                .iter()
+                .enumerate()
+                .map(|(o, id)| (o as u64, *id))
+                .collect();
+        }
+        self.scans.push_back(scan);
+        while self.scans.len() > MAX_SCANS {
+            self.scans.pop_front();
+        }
+        Ok(())
+    }
+
+    /// A read of the scratch streams (name → id) judged against the model, then adopted.
+    pub fn streams_read(&mut self, listed: &BTreeMap<String, u32>) -> Checked<()> {
+        for (name, state) in self.streams.iter_mut() {
+            let found = listed.get(name).copied();
+            if let StreamState::InDoubt(epoch) = *state {
+                if epoch == self.epoch {
+                    continue;
+                }
+            }
+            match (*state, found) {
+                (StreamState::Exists(id), Some(got)) if id != got => return Err(violation(INV_META, format!("stream {name} was created with id {id}, a read lists it with id {got}"))),
+                (StreamState::Exists(id), None) => return Err(violation(INV_META, format!("stream {name} (id {id}) was acknowledged and not deleted, a read does not list it"))),
+                (StreamState::Absent, Some(got)) => return Err(violation(INV_META, format!("stream {name} was acknowledged deleted (or never created), a read lists it with id {got}"))),
+                _ => {}
+            }
+            *state = found.map_or(StreamState::Absent, StreamState::Exists);
+        }
+        Ok(())
+    }
+}
+
+/// A recovered log: every message was sent to this partition, each at most as often as it
+/// was sent, each producer's messages in the order it sent them.
+fn check_log(part: PartKey, log: &[u128], msgs: &BTreeMap<u128, Msg>) -> Checked<()> {
+    let mut counts: BTreeMap<u128, u32> = BTreeMap::new();
+    let mut last_of_producer: BTreeMap<u64, u64> = BTreeMap::new();
+    for (offset, id) in log.iter().enumerate() {
+        let Some(msg) = msgs.get(id).filter(|m| m.part == part) else {
+            return Err(violation(INV_POLL, format!("partition {part:?}: offset {offset} holds {}, which no producer sent here", id_text(*id))));
+        };
+        let count = counts.entry(*id).or_default();
+        *count += 1;
+        if *count > msg.sends {
+            return Err(violation(INV_POLL, format!("partition {part:?}: {} appears {count} times (at offset {offset}), sent {} times", id_text(*id), msg.sends)));
+        }
+        let (producer, seq) = ((*id >> 64) as u64, *id as u64);
+        let last = last_of_producer.entry(producer).or_insert(seq);
+        if seq < *last {
+            return Err(violation(INV_POLL, format!("partition {part:?}: producer {producer}'s message {seq} at offset {offset} follows its message {last} (out of order)")));
+        }
+        *last = seq;
+    }
+    Ok(())
+}
+
+/// Group members' partitions from one read of the group: no partition owned twice.
+pub fn check_assignments(members: &[(u32, Vec<u32>)]) -> Checked<()> {
+    let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
+    for (member, partitions) in members {
+        for p in partitions {
+            if let Some(other) = owner.insert(*p, *member) {
+                return Err(violation(INV_GROUP, format!("partition {p} assigned to members {other} and {member} in one read of the group")));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oracle() -> Oracle {
+        let mut o = Oracle::default();
+        o.parts.insert(
+            (0, 0),
+            PartModel {
+                persisted: true,
+                ..Default::default()
+            },
+        );
+        o.parts.insert((1, 0), PartModel::default());
+        o
+    }
+
+    fn id(producer: u128, seq: u128) -> u128 {
+        (producer << 64) | seq
+    }
+
+    #[test]
+    fn a_persisted_ack_lost_at_boot_is_caught_and_a_replicated_one_is_allowed() {
+        let mut o = oracle();
+        o.sending((0, 0), &[id(1, 1)]);
+        o.sending((1, 0), &[id(1, 2)]);
+        o.acked((0, 0), 0, &[id(1, 1)], 0).unwrap();
+        o.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
+        o.crashed();
+        let scan = Scan {
+            epoch: 1,
+            parts: BTreeMap::new(),
+        };
+        let v = o.recovered(scan.clone(), false).unwrap_err();
+        assert_eq!(v.invariant, INV_ACKED);
+        let mut o2 = oracle();
+        o2.sending((1, 0), &[id(1, 2)]);
+        o2.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
+        o2.crashed();
+        o2.recovered(scan.clone(), false).unwrap();
+        // After a graceful shutdown even a replicated ack must be there.
+        let mut o3 = oracle();
+        o3.sending((1, 0), &[id(1, 2)]);
+        o3.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
+        o3.crashed();
+        assert!(o3.recovered(scan, true).is_err());
+    }
+
+    #[test]
+    fn polls_judge_gaps_unsent_ids_payloads_and_rereads() {
+        let mut o = oracle();
+        o.sending((0, 0), &[id(1, 1), id(1, 2)]);
+        o.acked((0, 0), 0, &[id(1, 1), id(1, 2)], 0).unwrap();
+        o.polled((0, 0), Some(0), &[(0, id(1, 1), true), (1, id(1, 2), true)], 0)
+            .unwrap();
+        let gap = o.polled((0, 0), Some(0), &[(1, id(1, 2), true)], 0);
+        assert_eq!(gap.unwrap_err().invariant, INV_POLL);
+        assert!(o.polled((0, 0), Some(0), &[(0, id(9, 9), true)], 0).is_err());
+        assert!(o.polled((0, 0), Some(0), &[(0, id(1, 1), false)], 0).is_err());
+        assert!(o.polled((0, 0), Some(0), &[(0, id(1, 2), true)], 0).is_err());
+        assert!(o.polled((0, 0), Some(1), &[], 0).is_err(), "skipped an ack");
+        // A reply of an earlier boot is judged on content only.
+        o.crashed();
+        o.polled((0, 0), Some(0), &[(0, id(1, 2), true)], 0).unwrap();
+    }
+
+    #[test]
+    fn a_recovered_log_holds_each_message_at_most_as_often_as_sent_in_order() {
+        let mut msgs = BTreeMap::new();
+        msgs.insert(id(1, 1), Msg { part: (0, 0), sends: 2 });
+        msgs.insert(id(1, 2), Msg { part: (0, 0), sends: 1 });
+        check_log((0, 0), &[id(1, 1), id(1, 1), id(1, 2)], &msgs).unwrap();
+        assert!(check_log((0, 0), &[id(1, 2), id(1, 2)], &msgs).is_err());
+        assert!(check_log((0, 0), &[id(1, 2), id(1, 1)], &msgs).is_err());
+        assert!(check_log((1, 0), &[id(1, 1)], &msgs).is_err());
+    }
+
+    #[test]
+    fn stream_reads_and_group_reads() {
+        let mut o = oracle();
+        o.streams.insert("a".into(), StreamState::Exists(3));
+        o.streams.insert("b".into(), StreamState::InDoubt(0));
+        o.streams.insert("c".into(), StreamState::InDoubt(1));
+        o.epoch = 1;
+        let mut listed = BTreeMap::new();
+        listed.insert("a".to_string(), 3);
+        o.streams_read(&listed).unwrap();
+        assert_eq!(o.streams["b"], StreamState::Absent);
+        // Sent in this epoch: it may still land, so a read does not decide it.
+        assert_eq!(o.streams["c"], StreamState::InDoubt(1));
+        listed.insert("b".to_string(), 4);
+        assert!(o.streams_read(&listed).is_err());
+        check_assignments(&[(1, vec![1, 2]), (2, vec![3])]).unwrap();
+        assert!(check_assignments(&[(1, vec![1, 2]), (2, vec![2])]).is_err());
+    }
+}
