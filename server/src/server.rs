@@ -154,6 +154,12 @@ impl Server {
         self.shared.local_addr
     }
 
+    /// The wall-clock µs the server started at: its first login's session number (every
+    /// session of this process is at least this, and below any later process's).
+    pub fn started_at(&self) -> u64 {
+        self.shared.started_at
+    }
+
     pub fn node(&self) -> &Node {
         &self.shared.node
     }

@@ -47,6 +47,14 @@ fn parse_seed(text: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The engine's and the server's own logs, for debugging a seed: `CAIRN_SIM_LOG=debug`.
+    if let Ok(filter) = std::env::var("CAIRN_SIM_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .without_time()
+            .init();
+    }
     if let Some(name) = &cli.canary {
         #[cfg(feature = "canary")]
         if !cairn_engine::canary::activate(Some(name)) {

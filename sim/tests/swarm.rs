@@ -8,8 +8,9 @@
 
 use cairn_engine::partition::Outcome;
 use cairn_faults::FaultKind;
+use cairn_sim::profile::Scope;
 use cairn_sim::run::RunReport;
-use cairn_sim::run_seed;
+use cairn_sim::{run_seed, run_seed_with, RunOptions};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -30,9 +31,14 @@ fn failure_text(report: &RunReport) -> Option<String> {
 
 /// Runs seeds on two threads (the CI machine's cores).
 fn run_many(seeds: Vec<u64>) -> Vec<RunReport> {
+    run_many_in(seeds.into_iter().map(|s| (s, None)).collect())
+}
+
+/// Runs seeds, each in its pinned scope if it has one, on two threads.
+fn run_many_in(seeds: Vec<(u64, Option<Scope>)>) -> Vec<RunReport> {
     let chunks: Vec<Vec<u64>> = seeds
         .chunks(seeds.len().div_ceil(2).max(1))
-        .map(<[u64]>::to_vec)
+        .map(<[(u64, Option<Scope>)]>::to_vec)
         .collect();
     let handles: Vec<_> = chunks
         .into_iter()
@@ -40,7 +46,15 @@ fn run_many(seeds: Vec<u64>) -> Vec<RunReport> {
             std::thread::spawn(move || {
                 chunk
                     .into_iter()
-                    .map(|seed| run_seed(seed, false))
+                    .map(|(seed, scope)| {
+                        run_seed_with(
+                            seed,
+                            RunOptions {
+                                scope,
+                                ..RunOptions::default()
+                            },
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
         })
@@ -51,7 +65,9 @@ fn run_many(seeds: Vec<u64>) -> Vec<RunReport> {
         .collect()
 }
 
-fn corpus() -> Vec<(PathBuf, u64)> {
+/// The corpus: each file's seed, and the scope it pins (`scope <name>`: a seed found in a
+/// scope keeps it when the draw of scopes changes).
+fn corpus() -> Vec<(PathBuf, u64, Option<Scope>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../seeds");
     let mut seeds = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("seeds/ exists") {
@@ -65,7 +81,11 @@ fn corpus() -> Vec<(PathBuf, u64)> {
             .strip_prefix("seed 0x")
             .unwrap_or_else(|| panic!("{}: first line must be `seed 0x<hex>`", path.display()));
         let seed = u64::from_str_radix(hex.trim(), 16).expect("hex seed");
-        seeds.push((path, seed));
+        let scope = text.lines().find_map(|l| l.strip_prefix("scope ")).map(|name| {
+            Scope::parse(name.trim())
+                .unwrap_or_else(|| panic!("{}: unknown scope {name:?}", path.display()))
+        });
+        seeds.push((path, seed, scope));
     }
     seeds.sort();
     seeds
@@ -78,7 +98,7 @@ fn every_seed_that_ever_failed_passes() {
         !seeds.is_empty(),
         "the corpus holds the seeds that once failed"
     );
-    let failures: Vec<String> = run_many(seeds.iter().map(|(_, s)| *s).collect())
+    let failures: Vec<String> = run_many_in(seeds.iter().map(|(_, s, scope)| (*s, *scope)).collect())
         .iter()
         .filter_map(failure_text)
         .collect();
@@ -138,6 +158,41 @@ fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
         silent_rows.is_empty(),
         "node coverage rows that never fired: {silent_rows:?}"
     );
+    // And the server scope's.
+    let silent_rows: Vec<&str> = cairn_sim::server_world::SERVER_COVERAGE
+        .iter()
+        .map(|(row, _)| *row)
+        .filter(|row| !reports.iter().any(|r| r.decisions.contains_key(row)))
+        .collect();
+    assert!(
+        silent_rows.is_empty(),
+        "server coverage rows that never fired: {silent_rows:?}"
+    );
+}
+
+#[test]
+fn a_server_seed_replays_to_the_same_trace_with_or_without_its_timeline() {
+    let seed = (0u64..)
+        .find(|s| Scope::of(*s) == Scope::Server)
+        .expect("some seed is a server's");
+    let a = run_seed(seed, false);
+    let b = run_seed_with(
+        seed,
+        RunOptions {
+            timeline: true,
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(a.trace_hash, b.trace_hash, "recording the timeline changed the run");
+    assert_eq!(a.operations, b.operations);
+    assert!(a.operations > 0 && a.acked_messages > 0, "the server scope ran its workload");
+    let timeline = b.timeline.expect("a timeline was asked for");
+    assert!(timeline.lanes.iter().any(|l| l.name == "admin"));
+    assert!(timeline.lanes.iter().any(|l| l.name.starts_with("shard")));
+    assert!(timeline.spans.len() as u64 >= a.operations);
+    let svg = cairn_sim::timeline::render_svg(&timeline);
+    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    assert!(svg.contains("admin") && svg.contains("producer 1"));
 }
 
 #[test]

@@ -270,12 +270,15 @@ impl Actor {
         w.nemesis();
     }
 
-    /// After a request: a connection the client dropped is gone.
-    fn after(&mut self) {
-        if self.client.as_ref().is_some_and(|c| !c.is_connected() && c.session().is_none()) {
-            // The client reconnects by itself on its next request.
-        }
+    /// After a request: notes a re-login, and returns the epoch of the server process
+    /// that answered (by the session the reply came on; a client may connect inside a
+    /// call, to a newer process than the one up when the call began).
+    fn after(&mut self, begun: &Begun) -> u64 {
         self.note_session();
+        let session = self.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+        session
+            .and_then(|s| lock(&self.world).epoch_of_session(s))
+            .unwrap_or(begun.epoch)
     }
 
     fn fail(&self, v: crate::run::Violation) {
@@ -401,7 +404,7 @@ async fn producer(mut a: Actor) {
             .send_payloads(&stream, &topic, &WirePartitioning::PartitionId(part.1), &outgoing)
             .await;
         a.end(&begun, &result, None);
-        a.after();
+        let epoch = a.after(&begun);
         match &result {
             Ok(reply) => {
                 let Some(confirmation) = reply.confirmations.first() else {
@@ -412,7 +415,7 @@ async fn producer(mut a: Actor) {
                     a.fail(violation(oracle::INV_ACKED, format!("{label}: confirmed in partition {}", confirmation.partition_id)));
                     return;
                 }
-                let judged = lock(&a.world).oracle.acked(part, confirmation.base_offset, &ids, begun.epoch);
+                let judged = lock(&a.world).oracle.acked(part, confirmation.base_offset, &ids, epoch);
                 if let Err(v) = judged {
                     a.fail(v);
                     return;
@@ -420,7 +423,9 @@ async fn producer(mut a: Actor) {
             }
             Err(_) if outcome(&result) == Outcome::Unknown => {
                 // Unknown: sending it again may duplicate it, which the oracle allows.
-                if lock(&a.world).rng.gen_bool(0.6) {
+                let mut w = lock(&a.world);
+                w.oracle.unknown(&ids);
+                if w.rng.gen_bool(0.6) {
                     retry = Some((part, ids));
                 }
             }
@@ -440,7 +445,7 @@ fn read(polled: &Polled) -> Result<Vec<(u64, u128, bool)>, String> {
 }
 
 /// Judges a poll reply of `part`.
-fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, polled: &Polled, epoch: u64) -> Result<Vec<(u64, u128, bool)>, ()> {
+fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, known: bool, polled: &Polled, epoch: u64) -> Result<Vec<(u64, u128, bool)>, ()> {
     let messages = match read(polled) {
         Ok(messages) => messages,
         Err(e) => {
@@ -448,7 +453,16 @@ fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, polled: &Polled, epoc
             return Err(());
         }
     };
-    if let Err(v) = lock(&a.world).oracle.polled(part, from, &messages, epoch) {
+    let judged = lock(&a.world).oracle.polled(part, from, known, &messages, epoch);
+    if let Err(mut v) = judged {
+        let crashed = lock(&a.world).disk.is_crashed();
+        v.evidence.push_str(&format!(
+            " (the reply: partition {} current offset {} count {}; the disk {})",
+            polled.partition_id,
+            polled.current_offset,
+            polled.count,
+            if crashed { "crashed inside a call" } else { "up" }
+        ));
         a.fail(v);
         return Err(());
     }
@@ -483,16 +497,17 @@ async fn consumer(mut a: Actor) {
             count,
             auto_commit,
         };
+        let known = from.is_some_and(|f| lock(&a.world).oracle.knows(part, f));
         let begun = a.begin(&format!("poll {}/{} from {from:?} count {count}", TOPICS[part.0].0, part.1));
         let result = a.client().poll_messages(&request).await;
         a.end(&begun, &result, None);
-        a.after();
+        let epoch = a.after(&begun);
         let Ok(polled) = result else { continue };
         if polled.partition_id != part.1 {
             a.fail(violation(oracle::INV_POLL, format!("{}: a poll of partition {} answered for {}", a.name, part.1, polled.partition_id)));
             return;
         }
-        let Ok(messages) = judge_poll(&a, part, from, &polled, begun.epoch) else { return };
+        let Ok(messages) = judge_poll(&a, part, from, known && epoch == begun.epoch, &polled, epoch) else { return };
         if let Some((last, _, _)) = messages.last() {
             cursors.insert(part, last + 1);
         }
@@ -511,7 +526,7 @@ async fn member(mut a: Actor) {
             let begun = a.begin("join group");
             let result = a.client().join_consumer_group(&stream, &topic, &group).await;
             a.end(&begun, &result, None);
-            a.after();
+            a.after(&begun);
             if result.is_ok() {
                 joined = a.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
             }
@@ -521,7 +536,7 @@ async fn member(mut a: Actor) {
             let begun = a.begin("get group");
             let result = a.client().get_consumer_group(&stream, &topic, &group).await;
             a.end(&begun, &result, None);
-            a.after();
+            a.after(&begun);
             if let Ok(Some(details)) = result {
                 let members: Vec<(u32, Vec<u32>)> = details
                     .members
@@ -548,7 +563,7 @@ async fn member(mut a: Actor) {
         let begun = a.begin(&format!("group poll count {count}"));
         let result = a.client().poll_messages(&request).await;
         a.end(&begun, &result, None);
-        a.after();
+        let epoch = a.after(&begun);
         match result {
             Ok(polled) => {
                 let part = (1, polled.partition_id);
@@ -556,7 +571,7 @@ async fn member(mut a: Actor) {
                     a.fail(violation(oracle::INV_POLL, format!("{}: a group poll answered for partition {}", a.name, polled.partition_id)));
                     return;
                 }
-                if polled.count > 0 && judge_poll(&a, part, None, &polled, begun.epoch).is_err() {
+                if polled.count > 0 && judge_poll(&a, part, None, false, &polled, epoch).is_err() {
                     return;
                 }
             }
@@ -594,10 +609,11 @@ async fn create_stream(a: &mut Actor, name: String) {
     lock(&a.world).oracle.streams.insert(name.clone(), StreamState::Absent);
     for attempt in 0..2 {
         let begun = a.begin(&format!("create stream {name}{}", if attempt > 0 { " (retry)" } else { "" }));
+        // In doubt while in flight (the run may end before its reply).
+        let before = in_flight(a, &name, begun.epoch);
         let result = a.client().create_stream(&name).await;
         a.end(&begun, &result, None);
-        a.after();
-        let epoch = begun.epoch;
+        a.after(&begun);
         if let Ok(stream) = &result {
             let replay = {
                 let mut w = lock(&a.world);
@@ -611,7 +627,6 @@ async fn create_stream(a: &mut Actor, name: String) {
             return;
         }
         let mut w = lock(&a.world);
-        let before = w.oracle.streams[&name];
         match (outcome(&result), &result) {
             (Outcome::Refused(1012), _) => {
                 if before == StreamState::Absent {
@@ -621,18 +636,34 @@ async fn create_stream(a: &mut Actor, name: String) {
                 return;
             }
             (Outcome::Unknown, _) => {
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(epoch));
+                let now_epoch = w.oracle.epoch;
+                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
                 continue;
             }
             (Outcome::Refused(_), _) => {
                 // A refusal for a reason of the server's (a full disk): its journal entry
                 // may have been written.
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(epoch));
+                let now_epoch = w.oracle.epoch;
+                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
                 return;
             }
-            _ => return,
+            _ => {
+                w.oracle.streams.insert(name.clone(), before);
+                return;
+            }
         }
     }
+}
+
+/// Marks stream `name` in doubt while a create or delete of it is in flight; returns what
+/// the model held before.
+fn in_flight(a: &Actor, name: &str, epoch: u64) -> StreamState {
+    let mut w = lock(&a.world);
+    let before = w.oracle.streams[name];
+    w.oracle
+        .streams
+        .insert(name.to_string(), StreamState::InDoubt(epoch));
+    before
 }
 
 /// The same request again, same header, same session: the duplicate table must answer it
@@ -641,7 +672,7 @@ async fn replay_create(a: &mut Actor, name: &str, original: &cairn_client::iggy_
     let begun = a.begin(&format!("replay create stream {name}"));
     let result = a.client().replay_last().await;
     a.end(&begun, &result, None);
-    a.after();
+    a.after(&begun);
     let Ok(payload) = result else { return };
     let decoded = cairn_client::iggy_binary_protocol::responses::streams::StreamResponse::decode(&payload);
     match decoded {
@@ -671,11 +702,11 @@ async fn delete_stream(a: &mut Actor) {
     let (name, id) = target;
     for attempt in 0..2 {
         let begun = a.begin(&format!("delete stream {name}{}", if attempt > 0 { " (retry)" } else { "" }));
+        let before = in_flight(a, &name, begun.epoch);
         let result = a.client().delete_stream(&sid(id)).await;
         a.end(&begun, &result, None);
-        a.after();
+        a.after(&begun);
         let mut w = lock(&a.world);
-        let before = w.oracle.streams[&name];
         match outcome(&result) {
             Outcome::Ok => {
                 w.oracle.streams.insert(name.clone(), StreamState::Absent);
@@ -690,14 +721,19 @@ async fn delete_stream(a: &mut Actor) {
                 return;
             }
             Outcome::Unknown => {
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(begun.epoch));
+                let now_epoch = w.oracle.epoch;
+                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
                 continue;
             }
             Outcome::Refused(_) => {
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(begun.epoch));
+                let now_epoch = w.oracle.epoch;
+                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
                 return;
             }
-            Outcome::NotSent => return,
+            Outcome::NotSent => {
+                w.oracle.streams.insert(name.clone(), before);
+                return;
+            }
         }
     }
 }
@@ -706,7 +742,7 @@ async fn read_streams(a: &mut Actor) {
     let begun = a.begin("get streams");
     let result = a.client().get_streams().await;
     a.end(&begun, &result, None);
-    a.after();
+    let epoch = a.after(&begun);
     let Ok(streams) = result else { return };
     let listed: BTreeMap<String, u32> = streams
         .iter()
@@ -714,7 +750,7 @@ async fn read_streams(a: &mut Actor) {
         .map(|s| (s.name.as_str().to_string(), s.id))
         .collect();
     let mut w = lock(&a.world);
-    if begun.epoch != w.oracle.epoch {
+    if epoch != w.oracle.epoch {
         return;
     }
     if let Err(v) = w.oracle.streams_read(&listed) {
@@ -752,36 +788,41 @@ async fn users(a: &mut Actor, next: &mut u32) {
                 streams: Vec::new(),
             };
             let begun = a.begin(&format!("create user {name}"));
+            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
             let result = a.client().create_user(&name, &password, true, Some(permissions)).await;
             a.end(&begun, &result, None);
-            a.after();
+            a.after(&begun);
             let mut w = lock(&a.world);
             match outcome(&result) {
                 Outcome::Ok => {
+                    w.oracle.users_in_doubt.remove(&name);
                     w.oracle.live_users.insert(name, password);
                 }
-                Outcome::NotSent => {}
-                _ => {
-                    w.oracle.users_in_doubt.insert(name);
+                Outcome::NotSent => {
+                    w.oracle.users_in_doubt.remove(&name);
                 }
+                _ => {}
             }
         }
         Some(name) => {
             let begun = a.begin(&format!("delete user {name}"));
+            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
             let result = a.client().delete_user(&WireIdentifier::named(&name).expect("name")).await;
             a.end(&begun, &result, None);
-            a.after();
+            a.after(&begun);
             let mut w = lock(&a.world);
             match outcome(&result) {
                 Outcome::Ok => {
                     let now = w.now();
+                    w.oracle.users_in_doubt.remove(&name);
                     w.oracle.live_users.remove(&name);
                     w.oracle.deleted_users.insert(name, now);
                 }
-                Outcome::NotSent => {}
+                Outcome::NotSent => {
+                    w.oracle.users_in_doubt.remove(&name);
+                }
                 _ => {
                     w.oracle.live_users.remove(&name);
-                    w.oracle.users_in_doubt.insert(name);
                 }
             }
         }
@@ -793,7 +834,11 @@ async fn users(a: &mut Actor, next: &mut u32) {
 /// a request sent after that answer must get no data.
 async fn user_session(mut a: Actor) {
     while a.think().await {
-        let user = lock(&a.world).oracle.live_users.iter().next().map(|(n, p)| (n.clone(), p.clone()));
+        let user = {
+            let w = lock(&a.world);
+            let free = w.oracle.live_users.iter().find(|(n, _)| !w.oracle.users_in_doubt.contains(*n));
+            free.map(|(n, p)| (n.clone(), p.clone()))
+        };
         let Some((name, password)) = user else { continue };
         a.config = a.config.clone().with_credentials(&name, &password);
         a.client = None;
@@ -811,10 +856,11 @@ async fn user_session(mut a: Actor) {
                 count: 5,
                 auto_commit: false,
             };
+            let known = lock(&a.world).oracle.knows((0, 0), 0);
             let begun = a.begin(&format!("poll as user {name}"));
             let result = a.client().poll_messages(&request).await;
             a.end(&begun, &result, None);
-            a.after();
+            let epoch = a.after(&begun);
             let deleted_at = lock(&a.world).oracle.deleted_users.get(&name).copied();
             match (&result, deleted_at) {
                 (Ok(polled), Some(at)) if at < begun.at => {
@@ -822,7 +868,7 @@ async fn user_session(mut a: Actor) {
                     return;
                 }
                 (Ok(polled), _) => {
-                    if judge_poll(&a, (0, 0), Some(0), polled, begun.epoch).is_err() {
+                    if judge_poll(&a, (0, 0), Some(0), known && epoch == begun.epoch, polled, epoch).is_err() {
                         return;
                     }
                 }

@@ -204,6 +204,9 @@ pub struct ServerWorld {
     pub progress: BTreeMap<String, u32>,
     /// When the server last lost power (virtual nanoseconds), for half-open timeouts.
     pub power_lost_at: Option<u64>,
+    /// Each boot's first session number, with its epoch: a reply's session says which
+    /// server process answered it.
+    boot_sessions: Vec<(u64, u64)>,
     next_entropy: u64,
 }
 
@@ -248,6 +251,15 @@ impl ServerWorld {
 
     pub fn now(&self) -> u64 {
         self.clock.now_nanos()
+    }
+
+    /// The epoch of the server process that granted `session`.
+    pub fn epoch_of_session(&self, session: u64) -> Option<u64> {
+        self.boot_sessions
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= session)
+            .map(|(_, epoch)| *epoch)
     }
 
     pub fn running(&self) -> bool {
@@ -476,6 +488,9 @@ fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), V
                 match server {
                     Some(Ok(server)) => {
                         let mut w = lock(world);
+                        let epoch = w.oracle.epoch;
+                        assert!(w.boot_sessions.last().is_none_or(|(s, _)| *s < server.started_at()), "session numbers grow across boots");
+                        w.boot_sessions.push((server.started_at(), epoch));
                         w.server = Some(Arc::new(server));
                         let label = format!("boot {}", w.oracle.epoch);
                         w.mark("node", LaneKind::Node, MarkKind::Boot, label);
@@ -613,6 +628,14 @@ fn go_down(world: &Shared, executor: &mut Executor, down: Down) {
         w.mark("node", LaneKind::Node, MarkKind::ProcessCrash, "process crash".into());
     }
     w.disk.cancel_crashes();
+    if w.disk_full_until.take().is_some() {
+        // Recovery on a full disk fences what it cannot repair (the node scope judges
+        // that); here the operator makes room before restarting the server.
+        let mut faults = w.disk.faults();
+        faults.capacity = None;
+        w.disk.set_faults(faults);
+        w.event("the operator makes room on the disk before the restart");
+    }
     w.oracle.crashed();
     if power {
         w.net.power_on(SERVER_IP);
@@ -698,6 +721,7 @@ pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunRepo
         disk_full_until: None,
         progress: BTreeMap::new(),
         power_lost_at: None,
+        boot_sessions: Vec::new(),
         next_entropy: seed,
     }));
     if let Err(v) = setup(&world, &mut executor) {
@@ -720,15 +744,24 @@ pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunRepo
 
 fn safety(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
     loop {
+        // A crash that strikes inside a disk call kills the process there: it answers
+        // nothing more (checked before every poll of the executor).
         let keep_going = || {
             let w = lock(world);
-            w.violation.is_none() && w.down.is_none() && w.ops < w.profile.steps
+            w.violation.is_none()
+                && w.down.is_none()
+                && w.ops < w.profile.steps
+                && !w.disk.is_crashed()
         };
         executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
         let down = {
             let mut w = lock(world);
             if w.violation.is_some() {
                 return Ok(());
+            }
+            if w.disk.is_crashed() && w.down.is_none() {
+                w.event("fault the armed crash struck inside a disk call");
+                w.down = Some(Down::ProcessCrash);
             }
             w.down.take()
         };
