@@ -105,10 +105,11 @@ fn record(totals: &mut Totals, report: &RunReport, canary: Option<&str>) {
     for decision in report.decisions.keys() {
         *totals.decision_seeds.entry(decision).or_default() += 1;
     }
-    *totals
-        .class_seeds
-        .entry(format!("{:?}", report.profile.class))
-        .or_default() += 1;
+    let class = match report.profile.scope {
+        cairn_sim::profile::Scope::Partitions => format!("{:?}", report.profile.class),
+        scope => format!("scope {}", scope.name()),
+    };
+    *totals.class_seeds.entry(class).or_default() += 1;
     if report.boot_retries > 0 {
         totals.boot_retry_seeds += 1;
     }
@@ -253,6 +254,16 @@ fn swarm(args: SwarmArgs) -> ExitCode {
     }
     println!("coverage: node scope (metadata plane, retention, groups) -> seeds that reached it");
     for (decision, what) in cairn_sim::node_world::NODE_COVERAGE {
+        println!(
+            "  {:<22} {:<6} {what}",
+            decision,
+            t.decision_seeds.get(decision).copied().unwrap_or(0)
+        );
+    }
+    println!(
+        "coverage: server scope (protocol clients over a faulty network) -> seeds that reached it"
+    );
+    for (decision, what) in cairn_sim::server_world::SERVER_COVERAGE {
         println!(
             "  {:<22} {:<6} {what}",
             decision,

@@ -20,7 +20,7 @@ use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
 use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline};
 use cairn_engine::env::Env;
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PasswordCost};
-use cairn_faults::{FaultKind, NetEvent, NetFaults, SimClock, SimDisk, SimNet};
+use cairn_faults::{NetEvent, NetFaults, SimClock, SimDisk, SimNet};
 use cairn_server::{Server, ServerLimits, ServerSettings, TopicDefaults};
 use oracle::{Oracle, PartKey, PartModel, Scan};
 use rand::{Rng, SeedableRng};
@@ -849,9 +849,8 @@ fn finish(world: &Shared) -> RunReport {
     for record in w.disk.records() {
         *w.report.faults_fired.entry(record.kind).or_default() += 1;
     }
-    let net_faults = w.net.events().len();
-    *w.report.faults_fired.entry(FaultKind::ClockJump).or_default() += 0;
-    w.event(format!("network events {net_faults}"));
+    let net_events = w.net.event_count();
+    w.event(format!("network events {net_events}"));
     let now = w.now();
     let violation = w.violation.clone();
     if let Some(mut timeline) = w.timeline.take() {
