@@ -98,8 +98,9 @@ pub struct Client {
     /// Used for every (re)login: the configured ones, or the last successful `login`'s.
     credentials: Option<Credentials>,
     session: Option<Session>,
-    /// The last replicated request sent on this session, frame as sent (see
-    /// [`Client::replay_last`]); forgotten when the session ends.
+    /// The last metadata request sent on this session, frame as sent (see
+    /// [`Client::replay_last`]; partition ops have no duplicate detection, so a replay
+    /// would apply them again); forgotten when the session ends.
     last: Option<(Route, Vec<u8>)>,
 }
 
@@ -239,7 +240,7 @@ impl Client {
         }
     }
 
-    /// Sends the last replicated request of this session again with its header unchanged
+    /// Sends the last metadata request of this session again with its header unchanged
     /// (the same client id and request number), on the same connection, as the SDK does
     /// after a reply of 57 or 58 (SPEC §3). The server's duplicate table must answer a
     /// metadata op with its original reply rather than apply it again. Never reconnects: a
@@ -247,7 +248,7 @@ impl Client {
     pub async fn replay_last(&mut self) -> Result<Bytes, ClientError> {
         let Some((route, frame)) = self.last.clone() else {
             return Err(ClientError::InvalidRequest(
-                "no replicated request on this session to replay".into(),
+                "no metadata request on this session to replay".into(),
             ));
         };
         if self.connection.is_none() {
@@ -289,7 +290,7 @@ impl Client {
     #[tracing::instrument(level = "debug", skip(self, body), fields(command = route.name, len = body.len()))]
     async fn attempt(&mut self, route: &Route, body: &[u8]) -> Result<Bytes, ClientError> {
         let frame = encode_request(&mut self.sequence, route, body)?;
-        if route.advances_counter() {
+        if route.operation.is_metadata() {
             self.last = Some((*route, frame.clone()));
         }
         self.round_trip(route, &frame).await

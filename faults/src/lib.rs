@@ -8,7 +8,7 @@ pub mod net;
 
 pub use clock::SimClock;
 pub use disk::{
-    CallRecord,
-    Call, Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE, SECTOR,
+    Call, CallRecord, Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE,
+    SECTOR,
 };
 pub use net::{HostNet, NetEvent, NetFaults, SimNet};

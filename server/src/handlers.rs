@@ -150,8 +150,9 @@ async fn answer_request(
             let key = (echo.client, echo.request, echo.request_checksum);
             let dedup = operation.is_metadata() && echo.request_checksum != 0;
             if dedup {
-                let meta = meta(conn, operation);
-                let reframe = |body: &[u8]| frame::reply(echo, meta, 0, false, body).freeze();
+                let reframe = |body: &[u8]| {
+                    frame::reply(echo, meta(conn, operation), 0, false, body).freeze()
+                };
                 if let Some(cached) =
                     crate::canary_seam::dedup_hit(&session(conn).dedup, &key, &reframe)
                 {

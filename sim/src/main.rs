@@ -76,7 +76,10 @@ fn main() -> ExitCode {
             Some("svg") => false,
             Some("html") => true,
             _ => {
-                eprintln!("--timeline {}: the file must end in .svg or .html", path.display());
+                eprintln!(
+                    "--timeline {}: the file must end in .svg or .html",
+                    path.display()
+                );
                 return ExitCode::from(2);
             }
         },

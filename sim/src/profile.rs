@@ -186,7 +186,7 @@ fn disk_faults(rng: &mut ChaCha8Rng, class: Class) -> DiskFaults {
 }
 
 /// What a run simulates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
     /// Bare partitions under the full disk fault model (the engine's recovery).
     Partitions,
@@ -204,7 +204,7 @@ impl Scope {
     /// (corpus seeds found in the partition scope whose draw became the server's pin their
     /// scope in their file).
     pub fn of(seed: u64) -> Scope {
-        if xxhash::xxh3::xxh3_64(&seed.to_le_bytes()) % 5 == 0 {
+        if xxhash::xxh3::xxh3_64(&seed.to_le_bytes()).is_multiple_of(5) {
             return Scope::Node;
         }
         match xxhash::xxh3::xxh3_64(&(seed ^ 0x5e4e_e45c_09e0).to_le_bytes()) % 4 {

@@ -36,7 +36,7 @@ fn run_many(seeds: Vec<u64>) -> Vec<RunReport> {
 
 /// Runs seeds, each in its pinned scope if it has one, on two threads.
 fn run_many_in(seeds: Vec<(u64, Option<Scope>)>) -> Vec<RunReport> {
-    let chunks: Vec<Vec<u64>> = seeds
+    let chunks: Vec<Vec<(u64, Option<Scope>)>> = seeds
         .chunks(seeds.len().div_ceil(2).max(1))
         .map(<[(u64, Option<Scope>)]>::to_vec)
         .collect();
@@ -81,10 +81,13 @@ fn corpus() -> Vec<(PathBuf, u64, Option<Scope>)> {
             .strip_prefix("seed 0x")
             .unwrap_or_else(|| panic!("{}: first line must be `seed 0x<hex>`", path.display()));
         let seed = u64::from_str_radix(hex.trim(), 16).expect("hex seed");
-        let scope = text.lines().find_map(|l| l.strip_prefix("scope ")).map(|name| {
-            Scope::parse(name.trim())
-                .unwrap_or_else(|| panic!("{}: unknown scope {name:?}", path.display()))
-        });
+        let scope = text
+            .lines()
+            .find_map(|l| l.strip_prefix("scope "))
+            .map(|name| {
+                Scope::parse(name.trim())
+                    .unwrap_or_else(|| panic!("{}: unknown scope {name:?}", path.display()))
+            });
         seeds.push((path, seed, scope));
     }
     seeds.sort();
@@ -98,10 +101,11 @@ fn every_seed_that_ever_failed_passes() {
         !seeds.is_empty(),
         "the corpus holds the seeds that once failed"
     );
-    let failures: Vec<String> = run_many_in(seeds.iter().map(|(_, s, scope)| (*s, *scope)).collect())
-        .iter()
-        .filter_map(failure_text)
-        .collect();
+    let failures: Vec<String> =
+        run_many_in(seeds.iter().map(|(_, s, scope)| (*s, *scope)).collect())
+            .iter()
+            .filter_map(failure_text)
+            .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -183,9 +187,15 @@ fn a_server_seed_replays_to_the_same_trace_with_or_without_its_timeline() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(a.trace_hash, b.trace_hash, "recording the timeline changed the run");
+    assert_eq!(
+        a.trace_hash, b.trace_hash,
+        "recording the timeline changed the run"
+    );
     assert_eq!(a.operations, b.operations);
-    assert!(a.operations > 0 && a.acked_messages > 0, "the server scope ran its workload");
+    assert!(
+        a.operations > 0 && a.acked_messages > 0,
+        "the server scope ran its workload"
+    );
     let timeline = b.timeline.expect("a timeline was asked for");
     assert!(timeline.lanes.iter().any(|l| l.name == "admin"));
     assert!(timeline.lanes.iter().any(|l| l.name.starts_with("shard")));

@@ -4,8 +4,12 @@
 //! timeline), classified (answered, refused, or an unknown outcome) and judged by the
 //! oracle; after each one the nemesis may strike.
 
-use super::oracle::{self, check_assignments, PartKey, StreamState, INV_DEDUP, INV_META, INV_REVOKED};
-use super::{lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS};
+use super::oracle::{
+    self, check_assignments, PartKey, StreamState, INV_DEDUP, INV_META, INV_REVOKED,
+};
+use super::{
+    lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
+};
 use crate::oracle::violation;
 use crate::timeline::{LaneKind, SpanOutcome, Timeline};
 use bytes::BytesMut;
@@ -57,7 +61,12 @@ impl Role {
             Role::Consumer(i) => 20 + i,
             Role::Member(i) => 30 + i,
         };
-        IpAddr::V4(Ipv4Addr::new(10, 0, 1, u8::try_from(n).expect("few clients")))
+        IpAddr::V4(Ipv4Addr::new(
+            10,
+            0,
+            1,
+            u8::try_from(n).expect("few clients"),
+        ))
     }
 }
 
@@ -120,7 +129,9 @@ fn outcome<T>(result: &Result<T, ClientError>) -> Outcome {
         Ok(_) => Outcome::Ok,
         Err(ClientError::Server { code, .. }) => Outcome::Refused(*code),
         Err(
-            ClientError::Disconnected { .. } | ClientError::Timeout { .. } | ClientError::Protocol(_),
+            ClientError::Disconnected { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::Protocol(_),
         ) => Outcome::Unknown,
         Err(_) => Outcome::NotSent,
     }
@@ -179,7 +190,22 @@ impl Actor {
             w.rng.gen_range(0..max)
         };
         self.env.clock.sleep(Duration::from_nanos(nanos)).await;
-        lock(&self.world).running()
+        // Once faults healed, a client that made its quota idles while the others catch up
+        // (one may wait out a reply timeout on a connection left half-open).
+        loop {
+            let idle = {
+                let w = lock(&self.world);
+                if !w.running() {
+                    return false;
+                }
+                w.phase == Phase::Liveness
+                    && w.progress.get(&self.name).copied().unwrap_or(0) >= super::LIVENESS_REQUESTS
+            };
+            if !idle {
+                return true;
+            }
+            self.env.clock.sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Connects (and logs in) when not connected; false when that failed this time.
@@ -206,7 +232,11 @@ impl Actor {
 
     /// A changed session number after the first login is a reconnect with a re-login.
     fn note_session(&mut self) {
-        let now = self.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+        let now = self
+            .client
+            .as_ref()
+            .and_then(|c| c.session())
+            .map(|s| s.session);
         if let (Some(before), Some(now)) = (self.session, now) {
             if before != now {
                 lock(&self.world).decision("Relogin");
@@ -244,7 +274,10 @@ impl Actor {
         w.event(format!(
             "{}: -> {text}{}",
             self.name,
-            extra.as_deref().map(|e| format!(" {e}")).unwrap_or_default()
+            extra
+                .as_deref()
+                .map(|e| format!(" {e}"))
+                .unwrap_or_default()
         ));
         if let Err(ClientError::Timeout { .. }) = result {
             w.decision("ClientTimeout");
@@ -275,7 +308,11 @@ impl Actor {
     /// call, to a newer process than the one up when the call began).
     fn after(&mut self, begun: &Begun) -> u64 {
         self.note_session();
-        let session = self.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+        let session = self
+            .client
+            .as_ref()
+            .and_then(|c| c.session())
+            .map(|s| s.session);
         session
             .and_then(|s| lock(&self.world).epoch_of_session(s))
             .unwrap_or(begun.epoch)
@@ -304,7 +341,9 @@ pub async fn create_topology(env: Env, partitions: u32) -> Result<Ids, ClientErr
     let group = client
         .create_consumer_group(&sid(stream.id), &sid(ids.topics[1]), GROUP)
         .await?
-        .ok_or_else(|| ClientError::InvalidRequest("the group's creation returned nothing".into()))?;
+        .ok_or_else(|| {
+            ClientError::InvalidRequest("the group's creation returned nothing".into())
+        })?;
     ids.group = group.group.id;
     client.close().await;
     Ok(ids)
@@ -312,7 +351,11 @@ pub async fn create_topology(env: Env, partitions: u32) -> Result<Ids, ClientErr
 
 /// A topic's options: both durability policies.
 fn topic_options(persisted: bool) -> WireOptions {
-    let policy: &[u8] = if persisted { b"persisted" } else { b"replicated" };
+    let policy: &[u8] = if persisted {
+        b"persisted"
+    } else {
+        b"replicated"
+    };
     let entries: Vec<(u8, &[u8], u8, &[u8])> = vec![
         (2, b"consumer_offset_durability", 2, policy),
         (2, b"durability", 2, policy),
@@ -355,7 +398,9 @@ fn ids_label(ids: &[u128]) -> String {
 }
 
 async fn producer(mut a: Actor) {
-    let Role::Producer(me) = a.role else { unreachable!() };
+    let Role::Producer(me) = a.role else {
+        unreachable!()
+    };
     let mut seq = 0u64;
     let mut retry: Option<(PartKey, Vec<u128>)> = None;
     while a.think().await {
@@ -367,7 +412,10 @@ async fn producer(mut a: Actor) {
             None => {
                 let mut w = lock(&a.world);
                 let (partitions, max_batch) = (w.profile.partitions, w.profile.max_batch);
-                let part = (w.rng.gen_range(0..TOPICS.len()), w.rng.gen_range(0..partitions));
+                let part = (
+                    w.rng.gen_range(0..TOPICS.len()),
+                    w.rng.gen_range(0..partitions),
+                );
                 let n = w.rng.gen_range(1..=max_batch);
                 let ids = (0..n)
                     .map(|_| {
@@ -386,7 +434,10 @@ async fn producer(mut a: Actor) {
             w.oracle.sending(part, &ids);
             w.profile.max_payload
         };
-        let payloads: Vec<Vec<u8>> = ids.iter().map(|id| payload(*id, payload_len(*id, max_payload))).collect();
+        let payloads: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|id| payload(*id, payload_len(*id, max_payload)))
+            .collect();
         let outgoing: Vec<Outgoing<'_>> = ids
             .iter()
             .zip(&payloads)
@@ -396,26 +447,49 @@ async fn producer(mut a: Actor) {
                 headers: &[],
             })
             .collect();
-        let label = format!("send {}/{} [{}]{}", TOPICS[part.0].0, part.1, ids_label(&ids), if retried { " (retry)" } else { "" });
+        let label = format!(
+            "send {}/{} [{}]{}",
+            TOPICS[part.0].0,
+            part.1,
+            ids_label(&ids),
+            if retried { " (retry)" } else { "" }
+        );
         let begun = a.begin(&label);
         let (stream, topic) = (sid(a.ids.stream), sid(a.ids.topics[part.0]));
         let result = a
             .client()
-            .send_payloads(&stream, &topic, &WirePartitioning::PartitionId(part.1), &outgoing)
+            .send_payloads(
+                &stream,
+                &topic,
+                &WirePartitioning::PartitionId(part.1),
+                &outgoing,
+            )
             .await;
         a.end(&begun, &result, None);
         let epoch = a.after(&begun);
         match &result {
             Ok(reply) => {
                 let Some(confirmation) = reply.confirmations.first() else {
-                    a.fail(violation(oracle::INV_ACKED, format!("{label}: acknowledged without a confirmation")));
+                    a.fail(violation(
+                        oracle::INV_ACKED,
+                        format!("{label}: acknowledged without a confirmation"),
+                    ));
                     return;
                 };
                 if confirmation.partition_id != part.1 {
-                    a.fail(violation(oracle::INV_ACKED, format!("{label}: confirmed in partition {}", confirmation.partition_id)));
+                    a.fail(violation(
+                        oracle::INV_ACKED,
+                        format!(
+                            "{label}: confirmed in partition {}",
+                            confirmation.partition_id
+                        ),
+                    ));
                     return;
                 }
-                let judged = lock(&a.world).oracle.acked(part, confirmation.base_offset, &ids, epoch);
+                let judged =
+                    lock(&a.world)
+                        .oracle
+                        .acked(part, confirmation.base_offset, &ids, epoch);
                 if let Err(v) = judged {
                     a.fail(v);
                     return;
@@ -439,13 +513,24 @@ fn read(polled: &Polled) -> Result<Vec<(u64, u128, bool)>, String> {
     let mut out = Vec::new();
     for message in polled.messages() {
         let m = message.map_err(|e| format!("undecodable poll reply: {e}"))?;
-        out.push((m.offset, m.id, m.payload == payload(m.id, m.payload.len()).as_slice()));
+        out.push((
+            m.offset,
+            m.id,
+            m.payload == payload(m.id, m.payload.len()).as_slice(),
+        ));
     }
     Ok(out)
 }
 
 /// Judges a poll reply of `part`.
-fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, known: bool, polled: &Polled, epoch: u64) -> Result<Vec<(u64, u128, bool)>, ()> {
+fn judge_poll(
+    a: &Actor,
+    part: PartKey,
+    from: Option<u64>,
+    known: bool,
+    polled: &Polled,
+    epoch: u64,
+) -> Result<Vec<(u64, u128, bool)>, ()> {
     let messages = match read(polled) {
         Ok(messages) => messages,
         Err(e) => {
@@ -453,7 +538,9 @@ fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, known: bool, polled: 
             return Err(());
         }
     };
-    let judged = lock(&a.world).oracle.polled(part, from, known, &messages, epoch);
+    let judged = lock(&a.world)
+        .oracle
+        .polled(part, from, known, &messages, epoch);
     if let Err(mut v) = judged {
         let crashed = lock(&a.world).disk.is_crashed();
         v.evidence.push_str(&format!(
@@ -461,7 +548,11 @@ fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, known: bool, polled: 
             polled.partition_id,
             polled.current_offset,
             polled.count,
-            if crashed { "crashed inside a call" } else { "up" }
+            if crashed {
+                "crashed inside a call"
+            } else {
+                "up"
+            }
         ));
         a.fail(v);
         return Err(());
@@ -470,7 +561,9 @@ fn judge_poll(a: &Actor, part: PartKey, from: Option<u64>, known: bool, polled: 
 }
 
 async fn consumer(mut a: Actor) {
-    let Role::Consumer(me) = a.role else { unreachable!() };
+    let Role::Consumer(me) = a.role else {
+        unreachable!()
+    };
     let mut cursors: BTreeMap<PartKey, u64> = BTreeMap::new();
     while a.think().await {
         if !a.connected().await {
@@ -479,7 +572,10 @@ async fn consumer(mut a: Actor) {
         let (part, from, count, auto_commit) = {
             let mut w = lock(&a.world);
             let partitions = w.profile.partitions;
-            let part = (w.rng.gen_range(0..TOPICS.len()), w.rng.gen_range(0..partitions));
+            let part = (
+                w.rng.gen_range(0..TOPICS.len()),
+                w.rng.gen_range(0..partitions),
+            );
             let cursor = cursors.get(&part).copied().unwrap_or(0);
             let from = match w.rng.gen_range(0..10) {
                 0 => Some(0),
@@ -498,16 +594,34 @@ async fn consumer(mut a: Actor) {
             auto_commit,
         };
         let known = from.is_some_and(|f| lock(&a.world).oracle.knows(part, f));
-        let begun = a.begin(&format!("poll {}/{} from {from:?} count {count}", TOPICS[part.0].0, part.1));
+        let begun = a.begin(&format!(
+            "poll {}/{} from {from:?} count {count}",
+            TOPICS[part.0].0, part.1
+        ));
         let result = a.client().poll_messages(&request).await;
         a.end(&begun, &result, None);
         let epoch = a.after(&begun);
         let Ok(polled) = result else { continue };
         if polled.partition_id != part.1 {
-            a.fail(violation(oracle::INV_POLL, format!("{}: a poll of partition {} answered for {}", a.name, part.1, polled.partition_id)));
+            a.fail(violation(
+                oracle::INV_POLL,
+                format!(
+                    "{}: a poll of partition {} answered for {}",
+                    a.name, part.1, polled.partition_id
+                ),
+            ));
             return;
         }
-        let Ok(messages) = judge_poll(&a, part, from, known && epoch == begun.epoch, &polled, epoch) else { return };
+        let Ok(messages) = judge_poll(
+            &a,
+            part,
+            from,
+            known && epoch == begun.epoch,
+            &polled,
+            epoch,
+        ) else {
+            return;
+        };
         if let Some((last, _, _)) = messages.last() {
             cursors.insert(part, last + 1);
         }
@@ -521,14 +635,25 @@ async fn member(mut a: Actor) {
         if !a.connected().await {
             continue;
         }
-        let session = a.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+        let session = a
+            .client
+            .as_ref()
+            .and_then(|c| c.session())
+            .map(|s| s.session);
         if session.is_none() || joined != session {
             let begun = a.begin("join group");
-            let result = a.client().join_consumer_group(&stream, &topic, &group).await;
+            let result = a
+                .client()
+                .join_consumer_group(&stream, &topic, &group)
+                .await;
             a.end(&begun, &result, None);
             a.after(&begun);
             if result.is_ok() {
-                joined = a.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+                joined = a
+                    .client
+                    .as_ref()
+                    .and_then(|c| c.session())
+                    .map(|s| s.session);
             }
             continue;
         }
@@ -568,7 +693,13 @@ async fn member(mut a: Actor) {
             Ok(polled) => {
                 let part = (1, polled.partition_id);
                 if polled.count > 0 && !lock(&a.world).oracle.parts.contains_key(&part) {
-                    a.fail(violation(oracle::INV_POLL, format!("{}: a group poll answered for partition {}", a.name, polled.partition_id)));
+                    a.fail(violation(
+                        oracle::INV_POLL,
+                        format!(
+                            "{}: a group poll answered for partition {}",
+                            a.name, polled.partition_id
+                        ),
+                    ));
                     return;
                 }
                 if polled.count > 0 && judge_poll(&a, part, None, false, &polled, epoch).is_err() {
@@ -606,9 +737,15 @@ async fn admin(mut a: Actor) {
 /// Creates scratch stream `name`; after an unknown outcome, tries once more on the new
 /// session (where "already exists" is the first attempt having landed).
 async fn create_stream(a: &mut Actor, name: String) {
-    lock(&a.world).oracle.streams.insert(name.clone(), StreamState::Absent);
+    lock(&a.world)
+        .oracle
+        .streams
+        .insert(name.clone(), StreamState::Absent);
     for attempt in 0..2 {
-        let begun = a.begin(&format!("create stream {name}{}", if attempt > 0 { " (retry)" } else { "" }));
+        let begun = a.begin(&format!(
+            "create stream {name}{}",
+            if attempt > 0 { " (retry)" } else { "" }
+        ));
         // In doubt while in flight (the run may end before its reply).
         let before = in_flight(a, &name, begun.epoch);
         let result = a.client().create_stream(&name).await;
@@ -617,7 +754,9 @@ async fn create_stream(a: &mut Actor, name: String) {
         if let Ok(stream) = &result {
             let replay = {
                 let mut w = lock(&a.world);
-                w.oracle.streams.insert(name.clone(), StreamState::Exists(stream.id));
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::Exists(stream.id));
                 let share = w.profile.replay;
                 w.chance(share)
             };
@@ -637,14 +776,22 @@ async fn create_stream(a: &mut Actor, name: String) {
             }
             (Outcome::Unknown, _) => {
                 let now_epoch = w.oracle.epoch;
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
+                // The lost attempt may still land (the server reads what the client
+                // wrote), after any answer to a retry: the name is not judged until a
+                // read after this server process is gone.
+                w.oracle.pending.insert(name.clone(), now_epoch);
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
                 continue;
             }
             (Outcome::Refused(_), _) => {
                 // A refusal for a reason of the server's (a full disk): its journal entry
                 // may have been written.
                 let now_epoch = w.oracle.epoch;
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
                 return;
             }
             _ => {
@@ -668,13 +815,27 @@ fn in_flight(a: &Actor, name: &str, epoch: u64) -> StreamState {
 
 /// The same request again, same header, same session: the duplicate table must answer it
 /// with the original reply.
-async fn replay_create(a: &mut Actor, name: &str, original: &cairn_client::iggy_binary_protocol::responses::streams::StreamResponse) {
+async fn replay_create(
+    a: &mut Actor,
+    name: &str,
+    original: &cairn_client::iggy_binary_protocol::responses::streams::StreamResponse,
+) {
     let begun = a.begin(&format!("replay create stream {name}"));
     let result = a.client().replay_last().await;
     a.end(&begun, &result, None);
     a.after(&begun);
-    let Ok(payload) = result else { return };
-    let decoded = cairn_client::iggy_binary_protocol::responses::streams::StreamResponse::decode(&payload);
+    let payload = match result {
+        Ok(payload) => payload,
+        Err(ClientError::Server { code, .. }) => {
+            // The table holds the session's last 64 metadata replies: a refusal means the
+            // create ran again instead of being answered from it.
+            a.fail(violation(INV_DEDUP, format!("create stream {name} replayed on its session right after its reply: refused with {code} (not answered from the duplicate table)")));
+            return;
+        }
+        Err(_) => return,
+    };
+    let decoded =
+        cairn_client::iggy_binary_protocol::responses::streams::StreamResponse::decode(&payload);
     match decoded {
         Ok((replayed, _)) if &replayed == original => lock(&a.world).decision("DedupAnswered"),
         Ok((replayed, _)) => a.fail(violation(INV_DEDUP, format!("create stream {name} replayed on its session: answered {replayed:?}, the original reply was {original:?}"))),
@@ -689,6 +850,7 @@ async fn delete_stream(a: &mut Actor) {
             .oracle
             .streams
             .iter()
+            .filter(|(n, _)| !w.oracle.pending.contains_key(*n))
             .filter_map(|(n, s)| match s {
                 StreamState::Exists(id) => Some((n.clone(), *id)),
                 _ => None,
@@ -699,11 +861,18 @@ async fn delete_stream(a: &mut Actor) {
         }
         existing[w.rng.gen_range(0..existing.len())].clone()
     };
-    let (name, id) = target;
+    // By name: ids are reused, so a lost delete landing late could hit a newer stream.
+    let (name, _id) = target;
     for attempt in 0..2 {
-        let begun = a.begin(&format!("delete stream {name}{}", if attempt > 0 { " (retry)" } else { "" }));
+        let begun = a.begin(&format!(
+            "delete stream {name}{}",
+            if attempt > 0 { " (retry)" } else { "" }
+        ));
         let before = in_flight(a, &name, begun.epoch);
-        let result = a.client().delete_stream(&sid(id)).await;
+        let result = a
+            .client()
+            .delete_stream(&WireIdentifier::named(&name).expect("a valid name"))
+            .await;
         a.end(&begun, &result, None);
         a.after(&begun);
         let mut w = lock(&a.world);
@@ -722,12 +891,17 @@ async fn delete_stream(a: &mut Actor) {
             }
             Outcome::Unknown => {
                 let now_epoch = w.oracle.epoch;
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
+                w.oracle.pending.insert(name.clone(), now_epoch);
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
                 continue;
             }
             Outcome::Refused(_) => {
                 let now_epoch = w.oracle.epoch;
-                w.oracle.streams.insert(name.clone(), StreamState::InDoubt(now_epoch));
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
                 return;
             }
             Outcome::NotSent => {
@@ -765,10 +939,13 @@ async fn users(a: &mut Actor, next: &mut u32) {
         if !w.profile.user_session {
             return;
         }
-        (w.oracle.live_users.keys().next().cloned(), !w.oracle.users_in_doubt.is_empty())
+        (
+            w.oracle.live_users.keys().next().cloned(),
+            !w.oracle.users_in_doubt.is_empty(),
+        )
     };
     match live {
-        None if !doubtful || *next % 4 == 0 => {
+        None if !doubtful || next.is_multiple_of(4) => {
             *next += 1;
             let name = format!("u{next}");
             let password = format!("pw-{name}");
@@ -789,7 +966,10 @@ async fn users(a: &mut Actor, next: &mut u32) {
             };
             let begun = a.begin(&format!("create user {name}"));
             lock(&a.world).oracle.users_in_doubt.insert(name.clone());
-            let result = a.client().create_user(&name, &password, true, Some(permissions)).await;
+            let result = a
+                .client()
+                .create_user(&name, &password, true, Some(permissions))
+                .await;
             a.end(&begun, &result, None);
             a.after(&begun);
             let mut w = lock(&a.world);
@@ -807,7 +987,10 @@ async fn users(a: &mut Actor, next: &mut u32) {
         Some(name) => {
             let begun = a.begin(&format!("delete user {name}"));
             lock(&a.world).oracle.users_in_doubt.insert(name.clone());
-            let result = a.client().delete_user(&WireIdentifier::named(&name).expect("name")).await;
+            let result = a
+                .client()
+                .delete_user(&WireIdentifier::named(&name).expect("name"))
+                .await;
             a.end(&begun, &result, None);
             a.after(&begun);
             let mut w = lock(&a.world);
@@ -836,10 +1019,16 @@ async fn user_session(mut a: Actor) {
     while a.think().await {
         let user = {
             let w = lock(&a.world);
-            let free = w.oracle.live_users.iter().find(|(n, _)| !w.oracle.users_in_doubt.contains(*n));
+            let free = w
+                .oracle
+                .live_users
+                .iter()
+                .find(|(n, _)| !w.oracle.users_in_doubt.contains(*n));
             free.map(|(n, p)| (n.clone(), p.clone()))
         };
-        let Some((name, password)) = user else { continue };
+        let Some((name, password)) = user else {
+            continue;
+        };
         a.config = a.config.clone().with_credentials(&name, &password);
         a.client = None;
         a.session = None;
@@ -863,12 +1052,21 @@ async fn user_session(mut a: Actor) {
             let epoch = a.after(&begun);
             let deleted_at = lock(&a.world).oracle.deleted_users.get(&name).copied();
             match (&result, deleted_at) {
-                (Ok(polled), Some(at)) if at < begun.at => {
+                (Ok(polled), Some(at)) if at <= begun.at => {
                     a.fail(violation(INV_REVOKED, format!("user {name} was deleted (answered at {at} ns); its session's poll sent at {} ns was answered with {} messages", begun.at, polled.count)));
                     return;
                 }
                 (Ok(polled), _) => {
-                    if judge_poll(&a, (0, 0), Some(0), known && epoch == begun.epoch, polled, epoch).is_err() {
+                    if judge_poll(
+                        &a,
+                        (0, 0),
+                        Some(0),
+                        known && epoch == begun.epoch,
+                        polled,
+                        epoch,
+                    )
+                    .is_err()
+                    {
                         return;
                     }
                 }

@@ -55,16 +55,28 @@ pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
 pub const SERVER_COVERAGE: [(&str, &str); 9] = [
-    ("ReplyLost", "a reply lost or never received: an unknown outcome"),
+    (
+        "ReplyLost",
+        "a reply lost or never received: an unknown outcome",
+    ),
     ("RetriedSend", "a send retried after an unknown outcome"),
     (
         "DedupAnswered",
         "a replayed metadata request answered from the duplicate table",
     ),
     ("Relogin", "a client reconnected and logged in again"),
-    ("PartitionHealed", "a network partition between a client and the server healed"),
-    ("ResetMidFrame", "a connection reset in the middle of a frame"),
-    ("HalfOpen", "a connection half-open after the server's power loss"),
+    (
+        "PartitionHealed",
+        "a network partition between a client and the server healed",
+    ),
+    (
+        "ResetMidFrame",
+        "a connection reset in the middle of a frame",
+    ),
+    (
+        "HalfOpen",
+        "a connection half-open after the server's power loss",
+    ),
     ("BackPressure", "a write waited on a full pipe"),
     ("ClientTimeout", "a client gave up waiting for a reply"),
 ];
@@ -304,7 +316,12 @@ impl ServerWorld {
                 self.decision(name);
             }
             if !matches!(event, NetEvent::BackPressure { .. }) {
-                self.mark("network", LaneKind::Network, MarkKind::NetFault, format!("{event:?}"));
+                self.mark(
+                    "network",
+                    LaneKind::Network,
+                    MarkKind::NetFault,
+                    format!("{event:?}"),
+                );
             }
         }
         let records = self.disk.records_since(self.disk_seen);
@@ -342,7 +359,12 @@ impl ServerWorld {
                 self.disk.set_faults(faults);
                 self.disk_full_until = Some(self.ops + self.rng.gen_range(2..20));
                 self.event("fault the disk is full");
-                self.mark("disk", LaneKind::Disk, MarkKind::DiskFault, "disk full".into());
+                self.mark(
+                    "disk",
+                    LaneKind::Disk,
+                    MarkKind::DiskFault,
+                    "disk full".into(),
+                );
             }
             _ => {}
         }
@@ -374,7 +396,12 @@ impl ServerWorld {
                 self.partitioned = None;
                 self.decision("PartitionHealed");
                 self.event(format!("network partition {host} | server healed"));
-                self.mark("network", LaneKind::Network, MarkKind::Heal, format!("{host} healed"));
+                self.mark(
+                    "network",
+                    LaneKind::Network,
+                    MarkKind::Heal,
+                    format!("{host} healed"),
+                );
             }
             None if start => {
                 let hosts = actors::client_hosts(&self.profile);
@@ -383,7 +410,9 @@ impl ServerWorld {
                 let until = now + self.rng.gen_range(lo..hi);
                 self.net.partition(host, SERVER_IP);
                 self.partitioned = Some((host, until));
-                self.event(format!("fault network partition {host} | server until {until}"));
+                self.event(format!(
+                    "fault network partition {host} | server until {until}"
+                ));
                 self.mark(
                     "network",
                     LaneKind::Network,
@@ -450,7 +479,8 @@ fn block<T: Send + 'static>(
 }
 
 /// Boots the node on the disk as it is, scans what it recovered, then starts the server.
-/// An armed crash striking inside the boot kills the process; the next attempt boots again.
+/// A crash armed before it (see `go_down`) that strikes inside the boot kills that process;
+/// the next attempt boots again.
 fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), Violation> {
     for attempt in 0..MAX_BOOT_ATTEMPTS {
         let (env, settings, profile, server_tasks) = {
@@ -474,7 +504,8 @@ fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), V
         let crashed = lock(world).disk.is_crashed();
         match started {
             Some(Ok((node, scan))) if !crashed => {
-                let scan = scan.map_err(|e| violation(INV_LIVENESS, format!("the boot scan failed: {e}")))?;
+                let scan = scan
+                    .map_err(|e| violation(INV_LIVENESS, format!("the boot scan failed: {e}")))?;
                 {
                     let mut w = lock(world);
                     let epoch = w.oracle.epoch;
@@ -484,12 +515,19 @@ fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), V
                     w.event(format!("boot {epoch}: recovered and judged"));
                 }
                 let settings = server_settings(&profile);
-                let server = block(executor, &handle, async move { Server::start(node, settings).await });
+                let server = block(executor, &handle, async move {
+                    Server::start(node, settings).await
+                });
                 match server {
                     Some(Ok(server)) => {
                         let mut w = lock(world);
                         let epoch = w.oracle.epoch;
-                        assert!(w.boot_sessions.last().is_none_or(|(s, _)| *s < server.started_at()), "session numbers grow across boots");
+                        assert!(
+                            w.boot_sessions
+                                .last()
+                                .is_none_or(|(s, _)| *s < server.started_at()),
+                            "session numbers grow across boots"
+                        );
                         w.boot_sessions.push((server.started_at(), epoch));
                         w.server = Some(Arc::new(server));
                         let label = format!("boot {}", w.oracle.epoch);
@@ -498,25 +536,35 @@ fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), V
                     }
                     other => {
                         let why = other.map_or("stalled".to_string(), |r| format!("{:?}", r.err()));
-                        return Err(violation(INV_LIVENESS, format!("the server did not start: {why}")));
+                        return Err(violation(
+                            INV_LIVENESS,
+                            format!("the server did not start: {why}"),
+                        ));
                     }
                 }
             }
             Some(Err(e)) if !crashed => {
-                return Err(violation(INV_LIVENESS, format!("boot {attempt} refused with no damaging fault in this scope: {e}")));
+                return Err(violation(
+                    INV_LIVENESS,
+                    format!("boot {attempt} refused with no damaging fault in this scope: {e}"),
+                ));
             }
             None if !crashed => return Err(violation(INV_LIVENESS, "boot stalled".into())),
             _ => {
                 // The boot itself crashed: that process is gone too.
                 let mut w = lock(world);
                 w.event(format!("boot attempt {attempt} crashed"));
+                w.report.crashes_in_recovery += 1;
                 executor.kill_group(SERVER_GROUP);
                 w.disk.process_crash();
                 w.disk.cancel_crashes();
             }
         }
     }
-    Err(violation(INV_LIVENESS, format!("no boot completed in {MAX_BOOT_ATTEMPTS} attempts")))
+    Err(violation(
+        INV_LIVENESS,
+        format!("no boot completed in {MAX_BOOT_ATTEMPTS} attempts"),
+    ))
 }
 
 /// Every partition of the workload's topics, read whole from the recovered node: (topic,
@@ -554,7 +602,12 @@ async fn scan(node: &Node) -> Result<BTreeMap<(String, u32), Vec<(u128, bool)>>,
                 }
                 for m in messages {
                     if m.offset != all.len() as u64 {
-                        return Err(format!("{}/{p}: offset {} at position {}", topic.name, m.offset, all.len()));
+                        return Err(format!(
+                            "{}/{p}: offset {} at position {}",
+                            topic.name,
+                            m.offset,
+                            all.len()
+                        ));
                     }
                     all.push((m.id, m.payload == actors::payload(m.id, m.payload.len())));
                 }
@@ -594,12 +647,18 @@ fn check_metadata(w: &mut ServerWorld, node: &Node) -> Result<(), Violation> {
     w.oracle.streams_read(&listed)?;
     for name in w.oracle.live_users.keys() {
         if !w.oracle.users_in_doubt.contains(name) && view.user_by_name(name).is_none() {
-            return Err(violation(oracle::INV_META, format!("user {name} was created (acknowledged), the recovered view lacks it")));
+            return Err(violation(
+                oracle::INV_META,
+                format!("user {name} was created (acknowledged), the recovered view lacks it"),
+            ));
         }
     }
     for name in w.oracle.deleted_users.keys() {
         if !w.oracle.users_in_doubt.contains(name) && view.user_by_name(name).is_some() {
-            return Err(violation(oracle::INV_META, format!("user {name} was deleted (acknowledged), the recovered view holds it")));
+            return Err(violation(
+                oracle::INV_META,
+                format!("user {name} was deleted (acknowledged), the recovered view holds it"),
+            ));
         }
     }
     Ok(())
@@ -621,11 +680,21 @@ fn go_down(world: &Shared, executor: &mut Executor, down: Down) {
     if power {
         w.disk.power_loss();
         w.event("fault power loss");
-        w.mark("node", LaneKind::Node, MarkKind::PowerLoss, "power loss".into());
+        w.mark(
+            "node",
+            LaneKind::Node,
+            MarkKind::PowerLoss,
+            "power loss".into(),
+        );
     } else {
         w.disk.process_crash();
         w.event("fault process crash");
-        w.mark("node", LaneKind::Node, MarkKind::ProcessCrash, "process crash".into());
+        w.mark(
+            "node",
+            LaneKind::Node,
+            MarkKind::ProcessCrash,
+            "process crash".into(),
+        );
     }
     w.disk.cancel_crashes();
     if w.disk_full_until.take().is_some() {
@@ -636,9 +705,15 @@ fn go_down(world: &Shared, executor: &mut Executor, down: Down) {
         w.disk.set_faults(faults);
         w.event("the operator makes room on the disk before the restart");
     }
-    w.oracle.crashed();
+    w.oracle.crashed(power);
     if power {
         w.net.power_on(SERVER_IP);
+    }
+    if w.phase == Phase::Safety && w.profile.mid_operation_crash > 0.0 && w.rng.gen_bool(0.3) {
+        // The next boot's recovery is interrupted too (the boot loop boots again).
+        let n = w.rng.gen_range(0..24);
+        w.disk.arm_crash(n);
+        w.event(format!("fault crash armed inside the next boot at +{n}"));
     }
 }
 
@@ -688,7 +763,9 @@ pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunRepo
         clock: Arc::new(clock.clone()),
         net: Arc::new(net.host(SERVER_IP)),
         tasks: Arc::new(executor.handle().in_group(SERVER_GROUP)),
-        entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(seed ^ 0xe27)))),
+        entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
+            seed ^ 0xe27,
+        )))),
     };
     let mut trace = Trace::new(verbose, clock.clone());
     trace.event(format!("server profile {profile:?}"));
@@ -753,11 +830,14 @@ fn safety(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
                 && w.ops < w.profile.steps
                 && !w.disk.is_crashed()
         };
-        executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
+        let stopped = executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
         let down = {
             let mut w = lock(world);
             if w.violation.is_some() {
                 return Ok(());
+            }
+            if stopped == crate::executor::Stop::Budget {
+                return Err(violation(INV_LIVENESS, format!("the executor made {MAX_EPOCH_POLLS} polls without the workload finishing (a livelock)")));
             }
             if w.disk.is_crashed() && w.down.is_none() {
                 w.event("fault the armed crash struck inside a disk call");
@@ -792,11 +872,41 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
         w.partitioned = None;
         w.disk.heal();
         w.disk.disarm_crash();
+        w.disk_full_until = None;
         w.phase = Phase::Liveness;
         w.progress.clear();
     }
+    // The server that ran through the faults serves once they heal — unless the disk
+    // filled (a write refused for space fences its partition until a restart) or the node
+    // stopped on a metadata failure (it waits for a restart by design).
+    let (filled, failed) = {
+        let w = lock(world);
+        let filled = w
+            .disk
+            .any_record(|r| r.kind == cairn_faults::FaultKind::NoSpace);
+        let failed = w
+            .server
+            .as_ref()
+            .is_some_and(|s| s.node().failure().is_some());
+        (filled, failed)
+    };
+    if filled || failed {
+        lock(world).event(format!(
+            "liveness before the restart not judged: disk filled {filled}, node failed {failed}"
+        ));
+    } else {
+        progress(world, executor, "the server that ran through the faults")?;
+    }
     go_down(world, executor, Down::ProcessCrash);
     boot(world, executor, false)?;
+    lock(world).progress.clear();
+    progress(world, executor, "the restarted server")?;
+    graceful(world, executor)
+}
+
+/// Every client (the user's session aside) makes [`LIVENESS_REQUESTS`] successful requests
+/// within [`LIVENESS_BUDGET`] of virtual time.
+fn progress(world: &Shared, executor: &mut Executor, of: &str) -> Result<(), Violation> {
     let deadline = lock(world).now() + LIVENESS_BUDGET.as_nanos() as u64;
     let everyone = actors::names(&lock(world).profile);
     let done = || {
@@ -816,9 +926,14 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
             .iter()
             .find(|n| w.progress.get(*n).copied().unwrap_or(0) < LIVENESS_REQUESTS)
         {
-            return Err(violation(INV_LIVENESS, format!("{slow}: fewer than {LIVENESS_REQUESTS} successful requests within {LIVENESS_BUDGET:?} of virtual time after faults healed ({:?})", w.progress)));
+            return Err(violation(INV_LIVENESS, format!("{slow}: fewer than {LIVENESS_REQUESTS} successful requests within {LIVENESS_BUDGET:?} of virtual time after faults healed, from {of} ({:?})", w.progress)));
         }
     }
+    Ok(())
+}
+
+/// A graceful shutdown, then a boot that must hold every acknowledged message.
+fn graceful(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
     // A graceful shutdown: every acknowledged message, replicated too, survives it.
     let (server, handle) = {
         let mut w = lock(world);
@@ -830,7 +945,10 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
     if let Some(server) = server {
         let shut = block(executor, &handle, async move { server.shutdown().await });
         if !matches!(shut, Some(Ok(()))) {
-            return Err(violation(INV_LIVENESS, format!("graceful shutdown failed: {shut:?}")));
+            return Err(violation(
+                INV_LIVENESS,
+                format!("graceful shutdown failed: {shut:?}"),
+            ));
         }
     }
     {
@@ -838,7 +956,7 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
         executor.kill_group(SERVER_GROUP);
         w.server = None;
         w.disk.process_crash();
-        w.oracle.crashed();
+        w.oracle.crashed(false);
     }
     boot(world, executor, true)
 }
@@ -868,12 +986,7 @@ fn finish(world: &Shared) -> RunReport {
         w.report.timeline = Some(Box::new(timeline));
     }
     let ops = w.ops;
-    w.report.acked_messages = w
-        .oracle
-        .parts
-        .values()
-        .map(|p| p.acked.len() as u64)
-        .sum();
+    w.report.acked_messages = w.oracle.parts.values().map(|p| p.acked.len() as u64).sum();
     w.report
         .clone()
         .finished(violation, ops, &w.clock, &w.trace)
@@ -888,26 +1001,38 @@ fn owner_lanes(timeline: &mut Timeline, disk: &SimDisk, shards: usize) {
         let Some(path) = &call.path else { continue };
         let text = path.to_string_lossy();
         let lane = match partition_key(&text) {
-            Some(key) => format!(
-                "shard {}",
-                cairn_engine::node::shard_of(key, shards.max(1))
-            ),
+            Some(key) => format!("shard {}", cairn_engine::node::shard_of(key, shards.max(1))),
             None if text.contains("/metadata") => "metadata owner".to_string(),
             None => "node (other files)".to_string(),
         };
         let lane = timeline.lane(&lane, LaneKind::Owner);
-        let file = path.file_name().map_or(text.to_string(), |f| f.to_string_lossy().into_owned());
+        let file = path
+            .file_name()
+            .map_or(text.to_string(), |f| f.to_string_lossy().into_owned());
         let id = timeline.begin(lane, call.at_nanos, format!("{:?} {file}", call.call));
         timeline.end(id, call.at_nanos, SpanOutcome::Ok);
     }
 }
 
-/// The partition key of a path under `streams/<s>/<t>/<p>/`.
+/// The partition key of a path under `streams/<s>/topics/<t>/partitions/<p>/`.
 fn partition_key(path: &str) -> Option<cairn_engine::node::PartitionKey> {
     let rest = path.split("/streams/").nth(1)?;
-    let mut parts = rest.split('/');
-    let s = parts.next()?.parse().ok()?;
-    let t = parts.next()?.parse().ok()?;
-    let p = parts.next()?.parse().ok()?;
-    Some((s, t, p))
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        [s, "topics", t, "partitions", p, ..] => {
+            Some((s.parse().ok()?, t.parse().ok()?, p.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn partition_files_belong_to_their_shard_and_metadata_to_its_owner() {
+        let key = super::partition_key("/cairn/streams/2/topics/1/partitions/3/00000.log");
+        assert_eq!(key, Some((2, 1, 3)));
+        assert_eq!(super::partition_key("/cairn/metadata/journal.wal"), None);
+        assert_eq!(super::partition_key("/cairn/streams/2/topics/1"), None);
+    }
 }

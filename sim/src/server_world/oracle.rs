@@ -11,7 +11,8 @@ use crate::run::Violation;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const INV_ACKED: &str = "S1 acknowledged messages survive";
-pub const INV_POLL: &str = "S2 polls return sent messages, in order, gapless, at most as often as sent";
+pub const INV_POLL: &str =
+    "S2 polls return sent messages, in order, gapless, at most as often as sent";
 pub const INV_META: &str = "S3 metadata ops apply once, and survive";
 pub const INV_DEDUP: &str = "S4 a replayed request gets its original reply";
 pub const INV_REVOKED: &str = "S5 no data for a deleted user's session";
@@ -87,6 +88,12 @@ pub struct Oracle {
     pub live_users: BTreeMap<String, String>,
     /// Users whose create or delete reply was lost.
     pub users_in_doubt: BTreeSet<String>,
+    /// Epochs that ended with a power loss (only a power loss takes data a boot already
+    /// recovered: a process crash keeps the page cache).
+    pub power_losses: BTreeSet<u64>,
+    /// Scratch streams with a lost create or delete that may still land, by the epoch of
+    /// the server process that may apply it: not judged, not deleted, until it is gone.
+    pub pending: BTreeMap<String, u64>,
 }
 
 fn id_text(id: u128) -> String {
@@ -183,9 +190,8 @@ impl Oracle {
                 let offset = base + i as u64;
                 match log.get(offset as usize) {
                     Some(found) if found == id => {}
-                    Some(found) if !persisted && scan.epoch > epoch + 1 => {
-                        // Lost to an earlier crash, the offset reused since.
-                        let _ = found;
+                    Some(_) if !persisted && self.power_lost_between(epoch, scan.epoch) => {
+                        // Recovered once, then lost to a power loss, the offset reused.
                     }
                     Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} there", id_text(*id), scan.epoch, id_text(*found)))),
                     None if persisted => return Err(violation(INV_ACKED, format!("partition {part:?}: persisted {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} messages", id_text(*id), scan.epoch, log.len()))),
@@ -221,7 +227,14 @@ impl Oracle {
                 return Err(violation(INV_POLL, format!("partition {part:?}: a poll returned {} at offset {offset}, which no producer sent", id_text(*id))));
             };
             if msg.part != part {
-                return Err(violation(INV_POLL, format!("partition {part:?}: a poll returned {} at offset {offset}, sent to {:?}", id_text(*id), msg.part)));
+                return Err(violation(
+                    INV_POLL,
+                    format!(
+                        "partition {part:?}: a poll returned {} at offset {offset}, sent to {:?}",
+                        id_text(*id),
+                        msg.part
+                    ),
+                ));
             }
             if !payload_ok {
                 return Err(violation(INV_POLL, format!("partition {part:?}: offset {offset} holds {} with a payload that is not the one sent", id_text(*id))));
@@ -254,11 +267,28 @@ impl Oracle {
                 }
             }
         }
-        Ok(())
+        // The live log as far as it is known from 0: counts and order, as at boot.
+        let prefix: Vec<u128> = model
+            .log
+            .iter()
+            .enumerate()
+            .take_while(|(i, (offset, _))| **offset == *i as u64)
+            .map(|(_, (_, id))| *id)
+            .collect();
+        check_log(part, &prefix, &self.msgs)
     }
 
-    /// The server went down: a new epoch begins at the next boot.
-    pub fn crashed(&mut self) {
+    /// A power loss ended an epoch after `after` and before `before`: data a boot between
+    /// them recovered may be gone since.
+    fn power_lost_between(&self, after: u64, before: u64) -> bool {
+        self.power_losses.range(after + 1..before).next().is_some()
+    }
+
+    /// The server went down (`power`: it lost power): a new epoch begins at the next boot.
+    pub fn crashed(&mut self, power: bool) {
+        if power {
+            self.power_losses.insert(self.epoch);
+        }
         self.epoch += 1;
         for model in self.parts.values_mut() {
             model.log.clear();
@@ -277,10 +307,13 @@ impl Oracle {
             for (offset, ack) in &model.acked {
                 match log.get(*offset as usize) {
                     Some(found) if *found == ack.id => {}
-                    Some(found) if !ack.persisted && ack.epoch + 1 < scan.epoch && !graceful => {
-                        // Lost to an earlier crash (unflushed, replicated), the offset
-                        // reused since.
-                        let _ = found;
+                    Some(_)
+                        if !ack.persisted
+                            && !graceful
+                            && self.power_losses.range(ack.epoch + 1..scan.epoch).next().is_some() =>
+                    {
+                        // Recovered by a boot since, then lost to a power loss (unflushed,
+                        // replicated), the offset reused since.
                         lost.push(*offset);
                     }
                     Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: offset {offset} acknowledged for {} (boot {}), boot {} recovered {} there", id_text(ack.id), ack.epoch, scan.epoch, id_text(*found)))),
@@ -307,7 +340,12 @@ impl Oracle {
 
     /// A read of the scratch streams (name → id) judged against the model, then adopted.
     pub fn streams_read(&mut self, listed: &BTreeMap<String, u32>) -> Checked<()> {
+        let epoch = self.epoch;
+        self.pending.retain(|_, e| *e == epoch);
         for (name, state) in self.streams.iter_mut() {
+            if self.pending.contains_key(name) {
+                continue;
+            }
             let found = listed.get(name).copied();
             if let StreamState::InDoubt(epoch) = *state {
                 if epoch == self.epoch {
@@ -333,7 +371,13 @@ fn check_log(part: PartKey, log: &[u128], msgs: &BTreeMap<u128, Msg>) -> Checked
     let mut last_of_producer: BTreeMap<u64, u64> = BTreeMap::new();
     for (offset, id) in log.iter().enumerate() {
         let Some(msg) = msgs.get(id).filter(|m| m.part == part) else {
-            return Err(violation(INV_POLL, format!("partition {part:?}: offset {offset} holds {}, which no producer sent here", id_text(*id))));
+            return Err(violation(
+                INV_POLL,
+                format!(
+                    "partition {part:?}: offset {offset} holds {}, which no producer sent here",
+                    id_text(*id)
+                ),
+            ));
         };
         let count = counts.entry(*id).or_default();
         *count += 1;
@@ -395,7 +439,7 @@ mod tests {
         o.sending((1, 0), &[id(1, 2)]);
         o.acked((0, 0), 0, &[id(1, 1)], 0).unwrap();
         o.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
-        o.crashed();
+        o.crashed(false);
         let scan = Scan {
             epoch: 1,
             parts: BTreeMap::new(),
@@ -405,13 +449,13 @@ mod tests {
         let mut o2 = oracle();
         o2.sending((1, 0), &[id(1, 2)]);
         o2.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
-        o2.crashed();
+        o2.crashed(false);
         o2.recovered(scan.clone(), false).unwrap();
         // After a graceful shutdown even a replicated ack must be there.
         let mut o3 = oracle();
         o3.sending((1, 0), &[id(1, 2)]);
         o3.acked((1, 0), 0, &[id(1, 2)], 0).unwrap();
-        o3.crashed();
+        o3.crashed(false);
         assert!(o3.recovered(scan, true).is_err());
     }
 
@@ -420,17 +464,33 @@ mod tests {
         let mut o = oracle();
         o.sending((0, 0), &[id(1, 1), id(1, 2)]);
         o.acked((0, 0), 0, &[id(1, 1), id(1, 2)], 0).unwrap();
-        o.polled((0, 0), Some(0), true, &[(0, id(1, 1), true), (1, id(1, 2), true)], 0)
-            .unwrap();
+        o.polled(
+            (0, 0),
+            Some(0),
+            true,
+            &[(0, id(1, 1), true), (1, id(1, 2), true)],
+            0,
+        )
+        .unwrap();
         let gap = o.polled((0, 0), Some(0), true, &[(1, id(1, 2), true)], 0);
         assert_eq!(gap.unwrap_err().invariant, INV_POLL);
-        assert!(o.polled((0, 0), Some(0), true, &[(0, id(9, 9), true)], 0).is_err());
-        assert!(o.polled((0, 0), Some(0), true, &[(0, id(1, 1), false)], 0).is_err());
-        assert!(o.polled((0, 0), Some(0), true, &[(0, id(1, 2), true)], 0).is_err());
-        assert!(o.polled((0, 0), Some(1), true, &[], 0).is_err(), "skipped an ack");
+        assert!(o
+            .polled((0, 0), Some(0), true, &[(0, id(9, 9), true)], 0)
+            .is_err());
+        assert!(o
+            .polled((0, 0), Some(0), true, &[(0, id(1, 1), false)], 0)
+            .is_err());
+        assert!(o
+            .polled((0, 0), Some(0), true, &[(0, id(1, 2), true)], 0)
+            .is_err());
+        assert!(
+            o.polled((0, 0), Some(1), true, &[], 0).is_err(),
+            "skipped an ack"
+        );
         // A reply of an earlier boot is judged on content only.
-        o.crashed();
-        o.polled((0, 0), Some(0), true, &[(0, id(1, 2), true)], 0).unwrap();
+        o.crashed(false);
+        o.polled((0, 0), Some(0), true, &[(0, id(1, 2), true)], 0)
+            .unwrap();
     }
 
     #[test]
