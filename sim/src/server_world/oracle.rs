@@ -460,6 +460,53 @@ mod tests {
     }
 
     #[test]
+    fn late_acks_and_recovered_replicated_data_lost_only_to_power() {
+        // A late ack of a replicated message the next boot did not recover: not owed.
+        let mut o = oracle();
+        o.sending((1, 0), &[id(1, 1)]);
+        o.crashed(false);
+        let empty = Scan {
+            epoch: 1,
+            parts: BTreeMap::new(),
+        };
+        o.recovered(empty, false).unwrap();
+        o.acked((1, 0), 0, &[id(1, 1)], 0).unwrap();
+        assert!(o.parts[&(1, 0)].acked.is_empty(), "lost before it was owed");
+        // A late persisted ack the next boot did not recover: caught.
+        let mut o = oracle();
+        o.sending((0, 0), &[id(1, 1)]);
+        o.crashed(false);
+        o.recovered(
+            Scan {
+                epoch: 1,
+                parts: BTreeMap::new(),
+            },
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            o.acked((0, 0), 0, &[id(1, 1)], 0).unwrap_err().invariant,
+            INV_ACKED
+        );
+        // Replicated data a boot recovered is lost later only to a power loss.
+        let scan = |epoch, ids: Vec<u128>| Scan {
+            epoch,
+            parts: [((1, 0), ids)].into_iter().collect(),
+        };
+        for (power, lost_allowed) in [(false, false), (true, true)] {
+            let mut o = oracle();
+            o.sending((1, 0), &[id(1, 1)]);
+            o.sending((1, 0), &[id(2, 1)]);
+            o.acked((1, 0), 0, &[id(1, 1)], 0).unwrap();
+            o.crashed(false);
+            o.recovered(scan(1, vec![id(1, 1)]), false).unwrap();
+            o.crashed(power);
+            let judged = o.recovered(scan(2, vec![id(2, 1)]), false);
+            assert_eq!(judged.is_ok(), lost_allowed, "power loss {power}");
+        }
+    }
+
+    #[test]
     fn polls_judge_gaps_unsent_ids_payloads_and_rereads() {
         let mut o = oracle();
         o.sending((0, 0), &[id(1, 1), id(1, 2)]);
