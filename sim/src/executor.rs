@@ -208,6 +208,26 @@ impl Executor {
         drop(tasks);
     }
 
+    /// Spawns `future` through `tasks` and runs the executor (every other task too) until
+    /// it finishes; `None` if the run stalled or made `max_polls` polls first.
+    pub fn block_on<T: Send + 'static>(
+        &mut self,
+        tasks: &ExecutorHandle,
+        max_polls: u64,
+        future: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+        let out = slot.clone();
+        tasks.spawn(Box::pin(async move {
+            let value = future.await;
+            *out.lock().expect("slot") = Some(value);
+        }));
+        let done = || slot.lock().expect("slot").is_some();
+        self.run_while(max_polls, u64::MAX, &|| !done());
+        let value = slot.lock().expect("slot").take();
+        value
+    }
+
     /// Drops the tasks of `group` (one simulated process's crash); the others run on.
     pub fn kill_group(&self, group: u32) {
         let killed: Vec<Slot> = {

@@ -98,7 +98,7 @@ pub struct Profile {
     pub slot_rot: Option<f64>,
 }
 
-fn maybe(rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64) -> Option<f64> {
+pub(crate) fn maybe(rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64) -> Option<f64> {
     if rng.gen_bool(on) {
         Some(rng.gen_range(low..high))
     } else {

@@ -166,7 +166,7 @@ impl Trace {
 }
 
 /// Seeded entropy for the engine.
-struct SimEntropy(Mutex<ChaCha8Rng>);
+pub(crate) struct SimEntropy(pub(crate) Mutex<ChaCha8Rng>);
 
 impl Entropy for SimEntropy {
     fn next_u64(&self) -> u64 {

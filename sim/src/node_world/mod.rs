@@ -622,19 +622,8 @@ pub(crate) fn block<T: Send + 'static>(
     executor: &mut Executor,
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Option<T> {
-    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
-    let out = slot.clone();
-    cairn_engine::env::Tasks::spawn(
-        &executor.handle(),
-        Box::pin(async move {
-            let value = future.await;
-            *out.lock().expect("slot") = Some(value);
-        }),
-    );
-    let done = || slot.lock().expect("slot").is_some();
-    executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &|| !done());
-    let value = slot.lock().expect("slot").take();
-    value
+    let tasks = executor.handle();
+    executor.block_on(&tasks, MAX_EPOCH_POLLS, future)
 }
 
 /// Runs one node-scope seed.

@@ -775,14 +775,7 @@ async fn create_stream(a: &mut Actor, name: String) {
                 return;
             }
             (Outcome::Unknown, _) => {
-                let now_epoch = w.oracle.epoch;
-                // The lost attempt may still land (the server reads what the client
-                // wrote), after any answer to a retry: the name is not judged until a
-                // read after this server process is gone.
-                w.oracle.pending.insert(name.clone(), now_epoch);
-                w.oracle
-                    .streams
-                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                w.oracle.lost_attempt(&name);
                 continue;
             }
             (Outcome::Refused(_), _) => {
@@ -890,11 +883,7 @@ async fn delete_stream(a: &mut Actor) {
                 return;
             }
             Outcome::Unknown => {
-                let now_epoch = w.oracle.epoch;
-                w.oracle.pending.insert(name.clone(), now_epoch);
-                w.oracle
-                    .streams
-                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                w.oracle.lost_attempt(&name);
                 continue;
             }
             Outcome::Refused(_) => {

@@ -119,11 +119,7 @@ impl ServerProfile {
     pub fn from_seed(seed: u64) -> ServerProfile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5e4e_e45e_ed00);
         let maybe = |rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64| {
-            if rng.gen_bool(on) {
-                rng.gen_range(low..high)
-            } else {
-                0.0
-            }
+            crate::profile::maybe(rng, on, low, high).unwrap_or(0.0)
         };
         let slow_net = rng.gen_bool(0.3);
         let net = NetFaults {
@@ -228,14 +224,7 @@ pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, ServerWorld> {
     world.lock().expect("world")
 }
 
-/// Seeded entropy for one simulated process.
-struct SimEntropy(Mutex<ChaCha8Rng>);
-
-impl cairn_engine::env::Entropy for SimEntropy {
-    fn next_u64(&self) -> u64 {
-        self.0.lock().expect("entropy").gen()
-    }
-}
+use crate::run::SimEntropy;
 
 impl ServerWorld {
     pub fn event(&mut self, text: impl AsRef<str>) {
@@ -463,19 +452,7 @@ fn block<T: Send + 'static>(
     tasks: &ExecutorHandle,
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Option<T> {
-    let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
-    let out = slot.clone();
-    cairn_engine::env::Tasks::spawn(
-        tasks,
-        Box::pin(async move {
-            let value = future.await;
-            *out.lock().expect("slot") = Some(value);
-        }),
-    );
-    let done = || slot.lock().expect("slot").is_some();
-    executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &|| !done());
-    let value = slot.lock().expect("slot").take();
-    value
+    executor.block_on(tasks, MAX_EPOCH_POLLS, future)
 }
 
 /// Boots the node on the disk as it is, scans what it recovered, then starts the server.

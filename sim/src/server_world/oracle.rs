@@ -338,6 +338,15 @@ impl Oracle {
         Ok(())
     }
 
+    /// A create or delete of stream `name` lost its reply: it may still land, after any
+    /// answer to a retry (the server reads what the client wrote), so the name is neither
+    /// judged nor deleted until a read after this server process is gone.
+    pub fn lost_attempt(&mut self, name: &str) {
+        self.pending.insert(name.to_string(), self.epoch);
+        self.streams
+            .insert(name.to_string(), StreamState::InDoubt(self.epoch));
+    }
+
     /// A read of the scratch streams (name → id) judged against the model, then adopted.
     pub fn streams_read(&mut self, listed: &BTreeMap<String, u32>) -> Checked<()> {
         let epoch = self.epoch;
