@@ -152,25 +152,23 @@ fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
         reports.iter().any(|r| r.boot_retries > 0),
         "no boot retried"
     );
-    // The node scope's rows: every one fires in some seed of the bounded swarm.
-    let silent_rows: Vec<&str> = cairn_sim::node_world::NODE_COVERAGE
-        .iter()
-        .map(|(row, _)| *row)
-        .filter(|row| !reports.iter().any(|r| r.decisions.contains_key(row)))
-        .collect();
+    // The node scope's rows and the server scope's: every one fires in some seed of the
+    // bounded swarm.
+    let silent = |rows: &[(&'static str, &str)]| -> Vec<&'static str> {
+        rows.iter()
+            .map(|(row, _)| *row)
+            .filter(|row| !reports.iter().any(|r| r.decisions.contains_key(row)))
+            .collect()
+    };
+    let node = silent(&cairn_sim::node_world::NODE_COVERAGE);
     assert!(
-        silent_rows.is_empty(),
-        "node coverage rows that never fired: {silent_rows:?}"
+        node.is_empty(),
+        "node coverage rows that never fired: {node:?}"
     );
-    // And the server scope's.
-    let silent_rows: Vec<&str> = cairn_sim::server_world::SERVER_COVERAGE
-        .iter()
-        .map(|(row, _)| *row)
-        .filter(|row| !reports.iter().any(|r| r.decisions.contains_key(row)))
-        .collect();
+    let server = silent(&cairn_sim::server_world::SERVER_COVERAGE);
     assert!(
-        silent_rows.is_empty(),
-        "server coverage rows that never fired: {silent_rows:?}"
+        server.is_empty(),
+        "server coverage rows that never fired: {server:?}"
     );
 }
 
