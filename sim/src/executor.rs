@@ -250,12 +250,6 @@ impl Executor {
         drop(killed);
     }
 
-    /// Tasks of `group` alive.
-    pub fn group_count(&self, group: u32) -> usize {
-        let shared = self.shared.lock().expect("executor");
-        shared.tasks.values().filter(|s| s.group == group).count()
-    }
-
     /// Runs until no task is left, nothing can progress, `max_steps` polls were made, or
     /// virtual time passes `deadline_nanos`.
     pub fn run(&mut self, max_steps: u64, deadline_nanos: u64) -> Stop {
@@ -378,6 +372,33 @@ mod tests {
         assert_eq!(t, Duration::from_millis(93).as_nanos() as u64);
         // Ready tasks are picked by the seeded PRNG: some seed orders them differently.
         assert!((0..20).any(|s| order_for(s).0 != a));
+    }
+
+    #[test]
+    fn killing_a_group_leaves_the_other_groups_running() {
+        let clock = SimClock::new();
+        let mut executor = Executor::new(3, clock.clone());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for group in [1u32, 2] {
+            let handle = executor.handle().in_group(group);
+            let (log, clock, inner) = (log.clone(), clock.clone(), handle.clone());
+            handle.spawn(Box::pin(async move {
+                // A task it spawns belongs to its group too.
+                let (log2, clock2) = (log.clone(), clock.clone());
+                inner.spawn(Box::pin(async move {
+                    clock2.sleep(Duration::from_millis(20)).await;
+                    log2.lock().unwrap().push((group, "child"));
+                }));
+                clock.sleep(Duration::from_millis(10)).await;
+                log.lock().unwrap().push((group, "parent"));
+            }));
+        }
+        // Every task started and sleeps; group 1 dies before any wakes.
+        let deadline = Duration::from_millis(5).as_nanos() as u64;
+        assert_eq!(executor.run(10_000, deadline), Stop::Deadline);
+        executor.kill_group(1);
+        assert_eq!(executor.run(10_000, u64::MAX), Stop::Done);
+        assert_eq!(*log.lock().unwrap(), vec![(2, "parent"), (2, "child")]);
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl Actor {
         }
         let begun = self.begin("connect and log in");
         let result = Client::connect(self.env.clone(), self.config.clone()).await;
-        self.end(&begun, &result, None);
+        self.end(&begun, &result);
         match result {
             Ok(client) => {
                 self.client = Some(client);
@@ -263,7 +263,7 @@ impl Actor {
     }
 
     /// Ends a request: trace, timeline, coverage, progress, then the nemesis.
-    fn end<T>(&self, begun: &Begun, result: &Result<T, ClientError>, extra: Option<String>) {
+    fn end<T>(&self, begun: &Begun, result: &Result<T, ClientError>) {
         let mut w = lock(&self.world);
         let now = w.now();
         let kind = outcome(result);
@@ -271,14 +271,7 @@ impl Actor {
             Ok(_) => "ok".to_string(),
             Err(e) => e.to_string(),
         };
-        w.event(format!(
-            "{}: -> {text}{}",
-            self.name,
-            extra
-                .as_deref()
-                .map(|e| format!(" {e}"))
-                .unwrap_or_default()
-        ));
+        w.event(format!("{}: -> {text}", self.name));
         if let Err(ClientError::Timeout { .. }) = result {
             w.decision("ClientTimeout");
             if w.power_lost_at.is_some_and(|t| begun.at <= t && t <= now) {
@@ -465,7 +458,7 @@ async fn producer(mut a: Actor) {
                 &outgoing,
             )
             .await;
-        a.end(&begun, &result, None);
+        a.end(&begun, &result);
         let epoch = a.after(&begun);
         match &result {
             Ok(reply) => {
@@ -599,7 +592,7 @@ async fn consumer(mut a: Actor) {
             TOPICS[part.0].0, part.1
         ));
         let result = a.client().poll_messages(&request).await;
-        a.end(&begun, &result, None);
+        a.end(&begun, &result);
         let epoch = a.after(&begun);
         let Ok(polled) = result else { continue };
         if polled.partition_id != part.1 {
@@ -646,7 +639,7 @@ async fn member(mut a: Actor) {
                 .client()
                 .join_consumer_group(&stream, &topic, &group)
                 .await;
-            a.end(&begun, &result, None);
+            a.end(&begun, &result);
             a.after(&begun);
             if result.is_ok() {
                 joined = a
@@ -660,7 +653,7 @@ async fn member(mut a: Actor) {
         if lock(&a.world).rng.gen_bool(0.3) {
             let begun = a.begin("get group");
             let result = a.client().get_consumer_group(&stream, &topic, &group).await;
-            a.end(&begun, &result, None);
+            a.end(&begun, &result);
             a.after(&begun);
             if let Ok(Some(details)) = result {
                 let members: Vec<(u32, Vec<u32>)> = details
@@ -687,7 +680,7 @@ async fn member(mut a: Actor) {
         };
         let begun = a.begin(&format!("group poll count {count}"));
         let result = a.client().poll_messages(&request).await;
-        a.end(&begun, &result, None);
+        a.end(&begun, &result);
         let epoch = a.after(&begun);
         match result {
             Ok(polled) => {
@@ -749,7 +742,7 @@ async fn create_stream(a: &mut Actor, name: String) {
         // In doubt while in flight (the run may end before its reply).
         let before = in_flight(a, &name, begun.epoch);
         let result = a.client().create_stream(&name).await;
-        a.end(&begun, &result, None);
+        a.end(&begun, &result);
         a.after(&begun);
         if let Ok(stream) = &result {
             let replay = {
@@ -815,7 +808,7 @@ async fn replay_create(
 ) {
     let begun = a.begin(&format!("replay create stream {name}"));
     let result = a.client().replay_last().await;
-    a.end(&begun, &result, None);
+    a.end(&begun, &result);
     a.after(&begun);
     let payload = match result {
         Ok(payload) => payload,
@@ -837,25 +830,23 @@ async fn replay_create(
 }
 
 async fn delete_stream(a: &mut Actor) {
-    let target = {
+    // By name: ids are reused, so a lost delete landing late could hit a newer stream.
+    let name = {
         let mut w = lock(&a.world);
-        let existing: Vec<(String, u32)> = w
+        let existing: Vec<String> = w
             .oracle
             .streams
             .iter()
-            .filter(|(n, _)| !w.oracle.pending.contains_key(*n))
-            .filter_map(|(n, s)| match s {
-                StreamState::Exists(id) => Some((n.clone(), *id)),
-                _ => None,
+            .filter(|(n, s)| {
+                matches!(s, StreamState::Exists(_)) && !w.oracle.pending.contains_key(*n)
             })
+            .map(|(n, _)| n.clone())
             .collect();
         if existing.is_empty() {
             return;
         }
         existing[w.rng.gen_range(0..existing.len())].clone()
     };
-    // By name: ids are reused, so a lost delete landing late could hit a newer stream.
-    let (name, _id) = target;
     for attempt in 0..2 {
         let begun = a.begin(&format!(
             "delete stream {name}{}",
@@ -866,7 +857,7 @@ async fn delete_stream(a: &mut Actor) {
             .client()
             .delete_stream(&WireIdentifier::named(&name).expect("a valid name"))
             .await;
-        a.end(&begun, &result, None);
+        a.end(&begun, &result);
         a.after(&begun);
         let mut w = lock(&a.world);
         match outcome(&result) {
@@ -904,7 +895,7 @@ async fn delete_stream(a: &mut Actor) {
 async fn read_streams(a: &mut Actor) {
     let begun = a.begin("get streams");
     let result = a.client().get_streams().await;
-    a.end(&begun, &result, None);
+    a.end(&begun, &result);
     let epoch = a.after(&begun);
     let Ok(streams) = result else { return };
     let listed: BTreeMap<String, u32> = streams
@@ -959,7 +950,7 @@ async fn users(a: &mut Actor, next: &mut u32) {
                 .client()
                 .create_user(&name, &password, true, Some(permissions))
                 .await;
-            a.end(&begun, &result, None);
+            a.end(&begun, &result);
             a.after(&begun);
             let mut w = lock(&a.world);
             match outcome(&result) {
@@ -980,7 +971,7 @@ async fn users(a: &mut Actor, next: &mut u32) {
                 .client()
                 .delete_user(&WireIdentifier::named(&name).expect("name"))
                 .await;
-            a.end(&begun, &result, None);
+            a.end(&begun, &result);
             a.after(&begun);
             let mut w = lock(&a.world);
             match outcome(&result) {
@@ -1037,7 +1028,7 @@ async fn user_session(mut a: Actor) {
             let known = lock(&a.world).oracle.knows((0, 0), 0);
             let begun = a.begin(&format!("poll as user {name}"));
             let result = a.client().poll_messages(&request).await;
-            a.end(&begun, &result, None);
+            a.end(&begun, &result);
             let epoch = a.after(&begun);
             let deleted_at = lock(&a.world).oracle.deleted_users.get(&name).copied();
             match (&result, deleted_at) {

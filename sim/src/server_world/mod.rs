@@ -460,17 +460,15 @@ fn block<T: Send + 'static>(
 /// the next attempt boots again.
 fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), Violation> {
     for attempt in 0..MAX_BOOT_ATTEMPTS {
-        let (env, settings, profile, server_tasks) = {
+        let (env, settings, profile, handle) = {
             let w = lock(world);
             (
                 w.server_env.clone(),
                 node_settings(&w.profile),
                 w.profile.clone(),
-                w.server_env.tasks.clone(),
+                w.clients.in_group(SERVER_GROUP),
             )
         };
-        let handle = lock(world).clients.in_group(SERVER_GROUP);
-        let _ = server_tasks;
         let started = block(executor, &handle, async move {
             let booted = Node::start(&env, Path::new(DATA_DIR), settings)
                 .await
@@ -950,9 +948,6 @@ fn finish(world: &Shared) -> RunReport {
     let violation = w.violation.clone();
     if let Some(mut timeline) = w.timeline.take() {
         owner_lanes(&mut timeline, &w.disk, w.profile.shards);
-        for span in timeline.spans.iter_mut().filter(|s| s.end_nanos.is_none()) {
-            span.outcome = SpanOutcome::Running;
-        }
         let verdict = violation.as_ref().map(|v| crate::timeline::Verdict {
             at_nanos: now,
             invariant: v.invariant.to_string(),
