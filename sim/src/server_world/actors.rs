@@ -29,6 +29,10 @@ pub const ADMIN_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1));
 const USER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
 /// Most messages one poll asks for.
 const MAX_POLL: u32 = 50;
+/// Refusals a send gets before its batch reaches a partition: unauthenticated,
+/// unauthorized, invalid command or format, stream, topic or partition not found, a bad
+/// message count.
+const REFUSED_BEFORE_APPEND: [u32; 10] = [3, 4, 40, 41, 1009, 1010, 2010, 2011, 3007, 4009];
 /// Ids a span's label lists (the rest are counted).
 const LABEL_IDS: usize = 8;
 
@@ -495,6 +499,11 @@ async fn producer(mut a: Actor) {
                 if w.rng.gen_bool(0.6) {
                     retry = Some((part, ids));
                 }
+            }
+            // Refused before the shard could append it (not found, not allowed, malformed):
+            // it was not sent after all. Other refusals (I/O, space) may follow a write.
+            Err(ClientError::Server { code, .. }) if REFUSED_BEFORE_APPEND.contains(code) => {
+                lock(&a.world).oracle.unsent(&ids);
             }
             Err(_) => {}
         }

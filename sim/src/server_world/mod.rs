@@ -215,6 +215,8 @@ pub struct ServerWorld {
     /// Each boot's first session number, with its epoch: a reply's session says which
     /// server process answered it.
     boot_sessions: Vec<(u64, u64)>,
+    /// The disk's fault records when the running server process booted.
+    records_at_boot: usize,
     next_entropy: u64,
 }
 
@@ -504,6 +506,7 @@ fn boot(world: &Shared, executor: &mut Executor, graceful: bool) -> Result<(), V
                             "session numbers grow across boots"
                         );
                         w.boot_sessions.push((server.started_at(), epoch));
+                        w.records_at_boot = w.disk.record_count();
                         w.server = Some(Arc::new(server));
                         let label = format!("boot {}", w.oracle.epoch);
                         w.mark("node", LaneKind::Node, MarkKind::Boot, label);
@@ -774,6 +777,7 @@ pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunRepo
         progress: BTreeMap::new(),
         power_lost_at: None,
         boot_sessions: Vec::new(),
+        records_at_boot: 0,
         next_entropy: seed,
     }));
     if let Err(v) = setup(&world, &mut executor) {
@@ -856,9 +860,12 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
     // stopped on a metadata failure (it waits for a restart by design).
     let (filled, failed) = {
         let w = lock(world);
+        // Only this process's disk fills count: a restart unfences what earlier ones hit.
         let filled = w
             .disk
-            .any_record(|r| r.kind == cairn_faults::FaultKind::NoSpace);
+            .records_since(w.records_at_boot)
+            .iter()
+            .any(|r| r.kind == cairn_faults::FaultKind::NoSpace);
         let failed = w
             .server
             .as_ref()

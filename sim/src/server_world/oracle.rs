@@ -114,6 +114,15 @@ impl Oracle {
         }
     }
 
+    /// A send of `ids` was refused before it could be appended: one send fewer to allow.
+    pub fn unsent(&mut self, ids: &[u128]) {
+        for id in ids {
+            let msg = self.msgs.get_mut(id).expect("sent");
+            assert!(msg.sends > 0);
+            msg.sends -= 1;
+        }
+    }
+
     /// A send of `ids` ended with an unknown outcome.
     pub fn unknown(&mut self, ids: &[u128]) {
         for id in ids {
@@ -184,18 +193,29 @@ impl Oracle {
     /// have recovered it (a persisted one), or never put another message below their end.
     fn late_ack(&self, part: PartKey, base: u64, ids: &[u128], epoch: u64) -> Checked<()> {
         let persisted = self.parts[&part].persisted;
-        for scan in self.scans.iter().filter(|s| s.epoch > epoch) {
-            let log = scan.parts.get(&part).map_or(&[][..], Vec::as_slice);
-            for (i, id) in ids.iter().enumerate() {
-                let offset = base + i as u64;
-                match log.get(offset as usize) {
-                    Some(found) if found == id => {}
-                    Some(_) if !persisted && self.power_lost_between(epoch, scan.epoch) => {
-                        // Recovered once, then lost to a power loss, the offset reused.
-                    }
+        for (i, id) in ids.iter().enumerate() {
+            let offset = base + i as u64;
+            // The last boot since that recovered it.
+            let mut recovered = None;
+            for scan in self.scans.iter().filter(|s| s.epoch > epoch) {
+                let log = scan.parts.get(&part).map_or(&[][..], Vec::as_slice);
+                let found = log.get(offset as usize);
+                if found == Some(id) {
+                    recovered = Some(scan.epoch);
+                    continue;
+                }
+                let gone_ok = !persisted
+                    && Self::may_be_gone(
+                        &self.power_losses,
+                        epoch,
+                        recovered,
+                        scan.epoch,
+                        found.is_some(),
+                    );
+                match found {
+                    _ if gone_ok => {}
                     Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} there", id_text(*id), scan.epoch, id_text(*found)))),
-                    None if persisted => return Err(violation(INV_ACKED, format!("partition {part:?}: persisted {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} messages", id_text(*id), scan.epoch, log.len()))),
-                    None => {}
+                    None => return Err(violation(INV_ACKED, format!("partition {part:?}: {} acknowledged (late, from boot {epoch}) at offset {offset}, boot {} recovered {} messages (recovered by boot {recovered:?} before)", id_text(*id), scan.epoch, log.len()))),
                 }
             }
         }
@@ -278,10 +298,23 @@ impl Oracle {
         check_log(part, &prefix, &self.msgs)
     }
 
-    /// A power loss ended an epoch after `after` and before `before`: data a boot between
-    /// them recovered may be gone since.
-    fn power_lost_between(&self, after: u64, before: u64) -> bool {
-        self.power_losses.range(after + 1..before).next().is_some()
+    /// Whether a `replicated` message acknowledged in epoch `acked_in` may be missing from
+    /// boot `now`'s log (`reused`: another message holds its offset there). `recovered`: the
+    /// last boot since that recovered it. Until a boot recovers it, a crash may take it (the
+    /// spec's unflushed tail), though the first boot after its ack cannot hold another
+    /// message there (a log is a prefix); once recovered, only a power loss since takes it
+    /// (a process crash keeps the page cache).
+    fn may_be_gone(
+        power_losses: &BTreeSet<u64>,
+        acked_in: u64,
+        recovered: Option<u64>,
+        now: u64,
+        reused: bool,
+    ) -> bool {
+        match recovered {
+            Some(r) => power_losses.range(r..now).next().is_some(),
+            None => !reused || now > acked_in + 1,
+        }
     }
 
     /// The server went down (`power`: it lost power): a new epoch begins at the next boot.
@@ -305,21 +338,23 @@ impl Oracle {
             let end = log.len() as u64;
             let mut lost = Vec::new();
             for (offset, ack) in &model.acked {
-                match log.get(*offset as usize) {
+                let found = log.get(*offset as usize);
+                // Still owed here, so every boot since its ack recovered it.
+                let recovered = (ack.epoch + 1 < scan.epoch).then(|| scan.epoch - 1);
+                let gone_ok = !ack.persisted
+                    && !graceful
+                    && Self::may_be_gone(
+                        &self.power_losses,
+                        ack.epoch,
+                        recovered,
+                        scan.epoch,
+                        found.is_some(),
+                    );
+                match found {
                     Some(found) if *found == ack.id => {}
-                    Some(_)
-                        if !ack.persisted
-                            && !graceful
-                            && self.power_losses.range(ack.epoch + 1..scan.epoch).next().is_some() =>
-                    {
-                        // Recovered by a boot since, then lost to a power loss (unflushed,
-                        // replicated), the offset reused since.
-                        lost.push(*offset);
-                    }
+                    _ if gone_ok => lost.push(*offset),
                     Some(found) => return Err(violation(INV_ACKED, format!("partition {part:?}: offset {offset} acknowledged for {} (boot {}), boot {} recovered {} there", id_text(ack.id), ack.epoch, scan.epoch, id_text(*found)))),
-                    None if ack.persisted || graceful => return Err(violation(INV_ACKED, format!("partition {part:?}: {} {} acknowledged at offset {offset} (boot {}), boot {} recovered {end} messages", if ack.persisted { "persisted" } else { "replicated (then a graceful shutdown)" }, id_text(ack.id), ack.epoch, scan.epoch))),
-                    // Replicated and unflushed: the spec allows losing it to a crash.
-                    None => lost.push(*offset),
+                    None => return Err(violation(INV_ACKED, format!("partition {part:?}: {} {} acknowledged at offset {offset} (boot {}), boot {} recovered {end} messages", if ack.persisted { "persisted" } else if graceful { "replicated (then a graceful shutdown)" } else { "replicated (recovered by a boot since, no power loss since)" }, id_text(ack.id), ack.epoch, scan.epoch))),
                 }
             }
             for offset in lost {
@@ -512,6 +547,19 @@ mod tests {
             o.crashed(power);
             let judged = o.recovered(scan(2, vec![id(2, 1)]), false);
             assert_eq!(judged.is_ok(), lost_allowed, "power loss {power}");
+            // A log that ends before it, rather than reusing the offset: the same rule.
+            let mut o = oracle();
+            o.sending((1, 0), &[id(1, 1)]);
+            o.acked((1, 0), 0, &[id(1, 1)], 0).unwrap();
+            o.crashed(false);
+            o.recovered(scan(1, vec![id(1, 1)]), false).unwrap();
+            o.crashed(power);
+            let judged = o.recovered(scan(2, vec![]), false);
+            assert_eq!(
+                judged.is_ok(),
+                lost_allowed,
+                "shorter log, power loss {power}"
+            );
         }
     }
 
