@@ -7,6 +7,7 @@
 //! runs this same code over a simulated network.
 //!
 //! - [`frame`]: sans-IO framing (256-byte headers, replies, evictions);
+//! - [`tls`]: TLS for the listener (rustls, sans-IO over any `ByteStream`), off by default;
 //! - [`permissions`]: Iggy's permission rules, a pure decision;
 //! - [`registry`]: the live connections (GetClients), failed-login limits per address;
 //! - [`session`]: a connection's login, bound to its user's incarnation;
@@ -27,5 +28,6 @@ pub mod responses;
 pub mod serve;
 pub mod server;
 pub mod session;
+pub mod tls;
 
 pub use server::{Server, ServerLimits, ServerSettings, TopicDefaults};
