@@ -6,7 +6,8 @@
 //!  the TOML file                     --config <path> (must exist), else ./cairn.toml if any
 //!     ▲ overridden by
 //!  CAIRN_<SECTION>_<KEY>=value       e.g. CAIRN_TCP_ADDRESS, CAIRN_NODE_SHARDS; top-level
-//!                                    keys without a section: CAIRN_DATA_DIR
+//!                                    keys without a section: CAIRN_DATA_DIR; a table
+//!                                    in a section: CAIRN_TCP_TLS_ENABLED
 //! ```
 //!
 //! Every layer is a figment provider with its own metadata (the file's path, or the one
@@ -111,6 +112,7 @@ pub struct TcpConfig {
     /// whole): with one request served at a time, the reply bytes one slow connection can
     /// hold.
     pub max_reply_bytes: u64,
+    pub tls: TcpTlsConfig,
 }
 
 impl Default for TcpConfig {
@@ -124,7 +126,68 @@ impl Default for TcpConfig {
             handshake_timeout: limits.handshake_timeout,
             idle_timeout: limits.idle_timeout,
             max_reply_bytes: 64 * MIB,
+            tls: TcpTlsConfig::default(),
         }
+    }
+}
+
+/// `[tcp.tls]`: TLS on the listener, off by default. Paths relative to the working
+/// directory; the files are read (and the key checked against the certificate) when the
+/// configuration loads, and again at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpTlsConfig {
+    pub enabled: bool,
+    /// PEM: the server's certificate, then any intermediates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM: the private key of the first certificate (PKCS#8, PKCS#1 or SEC1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+}
+
+impl TcpTlsConfig {
+    /// The listener's TLS configuration; none when TLS is off.
+    pub fn server_config(
+        &self,
+    ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
+        self.server_config_with(&|_| Origin::Default)
+    }
+
+    fn server_config_with(
+        &self,
+        origin_of: &dyn Fn(&str) -> Origin,
+    ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let enabled_by = match origin_of("tcp.tls.enabled") {
+            Origin::Default => String::new(),
+            origin => format!(" (set by {origin})"),
+        };
+        let path = |key: &str, value: &Option<PathBuf>| match value {
+            Some(path) if !path.as_os_str().is_empty() => Ok(path.clone()),
+            _ => Err(ConfigError::Invalid {
+                key: key.into(),
+                origin: origin_of(key),
+                message: format!("must be set when tcp.tls.enabled is true{enabled_by}"),
+            }),
+        };
+        let cert = path("tcp.tls.cert_file", &self.cert_file)?;
+        let key = path("tcp.tls.key_file", &self.key_file)?;
+        crate::tls::server_config(&cert, &key)
+            .map(Some)
+            .map_err(|e| {
+                let key = match e.file() {
+                    crate::tls::TlsFile::Certificate => "tcp.tls.cert_file",
+                    crate::tls::TlsFile::Key => "tcp.tls.key_file",
+                };
+                ConfigError::Invalid {
+                    key: key.into(),
+                    origin: origin_of(key),
+                    message: e.to_string(),
+                }
+            })
     }
 }
 
@@ -435,6 +498,8 @@ fn origin(metadata: &Metadata, file: Option<&Path>) -> Origin {
 fn schema() -> Dict {
     let mut config = ServerConfig::default();
     config.root.password = Some(String::new());
+    config.tcp.tls.cert_file = Some(PathBuf::new());
+    config.tcp.tls.key_file = Some(PathBuf::new());
     Value::serialize(config)
         .ok()
         .and_then(Value::into_dict)
@@ -460,13 +525,23 @@ fn keys_of(schema: &Dict, section: Option<&str>) -> Vec<String> {
         },
         Ok(_) => &[],
     };
+    let dict = match section {
+        Some(section) => table(schema, section),
+        None => Some(schema),
+    };
     fields
         .iter()
-        .map(|field| match schema.get(*field) {
-            Some(Value::Dict(..)) if section.is_none() => format!("{field}.*"),
+        .map(|field| match dict.and_then(|dict| dict.get(*field)) {
+            Some(Value::Dict(..)) => format!("{field}.*"),
             _ => field.to_string(),
         })
         .collect()
+}
+
+/// The table at the dotted `path` (`tcp`, `tcp.tls`).
+fn table<'a>(schema: &'a Dict, path: &str) -> Option<&'a Dict> {
+    path.split('.')
+        .try_fold(schema, |dict, name| dict.get(name).and_then(Value::as_dict))
 }
 
 /// The key `name` sets and its value, typed as the key is (the variable's text is taken
@@ -479,40 +554,50 @@ fn env_value(schema: &Dict, name: &str, raw: String) -> Result<(String, Value), 
         origin: Origin::Env(name.to_string()),
         expected,
     };
-    let sections: Vec<(&String, &Dict)> = schema
-        .iter()
-        .filter_map(|(key, value)| value.as_dict().map(|dict| (key, dict)))
-        .collect();
-    let (key, expected, kind) = match sections
-        .iter()
-        .find(|(section, _)| lower.starts_with(&format!("{section}_")))
+    // Down the tables the name starts with (`tcp_` and then `tls_` in CAIRN_TCP_TLS_ENABLED),
+    // stopping at a key of the table reached.
+    let mut section: Vec<&str> = Vec::new();
+    let mut dict = schema;
+    let mut field = lower.as_str();
+    while dict
+        .get(field)
+        .is_none_or(|value| value.as_dict().is_some())
     {
-        Some((section, dict)) => {
-            let field = &lower[section.len() + 1..];
-            (
-                format!("{section}.{field}"),
-                keys_of(schema, Some(section)),
-                dict.get(field).filter(|value| value.as_dict().is_none()),
-            )
-        }
-        None => {
-            if let Some((section, _)) = sections.iter().find(|(section, _)| **section == lower) {
-                return Err(ConfigError::SectionVariable {
-                    var: name.to_string(),
-                    section: section.to_string(),
-                    expected: keys_of(schema, Some(section))
-                        .iter()
-                        .map(|k| k.to_ascii_uppercase())
-                        .collect(),
-                });
-            }
-            (
-                lower.clone(),
-                keys_of(schema, None),
-                schema.get(&lower).filter(|value| value.as_dict().is_none()),
-            )
-        }
+        let inner = dict.iter().find_map(|(key, value)| {
+            let rest = field.strip_prefix(key.as_str())?.strip_prefix('_')?;
+            Some((key, value.as_dict()?, rest))
+        });
+        let Some((key, inner, rest)) = inner else {
+            break;
+        };
+        section.push(key);
+        dict = inner;
+        field = rest;
+    }
+    let within = |name: &str| match section.is_empty() {
+        true => name.to_string(),
+        false => format!("{}.{name}", section.join(".")),
     };
+    if dict
+        .get(field)
+        .is_some_and(|value| value.as_dict().is_some())
+    {
+        let table = within(field);
+        return Err(ConfigError::SectionVariable {
+            var: name.to_string(),
+            expected: keys_of(schema, Some(&table))
+                .iter()
+                .map(|k| k.to_ascii_uppercase().replace(".*", "_*"))
+                .collect(),
+            section: table,
+        });
+    }
+    let section = (!section.is_empty()).then(|| section.join("."));
+    let (key, expected, kind) = (
+        within(field),
+        keys_of(schema, section.as_deref()),
+        dict.get(field),
+    );
     // Variable names are upper case: CAIRN_Tcp_Address names no key.
     let kind = match kind {
         Some(kind) if rest == rest.to_ascii_uppercase() => kind,
@@ -750,6 +835,9 @@ impl ServerConfig {
                 format!("invalid filter {:?}: {e}", self.log.level),
             ));
         }
+        // Last, as it reads files: both paths set, both files readable PEM, the key the
+        // certificate's.
+        self.tcp.tls.server_config_with(origin_of)?;
         Ok(())
     }
 }
@@ -845,7 +933,8 @@ mod tests {
             .to_string()
     }
 
-    /// A configuration with every value away from its default.
+    /// A configuration with every value away from its default (but `tcp.tls.enabled`: on,
+    /// it needs real files; `tls_is_configured_by_file_and_variables` sets it).
     fn everything_changed() -> ServerConfig {
         ServerConfig {
             data_dir: "/var/lib/cairn".into(),
@@ -856,6 +945,11 @@ mod tests {
                 handshake_timeout: Duration::from_millis(2500),
                 idle_timeout: Duration::from_secs(90),
                 max_reply_bytes: 32 * MIB,
+                tls: TcpTlsConfig {
+                    enabled: false,
+                    cert_file: Some("/etc/cairn/cert.pem".into()),
+                    key_file: Some("/etc/cairn/key.pem".into()),
+                },
             },
             root: RootConfig {
                 username: "admin".into(),
@@ -894,6 +988,10 @@ mod tests {
         assert_eq!(config.tcp.handshake_timeout, Duration::from_secs(10));
         assert_eq!(config.tcp.idle_timeout, Duration::from_secs(300));
         assert_eq!(config.tcp.max_reply_bytes, 64 * 1024 * 1024);
+        assert!(!config.tcp.tls.enabled, "TLS is off by default");
+        assert_eq!(config.tcp.tls.cert_file, None);
+        assert_eq!(config.tcp.tls.key_file, None);
+        assert!(config.tcp.tls.server_config().unwrap().is_none());
         assert_eq!(config.root.username, "iggy");
         assert_eq!(config.root.password, None, "there is no default password");
         assert_eq!(config.node.shards, 0);
@@ -966,23 +1064,22 @@ mod tests {
         let text = toml::to_string(&changed).unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         let mut env = Vec::new();
-        for (key, value) in &table {
-            let mut push = |name: String, value: &toml::Value| {
-                let raw = match value {
-                    toml::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                env.push((name, raw));
-            };
+        // Every key of every table, nested ones too (`CAIRN_TCP_TLS_CERT_FILE`).
+        fn push(env: &mut Vec<(String, String)>, name: String, value: &toml::Value) {
             match value {
-                toml::Value::Table(section) => {
-                    for (field, value) in section {
-                        push(format!("CAIRN_{key}_{field}").to_uppercase(), value);
+                toml::Value::Table(table) => {
+                    for (field, value) in table {
+                        push(env, format!("{name}_{}", field.to_uppercase()), value);
                     }
                 }
-                value => push(format!("CAIRN_{key}").to_uppercase(), value),
+                toml::Value::String(s) => env.push((name, s.clone())),
+                other => env.push((name, other.to_string())),
             }
         }
+        for (key, value) in &table {
+            push(&mut env, format!("CAIRN_{}", key.to_uppercase()), value);
+        }
+        assert!(env.iter().any(|(k, _)| k == "CAIRN_TCP_TLS_KEY_FILE"));
         env.push(("CAIRN_ROOT_PASSWORD".into(), "s3cret".into()));
         assert!(env.iter().any(|(k, _)| k == "CAIRN_DATA_DIR"));
         assert!(env
@@ -1040,7 +1137,7 @@ mod tests {
             error(result),
             format!(
                 "unknown key tcp.adress in {} (expected one of: address, max_frame_bytes, \
-                 max_connections, handshake_timeout, idle_timeout, max_reply_bytes)",
+                 max_connections, handshake_timeout, idle_timeout, max_reply_bytes, tls)",
                 path.display()
             )
         );
@@ -1066,9 +1163,17 @@ mod tests {
                 "{message}"
             );
         }
-        // A table nested in a section.
+        // A table nested in a section refuses keys it does not have too.
         let (result, path) = from_file("[tcp.tls]\ncert = \"a.pem\"\n", &[]);
-        assert!(error(result).starts_with(&format!("unknown key tcp.tls in {} ", path.display())),);
+        assert_eq!(
+            error(result),
+            format!(
+                "unknown key tcp.tls.cert in {} (expected one of: enabled, cert_file, key_file)",
+                path.display()
+            )
+        );
+        let (result, path) = from_file("[tcp.tcp]\nx = 1\n", &[]);
+        assert!(error(result).starts_with(&format!("unknown key tcp.tcp in {} ", path.display())),);
         let (result, path) = from_file("[log]\nformat = \"json\"\ncolour = true\n", &[]);
         assert!(
             error(result).starts_with(&format!("unknown key log.colour in {} ", path.display())),
@@ -1083,7 +1188,7 @@ mod tests {
             error(result),
             "unknown key tcp.adress in environment variable CAIRN_TCP_ADRESS (expected one of: \
              address, max_frame_bytes, max_connections, handshake_timeout, idle_timeout, \
-             max_reply_bytes)"
+             max_reply_bytes, tls.*)"
         );
     }
 
@@ -1120,7 +1225,18 @@ mod tests {
             message,
             "CAIRN_TCP names the section [tcp], not a key (expected CAIRN_TCP_<KEY>, KEY one of: \
              ADDRESS, MAX_FRAME_BYTES, MAX_CONNECTIONS, HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, \
-             MAX_REPLY_BYTES)"
+             MAX_REPLY_BYTES, TLS_*)"
+        );
+        assert_eq!(
+            error(from_env(&[("CAIRN_TCP_TLS", "x")])),
+            "CAIRN_TCP_TLS names the section [tcp.tls], not a key (expected CAIRN_TCP_TLS_<KEY>, \
+             KEY one of: ENABLED, CERT_FILE, KEY_FILE)"
+        );
+        let message = error(from_env(&[("CAIRN_TCP_TLS_CERT", "x")]));
+        assert_eq!(
+            message,
+            "unknown key tcp.tls.cert in environment variable CAIRN_TCP_TLS_CERT (expected one \
+             of: enabled, cert_file, key_file)"
         );
     }
 
@@ -1422,5 +1538,126 @@ mod tests {
         assert_eq!(settings.shards, defaults.shards);
         assert_eq!(settings.root_username, defaults.root_username);
         assert_eq!(settings.root_password, "");
+    }
+    #[test]
+    fn tls_is_configured_by_file_and_variables() {
+        let made = crate::tls::tests::test_cert();
+        let text = format!(
+            "[tcp.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
+            made.cert, made.key
+        );
+        let (config, _) = from_file(&text, &[]);
+        let config = config.unwrap();
+        assert!(config.tcp.tls.enabled);
+        assert_eq!(
+            config.tcp.tls.cert_file.as_deref(),
+            Some(made.cert.as_path())
+        );
+        assert!(config.tcp.tls.server_config().unwrap().is_some());
+        // --print-config shows the section and it loads back.
+        let printed = config.to_toml();
+        assert!(printed.contains("[tcp.tls]\nenabled = true\n"), "{printed}");
+        let (loaded, _) = from_file(&printed, &[]);
+        assert_eq!(loaded.unwrap(), config);
+
+        let cert = made.cert.to_str().unwrap();
+        let key = made.key.to_str().unwrap();
+        let config = from_env(&[
+            ("CAIRN_TCP_TLS_ENABLED", "true"),
+            ("CAIRN_TCP_TLS_CERT_FILE", cert),
+            ("CAIRN_TCP_TLS_KEY_FILE", key),
+        ])
+        .unwrap();
+        assert!(config.tcp.tls.enabled);
+        assert_eq!(config.tcp.tls.key_file.as_deref(), Some(made.key.as_path()));
+        // The variable wins over the file.
+        let (config, _) = from_file(&text, &[("CAIRN_TCP_TLS_ENABLED", "false")]);
+        assert!(!config.unwrap().tcp.tls.enabled);
+        // Off, the paths are not looked at.
+        from_env(&[("CAIRN_TCP_TLS_CERT_FILE", "/no/such/cert.pem")]).unwrap();
+    }
+
+    #[test]
+    fn tls_enabled_needs_both_files_readable_and_matching_naming_the_key() {
+        let made = crate::tls::tests::test_cert();
+        let cert = made.cert.to_str().unwrap();
+        let key = made.key.to_str().unwrap();
+        assert_eq!(
+            error(from_env(&[("CAIRN_TCP_TLS_ENABLED", "true")])),
+            "tcp.tls.cert_file: must be set when tcp.tls.enabled is true (set by environment \
+             variable CAIRN_TCP_TLS_ENABLED)"
+        );
+        let (result, path) = from_file(
+            &format!("[tcp.tls]\nenabled = true\ncert_file = {cert:?}\n"),
+            &[],
+        );
+        assert_eq!(
+            error(result),
+            format!(
+                "tcp.tls.key_file: must be set when tcp.tls.enabled is true (set by {})",
+                path.display()
+            )
+        );
+        let (result, _) = from_file(
+            &format!("[tcp.tls]\nenabled = true\ncert_file = {cert:?}\nkey_file = \"\"\n"),
+            &[],
+        );
+        assert!(error(result).contains("tcp.tls.key_file in "));
+
+        let missing = made.dir.path().join("missing.pem");
+        let missing = missing.to_str().unwrap();
+        assert_eq!(
+            error(from_env(&[
+                ("CAIRN_TCP_TLS_ENABLED", "true"),
+                ("CAIRN_TCP_TLS_CERT_FILE", missing),
+                ("CAIRN_TCP_TLS_KEY_FILE", key),
+            ])),
+            format!("CAIRN_TCP_TLS_CERT_FILE: {missing}: no such file")
+        );
+        let (result, path) = from_file(
+            &format!("[tcp.tls]\nenabled = true\ncert_file = {cert:?}\nkey_file = {missing:?}\n"),
+            &[],
+        );
+        assert_eq!(
+            error(result),
+            format!(
+                "tcp.tls.key_file in {}: {missing}: no such file",
+                path.display()
+            )
+        );
+        // The files swapped: each error names its key.
+        let message = error(from_env(&[
+            ("CAIRN_TCP_TLS_ENABLED", "true"),
+            ("CAIRN_TCP_TLS_CERT_FILE", key),
+            ("CAIRN_TCP_TLS_KEY_FILE", cert),
+        ]));
+        assert_eq!(
+            message,
+            format!(
+                "CAIRN_TCP_TLS_CERT_FILE: {key}: no certificate in it (expected a PEM \
+                 \"BEGIN CERTIFICATE\" section)"
+            )
+        );
+        let other = crate::tls::tests::test_cert();
+        let message = error(from_env(&[
+            ("CAIRN_TCP_TLS_ENABLED", "true"),
+            ("CAIRN_TCP_TLS_CERT_FILE", cert),
+            ("CAIRN_TCP_TLS_KEY_FILE", other.key.to_str().unwrap()),
+        ]));
+        assert_eq!(
+            message,
+            format!(
+                "CAIRN_TCP_TLS_KEY_FILE: {}: the private key does not match the certificate in \
+                 {cert}",
+                other.key.display()
+            )
+        );
+        // A configuration built in code is checked the same way.
+        let mut config = ServerConfig::default();
+        config.tcp.tls.enabled = true;
+        assert_eq!(
+            config.validate().unwrap_err().to_string(),
+            "tcp.tls.cert_file: must be set when tcp.tls.enabled is true"
+        );
     }
 }

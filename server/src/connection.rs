@@ -7,12 +7,17 @@
 //! Closed when: the framing breaks (a size outside the bounds), the peer closes, it does not
 //! log in within the handshake timeout, it sends nothing (or takes no reply) within the idle
 //! timeout, it was evicted, or the server stops (after finishing the request it is serving).
+//!
+//! With TLS on, the task first runs the TLS handshake, within the same handshake timeout
+//! as the login (never in the accept loop): a peer that fails it, or is too slow, ends only
+//! its own connection, with a debug log.
 
 use crate::frame::{self, FrameError};
 use crate::handlers::{self, Answer};
 use crate::registry::ClientEntry;
 use crate::server::Shared;
 use crate::session::Session;
+use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::{race, ByteStream, Either};
 use iggy_binary_protocol::HEADER_SIZE;
@@ -53,6 +58,8 @@ enum Ended {
     Io(#[from] io::Error),
     #[error("evicted")]
     Evicted,
+    #[error("TLS handshake failed: {0}")]
+    Tls(io::Error),
 }
 
 /// Registers the connection and spawns its task; refuses it (closes at once) past the
@@ -80,19 +87,51 @@ pub fn start(shared: Arc<Shared>, stream: Box<dyn ByteStream>, peer: SocketAddr)
     env.tasks.spawn(Box::pin(serve(conn, stream)));
 }
 
-async fn serve(mut conn: Conn, mut stream: Box<dyn ByteStream>) {
+async fn serve(mut conn: Conn, stream: Box<dyn ByteStream>) {
     let span = tracing::debug_span!("connection", peer = %conn.peer);
     async move {
         tracing::debug!("connected");
-        let ended = serve_requests(&mut conn, stream.as_mut()).await;
-        tracing::debug!(reason = %ended, "connection closed");
-        let _ = stream.shutdown().await;
+        match secure(&conn, stream).await {
+            Ok(mut stream) => {
+                let ended = serve_requests(&mut conn, stream.as_mut()).await;
+                tracing::debug!(reason = %ended, "connection closed");
+                // Bounded: a TLS close_notify waits for a peer that may read nothing.
+                let _ = timed(&conn, stream.shutdown(), CLOSE_TIMEOUT).await;
+            }
+            // The stream is dropped: the socket closes (a TLS alert, if any, was sent).
+            Err(ended) => tracing::debug!(reason = %ended, "connection closed"),
+        }
         handlers::end_session(&mut conn).await;
         conn.shared.registry.remove(conn.id);
         conn.shared.live.fetch_sub(1, Ordering::SeqCst);
     }
     .instrument(span)
     .await
+}
+
+/// How long closing a connection may take (a TLS close_notify to a peer that reads
+/// nothing).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The stream requests are read from: the connection's own, or, with TLS on, TLS over it
+/// once the TLS handshake finished within what remains of the handshake timeout.
+async fn secure(conn: &Conn, stream: Box<dyn ByteStream>) -> Result<Box<dyn ByteStream>, Ended> {
+    let Some(config) = &conn.shared.tls else {
+        return Ok(stream);
+    };
+    let mut tls = TlsStream::new(stream, config.clone()).map_err(Ended::Tls)?;
+    let (wait, on_timeout) = wait_for_request(conn);
+    match race(
+        conn.shared.stopping.wait(),
+        timed(conn, tls.handshake(), wait),
+    )
+    .await
+    {
+        Either::Left(()) => Err(Ended::Stopping),
+        Either::Right(None) => Err(on_timeout),
+        Either::Right(Some(Err(e))) => Err(Ended::Tls(e)),
+        Either::Right(Some(Ok(()))) => Ok(Box::new(tls)),
+    }
 }
 
 async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {

@@ -100,7 +100,10 @@ fn log_boot(config: &ServerConfig, booted: &Booted) {
     );
 }
 
-fn server_settings(config: &ServerConfig) -> ServerSettings {
+fn server_settings(
+    config: &ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> ServerSettings {
     ServerSettings {
         address: config.tcp.address,
         limits: ServerLimits {
@@ -117,6 +120,7 @@ fn server_settings(config: &ServerConfig) -> ServerSettings {
             messages_required_to_save: config.node.messages_required_to_save,
             size_of_messages_required_to_save: config.node.size_of_messages_required_to_save,
         },
+        tls,
     }
 }
 
@@ -131,11 +135,24 @@ pub fn run(config: ServerConfig) -> ExitCode {
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
+    // Read again (the configuration's check read them too): what the files hold now.
+    let tls = match config.tcp.tls.server_config() {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("cairn: {e}");
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
     let stop = install_signals();
-    cairn_engine::env::real::block_on(serve(env, config, stop))
+    cairn_engine::env::real::block_on(serve(env, config, tls, stop))
 }
 
-async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
+async fn serve(
+    env: Env,
+    config: ServerConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: Latch<()>,
+) -> ExitCode {
     let mut settings = config.node_settings();
     let generated = config.root.password.is_none();
     settings.root_password = config
@@ -166,7 +183,7 @@ async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
         );
     }
     let node = booted.node;
-    let server = match Server::start(node.clone(), server_settings(&config)).await {
+    let server = match Server::start(node.clone(), server_settings(&config, tls)).await {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(address = %config.tcp.address, error = %e, "cannot listen");

@@ -45,12 +45,14 @@ impl Default for ServerLimits {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServerSettings {
     pub address: SocketAddr,
     pub limits: ServerLimits,
     /// What a new topic gets when its creation does not say.
     pub topic_defaults: TopicDefaults,
+    /// TLS on every accepted connection ([`crate::tls::server_config`]); none: plain TCP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Flush thresholds a topic creation that names none gets. The server writes them into the
@@ -87,6 +89,8 @@ pub struct Shared {
     next_session: AtomicU64,
     /// Set when the server stops accepting and connections should finish.
     pub stopping: Latch<()>,
+    /// TLS on every connection: its task runs the handshake before the first request.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Live connection tasks.
     pub live: AtomicU64,
 }
@@ -124,9 +128,10 @@ impl Server {
             logins: LoginLimiter::new(limits.max_failed_logins, limits.failed_login_window),
             local_addr,
             stopping: Latch::default(),
+            tls: settings.tls,
             live: AtomicU64::new(0),
         });
-        tracing::info!(address = %local_addr, "listening for Iggy binary protocol clients (TCP)");
+        tracing::info!(address = %local_addr, tls = shared.tls.is_some(), "listening for Iggy binary protocol clients (TCP)");
         let accepting = shared.clone();
         let accept = env.tasks.spawn(Box::pin(async move {
             loop {

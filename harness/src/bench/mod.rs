@@ -296,6 +296,7 @@ async fn start_server(env: &Env, args: &BenchArgs, password: &str) -> Result<Own
             address: SocketAddr::from(([127, 0, 0, 1], 0)),
             limits: ServerLimits::default(),
             topic_defaults: cairn_server::TopicDefaults::default(),
+            tls: None,
         },
     )
     .await

@@ -444,6 +444,7 @@ fn server_settings(profile: &ServerProfile) -> ServerSettings {
             messages_required_to_save: profile.messages_required_to_save,
             size_of_messages_required_to_save: 1 << 20,
         },
+        tls: None,
     }
 }
 
