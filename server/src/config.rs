@@ -70,6 +70,7 @@ pub struct ServerConfig {
     /// The data directory (holds `metadata/` and `streams/`).
     pub data_dir: PathBuf,
     pub tcp: TcpConfig,
+    pub http: HttpConfig,
     pub root: RootConfig,
     pub node: NodeConfig,
     pub auth: AuthConfig,
@@ -81,6 +82,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data_dir: PathBuf::from("local_data"),
             tcp: TcpConfig::default(),
+            http: HttpConfig::default(),
             root: RootConfig::default(),
             node: NodeConfig::default(),
             auth: AuthConfig::default(),
@@ -124,6 +126,60 @@ impl Default for TcpConfig {
             handshake_timeout: limits.handshake_timeout,
             idle_timeout: limits.idle_timeout,
             max_reply_bytes: 64 * MIB,
+        }
+    }
+}
+
+/// `[http]`: the HTTP API (Iggy's shape) and `/metrics`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub enabled: bool,
+    /// `IP:PORT` to listen on (Iggy's default port).
+    #[serde(with = "socket_addr")]
+    pub address: SocketAddr,
+    /// Largest request body accepted; a larger one is answered 413.
+    pub max_body_bytes: u64,
+    /// Requests served at once; more wait.
+    pub max_concurrent_requests: usize,
+    /// How long a bearer token from a login is valid.
+    #[serde(with = "duration")]
+    pub token_expiry: Duration,
+    /// The secret bearer tokens are signed with. Empty: a random one at each start (tokens
+    /// then end with the process).
+    pub token_secret: String,
+    /// Who may scrape `/metrics`: `open`, `open_on_loopback` (callers from a loopback
+    /// address need no token; others need one) or `authenticated`.
+    pub metrics_access: crate::http::MetricsAccess,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("enabled", &self.enabled)
+            .field("address", &self.address)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("token_expiry", &self.token_expiry)
+            .field(
+                "token_secret",
+                &(!self.token_secret.is_empty()).then_some(PASSWORD_MASK),
+            )
+            .field("metrics_access", &self.metrics_access)
+            .finish()
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            address: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            max_body_bytes: 64 * MIB,
+            max_concurrent_requests: 1024,
+            token_expiry: Duration::from_secs(3600),
+            token_secret: String::new(),
+            metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
         }
     }
 }
@@ -574,6 +630,9 @@ impl ServerConfig {
         if shown.root.password.is_some() {
             shown.root.password = Some(PASSWORD_MASK.into());
         }
+        if !shown.http.token_secret.is_empty() {
+            shown.http.token_secret = PASSWORD_MASK.into();
+        }
         toml::to_string(&shown).expect("the configuration serializes to TOML")
     }
 
@@ -685,6 +744,29 @@ impl ServerConfig {
             MIN_REPLY_BYTES,
             MAX_REPLY_BYTES,
         )?;
+        let http = &self.http;
+        range(
+            "http.max_body_bytes",
+            http.max_body_bytes,
+            MIN_FRAME_BYTES,
+            MAX_FRAME_BYTES,
+        )?;
+        range(
+            "http.max_concurrent_requests",
+            n(http.max_concurrent_requests),
+            1,
+            n(MAX_CONNECTIONS),
+        )?;
+        span("http.token_expiry", http.token_expiry)?;
+        if http.enabled && http.address == tcp.address && http.address.port() != 0 {
+            return Err(fail(
+                "http.address",
+                format!(
+                    "{} is tcp.address too: they need different ports",
+                    http.address
+                ),
+            ));
+        }
         credential("root.username", &self.root.username, 50)?;
         if let Some(password) = &self.root.password {
             credential("root.password", password, 100)?;
@@ -856,6 +938,15 @@ mod tests {
                 handshake_timeout: Duration::from_millis(2500),
                 idle_timeout: Duration::from_secs(90),
                 max_reply_bytes: 32 * MIB,
+            },
+            http: HttpConfig {
+                enabled: false,
+                address: "[::1]:9200".parse().unwrap(),
+                max_body_bytes: 4 * MIB,
+                max_concurrent_requests: 16,
+                token_expiry: Duration::from_secs(600),
+                token_secret: String::new(),
+                metrics_access: crate::http::MetricsAccess::Authenticated,
             },
             root: RootConfig {
                 username: "admin".into(),
@@ -1048,7 +1139,7 @@ mod tests {
         assert_eq!(
             error(result),
             format!(
-                "unknown key datadir in {} (expected one of: data_dir, tcp, root, node, auth, log)",
+                "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log)",
                 path.display()
             )
         );

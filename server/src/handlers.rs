@@ -68,25 +68,80 @@ pub enum Answer {
     Evict(Bytes),
 }
 
-/// A refusal: the status to answer with.
+/// A refusal: the Iggy status code to answer with, what went wrong in words (when the node
+/// said more than the code: the HTTP adapter's error bodies carry it), and whose fault it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: u32,
+    pub reason: Option<String>,
+    pub fault: Fault,
+}
+
+/// Whose fault a refusal is: the client's request, a condition that passes (a stopped node,
+/// a fenced partition, a full queue or disk), or the server's own failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status(pub u32);
+pub enum Fault {
+    Client,
+    Unavailable,
+    Server,
+}
+
+impl Status {
+    /// A refusal the client caused, with no more to say than its code.
+    pub const fn of(code: u32) -> Status {
+        Status {
+            code,
+            reason: None,
+            fault: Fault::Client,
+        }
+    }
+}
 
 impl From<NodeError> for Status {
     fn from(e: NodeError) -> Status {
         tracing::debug!(error = %e, "request refused");
-        Status(match &e {
+        let code = match &e {
             NodeError::Partition(PartitionError::InvalidBatch(
                 cairn_engine::format::FormatError::BatchChecksum { .. },
             )) => 4039,
             _ => e.code(),
-        })
+        };
+        Status {
+            code,
+            fault: fault_of(&e),
+            reason: Some(e.to_string()),
+        }
+    }
+}
+
+/// The fault table: what a node error says about who should act.
+fn fault_of(e: &NodeError) -> Fault {
+    match e {
+        NodeError::Stopped(_) | NodeError::Busy(_) | NodeError::MetadataNoSpace => {
+            Fault::Unavailable
+        }
+        NodeError::Partition(p) => match p {
+            PartitionError::Fenced(_)
+            | PartitionError::NoSpace
+            | PartitionError::JournalFull { .. }
+            | PartitionError::NodeJournalFull { .. } => Fault::Unavailable,
+            PartitionError::Io { .. }
+            | PartitionError::OffsetDamaged { .. }
+            | PartitionError::AlreadyExists(_) => Fault::Server,
+            PartitionError::InvalidBatch(_)
+            | PartitionError::OffsetBeyondEnd { .. }
+            | PartitionError::InvalidConfig(_)
+            | PartitionError::ZeroCount
+            | PartitionError::ActiveSegment { .. } => Fault::Client,
+        },
+        NodeError::DirectoryInTheWay(_) => Fault::Server,
+        _ => Fault::Client,
     }
 }
 
 fn undecodable(what: &str, e: impl std::fmt::Display) -> Status {
     tracing::debug!(what, error = %e, "undecodable request body");
-    Status(status::INVALID_COMMAND)
+    Status::of(status::INVALID_COMMAND)
 }
 
 /// Decodes a whole body as `T`; trailing bytes are a malformed request.
@@ -115,7 +170,7 @@ pub async fn answer(conn: &mut Conn, header: &[u8; HEADER_SIZE], body: BytesMut)
         Ok(request) => request,
         Err(e) => {
             tracing::debug!(error = %e, "request refused at its header");
-            return reply(conn, echo, Err(Status(e.status())));
+            return reply(conn, echo, Err(Status::of(e.status())));
         }
     };
     let span = tracing::debug_span!(
@@ -203,7 +258,7 @@ fn reply(conn: &Conn, echo: Echo, result: Handled) -> Answer {
     let framed = echo.operation.is_result_framed() || echo.operation == Operation::Register;
     let frame = match result {
         Ok(body) => frame::reply(echo, meta, 0, framed, &body),
-        Err(Status(code)) => frame::reply(echo, meta, code, framed, &[]),
+        Err(Status { code, .. }) => frame::reply(echo, meta, code, framed, &[]),
     };
     Answer::Frame(vec![frame.freeze()])
 }
@@ -224,7 +279,7 @@ async fn gate(
         if replicated {
             evict(echo, EvictionReason::NoSession)
         } else {
-            reply(conn, echo, Err(Status(status::UNAUTHENTICATED)))
+            reply(conn, echo, Err(Status::of(status::UNAUTHENTICATED)))
         }
     };
     let Some(session) = conn.session.as_ref() else {
@@ -238,7 +293,7 @@ async fn gate(
     {
         tracing::info!(user = session.user_id, ?why, "a session lost its access");
         end_session(conn).await;
-        return Err(reply(conn, echo, Err(Status(status::UNAUTHENTICATED))));
+        return Err(reply(conn, echo, Err(Status::of(status::UNAUTHENTICATED))));
     }
     Ok(())
 }
@@ -260,7 +315,7 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
     let Ok((request, rest)) = LoginRegisterRequest::decode_after_prefix(version, &body[used..])
     else {
         // The personal-access-token shape: tokens are not served yet.
-        return reply(conn, echo, Err(Status(status::FEATURE_UNAVAILABLE)));
+        return reply(conn, echo, Err(Status::of(status::FEATURE_UNAVAILABLE)));
     };
     if used + rest != body.len() {
         return evict(echo, EvictionReason::MalformedLogin);
@@ -436,9 +491,46 @@ async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
         | UPDATE_PERMISSIONS_CODE => metadata_op(conn, code, &body).await,
         other => {
             tracing::debug!(code = other, "a known command cairn does not serve");
-            Err(Status(status::FEATURE_UNAVAILABLE))
+            Err(Status::of(status::FEATURE_UNAVAILABLE))
         }
     })
+}
+
+/// What a command answered, for an adapter other than the binary protocol's frames.
+pub enum Executed {
+    /// The reply body (before any result framing).
+    Body(Vec<u8>),
+    /// A poll's reply body: the 16-byte head, then the batches.
+    Poll(Bytes),
+}
+
+/// Runs one command for a connection whose session another adapter set (HTTP: from a
+/// bearer token), as the binary protocol's command table does: the session's user must
+/// still hold, then the same decoding, permission checks and node calls.
+pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Executed, Status> {
+    let Some(session) = conn.session.as_ref() else {
+        return Err(Status::of(status::UNAUTHENTICATED));
+    };
+    if let Err(why) =
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view()))
+    {
+        return Err(Status {
+            reason: Some(format!("the session's access was revoked: {why:?}")),
+            ..Status::of(status::UNAUTHENTICATED)
+        });
+    }
+    match authorized(conn, code, body).await {
+        Outcome::Body(result) => result.map(Executed::Body),
+        Outcome::Poll(result) => result.map(|polled| {
+            let mut body =
+                BytesMut::with_capacity(16 + polled.batches.iter().map(Bytes::len).sum::<usize>());
+            body.extend_from_slice(&polled.head);
+            for batch in &polled.batches {
+                body.extend_from_slice(batch);
+            }
+            Executed::Poll(body.freeze())
+        }),
+    }
 }
 
 /// Refuses unless the session's user may do `action`.
@@ -449,7 +541,7 @@ fn require(conn: &Conn, action: Action) -> Result<(), Status> {
         Ok(())
     } else {
         tracing::debug!(user = session.user_id, ?action, "permission denied");
-        Err(Status(status::UNAUTHORIZED))
+        Err(Status::of(status::UNAUTHORIZED))
     }
 }
 
@@ -570,18 +662,18 @@ async fn metadata_op(conn: &mut Conn, code: u32, body: &[u8]) -> Handled {
     let created = executed.applied.created;
     Ok(match (&op, created) {
         (MetaOp::CreateStream(_), Some(s)) => {
-            let stream = view.stream(s).ok_or(Status(1009))?;
+            let stream = view.stream(s).ok_or(Status::of(1009))?;
             encoded(&responses::get_stream(stream, &Numbers::new()))
         }
         (MetaOp::CreateTopic(r), Some(t)) => {
             let s = view.stream_id(&r.stream_id)?;
-            let topic = view.find_topic(s, t).ok_or(Status(2010))?;
+            let topic = view.find_topic(s, t).ok_or(Status::of(2010))?;
             encoded(&responses::get_topic(s, topic, &Numbers::new()))
         }
         (MetaOp::CreateConsumerGroup(r), Some(g)) => {
             let (s, t) = view.topic_ids(&r.stream_id, &r.topic_id)?;
             let topic = view.topic(s, t);
-            let group = topic.groups.get(&g).ok_or(Status(5000))?;
+            let group = topic.groups.get(&g).ok_or(Status::of(5000))?;
             let partitions = u32::try_from(topic.partitions.len()).expect("bounded");
             encoded(&responses::group_details(
                 g,
@@ -607,7 +699,7 @@ async fn create_user(conn: &mut Conn, body: &[u8]) -> Handled {
         )
         .await?;
     let view = conn.shared.node.view();
-    let user = view.user(id).ok_or(Status(20))?;
+    let user = view.user(id).ok_or(Status::of(20))?;
     Ok(encoded(&responses::user_details(user)))
 }
 
@@ -859,7 +951,50 @@ fn count(n: usize) -> u32 {
 
 // Messages ------------------------------------------------------------------------------------
 
-async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
+async fn send(conn: &Conn, body: BytesMut) -> Handled {
+    let sent = send_with(conn, body, Ack::Awaited).await?;
+    let partition_id = sent.partition;
+    let base_offset = sent.landed.map_or(0, |l| l.base_offset);
+    Ok(encoded(&SendMessagesResponse {
+        confirmations: vec![SendMessagesConfirmationResponse {
+            stream_id: sent.stream_id,
+            topic_id: sent.topic_id,
+            partition_id,
+            base_offset,
+        }],
+    }))
+}
+
+/// What a send waits for before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// The write completed under the topic's durability policy.
+    Awaited,
+    /// The partition's owner queued it (HTTP's `ack=none`).
+    Dispatched,
+}
+
+/// Where a send went: its topic's ids and partition, and, when awaited, where it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition: u32,
+    pub landed: Option<Landed>,
+}
+
+/// Where an awaited send landed, once the node answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    pub partition: u32,
+    pub base_offset: u64,
+    /// On stable storage when acknowledged (the topic is `persisted`).
+    pub durable: bool,
+}
+
+/// A send request's body (the binary protocol's: metadata length, header, one batch),
+/// checked, authorized and handed to the node; waits as `ack` says.
+pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<SendOutcome, Status> {
     if body.len() < 4 {
         return Err(undecodable("send", "no metadata length"));
     }
@@ -871,23 +1006,33 @@ async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
     let batch = body.split_off(metadata_len);
     check_batch_frame(&batch, header.messages_count)?;
     let to = target(conn, &header.stream_id, &header.topic_id, Action::Send)?;
-    let (partition_id, base_offset) = crate::canary_seam::send(
-        &session(conn).node,
-        &*conn.shared.env.tasks,
-        &to.stream,
-        &to.topic,
-        &header.partitioning,
-        batch,
-    )
-    .await?;
-    Ok(encoded(&SendMessagesResponse {
-        confirmations: vec![SendMessagesConfirmationResponse {
-            stream_id: to.s,
-            topic_id: to.t,
-            partition_id,
-            base_offset,
-        }],
-    }))
+    let node = &session(conn).node;
+    let (partition, landed) = match ack {
+        Ack::Awaited => {
+            let landed = crate::canary_seam::send(
+                node,
+                &*conn.shared.env.tasks,
+                &to.stream,
+                &to.topic,
+                &header.partitioning,
+                batch,
+            )
+            .await?;
+            (landed.partition, Some(landed))
+        }
+        Ack::Dispatched => {
+            let partition = node
+                .dispatch(&to.stream, &to.topic, &header.partitioning, batch)
+                .await?;
+            (partition, None)
+        }
+    };
+    Ok(SendOutcome {
+        stream_id: to.s,
+        topic_id: to.t,
+        partition,
+        landed,
+    })
 }
 
 /// The batch fills the rest of the body exactly and holds the count the header says.
@@ -904,7 +1049,7 @@ fn check_batch_frame(batch: &[u8], messages_count: u32) -> Result<(), Status> {
         ));
     }
     if count != messages_count || count == 0 {
-        return Err(Status(4009));
+        return Err(Status::of(4009));
     }
     Ok(())
 }

@@ -160,6 +160,11 @@ impl Server {
         self.shared.started_at
     }
 
+    /// What the connection tasks share (another adapter, HTTP, serves over it too).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     pub fn node(&self) -> &Node {
         &self.shared.node
     }

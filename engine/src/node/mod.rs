@@ -916,6 +916,33 @@ impl Client {
         self.node.answer(pending).await?
     }
 
+    /// Queues a batch as [`Client::send`] does, without waiting for its outcome: `Ok` with the
+    /// partition once that partition's owner holds the batch in its bounded inbox (HTTP's
+    /// `ack=none`, "dispatch accepted"). The owner appends it in queue order like any send;
+    /// its answer is dropped, so a later refusal (a full journal, a fence) reaches no one.
+    /// Everything checked before the queue (the topic, the partition, a stopped node) is
+    /// still refused here.
+    pub async fn dispatch(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        partitioning: &WirePartitioning,
+        batch: BytesMut,
+    ) -> NodeResult<u32> {
+        let _permit = self.permits.acquire().await;
+        self.node.check_running()?;
+        let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        let (reply, _dropped) = oneshot();
+        let request = ShardRequest::Send {
+            key,
+            batch,
+            ticket: self.node.ticket(),
+            reply,
+        };
+        self.node.enqueue(self.node.shard(key), request).await?;
+        Ok(key.2)
+    }
+
     /// The partition offsets are kept in for `consumer`, and its id there. A numeric
     /// consumer id is itself; a named one is XxHash32 of the name (as Iggy does).
     fn consumer_id(
