@@ -1184,7 +1184,7 @@ mod tests {
         assert_eq!(
             message,
             "unknown key datadir in environment variable CAIRN_DATADIR (expected one of: \
-             data_dir, tcp.*, root.*, node.*, auth.*, log.*)"
+             data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*)"
         );
         let message = error(from_env(&[("CAIRN_NODE_SHARD", "2")]));
         assert!(
