@@ -444,7 +444,18 @@ fn poll_reply(conn: &Conn, echo: Echo, result: Result<Polled, Status>) -> Answer
     }
 }
 
+/// The command table, counted by command and outcome.
 async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
+    let outcome = command_table(conn, code, body).await;
+    let status = match &outcome {
+        Outcome::Body(Err(s)) | Outcome::Poll(Err(s)) => s.code,
+        Outcome::Body(Ok(_)) | Outcome::Poll(Ok(_)) => 0,
+    };
+    conn.shared.metrics.command(code, status);
+    outcome
+}
+
+async fn command_table(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
     if code == POLL_MESSAGES_CODE {
         return Outcome::Poll(poll(conn, &body).await);
     }
@@ -534,7 +545,7 @@ pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Execu
 }
 
 /// Refuses unless the session's user may do `action`.
-fn require(conn: &Conn, action: Action) -> Result<(), Status> {
+pub fn require(conn: &Conn, action: Action) -> Result<(), Status> {
     let session = session(conn);
     let view = conn.shared.node.view();
     if allowed(session.user_id, session.permissions(&view).as_ref(), action) {
@@ -1006,6 +1017,7 @@ pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<Send
     let batch = body.split_off(metadata_len);
     check_batch_frame(&batch, header.messages_count)?;
     let to = target(conn, &header.stream_id, &header.topic_id, Action::Send)?;
+    let bytes = batch.len();
     let node = &session(conn).node;
     let (partition, landed) = match ack {
         Ack::Awaited => {
@@ -1027,6 +1039,9 @@ pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<Send
             (partition, None)
         }
     };
+    conn.shared
+        .metrics
+        .produced(to.s, to.t, header.messages_count, bytes);
     Ok(SendOutcome {
         stream_id: to.s,
         topic_id: to.t,
@@ -1071,6 +1086,8 @@ async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
         // `NO_ASSIGNED_PARTITION` sentinel.
         None => (u32::MAX - 1, 0, 0, Vec::new()),
     };
+    let bytes = batches.iter().map(Bytes::len).sum();
+    conn.shared.metrics.consumed(to.s, to.t, count, bytes);
     let mut head = [0u8; 16];
     head[..4].copy_from_slice(&partition.to_le_bytes());
     head[4..12].copy_from_slice(&current.to_le_bytes());

@@ -24,6 +24,7 @@ pub mod connection;
 pub mod frame;
 pub mod handlers;
 pub mod http;
+pub mod metrics;
 pub mod permissions;
 pub mod registry;
 pub mod responses;

@@ -89,6 +89,8 @@ pub struct Shared {
     pub stopping: Latch<()>,
     /// Live connection tasks.
     pub live: AtomicU64,
+    /// What the command layer counts (`/metrics`).
+    pub metrics: crate::metrics::CommandMetrics,
 }
 
 impl Shared {
@@ -125,6 +127,7 @@ impl Server {
             local_addr,
             stopping: Latch::default(),
             live: AtomicU64::new(0),
+            metrics: crate::metrics::CommandMetrics::default(),
         });
         tracing::info!(address = %local_addr, "listening for Iggy binary protocol clients (TCP)");
         let accepting = shared.clone();

@@ -16,7 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::BytesMut;
-use iggy_binary_protocol::codes::{FLUSH_UNSAVED_BUFFER_CODE, POLL_MESSAGES_CODE};
+use iggy_binary_protocol::codes::{
+    FLUSH_UNSAVED_BUFFER_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE,
+};
 use iggy_binary_protocol::requests::messages::{
     FlushUnsavedBufferRequest, PollMessagesRequest, RawMessage, SendMessagesEncoder,
 };
@@ -63,7 +65,12 @@ async fn send(
         Some(AckQuery::Replicated) | None => Ack::Awaited,
     };
     let body = wire_body(&a, &stream_id, &topic_id, &request)?;
-    let sent = handlers::send_with(&a.conn, body, ack).await?;
+    // A send is the one command HTTP runs outside the command table (it needs the landing,
+    // not the reply body): it is counted here as the table counts the others.
+    let sent = handlers::send_with(&a.conn, body, ack).await;
+    let status = sent.as_ref().map_or_else(|s| s.code, |_| 0);
+    a.conn.shared.metrics.command(SEND_MESSAGES_CODE, status);
+    let sent = sent?;
     let (status, durability, body) = match sent.landed {
         None => (StatusCode::ACCEPTED, "none", Vec::new()),
         Some(landed) => {

@@ -69,6 +69,7 @@ pub struct HttpSettings {
 pub struct Api {
     pub shared: Arc<Shared>,
     pub settings: HttpSettings,
+    pub metrics: metrics::Metrics,
     key: SigningKey,
     revoked: Revocations,
 }
@@ -95,6 +96,10 @@ pub fn router(api: Arc<Api>) -> Router {
     let limit = api.settings.max_body_bytes;
     let concurrent = api.settings.max_concurrent_requests;
     routes::routes()
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            metrics::count,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(concurrent))
         .with_state(api)
@@ -113,6 +118,7 @@ pub fn start(shared: Arc<Shared>, settings: HttpSettings) -> io::Result<HttpServ
     let env = shared.env.clone();
     let stopping = shared.stopping.clone();
     let api = Arc::new(Api {
+        metrics: metrics::Metrics::new(shared.clone()),
         shared,
         settings,
         key,
