@@ -297,7 +297,11 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
         .await
         .unwrap();
     let (status, code, _, _) = error_of(wrong).await;
-    assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 42));
+    assert_eq!(
+        (status, code),
+        (StatusCode::BAD_REQUEST, 42),
+        "as Iggy answers a wrong password"
+    );
     let user = json!({"username": "plain", "password": "plain-password", "status": "active", "permissions": null});
     assert_eq!(api.post("/users", user).await.status(), StatusCode::CREATED);
     let plain = Api::login(&cairn, "plain", "plain-password").await;

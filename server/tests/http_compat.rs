@@ -272,6 +272,82 @@ async fn the_sdk_http_transport_works_end_to_end() {
     let users = client.get_users().await.unwrap();
     assert_eq!(users.len(), 2);
 
+    // Administration: updates, partitions, segments, purges, passwords, permissions.
+    client
+        .update_stream(&id("s"), "s", &StreamUpdateOptions::default())
+        .await
+        .unwrap();
+    client
+        .update_topic(&id("s"), &id("r"), "r", &TopicUpdateOptions::default())
+        .await
+        .unwrap();
+    client
+        .create_partitions(&id("s"), &id("r"), 2)
+        .await
+        .unwrap();
+    let grown = client.get_topic(&id("s"), &id("r")).await.unwrap().unwrap();
+    assert_eq!(grown.partitions_count, 5);
+    client
+        .delete_partitions(&id("s"), &id("r"), 2)
+        .await
+        .unwrap();
+    assert!(
+        client
+            .delete_segments(&id("s"), &id("p"), 0, 1)
+            .await
+            .is_err(),
+        "the active segment is never deleted"
+    );
+    client
+        .create_topic(&id("s"), "tmp", &options(1, Durability::Replicated))
+        .await
+        .unwrap();
+    client
+        .send_messages(
+            &id("s"),
+            &id("tmp"),
+            &Partitioning::partition_id(0),
+            &mut messages("t", 2),
+        )
+        .await
+        .unwrap();
+    client.purge_topic(&id("s"), &id("tmp")).await.unwrap();
+    assert!(poll(&client, "tmp", 0, PollingStrategy::first(), 10, false)
+        .await
+        .messages
+        .is_empty());
+    client.delete_topic(&id("s"), &id("tmp")).await.unwrap();
+    client
+        .change_password(&id("reader"), "reader-password", "reader-password-2")
+        .await
+        .unwrap();
+    assert!(
+        matches!(reader.get_streams().await, Err(IggyError::Unauthenticated)),
+        "a changed password ends the tokens issued before it"
+    );
+    reader
+        .login_user("reader", "reader-password-2")
+        .await
+        .unwrap();
+    let mut everything = Permissions::default();
+    everything.global.manage_streams = true;
+    client
+        .update_permissions(&id("reader"), Some(everything))
+        .await
+        .unwrap();
+    reader.create_stream("x").await.unwrap();
+    reader.delete_stream(&id("x")).await.unwrap();
+    let me = client
+        .get_user(&Identifier::named("me").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(me.username, "iggy");
+    let metadata = client.get_cluster_metadata().await.unwrap();
+    assert_eq!(metadata.nodes.len(), 1);
+    assert!(client.get_clients().await.is_ok());
+    assert!(client.get_client(999_999).await.unwrap().is_none());
+
     // Stats carry what the binary protocol's GetStats does.
     let stats = client.get_stats().await.unwrap();
     assert_eq!(stats.streams_count, 1);

@@ -33,8 +33,9 @@ pub mod codes {
 const NOT_FOUND: [u32; 13] = [
     20, 100, 1009, 1010, 1011, 2010, 2011, 3007, 3021, 4000, 5000, 5003, 5006,
 ];
-/// Codes a 401 answers: no valid identity was presented.
-const UNAUTHENTICATED: [u32; 6] = [40, 42, 53, 54, 77, 78];
+/// Codes a 401 answers: no valid token was presented (a wrong password is a 400, as
+/// Iggy's server answers it; an expired personal access token is a token, so a 401).
+const UNAUTHENTICATED: [u32; 5] = [40, 53, 54, 77, 78];
 
 /// One HTTP error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +145,7 @@ mod tests {
         assert_eq!(status_of(Fault::Client, 41), StatusCode::FORBIDDEN);
         assert_eq!(status_of(Fault::Client, 1012), StatusCode::BAD_REQUEST);
         assert_eq!(status_of(Fault::Client, 4), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(Fault::Client, 42), StatusCode::BAD_REQUEST);
     }
 
     #[test]

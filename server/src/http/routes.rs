@@ -225,9 +225,12 @@ async fn users(mut a: Authed) -> Reply<Vec<iggy_common::UserInfo>> {
 }
 
 async fn user(mut a: Authed, Path(user_id): Path<String>) -> Reply<iggy_common::UserInfoDetails> {
-    let request = GetUserRequest {
-        user_id: id(&user_id)?,
+    // `/users/me` is the caller (Iggy's alias).
+    let user_id = match user_id.as_str() {
+        "me" => iggy_binary_protocol::WireIdentifier::numeric(a.claims.user_id),
+        other => id(other)?,
     };
+    let request = GetUserRequest { user_id };
     let body = call(&mut a, GET_USER_CODE, &request).await?;
     let details = found::<UserDetailsResponse>(&body, "user")?;
     Ok(axum::Json(details.try_into().map_err(invalid)?))
