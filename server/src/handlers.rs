@@ -510,6 +510,11 @@ fn op_action(conn: &Conn, op: &MetaOp) -> Result<Action, Status> {
         | MetaOp::DeleteUser(_)
         | MetaOp::ChangePassword(_)
         | MetaOp::UpdatePermissions(_) => Action::ManageUsers,
+        // Served by their own handlers (a user manages its own tokens); never decoded from
+        // a client's body here.
+        MetaOp::CreatePersonalAccessToken(_) | MetaOp::DeletePersonalAccessToken(_) => {
+            return Err(Status(status::INVALID_COMMAND))
+        }
     })
 }
 
