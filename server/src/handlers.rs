@@ -11,12 +11,14 @@ use crate::connection::Conn;
 use crate::frame::{self, status, Echo, ReplyMeta};
 use crate::permissions::{allowed, Action};
 use crate::responses::{self, Numbers, PartitionNumbers};
+use crate::server::Shared;
 use crate::session::{Dedup, Session};
 use crate::TopicDefaults;
 use bytes::{Buf, Bytes, BytesMut};
 use cairn_engine::node::ops::MetaOp;
-use cairn_engine::node::{NodeError, PartitionKey};
+use cairn_engine::node::{Login, NodeError, PartitionKey, TokenExpiry};
 use cairn_engine::partition::PartitionError;
+use cairn_engine::state::tokens::TokenHash;
 use iggy_binary_protocol::codes::*;
 use iggy_binary_protocol::requests::consumer_groups::{
     GetConsumerGroupRequest, GetConsumerGroupsRequest, JoinConsumerGroupRequest,
@@ -26,12 +28,17 @@ use iggy_binary_protocol::requests::consumer_offsets::{
     DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
 };
 use iggy_binary_protocol::requests::messages::{PollMessagesRequest, SendMessagesHeader};
+use iggy_binary_protocol::requests::personal_access_tokens::{
+    CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
+    GetPersonalAccessTokensRequest,
+};
 use iggy_binary_protocol::requests::segments::DeleteSegmentsRequest;
 use iggy_binary_protocol::requests::streams::GetStreamRequest;
 use iggy_binary_protocol::requests::system::GetClientRequest;
 use iggy_binary_protocol::requests::topics::{GetTopicRequest, GetTopicsRequest};
 use iggy_binary_protocol::requests::users::{
     ChangePasswordRequest, CreateUserRequest, GetUserRequest, LoginRegisterRequest,
+    LoginRegisterWithPatRequest,
 };
 use iggy_binary_protocol::responses::clients::ClientDetailsResponse;
 use iggy_binary_protocol::responses::clients::GetClientsResponse;
@@ -42,6 +49,9 @@ use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
 use iggy_binary_protocol::responses::messages::{
     SendMessagesConfirmationResponse, SendMessagesResponse,
+};
+use iggy_binary_protocol::responses::personal_access_tokens::{
+    GetPersonalAccessTokensResponse, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse,
 };
 use iggy_binary_protocol::responses::streams::GetStreamsResponse;
 use iggy_binary_protocol::responses::system::StatsResponse;
@@ -54,6 +64,7 @@ use iggy_binary_protocol::{
     WireOptions, HEADER_SIZE,
 };
 use secrecy::ExposeSecret;
+use std::net::IpAddr;
 use tracing::Instrument;
 
 /// The server's version string in login replies and stats.
@@ -203,7 +214,11 @@ async fn answer_request(
                 return answer;
             }
             let key = (echo.client, echo.request, echo.request_checksum);
-            let dedup = operation.is_metadata() && echo.request_checksum != 0;
+            // A created token's reply is its raw token: it is not kept for a retry (Iggy
+            // refuses to replay it too); a retried creation finds the name taken.
+            let dedup = operation.is_metadata()
+                && echo.request_checksum != 0
+                && operation != Operation::CreatePersonalAccessToken;
             if dedup {
                 let reframe = |body: &[u8]| {
                     frame::reply(echo, meta(conn, operation), 0, false, body).freeze()
@@ -288,8 +303,9 @@ async fn gate(
     if session.client != header.client || session.session != header.session {
         return Err(unauthenticated(conn));
     }
+    let now = conn.shared.env.clock.wall_micros();
     if let Err(why) =
-        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view()))
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
     {
         tracing::info!(user = session.user_id, ?why, "a session lost its access");
         end_session(conn).await;
@@ -299,6 +315,144 @@ async fn gate(
 }
 
 // Login and logout --------------------------------------------------------------------------
+
+/// Why a login was refused: the status an adapter answers with, and the eviction that
+/// carries it on the binary protocol (`None` when the node could not answer: the
+/// connection stays usable and may try again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginRefused {
+    pub status: Status,
+    pub eviction: Option<EvictionReason>,
+}
+
+impl LoginRefused {
+    fn evicted(code: u32, reason: EvictionReason) -> LoginRefused {
+        LoginRefused {
+            status: Status::of(code),
+            eviction: Some(reason),
+        }
+    }
+
+    /// A wrong username or password, or an inactive user (hidden, as Iggy hides it).
+    fn credentials() -> LoginRefused {
+        Self::evicted(
+            status::INVALID_CREDENTIALS,
+            EvictionReason::InvalidCredentials,
+        )
+    }
+
+    /// A token nobody holds (or one already gone again).
+    fn token() -> LoginRefused {
+        Self::evicted(NodeError::InvalidToken.code(), EvictionReason::InvalidToken)
+    }
+
+    fn failed(e: NodeError) -> LoginRefused {
+        LoginRefused {
+            status: e.into(),
+            eviction: None,
+        }
+    }
+}
+
+/// A session for `username` and `password`, for the login client id `client` from `peer`:
+/// checked by the node (argon2 on the blocking pool), and counted by the server's
+/// failed-login limit for `peer`. The session is not bound to any connection yet.
+pub async fn session_for_password(
+    shared: &Shared,
+    client: u128,
+    peer: IpAddr,
+    username: &str,
+    password: &str,
+) -> Result<Session, LoginRefused> {
+    let now = shared.env.clock.monotonic_nanos() / 1000;
+    if !shared.logins.may_try(peer, now) {
+        tracing::warn!(%peer, "login refused: too many failed logins from this address");
+        return Err(LoginRefused::credentials());
+    }
+    let node = shared.node.client(client);
+    let login = match node.login(username, password).await {
+        Ok(login) => login,
+        Err(e) => {
+            shared.logins.failed(peer, now);
+            tracing::info!(%peer, user = %username, error = %e, "login refused");
+            return Err(match e {
+                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
+                    LoginRefused::credentials()
+                }
+                other => LoginRefused::failed(other),
+            });
+        }
+    };
+    bind_session(shared, client, node, login, None).ok_or_else(LoginRefused::credentials)
+}
+
+/// A session for the raw personal access token `raw`, for the login client id `client`
+/// from `peer`, counted by the failed-login limit like a password: refused for a token
+/// nobody holds or one past its expiry (status 53 or 54, eviction `InvalidToken`: the SDK
+/// reads 53), and for an inactive user (47, eviction `UserInactive`), as Iggy answers.
+/// The session lasts as long as the token: deleted or expired, the session's next request
+/// is refused.
+pub async fn session_for_token(
+    shared: &Shared,
+    client: u128,
+    peer: IpAddr,
+    raw: &str,
+) -> Result<Session, LoginRefused> {
+    let now = shared.env.clock.monotonic_nanos() / 1000;
+    if !shared.logins.may_try(peer, now) {
+        tracing::warn!(%peer, "token login refused: too many failed logins from this address");
+        return Err(LoginRefused::token());
+    }
+    let node = shared.node.client(client);
+    let login = match node.login_with_token(raw).await {
+        Ok(login) => login,
+        Err(e) => {
+            shared.logins.failed(peer, now);
+            tracing::info!(%peer, error = %e, "token login refused");
+            return Err(match e {
+                NodeError::InvalidToken | NodeError::TokenExpired { .. } => {
+                    LoginRefused::evicted(e.code(), EvictionReason::InvalidToken)
+                }
+                NodeError::UserInactive(_) => {
+                    LoginRefused::evicted(e.code(), EvictionReason::UserInactive)
+                }
+                other => LoginRefused::failed(other),
+            });
+        }
+    };
+    let hash = cairn_engine::state::tokens::hash_token(raw);
+    bind_session(shared, client, node, login, Some(hash)).ok_or_else(LoginRefused::token)
+}
+
+/// The session of `login` as the view holds its user now (`None` if the user is gone).
+fn bind_session(
+    shared: &Shared,
+    client: u128,
+    node: cairn_engine::node::Client,
+    login: Login,
+    token: Option<TokenHash>,
+) -> Option<Session> {
+    let view = shared.node.view();
+    let user = view
+        .user(login.user_id)
+        .filter(|u| u.created_op == login.incarnation)?;
+    Some(Session {
+        client,
+        session: shared.next_session(),
+        user_id: login.user_id,
+        incarnation: login.incarnation,
+        password_hash: user.password_hash.clone(),
+        token,
+        node,
+        dedup: Dedup::default(),
+    })
+}
+
+/// The two shapes of a Register body after its version prefix (SPEC §2.2, trap T10).
+enum Credentials {
+    Password(LoginRegisterRequest),
+    Token(LoginRegisterWithPatRequest),
+}
 
 async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
     let Ok((version, used)) = ClientVersionInfo::decode(body) else {
@@ -312,55 +466,41 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         );
         return evict(echo, EvictionReason::IncompatibleProtocol);
     }
-    let Ok((request, rest)) = LoginRegisterRequest::decode_after_prefix(version, &body[used..])
-    else {
-        // The personal-access-token shape: tokens are not served yet.
-        return reply(conn, echo, Err(Status::of(status::FEATURE_UNAVAILABLE)));
+    // The password shape first, then the token's (as Iggy tries them); either must be the
+    // whole body.
+    let tail = &body[used..];
+    let credentials = match LoginRegisterRequest::decode_after_prefix(version.clone(), tail) {
+        Ok((request, rest)) if rest == tail.len() => Credentials::Password(request),
+        _ => match LoginRegisterWithPatRequest::decode_after_prefix(version, tail) {
+            Ok((request, rest)) if rest == tail.len() => Credentials::Token(request),
+            _ => return evict(echo, EvictionReason::MalformedLogin),
+        },
     };
-    if used + rest != body.len() {
-        return evict(echo, EvictionReason::MalformedLogin);
-    }
-    let shared = conn.shared.clone();
-    let now = shared.env.clock.monotonic_nanos() / 1000;
-    let ip = conn.peer.ip();
-    if !shared.logins.may_try(ip, now) {
-        tracing::warn!(peer = %conn.peer, "login refused: too many failed logins from this address");
-        return evict(echo, EvictionReason::InvalidCredentials);
-    }
     end_session(conn).await;
-    let node = shared.node.client(echo.client);
-    let username = request.username.as_str().to_owned();
-    let login = match node
-        .login(&username, request.password.expose_secret())
-        .await
-    {
-        Ok(login) => login,
-        Err(e) => {
-            shared.logins.failed(ip, now);
-            tracing::info!(peer = %conn.peer, user = %username, error = %e, "login refused");
-            return match e {
-                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
-                    evict(echo, EvictionReason::InvalidCredentials)
-                }
-                other => reply(conn, echo, Err(other.into())),
-            };
+    let shared = conn.shared.clone();
+    let peer = conn.peer.ip();
+    let session = match &credentials {
+        Credentials::Password(request) => {
+            session_for_password(
+                &shared,
+                echo.client,
+                peer,
+                request.username.as_str(),
+                request.password.expose_secret(),
+            )
+            .await
+        }
+        Credentials::Token(request) => {
+            session_for_token(&shared, echo.client, peer, request.token.expose_secret()).await
         }
     };
-    let view = shared.node.view();
-    let Some(user) = view
-        .user(login.user_id)
-        .filter(|u| u.created_op == login.incarnation)
-    else {
-        return evict(echo, EvictionReason::InvalidCredentials);
-    };
-    let session = Session {
-        client: echo.client,
-        session: shared.next_session(),
-        user_id: login.user_id,
-        incarnation: login.incarnation,
-        password_hash: user.password_hash.clone(),
-        node,
-        dedup: Dedup::default(),
+    let session = match session {
+        Ok(session) => session,
+        Err(LoginRefused {
+            eviction: Some(reason),
+            ..
+        }) => return evict(echo, reason),
+        Err(LoginRefused { status, .. }) => return reply(conn, echo, Err(status)),
     };
     let response = LoginRegisterResponse {
         user_id: session.user_id,
@@ -373,7 +513,12 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         entry.client = session.client;
         entry.groups.clear();
     });
-    tracing::debug!(user = session.user_id, client_id = conn.id, "logged in");
+    tracing::debug!(
+        user = session.user_id,
+        client_id = conn.id,
+        token = session.token.is_some(),
+        "logged in"
+    );
     conn.session = Some(session);
     reply(conn, echo, Ok(encoded(&response)))
 }
@@ -485,6 +630,9 @@ async fn command_table(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
         JOIN_CONSUMER_GROUP_CODE => join_group(conn, &body).await,
         LEAVE_CONSUMER_GROUP_CODE => leave_group(conn, &body).await,
         SYNC_CONSUMER_GROUP_CODE => sync_group(conn, &body).await,
+        GET_PERSONAL_ACCESS_TOKENS_CODE => get_tokens(conn, &body),
+        CREATE_PERSONAL_ACCESS_TOKEN_CODE => create_token(conn, &body).await,
+        DELETE_PERSONAL_ACCESS_TOKEN_CODE => delete_token(conn, &body).await,
         CREATE_STREAM_CODE
         | UPDATE_STREAM_CODE
         | DELETE_STREAM_CODE
@@ -522,8 +670,9 @@ pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Execu
     let Some(session) = conn.session.as_ref() else {
         return Err(Status::of(status::UNAUTHENTICATED));
     };
+    let now = conn.shared.env.clock.wall_micros();
     if let Err(why) =
-        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view()))
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
     {
         return Err(Status {
             reason: Some(format!("the session's access was revoked: {why:?}")),
@@ -613,6 +762,11 @@ fn op_action(conn: &Conn, op: &MetaOp) -> Result<Action, Status> {
         | MetaOp::DeleteUser(_)
         | MetaOp::ChangePassword(_)
         | MetaOp::UpdatePermissions(_) => Action::ManageUsers,
+        // Served by their own handlers (a user manages its own tokens); never decoded from
+        // a client's body here.
+        MetaOp::CreatePersonalAccessToken(_) | MetaOp::DeletePersonalAccessToken(_) => {
+            return Err(Status::of(status::INVALID_COMMAND))
+        }
     })
 }
 
@@ -727,6 +881,57 @@ async fn change_password(conn: &mut Conn, body: &[u8]) -> Handled {
             &request.current_password,
             &request.new_password,
         )
+        .await?;
+    Ok(Vec::new())
+}
+
+// Personal access tokens: each user manages its own ---------------------------------------------
+
+/// The login the session acts as.
+fn login_of(conn: &Conn) -> Login {
+    let session = session(conn);
+    Login {
+        user_id: session.user_id,
+        incarnation: session.incarnation,
+    }
+}
+
+/// The session user's tokens: name and expiry (µs, 0 for never), never the token.
+fn get_tokens(conn: &Conn, body: &[u8]) -> Handled {
+    let GetPersonalAccessTokensRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let tokens = view
+        .user_tokens(session(conn).user_id)
+        .into_iter()
+        .flatten()
+        .map(|(name, token)| PersonalAccessTokenResponse {
+            name: WireName::new(name.clone()).expect("stored names are valid"),
+            expiry_at: token.expiry_at.unwrap_or(0),
+        })
+        .collect();
+    Ok(encoded(&GetPersonalAccessTokensResponse { tokens }))
+}
+
+async fn create_token(conn: &Conn, body: &[u8]) -> Handled {
+    let request: CreatePersonalAccessTokenRequest = decode(body)?;
+    let raw = session(conn)
+        .node
+        .create_personal_access_token(
+            login_of(conn),
+            request.name.as_str(),
+            TokenExpiry::from_wire(request.expiry),
+        )
+        .await?;
+    Ok(encoded(&RawPersonalAccessTokenResponse {
+        token: WireName::new(raw).expect("a raw token is 68 bytes"),
+    }))
+}
+
+async fn delete_token(conn: &Conn, body: &[u8]) -> Handled {
+    let request: DeletePersonalAccessTokenRequest = decode(body)?;
+    session(conn)
+        .node
+        .delete_personal_access_token(login_of(conn), request.name.as_str())
         .await?;
     Ok(Vec::new())
 }

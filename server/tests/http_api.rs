@@ -315,6 +315,58 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     let (status, code, _, _) = error_of(plain.get("/streams").await).await;
     assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 40));
+    let bad_token = reqwest::Client::new()
+        .post(format!("{}/personal-access-tokens/login", api.base))
+        .json(&json!({"token": "no-such-token"}))
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _, _) = error_of(bad_token).await;
+    assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 53));
+    let expiring = api
+        .post(
+            "/personal-access-tokens",
+            json!({"name": "brief", "expiry": 1_000_000}),
+        )
+        .await;
+    assert_eq!(expiring.status(), StatusCode::CREATED);
+    let raw: Value = expiring.json().await.unwrap();
+    let raw = raw["token"].as_str().unwrap().to_owned();
+    let pat_login = |raw: String| {
+        let url = format!("{}/personal-access-tokens/login", api.base);
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .json(&json!({"token": raw}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let robot: Value = pat_login(raw.clone()).await.json().await.unwrap();
+    let robot = Api {
+        token: robot["access_token"]["token"].as_str().unwrap().to_owned(),
+        base: api.base.clone(),
+        http: reqwest::Client::new(),
+    };
+    assert_eq!(robot.get("/streams").await.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, code, _, _) = error_of(robot.get("/streams").await).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "the personal access token expired: {code}"
+    );
+    let (status, code, _, _) = error_of(pat_login(raw).await).await;
+    assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 54));
+    let duplicate = api
+        .post(
+            "/personal-access-tokens",
+            json!({"name": "brief", "expiry": 0}),
+        )
+        .await;
+    let (status, code, _, _) = error_of(duplicate).await;
+    assert_eq!((status, code), (StatusCode::BAD_REQUEST, 51));
     let other = Api::login(&cairn, "iggy", PASSWORD).await;
     let out = other
         .at(reqwest::Method::DELETE, "/users/logout")

@@ -361,6 +361,42 @@ async fn the_sdk_http_transport_works_end_to_end() {
         Err(IggyError::Unauthenticated)
     ));
 
+    // A personal access token: created (shown once), listed without it, logged in with,
+    // and worthless once deleted.
+    let raw = client
+        .create_personal_access_token("ci-bot", PersonalAccessTokenExpiry::NeverExpire)
+        .await
+        .unwrap();
+    let listed = client.get_personal_access_tokens().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "ci-bot");
+    let robot = HttpClient::new(&cairn.http_url()).unwrap();
+    let identity = robot
+        .login_with_personal_access_token(&raw.token)
+        .await
+        .unwrap();
+    assert_eq!(identity.user_id, 0);
+    assert_eq!(robot.get_streams().await.unwrap().len(), 1);
+    let stranger = HttpClient::new(&cairn.http_url()).unwrap();
+    assert!(stranger
+        .login_with_personal_access_token("not-a-token-at-all")
+        .await
+        .is_err());
+    client.delete_personal_access_token("ci-bot").await.unwrap();
+    assert!(matches!(
+        robot.get_streams().await,
+        Err(IggyError::Unauthenticated)
+    ));
+    assert!(robot
+        .login_with_personal_access_token(&raw.token)
+        .await
+        .is_err());
+    assert!(client
+        .get_personal_access_tokens()
+        .await
+        .unwrap()
+        .is_empty());
+
     // Logout revokes the token.
     let refreshed = client.refresh_access_token().await.unwrap();
     assert!(refreshed.access_token.is_some());

@@ -30,8 +30,9 @@ mod view;
 mod work;
 
 pub use crate::error::{Failure, Named, NodeError, NodeResult, RootAction, WorkError};
+pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
-pub use auth::Login;
+pub use auth::{token_login, Login};
 pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
 pub use meta_owner::MetaReply;
 pub use shard::shard_of;
@@ -849,6 +850,70 @@ impl Client {
             .await
     }
 
+    // Personal access tokens ------------------------------------------------------------
+
+    /// Creates a personal access token named `name` for `user` (the incarnation it names:
+    /// never a later user of the same id) and returns the raw token, which exists nowhere
+    /// else: it is drawn from the environment's entropy and only its hash is journaled.
+    pub async fn create_personal_access_token(
+        &self,
+        user: Login,
+        token_name: &str,
+        expiry: TokenExpiry,
+    ) -> NodeResult<String> {
+        if expiry == TokenExpiry::After(0) {
+            return Err(NodeError::InvalidTokenExpiry(0));
+        }
+        let name = WireName::new(token_name)
+            .map_err(|_| NodeError::InvalidTokenName(token_name.into()))?;
+        let entropy = &self.node.inner.env.entropy;
+        let (raw, hash) = tokens::mint(|| entropy.next_u64());
+        self.execute_as(
+            MetaOp::CreatePersonalAccessToken(CreateTokenOp {
+                user_id: user.user_id,
+                incarnation: user.incarnation,
+                name,
+                expiry: expiry.to_wire(),
+                hash,
+            }),
+            user.user_id,
+        )
+        .await?;
+        Ok(raw)
+    }
+
+    /// Deletes `user`'s token `name` (sessions that logged in with it lose access at their
+    /// next request).
+    pub async fn delete_personal_access_token(
+        &self,
+        user: Login,
+        token_name: &str,
+    ) -> NodeResult<()> {
+        let name = WireName::new(token_name).map_err(|_| NodeError::TokenNotFound {
+            user: user.user_id,
+            name: token_name.into(),
+        })?;
+        self.execute_as(
+            MetaOp::DeletePersonalAccessToken(DeleteTokenOp {
+                user_id: user.user_id,
+                incarnation: user.incarnation,
+                name,
+            }),
+            user.user_id,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Logs in with a raw personal access token: the same [`Login`] a password gives.
+    /// Refuses a token nobody holds, one past its expiry (by the environment's wall clock)
+    /// and one whose user is inactive.
+    pub async fn login_with_token(&self, raw: &str) -> NodeResult<Login> {
+        let _permit = self.permits.acquire().await;
+        self.node.check_running()?;
+        token_login(&self.view(), raw, self.node.inner.env.clock.wall_micros())
+    }
+
     // Messages ----------------------------------------------------------------------------
 
     fn resolve_partition(
@@ -1296,3 +1361,4 @@ use iggy_binary_protocol::requests::users::{
     UpdateUserRequest,
 };
 use ops::MetaOp;
+use state::tokens::{self, CreateTokenOp, DeleteTokenOp};

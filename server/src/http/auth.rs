@@ -10,12 +10,16 @@ use crate::connection::Conn;
 use crate::session::{Dedup, Session};
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use cairn_engine::node::NodeError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Client ids of HTTP sessions have the top bit set: they never meet a binary client's.
 const HTTP_CLIENT_BIT: u128 = 1 << 127;
+
+/// A 64-bit fingerprint of a personal access token's stored hash (never 0).
+fn token_fingerprint(hash: &cairn_engine::state::tokens::TokenHash) -> u64 {
+    u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
+}
 
 /// An authenticated request: its connection state for the command layer, and its claims.
 pub struct Authed {
@@ -75,7 +79,9 @@ impl Api {
         Ok(claims)
     }
 
-    /// The session a token's claims stand for, if its user still holds as it did at login.
+    /// The session a token's claims stand for, if its user still holds as it did at login
+    /// (and, for a token issued for a personal access token, that token still exists; the
+    /// session check then judges its expiry, as it does for a TCP session).
     fn session_for(&self, claims: &Claims) -> Result<Session, ApiError> {
         let view = self.shared.node.view();
         let revoked = || ApiError::unauthenticated("the access token's user no longer holds it");
@@ -83,9 +89,20 @@ impl Api {
             .user(claims.user_id)
             .filter(|u| u.created_op == claims.incarnation)
             .ok_or_else(revoked)?;
-        if fingerprint(&user.password_hash) != claims.password {
-            return Err(revoked());
-        }
+        let token = match claims.personal_access_token {
+            0 if fingerprint(&user.password_hash) != claims.password => return Err(revoked()),
+            0 => None,
+            bound => {
+                let tokens = view.user_tokens(claims.user_id).ok_or_else(revoked)?;
+                let held = tokens
+                    .values()
+                    .find(|t| token_fingerprint(&t.hash) == bound)
+                    .ok_or_else(|| {
+                        ApiError::unauthenticated("the personal access token was deleted")
+                    })?;
+                Some(held.hash)
+            }
+        };
         let client = HTTP_CLIENT_BIT | u128::from(claims.token_id);
         Ok(Session {
             client,
@@ -95,6 +112,7 @@ impl Api {
             password_hash: user.password_hash.clone(),
             node: self.shared.node.client(client),
             dedup: Dedup::default(),
+            token,
         })
     }
 
@@ -114,12 +132,23 @@ impl Api {
         self.shared.env.clock.wall_micros() / 1_000_000
     }
 
-    /// A new token for a user who just proved who they are.
-    pub fn issue(&self, user_id: u32, incarnation: u64, personal_access_token: u64) -> Issued {
-        let view = self.shared.node.view();
-        let password = view
-            .user(user_id)
-            .map_or(0, |u| fingerprint(&u.password_hash));
+    /// A bearer token for a session a login just made.
+    pub fn issue(&self, session: &Session) -> Issued {
+        self.issue_for(
+            session.user_id,
+            session.incarnation,
+            fingerprint(&session.password_hash),
+            session.token.as_ref().map_or(0, token_fingerprint),
+        )
+    }
+
+    fn issue_for(
+        &self,
+        user_id: u32,
+        incarnation: u64,
+        password: u64,
+        personal_access_token: u64,
+    ) -> Issued {
         let now = self.now_secs();
         let claims = Claims {
             user_id,
@@ -156,38 +185,44 @@ impl Issued {
     }
 }
 
-/// `POST /users/login`.
+/// `POST /users/login`: the same password check (and failed-login limit) as a TCP login.
 pub async fn login(
     State(api): State<Arc<Api>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     super::body::Json(request): super::body::Json<iggy_common::login_user::LoginUser>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let shared = &api.shared;
-    let now = shared.env.clock.monotonic_nanos() / 1000;
-    if !shared.logins.may_try(peer.ip(), now) {
-        return Err(ApiError::client(
-            codes::INVALID_CREDENTIALS,
-            "too many failed logins from this address; wait and retry",
-        ));
-    }
-    let node = shared.node.client(HTTP_CLIENT_BIT);
     let password = secrecy::ExposeSecret::expose_secret(&request.password);
-    let login = match node.login(&request.username, password).await {
-        Ok(login) => login,
-        Err(e) => {
-            shared.logins.failed(peer.ip(), now);
-            tracing::info!(%peer, user = %request.username, error = %e, "http login refused");
-            return Err(match e {
-                NodeError::InvalidCredentials => {
-                    ApiError::client(codes::INVALID_CREDENTIALS, "invalid credentials")
-                }
-                other => crate::handlers::Status::from(other).into(),
-            });
-        }
-    };
-    let issued = api.issue(login.user_id, login.incarnation, 0);
-    tracing::debug!(user = login.user_id, "http login");
-    Ok(axum::Json(issued.identity()))
+    let session = crate::handlers::session_for_password(
+        &api.shared,
+        HTTP_CLIENT_BIT,
+        peer.ip(),
+        &request.username,
+        password,
+    )
+    .await
+    .map_err(|refused| ApiError::from(refused.status))?;
+    tracing::debug!(user = session.user_id, "http login");
+    Ok(axum::Json(api.issue(&session).identity()))
+}
+
+/// `POST /personal-access-tokens/login`: a bearer token bound to the personal access
+/// token (deleted or expired, the bearer token stops working too).
+pub async fn login_with_personal_access_token(
+    State(api): State<Arc<Api>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    super::body::Json(request): super::body::Json<
+        iggy_common::login_with_personal_access_token::LoginWithPersonalAccessToken,
+    >,
+) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
+    let raw = secrecy::ExposeSecret::expose_secret(&request.token);
+    let session = crate::handlers::session_for_token(&api.shared, HTTP_CLIENT_BIT, peer.ip(), raw)
+        .await
+        .map_err(|refused| ApiError::from(refused.status))?;
+    tracing::debug!(
+        user = session.user_id,
+        "http login with a personal access token"
+    );
+    Ok(axum::Json(api.issue(&session).identity()))
 }
 
 #[derive(serde::Deserialize)]
@@ -202,10 +237,17 @@ pub async fn refresh(
     super::body::Json(request): super::body::Json<RefreshToken>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
     let claims = api.verify(&request.token)?;
-    api.session_for(&claims)?;
-    let issued = api.issue(
+    let session = api.session_for(&claims)?;
+    let now = api.shared.env.clock.wall_micros();
+    if session.still_valid(&api.shared.node.view(), now).is_err() {
+        return Err(ApiError::unauthenticated(
+            "the access token's session was revoked",
+        ));
+    }
+    let issued = api.issue_for(
         claims.user_id,
         claims.incarnation,
+        claims.password,
         claims.personal_access_token,
     );
     Ok(axum::Json(issued.identity()))
@@ -224,19 +266,4 @@ pub async fn logout(
         .with_status(axum::http::StatusCode::SERVICE_UNAVAILABLE));
     }
     Ok(axum::http::StatusCode::NO_CONTENT)
-}
-
-impl Api {
-    /// A bearer token for a personal access token's user.
-    pub async fn login_with_personal_access_token(
-        &self,
-        peer: SocketAddr,
-        raw: &str,
-    ) -> Result<Issued, ApiError> {
-        let _ = (peer, raw);
-        Err(ApiError::client(
-            codes::FEATURE_UNAVAILABLE,
-            "personal access tokens are not served yet",
-        ))
-    }
 }

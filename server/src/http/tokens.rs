@@ -7,7 +7,7 @@ use super::body::Json;
 use super::error::ApiError;
 use super::routes::{call, decode};
 use super::Api;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -31,7 +31,10 @@ pub fn routes() -> Router<Arc<Api>> {
     Router::new()
         .route("/personal-access-tokens", get(list).post(create))
         .route("/personal-access-tokens/{name}", delete(remove))
-        .route("/personal-access-tokens/login", post(login))
+        .route(
+            "/personal-access-tokens/login",
+            post(super::auth::login_with_personal_access_token),
+        )
 }
 
 fn token_name(name: &str) -> Result<WireName, ApiError> {
@@ -77,14 +80,4 @@ async fn remove(mut a: Authed, Path(name): Path<String>) -> Result<Response, Api
     };
     call(&mut a, DELETE_PERSONAL_ACCESS_TOKEN_CODE, &request).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-async fn login(
-    State(api): State<Arc<Api>>,
-    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    Json(r): Json<iggy_common::login_with_personal_access_token::LoginWithPersonalAccessToken>,
-) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let raw = secrecy::ExposeSecret::expose_secret(&r.token).to_owned();
-    let issued = api.login_with_personal_access_token(peer, &raw).await?;
-    Ok(axum::Json(issued.identity()))
 }
