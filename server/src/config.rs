@@ -145,9 +145,6 @@ pub struct HttpConfig {
     /// How long a bearer token from a login is valid.
     #[serde(with = "duration")]
     pub token_expiry: Duration,
-    /// The secret bearer tokens are signed with. Empty: a random one at each start (tokens
-    /// then end with the process).
-    pub token_secret: String,
     /// Who may scrape `/metrics`: `open`, `open_on_loopback` (callers from a loopback
     /// address need no token; others need one) or `authenticated`.
     pub metrics_access: crate::http::MetricsAccess,
@@ -161,10 +158,6 @@ impl std::fmt::Debug for HttpConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("token_expiry", &self.token_expiry)
-            .field(
-                "token_secret",
-                &(!self.token_secret.is_empty()).then_some(PASSWORD_MASK),
-            )
             .field("metrics_access", &self.metrics_access)
             .finish()
     }
@@ -178,7 +171,6 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * MIB,
             max_concurrent_requests: 1024,
             token_expiry: Duration::from_secs(3600),
-            token_secret: String::new(),
             metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
         }
     }
@@ -630,9 +622,6 @@ impl ServerConfig {
         if shown.root.password.is_some() {
             shown.root.password = Some(PASSWORD_MASK.into());
         }
-        if !shown.http.token_secret.is_empty() {
-            shown.http.token_secret = PASSWORD_MASK.into();
-        }
         toml::to_string(&shown).expect("the configuration serializes to TOML")
     }
 
@@ -945,7 +934,6 @@ mod tests {
                 max_body_bytes: 4 * MIB,
                 max_concurrent_requests: 16,
                 token_expiry: Duration::from_secs(600),
-                token_secret: String::new(),
                 metrics_access: crate::http::MetricsAccess::Authenticated,
             },
             root: RootConfig {

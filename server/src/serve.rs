@@ -122,15 +122,13 @@ fn server_settings(config: &ServerConfig) -> ServerSettings {
 
 fn http_settings(config: &ServerConfig, env: &Env) -> crate::http::HttpSettings {
     let http = &config.http;
-    let key = if http.token_secret.is_empty() {
-        let mut bytes = [0u8; 32];
-        for chunk in bytes.chunks_mut(8) {
-            chunk.copy_from_slice(&env.entropy.next_u64().to_le_bytes());
-        }
-        crate::http::token::SigningKey::from_bytes(bytes)
-    } else {
-        crate::http::token::SigningKey::from_secret(&http.token_secret)
-    };
+    // A fresh key per start: a restart ends every bearer token, logged out or not (the
+    // logout list is in memory; a key that outlived it would bring logged-out tokens back).
+    let mut bytes = [0u8; 32];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&env.entropy.next_u64().to_le_bytes());
+    }
+    let key = crate::http::token::SigningKey::from_bytes(bytes);
     crate::http::HttpSettings {
         address: http.address,
         max_body_bytes: usize::try_from(http.max_body_bytes).unwrap_or(usize::MAX),

@@ -56,6 +56,14 @@ impl FromRequestParts<Arc<Api>> for Authed {
         };
         let claims = api.verify(token)?;
         let session = api.session_for(&claims)?;
+        // The session check every command makes, here for every route (a send, a scrape
+        // and a logout too): the user still active, a personal access token unexpired.
+        let now = api.shared.env.clock.wall_micros();
+        if let Err(why) = session.still_valid(&api.shared.node.view(), now) {
+            return Err(ApiError::unauthenticated(format!(
+                "the access token's session was revoked: {why:?}"
+            )));
+        }
         Ok(Authed {
             conn: api.conn(peer(parts), Some(session)),
             claims,
@@ -134,7 +142,9 @@ impl Api {
 
     /// A bearer token for a session a login just made.
     pub fn issue(&self, session: &Session) -> Issued {
+        let login = self.shared.env.entropy.next_u64();
         self.issue_for(
+            login,
             session.user_id,
             session.incarnation,
             fingerprint(&session.password_hash),
@@ -144,6 +154,7 @@ impl Api {
 
     fn issue_for(
         &self,
+        login: u64,
         user_id: u32,
         incarnation: u64,
         password: u64,
@@ -154,7 +165,7 @@ impl Api {
             user_id,
             incarnation,
             password,
-            token_id: self.shared.env.entropy.next_u64(),
+            token_id: login,
             personal_access_token,
             issued_at: now,
             expires_at: now + self.settings.token_expiry.as_secs().max(1),
@@ -230,8 +241,8 @@ pub struct RefreshToken {
     token: String,
 }
 
-/// `POST /users/refresh-token`: a new token for a valid one (the old one stays valid until
-/// it expires, as Iggy's stateless server does).
+/// `POST /users/refresh-token`: a new token for a valid one, of the same login (the old one
+/// stays valid until it expires, as Iggy's stateless server does; a logout ends both).
 pub async fn refresh(
     State(api): State<Arc<Api>>,
     super::body::Json(request): super::body::Json<RefreshToken>,
@@ -245,6 +256,7 @@ pub async fn refresh(
         ));
     }
     let issued = api.issue_for(
+        claims.token_id,
         claims.user_id,
         claims.incarnation,
         claims.password,
@@ -258,7 +270,10 @@ pub async fn logout(
     State(api): State<Arc<Api>>,
     authed: Authed,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    if !api.revoked.revoke(&authed.claims, api.now_secs()) {
+    // Every token of this login expires by now + the expiry (refreshes included).
+    let now = api.now_secs();
+    let until = now + api.settings.token_expiry.as_secs().max(1);
+    if !api.revoked.revoke(&authed.claims, until, now) {
         return Err(ApiError::client(
             codes::ERROR,
             "too many live logged-out tokens to remember another; retry later",

@@ -31,7 +31,8 @@ pub struct Claims {
     pub incarnation: u64,
     /// [`fingerprint`] of the user's password hash at login.
     pub password: u64,
-    /// Unique per issued token: what logout revokes.
+    /// Unique per login; a refreshed token keeps it: what logout revokes (every token of
+    /// the login at once).
     pub token_id: u64,
     /// [`fingerprint`] of the personal access token's hash it was issued for, or 0.
     pub personal_access_token: u64,
@@ -62,7 +63,8 @@ pub fn fingerprint(stored_hash: &str) -> u64 {
 pub struct SigningKey([u8; 32]);
 
 impl SigningKey {
-    /// A key derived from a configured secret (any length; tokens then survive restarts).
+    /// A key derived from a secret (tests: a fixed key).
+    #[cfg(test)]
     pub fn from_secret(secret: &str) -> SigningKey {
         SigningKey(blake3::derive_key(
             "cairn 2026 http bearer token key",
@@ -151,38 +153,75 @@ fn decode(b: &[u8; CLAIMS_LEN]) -> Option<Claims> {
     })
 }
 
-/// Token ids revoked by a logout, each kept until the token would have expired anyway.
-/// Bounded: past [`Revocations::LIMIT`] live entries a logout is refused (the caller answers
-/// 503) rather than forgetting a revocation.
+/// Logins ended by a logout, by token id (a refreshed token keeps its login's id), each kept
+/// until every token of that login has expired. Bounded twice: at most
+/// [`Revocations::PER_USER`] live entries per user (one user's logouts cannot block
+/// another's) and [`Revocations::LIMIT`] in all; past either, that logout is refused (the
+/// caller answers 503) rather than a revocation forgotten.
 #[derive(Default)]
 pub struct Revocations {
-    inner: Mutex<BTreeMap<u64, u64>>,
+    inner: Mutex<RevocationsInner>,
+}
+
+#[derive(Default)]
+struct RevocationsInner {
+    /// token id → (user id, until: unix s).
+    ended: BTreeMap<u64, (u32, u64)>,
+    per_user: BTreeMap<u32, usize>,
+}
+
+impl RevocationsInner {
+    fn forget_expired(&mut self, now: u64) {
+        let per_user = &mut self.per_user;
+        self.ended.retain(|_, (user, until)| {
+            let live = *until > now;
+            if !live {
+                let count = per_user.get_mut(user).expect("counted");
+                *count -= 1;
+                if *count == 0 {
+                    per_user.remove(user);
+                }
+            }
+            live
+        });
+    }
 }
 
 impl Revocations {
     pub const LIMIT: usize = 100_000;
+    pub const PER_USER: usize = 1_000;
 
-    /// Revokes `claims`' token; `false` when the list is full of live revocations.
-    pub fn revoke(&self, claims: &Claims, now: u64) -> bool {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= Self::LIMIT {
-            map.retain(|_, expires| *expires > now);
+    /// Ends `claims`' login until `until` (unix s); `false` when a bound is reached.
+    pub fn revoke(&self, claims: &Claims, until: u64, now: u64) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.ended.contains_key(&claims.token_id) {
+            return true;
         }
-        if map.len() >= Self::LIMIT {
+        let full = |inner: &RevocationsInner| {
+            inner.ended.len() >= Self::LIMIT
+                || inner.per_user.get(&claims.user_id).copied().unwrap_or(0) >= Self::PER_USER
+        };
+        if full(&inner) {
+            inner.forget_expired(now);
+        }
+        if full(&inner) {
             return false;
         }
-        map.insert(claims.token_id, claims.expires_at);
-        assert!(map.len() <= Self::LIMIT);
+        inner.ended.insert(claims.token_id, (claims.user_id, until));
+        *inner.per_user.entry(claims.user_id).or_default() += 1;
+        assert!(inner.ended.len() <= Self::LIMIT);
+        assert_eq!(inner.per_user.values().sum::<usize>(), inner.ended.len());
         true
     }
 
     pub fn is_revoked(&self, claims: &Claims) -> bool {
-        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.contains_key(&claims.token_id)
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.ended.contains_key(&claims.token_id)
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.ended.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -247,26 +286,25 @@ mod tests {
     }
 
     #[test]
-    fn revocations_hold_until_expiry_and_stay_bounded() {
+    fn revocations_hold_until_expiry_and_stay_bounded_per_user() {
         let list = Revocations::default();
         let c = claims();
         assert!(!list.is_revoked(&c));
-        assert!(list.revoke(&c, 1_000));
+        assert!(list.revoke(&c, 5_000, 1_000));
         assert!(list.is_revoked(&c));
-        // Fill it with live entries: the next revocation is refused, not forgotten.
-        for id in 0..Revocations::LIMIT as u64 {
-            let live = Claims {
-                token_id: 1_000_000 + id,
-                ..c
-            };
-            list.revoke(&live, 1_000);
+        // One user fills its share with live entries: its next logout is refused, not
+        // forgotten, and another user's logout still works.
+        for id in 1..Revocations::PER_USER as u64 {
+            assert!(list.revoke(&Claims { token_id: 1_000_000 + id, ..c }, 5_000, 1_000));
         }
-        assert_eq!(list.len(), Revocations::LIMIT);
-        let one_more = Claims { token_id: 5, ..c };
-        assert!(!list.revoke(&one_more, 1_000));
+        assert_eq!(list.len(), Revocations::PER_USER);
+        assert!(!list.revoke(&Claims { token_id: 5, ..c }, 5_000, 1_000));
         assert!(list.is_revoked(&c));
+        let other_user = Claims { user_id: 8, token_id: 6, ..c };
+        assert!(list.revoke(&other_user, 5_000, 1_000));
         // Once they expired, room returns.
-        assert!(list.revoke(&one_more, 10_000));
+        assert!(list.revoke(&Claims { token_id: 5, ..c }, 9_000, 6_000));
+        assert!(!list.is_revoked(&c));
         assert_eq!(list.len(), 1);
     }
 }
