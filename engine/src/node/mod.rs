@@ -34,7 +34,7 @@ pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::Login;
 pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
 pub use meta_owner::MetaReply;
-pub use shard::shard_of;
+pub use shard::{shard_of, MAX_DRAIN};
 pub use view::MetaView;
 
 use crate::config::PartitionSettings;
