@@ -23,6 +23,7 @@ mod auth;
 mod boot;
 pub mod groups;
 mod meta_owner;
+mod metrics;
 pub mod retention;
 mod shard;
 pub mod tree;
@@ -35,7 +36,8 @@ pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::{token_login, Login};
 pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
 pub use meta_owner::MetaReply;
-pub use shard::shard_of;
+pub use metrics::{BootMetrics, NodeMetrics};
+pub use shard::{shard_of, MAX_DRAIN};
 pub use view::MetaView;
 
 use crate::config::PartitionSettings;
@@ -238,6 +240,8 @@ pub struct NodeStats {
     /// Partition persists that acknowledged persisted sends, and the sends they covered.
     pub persists: AtomicU64,
     pub persisted_acks: AtomicU64,
+    /// Those persists that failed (no space, or an I/O error that fenced the partition).
+    pub failed_persists: AtomicU64,
     /// Sends that arrived while their partition's previous persist ran (they joined the
     /// next one).
     pub joined_running_persist: AtomicU64,
@@ -255,6 +259,7 @@ pub struct NodeStats {
 pub struct StatsSnapshot {
     pub persists: u64,
     pub persisted_acks: u64,
+    pub failed_persists: u64,
     pub joined_running_persist: u64,
     pub polls_during_persist: u64,
     pub inbox_full: u64,
@@ -269,6 +274,7 @@ impl NodeStats {
         StatsSnapshot {
             persists: get(&self.persists),
             persisted_acks: get(&self.persisted_acks),
+            failed_persists: get(&self.failed_persists),
             joined_running_persist: get(&self.joined_running_persist),
             polls_during_persist: get(&self.polls_during_persist),
             inbox_full: get(&self.inbox_full),
@@ -296,6 +302,11 @@ struct Inner {
     groups: Sender<GroupRequest>,
     stopped: Latch<Arc<Failure>>,
     stats: Arc<NodeStats>,
+    /// What the owners record for [`Node::metrics`].
+    recorder: Arc<metrics::Recorder>,
+    /// The syncs of every disk call the node makes (its `Env`'s disk counts them).
+    syncs: Arc<crate::metrics::SyncCounts>,
+    boot: BootMetrics,
     /// Tickets stamped on partition requests as they are queued (see the shard's windows).
     tickets: Arc<AtomicU64>,
     deletions: Arc<Deletions>,
