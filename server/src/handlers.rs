@@ -1238,10 +1238,27 @@ pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<Send
             (landed.partition, Some(landed))
         }
         Ack::Dispatched => {
-            let partition = node
+            // The bytes dispatched and not yet appended are bounded: past the budget a
+            // dispatch waits (back-pressure), never grows the queues' memory.
+            let held = conn.shared.dispatch_budget.reserve(bytes).await;
+            let (partition, dispatched) = node
                 .dispatch(&to.stream, &to.topic, &header.partitioning, batch)
                 .await?;
-            (partition, None)
+            let shared = conn.shared.clone();
+            let (s, t, count) = (to.s, to.t, header.messages_count);
+            conn.shared.env.tasks.spawn(Box::pin(async move {
+                match dispatched.outcome().await {
+                    Ok(_) => shared.metrics.produced(s, t, count, bytes),
+                    Err(e) => tracing::info!(error = %e, "a dispatched send was refused"),
+                }
+                drop(held);
+            }));
+            return Ok(SendOutcome {
+                stream_id: to.s,
+                topic_id: to.t,
+                partition,
+                landed: None,
+            });
         }
     };
     conn.shared

@@ -367,6 +367,47 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
         .await;
     let (status, code, _, _) = error_of(duplicate).await;
     assert_eq!((status, code), (StatusCode::BAD_REQUEST, 51));
+    // A deactivated user's token gets 401, for a send as for anything.
+    let user = json!({"username": "idle", "password": "idle-password", "status": "active", "permissions": {"global": {"manage_servers": false, "read_servers": false, "manage_users": false, "read_users": false, "manage_streams": false, "read_streams": false, "manage_topics": false, "read_topics": false, "poll_messages": false, "send_messages": true}, "streams": null}});
+    assert_eq!(api.post("/users", user).await.status(), StatusCode::CREATED);
+    let idle = Api::login(&cairn, "idle", "idle-password").await;
+    let sent = idle
+        .post("/streams/s/topics/r/messages", send_body(0, &msgs("i")))
+        .await;
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    let deactivate = api
+        .at(reqwest::Method::PUT, "/users/idle")
+        .json(&json!({"status": "inactive"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deactivate.status(), StatusCode::NO_CONTENT);
+    let (status, code, _, _) = error_of(
+        idle.post("/streams/s/topics/r/messages", send_body(0, &msgs("j")))
+            .await,
+    )
+    .await;
+    assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 40));
+    // Paths: a method a resource does not take, a bad number, a bad identifier.
+    let (status, _, _, _) = error_of(
+        api.at(reqwest::Method::PATCH, "/streams")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, code, field, _) = error_of(api.get("/clients/abc").await).await;
+    assert_eq!(
+        (status, code, field.as_deref()),
+        (StatusCode::BAD_REQUEST, 4, Some("client_id"))
+    );
+    let long = "x".repeat(300);
+    let (status, _, field, _) = error_of(api.get(&format!("/streams/{long}")).await).await;
+    assert_eq!(
+        (status, field.as_deref()),
+        (StatusCode::BAD_REQUEST, Some("stream_id"))
+    );
     let other = Api::login(&cairn, "iggy", PASSWORD).await;
     let out = other
         .at(reqwest::Method::DELETE, "/users/logout")
@@ -429,6 +470,34 @@ async fn a_fenced_partition_answers_503_naming_the_fence() {
     let (status, _, _, reason) = error_of(reply).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(reason.contains("fenced"), "{reason}");
+    let (status, code, _, _) = error_of(
+        api.post(
+            "/streams/s/topics/p/messages?ack=none",
+            send_body(1, &["late".into()]),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (status, code),
+        (StatusCode::SERVICE_UNAVAILABLE, 1),
+        "no 202 for a fenced partition"
+    );
+    let text = reqwest::get(format!("{}/metrics", api.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let samples = parse_metrics(&text);
+    assert_eq!(
+        samples["cairn_partitions_fenced{reason=\"CorruptBelowDurable\"}"], 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        samples["cairn_boot_partition_fences{reason=\"CorruptBelowDurable\"}"], 1.0,
+        "{text}"
+    );
     // The other partition serves on.
     let reply = api
         .post(
@@ -541,6 +610,37 @@ async fn metrics_scrape_is_prometheus_text_with_the_figures() {
     );
     assert!(samples[&format!("cairn_bytes_produced_total{topic}")] > 5.0);
     assert!(samples["cairn_persists_total"] >= 1.0, "{text}");
+    // The engine's figures: one persisted send made one group-commit persist of one send.
+    assert_eq!(
+        samples["cairn_persist_latency_seconds_count"], 1.0,
+        "{text}"
+    );
+    let one_send = samples
+        .iter()
+        .find(|(k, _)| k.starts_with("cairn_group_commit_sends_bucket{le=\"1"))
+        .unwrap_or_else(|| panic!("the first bucket: {text}"));
+    assert_eq!(*one_send.1, 1.0, "{text}");
+    assert!(
+        samples["cairn_fsyncs_total{kind=\"file\"}"] >= 2.0,
+        "{text}"
+    );
+    assert!(samples.contains_key("cairn_journal_bytes"), "{text}");
+    assert_eq!(
+        samples["cairn_partitions_fenced{reason=\"CorruptBelowDurable\"}"], 0.0,
+        "{text}"
+    );
+    assert!(
+        samples.contains_key("cairn_boot_partition_outcomes{outcome=\"Clean\"}"),
+        "{text}"
+    );
+    assert_eq!(
+        samples["cairn_group_rebalances_total{cause=\"Join\"}"], 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        samples["cairn_retention_deleted_segments_total{reason=\"Expired\"}"], 0.0,
+        "{text}"
+    );
     assert!(samples["process_resident_memory_bytes"] > 0.0, "{text}");
     assert!(samples["process_open_fds"] > 0.0, "{text}");
     assert!(

@@ -399,8 +399,22 @@ async fn the_sdk_http_transport_works_end_to_end() {
 
     // Logout revokes the token.
     let refreshed = client.refresh_access_token().await.unwrap();
-    assert!(refreshed.access_token.is_some());
+    let refreshed = refreshed.access_token.unwrap().token;
     client.get_streams().await.unwrap();
+    // A token named "login" is a token like any other.
+    client
+        .create_personal_access_token("login", PersonalAccessTokenExpiry::NeverExpire)
+        .await
+        .unwrap();
+    client.delete_personal_access_token("login").await.unwrap();
     client.logout_user().await.unwrap();
-    assert!(client.get_streams().await.is_err());
+    // The SDK forgot its token; the server must refuse it too (and every token of that
+    // login, refreshed ones included).
+    let replayed = reqwest::Client::new()
+        .get(format!("{}/streams", cairn.http_url()))
+        .bearer_auth(&refreshed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replayed.status(), reqwest::StatusCode::UNAUTHORIZED);
 }

@@ -45,6 +45,7 @@ use crate::env::chan::{oneshot, Latch, Pending, Reply, Semaphore, Sender, TrySen
 use crate::env::Env;
 use crate::metadata::journal::Origin;
 use crate::metadata::MetaSettings;
+use crate::partition::PartitionError;
 use crate::partition::{AppendAck, ConsumerId, FenceReason, PartitionIdentity, PollFrom, Polled};
 use crate::state::Applied;
 use bytes::BytesMut;
@@ -225,6 +226,19 @@ pub struct Sent {
     pub partition: u32,
     pub nonce: u64,
     pub ack: AppendAck,
+}
+
+/// A dispatched send's outcome, to come (dropping it drops only the answer, never the send).
+pub struct Dispatched {
+    pending: Pending<NodeResult<Sent>>,
+    node: Node,
+}
+
+impl Dispatched {
+    /// Where the send landed, once its owner appended it under the topic's policy.
+    pub async fn outcome(self) -> NodeResult<Sent> {
+        self.node.answer(self.pending).await?
+    }
 }
 
 /// An accepted metadata op: what it did and its op number in the journal.
@@ -992,23 +1006,26 @@ impl Client {
         self.node.answer(pending).await?
     }
 
-    /// Queues a batch as [`Client::send`] does, without waiting for its outcome: `Ok` with the
-    /// partition once that partition's owner holds the batch in its bounded inbox (HTTP's
-    /// `ack=none`, "dispatch accepted"). The owner appends it in queue order like any send;
-    /// its answer is dropped, so a later refusal (a full journal, a fence) reaches no one.
-    /// Everything checked before the queue (the topic, the partition, a stopped node) is
-    /// still refused here.
+    /// Queues a batch as [`Client::send`] does, without waiting for its outcome: `Ok` once
+    /// that partition's owner holds the batch in its bounded inbox (HTTP's `ack=none`,
+    /// "dispatch accepted"), with the partition and the outcome to come. The owner appends
+    /// it in queue order like any send. Refused here: the topic or partition missing, a
+    /// stopped node, a partition fenced now (asked of its owner first, so a fence known
+    /// before the queue is never answered as accepted).
     pub async fn dispatch(
         &self,
         stream: &WireIdentifier,
         topic: &WireIdentifier,
         partitioning: &WirePartitioning,
         batch: BytesMut,
-    ) -> NodeResult<u32> {
+    ) -> NodeResult<(u32, Dispatched)> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
-        let (reply, _dropped) = oneshot();
+        if let Some(fence) = self.partition_info(key).await?.and_then(|info| info.fence) {
+            return Err(NodeError::Partition(PartitionError::Fenced(fence)));
+        }
+        let (reply, pending) = oneshot();
         let request = ShardRequest::Send {
             key,
             batch,
@@ -1016,7 +1033,13 @@ impl Client {
             reply,
         };
         self.node.enqueue(self.node.shard(key), request).await?;
-        Ok(key.2)
+        Ok((
+            key.2,
+            Dispatched {
+                pending,
+                node: self.node.clone(),
+            },
+        ))
     }
 
     /// The partition offsets are kept in for `consumer`, and its id there. A numeric

@@ -228,7 +228,14 @@ pub async fn login_with_personal_access_token(
     let raw = secrecy::ExposeSecret::expose_secret(&request.token);
     let session = crate::handlers::session_for_token(&api.shared, HTTP_CLIENT_BIT, peer.ip(), raw)
         .await
-        .map_err(|refused| ApiError::from(refused.status))?;
+        .map_err(|refused| match refused.status.code {
+            // An inactive user's token reads as no token (as Iggy answers it over HTTP).
+            47 => ApiError::client(
+                codes::INVALID_PERSONAL_ACCESS_TOKEN,
+                "invalid personal access token",
+            ),
+            _ => ApiError::from(refused.status),
+        })?;
     tracing::debug!(
         user = session.user_id,
         "http login with a personal access token"

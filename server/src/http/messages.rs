@@ -133,8 +133,8 @@ fn wire_body(
             payload: m.payload(),
         })
         .collect();
-    let stream = id(stream_id)?;
-    let topic = id(topic_id)?;
+    let stream = id("stream_id", stream_id)?;
+    let topic = id("topic_id", topic_id)?;
     let partitioning = wire::partitioning_to_wire(&request.partitioning).map_err(invalid)?;
     let mut body = BytesMut::with_capacity(SendMessagesEncoder::encoded_size(
         &stream,
@@ -154,8 +154,8 @@ async fn poll(
 ) -> Result<axum::Json<iggy_common::PolledMessages>, ApiError> {
     let request = PollMessagesRequest {
         consumer: wire::consumer_to_wire(&q.consumer).map_err(invalid)?,
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id: q.partition_id,
         strategy: wire::polling_strategy_to_wire(&q.strategy),
         count: q.count,
@@ -171,8 +171,9 @@ async fn poll(
 
 async fn flush(
     mut a: Authed,
-    Path((stream_id, topic_id, partition_id, fsync)): Path<(String, String, u32, String)>,
+    Path((stream_id, topic_id, partition_id, fsync)): Path<(String, String, String, String)>,
 ) -> Result<Response, ApiError> {
+    let partition_id = super::routes::number("partition_id", &partition_id)?;
     let fsync = match fsync.as_str() {
         "fsync=true" | "true" => true,
         "fsync=false" | "false" => false,
@@ -185,8 +186,8 @@ async fn flush(
         }
     };
     let request = FlushUnsavedBufferRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id,
         fsync,
     };

@@ -16,13 +16,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use cairn_engine::metrics::{HistogramSnapshot, LabeledCounts};
+use cairn_engine::node::NodeMetrics;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub fn routes() -> Router<Arc<Api>> {
     Router::new().route("/metrics", get(scrape))
@@ -42,6 +45,9 @@ pub struct HttpLabels {
 pub struct Metrics {
     registry: Registry,
     pub http_requests: Family<HttpLabels, Counter>,
+    /// The node's figures for the scrape being encoded (the owners answer asynchronously;
+    /// the encoder is synchronous). Held for one encoding at a time.
+    node: Arc<Mutex<Option<NodeMetrics>>>,
 }
 
 impl Metrics {
@@ -79,16 +85,23 @@ impl Metrics {
             "HTTP requests answered, by method, route and status",
             http_requests.clone(),
         );
-        registry.register_collector(Box::new(NodeCollector { shared }));
+        let node = Arc::new(Mutex::new(None));
+        registry.register_collector(Box::new(NodeCollector {
+            shared,
+            node: node.clone(),
+        }));
         registry.register_collector(Box::new(ProcessCollector));
         Metrics {
             registry,
             http_requests,
+            node,
         }
     }
 
-    /// The text of one scrape.
-    pub fn encode(&self) -> String {
+    /// The text of one scrape, with the node's figures as `node` reported them.
+    pub fn encode(&self, node: NodeMetrics) -> String {
+        // Two scrapes at once may both encode the later snapshot: both are current.
+        *self.node.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
@@ -111,7 +124,8 @@ async fn scrape(
         let authed = Authed::from_request_parts(&mut parts, &api).await?;
         crate::handlers::require(&authed.conn, Action::ReadServers)?;
     }
-    let mut response = api.metrics.encode().into_response();
+    let node = api.shared.node.metrics().await;
+    let mut response = api.metrics.encode(node).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -121,7 +135,12 @@ async fn scrape(
 
 /// Counts every HTTP request by its route and status.
 pub async fn count(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
-    let method = request.method().as_str().to_owned();
+    // Extension methods are any token a client likes: one label for all of them.
+    let method = match request.method().as_str() {
+        m @ ("GET" | "POST" | "PUT" | "DELETE" | "PATCH" | "HEAD" | "OPTIONS") => m,
+        _ => "other",
+    }
+    .to_owned();
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -163,6 +182,7 @@ fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) ->
 /// The node's figures, read at scrape time.
 struct NodeCollector {
     shared: Arc<Shared>,
+    node: Arc<Mutex<Option<NodeMetrics>>>,
 }
 
 impl std::fmt::Debug for NodeCollector {
@@ -247,8 +267,203 @@ impl prometheus_client::collector::Collector for NodeCollector {
             "Partitions",
             i64::try_from(view.partitions().len()).unwrap_or(i64::MAX),
         )?;
+        let slot = self.node.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(node) = slot.as_ref() {
+            encode_node(&mut encoder, node)?;
+        }
         Ok(())
     }
+}
+
+/// A histogram from the engine's fixed buckets, its bounds scaled by `scale` (ns → s).
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: &HistogramSnapshot,
+    scale: f64,
+) -> std::fmt::Result {
+    let mut buckets: Vec<(f64, u64)> = h
+        .bounds
+        .iter()
+        .zip(&h.counts)
+        .map(|(bound, count)| (*bound as f64 * scale, *count))
+        .collect();
+    buckets.push((f64::INFINITY, h.counts.last().copied().unwrap_or(0)));
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    let mut metric = metric;
+    metric.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        h.sum as f64 * scale,
+        h.count,
+        &buckets,
+        None,
+    )
+}
+
+/// A labeled family of counts (every label present, zero included).
+fn labeled(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    key: &'static str,
+    counts: &LabeledCounts,
+    kind: MetricType,
+) -> std::fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (label, count) in counts.iter() {
+        let labels = [(key, label)];
+        let metric = family.encode_family(&labels)?;
+        match kind {
+            MetricType::Gauge => ConstGauge::new(count as i64).encode(metric)?,
+            _ => ConstCounter::new(count).encode(metric)?,
+        }
+    }
+    Ok(())
+}
+
+fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Result {
+    const NANOS: f64 = 1e-9;
+    histogram(
+        encoder,
+        "cairn_persist_latency_seconds",
+        "Group-commit persists of persisted sends, from start to durable",
+        &m.persist_latency,
+        NANOS,
+    )?;
+    histogram(
+        encoder,
+        "cairn_flush_latency_seconds",
+        "Flushes an append's thresholds triggered",
+        &m.flush_latency,
+        NANOS,
+    )?;
+    histogram(
+        encoder,
+        "cairn_group_commit_sends",
+        "Sends one persist acknowledged (group-commit size)",
+        &m.persist_sends,
+        1.0,
+    )?;
+    histogram(
+        encoder,
+        "cairn_group_commit_messages",
+        "Messages one persist acknowledged",
+        &m.persist_messages,
+        1.0,
+    )?;
+    counter(
+        encoder,
+        "cairn_failed_persists",
+        "Persists that failed (their sends were refused)",
+        m.stats.failed_persists,
+    )?;
+    let mut syncs = encoder.encode_descriptor(
+        "cairn_fsyncs",
+        "Syncs the node issued, by what they synced",
+        None,
+        MetricType::Counter,
+    )?;
+    for (kind, count) in [("file", m.file_syncs), ("directory", m.dir_syncs)] {
+        ConstCounter::new(count).encode(syncs.encode_family(&[("kind", kind)])?)?;
+    }
+    gauge(
+        encoder,
+        "cairn_journal_bytes",
+        "Committed batch bytes held in memory, not yet flushed (the node's journal budget in use)",
+        m.journal_bytes as i64,
+    )?;
+    let mut by_topic = encoder.encode_descriptor(
+        "cairn_topic_journal_bytes",
+        "Committed batch bytes held in memory, per topic",
+        None,
+        MetricType::Gauge,
+    )?;
+    for ((stream_id, topic_id), bytes) in &m.journal_bytes_by_topic {
+        let labels = crate::metrics::TopicLabels {
+            stream_id: *stream_id,
+            topic_id: *topic_id,
+        };
+        ConstGauge::new(*bytes as i64).encode(by_topic.encode_family(&labels)?)?;
+    }
+    labeled(
+        encoder,
+        "cairn_partitions_fenced",
+        "Partitions fenced now, by why",
+        "reason",
+        &m.fenced,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_outcomes",
+        "What boot recovery decided per partition (one partition may count under several)",
+        "outcome",
+        &m.boot.partition_outcomes,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_actions",
+        "Repairs boot recovery made, by kind",
+        "action",
+        &m.boot.partition_actions,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_fences",
+        "Partitions boot fenced, by why",
+        "reason",
+        &m.boot.partition_fences,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_metadata_actions",
+        "Repairs boot made to the metadata plane",
+        "action",
+        &m.boot.meta_actions,
+        MetricType::Gauge,
+    )?;
+    gauge(
+        encoder,
+        "cairn_boot_metadata_replayed_ops",
+        "Metadata journal ops boot replayed",
+        m.boot.meta_replayed_ops as i64,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_segments",
+        "Segments deleted, by retention's reason or an explicit request",
+        "reason",
+        &m.deleted_segments,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_messages",
+        "Messages deleted with those segments",
+        "reason",
+        &m.deleted_messages,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_bytes",
+        "Bytes deleted with those segments",
+        "reason",
+        &m.deleted_bytes,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_group_rebalances",
+        "Consumer-group assignment changes, by cause",
+        "cause",
+        &m.rebalances,
+        MetricType::Counter,
+    )?;
+    Ok(())
 }
 
 /// The process's own figures (Linux `/proc/self`), independent of any simulator.

@@ -48,9 +48,28 @@ pub fn routes() -> Router<Arc<Api>> {
         .route("/clients", get(clients))
         .route("/clients/{client_id}", get(client))
         .route("/cluster/metadata", get(cluster_metadata))
-        .route("/users/login", post(auth::login))
-        .route("/users/logout", delete(auth::logout))
-        .route("/users/refresh-token", post(auth::refresh))
+        // A user may be named like these fixed paths (Iggy's route table has the same
+        // overlap): their other methods act on that user.
+        .route(
+            "/users/login",
+            post(auth::login)
+                .get(|a: Authed| user(a, Path("login".into())))
+                .put(|a: Authed, j| update_user(a, Path("login".into()), j))
+                .delete(|a: Authed| delete_user(a, Path("login".into()))),
+        )
+        .route(
+            "/users/logout",
+            delete(auth::logout)
+                .get(|a: Authed| user(a, Path("logout".into())))
+                .put(|a: Authed, j| update_user(a, Path("logout".into()), j)),
+        )
+        .route(
+            "/users/refresh-token",
+            post(auth::refresh)
+                .get(|a: Authed| user(a, Path("refresh-token".into())))
+                .put(|a: Authed, j| update_user(a, Path("refresh-token".into()), j))
+                .delete(|a: Authed| delete_user(a, Path("refresh-token".into()))),
+        )
         .route("/users", get(users).post(create_user))
         .route(
             "/users/{user_id}",
@@ -104,6 +123,14 @@ pub fn routes() -> Router<Arc<Api>> {
         .merge(super::tokens::routes())
         .merge(super::metrics::routes())
         .fallback(|| async { ApiError::not_found("no such resource").into_response() })
+        .method_not_allowed_fallback(|| async {
+            ApiError::client(
+                codes::INVALID_COMMAND,
+                "this resource does not take that method",
+            )
+            .with_status(StatusCode::METHOD_NOT_ALLOWED)
+            .into_response()
+        })
 }
 
 // The three steps ---------------------------------------------------------------------------
@@ -111,6 +138,11 @@ pub fn routes() -> Router<Arc<Api>> {
 /// An `IggyError` from a conversion: the request named something the wire cannot carry.
 pub fn invalid(e: IggyError) -> ApiError {
     ApiError::client(e.as_code(), e.to_string())
+}
+
+/// A reply that decoded but does not convert to the SDK's model: the server's own fault.
+pub fn unconvertible(e: IggyError) -> ApiError {
+    broken("a reply of the command layer", e)
 }
 
 /// A reply the command layer produced that does not decode: the server's own fault.
@@ -146,10 +178,26 @@ fn found<T: WireDecode>(body: &[u8], what: &str) -> Result<T> {
     decode(body)
 }
 
-/// A path identifier: numeric when it parses as one, a name otherwise (Iggy's rule).
-pub fn id(value: &str) -> Result<iggy_binary_protocol::WireIdentifier> {
-    let id = Identifier::from_str_value(value).map_err(invalid)?;
-    wire::identifier_to_wire(&id).map_err(invalid)
+/// A path identifier: numeric when it parses as one, a name otherwise (Iggy's rule); a bad
+/// one names its path `field`.
+pub fn id(field: &str, value: &str) -> Result<iggy_binary_protocol::WireIdentifier> {
+    let named = |e: IggyError| ApiError::field(e.as_code(), field, e.to_string());
+    let id = Identifier::from_str_value(value).map_err(named)?;
+    wire::identifier_to_wire(&id).map_err(named)
+}
+
+/// A numeric path segment; a bad one names its path `field`.
+pub fn number(field: &str, value: &str) -> Result<u32> {
+    value.parse().map_err(|_| {
+        ApiError::field(
+            codes::INVALID_FORMAT,
+            field,
+            format!(
+                "{field} must be a number from 0 to {}, got {value:?}",
+                u32::MAX
+            ),
+        )
+    })
 }
 
 fn name(value: &str) -> Result<WireName> {
@@ -195,8 +243,9 @@ async fn clients(mut a: Authed) -> Reply<Vec<iggy_common::ClientInfo>> {
 
 async fn client(
     mut a: Authed,
-    Path(client_id): Path<u32>,
+    Path(client_id): Path<String>,
 ) -> Reply<iggy_common::ClientInfoDetails> {
+    let client_id = number("client_id", &client_id)?;
     let body = call(&mut a, GET_CLIENT_CODE, &GetClientRequest { client_id }).await?;
     Ok(axum::Json(
         found::<ClientDetailsResponse>(&body, "client")?.into(),
@@ -212,7 +261,7 @@ async fn cluster_metadata(mut a: Authed) -> Reply<iggy_common::ClusterMetadata> 
     .await?;
     let wire = decode::<ClusterMetadataResponse>(&body)?;
     Ok(axum::Json(
-        wire::cluster_metadata_from_wire(wire).map_err(invalid)?,
+        wire::cluster_metadata_from_wire(wire).map_err(unconvertible)?,
     ))
 }
 
@@ -220,7 +269,7 @@ async fn cluster_metadata(mut a: Authed) -> Reply<iggy_common::ClusterMetadata> 
 
 async fn users(mut a: Authed) -> Reply<Vec<iggy_common::UserInfo>> {
     let body = call(&mut a, GET_USERS_CODE, &GetUsersRequest).await?;
-    let users = wire::users_from_wire(decode::<GetUsersResponse>(&body)?).map_err(invalid)?;
+    let users = wire::users_from_wire(decode::<GetUsersResponse>(&body)?).map_err(unconvertible)?;
     Ok(axum::Json(users))
 }
 
@@ -228,12 +277,12 @@ async fn user(mut a: Authed, Path(user_id): Path<String>) -> Reply<iggy_common::
     // `/users/me` is the caller (Iggy's alias).
     let user_id = match user_id.as_str() {
         "me" => iggy_binary_protocol::WireIdentifier::numeric(a.claims.user_id),
-        other => id(other)?,
+        other => id("user_id", other)?,
     };
     let request = GetUserRequest { user_id };
     let body = call(&mut a, GET_USER_CODE, &request).await?;
     let details = found::<UserDetailsResponse>(&body, "user")?;
-    Ok(axum::Json(details.try_into().map_err(invalid)?))
+    Ok(axum::Json(details.try_into().map_err(unconvertible)?))
 }
 
 async fn create_user(
@@ -250,7 +299,7 @@ async fn create_user(
     let body = call(&mut a, CREATE_USER_CODE, &request).await?;
     let details: iggy_common::UserInfoDetails = decode::<UserDetailsResponse>(&body)?
         .try_into()
-        .map_err(invalid)?;
+        .map_err(unconvertible)?;
     Ok(created(details))
 }
 
@@ -263,7 +312,7 @@ async fn update_user(
         iggy_common::UserUpdateOptions { raw }.to_wire()
     })?;
     let request = UpdateUserRequest {
-        user_id: id(&user_id)?,
+        user_id: id("user_id", &user_id)?,
         username: r.username.as_deref().map(name).transpose()?,
         status: r.status.map(|s| s.as_code()),
         options,
@@ -274,7 +323,7 @@ async fn update_user(
 
 async fn delete_user(mut a: Authed, Path(user_id): Path<String>) -> Result<Response> {
     let request = DeleteUserRequest {
-        user_id: id(&user_id)?,
+        user_id: id("user_id", &user_id)?,
     };
     call(&mut a, DELETE_USER_CODE, &request).await?;
     Ok(no_content())
@@ -286,7 +335,7 @@ async fn update_permissions(
     Json(r): Json<iggy_common::update_permissions::UpdatePermissions>,
 ) -> Result<Response> {
     let request = UpdatePermissionsRequest {
-        user_id: id(&user_id)?,
+        user_id: id("user_id", &user_id)?,
         permissions: r.permissions.as_ref().map(wire::permissions_to_wire),
     };
     call(&mut a, UPDATE_PERMISSIONS_CODE, &request).await?;
@@ -299,7 +348,7 @@ async fn change_password(
     Json(r): Json<iggy_common::change_password::ChangePassword>,
 ) -> Result<Response> {
     let request = ChangePasswordRequest {
-        user_id: id(&user_id)?,
+        user_id: id("user_id", &user_id)?,
         current_password: secrecy::ExposeSecret::expose_secret(&r.current_password).to_owned(),
         new_password: secrecy::ExposeSecret::expose_secret(&r.new_password).to_owned(),
     };
@@ -311,17 +360,18 @@ async fn change_password(
 
 async fn streams(mut a: Authed) -> Reply<Vec<iggy_common::Stream>> {
     let body = call(&mut a, GET_STREAMS_CODE, &GetStreamsRequest).await?;
-    let streams = wire::streams_from_wire(decode::<GetStreamsResponse>(&body)?).map_err(invalid)?;
+    let streams =
+        wire::streams_from_wire(decode::<GetStreamsResponse>(&body)?).map_err(unconvertible)?;
     Ok(axum::Json(streams))
 }
 
 async fn stream(mut a: Authed, Path(stream_id): Path<String>) -> Reply<iggy_common::StreamDetails> {
     let request = GetStreamRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
     };
     let body = call(&mut a, GET_STREAM_CODE, &request).await?;
     let details = found::<GetStreamResponse>(&body, "stream")?;
-    Ok(axum::Json(details.try_into().map_err(invalid)?))
+    Ok(axum::Json(details.try_into().map_err(unconvertible)?))
 }
 
 async fn create_stream(
@@ -335,7 +385,7 @@ async fn create_stream(
     let body = call(&mut a, CREATE_STREAM_CODE, &request).await?;
     let details: iggy_common::StreamDetails = decode::<GetStreamResponse>(&body)?
         .try_into()
-        .map_err(invalid)?;
+        .map_err(unconvertible)?;
     Ok(created(details))
 }
 
@@ -348,7 +398,7 @@ async fn update_stream(
         iggy_common::StreamUpdateOptions { raw }.to_wire()
     })?;
     let request = UpdateStreamRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
         name: name(&r.name)?,
         options,
     };
@@ -358,7 +408,7 @@ async fn update_stream(
 
 async fn delete_stream(mut a: Authed, Path(stream_id): Path<String>) -> Result<Response> {
     let request = DeleteStreamRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
     };
     call(&mut a, DELETE_STREAM_CODE, &request).await?;
     Ok(no_content())
@@ -366,7 +416,7 @@ async fn delete_stream(mut a: Authed, Path(stream_id): Path<String>) -> Result<R
 
 async fn purge_stream(mut a: Authed, Path(stream_id): Path<String>) -> Result<Response> {
     let request = PurgeStreamRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
     };
     call(&mut a, PURGE_STREAM_CODE, &request).await?;
     Ok(no_content())
@@ -376,10 +426,11 @@ async fn purge_stream(mut a: Authed, Path(stream_id): Path<String>) -> Result<Re
 
 async fn topics(mut a: Authed, Path(stream_id): Path<String>) -> Reply<Vec<iggy_common::Topic>> {
     let request = GetTopicsRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
     };
     let body = call(&mut a, GET_TOPICS_CODE, &request).await?;
-    let topics = wire::topics_from_wire(decode::<GetTopicsResponse>(&body)?).map_err(invalid)?;
+    let topics =
+        wire::topics_from_wire(decode::<GetTopicsResponse>(&body)?).map_err(unconvertible)?;
     Ok(axum::Json(topics))
 }
 
@@ -388,12 +439,12 @@ async fn topic(
     Path((stream_id, topic_id)): Path<(String, String)>,
 ) -> Reply<iggy_common::TopicDetails> {
     let request = GetTopicRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
     };
     let body = call(&mut a, GET_TOPIC_CODE, &request).await?;
     let details = found::<GetTopicResponse>(&body, "topic")?;
-    Ok(axum::Json(details.try_into().map_err(invalid)?))
+    Ok(axum::Json(details.try_into().map_err(unconvertible)?))
 }
 
 async fn create_topic(
@@ -410,7 +461,7 @@ async fn create_topic(
         ..Default::default()
     };
     let request = CreateTopicRequest {
-        stream_id: id(&stream_id)?,
+        stream_id: id("stream_id", &stream_id)?,
         partitions_count: r.partitions_count,
         name: name(&r.name)?,
         options: options.to_wire().map_err(invalid)?,
@@ -418,7 +469,7 @@ async fn create_topic(
     let body = call(&mut a, CREATE_TOPIC_CODE, &request).await?;
     let details: iggy_common::TopicDetails = decode::<GetTopicResponse>(&body)?
         .try_into()
-        .map_err(invalid)?;
+        .map_err(unconvertible)?;
     Ok(created(details))
 }
 
@@ -434,8 +485,8 @@ async fn update_topic(
         raw: r.options,
     };
     let request = UpdateTopicRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         name: name(&r.name)?,
         options: options.to_wire().map_err(invalid)?,
     };
@@ -448,8 +499,8 @@ async fn delete_topic(
     Path((stream_id, topic_id)): Path<(String, String)>,
 ) -> Result<Response> {
     let request = DeleteTopicRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
     };
     call(&mut a, DELETE_TOPIC_CODE, &request).await?;
     Ok(no_content())
@@ -460,8 +511,8 @@ async fn purge_topic(
     Path((stream_id, topic_id)): Path<(String, String)>,
 ) -> Result<Response> {
     let request = PurgeTopicRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
     };
     call(&mut a, PURGE_TOPIC_CODE, &request).await?;
     Ok(no_content())
@@ -475,8 +526,8 @@ async fn create_partitions(
     Json(r): Json<iggy_common::create_partitions::CreatePartitions>,
 ) -> Result<Response> {
     let request = CreatePartitionsRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partitions_count: r.partitions_count,
     };
     call(&mut a, CREATE_PARTITIONS_CODE, &request).await?;
@@ -494,8 +545,8 @@ async fn delete_partitions(
     Query(q): Query<PartitionsCount>,
 ) -> Result<Response> {
     let request = DeletePartitionsRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partitions_count: q.partitions_count,
     };
     call(&mut a, DELETE_PARTITIONS_CODE, &request).await?;
@@ -509,12 +560,13 @@ struct SegmentsCount {
 
 async fn delete_segments(
     mut a: Authed,
-    Path((stream_id, topic_id, partition_id)): Path<(String, String, u32)>,
+    Path((stream_id, topic_id, partition_id)): Path<(String, String, String)>,
     Query(q): Query<SegmentsCount>,
 ) -> Result<Response> {
+    let partition_id = number("partition_id", &partition_id)?;
     let request = DeleteSegmentsRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id,
         segments_count: q.segments_count,
     };
@@ -531,8 +583,8 @@ async fn get_offset(
 ) -> Reply<iggy_common::ConsumerOffsetInfo> {
     let request = GetConsumerOffsetRequest {
         consumer: wire::consumer_to_wire(&q.consumer).map_err(invalid)?,
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id: q.partition_id,
     };
     let body = call(&mut a, GET_CONSUMER_OFFSET_CODE, &request).await?;
@@ -548,8 +600,8 @@ async fn store_offset(
 ) -> Result<Response> {
     let request = StoreConsumerOffsetRequest {
         consumer: wire::consumer_to_wire(&r.consumer).map_err(invalid)?,
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id: r.partition_id,
         offset: r.offset,
         ack: AckLevel::Quorum,
@@ -572,8 +624,8 @@ async fn delete_offset(
         iggy_common::Consumer::new(Identifier::from_str_value(&consumer_id).map_err(invalid)?);
     let request = DeleteConsumerOffsetRequest {
         consumer: wire::consumer_to_wire(&consumer).map_err(invalid)?,
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         partition_id: q.partition_id,
         ack: AckLevel::Quorum,
     };
@@ -588,8 +640,8 @@ async fn groups(
     Path((stream_id, topic_id)): Path<(String, String)>,
 ) -> Reply<Vec<iggy_common::ConsumerGroup>> {
     let request = GetConsumerGroupsRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
     };
     let body = call(&mut a, GET_CONSUMER_GROUPS_CODE, &request).await?;
     let groups = decode::<GetConsumerGroupsResponse>(&body)?;
@@ -601,9 +653,9 @@ async fn group(
     Path((stream_id, topic_id, group_id)): Path<(String, String, String)>,
 ) -> Reply<iggy_common::ConsumerGroupDetails> {
     let request = GetConsumerGroupRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
-        group_id: id(&group_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
+        group_id: id("group_id", &group_id)?,
     };
     let body = call(&mut a, GET_CONSUMER_GROUP_CODE, &request).await?;
     Ok(axum::Json(
@@ -617,8 +669,8 @@ async fn create_group(
     Json(r): Json<iggy_common::create_consumer_group::CreateConsumerGroup>,
 ) -> Result<Response> {
     let request = CreateConsumerGroupRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
         name: name(&r.name)?,
     };
     let body = call(&mut a, CREATE_CONSUMER_GROUP_CODE, &request).await?;
@@ -632,9 +684,9 @@ async fn delete_group(
     Path((stream_id, topic_id, group_id)): Path<(String, String, String)>,
 ) -> Result<Response> {
     let request = DeleteConsumerGroupRequest {
-        stream_id: id(&stream_id)?,
-        topic_id: id(&topic_id)?,
-        group_id: id(&group_id)?,
+        stream_id: id("stream_id", &stream_id)?,
+        topic_id: id("topic_id", &topic_id)?,
+        group_id: id("group_id", &group_id)?,
     };
     call(&mut a, DELETE_CONSUMER_GROUP_CODE, &request).await?;
     Ok(no_content())

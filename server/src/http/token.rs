@@ -295,12 +295,23 @@ mod tests {
         // One user fills its share with live entries: its next logout is refused, not
         // forgotten, and another user's logout still works.
         for id in 1..Revocations::PER_USER as u64 {
-            assert!(list.revoke(&Claims { token_id: 1_000_000 + id, ..c }, 5_000, 1_000));
+            assert!(list.revoke(
+                &Claims {
+                    token_id: 1_000_000 + id,
+                    ..c
+                },
+                5_000,
+                1_000
+            ));
         }
         assert_eq!(list.len(), Revocations::PER_USER);
         assert!(!list.revoke(&Claims { token_id: 5, ..c }, 5_000, 1_000));
         assert!(list.is_revoked(&c));
-        let other_user = Claims { user_id: 8, token_id: 6, ..c };
+        let other_user = Claims {
+            user_id: 8,
+            token_id: 6,
+            ..c
+        };
         assert!(list.revoke(&other_user, 5_000, 1_000));
         // Once they expired, room returns.
         assert!(list.revoke(&Claims { token_id: 5, ..c }, 9_000, 6_000));

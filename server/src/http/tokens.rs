@@ -33,7 +33,9 @@ pub fn routes() -> Router<Arc<Api>> {
         .route("/personal-access-tokens/{name}", delete(remove))
         .route(
             "/personal-access-tokens/login",
-            post(super::auth::login_with_personal_access_token),
+            post(super::auth::login_with_personal_access_token)
+                // A token may be named "login".
+                .delete(|a: Authed| remove(a, Path("login".into()))),
         )
 }
 
