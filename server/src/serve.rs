@@ -136,6 +136,8 @@ fn http_settings(config: &ServerConfig, env: &Env) -> crate::http::HttpSettings 
         token_expiry: http.token_expiry,
         key,
         metrics: http.metrics_access,
+        max_connections: config.tcp.max_connections,
+        tls: None,
     }
 }
 

@@ -326,7 +326,7 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
     let expiring = api
         .post(
             "/personal-access-tokens",
-            json!({"name": "brief", "expiry": 1_000_000}),
+            json!({"name": "brief", "expiry": 2_000_000}),
         )
         .await;
     assert_eq!(expiring.status(), StatusCode::CREATED);
@@ -350,7 +350,7 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
         http: reqwest::Client::new(),
     };
     assert_eq!(robot.get("/streams").await.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let (status, code, _, _) = error_of(robot.get("/streams").await).await;
     assert_eq!(
         status,
@@ -424,10 +424,11 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_gets_401_and_no_data() {
     let dir = tempfile::tempdir().unwrap();
-    let cairn = Cairn::start_with(dir.path(), &[("CAIRN_HTTP_TOKEN_EXPIRY", "1s")]);
+    let cairn = Cairn::start_with(dir.path(), &[("CAIRN_HTTP_TOKEN_EXPIRY", "2s")]);
     let api = Api::login(&cairn, "iggy", PASSWORD).await;
+    // Expiry is in whole seconds: a 2 s token is good for at least 1 s, gone after 3.
     assert_eq!(api.get("/streams").await.status(), StatusCode::OK);
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let reply = api.get("/streams").await;
     let (status, code, _, reason) = error_of(reply).await;
     assert_eq!((status, code), (StatusCode::UNAUTHORIZED, 78));
@@ -673,6 +674,23 @@ async fn metrics_can_require_a_token() {
     let reply = api.get("/metrics").await;
     assert_eq!(reply.status(), StatusCode::OK);
     parse_metrics(&reply.text().await.unwrap());
+    // Only a send may be large: an anonymous login body over 64 KiB is refused unread...
+    let padding = "x".repeat(100 * 1024);
+    let big_login = reqwest::Client::new()
+        .post(format!("{}/users/login", api.base))
+        .json(&json!({"username": "iggy", "password": PASSWORD, "context": padding}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big_login.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // ...while a send of the same size is taken.
+    api.post("/streams", json!({"name": "s"})).await;
+    api.post("/streams/s/topics", topic("t", 1, "replicated"))
+        .await;
+    let big_send = api
+        .post("/streams/s/topics/t/messages", send_body(0, &[padding]))
+        .await;
+    assert_eq!(big_send.status(), StatusCode::CREATED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,11 +28,13 @@ use std::sync::Arc;
 /// The completion header's name.
 pub const DURABILITY_HEADER: &str = "iggy-durability";
 
-pub fn routes() -> Router<Arc<Api>> {
+pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
     Router::new()
         .route(
             "/streams/{stream_id}/topics/{topic_id}/messages",
-            get(poll).post(send),
+            get(poll)
+                .post(send)
+                .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes)),
         )
         .route(
             "/streams/{stream_id}/topics/{topic_id}/messages/flush/{partition_id}/{fsync}",

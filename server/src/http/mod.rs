@@ -25,6 +25,7 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod listen;
 pub mod messages;
 pub mod metrics;
 pub mod routes;
@@ -38,6 +39,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use token::{Revocations, SigningKey};
+
+/// The largest body of any request but a send.
+pub const SMALL_BODY_BYTES: usize = 64 * 1024;
 
 /// Who may scrape `GET /metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,6 +67,10 @@ pub struct HttpSettings {
     pub token_expiry: Duration,
     pub key: SigningKey,
     pub metrics: MetricsAccess,
+    /// HTTP connections open at once; more are closed at once.
+    pub max_connections: usize,
+    /// TLS for every connection, when configured.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// What every HTTP request shares.
@@ -95,12 +103,16 @@ impl HttpServer {
 pub fn router(api: Arc<Api>) -> Router {
     let limit = api.settings.max_body_bytes;
     let concurrent = api.settings.max_concurrent_requests;
-    routes::routes()
+    routes::routes(limit)
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
             metrics::count,
         ))
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        // Every body but a send's is small (a login, a create): anonymous and slow clients
+        // cannot park `max_body_bytes` in each of the concurrent slots.
+        .layer(axum::extract::DefaultBodyLimit::max(
+            SMALL_BODY_BYTES.min(limit),
+        ))
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(concurrent))
         .with_state(api)
 }
@@ -124,7 +136,15 @@ pub fn start(shared: Arc<Shared>, settings: HttpSettings) -> io::Result<HttpServ
         key,
         revoked: Revocations::default(),
     });
-    let app = router(api).into_make_service_with_connect_info::<SocketAddr>();
+    let how = listen::Listening {
+        max_connections: api.settings.max_connections,
+        tls: api
+            .settings
+            .tls
+            .clone()
+            .map(tokio_rustls::TlsAcceptor::from),
+    };
+    let app = router(api);
     tracing::info!(address = %local_addr, "listening for HTTP clients");
     let task = env.tasks.spawn(Box::pin(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -134,12 +154,7 @@ pub fn start(shared: Arc<Shared>, settings: HttpSettings) -> io::Result<HttpServ
                 return;
             }
         };
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stopping.wait().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the HTTP listener failed");
-        }
+        listen::serve(listener, app, how, async move { stopping.wait().await }).await;
         tracing::info!("stopped serving HTTP");
     }));
     Ok(HttpServer { local_addr, task })

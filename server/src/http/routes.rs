@@ -40,7 +40,8 @@ use std::sync::Arc;
 type Result<T> = std::result::Result<T, ApiError>;
 type Reply<T> = Result<axum::Json<T>>;
 
-pub fn routes() -> Router<Arc<Api>> {
+/// Every route; a send's body may be up to `max_body_bytes`.
+pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
     Router::new()
         .route("/", get(|| async { "cairn" }))
         .route("/ping", get(|| async { "pong" }))
@@ -119,7 +120,7 @@ pub fn routes() -> Router<Arc<Api>> {
             "/streams/{stream_id}/topics/{topic_id}/consumer-groups/{group_id}",
             get(group).delete(delete_group),
         )
-        .merge(super::messages::routes())
+        .merge(super::messages::routes(max_body_bytes))
         .merge(super::tokens::routes())
         .merge(super::metrics::routes())
         .fallback(|| async { ApiError::not_found("no such resource").into_response() })
