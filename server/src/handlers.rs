@@ -1129,17 +1129,23 @@ async fn stats(conn: &Conn) -> Handled {
     let numbers = numbers(conn, keys).await;
     let topics = view.streams().values().flat_map(|s| s.topics.values());
     let now = conn.shared.env.clock.wall_micros();
+    let figures = conn
+        .shared
+        .figures
+        .get()
+        .map(|read| read(conn.shared.node.root()))
+        .unwrap_or_default();
     Ok(encoded(&StatsResponse {
         process_id: std::process::id(),
-        cpu_usage: 0.0,
-        total_cpu_usage: 0.0,
-        memory_usage: 0,
-        total_memory: 0,
-        available_memory: 0,
+        cpu_usage: figures.cpu_usage,
+        total_cpu_usage: figures.cpu_usage,
+        memory_usage: figures.resident_bytes,
+        total_memory: figures.total_memory,
+        available_memory: figures.available_memory,
         run_time: now.saturating_sub(conn.shared.started_at),
         start_time: conn.shared.started_at,
-        read_bytes: 0,
-        written_bytes: 0,
+        read_bytes: figures.read_bytes,
+        written_bytes: figures.written_bytes,
         messages_size_bytes: numbers.values().map(|n| n.size_bytes).sum(),
         streams_count: count(view.streams().len()),
         topics_count: count(topics.clone().count()),
@@ -1148,16 +1154,16 @@ async fn stats(conn: &Conn) -> Handled {
         messages_count: numbers.values().map(|n| n.messages).sum(),
         clients_count: count(conn.shared.registry.len()),
         consumer_groups_count: count(topics.map(|t| t.groups.len()).sum()),
-        hostname: String::new(),
+        hostname: figures.hostname,
         os_name: std::env::consts::OS.into(),
-        os_version: String::new(),
-        kernel_version: String::new(),
+        os_version: figures.os_version,
+        kernel_version: figures.kernel_version,
         iggy_server_version: SERVER_VERSION.into(),
         iggy_server_semver: None,
         cache_metrics: Vec::new(),
-        threads_count: 0,
-        free_disk_space: 0,
-        total_disk_space: 0,
+        threads_count: figures.threads,
+        free_disk_space: figures.free_disk,
+        total_disk_space: figures.total_disk,
     }))
 }
 

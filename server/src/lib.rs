@@ -26,6 +26,7 @@ pub mod handlers;
 pub mod http;
 pub mod metrics;
 pub mod permissions;
+pub mod process;
 pub mod registry;
 pub mod responses;
 pub mod serve;

@@ -196,6 +196,7 @@ async fn serve(env: Env, config: ServerConfig, stop: Latch<()>) -> ExitCode {
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
+    let _ = server.shared().figures.set(crate::process::read);
     let http = if config.http.enabled {
         match crate::http::start(server.shared(), http_settings(&config, &env)) {
             Ok(http) => Some(http),

@@ -96,6 +96,9 @@ pub struct Shared {
     pub metrics: crate::metrics::CommandMetrics,
     /// Bytes of dispatched (`ack=none`) sends not yet appended.
     pub dispatch_budget: DispatchBudget,
+    /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
+    /// simulator (whose stats then carry zeros).
+    pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
 }
 
 /// A bound on the bytes of sends dispatched and not yet appended, in MiB units. Units are
@@ -173,6 +176,7 @@ impl Server {
             live: AtomicU64::new(0),
             metrics: crate::metrics::CommandMetrics::default(),
             dispatch_budget: DispatchBudget::new(DISPATCH_BUDGET_UNITS),
+            figures: std::sync::OnceLock::new(),
         });
         tracing::info!(address = %local_addr, "listening for Iggy binary protocol clients (TCP)");
         let accepting = shared.clone();

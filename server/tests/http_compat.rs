@@ -353,6 +353,12 @@ async fn the_sdk_http_transport_works_end_to_end() {
     assert_eq!(stats.streams_count, 1);
     assert_eq!(stats.topics_count, 2);
     assert_eq!(stats.messages_count, 5 + 3 + 3 + 2);
+    // The process's figures, as Iggy's GetStats carries them.
+    assert!(stats.threads_count > 0, "{stats:?}");
+    assert!(stats.memory_usage.as_bytes_u64() > 0, "{stats:?}");
+    assert!(stats.total_memory.as_bytes_u64() >= stats.available_memory.as_bytes_u64());
+    assert!(stats.total_disk_space.as_bytes_u64() > 0, "{stats:?}");
+    assert!(!stats.kernel_version.is_empty(), "{stats:?}");
 
     // A deleted user's token stops working at once.
     client.delete_user(&id("reader")).await.unwrap();

@@ -53,6 +53,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(shared: Arc<Shared>) -> Metrics {
         let mut registry = Registry::default();
+        let data_dir = shared.node.root().to_path_buf();
         let command = &shared.metrics;
         let http_requests = Family::<HttpLabels, Counter>::default();
         registry.register(
@@ -90,7 +91,7 @@ impl Metrics {
             shared,
             node: node.clone(),
         }));
-        registry.register_collector(Box::new(ProcessCollector));
+        registry.register_collector(Box::new(ProcessCollector { data_dir }));
         Metrics {
             registry,
             http_requests,
@@ -466,68 +467,55 @@ fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Re
     Ok(())
 }
 
-/// The process's own figures (Linux `/proc/self`), independent of any simulator.
-#[derive(Debug)]
-struct ProcessCollector;
+/// The process's own figures (Linux `/proc/self`), independent of any simulator: the same
+/// reading `GetStats` reports.
+struct ProcessCollector {
+    data_dir: std::path::PathBuf,
+}
 
-/// Clock ticks per second of `/proc/self/stat` (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
-const TICKS_PER_SECOND: f64 = 100.0;
-const PAGE_BYTES: u64 = 4096;
+impl std::fmt::Debug for ProcessCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessCollector")
+    }
+}
 
-// The process's own files, not the data directory: outside the `Env` seam by design (these
-// figures describe this OS process, never a simulated one).
-#[allow(clippy::disallowed_methods)]
 impl prometheus_client::collector::Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(stat) = std::fs::read_to_string("/proc/self/stat").ok() else {
-            return Ok(());
-        };
-        // The fields after the command name, which is in parentheses and may hold spaces.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            return Ok(());
-        };
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
-        if let (Some(utime), Some(stime)) = (field(14), field(15)) {
-            let seconds = (utime + stime) as f64 / TICKS_PER_SECOND;
-            single(
-                &mut encoder,
-                "process_cpu_seconds",
-                "User and system CPU time spent, in seconds",
-                &ConstCounter::new(seconds),
-            )?;
-        }
-        if let Some(threads) = field(20) {
-            gauge(
-                &mut encoder,
-                "process_threads",
-                "OS threads",
-                threads as i64,
-            )?;
-        }
-        if let Some(vsize) = field(23) {
-            gauge(
-                &mut encoder,
+        let f = crate::process::read(&self.data_dir);
+        let cpu = ConstCounter::new(f.cpu_seconds);
+        single(
+            &mut encoder,
+            "process_cpu_seconds",
+            "User and system CPU time spent, in seconds",
+            &cpu,
+        )?;
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let gauges = [
+            ("process_threads", "OS threads", u64::from(f.threads)),
+            (
                 "process_virtual_memory_bytes",
                 "Virtual memory size in bytes",
-                vsize as i64,
-            )?;
-        }
-        if let Some(rss) = field(24) {
-            gauge(
-                &mut encoder,
+                f.virtual_bytes,
+            ),
+            (
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes",
-                (rss * PAGE_BYTES) as i64,
-            )?;
-        }
-        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-            gauge(
-                &mut encoder,
-                "process_open_fds",
-                "Open file descriptors",
-                fds.count() as i64,
-            )?;
+                f.resident_bytes,
+            ),
+            ("process_open_fds", "Open file descriptors", f.open_fds),
+            (
+                "cairn_disk_free_bytes",
+                "Free bytes on the data directory's file system",
+                f.free_disk,
+            ),
+            (
+                "cairn_disk_total_bytes",
+                "Bytes of the data directory's file system",
+                f.total_disk,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            gauge(&mut encoder, name, help, as_i64(value))?;
         }
         Ok(())
     }
