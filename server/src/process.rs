@@ -37,7 +37,7 @@ const PAGE_BYTES: u64 = 4096;
 #[allow(clippy::disallowed_methods)]
 pub fn read(data_dir: &Path) -> ProcessFigures {
     let mut f = ProcessFigures::default();
-    if let Some(stat) = std::fs::read_to_string("/proc/self/stat").ok() {
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
         // The fields after the command name, which is in parentheses and may hold spaces.
         if let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) {
             let fields: Vec<&str> = after.split_whitespace().collect();
