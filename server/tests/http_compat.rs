@@ -6,26 +6,11 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{messages, payloads, Cairn, PASSWORD};
 use iggy::prelude::*;
-use std::str::FromStr;
 
 fn id(name: &str) -> Identifier {
     Identifier::named(name).unwrap()
-}
-
-fn messages(prefix: &str, n: usize) -> Vec<IggyMessage> {
-    (0..n)
-        .map(|i| IggyMessage::from_str(&format!("{prefix}-{i}")).unwrap())
-        .collect()
-}
-
-fn payloads(polled: &PolledMessages) -> Vec<String> {
-    polled
-        .messages
-        .iter()
-        .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
-        .collect()
 }
 
 async fn logged_in(cairn: &Cairn) -> HttpClient {

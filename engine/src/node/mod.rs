@@ -995,6 +995,16 @@ impl Client {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        let pending = self.queue_send(key, batch).await?;
+        self.node.answer(pending).await?
+    }
+
+    /// Puts a send in its partition's owner's inbox (waiting for room).
+    async fn queue_send(
+        &self,
+        key: PartitionKey,
+        batch: BytesMut,
+    ) -> NodeResult<Pending<NodeResult<Sent>>> {
         let (reply, pending) = oneshot();
         let request = ShardRequest::Send {
             key,
@@ -1003,7 +1013,7 @@ impl Client {
             reply,
         };
         self.node.enqueue(self.node.shard(key), request).await?;
-        self.node.answer(pending).await?
+        Ok(pending)
     }
 
     /// Queues a batch as [`Client::send`] does, without waiting for its outcome: `Ok` once
@@ -1025,14 +1035,7 @@ impl Client {
         if let Some(fence) = self.partition_info(key).await?.and_then(|info| info.fence) {
             return Err(NodeError::Partition(PartitionError::Fenced(fence)));
         }
-        let (reply, pending) = oneshot();
-        let request = ShardRequest::Send {
-            key,
-            batch,
-            ticket: self.node.ticket(),
-            reply,
-        };
-        self.node.enqueue(self.node.shard(key), request).await?;
+        let pending = self.queue_send(key, batch).await?;
         Ok((
             key.2,
             Dispatched {

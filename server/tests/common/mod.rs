@@ -146,3 +146,20 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     files
 }
+
+/// `n` SDK messages with payloads `{prefix}-{i}`.
+pub fn messages(prefix: &str, n: usize) -> Vec<iggy::prelude::IggyMessage> {
+    use std::str::FromStr;
+    (0..n)
+        .map(|i| iggy::prelude::IggyMessage::from_str(&format!("{prefix}-{i}")).unwrap())
+        .collect()
+}
+
+/// A poll's payloads as text.
+pub fn payloads(polled: &iggy::prelude::PolledMessages) -> Vec<String> {
+    polled
+        .messages
+        .iter()
+        .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
+        .collect()
+}
