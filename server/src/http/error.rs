@@ -149,6 +149,29 @@ mod tests {
     }
 
     #[test]
+    fn a_stopped_node_a_busy_queue_and_a_full_disk_are_503_naming_why() {
+        use cairn_engine::node::{Failure, NodeError};
+        let metadata = std::io::Error::other("journal write failed");
+        let stopped = NodeError::Stopped(std::sync::Arc::new(Failure::Metadata(metadata)));
+        for (error, words) in [
+            (stopped, "the metadata plane failed"),
+            (NodeError::Busy("the shard inbox"), "busy"),
+            (NodeError::MetadataNoSpace, "no space"),
+        ] {
+            let api = ApiError::from(Status::from(error));
+            assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE, "{api:?}");
+            assert!(api.reason.contains(words), "{api:?}");
+        }
+        let io = cairn_engine::partition::PartitionError::Io {
+            op: "write",
+            path: "x.log".into(),
+            source: std::io::Error::other("EIO"),
+        };
+        let api = ApiError::from(Status::from(NodeError::Partition(io)));
+        assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
     fn every_table_code_is_an_iggy_code_of_its_kind() {
         for code in NOT_FOUND {
             let name = iggy_common::IggyError::from_code_as_string(code);

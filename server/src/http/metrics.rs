@@ -115,12 +115,7 @@ async fn scrape(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let open = match api.settings.metrics {
-        MetricsAccess::Open => true,
-        MetricsAccess::OpenOnLoopback => peer.ip().is_loopback(),
-        MetricsAccess::Authenticated => false,
-    };
-    if !open {
+    if needs_token(api.settings.metrics, peer.ip()) {
         let (mut parts, _) = request.into_parts();
         let authed = Authed::from_request_parts(&mut parts, &api).await?;
         crate::handlers::require(&authed.conn, Action::ReadServers)?;
@@ -132,6 +127,16 @@ async fn scrape(
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     Ok(response)
+}
+
+/// Whether a scrape from `peer` must present a token (of a user who may read the server's
+/// state).
+pub fn needs_token(access: MetricsAccess, peer: std::net::IpAddr) -> bool {
+    match access {
+        MetricsAccess::Open => false,
+        MetricsAccess::OpenOnLoopback => !peer.is_loopback(),
+        MetricsAccess::Authenticated => true,
+    }
 }
 
 /// Counts every HTTP request by its route and status.
@@ -518,5 +523,24 @@ impl prometheus_client::collector::Collector for ProcessCollector {
             gauge(&mut encoder, name, help, as_i64(value))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_default_only_loopback_scrapes_without_a_token() {
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let v6_loopback: std::net::IpAddr = "::1".parse().unwrap();
+        let lan: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        let default = crate::config::HttpConfig::default().metrics_access;
+        assert_eq!(default, MetricsAccess::OpenOnLoopback);
+        assert!(!needs_token(default, loopback));
+        assert!(!needs_token(default, v6_loopback));
+        assert!(needs_token(default, lan));
+        assert!(!needs_token(MetricsAccess::Open, lan));
+        assert!(needs_token(MetricsAccess::Authenticated, loopback));
     }
 }
