@@ -36,9 +36,13 @@ pub fn error_name(code: u32) -> &'static str {
         47 => "UserInactive",
         48 => "CannotDeleteUser",
         49 => "CannotChangePermissions",
-        51 => "InvalidPersonalAccessTokenName",
-        52 => "PersonalAccessTokenAlreadyExists",
+        50 => "InvalidPersonalAccessTokenName",
+        51 => "PersonalAccessTokenAlreadyExists",
+        52 => "PersonalAccessTokensLimitReached",
         53 => "InvalidPersonalAccessToken",
+        54 => "PersonalAccessTokenExpired",
+        55 => "UsersLimitReached",
+        56 => "InvalidPersonalAccessTokenExpiry",
         57 => "TransientNotCommitted",
         58 => "TransientNotAccepted",
         59 => "RequestAlreadyApplied",
@@ -114,6 +118,12 @@ mod tests {
             (4039, "InvalidBatchChecksum"),
             (4041, "UnsupportedOptionKey"),
             (4042, "InvalidOptionValue"),
+            (50, "InvalidPersonalAccessTokenName"),
+            (51, "PersonalAccessTokenAlreadyExists"),
+            (52, "PersonalAccessTokensLimitReached"),
+            (53, "InvalidPersonalAccessToken"),
+            (54, "PersonalAccessTokenExpired"),
+            (56, "InvalidPersonalAccessTokenExpiry"),
         ] {
             assert_eq!(error_name(code), name, "code {code}");
         }

@@ -87,6 +87,21 @@ pub enum NodeError {
     InvalidCredentials,
     #[error("user {0} is inactive")]
     UserInactive(u32),
+    #[error("invalid personal access token name {0:?}: 3 to 30 bytes, no control characters")]
+    InvalidTokenName(String),
+    #[error("user {user} already has a personal access token named {name:?}")]
+    TokenExists { user: u32, name: String },
+    #[error("user {user} has no personal access token named {name:?}")]
+    TokenNotFound { user: u32, name: String },
+    #[error("user {user} holds the most personal access tokens a user may: {limit}")]
+    TooManyTokens { user: u32, limit: usize },
+    #[error("invalid personal access token expiry {0} µs")]
+    InvalidTokenExpiry(u64),
+    /// A login with a token no user holds (the same answer whatever the bytes).
+    #[error("invalid personal access token")]
+    InvalidToken,
+    #[error("personal access token {name:?} of user {user} has expired")]
+    TokenExpired { user: u32, name: String },
     #[error("consumer group member {client:#x} of group {group} has no current partition: name one, or poll first")]
     NoCurrentPartition { group: u32, client: u128 },
     /// A new partition's directory exists though the metadata has no partition there; it is
@@ -219,6 +234,14 @@ impl NodeError {
             InvalidPermissions(_) => 3,
             InvalidCredentials => 42,
             UserInactive(_) => 47,
+            InvalidTokenName(_) => 50,
+            TokenExists { .. } => 51,
+            TooManyTokens { .. } => 52,
+            InvalidToken => 53,
+            TokenExpired { .. } => 54,
+            InvalidTokenExpiry(_) => 56,
+            // Iggy has no code of its own for it: ResourceNotFound.
+            TokenNotFound { .. } => 20,
             TooBig { .. } => 3,
             OffsetNotFound(_) => 3021,
             InvalidRequest(_) => 3,

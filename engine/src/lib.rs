@@ -10,6 +10,7 @@ pub mod env;
 pub mod error;
 pub mod format;
 pub mod metadata;
+pub mod metrics;
 mod names;
 pub mod node;
 pub mod partition;

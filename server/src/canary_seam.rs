@@ -7,13 +7,14 @@
 //! - [`session_check`]: whether a session's user still holds;
 //! - [`permissions`]: the permissions a session acts with.
 
+use crate::handlers::Landed;
 use crate::session::{Dedup, DedupKey, Revoked};
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::Tasks;
 use cairn_engine::node::{Client, NodeResult};
 use iggy_binary_protocol::{WireIdentifier, WirePartitioning, WirePermissions};
 
-/// A send's (partition, base offset), once the node answered it.
+/// A send's landing, once the node answered it.
 pub(crate) async fn send(
     node: &Client,
     tasks: &dyn Tasks,
@@ -21,21 +22,24 @@ pub(crate) async fn send(
     topic: &WireIdentifier,
     partitioning: &WirePartitioning,
     batch: BytesMut,
-) -> NodeResult<(u32, u64)> {
+) -> NodeResult<Landed> {
     #[cfg(feature = "canary")]
     if cairn_engine::canary::active("ack-send-before-shard") {
-        return Ok(crate::canary::send_in_background(
-            node,
-            tasks,
-            stream,
-            topic,
-            partitioning,
-            batch,
-        ));
+        let (partition, base_offset) =
+            crate::canary::send_in_background(node, tasks, stream, topic, partitioning, batch);
+        return Ok(Landed {
+            partition,
+            base_offset,
+            durable: false,
+        });
     }
     let _ = tasks;
     let sent = node.send(stream, topic, partitioning, batch).await?;
-    Ok((sent.partition, sent.ack.base_offset))
+    Ok(Landed {
+        partition: sent.partition,
+        base_offset: sent.ack.base_offset,
+        durable: sent.ack.durable,
+    })
 }
 
 /// The cached reply of the request `key`, if the session answered it; `reframe` builds a

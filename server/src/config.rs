@@ -71,6 +71,7 @@ pub struct ServerConfig {
     /// The data directory (holds `metadata/` and `streams/`).
     pub data_dir: PathBuf,
     pub tcp: TcpConfig,
+    pub http: HttpConfig,
     pub root: RootConfig,
     pub node: NodeConfig,
     pub auth: AuthConfig,
@@ -82,6 +83,7 @@ impl Default for ServerConfig {
         ServerConfig {
             data_dir: PathBuf::from("local_data"),
             tcp: TcpConfig::default(),
+            http: HttpConfig::default(),
             root: RootConfig::default(),
             node: NodeConfig::default(),
             auth: AuthConfig::default(),
@@ -188,6 +190,52 @@ impl TcpTlsConfig {
                     message: e.to_string(),
                 }
             })
+    }
+}
+
+/// `[http]`: the HTTP API (Iggy's shape) and `/metrics`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub enabled: bool,
+    /// `IP:PORT` to listen on (Iggy's default port).
+    #[serde(with = "socket_addr")]
+    pub address: SocketAddr,
+    /// Largest request body accepted; a larger one is answered 413.
+    pub max_body_bytes: u64,
+    /// Requests served at once; more wait.
+    pub max_concurrent_requests: usize,
+    /// How long a bearer token from a login is valid.
+    #[serde(with = "duration")]
+    pub token_expiry: Duration,
+    /// Who may scrape `/metrics`: `open`, `open_on_loopback` (callers from a loopback
+    /// address need no token; others need one) or `authenticated`.
+    pub metrics_access: crate::http::MetricsAccess,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("enabled", &self.enabled)
+            .field("address", &self.address)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_concurrent_requests", &self.max_concurrent_requests)
+            .field("token_expiry", &self.token_expiry)
+            .field("metrics_access", &self.metrics_access)
+            .finish()
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            address: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            max_body_bytes: 64 * MIB,
+            max_concurrent_requests: 1024,
+            token_expiry: Duration::from_secs(3600),
+            metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
+        }
     }
 }
 
@@ -770,6 +818,29 @@ impl ServerConfig {
             MIN_REPLY_BYTES,
             MAX_REPLY_BYTES,
         )?;
+        let http = &self.http;
+        range(
+            "http.max_body_bytes",
+            http.max_body_bytes,
+            MIN_FRAME_BYTES,
+            MAX_FRAME_BYTES,
+        )?;
+        range(
+            "http.max_concurrent_requests",
+            n(http.max_concurrent_requests),
+            1,
+            n(MAX_CONNECTIONS),
+        )?;
+        span("http.token_expiry", http.token_expiry)?;
+        if http.enabled && http.address == tcp.address && http.address.port() != 0 {
+            return Err(fail(
+                "http.address",
+                format!(
+                    "{} is tcp.address too: they need different ports",
+                    http.address
+                ),
+            ));
+        }
         credential("root.username", &self.root.username, 50)?;
         if let Some(password) = &self.root.password {
             credential("root.password", password, 100)?;
@@ -950,6 +1021,14 @@ mod tests {
                     cert_file: Some("/etc/cairn/cert.pem".into()),
                     key_file: Some("/etc/cairn/key.pem".into()),
                 },
+            },
+            http: HttpConfig {
+                enabled: false,
+                address: "[::1]:9200".parse().unwrap(),
+                max_body_bytes: 4 * MIB,
+                max_concurrent_requests: 16,
+                token_expiry: Duration::from_secs(600),
+                metrics_access: crate::http::MetricsAccess::Authenticated,
             },
             root: RootConfig {
                 username: "admin".into(),
@@ -1145,7 +1224,7 @@ mod tests {
         assert_eq!(
             error(result),
             format!(
-                "unknown key datadir in {} (expected one of: data_dir, tcp, root, node, auth, log)",
+                "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log)",
                 path.display()
             )
         );
@@ -1198,7 +1277,7 @@ mod tests {
         assert_eq!(
             message,
             "unknown key datadir in environment variable CAIRN_DATADIR (expected one of: \
-             data_dir, tcp.*, root.*, node.*, auth.*, log.*)"
+             data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*)"
         );
         let message = error(from_env(&[("CAIRN_NODE_SHARD", "2")]));
         assert!(

@@ -11,12 +11,14 @@ use crate::connection::Conn;
 use crate::frame::{self, status, Echo, ReplyMeta};
 use crate::permissions::{allowed, Action};
 use crate::responses::{self, Numbers, PartitionNumbers};
+use crate::server::Shared;
 use crate::session::{Dedup, Session};
 use crate::TopicDefaults;
 use bytes::{Buf, Bytes, BytesMut};
 use cairn_engine::node::ops::MetaOp;
-use cairn_engine::node::{NodeError, PartitionKey};
+use cairn_engine::node::{Login, NodeError, PartitionKey, TokenExpiry};
 use cairn_engine::partition::PartitionError;
+use cairn_engine::state::tokens::TokenHash;
 use iggy_binary_protocol::codes::*;
 use iggy_binary_protocol::requests::consumer_groups::{
     GetConsumerGroupRequest, GetConsumerGroupsRequest, JoinConsumerGroupRequest,
@@ -26,12 +28,17 @@ use iggy_binary_protocol::requests::consumer_offsets::{
     DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
 };
 use iggy_binary_protocol::requests::messages::{PollMessagesRequest, SendMessagesHeader};
+use iggy_binary_protocol::requests::personal_access_tokens::{
+    CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
+    GetPersonalAccessTokensRequest,
+};
 use iggy_binary_protocol::requests::segments::DeleteSegmentsRequest;
 use iggy_binary_protocol::requests::streams::GetStreamRequest;
 use iggy_binary_protocol::requests::system::GetClientRequest;
 use iggy_binary_protocol::requests::topics::{GetTopicRequest, GetTopicsRequest};
 use iggy_binary_protocol::requests::users::{
     ChangePasswordRequest, CreateUserRequest, GetUserRequest, LoginRegisterRequest,
+    LoginRegisterWithPatRequest,
 };
 use iggy_binary_protocol::responses::clients::ClientDetailsResponse;
 use iggy_binary_protocol::responses::clients::GetClientsResponse;
@@ -42,6 +49,9 @@ use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
 use iggy_binary_protocol::responses::messages::{
     SendMessagesConfirmationResponse, SendMessagesResponse,
+};
+use iggy_binary_protocol::responses::personal_access_tokens::{
+    GetPersonalAccessTokensResponse, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse,
 };
 use iggy_binary_protocol::responses::streams::GetStreamsResponse;
 use iggy_binary_protocol::responses::system::StatsResponse;
@@ -54,6 +64,7 @@ use iggy_binary_protocol::{
     WireOptions, HEADER_SIZE,
 };
 use secrecy::ExposeSecret;
+use std::net::IpAddr;
 use tracing::Instrument;
 
 /// The server's version string in login replies and stats.
@@ -68,25 +79,80 @@ pub enum Answer {
     Evict(Bytes),
 }
 
-/// A refusal: the status to answer with.
+/// A refusal: the Iggy status code to answer with, what went wrong in words (when the node
+/// said more than the code: the HTTP adapter's error bodies carry it), and whose fault it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: u32,
+    pub reason: Option<String>,
+    pub fault: Fault,
+}
+
+/// Whose fault a refusal is: the client's request, a condition that passes (a stopped node,
+/// a fenced partition, a full queue or disk), or the server's own failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status(pub u32);
+pub enum Fault {
+    Client,
+    Unavailable,
+    Server,
+}
+
+impl Status {
+    /// A refusal the client caused, with no more to say than its code.
+    pub const fn of(code: u32) -> Status {
+        Status {
+            code,
+            reason: None,
+            fault: Fault::Client,
+        }
+    }
+}
 
 impl From<NodeError> for Status {
     fn from(e: NodeError) -> Status {
         tracing::debug!(error = %e, "request refused");
-        Status(match &e {
+        let code = match &e {
             NodeError::Partition(PartitionError::InvalidBatch(
                 cairn_engine::format::FormatError::BatchChecksum { .. },
             )) => 4039,
             _ => e.code(),
-        })
+        };
+        Status {
+            code,
+            fault: fault_of(&e),
+            reason: Some(e.to_string()),
+        }
+    }
+}
+
+/// The fault table: what a node error says about who should act.
+fn fault_of(e: &NodeError) -> Fault {
+    match e {
+        NodeError::Stopped(_) | NodeError::Busy(_) | NodeError::MetadataNoSpace => {
+            Fault::Unavailable
+        }
+        NodeError::Partition(p) => match p {
+            PartitionError::Fenced(_)
+            | PartitionError::NoSpace
+            | PartitionError::JournalFull { .. }
+            | PartitionError::NodeJournalFull { .. } => Fault::Unavailable,
+            PartitionError::Io { .. }
+            | PartitionError::OffsetDamaged { .. }
+            | PartitionError::AlreadyExists(_) => Fault::Server,
+            PartitionError::InvalidBatch(_)
+            | PartitionError::OffsetBeyondEnd { .. }
+            | PartitionError::InvalidConfig(_)
+            | PartitionError::ZeroCount
+            | PartitionError::ActiveSegment { .. } => Fault::Client,
+        },
+        NodeError::DirectoryInTheWay(_) => Fault::Server,
+        _ => Fault::Client,
     }
 }
 
 fn undecodable(what: &str, e: impl std::fmt::Display) -> Status {
     tracing::debug!(what, error = %e, "undecodable request body");
-    Status(status::INVALID_COMMAND)
+    Status::of(status::INVALID_COMMAND)
 }
 
 /// Decodes a whole body as `T`; trailing bytes are a malformed request.
@@ -115,7 +181,7 @@ pub async fn answer(conn: &mut Conn, header: &[u8; HEADER_SIZE], body: BytesMut)
         Ok(request) => request,
         Err(e) => {
             tracing::debug!(error = %e, "request refused at its header");
-            return reply(conn, echo, Err(Status(e.status())));
+            return reply(conn, echo, Err(Status::of(e.status())));
         }
     };
     let span = tracing::debug_span!(
@@ -148,7 +214,11 @@ async fn answer_request(
                 return answer;
             }
             let key = (echo.client, echo.request, echo.request_checksum);
-            let dedup = operation.is_metadata() && echo.request_checksum != 0;
+            // A created token's reply is its raw token: it is not kept for a retry (Iggy
+            // refuses to replay it too); a retried creation finds the name taken.
+            let dedup = operation.is_metadata()
+                && echo.request_checksum != 0
+                && operation != Operation::CreatePersonalAccessToken;
             if dedup {
                 let reframe = |body: &[u8]| {
                     frame::reply(echo, meta(conn, operation), 0, false, body).freeze()
@@ -203,7 +273,7 @@ fn reply(conn: &Conn, echo: Echo, result: Handled) -> Answer {
     let framed = echo.operation.is_result_framed() || echo.operation == Operation::Register;
     let frame = match result {
         Ok(body) => frame::reply(echo, meta, 0, framed, &body),
-        Err(Status(code)) => frame::reply(echo, meta, code, framed, &[]),
+        Err(Status { code, .. }) => frame::reply(echo, meta, code, framed, &[]),
     };
     Answer::Frame(vec![frame.freeze()])
 }
@@ -224,7 +294,7 @@ async fn gate(
         if replicated {
             evict(echo, EvictionReason::NoSession)
         } else {
-            reply(conn, echo, Err(Status(status::UNAUTHENTICATED)))
+            reply(conn, echo, Err(Status::of(status::UNAUTHENTICATED)))
         }
     };
     let Some(session) = conn.session.as_ref() else {
@@ -233,17 +303,156 @@ async fn gate(
     if session.client != header.client || session.session != header.session {
         return Err(unauthenticated(conn));
     }
+    let now = conn.shared.env.clock.wall_micros();
     if let Err(why) =
-        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view()))
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
     {
         tracing::info!(user = session.user_id, ?why, "a session lost its access");
         end_session(conn).await;
-        return Err(reply(conn, echo, Err(Status(status::UNAUTHENTICATED))));
+        return Err(reply(conn, echo, Err(Status::of(status::UNAUTHENTICATED))));
     }
     Ok(())
 }
 
 // Login and logout --------------------------------------------------------------------------
+
+/// Why a login was refused: the status an adapter answers with, and the eviction that
+/// carries it on the binary protocol (`None` when the node could not answer: the
+/// connection stays usable and may try again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginRefused {
+    pub status: Status,
+    pub eviction: Option<EvictionReason>,
+}
+
+impl LoginRefused {
+    fn evicted(code: u32, reason: EvictionReason) -> LoginRefused {
+        LoginRefused {
+            status: Status::of(code),
+            eviction: Some(reason),
+        }
+    }
+
+    /// A wrong username or password, or an inactive user (hidden, as Iggy hides it).
+    fn credentials() -> LoginRefused {
+        Self::evicted(
+            status::INVALID_CREDENTIALS,
+            EvictionReason::InvalidCredentials,
+        )
+    }
+
+    /// A token nobody holds (or one already gone again).
+    fn token() -> LoginRefused {
+        Self::evicted(NodeError::InvalidToken.code(), EvictionReason::InvalidToken)
+    }
+
+    fn failed(e: NodeError) -> LoginRefused {
+        LoginRefused {
+            status: e.into(),
+            eviction: None,
+        }
+    }
+}
+
+/// A session for `username` and `password`, for the login client id `client` from `peer`:
+/// checked by the node (argon2 on the blocking pool), and counted by the server's
+/// failed-login limit for `peer`. The session is not bound to any connection yet.
+pub async fn session_for_password(
+    shared: &Shared,
+    client: u128,
+    peer: IpAddr,
+    username: &str,
+    password: &str,
+) -> Result<Session, LoginRefused> {
+    let now = shared.env.clock.monotonic_nanos() / 1000;
+    if !shared.logins.may_try(peer, now) {
+        tracing::warn!(%peer, "login refused: too many failed logins from this address");
+        return Err(LoginRefused::credentials());
+    }
+    let node = shared.node.client(client);
+    let login = match node.login(username, password).await {
+        Ok(login) => login,
+        Err(e) => {
+            shared.logins.failed(peer, now);
+            tracing::info!(%peer, user = %username, error = %e, "login refused");
+            return Err(match e {
+                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
+                    LoginRefused::credentials()
+                }
+                other => LoginRefused::failed(other),
+            });
+        }
+    };
+    bind_session(shared, client, node, login, None).ok_or_else(LoginRefused::credentials)
+}
+
+/// A session for the raw personal access token `raw`, for the login client id `client`
+/// from `peer`, counted by the failed-login limit like a password: refused for a token
+/// nobody holds or one past its expiry (status 53 or 54, eviction `InvalidToken`: the SDK
+/// reads 53), and for an inactive user (47, eviction `UserInactive`), as Iggy answers.
+/// The session lasts as long as the token: deleted or expired, the session's next request
+/// is refused.
+pub async fn session_for_token(
+    shared: &Shared,
+    client: u128,
+    peer: IpAddr,
+    raw: &str,
+) -> Result<Session, LoginRefused> {
+    let now = shared.env.clock.monotonic_nanos() / 1000;
+    if !shared.logins.may_try(peer, now) {
+        tracing::warn!(%peer, "token login refused: too many failed logins from this address");
+        return Err(LoginRefused::token());
+    }
+    let node = shared.node.client(client);
+    let login = match node.login_with_token(raw).await {
+        Ok(login) => login,
+        Err(e) => {
+            shared.logins.failed(peer, now);
+            tracing::info!(%peer, error = %e, "token login refused");
+            return Err(match e {
+                NodeError::InvalidToken | NodeError::TokenExpired { .. } => {
+                    LoginRefused::evicted(e.code(), EvictionReason::InvalidToken)
+                }
+                NodeError::UserInactive(_) => {
+                    LoginRefused::evicted(e.code(), EvictionReason::UserInactive)
+                }
+                other => LoginRefused::failed(other),
+            });
+        }
+    };
+    let hash = cairn_engine::state::tokens::hash_token(raw);
+    bind_session(shared, client, node, login, Some(hash)).ok_or_else(LoginRefused::token)
+}
+
+/// The session of `login` as the view holds its user now (`None` if the user is gone).
+fn bind_session(
+    shared: &Shared,
+    client: u128,
+    node: cairn_engine::node::Client,
+    login: Login,
+    token: Option<TokenHash>,
+) -> Option<Session> {
+    let view = shared.node.view();
+    let user = view
+        .user(login.user_id)
+        .filter(|u| u.created_op == login.incarnation)?;
+    Some(Session {
+        client,
+        session: shared.next_session(),
+        user_id: login.user_id,
+        incarnation: login.incarnation,
+        password_hash: user.password_hash.clone(),
+        token,
+        node,
+        dedup: Dedup::default(),
+    })
+}
+
+/// The two shapes of a Register body after its version prefix (SPEC §2.2, trap T10).
+enum Credentials {
+    Password(LoginRegisterRequest),
+    Token(LoginRegisterWithPatRequest),
+}
 
 async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
     let Ok((version, used)) = ClientVersionInfo::decode(body) else {
@@ -257,55 +466,41 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         );
         return evict(echo, EvictionReason::IncompatibleProtocol);
     }
-    let Ok((request, rest)) = LoginRegisterRequest::decode_after_prefix(version, &body[used..])
-    else {
-        // The personal-access-token shape: tokens are not served yet.
-        return reply(conn, echo, Err(Status(status::FEATURE_UNAVAILABLE)));
+    // The password shape first, then the token's (as Iggy tries them); either must be the
+    // whole body.
+    let tail = &body[used..];
+    let credentials = match LoginRegisterRequest::decode_after_prefix(version.clone(), tail) {
+        Ok((request, rest)) if rest == tail.len() => Credentials::Password(request),
+        _ => match LoginRegisterWithPatRequest::decode_after_prefix(version, tail) {
+            Ok((request, rest)) if rest == tail.len() => Credentials::Token(request),
+            _ => return evict(echo, EvictionReason::MalformedLogin),
+        },
     };
-    if used + rest != body.len() {
-        return evict(echo, EvictionReason::MalformedLogin);
-    }
-    let shared = conn.shared.clone();
-    let now = shared.env.clock.monotonic_nanos() / 1000;
-    let ip = conn.peer.ip();
-    if !shared.logins.may_try(ip, now) {
-        tracing::warn!(peer = %conn.peer, "login refused: too many failed logins from this address");
-        return evict(echo, EvictionReason::InvalidCredentials);
-    }
     end_session(conn).await;
-    let node = shared.node.client(echo.client);
-    let username = request.username.as_str().to_owned();
-    let login = match node
-        .login(&username, request.password.expose_secret())
-        .await
-    {
-        Ok(login) => login,
-        Err(e) => {
-            shared.logins.failed(ip, now);
-            tracing::info!(peer = %conn.peer, user = %username, error = %e, "login refused");
-            return match e {
-                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
-                    evict(echo, EvictionReason::InvalidCredentials)
-                }
-                other => reply(conn, echo, Err(other.into())),
-            };
+    let shared = conn.shared.clone();
+    let peer = conn.peer.ip();
+    let session = match &credentials {
+        Credentials::Password(request) => {
+            session_for_password(
+                &shared,
+                echo.client,
+                peer,
+                request.username.as_str(),
+                request.password.expose_secret(),
+            )
+            .await
+        }
+        Credentials::Token(request) => {
+            session_for_token(&shared, echo.client, peer, request.token.expose_secret()).await
         }
     };
-    let view = shared.node.view();
-    let Some(user) = view
-        .user(login.user_id)
-        .filter(|u| u.created_op == login.incarnation)
-    else {
-        return evict(echo, EvictionReason::InvalidCredentials);
-    };
-    let session = Session {
-        client: echo.client,
-        session: shared.next_session(),
-        user_id: login.user_id,
-        incarnation: login.incarnation,
-        password_hash: user.password_hash.clone(),
-        node,
-        dedup: Dedup::default(),
+    let session = match session {
+        Ok(session) => session,
+        Err(LoginRefused {
+            eviction: Some(reason),
+            ..
+        }) => return evict(echo, reason),
+        Err(LoginRefused { status, .. }) => return reply(conn, echo, Err(status)),
     };
     let response = LoginRegisterResponse {
         user_id: session.user_id,
@@ -318,7 +513,12 @@ async fn login(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         entry.client = session.client;
         entry.groups.clear();
     });
-    tracing::debug!(user = session.user_id, client_id = conn.id, "logged in");
+    tracing::debug!(
+        user = session.user_id,
+        client_id = conn.id,
+        token = session.token.is_some(),
+        "logged in"
+    );
     conn.session = Some(session);
     reply(conn, echo, Ok(encoded(&response)))
 }
@@ -389,7 +589,18 @@ fn poll_reply(conn: &Conn, echo: Echo, result: Result<Polled, Status>) -> Answer
     }
 }
 
+/// The command table, counted by command and outcome.
 async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
+    let outcome = command_table(conn, code, body).await;
+    let status = match &outcome {
+        Outcome::Body(Err(s)) | Outcome::Poll(Err(s)) => s.code,
+        Outcome::Body(Ok(_)) | Outcome::Poll(Ok(_)) => 0,
+    };
+    conn.shared.metrics.command(code, status);
+    outcome
+}
+
+async fn command_table(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
     if code == POLL_MESSAGES_CODE {
         return Outcome::Poll(poll(conn, &body).await);
     }
@@ -419,6 +630,9 @@ async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
         JOIN_CONSUMER_GROUP_CODE => join_group(conn, &body).await,
         LEAVE_CONSUMER_GROUP_CODE => leave_group(conn, &body).await,
         SYNC_CONSUMER_GROUP_CODE => sync_group(conn, &body).await,
+        GET_PERSONAL_ACCESS_TOKENS_CODE => get_tokens(conn, &body),
+        CREATE_PERSONAL_ACCESS_TOKEN_CODE => create_token(conn, &body).await,
+        DELETE_PERSONAL_ACCESS_TOKEN_CODE => delete_token(conn, &body).await,
         CREATE_STREAM_CODE
         | UPDATE_STREAM_CODE
         | DELETE_STREAM_CODE
@@ -436,20 +650,58 @@ async fn authorized(conn: &mut Conn, code: u32, body: BytesMut) -> Outcome {
         | UPDATE_PERMISSIONS_CODE => metadata_op(conn, code, &body).await,
         other => {
             tracing::debug!(code = other, "a known command cairn does not serve");
-            Err(Status(status::FEATURE_UNAVAILABLE))
+            Err(Status::of(status::FEATURE_UNAVAILABLE))
         }
     })
 }
 
+/// What a command answered, for an adapter other than the binary protocol's frames.
+pub enum Executed {
+    /// The reply body (before any result framing).
+    Body(Vec<u8>),
+    /// A poll's reply body: the 16-byte head, then the batches.
+    Poll(Bytes),
+}
+
+/// Runs one command for a connection whose session another adapter set (HTTP: from a
+/// bearer token), as the binary protocol's command table does: the session's user must
+/// still hold, then the same decoding, permission checks and node calls.
+pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Executed, Status> {
+    let Some(session) = conn.session.as_ref() else {
+        return Err(Status::of(status::UNAUTHENTICATED));
+    };
+    let now = conn.shared.env.clock.wall_micros();
+    if let Err(why) =
+        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
+    {
+        return Err(Status {
+            reason: Some(format!("the session's access was revoked: {why:?}")),
+            ..Status::of(status::UNAUTHENTICATED)
+        });
+    }
+    match authorized(conn, code, body).await {
+        Outcome::Body(result) => result.map(Executed::Body),
+        Outcome::Poll(result) => result.map(|polled| {
+            let mut body =
+                BytesMut::with_capacity(16 + polled.batches.iter().map(Bytes::len).sum::<usize>());
+            body.extend_from_slice(&polled.head);
+            for batch in &polled.batches {
+                body.extend_from_slice(batch);
+            }
+            Executed::Poll(body.freeze())
+        }),
+    }
+}
+
 /// Refuses unless the session's user may do `action`.
-fn require(conn: &Conn, action: Action) -> Result<(), Status> {
+pub fn require(conn: &Conn, action: Action) -> Result<(), Status> {
     let session = session(conn);
     let view = conn.shared.node.view();
     if allowed(session.user_id, session.permissions(&view).as_ref(), action) {
         Ok(())
     } else {
         tracing::debug!(user = session.user_id, ?action, "permission denied");
-        Err(Status(status::UNAUTHORIZED))
+        Err(Status::of(status::UNAUTHORIZED))
     }
 }
 
@@ -510,6 +762,11 @@ fn op_action(conn: &Conn, op: &MetaOp) -> Result<Action, Status> {
         | MetaOp::DeleteUser(_)
         | MetaOp::ChangePassword(_)
         | MetaOp::UpdatePermissions(_) => Action::ManageUsers,
+        // Served by their own handlers (a user manages its own tokens); never decoded from
+        // a client's body here.
+        MetaOp::CreatePersonalAccessToken(_) | MetaOp::DeletePersonalAccessToken(_) => {
+            return Err(Status::of(status::INVALID_COMMAND))
+        }
     })
 }
 
@@ -570,18 +827,18 @@ async fn metadata_op(conn: &mut Conn, code: u32, body: &[u8]) -> Handled {
     let created = executed.applied.created;
     Ok(match (&op, created) {
         (MetaOp::CreateStream(_), Some(s)) => {
-            let stream = view.stream(s).ok_or(Status(1009))?;
+            let stream = view.stream(s).ok_or(Status::of(1009))?;
             encoded(&responses::get_stream(stream, &Numbers::new()))
         }
         (MetaOp::CreateTopic(r), Some(t)) => {
             let s = view.stream_id(&r.stream_id)?;
-            let topic = view.find_topic(s, t).ok_or(Status(2010))?;
+            let topic = view.find_topic(s, t).ok_or(Status::of(2010))?;
             encoded(&responses::get_topic(s, topic, &Numbers::new()))
         }
         (MetaOp::CreateConsumerGroup(r), Some(g)) => {
             let (s, t) = view.topic_ids(&r.stream_id, &r.topic_id)?;
             let topic = view.topic(s, t);
-            let group = topic.groups.get(&g).ok_or(Status(5000))?;
+            let group = topic.groups.get(&g).ok_or(Status::of(5000))?;
             let partitions = u32::try_from(topic.partitions.len()).expect("bounded");
             encoded(&responses::group_details(
                 g,
@@ -607,7 +864,7 @@ async fn create_user(conn: &mut Conn, body: &[u8]) -> Handled {
         )
         .await?;
     let view = conn.shared.node.view();
-    let user = view.user(id).ok_or(Status(20))?;
+    let user = view.user(id).ok_or(Status::of(20))?;
     Ok(encoded(&responses::user_details(user)))
 }
 
@@ -624,6 +881,57 @@ async fn change_password(conn: &mut Conn, body: &[u8]) -> Handled {
             &request.current_password,
             &request.new_password,
         )
+        .await?;
+    Ok(Vec::new())
+}
+
+// Personal access tokens: each user manages its own ---------------------------------------------
+
+/// The login the session acts as.
+fn login_of(conn: &Conn) -> Login {
+    let session = session(conn);
+    Login {
+        user_id: session.user_id,
+        incarnation: session.incarnation,
+    }
+}
+
+/// The session user's tokens: name and expiry (µs, 0 for never), never the token.
+fn get_tokens(conn: &Conn, body: &[u8]) -> Handled {
+    let GetPersonalAccessTokensRequest = decode(body)?;
+    let view = conn.shared.node.view();
+    let tokens = view
+        .user_tokens(session(conn).user_id)
+        .into_iter()
+        .flatten()
+        .map(|(name, token)| PersonalAccessTokenResponse {
+            name: WireName::new(name.clone()).expect("stored names are valid"),
+            expiry_at: token.expiry_at.unwrap_or(0),
+        })
+        .collect();
+    Ok(encoded(&GetPersonalAccessTokensResponse { tokens }))
+}
+
+async fn create_token(conn: &Conn, body: &[u8]) -> Handled {
+    let request: CreatePersonalAccessTokenRequest = decode(body)?;
+    let raw = session(conn)
+        .node
+        .create_personal_access_token(
+            login_of(conn),
+            request.name.as_str(),
+            TokenExpiry::from_wire(request.expiry),
+        )
+        .await?;
+    Ok(encoded(&RawPersonalAccessTokenResponse {
+        token: WireName::new(raw).expect("a raw token is 68 bytes"),
+    }))
+}
+
+async fn delete_token(conn: &Conn, body: &[u8]) -> Handled {
+    let request: DeletePersonalAccessTokenRequest = decode(body)?;
+    session(conn)
+        .node
+        .delete_personal_access_token(login_of(conn), request.name.as_str())
         .await?;
     Ok(Vec::new())
 }
@@ -821,17 +1129,23 @@ async fn stats(conn: &Conn) -> Handled {
     let numbers = numbers(conn, keys).await;
     let topics = view.streams().values().flat_map(|s| s.topics.values());
     let now = conn.shared.env.clock.wall_micros();
+    let figures = conn
+        .shared
+        .figures
+        .get()
+        .map(|read| read(conn.shared.node.root()))
+        .unwrap_or_default();
     Ok(encoded(&StatsResponse {
         process_id: std::process::id(),
-        cpu_usage: 0.0,
-        total_cpu_usage: 0.0,
-        memory_usage: 0,
-        total_memory: 0,
-        available_memory: 0,
+        cpu_usage: figures.cpu_usage,
+        total_cpu_usage: figures.cpu_usage,
+        memory_usage: figures.resident_bytes,
+        total_memory: figures.total_memory,
+        available_memory: figures.available_memory,
         run_time: now.saturating_sub(conn.shared.started_at),
         start_time: conn.shared.started_at,
-        read_bytes: 0,
-        written_bytes: 0,
+        read_bytes: figures.read_bytes,
+        written_bytes: figures.written_bytes,
         messages_size_bytes: numbers.values().map(|n| n.size_bytes).sum(),
         streams_count: count(view.streams().len()),
         topics_count: count(topics.clone().count()),
@@ -840,16 +1154,16 @@ async fn stats(conn: &Conn) -> Handled {
         messages_count: numbers.values().map(|n| n.messages).sum(),
         clients_count: count(conn.shared.registry.len()),
         consumer_groups_count: count(topics.map(|t| t.groups.len()).sum()),
-        hostname: String::new(),
+        hostname: figures.hostname,
         os_name: std::env::consts::OS.into(),
-        os_version: String::new(),
-        kernel_version: String::new(),
+        os_version: figures.os_version,
+        kernel_version: figures.kernel_version,
         iggy_server_version: SERVER_VERSION.into(),
         iggy_server_semver: None,
         cache_metrics: Vec::new(),
-        threads_count: 0,
-        free_disk_space: 0,
-        total_disk_space: 0,
+        threads_count: figures.threads,
+        free_disk_space: figures.free_disk,
+        total_disk_space: figures.total_disk,
     }))
 }
 
@@ -859,7 +1173,50 @@ fn count(n: usize) -> u32 {
 
 // Messages ------------------------------------------------------------------------------------
 
-async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
+async fn send(conn: &Conn, body: BytesMut) -> Handled {
+    let sent = send_with(conn, body, Ack::Awaited).await?;
+    let partition_id = sent.partition;
+    let base_offset = sent.landed.map_or(0, |l| l.base_offset);
+    Ok(encoded(&SendMessagesResponse {
+        confirmations: vec![SendMessagesConfirmationResponse {
+            stream_id: sent.stream_id,
+            topic_id: sent.topic_id,
+            partition_id,
+            base_offset,
+        }],
+    }))
+}
+
+/// What a send waits for before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// The write completed under the topic's durability policy.
+    Awaited,
+    /// The partition's owner queued it (HTTP's `ack=none`).
+    Dispatched,
+}
+
+/// Where a send went: its topic's ids and partition, and, when awaited, where it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub stream_id: u32,
+    pub topic_id: u32,
+    pub partition: u32,
+    pub landed: Option<Landed>,
+}
+
+/// Where an awaited send landed, once the node answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    pub partition: u32,
+    pub base_offset: u64,
+    /// On stable storage when acknowledged (the topic is `persisted`).
+    pub durable: bool,
+}
+
+/// A send request's body (the binary protocol's: metadata length, header, one batch),
+/// checked, authorized and handed to the node; waits as `ack` says.
+pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<SendOutcome, Status> {
     if body.len() < 4 {
         return Err(undecodable("send", "no metadata length"));
     }
@@ -871,23 +1228,54 @@ async fn send(conn: &Conn, mut body: BytesMut) -> Handled {
     let batch = body.split_off(metadata_len);
     check_batch_frame(&batch, header.messages_count)?;
     let to = target(conn, &header.stream_id, &header.topic_id, Action::Send)?;
-    let (partition_id, base_offset) = crate::canary_seam::send(
-        &session(conn).node,
-        &*conn.shared.env.tasks,
-        &to.stream,
-        &to.topic,
-        &header.partitioning,
-        batch,
-    )
-    .await?;
-    Ok(encoded(&SendMessagesResponse {
-        confirmations: vec![SendMessagesConfirmationResponse {
-            stream_id: to.s,
-            topic_id: to.t,
-            partition_id,
-            base_offset,
-        }],
-    }))
+    let bytes = batch.len();
+    let node = &session(conn).node;
+    let (partition, landed) = match ack {
+        Ack::Awaited => {
+            let landed = crate::canary_seam::send(
+                node,
+                &*conn.shared.env.tasks,
+                &to.stream,
+                &to.topic,
+                &header.partitioning,
+                batch,
+            )
+            .await?;
+            (landed.partition, Some(landed))
+        }
+        Ack::Dispatched => {
+            // The bytes dispatched and not yet appended are bounded: past the budget a
+            // dispatch waits (back-pressure), never grows the queues' memory.
+            let held = conn.shared.dispatch_budget.reserve(bytes).await;
+            let (partition, dispatched) = node
+                .dispatch(&to.stream, &to.topic, &header.partitioning, batch)
+                .await?;
+            let shared = conn.shared.clone();
+            let (s, t, count) = (to.s, to.t, header.messages_count);
+            conn.shared.env.tasks.spawn(Box::pin(async move {
+                match dispatched.outcome().await {
+                    Ok(_) => shared.metrics.produced(s, t, count, bytes),
+                    Err(e) => tracing::info!(error = %e, "a dispatched send was refused"),
+                }
+                drop(held);
+            }));
+            return Ok(SendOutcome {
+                stream_id: to.s,
+                topic_id: to.t,
+                partition,
+                landed: None,
+            });
+        }
+    };
+    conn.shared
+        .metrics
+        .produced(to.s, to.t, header.messages_count, bytes);
+    Ok(SendOutcome {
+        stream_id: to.s,
+        topic_id: to.t,
+        partition,
+        landed,
+    })
 }
 
 /// The batch fills the rest of the body exactly and holds the count the header says.
@@ -904,7 +1292,7 @@ fn check_batch_frame(batch: &[u8], messages_count: u32) -> Result<(), Status> {
         ));
     }
     if count != messages_count || count == 0 {
-        return Err(Status(4009));
+        return Err(Status::of(4009));
     }
     Ok(())
 }
@@ -926,6 +1314,8 @@ async fn poll(conn: &Conn, body: &[u8]) -> Result<Polled, Status> {
         // `NO_ASSIGNED_PARTITION` sentinel.
         None => (u32::MAX - 1, 0, 0, Vec::new()),
     };
+    let bytes = batches.iter().map(Bytes::len).sum();
+    conn.shared.metrics.consumed(to.s, to.t, count, bytes);
     let mut head = [0u8; 16];
     head[..4].copy_from_slice(&partition.to_le_bytes());
     head[4..12].copy_from_slice(&current.to_le_bytes());

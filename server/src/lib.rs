@@ -13,7 +13,9 @@
 //! - [`session`]: a connection's login, bound to its user's incarnation;
 //! - [`handlers`] and [`responses`]: each command code → the node → the reply body;
 //! - [`connection`]: one connection's task (read a frame, answer it, in order);
-//! - [`server`]: the listener, its bounds and graceful shutdown.
+//! - [`server`]: the listener, its bounds and graceful shutdown;
+//! - [`http`]: the HTTP API in Iggy's shape and `/metrics`, one more adapter over the
+//!   same command layer (on tokio, not the `Env` seam).
 
 #[cfg(feature = "canary")]
 mod canary;
@@ -22,7 +24,10 @@ pub mod config;
 pub mod connection;
 pub mod frame;
 pub mod handlers;
+pub mod http;
+pub mod metrics;
 pub mod permissions;
+pub mod process;
 pub mod registry;
 pub mod responses;
 pub mod serve;

@@ -124,6 +124,27 @@ fn server_settings(
     }
 }
 
+fn http_settings(config: &ServerConfig, env: &Env) -> crate::http::HttpSettings {
+    let http = &config.http;
+    // A fresh key per start: a restart ends every bearer token, logged out or not (the
+    // logout list is in memory; a key that outlived it would bring logged-out tokens back).
+    let mut bytes = [0u8; 32];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&env.entropy.next_u64().to_le_bytes());
+    }
+    let key = crate::http::token::SigningKey::from_bytes(bytes);
+    crate::http::HttpSettings {
+        address: http.address,
+        max_body_bytes: usize::try_from(http.max_body_bytes).unwrap_or(usize::MAX),
+        max_concurrent_requests: http.max_concurrent_requests,
+        token_expiry: http.token_expiry,
+        key,
+        metrics: http.metrics_access,
+        max_connections: config.tcp.max_connections,
+        tls: None,
+    }
+}
+
 /// Runs the server until a signal or a failure.
 pub fn run(config: ServerConfig) -> ExitCode {
     init_logging(config.log.format, &config.log.level);
@@ -192,7 +213,28 @@ async fn serve(
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
+    let _ = server.shared().figures.set(crate::process::read);
+    let http = if config.http.enabled {
+        match crate::http::start(server.shared(), http_settings(&config, &env)) {
+            Ok(http) => Some(http),
+            Err(e) => {
+                tracing::error!(address = %config.http.address, error = %e, "cannot listen for HTTP");
+                eprintln!(
+                    "cairn: cannot listen on {} (HTTP): {e}",
+                    config.http.address
+                );
+                let _ = server.shutdown().await;
+                return ExitCode::from(exit::NOT_STARTED);
+            }
+        }
+    } else {
+        None
+    };
     tracing::info!(data = %config.data_dir.display(), tcp = %server.local_addr(), "cairn serving");
+    // The HTTP line first: a supervisor (and the tests) may take "listening on" as ready.
+    if let Some(http) = &http {
+        println!("cairn: HTTP API on http://{}", http.local_addr());
+    }
     println!(
         "cairn: listening on {} (data in {})",
         server.local_addr(),

@@ -4,7 +4,7 @@
 
 use crate::connection;
 use crate::registry::{LoginLimiter, Registry};
-use cairn_engine::env::chan::Latch;
+use cairn_engine::env::chan::{Latch, Permit, Semaphore};
 use cairn_engine::env::{race, Either, Env, TaskHandle};
 use cairn_engine::node::Node;
 use std::io;
@@ -74,6 +74,9 @@ impl Default for TopicDefaults {
     }
 }
 
+/// Bytes of `ack=none` sends in flight at most, in [`DISPATCH_UNIT`]s (256 MiB).
+pub const DISPATCH_BUDGET_UNITS: usize = 256;
+
 /// What every connection task shares.
 pub struct Shared {
     pub env: Env,
@@ -93,6 +96,52 @@ pub struct Shared {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Live connection tasks.
     pub live: AtomicU64,
+    /// What the command layer counts (`/metrics`).
+    pub metrics: crate::metrics::CommandMetrics,
+    /// Bytes of dispatched (`ack=none`) sends not yet appended.
+    pub dispatch_budget: DispatchBudget,
+    /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
+    /// simulator (whose stats then carry zeros).
+    pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
+}
+
+/// A bound on the bytes of sends dispatched and not yet appended, in MiB units. Units are
+/// taken one caller at a time (a gate), so two callers each holding part of what they need
+/// never wait on each other forever.
+pub struct DispatchBudget {
+    gate: Semaphore,
+    units: Semaphore,
+    total: usize,
+}
+
+/// The bytes one unit of [`DispatchBudget`] stands for.
+pub const DISPATCH_UNIT: usize = 1024 * 1024;
+
+impl DispatchBudget {
+    pub fn new(total_units: usize) -> DispatchBudget {
+        assert!(total_units > 0);
+        DispatchBudget {
+            gate: Semaphore::new(1),
+            units: Semaphore::new(total_units),
+            total: total_units,
+        }
+    }
+
+    /// Units for `bytes` (at least one; a batch larger than the budget takes all of it),
+    /// waiting for them.
+    pub async fn reserve(&self, bytes: usize) -> Vec<Permit> {
+        let wanted = bytes.div_ceil(DISPATCH_UNIT).clamp(1, self.total);
+        let _gate = self.gate.acquire().await;
+        let mut held = Vec::with_capacity(wanted);
+        while held.len() < wanted {
+            held.push(self.units.acquire().await);
+        }
+        held
+    }
+
+    pub fn available(&self) -> usize {
+        self.units.available()
+    }
 }
 
 impl Shared {
@@ -130,6 +179,9 @@ impl Server {
             stopping: Latch::default(),
             tls: settings.tls,
             live: AtomicU64::new(0),
+            metrics: crate::metrics::CommandMetrics::default(),
+            dispatch_budget: DispatchBudget::new(DISPATCH_BUDGET_UNITS),
+            figures: std::sync::OnceLock::new(),
         });
         tracing::info!(address = %local_addr, tls = shared.tls.is_some(), "listening for Iggy binary protocol clients (TCP)");
         let accepting = shared.clone();
@@ -165,6 +217,11 @@ impl Server {
         self.shared.started_at
     }
 
+    /// What the connection tasks share (another adapter, HTTP, serves over it too).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     pub fn node(&self) -> &Node {
         &self.shared.node
     }
@@ -192,5 +249,29 @@ impl Server {
             "connections drained; flushing"
         );
         self.shared.node.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[test]
+    fn the_dispatch_budget_bounds_bytes_and_waits_past_them() {
+        let budget = DispatchBudget::new(4);
+        let three = budget.reserve(3 * DISPATCH_UNIT).now_or_never().unwrap();
+        assert_eq!((three.len(), budget.available()), (3, 1));
+        let one = budget.reserve(1).now_or_never().unwrap();
+        assert_eq!((one.len(), budget.available()), (1, 0));
+        // Full: the next reservation waits, whatever its size.
+        assert!(budget.reserve(10).now_or_never().is_none());
+        drop(three);
+        assert_eq!(budget.available(), 3);
+        // Larger than the whole budget: it takes all of it, once all of it is free.
+        assert!(budget.reserve(100 * DISPATCH_UNIT).now_or_never().is_none());
+        drop(one);
+        let all = budget.reserve(100 * DISPATCH_UNIT).now_or_never().unwrap();
+        assert_eq!((all.len(), budget.available()), (4, 0));
     }
 }

@@ -2,13 +2,16 @@
 //! it acts as, and the node caller that carries its client id (group memberships are keyed by
 //! it). A session is bound to its user's incarnation and password: user ids are reused, so a
 //! deleted user's id may come back as someone else's; a deactivated user, or one whose
-//! password changed, loses access at its next request ([`Session::still_valid`]).
+//! password changed, loses access at its next request ([`Session::still_valid`]). A session
+//! that logged in with a personal access token is bound to that token instead of the
+//! password: it loses access once the token is deleted or expires.
 //!
 //! Also the duplicate table of SPEC §3: metadata operations only, keyed on (client, request,
 //! request checksum), bounded; never partition operations (trap T9: the snapshot SDK sends
 //! every partition op with the same request number).
 
 use cairn_engine::node::{Client, MetaView};
+use cairn_engine::state::tokens::TokenHash;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Most cached metadata replies one connection keeps for retried requests.
@@ -21,8 +24,11 @@ pub struct Session {
     pub user_id: u32,
     /// The op that created the user this session acts as.
     pub incarnation: u64,
-    /// The user's password hash at login: a changed password ends the session.
+    /// The user's password hash at login: a changed password ends a password session.
     pub password_hash: String,
+    /// The hash of the personal access token it logged in with, if it did: the session
+    /// lasts as long as the token (a password change does not end it).
+    pub token: Option<TokenHash>,
     /// The node caller for this login (its id is `client`).
     pub node: Client,
     pub dedup: Dedup,
@@ -34,12 +40,15 @@ pub enum Revoked {
     Deleted,
     Deactivated,
     PasswordChanged,
+    TokenDeleted,
+    TokenExpired,
 }
 
 impl Session {
     /// Whether the user this session acts as still exists as the same incarnation, is active
-    /// and has the password it logged in with.
-    pub fn still_valid(&self, view: &MetaView) -> Result<(), Revoked> {
+    /// and has the password it logged in with, or still holds the token it logged in with,
+    /// unexpired at wall-clock `now` (µs).
+    pub fn still_valid(&self, view: &MetaView, now: u64) -> Result<(), Revoked> {
         let Some(user) = view
             .user(self.user_id)
             .filter(|u| u.created_op == self.incarnation)
@@ -48,6 +57,18 @@ impl Session {
         };
         if !user.is_active() {
             return Err(Revoked::Deactivated);
+        }
+        if let Some(hash) = &self.token {
+            return match view.token_by_hash(hash) {
+                Some((owner, _, token)) if owner.id == user.id => {
+                    if token.is_expired(now) {
+                        Err(Revoked::TokenExpired)
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Err(Revoked::TokenDeleted),
+            };
         }
         if user.password_hash != self.password_hash {
             return Err(Revoked::PasswordChanged);

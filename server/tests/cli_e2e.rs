@@ -226,6 +226,7 @@ fn the_first_start_without_a_password_generates_one_and_never_uses_a_default() {
         .env_clear()
         .env("CAIRN_DATA_DIR", dir.path())
         .env("CAIRN_TCP_ADDRESS", "127.0.0.1:0")
+        .env("CAIRN_HTTP_ADDRESS", "127.0.0.1:0")
         .arg("serve")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{messages, payloads, Cairn, PASSWORD};
 use futures::StreamExt;
 use iggy::prelude::*;
-use std::str::FromStr;
 use std::time::Duration;
 
 async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient, IggyError> {
@@ -18,20 +17,6 @@ async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient,
 
 async fn root(cairn: &Cairn) -> IggyClient {
     client(cairn, "iggy", PASSWORD).await.expect("root logs in")
-}
-
-fn messages(prefix: &str, n: usize) -> Vec<IggyMessage> {
-    (0..n)
-        .map(|i| IggyMessage::from_str(&format!("{prefix}-{i}")).unwrap())
-        .collect()
-}
-
-fn payloads(polled: &PolledMessages) -> Vec<String> {
-    polled
-        .messages
-        .iter()
-        .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
-        .collect()
 }
 
 fn topic_options(partitions: u32, durability: Durability) -> TopicCreateOptions {

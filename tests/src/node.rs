@@ -8,7 +8,7 @@ use cairn_engine::env::Env;
 use cairn_engine::metadata::MetaPlan;
 use cairn_engine::node::{
     BootError, BootReport, Client, Deletion, Login, MetaView, Node, NodeResult, NodeSettings,
-    PartitionInfo, PartitionKey, Sent,
+    PartitionInfo, PartitionKey, Sent, TokenExpiry,
 };
 use cairn_engine::partition::Polled;
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
@@ -209,6 +209,18 @@ impl TestNode {
 
     pub fn login(&self, username: &str, password: &str) -> NodeResult<Login> {
         block_on(self.client.login(username, password))
+    }
+
+    pub fn create_token(&self, user: Login, name: &str, expiry: TokenExpiry) -> NodeResult<String> {
+        block_on(self.client.create_personal_access_token(user, name, expiry))
+    }
+
+    pub fn delete_token(&self, user: Login, name: &str) -> NodeResult<()> {
+        block_on(self.client.delete_personal_access_token(user, name))
+    }
+
+    pub fn login_with_token(&self, raw: &str) -> NodeResult<Login> {
+        block_on(self.client.login_with_token(raw))
     }
 
     pub fn send(

@@ -590,9 +590,13 @@ impl Drop for OwnedRuntimeTasks {
     }
 }
 
-/// Entropy from a splitmix64 sequence seeded by the clock and the process id.
+/// Entropy from the operating system (`getrandom(2)`): what is drawn from it (personal
+/// access tokens, password salts, a generated root password, the cluster id) cannot be
+/// predicted from another draw. A splitmix64 sequence, seeded by the clock and the process
+/// id, stands in only if the system call fails (it does not on Linux since 3.17), and says
+/// so in the log: that sequence is predictable from one of its outputs.
 pub struct RealEntropy {
-    state: AtomicU64,
+    fallback: AtomicU64,
 }
 
 impl RealEntropy {
@@ -602,8 +606,39 @@ impl RealEntropy {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         RealEntropy {
-            state: AtomicU64::new(nanos ^ (u64::from(std::process::id()) << 32)),
+            fallback: AtomicU64::new(nanos ^ (u64::from(std::process::id()) << 32)),
         }
+    }
+
+    /// Eight bytes from `getrandom(2)`, retried when interrupted.
+    fn from_os() -> io::Result<u64> {
+        let mut bytes = [0u8; 8];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            // SAFETY: the pointer and length name the unfilled part of `bytes`.
+            let n = unsafe {
+                libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+            };
+            if n < 0 {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            filled += n as usize;
+        }
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    fn splitmix(&self) -> u64 {
+        let mut z = self
+            .fallback
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
@@ -615,13 +650,13 @@ impl Default for RealEntropy {
 
 impl Entropy for RealEntropy {
     fn next_u64(&self) -> u64 {
-        let mut z = self
-            .state
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-            .wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        match Self::from_os() {
+            Ok(value) => value,
+            Err(error) => {
+                tracing::error!(%error, "getrandom failed: drawing from a predictable sequence instead");
+                self.splitmix()
+            }
+        }
     }
 }
 

@@ -14,7 +14,12 @@ use xxhash_rust::xxh3::xxh3_64;
 pub const FILE: &str = "snapshot.bin";
 pub const TEMP: &str = "snapshot.bin.tmp";
 /// 2: no session table; groups and users carry the op that created them.
-const VERSION: u32 = 2;
+/// 3: users carry their personal access tokens (hashes only). A version-2 snapshot decodes
+/// as one whose users hold none; a binary that knows only version 2 refuses a version 3
+/// rather than drop the tokens.
+const VERSION: u32 = 3;
+/// The oldest version this binary still reads.
+const OLDEST_READ: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Snapshot {
@@ -52,8 +57,11 @@ pub fn encode(cluster: u128, op: u64, anchor: u128, state: &MetaState) -> Vec<u8
 impl Snapshot {
     pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
         let snapshot: Snapshot = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
-        if snapshot.version != VERSION {
-            return Err(format!("version {}, expected {VERSION}", snapshot.version));
+        if !(OLDEST_READ..=VERSION).contains(&snapshot.version) {
+            return Err(format!(
+                "version {}, expected {OLDEST_READ} to {VERSION}",
+                snapshot.version
+            ));
         }
         if !snapshot.state.indexes_agree() {
             return Err("its names are not unique in their scopes".into());
@@ -78,5 +86,61 @@ mod tests {
         assert_eq!((decoded.cluster, decoded.op, decoded.anchor), (9, 4, 77));
         assert_eq!(decoded.state, state);
         assert!(Snapshot::decode(b"garbage").is_err());
+    }
+
+    #[test]
+    fn a_version_2_snapshot_decodes_with_tokenless_users_and_a_later_one_is_refused() {
+        use std::collections::BTreeMap;
+        // Version 2's users had no `tokens` field.
+        #[derive(Serialize)]
+        struct V2User {
+            id: u32,
+            username: String,
+            password_hash: String,
+            status: u8,
+            permissions: Option<Vec<u8>>,
+            created_at: u64,
+            created_op: u64,
+        }
+        #[derive(Serialize)]
+        struct V2State {
+            streams: BTreeMap<u32, crate::state::Stream>,
+            users: BTreeMap<u32, V2User>,
+        }
+        #[derive(Serialize)]
+        struct V2 {
+            version: u32,
+            cluster: u128,
+            op: u64,
+            anchor: u128,
+            state: V2State,
+        }
+        let mut v2 = V2 {
+            version: 2,
+            cluster: 9,
+            op: 1,
+            anchor: 5,
+            state: V2State {
+                streams: BTreeMap::new(),
+                users: BTreeMap::from([(
+                    0,
+                    V2User {
+                        id: 0,
+                        username: "iggy".into(),
+                        password_hash: "$argon2id$stand-in".into(),
+                        status: 1,
+                        permissions: None,
+                        created_at: 3,
+                        created_op: 1,
+                    },
+                )]),
+            },
+        };
+        let decoded = Snapshot::decode(&rmp_serde::to_vec_named(&v2).unwrap()).expect("decodes");
+        let root = decoded.state.user(0).expect("the user");
+        assert_eq!(root.username, "iggy");
+        assert!(root.tokens.is_empty());
+        v2.version = VERSION + 1;
+        assert!(Snapshot::decode(&rmp_serde::to_vec_named(&v2).unwrap()).is_err());
     }
 }

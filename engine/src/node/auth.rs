@@ -6,11 +6,17 @@
 //! gets the same answer ([`NodeError::InvalidCredentials`]): the answer does not tell which
 //! usernames exist. An inactive user is refused ([`NodeError::UserInactive`]). A login
 //! binds to the user's incarnation (the op that created it), since ids are reused.
+//!
+//! A personal access token logs in by its hash ([`token_login`]: BLAKE3, no pool needed):
+//! unknown is [`NodeError::InvalidToken`], past its expiry by the environment's wall clock
+//! [`NodeError::TokenExpired`], of an inactive user [`NodeError::UserInactive`].
 
 use super::view::ViewCell;
 use super::PasswordCost;
 use crate::env::{run_blocking, Env};
 use crate::error::{NodeError, NodeResult};
+use crate::state::tokens::hash_token;
+use crate::state::MetaState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use std::sync::{Arc, OnceLock};
 
@@ -147,4 +153,24 @@ impl Auth {
             incarnation: current.created_op,
         })
     }
+}
+
+/// Who the raw token `raw` logs in as in `state`, at wall-clock `now` (µs).
+pub fn token_login(state: &MetaState, raw: &str, now: u64) -> NodeResult<Login> {
+    let Some((user, name, token)) = state.token_by_hash(&hash_token(raw)) else {
+        return Err(NodeError::InvalidToken);
+    };
+    if token.is_expired(now) {
+        return Err(NodeError::TokenExpired {
+            user: user.id,
+            name: name.into(),
+        });
+    }
+    if !user.is_active() {
+        return Err(NodeError::UserInactive(user.id));
+    }
+    Ok(Login {
+        user_id: user.id,
+        incarnation: user.created_op,
+    })
 }

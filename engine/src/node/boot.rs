@@ -8,6 +8,7 @@
 use super::auth::Auth;
 use super::groups::{GroupsOwner, Membership};
 use super::meta_owner::MetaOwner;
+use super::metrics::{BootMetrics, Recorder};
 use super::shard::{shard_of, Shard, ShardRequest};
 use super::tree::{self, Fate, TreePlan};
 use super::view::{MetaView, ViewCell};
@@ -142,6 +143,17 @@ impl Node {
         root: &Path,
         settings: NodeSettings,
     ) -> Result<Booted, BootError> {
+        // Every disk call of the node goes through this `Env` from here on: boot's own, and
+        // every owner's (each is given a clone of it); the engine has no other way to the
+        // disk. So the syncs it counts are all the syncs the node issues, whichever module
+        // (partition log, superblock, recovery, offsets, metadata plane, directory work)
+        // issued them.
+        let syncs = Arc::new(crate::metrics::SyncCounts::default());
+        let counted = Env {
+            disk: crate::metrics::counting_disk(env.disk.clone(), syncs.clone()),
+            ..env.clone()
+        };
+        let env = &counted;
         let disk = env.disk.as_ref();
         let plan = {
             let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
@@ -162,7 +174,8 @@ impl Node {
         };
         plane.record_applied()?;
         settle(env).await;
-        let node = start_owners(env, root, settings, plane, &plan, &redo, &mut report).await?;
+        let node =
+            start_owners(env, root, settings, plane, &plan, &redo, &mut report, syncs).await?;
         if node.inner.stopped.get().is_none() && plan.last_op == 0 {
             node.inner.auth.prepare(env).await;
             let (username, password) = (
@@ -319,6 +332,7 @@ struct ShardBoot {
     group_offsets_removed: Vec<(PartitionKey, u32)>,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn start_owners(
     env: &Env,
     root: &Path,
@@ -327,6 +341,7 @@ async fn start_owners(
     plan: &MetaPlan,
     redo: &[(u64, &DirWork)],
     report: &mut BootReport,
+    syncs: Arc<crate::metrics::SyncCounts>,
 ) -> Result<Node, BootError> {
     let shard_count = match settings.shards {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -341,6 +356,7 @@ async fn start_owners(
     }));
     let stopped = Latch::default();
     let stats = Arc::new(NodeStats::default());
+    let recorder = Arc::new(Recorder::default());
     let tickets = Arc::new(AtomicU64::new(0));
     let deletions = Arc::new(Deletions::default());
     let resources = PartitionResources::shared(limits.sealed_handles, limits.journal_bytes);
@@ -367,6 +383,7 @@ async fn start_owners(
             settings.cleaner_interval,
             deletions.clone(),
             resources.clone(),
+            recorder.clone(),
         );
         let (env2, root2, state, claimed, redo) = (
             env.clone(),
@@ -429,10 +446,12 @@ async fn start_owners(
             .extend(boot.group_offsets_removed);
     }
     report.partitions.sort_by_key(|(key, _)| *key);
+    let boot = BootMetrics::new(plan, report);
     let (groups_tx, groups_rx) = channel(limits.groups_inbox);
     let groups = GroupsOwner {
         membership: Membership::default(),
         view: view.clone(),
+        recorder: recorder.clone(),
     };
     workers.push(env.tasks.spawn_worker(
         "cairn-groups",
@@ -478,6 +497,9 @@ async fn start_owners(
             groups: groups_tx,
             stopped,
             stats,
+            recorder,
+            syncs,
+            boot,
             tickets,
             deletions,
             resources,

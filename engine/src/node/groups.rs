@@ -51,12 +51,28 @@ pub enum Refused {
     NotAMember,
 }
 
+/// What made a group rebalance (each rebalance reassigns the group's partitions and bumps
+/// its generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebalanceCause {
+    Join,
+    Leave,
+    /// A member's session ended.
+    Disconnect,
+    /// The topic's partition count changed.
+    TopicResized,
+}
+
+crate::names::variant_names!(RebalanceCause: Join, Leave, Disconnect, TopicResized);
+
 #[derive(Debug, Default)]
 pub struct Membership {
     groups: BTreeMap<GroupKey, Members>,
     /// The groups each client is a member of (disconnects touch only these).
     by_client: BTreeMap<u128, BTreeSet<GroupKey>>,
     total: usize,
+    /// Rebalances since this membership was made, by [`RebalanceCause::index`].
+    rebalances: [u64; RebalanceCause::NAMES.len()],
 }
 
 impl Membership {
@@ -66,6 +82,15 @@ impl Membership {
 
     pub fn total(&self) -> usize {
         self.total
+    }
+
+    /// Rebalances since this membership was made, by cause.
+    pub fn rebalances(&self, cause: RebalanceCause) -> u64 {
+        self.rebalances[cause.index()]
+    }
+
+    fn rebalanced(&mut self, cause: RebalanceCause) {
+        self.rebalances[cause.index()] += 1;
     }
 
     /// The members of `key` if they joined incarnation `incarnation`; a stale entry (an
@@ -103,6 +128,7 @@ impl Membership {
         }
         group.members.insert(client, Member::default());
         rebalance(group, partitions);
+        self.rebalanced(RebalanceCause::Join);
         self.by_client.entry(client).or_default().insert(key);
         self.total += 1;
         Ok(())
@@ -116,6 +142,7 @@ impl Membership {
         }
         let partitions = group.partitions;
         rebalance(group, partitions);
+        self.rebalanced(RebalanceCause::Leave);
         self.unlink(client, key);
         Ok(())
     }
@@ -128,6 +155,7 @@ impl Membership {
             group.members.remove(&client);
             let partitions = group.partitions;
             rebalance(group, partitions);
+            self.rebalanced(RebalanceCause::Disconnect);
             self.total -= 1;
         }
         keys.len()
@@ -153,6 +181,10 @@ impl Membership {
                 for ((s, t, _), group) in self.groups.iter_mut() {
                     if (*s, *t) == (stream, topic) && group.partitions != partitions {
                         rebalance(group, partitions);
+                        // A group nobody is in has no assignment to change.
+                        if !group.members.is_empty() {
+                            self.rebalances[RebalanceCause::TopicResized.index()] += 1;
+                        }
                     }
                 }
             }
@@ -406,12 +438,21 @@ pub(crate) enum GroupRequest {
 pub(crate) struct GroupsOwner {
     pub(crate) membership: Membership,
     pub(crate) view: Arc<ViewCell>,
+    pub(crate) recorder: Arc<super::metrics::Recorder>,
 }
 
 impl GroupsOwner {
     pub(crate) async fn run(mut self, mut inbox: Receiver<GroupRequest>) {
         while let Some(request) = inbox.recv().await {
             self.handle(request);
+            self.publish_rebalances();
+        }
+    }
+
+    /// Copies the membership's rebalance counts where a scrape reads them.
+    fn publish_rebalances(&self) {
+        for (i, count) in self.membership.rebalances.iter().enumerate() {
+            self.recorder.rebalances.set(i, *count);
         }
     }
 
@@ -581,6 +622,42 @@ mod tests {
         assert_eq!(m.next_partition(key, 1, 7), Err(Refused::NotAMember));
         m.check();
         assert_eq!(m.total(), 0);
+    }
+
+    #[test]
+    fn every_assignment_change_counts_one_rebalance_by_its_cause() {
+        use RebalanceCause::*;
+        let mut m = Membership::default();
+        let counts = |m: &Membership| {
+            [Join, Leave, Disconnect, TopicResized].map(|cause| m.rebalances(cause))
+        };
+        m.join((0, 0, 0), 1, 7, 3).unwrap();
+        m.join((0, 0, 0), 1, 8, 3).unwrap();
+        m.join((0, 0, 0), 1, 8, 3).unwrap(); // a member already: nothing changes
+        m.join((0, 0, 1), 2, 8, 3).unwrap();
+        assert_eq!(counts(&m), [3, 0, 0, 0]);
+        m.leave((0, 0, 0), 1, 7).unwrap();
+        assert_eq!(m.leave((0, 0, 0), 1, 7), Err(Refused::NotAMember));
+        assert_eq!(counts(&m), [3, 1, 0, 0]);
+        // Both groups of the topic have a member: two rebalances; the same count again: none.
+        for _ in 0..2 {
+            m.apply(&Effect::TopicResized {
+                stream: 0,
+                topic: 0,
+                partitions: 5,
+            });
+        }
+        assert_eq!(counts(&m), [3, 1, 0, 2]);
+        assert_eq!(m.disconnect(8), 2, "client 8 was in both groups");
+        assert_eq!(counts(&m), [3, 1, 2, 2]);
+        // No member left anywhere: a resize changes no assignment.
+        m.apply(&Effect::TopicResized {
+            stream: 0,
+            topic: 0,
+            partitions: 6,
+        });
+        assert_eq!(counts(&m), [3, 1, 2, 2]);
+        assert_eq!(RebalanceCause::NAMES[TopicResized.index()], "TopicResized");
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod auth;
 mod boot;
 pub mod groups;
 mod meta_owner;
+mod metrics;
 pub mod retention;
 mod shard;
 pub mod tree;
@@ -30,11 +31,13 @@ mod view;
 mod work;
 
 pub use crate::error::{Failure, Named, NodeError, NodeResult, RootAction, WorkError};
+pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
-pub use auth::Login;
+pub use auth::{token_login, Login};
 pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
 pub use meta_owner::MetaReply;
-pub use shard::shard_of;
+pub use metrics::{BootMetrics, NodeMetrics};
+pub use shard::{shard_of, MAX_DRAIN};
 pub use view::MetaView;
 
 use crate::config::PartitionSettings;
@@ -42,6 +45,7 @@ use crate::env::chan::{oneshot, Latch, Pending, Reply, Semaphore, Sender, TrySen
 use crate::env::Env;
 use crate::metadata::journal::Origin;
 use crate::metadata::MetaSettings;
+use crate::partition::PartitionError;
 use crate::partition::{AppendAck, ConsumerId, FenceReason, PartitionIdentity, PollFrom, Polled};
 use crate::state::Applied;
 use bytes::BytesMut;
@@ -224,6 +228,19 @@ pub struct Sent {
     pub ack: AppendAck,
 }
 
+/// A dispatched send's outcome, to come (dropping it drops only the answer, never the send).
+pub struct Dispatched {
+    pending: Pending<NodeResult<Sent>>,
+    node: Node,
+}
+
+impl Dispatched {
+    /// Where the send landed, once its owner appended it under the topic's policy.
+    pub async fn outcome(self) -> NodeResult<Sent> {
+        self.node.answer(self.pending).await?
+    }
+}
+
 /// An accepted metadata op: what it did and its op number in the journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Executed {
@@ -237,6 +254,8 @@ pub struct NodeStats {
     /// Partition persists that acknowledged persisted sends, and the sends they covered.
     pub persists: AtomicU64,
     pub persisted_acks: AtomicU64,
+    /// Those persists that failed (no space, or an I/O error that fenced the partition).
+    pub failed_persists: AtomicU64,
     /// Sends that arrived while their partition's previous persist ran (they joined the
     /// next one).
     pub joined_running_persist: AtomicU64,
@@ -254,6 +273,7 @@ pub struct NodeStats {
 pub struct StatsSnapshot {
     pub persists: u64,
     pub persisted_acks: u64,
+    pub failed_persists: u64,
     pub joined_running_persist: u64,
     pub polls_during_persist: u64,
     pub inbox_full: u64,
@@ -268,6 +288,7 @@ impl NodeStats {
         StatsSnapshot {
             persists: get(&self.persists),
             persisted_acks: get(&self.persisted_acks),
+            failed_persists: get(&self.failed_persists),
             joined_running_persist: get(&self.joined_running_persist),
             polls_during_persist: get(&self.polls_during_persist),
             inbox_full: get(&self.inbox_full),
@@ -295,6 +316,11 @@ struct Inner {
     groups: Sender<GroupRequest>,
     stopped: Latch<Arc<Failure>>,
     stats: Arc<NodeStats>,
+    /// What the owners record for [`Node::metrics`].
+    recorder: Arc<metrics::Recorder>,
+    /// The syncs of every disk call the node makes (its `Env`'s disk counts them).
+    syncs: Arc<crate::metrics::SyncCounts>,
+    boot: BootMetrics,
     /// Tickets stamped on partition requests as they are queued (see the shard's windows).
     tickets: Arc<AtomicU64>,
     deletions: Arc<Deletions>,
@@ -849,6 +875,70 @@ impl Client {
             .await
     }
 
+    // Personal access tokens ------------------------------------------------------------
+
+    /// Creates a personal access token named `name` for `user` (the incarnation it names:
+    /// never a later user of the same id) and returns the raw token, which exists nowhere
+    /// else: it is drawn from the environment's entropy and only its hash is journaled.
+    pub async fn create_personal_access_token(
+        &self,
+        user: Login,
+        token_name: &str,
+        expiry: TokenExpiry,
+    ) -> NodeResult<String> {
+        if expiry == TokenExpiry::After(0) {
+            return Err(NodeError::InvalidTokenExpiry(0));
+        }
+        let name = WireName::new(token_name)
+            .map_err(|_| NodeError::InvalidTokenName(token_name.into()))?;
+        let entropy = &self.node.inner.env.entropy;
+        let (raw, hash) = tokens::mint(|| entropy.next_u64());
+        self.execute_as(
+            MetaOp::CreatePersonalAccessToken(CreateTokenOp {
+                user_id: user.user_id,
+                incarnation: user.incarnation,
+                name,
+                expiry: expiry.to_wire(),
+                hash,
+            }),
+            user.user_id,
+        )
+        .await?;
+        Ok(raw)
+    }
+
+    /// Deletes `user`'s token `name` (sessions that logged in with it lose access at their
+    /// next request).
+    pub async fn delete_personal_access_token(
+        &self,
+        user: Login,
+        token_name: &str,
+    ) -> NodeResult<()> {
+        let name = WireName::new(token_name).map_err(|_| NodeError::TokenNotFound {
+            user: user.user_id,
+            name: token_name.into(),
+        })?;
+        self.execute_as(
+            MetaOp::DeletePersonalAccessToken(DeleteTokenOp {
+                user_id: user.user_id,
+                incarnation: user.incarnation,
+                name,
+            }),
+            user.user_id,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Logs in with a raw personal access token: the same [`Login`] a password gives.
+    /// Refuses a token nobody holds, one past its expiry (by the environment's wall clock)
+    /// and one whose user is inactive.
+    pub async fn login_with_token(&self, raw: &str) -> NodeResult<Login> {
+        let _permit = self.permits.acquire().await;
+        self.node.check_running()?;
+        token_login(&self.view(), raw, self.node.inner.env.clock.wall_micros())
+    }
+
     // Messages ----------------------------------------------------------------------------
 
     fn resolve_partition(
@@ -905,6 +995,16 @@ impl Client {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        let pending = self.queue_send(key, batch).await?;
+        self.node.answer(pending).await?
+    }
+
+    /// Puts a send in its partition's owner's inbox (waiting for room).
+    async fn queue_send(
+        &self,
+        key: PartitionKey,
+        batch: BytesMut,
+    ) -> NodeResult<Pending<NodeResult<Sent>>> {
         let (reply, pending) = oneshot();
         let request = ShardRequest::Send {
             key,
@@ -913,7 +1013,36 @@ impl Client {
             reply,
         };
         self.node.enqueue(self.node.shard(key), request).await?;
-        self.node.answer(pending).await?
+        Ok(pending)
+    }
+
+    /// Queues a batch as [`Client::send`] does, without waiting for its outcome: `Ok` once
+    /// that partition's owner holds the batch in its bounded inbox (HTTP's `ack=none`,
+    /// "dispatch accepted"), with the partition and the outcome to come. The owner appends
+    /// it in queue order like any send. Refused here: the topic or partition missing, a
+    /// stopped node, a partition fenced now (asked of its owner first, so a fence known
+    /// before the queue is never answered as accepted).
+    pub async fn dispatch(
+        &self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        partitioning: &WirePartitioning,
+        batch: BytesMut,
+    ) -> NodeResult<(u32, Dispatched)> {
+        let _permit = self.permits.acquire().await;
+        self.node.check_running()?;
+        let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        if let Some(fence) = self.partition_info(key).await?.and_then(|info| info.fence) {
+            return Err(NodeError::Partition(PartitionError::Fenced(fence)));
+        }
+        let pending = self.queue_send(key, batch).await?;
+        Ok((
+            key.2,
+            Dispatched {
+                pending,
+                node: self.node.clone(),
+            },
+        ))
     }
 
     /// The partition offsets are kept in for `consumer`, and its id there. A numeric
@@ -1269,3 +1398,4 @@ use iggy_binary_protocol::requests::users::{
     UpdateUserRequest,
 };
 use ops::MetaOp;
+use state::tokens::{self, CreateTokenOp, DeleteTokenOp};

@@ -24,6 +24,8 @@ pub enum Reason {
     Requested,
 }
 
+crate::names::variant_names!(Reason: Expired, OverSize, Requested);
+
 /// A topic's retention policy, per partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {

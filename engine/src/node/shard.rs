@@ -13,6 +13,7 @@
 //! a deleted group's offsets) when the metadata owner asks, and runs retention on its own
 //! timer, judging each topic by the published view.
 
+use super::metrics::{Recorder, ShardFigures};
 use super::retention::{self, Policy, Reason, Sealed};
 use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};
@@ -109,6 +110,8 @@ pub(crate) enum ShardRequest {
     Identities {
         reply: Reply<Vec<PartitionIdentity>>,
     },
+    /// What the shard holds now, for [`super::Node::metrics`] (settles nothing first).
+    Figures { reply: Reply<ShardFigures> },
     /// Graceful shutdown: every partition flushes and syncs what it holds; the loop ends.
     Close { reply: Reply<NodeResult<()>> },
 }
@@ -128,6 +131,7 @@ impl ShardRequest {
             | ShardRequest::Clean { .. }
             | ShardRequest::Applied
             | ShardRequest::Identities { .. }
+            | ShardRequest::Figures { .. }
             | ShardRequest::Close { .. } => None,
         }
     }
@@ -187,6 +191,7 @@ pub(crate) struct Shard {
     pub(crate) tickets: Arc<AtomicU64>,
     pub(crate) cleaner_interval: Duration,
     pub(crate) deletions: Arc<super::Deletions>,
+    recorder: Arc<Recorder>,
     /// Sealed-segment handles and the journal budget, shared by every shard's partitions.
     resources: PartitionResources,
     /// Partitions the current metadata batch's work created or replaced: they serve once
@@ -215,9 +220,11 @@ impl Shard {
         cleaner_interval: Duration,
         deletions: Arc<super::Deletions>,
         resources: PartitionResources,
+        recorder: Arc<Recorder>,
     ) -> Shard {
         Shard {
             resources,
+            recorder,
             retention_clock: RetentionClock::new(&env),
             env,
             root,
@@ -335,7 +342,9 @@ impl Shard {
             // Anything but a send or a poll waits until the partition's waiting sends are
             // durable and answered: offsets, deletions and directory work see them settled.
             let settles_first = match &request {
-                ShardRequest::Send { .. } | ShardRequest::Poll { .. } => None,
+                ShardRequest::Send { .. }
+                | ShardRequest::Poll { .. }
+                | ShardRequest::Figures { .. } => None,
                 ShardRequest::Work { .. }
                 | ShardRequest::Clean { .. }
                 | ShardRequest::Close { .. } => Some(None),
@@ -457,6 +466,7 @@ impl Shard {
             ShardRequest::Identities { reply } => {
                 reply.send(self.partitions.values().map(|o| o.identity).collect())
             }
+            ShardRequest::Figures { reply } => reply.send(self.figures()),
             ShardRequest::Close { reply } => {
                 // A metadata batch may be between its work and its record (a shutdown
                 // does not wait for it): what waits for its partitions is not served.
@@ -517,6 +527,7 @@ impl Shard {
         carried: &mut Vec<ShardRequest>,
     ) {
         let start = self.tickets.load(Ordering::SeqCst);
+        let started = self.env.clock.monotonic_nanos();
         let result = match self.partitions.get_mut(&key) {
             Some(owned) => owned.partition.persist().map_err(NodeError::from),
             None => Err(Self::missing(key)),
@@ -526,6 +537,8 @@ impl Shard {
             .persisted_acks
             .fetch_add(waiting.sends.len() as u64, Ordering::Relaxed);
         settle(&self.env).await;
+        // After the settle: a simulated disk's time for the persist has passed by now.
+        let elapsed = self.env.clock.monotonic_nanos().saturating_sub(started);
         let end = self.tickets.load(Ordering::SeqCst);
         self.windows.insert(key, (start, end));
         // In production nothing is taken here; a canary answers requests that arrived
@@ -552,6 +565,14 @@ impl Shard {
             Some(Ok(point)) => point.next_offset,
             _ => 0,
         };
+        let (sends, messages) = (
+            waiting.sends.len() as u64,
+            waiting
+                .sends
+                .iter()
+                .map(|(sent, _)| u64::from(sent.ack.message_count))
+                .sum::<u64>(),
+        );
         for (mut sent, reply) in waiting.sends {
             let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
             match &result {
@@ -567,6 +588,29 @@ impl Shard {
                 Err(e) => reply.send(Err(e.clone_for_reply())),
             }
         }
+        if result.is_ok() {
+            self.recorder.persist_latency.observe(elapsed);
+            self.recorder.persist_sends.observe(sends);
+            self.recorder.persist_messages.observe(messages);
+        } else {
+            self.stats.failed_persists.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What this shard holds now: fenced partitions by reason, journal bytes per topic.
+    fn figures(&self) -> ShardFigures {
+        let mut figures = ShardFigures::default();
+        for (&(stream, topic, _), owned) in &self.partitions {
+            let partition = &owned.partition;
+            match partition.fence_reason() {
+                Some(reason) => figures.fenced[reason.index()] += 1,
+                None => {
+                    *figures.journal_bytes.entry((stream, topic)).or_default() +=
+                        partition.journal_bytes().unwrap_or(0);
+                }
+            }
+        }
+        figures
     }
 
     fn poll(
@@ -806,6 +850,14 @@ impl Shard {
             tracing::error!(?key, %error, "retention could not delete segments");
             return Vec::new();
         }
+        for (i, (segment, reason)) in sealed.iter().zip(reasons).enumerate() {
+            let r = reason.index();
+            self.recorder.deleted_segments.add(r, 1);
+            self.recorder
+                .deleted_messages
+                .add(r, starts[i + 1] - segment.start_offset);
+            self.recorder.deleted_bytes.add(r, segment.bytes);
+        }
         sealed
             .iter()
             .zip(reasons)
@@ -871,6 +923,8 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Applied => {}
         // Unanswered: the check that asked is skipped (an empty list would be a false one).
         ShardRequest::Identities { reply } => drop(reply),
+        // Unanswered: the scrape counts this shard as not reporting.
+        ShardRequest::Figures { reply } => drop(reply),
         ShardRequest::Close { reply } => reply.send(Ok(())),
     }
 }

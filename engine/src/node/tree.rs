@@ -78,18 +78,7 @@ pub enum Fate {
     Nothing,
 }
 
-impl Fate {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Fate::Open => "Open",
-            Fate::Create => "Create",
-            Fate::Replace => "Replace",
-            Fate::Remove => "Remove",
-            Fate::Unaccounted => "Unaccounted",
-            Fate::Nothing => "Nothing",
-        }
-    }
-}
+crate::names::variant_names!(Fate: Open, Create, Replace, Remove, Unaccounted, Nothing);
 
 /// The table in the module comment. `wanted` is the metadata's partition at the path;
 /// `journaled` every identity the ops after the applied one created or removed there.

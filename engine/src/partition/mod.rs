@@ -399,6 +399,11 @@ impl Partition {
         Ok(self.log_ref()?.stored_bytes())
     }
 
+    /// Bytes of admitted batches held in memory, not yet written to a segment (its journal).
+    pub fn journal_bytes(&self) -> Result<u64> {
+        Ok(self.log_ref()?.journal_bytes())
+    }
+
     /// The sealed segments, oldest first: (start offset, bytes, newest timestamp).
     pub fn sealed_segments(&self) -> Result<Vec<(u64, u64, u64)>> {
         Ok(self.log_ref()?.sealed_segments())

@@ -394,7 +394,13 @@ impl OpenLog {
             requires_persist: self.config.durability == Durability::Persisted,
         };
         if self.flush_due() {
-            match self.flush_journal() {
+            let started = self.env.clock.monotonic_nanos();
+            let flushed = self.flush_journal();
+            if flushed.is_ok() {
+                let elapsed = self.env.clock.monotonic_nanos().saturating_sub(started);
+                self.resources.flush_latency.observe(elapsed);
+            }
+            match flushed {
                 // The batch stays journaled; under `replicated` it is acknowledged like any
                 // unflushed message, and the journal limit pushes back on further appends.
                 Err(WriteError::NoSpace) => {
@@ -655,6 +661,11 @@ impl OpenLog {
     /// Bytes of batches the log holds: every segment's written bytes and the journal's.
     pub(super) fn stored_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.log_len).sum::<u64>() + self.journal.bytes
+    }
+
+    /// Bytes of admitted batches the journal holds in memory, not yet written to a segment.
+    pub(super) fn journal_bytes(&self) -> u64 {
+        self.journal.bytes
     }
 
     pub(super) fn sealed_segments(&self) -> Vec<(u64, u64, u64)> {

@@ -7,6 +7,7 @@
 //! partition; a node attaches its shared ones with [`super::Partition::attach`].
 
 use crate::env::DiskFile;
+use crate::metrics::{Histogram, PERSIST_LATENCY_BOUNDS_NANOS};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,9 @@ pub const PRIVATE_SEALED_HANDLES: usize = 16;
 pub struct PartitionResources {
     pub handles: HandleCache,
     pub journal: JournalBudget,
+    /// How long the flushes an append's thresholds trigger take (nanoseconds, bounds
+    /// [`PERSIST_LATENCY_BOUNDS_NANOS`]); observation only.
+    pub flush_latency: Arc<Histogram>,
 }
 
 impl PartitionResources {
@@ -28,6 +32,7 @@ impl PartitionResources {
         PartitionResources {
             handles: HandleCache::new(sealed_handles),
             journal: JournalBudget::new(journal_bytes),
+            flush_latency: Arc::new(Histogram::new(&PERSIST_LATENCY_BOUNDS_NANOS)),
         }
     }
 

@@ -4,12 +4,16 @@
 
 use super::ops::{MetaOp, MAX_BODY_LEN};
 use super::options;
+use super::tokens::{
+    CreateTokenOp, DeleteTokenOp, Token, TokenExpiry, MAX_TOKENS_PER_USER, MAX_TOKEN_NAME_LEN,
+    MIN_TOKEN_NAME_LEN,
+};
 use super::{
     lowest_free, Applied, DirWork, Effect, Group, MetaState, NodeError, NodeResult, OpContext,
     PartitionMeta, Stream, Topic, User, MAX_GROUPS_PER_TOPIC, MAX_PARTITIONS_PER_TOPIC,
     MAX_STREAMS, MAX_TOPICS_PER_STREAM, MAX_USERS, ROOT_USER_ID, USER_ACTIVE, USER_INACTIVE,
 };
-use crate::error::RootAction;
+use crate::error::{Named, RootAction};
 use crate::partition::PartitionIdentity;
 use iggy_binary_protocol::requests::consumer_groups::{
     CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
@@ -83,6 +87,8 @@ impl MetaState {
             }
             MetaOp::ChangePassword(r) => self.change_password(r),
             MetaOp::UpdatePermissions(r) => self.update_permissions(r),
+            MetaOp::CreatePersonalAccessToken(r) => self.create_token(r, ctx),
+            MetaOp::DeletePersonalAccessToken(r) => self.delete_token(r),
         }
     }
 
@@ -474,6 +480,7 @@ impl MetaState {
                 permissions: r.permissions.as_ref().map(|p| p.to_bytes().to_vec()),
                 created_at: ctx.timestamp,
                 created_op: ctx.op,
+                tokens: Default::default(),
             },
         );
         Ok(Applied::created(id))
@@ -505,6 +512,9 @@ impl MetaState {
     fn delete_user(&mut self, id: u32) -> Applied {
         let user = self.users.remove(&id).expect("resolved");
         self.names.users.remove(&user.username);
+        for token in user.tokens.values() {
+            self.names.tokens.remove(&token.hash);
+        }
         Applied::effect(Effect::UserDeleted {
             user: id,
             incarnation: user.created_op,
@@ -530,6 +540,92 @@ impl MetaState {
             r.permissions.as_ref().map(|p| p.to_bytes().to_vec());
         Ok(Applied::effect(Effect::UserChanged { user: id }))
     }
+
+    // Personal access tokens ----------------------------------------------------------------
+
+    /// The user a token op is for: `id` as the incarnation `incarnation`, else not found (a
+    /// token op for a user that is gone never lands on a later user of the same id).
+    fn token_user(&self, id: u32, incarnation: u64) -> NodeResult<&User> {
+        self.users
+            .get(&id)
+            .filter(|u| u.created_op == incarnation)
+            .ok_or(NodeError::UserNotFound(Named::Id(id)))
+    }
+
+    fn create_token(&mut self, r: &CreateTokenOp, ctx: OpContext) -> NodeResult<Applied> {
+        let user = self.token_user(r.user_id, r.incarnation)?;
+        let name = r.name.as_str();
+        check_token_name(name)?;
+        // The limit before the name, in Iggy's order: a full user is told it is full.
+        room_for(
+            user.tokens.len(),
+            "personal access tokens of a user",
+            MAX_TOKENS_PER_USER,
+        )
+        .map_err(|_| NodeError::TooManyTokens {
+            user: r.user_id,
+            limit: MAX_TOKENS_PER_USER,
+        })?;
+        if user.tokens.contains_key(name) {
+            return Err(NodeError::TokenExists {
+                user: r.user_id,
+                name: name.into(),
+            });
+        }
+        let expiry_at = match TokenExpiry::from_wire(r.expiry) {
+            TokenExpiry::Never => None,
+            TokenExpiry::After(micros) => Some(
+                ctx.timestamp
+                    .checked_add(micros)
+                    .ok_or(NodeError::InvalidTokenExpiry(micros))?,
+            ),
+        };
+        if self.names.tokens.contains_key(&r.hash) {
+            // 50 random bytes never repeat; a journal that says otherwise is refused rather
+            // than letting one hash log in as two tokens.
+            return Err(NodeError::InvalidRequest(
+                "a personal access token with this hash exists".into(),
+            ));
+        }
+        self.names
+            .tokens
+            .insert(r.hash, (r.user_id, name.to_owned()));
+        self.users
+            .get_mut(&r.user_id)
+            .expect("resolved")
+            .tokens
+            .insert(
+                name.to_owned(),
+                Token {
+                    hash: r.hash,
+                    expiry_at,
+                    created_at: ctx.timestamp,
+                },
+            );
+        Ok(Applied::default())
+    }
+
+    fn delete_token(&mut self, r: &DeleteTokenOp) -> NodeResult<Applied> {
+        self.token_user(r.user_id, r.incarnation)?;
+        let user = self.users.get_mut(&r.user_id).expect("resolved");
+        let Some(token) = user.tokens.remove(r.name.as_str()) else {
+            return Err(NodeError::TokenNotFound {
+                user: r.user_id,
+                name: r.name.as_str().into(),
+            });
+        };
+        self.names.tokens.remove(&token.hash);
+        Ok(Applied::effect(Effect::UserChanged { user: r.user_id }))
+    }
+}
+
+/// A token's name: Iggy's 3 to 30 bytes, and a name like any other.
+fn check_token_name(name: &str) -> NodeResult<()> {
+    if !(MIN_TOKEN_NAME_LEN..=MAX_TOKEN_NAME_LEN).contains(&name.len()) || check_name(name).is_err()
+    {
+        return Err(NodeError::InvalidTokenName(name.into()));
+    }
+    Ok(())
 }
 
 /// The effects of deleting every group of a topic (with the topic or its stream).
@@ -631,4 +727,234 @@ fn room_for(held: usize, what: &'static str, limit: usize) -> NodeResult<()> {
         return Err(NodeError::TooMany { what, limit });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tokens::{hash_token, mint, TokenHash};
+    use super::*;
+    use crate::node::token_login;
+    use iggy_binary_protocol::requests::users::{DeleteUserRequest, UpdateUserRequest};
+    use iggy_binary_protocol::{WireIdentifier, WireName, WireOptions};
+
+    const NOW: u64 = 1_000_000;
+
+    fn ctx(op: u64) -> OpContext {
+        OpContext {
+            op,
+            timestamp: NOW,
+            cluster: 7,
+        }
+    }
+
+    /// A state with the root user (op 1) and user 1 (op 2); the next op is 3.
+    fn state() -> MetaState {
+        let mut state = MetaState::default();
+        for (op, name) in [(1, "root"), (2, "alice")] {
+            state
+                .apply(
+                    &MetaOp::CreateUser(CreateUserRequest {
+                        username: WireName::new(name).unwrap(),
+                        password: "$argon2id$stand-in".into(),
+                        status: USER_ACTIVE,
+                        permissions: None,
+                        options: WireOptions::empty(),
+                    }),
+                    ctx(op),
+                )
+                .unwrap();
+        }
+        state
+    }
+
+    fn create(user: u32, incarnation: u64, name: &str, expiry: u64, hash: TokenHash) -> MetaOp {
+        MetaOp::CreatePersonalAccessToken(CreateTokenOp {
+            user_id: user,
+            incarnation,
+            name: WireName::new(name).unwrap(),
+            expiry,
+            hash,
+        })
+    }
+
+    fn delete(user: u32, incarnation: u64, name: &str) -> MetaOp {
+        MetaOp::DeletePersonalAccessToken(DeleteTokenOp {
+            user_id: user,
+            incarnation,
+            name: WireName::new(name).unwrap(),
+        })
+    }
+
+    /// `op` is refused with `code` and changes nothing.
+    fn refused(state: &mut MetaState, op: &MetaOp, code: u32) {
+        let before = state.clone();
+        let error = state.apply(op, ctx(99)).expect_err("refused");
+        assert_eq!(error.code(), code, "{error}");
+        assert_eq!(*state, before, "a refusal changes nothing");
+    }
+
+    fn raw(seed: u64) -> (String, TokenHash) {
+        let mut n = seed;
+        mint(|| {
+            n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            n
+        })
+    }
+
+    #[test]
+    fn a_created_token_holds_its_hash_and_absolute_expiry_and_logs_in() {
+        let mut state = state();
+        let (never, never_hash) = raw(1);
+        let (soon, soon_hash) = raw(2);
+        state
+            .apply(&create(1, 2, "forever", 0, never_hash), ctx(3))
+            .unwrap();
+        state
+            .apply(&create(1, 2, "soon", 5_000, soon_hash), ctx(4))
+            .unwrap();
+        let tokens = state.user_tokens(1).unwrap();
+        assert_eq!(tokens["forever"].expiry_at, None);
+        assert_eq!(tokens["soon"].expiry_at, Some(NOW + 5_000));
+        assert_eq!(tokens["soon"].hash, hash_token(&soon));
+        assert!(state.indexes_agree());
+        let login = token_login(&state, &never, NOW).unwrap();
+        assert_eq!((login.user_id, login.incarnation), (1, 2));
+        assert!(token_login(&state, &soon, NOW + 4_999).is_ok());
+        assert_eq!(
+            token_login(&state, &soon, NOW + 5_000).unwrap_err().code(),
+            54
+        );
+        assert_eq!(
+            token_login(&state, "not-a-token", NOW).unwrap_err().code(),
+            53
+        );
+        // u64::MAX is Iggy's "never expire" too; an expiry past the clock's end is refused.
+        state
+            .apply(&create(1, 2, "max", u64::MAX, raw(3).1), ctx(5))
+            .unwrap();
+        assert_eq!(state.user_tokens(1).unwrap()["max"].expiry_at, None);
+        refused(&mut state, &create(1, 2, "far", u64::MAX - 1, raw(4).1), 56);
+    }
+
+    #[test]
+    fn a_duplicate_name_a_bad_name_or_a_full_user_is_refused() {
+        let mut state = state();
+        state
+            .apply(&create(1, 2, "ci-token", 0, raw(1).1), ctx(3))
+            .unwrap();
+        refused(&mut state, &create(1, 2, "ci-token", 0, raw(2).1), 51);
+        // Another user may use the name; the hash must be new.
+        state
+            .apply(&create(0, 1, "ci-token", 0, raw(2).1), ctx(4))
+            .unwrap();
+        refused(&mut state, &create(0, 1, "other", 0, raw(2).1), 3);
+        for bad in ["ab", &"x".repeat(31), "bad\nname", "   "] {
+            refused(&mut state, &create(1, 2, bad, 0, raw(9).1), 50);
+        }
+        for i in 1..MAX_TOKENS_PER_USER {
+            state
+                .apply(
+                    &create(1, 2, &format!("t{i:03}"), 0, raw(100 + i as u64).1),
+                    ctx(5),
+                )
+                .unwrap();
+        }
+        assert_eq!(state.user_tokens(1).unwrap().len(), MAX_TOKENS_PER_USER);
+        refused(&mut state, &create(1, 2, "one-more", 0, raw(7).1), 52);
+        // At the limit a duplicate name is told the limit (Iggy's order).
+        refused(&mut state, &create(1, 2, "ci-token", 0, raw(7).1), 52);
+        assert!(state.indexes_agree());
+    }
+
+    #[test]
+    fn a_deleted_token_no_longer_logs_in_and_is_not_found_twice() {
+        let mut state = state();
+        let (token, hash) = raw(1);
+        state
+            .apply(&create(1, 2, "ci-token", 0, hash), ctx(3))
+            .unwrap();
+        refused(&mut state, &delete(1, 2, "missing"), 20);
+        let applied = state.apply(&delete(1, 2, "ci-token"), ctx(4)).unwrap();
+        assert_eq!(applied.effects, vec![Effect::UserChanged { user: 1 }]);
+        assert!(state.user_tokens(1).unwrap().is_empty());
+        assert!(state.token_by_hash(&hash).is_none());
+        assert_eq!(token_login(&state, &token, NOW).unwrap_err().code(), 53);
+        refused(&mut state, &delete(1, 2, "ci-token"), 20);
+        assert!(state.indexes_agree());
+    }
+
+    #[test]
+    fn deleting_a_user_deletes_its_tokens_and_a_later_user_of_its_id_gets_none() {
+        let mut state = state();
+        let (token, hash) = raw(1);
+        state
+            .apply(&create(1, 2, "ci-token", 0, hash), ctx(3))
+            .unwrap();
+        state
+            .apply(
+                &MetaOp::DeleteUser(DeleteUserRequest {
+                    user_id: WireIdentifier::numeric(1),
+                }),
+                ctx(4),
+            )
+            .unwrap();
+        assert!(state.token_by_hash(&hash).is_none());
+        assert!(state.indexes_agree());
+        state
+            .apply(
+                &MetaOp::CreateUser(CreateUserRequest {
+                    username: WireName::new("mallory").unwrap(),
+                    password: "$argon2id$stand-in".into(),
+                    status: USER_ACTIVE,
+                    permissions: None,
+                    options: WireOptions::empty(),
+                }),
+                ctx(5),
+            )
+            .unwrap();
+        assert_eq!(state.user(1).unwrap().created_op, 5, "the id came back");
+        assert!(state.user_tokens(1).unwrap().is_empty());
+        assert_eq!(token_login(&state, &token, NOW).unwrap_err().code(), 53);
+        // Ops for the user that is gone never land on the new one.
+        refused(&mut state, &create(1, 2, "late", 0, raw(2).1), 20);
+        state
+            .apply(&create(1, 5, "mine", 0, raw(3).1), ctx(6))
+            .unwrap();
+        refused(&mut state, &delete(1, 2, "mine"), 20);
+        refused(&mut state, &create(9, 2, "nobody", 0, raw(4).1), 20);
+    }
+
+    #[test]
+    fn an_inactive_users_token_is_refused_until_it_is_active_again() {
+        let mut state = state();
+        let (token, hash) = raw(1);
+        state
+            .apply(&create(1, 2, "ci-token", 0, hash), ctx(3))
+            .unwrap();
+        let status = |status| {
+            MetaOp::UpdateUser(UpdateUserRequest {
+                user_id: WireIdentifier::numeric(1),
+                username: None,
+                status: Some(status),
+                options: WireOptions::empty(),
+            })
+        };
+        state.apply(&status(USER_INACTIVE), ctx(4)).unwrap();
+        assert_eq!(token_login(&state, &token, NOW).unwrap_err().code(), 47);
+        state.apply(&status(USER_ACTIVE), ctx(5)).unwrap();
+        assert!(token_login(&state, &token, NOW).is_ok());
+    }
+
+    #[test]
+    fn tokens_survive_a_snapshot_and_their_ops_a_journal_round_trip() {
+        let mut state = state();
+        let op = create(1, 2, "ci-token", 7, raw(1).1);
+        let decoded = MetaOp::decode(op.operation(), &op.body()).unwrap();
+        assert_eq!(decoded, op);
+        state.apply(&decoded, ctx(3)).unwrap();
+        let bytes = crate::metadata::snapshot::encode(7, 3, 0, &state);
+        let snapshot = crate::metadata::snapshot::Snapshot::decode(&bytes).unwrap();
+        assert_eq!(snapshot.state, state);
+        assert!(snapshot.state.token_by_hash(&raw(1).1).is_some());
+    }
 }

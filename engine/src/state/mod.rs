@@ -1,5 +1,5 @@
-//! The metadata state machine: streams, topics, partitions, consumer groups and users, and
-//! how each journaled operation changes them. Pure and deterministic (ordered maps only):
+//! The metadata state machine: streams, topics, partitions, consumer groups, users and their
+//! personal access tokens, and how each journaled operation changes them. Pure and deterministic (ordered maps only):
 //! the same journal always rebuilds the same state, which the snapshot stores whole. Both
 //! the metadata plane (replay at boot) and the node (live operations) use it; it depends on
 //! neither.
@@ -18,6 +18,7 @@
 
 pub mod ops;
 pub mod options;
+pub mod tokens;
 
 mod apply;
 
@@ -29,6 +30,7 @@ use iggy_binary_protocol::WireIdentifier;
 use options::TopicOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tokens::{Token, TokenHash};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Explicit limits on everything the metadata holds.
@@ -85,6 +87,8 @@ struct Names {
     topics: BTreeMap<(u32, String), u32>,
     groups: BTreeMap<(u32, u32, String), u32>,
     users: BTreeMap<String, u32>,
+    /// Every user's tokens by hash: (user id, token name).
+    tokens: BTreeMap<TokenHash, (u32, String)>,
 }
 
 impl Names {
@@ -105,6 +109,9 @@ impl Names {
         }
         for user in state.users.values() {
             names.users.insert(user.username.clone(), user.id);
+            for (name, token) in &user.tokens {
+                names.tokens.insert(token.hash, (user.id, name.clone()));
+            }
         }
         names
     }
@@ -158,6 +165,10 @@ pub struct User {
     pub created_at: u64,
     /// The op that created it (see [`Group::created_op`]).
     pub created_op: u64,
+    /// Its personal access tokens by name, at most [`tokens::MAX_TOKENS_PER_USER`]
+    /// (snapshots of version 2 have none).
+    #[serde(default)]
+    pub tokens: BTreeMap<String, Token>,
 }
 
 impl User {
@@ -250,7 +261,8 @@ pub enum Effect {
         user: u32,
         incarnation: u64,
     },
-    /// Status, password or permissions changed: sessions of the user must look again.
+    /// Status, password, permissions or tokens changed: sessions of the user must look
+    /// again.
     UserChanged {
         user: u32,
     },
@@ -408,6 +420,19 @@ impl MetaState {
         })
     }
 
+    /// The user's personal access tokens by name (`None` for no such user).
+    pub fn user_tokens(&self, user: u32) -> Option<&BTreeMap<String, Token>> {
+        self.users.get(&user).map(|u| &u.tokens)
+    }
+
+    /// The token a raw token's hash names: its user, its name and itself.
+    pub fn token_by_hash(&self, hash: &TokenHash) -> Option<(&User, &str, &Token)> {
+        let (user_id, name) = self.names.tokens.get(hash)?;
+        let user = self.users.get(user_id)?;
+        let (name, token) = user.tokens.get_key_value(name)?;
+        Some((user, name.as_str(), token))
+    }
+
     pub fn user_id(&self, user: &WireIdentifier) -> NodeResult<u32> {
         match user {
             WireIdentifier::Numeric(n) => self.users.contains_key(n).then_some(*n),
@@ -460,5 +485,6 @@ impl MetaState {
             && self.names.topics.len() == topics
             && self.names.groups.len() == groups
             && self.names.users.len() == self.users.len()
+            && self.names.tokens.len() == self.users.values().map(|u| u.tokens.len()).sum::<usize>()
     }
 }

@@ -1,7 +1,10 @@
 //! The metadata operations a node journals: each is the `iggy_binary_protocol` request type a
 //! client sends, so the journal body is the request's wire format, byte for byte (a password
-//! is replaced by its hash before it is journaled).
+//! is replaced by its hash before it is journaled). The personal-access-token ops are the
+//! exception: Iggy's requests name neither the user nor the token's hash, so they are
+//! journaled in cairn's own format ([`super::tokens`]).
 
+use super::tokens::{CreateTokenOp, DeleteTokenOp};
 use iggy_binary_protocol::requests::consumer_groups::{
     CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
 };
@@ -46,6 +49,9 @@ pub enum MetaOp {
     /// `new_password` holds the hash; `current_password` is empty (checked before journaling).
     ChangePassword(ChangePasswordRequest),
     UpdatePermissions(UpdatePermissionsRequest),
+    /// Holds the token's hash, never the token.
+    CreatePersonalAccessToken(CreateTokenOp),
+    DeletePersonalAccessToken(DeleteTokenOp),
 }
 
 impl MetaOp {
@@ -68,6 +74,8 @@ impl MetaOp {
             MetaOp::DeleteUser(_) => Operation::DeleteUser,
             MetaOp::ChangePassword(_) => Operation::ChangePassword,
             MetaOp::UpdatePermissions(_) => Operation::UpdatePermissions,
+            MetaOp::CreatePersonalAccessToken(_) => Operation::CreatePersonalAccessToken,
+            MetaOp::DeletePersonalAccessToken(_) => Operation::DeletePersonalAccessToken,
         }
     }
 
@@ -91,6 +99,8 @@ impl MetaOp {
             MetaOp::DeleteUser(r) => r.to_bytes(),
             MetaOp::ChangePassword(r) => r.to_bytes(),
             MetaOp::UpdatePermissions(r) => r.to_bytes(),
+            MetaOp::CreatePersonalAccessToken(r) => r.to_bytes(),
+            MetaOp::DeletePersonalAccessToken(r) => r.to_bytes(),
         }
     }
 
@@ -123,6 +133,8 @@ impl MetaOp {
             Operation::DeleteUser => MetaOp::DeleteUser(whole(body)?),
             Operation::ChangePassword => MetaOp::ChangePassword(whole(body)?),
             Operation::UpdatePermissions => MetaOp::UpdatePermissions(whole(body)?),
+            Operation::CreatePersonalAccessToken => MetaOp::CreatePersonalAccessToken(whole(body)?),
+            Operation::DeletePersonalAccessToken => MetaOp::DeletePersonalAccessToken(whole(body)?),
             other => {
                 return Err(WireError::Validation(
                     format!("{other:?} is not a journaled metadata operation").into(),

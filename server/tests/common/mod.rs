@@ -22,6 +22,8 @@ pub const PASSWORD: &str = "secret-root-password";
 pub struct Cairn {
     pub child: Child,
     pub address: SocketAddr,
+    /// The HTTP API's address, when it is enabled.
+    pub http: Option<SocketAddr>,
     pub data: PathBuf,
     /// Lines of its stdout and stderr seen so far arrive here.
     pub output: mpsc::Receiver<String>,
@@ -42,6 +44,7 @@ impl Cairn {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("CAIRN_DATA_DIR", data)
             .env("CAIRN_TCP_ADDRESS", "127.0.0.1:0")
+            .env("CAIRN_HTTP_ADDRESS", "127.0.0.1:0")
             .env("CAIRN_ROOT_PASSWORD", PASSWORD)
             .env("CAIRN_NODE_SHARDS", "2")
             .env("CAIRN_LOG_LEVEL", "info")
@@ -66,21 +69,31 @@ impl Cairn {
             });
         }
         let mut seen = Vec::new();
+        let mut http = None;
         loop {
             let line = output
                 .recv_timeout(Duration::from_secs(60))
                 .unwrap_or_else(|_| panic!("cairn did not start listening; output: {seen:#?}"));
+            if let Some(rest) = line.strip_prefix("cairn: HTTP API on http://") {
+                http = Some(rest.trim().parse().unwrap());
+            }
             if let Some(rest) = line.strip_prefix("cairn: listening on ") {
                 let address = rest.split_whitespace().next().unwrap().parse().unwrap();
                 return Cairn {
                     child,
                     address,
+                    http,
                     data: data.to_path_buf(),
                     output,
                 };
             }
             seen.push(line);
         }
+    }
+
+    /// The HTTP API's base URL.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http.expect("the HTTP API is enabled"))
     }
 
     pub fn connection_string(&self, user: &str, password: &str) -> String {
@@ -132,4 +145,21 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     files
+}
+
+/// `n` SDK messages with payloads `{prefix}-{i}`.
+pub fn messages(prefix: &str, n: usize) -> Vec<iggy::prelude::IggyMessage> {
+    use std::str::FromStr;
+    (0..n)
+        .map(|i| iggy::prelude::IggyMessage::from_str(&format!("{prefix}-{i}")).unwrap())
+        .collect()
+}
+
+/// A poll's payloads as text.
+pub fn payloads(polled: &iggy::prelude::PolledMessages) -> Vec<String> {
+    polled
+        .messages
+        .iter()
+        .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
+        .collect()
 }

@@ -283,6 +283,17 @@ impl Outcome {
     ];
 }
 
+crate::names::variant_names!(Outcome:
+    Clean,
+    DurableEndAdvanced,
+    IndexRebuilt,
+    TornTailTruncated,
+    OffsetRepaired,
+    SlotRepaired,
+    DeletionFinished,
+    Fenced,
+);
+
 impl RecoveryPlan {
     /// Every outcome this plan reaches, most severe last.
     pub fn outcomes(&self) -> Vec<Outcome> {

@@ -1,0 +1,291 @@
+//! Who an HTTP request acts as: the bearer token is checked (signature, expiry, logout),
+//! then turned into the same [`Session`] a binary-protocol login makes, bound to the user's
+//! incarnation and password, so the command layer's own checks revoke it exactly as they
+//! revoke a TCP session. Login, refresh and logout live here too.
+
+use super::error::{codes, ApiError};
+use super::token::{fingerprint, Claims};
+use super::Api;
+use crate::connection::Conn;
+use crate::session::{Dedup, Session};
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Client ids of HTTP sessions have the top bit set: they never meet a binary client's.
+const HTTP_CLIENT_BIT: u128 = 1 << 127;
+
+/// A 64-bit fingerprint of a personal access token's stored hash (never 0).
+fn token_fingerprint(hash: &cairn_engine::state::tokens::TokenHash) -> u64 {
+    u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
+}
+
+/// An authenticated request: its connection state for the command layer, and its claims.
+pub struct Authed {
+    pub conn: Conn,
+    pub claims: Claims,
+}
+
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(axum::http::header::AUTHORIZATION)?;
+    let value = value.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+fn peer(parts: &Parts) -> SocketAddr {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+impl FromRequestParts<Arc<Api>> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Self, ApiError> {
+        let Some(token) = bearer(parts).filter(|t| !t.is_empty()) else {
+            return Err(ApiError::client(
+                codes::ACCESS_TOKEN_MISSING,
+                "no bearer token: log in at POST /users/login first",
+            ));
+        };
+        let claims = api.verify(token)?;
+        let session = api.session_for(&claims)?;
+        // The session check every command makes, here for every route (a send, a scrape
+        // and a logout too): the user still active, a personal access token unexpired.
+        let now = api.shared.env.clock.wall_micros();
+        if let Err(why) = session.still_valid(&api.shared.node.view(), now) {
+            return Err(ApiError::unauthenticated(format!(
+                "the access token's session was revoked: {why:?}"
+            )));
+        }
+        Ok(Authed {
+            conn: api.conn(peer(parts), Some(session)),
+            claims,
+        })
+    }
+}
+
+impl Api {
+    /// The claims of a token this server signed, unexpired and not logged out.
+    pub fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+        let claims = self
+            .key
+            .verify(token, self.now_secs())
+            .map_err(|e| ApiError::client(codes::INVALID_ACCESS_TOKEN, e.to_string()))?;
+        if self.revoked.is_revoked(&claims) {
+            return Err(ApiError::client(
+                codes::INVALID_ACCESS_TOKEN,
+                "the access token was revoked by a logout",
+            ));
+        }
+        Ok(claims)
+    }
+
+    /// The session a token's claims stand for, if its user still holds as it did at login
+    /// (and, for a token issued for a personal access token, that token still exists; the
+    /// session check then judges its expiry, as it does for a TCP session).
+    fn session_for(&self, claims: &Claims) -> Result<Session, ApiError> {
+        let view = self.shared.node.view();
+        let revoked = || ApiError::unauthenticated("the access token's user no longer holds it");
+        let user = view
+            .user(claims.user_id)
+            .filter(|u| u.created_op == claims.incarnation)
+            .ok_or_else(revoked)?;
+        let token = match claims.personal_access_token {
+            0 if fingerprint(&user.password_hash) != claims.password => return Err(revoked()),
+            0 => None,
+            bound => {
+                let tokens = view.user_tokens(claims.user_id).ok_or_else(revoked)?;
+                let held = tokens
+                    .values()
+                    .find(|t| token_fingerprint(&t.hash) == bound)
+                    .ok_or_else(|| {
+                        ApiError::unauthenticated("the personal access token was deleted")
+                    })?;
+                Some(held.hash)
+            }
+        };
+        let client = HTTP_CLIENT_BIT | u128::from(claims.token_id);
+        Ok(Session {
+            client,
+            session: 0,
+            user_id: claims.user_id,
+            incarnation: claims.incarnation,
+            password_hash: user.password_hash.clone(),
+            node: self.shared.node.client(client),
+            dedup: Dedup::default(),
+            token,
+        })
+    }
+
+    /// A connection state for one request (not in the registry: HTTP has no connection to
+    /// list).
+    pub fn conn(&self, peer: SocketAddr, session: Option<Session>) -> Conn {
+        Conn {
+            shared: self.shared.clone(),
+            peer,
+            id: 0,
+            session,
+            connected_at: 0,
+        }
+    }
+
+    pub fn now_secs(&self) -> u64 {
+        self.shared.env.clock.wall_micros() / 1_000_000
+    }
+
+    /// A bearer token for a session a login just made.
+    pub fn issue(&self, session: &Session) -> Issued {
+        let login = self.shared.env.entropy.next_u64();
+        self.issue_for(
+            login,
+            session.user_id,
+            session.incarnation,
+            fingerprint(&session.password_hash),
+            session.token.as_ref().map_or(0, token_fingerprint),
+        )
+    }
+
+    fn issue_for(
+        &self,
+        login: u64,
+        user_id: u32,
+        incarnation: u64,
+        password: u64,
+        personal_access_token: u64,
+    ) -> Issued {
+        let now = self.now_secs();
+        let claims = Claims {
+            user_id,
+            incarnation,
+            password,
+            token_id: login,
+            personal_access_token,
+            issued_at: now,
+            expires_at: now + self.settings.token_expiry.as_secs().max(1),
+        };
+        Issued {
+            token: self.key.issue(&claims),
+            claims,
+        }
+    }
+}
+
+/// A token just issued.
+pub struct Issued {
+    pub token: String,
+    pub claims: Claims,
+}
+
+impl Issued {
+    /// Iggy's login reply.
+    pub fn identity(&self) -> iggy_common::IdentityInfo {
+        iggy_common::IdentityInfo {
+            user_id: self.claims.user_id,
+            access_token: Some(iggy_common::TokenInfo {
+                token: self.token.clone(),
+                expiry: self.claims.expires_at,
+            }),
+        }
+    }
+}
+
+/// `POST /users/login`: the same password check (and failed-login limit) as a TCP login.
+pub async fn login(
+    State(api): State<Arc<Api>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    super::body::Json(request): super::body::Json<iggy_common::login_user::LoginUser>,
+) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
+    let password = secrecy::ExposeSecret::expose_secret(&request.password);
+    let session = crate::handlers::session_for_password(
+        &api.shared,
+        HTTP_CLIENT_BIT,
+        peer.ip(),
+        &request.username,
+        password,
+    )
+    .await
+    .map_err(|refused| ApiError::from(refused.status))?;
+    tracing::debug!(user = session.user_id, "http login");
+    Ok(axum::Json(api.issue(&session).identity()))
+}
+
+/// `POST /personal-access-tokens/login`: a bearer token bound to the personal access
+/// token (deleted or expired, the bearer token stops working too).
+pub async fn login_with_personal_access_token(
+    State(api): State<Arc<Api>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+    super::body::Json(request): super::body::Json<
+        iggy_common::login_with_personal_access_token::LoginWithPersonalAccessToken,
+    >,
+) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
+    let raw = secrecy::ExposeSecret::expose_secret(&request.token);
+    let session = crate::handlers::session_for_token(&api.shared, HTTP_CLIENT_BIT, peer.ip(), raw)
+        .await
+        .map_err(|refused| match refused.status.code {
+            // An inactive user's token reads as no token (as Iggy answers it over HTTP).
+            47 => ApiError::client(
+                codes::INVALID_PERSONAL_ACCESS_TOKEN,
+                "invalid personal access token",
+            ),
+            _ => ApiError::from(refused.status),
+        })?;
+    tracing::debug!(
+        user = session.user_id,
+        "http login with a personal access token"
+    );
+    Ok(axum::Json(api.issue(&session).identity()))
+}
+
+#[derive(serde::Deserialize)]
+pub struct RefreshToken {
+    token: String,
+}
+
+/// `POST /users/refresh-token`: a new token for a valid one, of the same login (the old one
+/// stays valid until it expires, as Iggy's stateless server does; a logout ends both).
+pub async fn refresh(
+    State(api): State<Arc<Api>>,
+    super::body::Json(request): super::body::Json<RefreshToken>,
+) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
+    let claims = api.verify(&request.token)?;
+    let session = api.session_for(&claims)?;
+    let now = api.shared.env.clock.wall_micros();
+    if session.still_valid(&api.shared.node.view(), now).is_err() {
+        return Err(ApiError::unauthenticated(
+            "the access token's session was revoked",
+        ));
+    }
+    let issued = api.issue_for(
+        claims.token_id,
+        claims.user_id,
+        claims.incarnation,
+        claims.password,
+        claims.personal_access_token,
+    );
+    Ok(axum::Json(issued.identity()))
+}
+
+/// `DELETE /users/logout`: the token is revoked until it would have expired.
+pub async fn logout(
+    State(api): State<Arc<Api>>,
+    authed: Authed,
+) -> Result<axum::http::StatusCode, ApiError> {
+    // Every token of this login expires by now + the expiry (refreshes included).
+    let now = api.now_secs();
+    let until = now + api.settings.token_expiry.as_secs().max(1);
+    if !api.revoked.revoke(&authed.claims, until, now) {
+        return Err(ApiError::client(
+            codes::ERROR,
+            "too many live logged-out tokens to remember another; retry later",
+        )
+        .with_status(axum::http::StatusCode::SERVICE_UNAVAILABLE));
+    }
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}

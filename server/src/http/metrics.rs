@@ -1,0 +1,546 @@
+//! `GET /metrics` in Prometheus' text format (0.0.4), with `prometheus-client`. The
+//! command layer's counters are registered as they are; the node's and the process's
+//! figures are read at scrape time by collectors, so a scrape never waits on an owner.
+//!
+//! Who may scrape is [`MetricsAccess`]: by default callers from a loopback address need no
+//! token, others need a bearer token of a user who may read the server's state.
+
+use super::auth::Authed;
+use super::error::ApiError;
+use super::{Api, MetricsAccess};
+use crate::permissions::Action;
+use crate::server::Shared;
+use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use cairn_engine::metrics::{HistogramSnapshot, LabeledCounts};
+use cairn_engine::node::NodeMetrics;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub fn routes() -> Router<Arc<Api>> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+/// One HTTP request as the listener answered it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    /// The route's template (`/streams/{stream_id}`), bounded by the route table.
+    pub route: String,
+    pub status: u16,
+}
+
+/// The registry one server's scrapes encode, and the HTTP listener's own counter.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// The node's figures for the scrape being encoded (the owners answer asynchronously;
+    /// the encoder is synchronous). Held for one encoding at a time.
+    node: Arc<Mutex<Option<NodeMetrics>>>,
+}
+
+impl Metrics {
+    pub fn new(shared: Arc<Shared>) -> Metrics {
+        let mut registry = Registry::default();
+        let data_dir = shared.node.root().to_path_buf();
+        let command = &shared.metrics;
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "cairn_messages_produced",
+            "Messages appended, per topic (both protocols)",
+            command.messages_produced.clone(),
+        );
+        registry.register(
+            "cairn_bytes_produced",
+            "Batch bytes appended, per topic",
+            command.bytes_produced.clone(),
+        );
+        registry.register(
+            "cairn_messages_consumed",
+            "Messages returned by polls, per topic",
+            command.messages_consumed.clone(),
+        );
+        registry.register(
+            "cairn_bytes_consumed",
+            "Batch bytes returned by polls, per topic",
+            command.bytes_consumed.clone(),
+        );
+        registry.register(
+            "cairn_commands",
+            "Commands answered, by command and status (both protocols; logins excluded)",
+            command.commands.clone(),
+        );
+        registry.register(
+            "cairn_http_requests",
+            "HTTP requests answered, by method, route and status",
+            http_requests.clone(),
+        );
+        let node = Arc::new(Mutex::new(None));
+        registry.register_collector(Box::new(NodeCollector {
+            shared,
+            node: node.clone(),
+        }));
+        registry.register_collector(Box::new(ProcessCollector { data_dir }));
+        Metrics {
+            registry,
+            http_requests,
+            node,
+        }
+    }
+
+    /// The text of one scrape, with the node's figures as `node` reported them.
+    pub fn encode(&self, node: NodeMetrics) -> String {
+        // Two scrapes at once may both encode the later snapshot: both are current.
+        *self.node.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+async fn scrape(
+    State(api): State<Arc<Api>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    if needs_token(api.settings.metrics, peer.ip()) {
+        let (mut parts, _) = request.into_parts();
+        let authed = Authed::from_request_parts(&mut parts, &api).await?;
+        crate::handlers::require(&authed.conn, Action::ReadServers)?;
+    }
+    let node = api.shared.node.metrics().await;
+    let mut response = api.metrics.encode(node).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+/// Whether a scrape from `peer` must present a token (of a user who may read the server's
+/// state).
+pub fn needs_token(access: MetricsAccess, peer: std::net::IpAddr) -> bool {
+    match access {
+        MetricsAccess::Open => false,
+        MetricsAccess::OpenOnLoopback => !peer.is_loopback(),
+        MetricsAccess::Authenticated => true,
+    }
+}
+
+/// Counts every HTTP request by its route and status.
+pub async fn count(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    // Extension methods are any token a client likes: one label for all of them.
+    let method = match request.method().as_str() {
+        m @ ("GET" | "POST" | "PUT" | "DELETE" | "PATCH" | "HEAD" | "OPTIONS") => m,
+        _ => "other",
+    }
+    .to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let labels = HttpLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    api.metrics.http_requests.get_or_create(&labels).inc();
+    response
+}
+
+/// One value of a metric that has no labels.
+fn single(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let metric_encoder = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(metric_encoder)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    single(encoder, name, help, &ConstCounter::new(value))
+}
+
+fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -> std::fmt::Result {
+    single(encoder, name, help, &ConstGauge::new(value))
+}
+
+/// The node's figures, read at scrape time.
+struct NodeCollector {
+    shared: Arc<Shared>,
+    node: Arc<Mutex<Option<NodeMetrics>>>,
+}
+
+impl std::fmt::Debug for NodeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let shared = &self.shared;
+        let open = i64::try_from(shared.registry.len()).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "cairn_connections_open",
+            "Binary-protocol connections open",
+            open,
+        )?;
+        let stats = shared.node.stats();
+        let counters: [(&str, &str, u64); 8] = [
+            (
+                "cairn_persists",
+                "Partition persists that acknowledged persisted sends",
+                stats.persists,
+            ),
+            (
+                "cairn_persisted_acks",
+                "Persisted sends acknowledged by those persists",
+                stats.persisted_acks,
+            ),
+            (
+                "cairn_sends_joined_running_persist",
+                "Sends that arrived while their partition's persist ran and joined the next",
+                stats.joined_running_persist,
+            ),
+            (
+                "cairn_polls_during_persist",
+                "Polls that arrived while their partition's persist ran",
+                stats.polls_during_persist,
+            ),
+            (
+                "cairn_inbox_full",
+                "Requests that found an owner's inbox full and waited",
+                stats.inbox_full,
+            ),
+            (
+                "cairn_metadata_batches",
+                "Metadata journal batches committed",
+                stats.meta_batches,
+            ),
+            (
+                "cairn_metadata_ops",
+                "Metadata operations committed",
+                stats.meta_ops,
+            ),
+            (
+                "cairn_metadata_no_space",
+                "Metadata batches refused for a full disk",
+                stats.meta_no_space,
+            ),
+        ];
+        for (name, help, value) in counters {
+            counter(&mut encoder, name, help, value)?;
+        }
+        let stopped = i64::from(shared.node.failure().is_some());
+        gauge(
+            &mut encoder,
+            "cairn_node_stopped",
+            "1 when the node stopped (it refuses every request until restarted)",
+            stopped,
+        )?;
+        let view = shared.node.view();
+        gauge(
+            &mut encoder,
+            "cairn_streams",
+            "Streams",
+            i64::try_from(view.streams().len()).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "cairn_partitions",
+            "Partitions",
+            i64::try_from(view.partitions().len()).unwrap_or(i64::MAX),
+        )?;
+        let slot = self.node.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(node) = slot.as_ref() {
+            encode_node(&mut encoder, node)?;
+        }
+        Ok(())
+    }
+}
+
+/// A histogram from the engine's fixed buckets, its bounds scaled by `scale` (ns → s).
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: &HistogramSnapshot,
+    scale: f64,
+) -> std::fmt::Result {
+    let mut buckets: Vec<(f64, u64)> = h
+        .bounds
+        .iter()
+        .zip(&h.counts)
+        .map(|(bound, count)| (*bound as f64 * scale, *count))
+        .collect();
+    buckets.push((f64::INFINITY, h.counts.last().copied().unwrap_or(0)));
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    let mut metric = metric;
+    metric.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        h.sum as f64 * scale,
+        h.count,
+        &buckets,
+        None,
+    )
+}
+
+/// A labeled family of counts (every label present, zero included).
+fn labeled(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    key: &'static str,
+    counts: &LabeledCounts,
+    kind: MetricType,
+) -> std::fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (label, count) in counts.iter() {
+        let labels = [(key, label)];
+        let metric = family.encode_family(&labels)?;
+        match kind {
+            MetricType::Gauge => ConstGauge::new(count as i64).encode(metric)?,
+            _ => ConstCounter::new(count).encode(metric)?,
+        }
+    }
+    Ok(())
+}
+
+fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Result {
+    const NANOS: f64 = 1e-9;
+    histogram(
+        encoder,
+        "cairn_persist_latency_seconds",
+        "Group-commit persists of persisted sends, from start to durable",
+        &m.persist_latency,
+        NANOS,
+    )?;
+    histogram(
+        encoder,
+        "cairn_flush_latency_seconds",
+        "Flushes an append's thresholds triggered",
+        &m.flush_latency,
+        NANOS,
+    )?;
+    histogram(
+        encoder,
+        "cairn_group_commit_sends",
+        "Sends one persist acknowledged (group-commit size)",
+        &m.persist_sends,
+        1.0,
+    )?;
+    histogram(
+        encoder,
+        "cairn_group_commit_messages",
+        "Messages one persist acknowledged",
+        &m.persist_messages,
+        1.0,
+    )?;
+    counter(
+        encoder,
+        "cairn_failed_persists",
+        "Persists that failed (their sends were refused)",
+        m.stats.failed_persists,
+    )?;
+    let mut syncs = encoder.encode_descriptor(
+        "cairn_fsyncs",
+        "Syncs the node issued, by what they synced",
+        None,
+        MetricType::Counter,
+    )?;
+    for (kind, count) in [("file", m.file_syncs), ("directory", m.dir_syncs)] {
+        ConstCounter::new(count).encode(syncs.encode_family(&[("kind", kind)])?)?;
+    }
+    gauge(
+        encoder,
+        "cairn_journal_bytes",
+        "Committed batch bytes held in memory, not yet flushed (the node's journal budget in use)",
+        m.journal_bytes as i64,
+    )?;
+    let mut by_topic = encoder.encode_descriptor(
+        "cairn_topic_journal_bytes",
+        "Committed batch bytes held in memory, per topic",
+        None,
+        MetricType::Gauge,
+    )?;
+    for ((stream_id, topic_id), bytes) in &m.journal_bytes_by_topic {
+        let labels = crate::metrics::TopicLabels {
+            stream_id: *stream_id,
+            topic_id: *topic_id,
+        };
+        ConstGauge::new(*bytes as i64).encode(by_topic.encode_family(&labels)?)?;
+    }
+    labeled(
+        encoder,
+        "cairn_partitions_fenced",
+        "Partitions fenced now, by why",
+        "reason",
+        &m.fenced,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_outcomes",
+        "What boot recovery decided per partition (one partition may count under several)",
+        "outcome",
+        &m.boot.partition_outcomes,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_actions",
+        "Repairs boot recovery made, by kind",
+        "action",
+        &m.boot.partition_actions,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_partition_fences",
+        "Partitions boot fenced, by why",
+        "reason",
+        &m.boot.partition_fences,
+        MetricType::Gauge,
+    )?;
+    labeled(
+        encoder,
+        "cairn_boot_metadata_actions",
+        "Repairs boot made to the metadata plane",
+        "action",
+        &m.boot.meta_actions,
+        MetricType::Gauge,
+    )?;
+    gauge(
+        encoder,
+        "cairn_boot_metadata_replayed_ops",
+        "Metadata journal ops boot replayed",
+        m.boot.meta_replayed_ops as i64,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_segments",
+        "Segments deleted, by retention's reason or an explicit request",
+        "reason",
+        &m.deleted_segments,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_messages",
+        "Messages deleted with those segments",
+        "reason",
+        &m.deleted_messages,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_retention_deleted_bytes",
+        "Bytes deleted with those segments",
+        "reason",
+        &m.deleted_bytes,
+        MetricType::Counter,
+    )?;
+    labeled(
+        encoder,
+        "cairn_group_rebalances",
+        "Consumer-group assignment changes, by cause",
+        "cause",
+        &m.rebalances,
+        MetricType::Counter,
+    )?;
+    Ok(())
+}
+
+/// The process's own figures (Linux `/proc/self`), independent of any simulator: the same
+/// reading `GetStats` reports.
+struct ProcessCollector {
+    data_dir: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for ProcessCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let f = crate::process::read(&self.data_dir);
+        let cpu = ConstCounter::new(f.cpu_seconds);
+        single(
+            &mut encoder,
+            "process_cpu_seconds",
+            "User and system CPU time spent, in seconds",
+            &cpu,
+        )?;
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let gauges = [
+            ("process_threads", "OS threads", u64::from(f.threads)),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                f.virtual_bytes,
+            ),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                f.resident_bytes,
+            ),
+            ("process_open_fds", "Open file descriptors", f.open_fds),
+            (
+                "cairn_disk_free_bytes",
+                "Free bytes on the data directory's file system",
+                f.free_disk,
+            ),
+            (
+                "cairn_disk_total_bytes",
+                "Bytes of the data directory's file system",
+                f.total_disk,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            gauge(&mut encoder, name, help, as_i64(value))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_default_only_loopback_scrapes_without_a_token() {
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let v6_loopback: std::net::IpAddr = "::1".parse().unwrap();
+        let lan: std::net::IpAddr = "10.1.2.3".parse().unwrap();
+        let default = crate::config::HttpConfig::default().metrics_access;
+        assert_eq!(default, MetricsAccess::OpenOnLoopback);
+        assert!(!needs_token(default, loopback));
+        assert!(!needs_token(default, v6_loopback));
+        assert!(needs_token(default, lan));
+        assert!(!needs_token(MetricsAccess::Open, lan));
+        assert!(needs_token(MetricsAccess::Authenticated, loopback));
+    }
+}

@@ -1,0 +1,161 @@
+//! The HTTP API in Iggy's shape (paths, methods, JSON bodies and replies, bearer tokens), so
+//! the `iggy` SDK's HTTP transport works unmodified. It is one more adapter over the command
+//! layer the binary protocol uses, with no state of its own beyond its signing key and the
+//! logged-out token ids:
+//!
+//! ```text
+//! JSON body / query (iggy_common's types) ──► the wire request (iggy_binary_protocol)
+//!     ──► handlers::execute (session check, permissions, node) ──► the wire reply
+//!     ──► iggy_common's model ──► JSON
+//! ```
+//!
+//! Both conversions are Iggy's own (`iggy_common::wire_conversions`), so a field the SDK
+//! reads is the field the binary protocol carries.
+//!
+//! - [`token`]: signed, expiring bearer tokens and the bounded logout list (sans-IO);
+//! - [`auth`]: token → session, login, refresh, logout;
+//! - [`body`]: bounded JSON bodies and queries, refused with the field at fault;
+//! - [`error`]: Iggy's error JSON and the status table;
+//! - [`routes`]: the resources;
+//! - [`metrics`]: `GET /metrics` in Prometheus' text format.
+//!
+//! Unlike the binary listener this runs on tokio directly (axum), not on the `Env` seam: the
+//! simulator drives the binary protocol only.
+
+pub mod auth;
+pub mod body;
+pub mod error;
+pub mod listen;
+pub mod messages;
+pub mod metrics;
+pub mod routes;
+pub mod token;
+pub mod tokens;
+
+use crate::server::Shared;
+use axum::Router;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use token::{Revocations, SigningKey};
+
+/// The largest body of any request but a send.
+pub const SMALL_BODY_BYTES: usize = 64 * 1024;
+
+/// Who may scrape `GET /metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricsAccess {
+    /// Anyone who reaches the listener.
+    Open,
+    /// Callers from a loopback address without a token; others need a bearer token.
+    OpenOnLoopback,
+    /// Everyone needs a bearer token of a user allowed to read the server's state.
+    Authenticated,
+}
+
+/// The HTTP listener's settings.
+#[derive(Clone)]
+pub struct HttpSettings {
+    pub address: SocketAddr,
+    /// The largest request body accepted; above it, 413.
+    pub max_body_bytes: usize,
+    /// Requests served at once; more wait for a slot (back-pressure, not memory).
+    pub max_concurrent_requests: usize,
+    /// How long a bearer token is valid.
+    pub token_expiry: Duration,
+    pub key: SigningKey,
+    pub metrics: MetricsAccess,
+    /// HTTP connections open at once; more are closed at once.
+    pub max_connections: usize,
+    /// TLS for every connection, when configured.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
+/// What every HTTP request shares.
+pub struct Api {
+    pub shared: Arc<Shared>,
+    pub settings: HttpSettings,
+    pub metrics: metrics::Metrics,
+    key: SigningKey,
+    revoked: Revocations,
+}
+
+/// A running HTTP listener.
+pub struct HttpServer {
+    local_addr: SocketAddr,
+    task: Box<dyn cairn_engine::env::TaskHandle>,
+}
+
+impl HttpServer {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting; requests in flight finish (the binary server's shutdown drains).
+    pub fn stop(self) {
+        self.task.cancel();
+    }
+}
+
+/// The router, for a server's shared state.
+pub fn router(api: Arc<Api>) -> Router {
+    let limit = api.settings.max_body_bytes;
+    let concurrent = api.settings.max_concurrent_requests;
+    routes::routes(limit)
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            metrics::count,
+        ))
+        // Every body but a send's is small (a login, a create): anonymous and slow clients
+        // cannot park `max_body_bytes` in each of the concurrent slots.
+        .layer(axum::extract::DefaultBodyLimit::max(
+            SMALL_BODY_BYTES.min(limit),
+        ))
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(concurrent))
+        .with_state(api)
+}
+
+/// Binds the listener (so a taken address is an error at start) and serves on the
+/// runtime the server's tasks run on.
+// The one place the HTTP adapter meets sockets: axum serves a tokio listener, outside the
+// `Env` seam (the simulator drives the binary protocol only).
+#[allow(clippy::disallowed_types)]
+pub fn start(shared: Arc<Shared>, settings: HttpSettings) -> io::Result<HttpServer> {
+    let listener = std::net::TcpListener::bind(settings.address)?;
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+    let key = settings.key.clone();
+    let env = shared.env.clone();
+    let stopping = shared.stopping.clone();
+    let api = Arc::new(Api {
+        metrics: metrics::Metrics::new(shared.clone()),
+        shared,
+        settings,
+        key,
+        revoked: Revocations::default(),
+    });
+    let how = listen::Listening {
+        max_connections: api.settings.max_connections,
+        tls: api
+            .settings
+            .tls
+            .clone()
+            .map(tokio_rustls::TlsAcceptor::from),
+    };
+    let app = router(api);
+    tracing::info!(address = %local_addr, "listening for HTTP clients");
+    let task = env.tasks.spawn(Box::pin(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::error!(error = %e, "the HTTP listener cannot run");
+                return;
+            }
+        };
+        listen::serve(listener, app, how, async move { stopping.wait().await }).await;
+        tracing::info!("stopped serving HTTP");
+    }));
+    Ok(HttpServer { local_addr, task })
+}
