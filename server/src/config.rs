@@ -114,7 +114,7 @@ pub struct TcpConfig {
     /// whole): with one request served at a time, the reply bytes one slow connection can
     /// hold.
     pub max_reply_bytes: u64,
-    pub tls: TcpTlsConfig,
+    pub tls: TlsConfig,
 }
 
 impl Default for TcpConfig {
@@ -128,17 +128,17 @@ impl Default for TcpConfig {
             handshake_timeout: limits.handshake_timeout,
             idle_timeout: limits.idle_timeout,
             max_reply_bytes: 64 * MIB,
-            tls: TcpTlsConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
 
-/// `[tcp.tls]`: TLS on the listener, off by default. Paths relative to the working
+/// `[tcp.tls]` and `[http.tls]`: TLS on a listener, off by default. Paths relative to the working
 /// directory; the files are read (and the key checked against the certificate) when the
 /// configuration loads, and again at start.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TcpTlsConfig {
+pub struct TlsConfig {
     pub enabled: bool,
     /// PEM: the server's certificate, then any intermediates.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -148,22 +148,26 @@ pub struct TcpTlsConfig {
     pub key_file: Option<PathBuf>,
 }
 
-impl TcpTlsConfig {
-    /// The listener's TLS configuration; none when TLS is off.
+impl TlsConfig {
+    /// The listener's TLS configuration; none when TLS is off. `section` names the
+    /// listener's keys in errors (`tcp`, `http`).
     pub fn server_config(
         &self,
+        section: &str,
     ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
-        self.server_config_with(&|_| Origin::Default)
+        self.server_config_with(section, &|_| Origin::Default)
     }
 
     fn server_config_with(
         &self,
+        section: &str,
         origin_of: &dyn Fn(&str) -> Origin,
     ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
         if !self.enabled {
             return Ok(None);
         }
-        let enabled_by = match origin_of("tcp.tls.enabled") {
+        let enabled_key = format!("{section}.tls.enabled");
+        let enabled_by = match origin_of(&enabled_key) {
             Origin::Default => String::new(),
             origin => format!(" (set by {origin})"),
         };
@@ -172,20 +176,22 @@ impl TcpTlsConfig {
             _ => Err(ConfigError::Invalid {
                 key: key.into(),
                 origin: origin_of(key),
-                message: format!("must be set when tcp.tls.enabled is true{enabled_by}"),
+                message: format!("must be set when {enabled_key} is true{enabled_by}"),
             }),
         };
-        let cert = path("tcp.tls.cert_file", &self.cert_file)?;
-        let key = path("tcp.tls.key_file", &self.key_file)?;
+        let cert_key = format!("{section}.tls.cert_file");
+        let key_key = format!("{section}.tls.key_file");
+        let cert = path(&cert_key, &self.cert_file)?;
+        let key = path(&key_key, &self.key_file)?;
         crate::tls::server_config(&cert, &key)
             .map(Some)
             .map_err(|e| {
                 let key = match e.file() {
-                    crate::tls::TlsFile::Certificate => "tcp.tls.cert_file",
-                    crate::tls::TlsFile::Key => "tcp.tls.key_file",
+                    crate::tls::TlsFile::Certificate => &cert_key,
+                    crate::tls::TlsFile::Key => &key_key,
                 };
                 ConfigError::Invalid {
-                    key: key.into(),
+                    key: key.clone(),
                     origin: origin_of(key),
                     message: e.to_string(),
                 }
@@ -211,6 +217,8 @@ pub struct HttpConfig {
     /// Who may scrape `/metrics`: `open`, `open_on_loopback` (callers from a loopback
     /// address need no token; others need one) or `authenticated`.
     pub metrics_access: crate::http::MetricsAccess,
+    /// `[http.tls]`: HTTPS, off by default (the same keys as `[tcp.tls]`).
+    pub tls: TlsConfig,
 }
 
 impl std::fmt::Debug for HttpConfig {
@@ -222,6 +230,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("max_concurrent_requests", &self.max_concurrent_requests)
             .field("token_expiry", &self.token_expiry)
             .field("metrics_access", &self.metrics_access)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -235,6 +244,7 @@ impl Default for HttpConfig {
             max_concurrent_requests: 1024,
             token_expiry: Duration::from_secs(3600),
             metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -548,6 +558,8 @@ fn schema() -> Dict {
     config.root.password = Some(String::new());
     config.tcp.tls.cert_file = Some(PathBuf::new());
     config.tcp.tls.key_file = Some(PathBuf::new());
+    config.http.tls.cert_file = Some(PathBuf::new());
+    config.http.tls.key_file = Some(PathBuf::new());
     Value::serialize(config)
         .ok()
         .and_then(Value::into_dict)
@@ -908,7 +920,8 @@ impl ServerConfig {
         }
         // Last, as it reads files: both paths set, both files readable PEM, the key the
         // certificate's.
-        self.tcp.tls.server_config_with(origin_of)?;
+        self.tcp.tls.server_config_with("tcp", origin_of)?;
+        self.http.tls.server_config_with("http", origin_of)?;
         Ok(())
     }
 }
@@ -1016,7 +1029,7 @@ mod tests {
                 handshake_timeout: Duration::from_millis(2500),
                 idle_timeout: Duration::from_secs(90),
                 max_reply_bytes: 32 * MIB,
-                tls: TcpTlsConfig {
+                tls: TlsConfig {
                     enabled: false,
                     cert_file: Some("/etc/cairn/cert.pem".into()),
                     key_file: Some("/etc/cairn/key.pem".into()),
@@ -1029,6 +1042,7 @@ mod tests {
                 max_concurrent_requests: 16,
                 token_expiry: Duration::from_secs(600),
                 metrics_access: crate::http::MetricsAccess::Authenticated,
+                tls: TlsConfig::default(),
             },
             root: RootConfig {
                 username: "admin".into(),
@@ -1070,7 +1084,7 @@ mod tests {
         assert!(!config.tcp.tls.enabled, "TLS is off by default");
         assert_eq!(config.tcp.tls.cert_file, None);
         assert_eq!(config.tcp.tls.key_file, None);
-        assert!(config.tcp.tls.server_config().unwrap().is_none());
+        assert!(config.tcp.tls.server_config("tcp").unwrap().is_none());
         assert_eq!(config.root.username, "iggy");
         assert_eq!(config.root.password, None, "there is no default password");
         assert_eq!(config.node.shards, 0);
@@ -1632,7 +1646,7 @@ mod tests {
             config.tcp.tls.cert_file.as_deref(),
             Some(made.cert.as_path())
         );
-        assert!(config.tcp.tls.server_config().unwrap().is_some());
+        assert!(config.tcp.tls.server_config("tcp").unwrap().is_some());
         // --print-config shows the section and it loads back.
         let printed = config.to_toml();
         assert!(printed.contains("[tcp.tls]\nenabled = true\n"), "{printed}");

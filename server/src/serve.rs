@@ -124,7 +124,11 @@ fn server_settings(
     }
 }
 
-fn http_settings(config: &ServerConfig, env: &Env) -> crate::http::HttpSettings {
+fn http_settings(
+    config: &ServerConfig,
+    env: &Env,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> crate::http::HttpSettings {
     let http = &config.http;
     // A fresh key per start: a restart ends every bearer token, logged out or not (the
     // logout list is in memory; a key that outlived it would bring logged-out tokens back).
@@ -141,7 +145,7 @@ fn http_settings(config: &ServerConfig, env: &Env) -> crate::http::HttpSettings 
         key,
         metrics: http.metrics_access,
         max_connections: config.tcp.max_connections,
-        tls: None,
+        tls,
     }
 }
 
@@ -157,21 +161,25 @@ pub fn run(config: ServerConfig) -> ExitCode {
         }
     };
     // Read again (the configuration's check read them too): what the files hold now.
-    let tls = match config.tcp.tls.server_config() {
-        Ok(tls) => tls,
-        Err(e) => {
+    let (tls, https) = match (
+        config.tcp.tls.server_config("tcp"),
+        config.http.tls.server_config("http"),
+    ) {
+        (Ok(tls), Ok(https)) => (tls, https),
+        (Err(e), _) | (_, Err(e)) => {
             eprintln!("cairn: {e}");
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
     let stop = install_signals();
-    cairn_engine::env::real::block_on(serve(env, config, tls, stop))
+    cairn_engine::env::real::block_on(serve(env, config, tls, https, stop))
 }
 
 async fn serve(
     env: Env,
     config: ServerConfig,
     tls: Option<Arc<rustls::ServerConfig>>,
+    https: Option<Arc<rustls::ServerConfig>>,
     stop: Latch<()>,
 ) -> ExitCode {
     let mut settings = config.node_settings();
@@ -215,7 +223,7 @@ async fn serve(
     };
     let _ = server.shared().figures.set(crate::process::read);
     let http = if config.http.enabled {
-        match crate::http::start(server.shared(), http_settings(&config, &env)) {
+        match crate::http::start(server.shared(), http_settings(&config, &env, https)) {
             Ok(http) => Some(http),
             Err(e) => {
                 tracing::error!(address = %config.http.address, error = %e, "cannot listen for HTTP");
@@ -233,7 +241,12 @@ async fn serve(
     tracing::info!(data = %config.data_dir.display(), tcp = %server.local_addr(), "cairn serving");
     // The HTTP line first: a supervisor (and the tests) may take "listening on" as ready.
     if let Some(http) = &http {
-        println!("cairn: HTTP API on http://{}", http.local_addr());
+        let scheme = if config.http.tls.enabled {
+            "https"
+        } else {
+            "http"
+        };
+        println!("cairn: HTTP API on {scheme}://{}", http.local_addr());
     }
     println!(
         "cairn: listening on {} (data in {})",

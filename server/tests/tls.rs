@@ -265,3 +265,66 @@ fn tls_is_off_by_default_and_a_bad_tls_configuration_refuses_to_start() {
         "{stderr}"
     );
 }
+
+/// HTTPS on the HTTP listener: the SDK's HTTP transport cannot be given a CA, so a plain
+/// client (reqwest over rustls) trusting the test's certificate logs in and reads; one that
+/// trusts another certificate, and plain HTTP on the same port, get nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = make_cert(dir.path(), "https");
+    let other = make_cert(dir.path(), "other");
+    let cairn = Cairn::start_with(
+        &dir.path().join("data"),
+        &[
+            ("CAIRN_HTTP_TLS_ENABLED", "true"),
+            ("CAIRN_HTTP_TLS_CERT_FILE", cert.cert.to_str().unwrap()),
+            ("CAIRN_HTTP_TLS_KEY_FILE", cert.key.to_str().unwrap()),
+        ],
+    );
+    let port = cairn.http.unwrap().port();
+    let trusting = |pem: &Path| {
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(pem).unwrap()).unwrap();
+        reqwest::Client::builder()
+            .tls_certs_only([ca])
+            .build()
+            .unwrap()
+    };
+    let url = format!("https://localhost:{port}");
+    let login = trusting(&cert.cert)
+        .post(format!("{url}/users/login"))
+        .json(&serde_json::json!({"username": "iggy", "password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), reqwest::StatusCode::OK);
+    let identity: serde_json::Value = login.json().await.unwrap();
+    let token = identity["access_token"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let streams = trusting(&cert.cert)
+        .get(format!("{url}/streams"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streams.status(), reqwest::StatusCode::OK);
+    assert!(trusting(&other.cert)
+        .get(format!("{url}/ping"))
+        .send()
+        .await
+        .is_err());
+    let plain = reqwest::Client::new()
+        .get(format!("http://localhost:{port}/ping"))
+        .send()
+        .await;
+    assert!(plain.map_or(true, |r| !r.status().is_success()));
+    // The listener serves on after both.
+    let ping = trusting(&cert.cert)
+        .get(format!("{url}/ping"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ping.status(), reqwest::StatusCode::OK);
+}

@@ -74,8 +74,9 @@ impl Cairn {
             let line = output
                 .recv_timeout(Duration::from_secs(60))
                 .unwrap_or_else(|_| panic!("cairn did not start listening; output: {seen:#?}"));
-            if let Some(rest) = line.strip_prefix("cairn: HTTP API on http://") {
-                http = Some(rest.trim().parse().unwrap());
+            if let Some(rest) = line.strip_prefix("cairn: HTTP API on ") {
+                let address = rest.trim().split("://").nth(1).unwrap();
+                http = Some(address.parse().unwrap());
             }
             if let Some(rest) = line.strip_prefix("cairn: listening on ") {
                 let address = rest.split_whitespace().next().unwrap().parse().unwrap();
