@@ -56,26 +56,31 @@ impl Metrics {
         let data_dir = shared.node.root().to_path_buf();
         let command = &shared.metrics;
         let http_requests = Family::<HttpLabels, Counter>::default();
-        registry.register(
-            "cairn_messages_produced",
-            "Messages appended, per topic (both protocols)",
-            command.messages_produced.clone(),
-        );
-        registry.register(
-            "cairn_bytes_produced",
-            "Batch bytes appended, per topic",
-            command.bytes_produced.clone(),
-        );
-        registry.register(
-            "cairn_messages_consumed",
-            "Messages returned by polls, per topic",
-            command.messages_consumed.clone(),
-        );
-        registry.register(
-            "cairn_bytes_consumed",
-            "Batch bytes returned by polls, per topic",
-            command.bytes_consumed.clone(),
-        );
+        let per_topic = [
+            (
+                "cairn_messages_produced",
+                "Messages appended, per topic (both protocols)",
+                &command.messages_produced,
+            ),
+            (
+                "cairn_bytes_produced",
+                "Batch bytes appended, per topic",
+                &command.bytes_produced,
+            ),
+            (
+                "cairn_messages_consumed",
+                "Messages returned by polls, per topic",
+                &command.messages_consumed,
+            ),
+            (
+                "cairn_bytes_consumed",
+                "Batch bytes returned by polls, per topic",
+                &command.bytes_consumed,
+            ),
+        ];
+        for (name, help, family) in per_topic {
+            registry.register(name, help, family.clone());
+        }
         registry.register(
             "cairn_commands",
             "Commands answered, by command and status (both protocols; logins excluded)",
