@@ -54,16 +54,7 @@ impl FromRequestParts<Arc<Api>> for Authed {
                 "no bearer token: log in at POST /users/login first",
             ));
         };
-        let claims = api.verify(token)?;
-        let session = api.session_for(&claims)?;
-        // The session check every command makes, here for every route (a send, a scrape
-        // and a logout too): the user still active, a personal access token unexpired.
-        let now = api.shared.env.clock.wall_micros();
-        if let Err(why) = session.still_valid(&api.shared.node.view(), now) {
-            return Err(ApiError::unauthenticated(format!(
-                "the access token's session was revoked: {why:?}"
-            )));
-        }
+        let (claims, session) = api.authenticate(token)?;
         Ok(Authed {
             conn: api.conn(peer(parts), Some(session)),
             claims,
@@ -72,6 +63,21 @@ impl FromRequestParts<Arc<Api>> for Authed {
 }
 
 impl Api {
+    /// A token's claims and the session they stand for, checked as every command checks a
+    /// session (the user still active, a personal access token unexpired): for every route,
+    /// a send, a scrape, a logout and a refresh included.
+    fn authenticate(&self, token: &str) -> Result<(Claims, Session), ApiError> {
+        let claims = self.verify(token)?;
+        let session = self.session_for(&claims)?;
+        let now = self.shared.env.clock.wall_micros();
+        if let Err(why) = session.still_valid(&self.shared.node.view(), now) {
+            return Err(ApiError::unauthenticated(format!(
+                "the access token's session was revoked: {why:?}"
+            )));
+        }
+        Ok((claims, session))
+    }
+
     /// The claims of a token this server signed, unexpired and not logged out.
     pub fn verify(&self, token: &str) -> Result<Claims, ApiError> {
         let claims = self
@@ -254,14 +260,7 @@ pub async fn refresh(
     State(api): State<Arc<Api>>,
     super::body::Json(request): super::body::Json<RefreshToken>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let claims = api.verify(&request.token)?;
-    let session = api.session_for(&claims)?;
-    let now = api.shared.env.clock.wall_micros();
-    if session.still_valid(&api.shared.node.view(), now).is_err() {
-        return Err(ApiError::unauthenticated(
-            "the access token's session was revoked",
-        ));
-    }
+    let (claims, _) = api.authenticate(&request.token)?;
     let issued = api.issue_for(
         claims.token_id,
         claims.user_id,
