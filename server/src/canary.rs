@@ -1,7 +1,7 @@
 //! The server's deliberate bugs (see `cairn_engine::canary` for the names and the switch),
 //! reached only through [`crate::canary_seam`]. Compiled only with the `canary` feature.
 
-use crate::session::{Dedup, DedupKey};
+use crate::tcp::dedup::{Dedup, DedupKey};
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::Tasks;
 use cairn_engine::node::Client;

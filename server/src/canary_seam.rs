@@ -7,8 +7,8 @@
 //! - [`session_check`]: whether a session's user still holds;
 //! - [`permissions`]: the permissions a session acts with.
 
-use crate::handlers::Landed;
-use crate::session::{Dedup, DedupKey, Revoked};
+use crate::command::{Landed, Revoked};
+use crate::tcp::dedup::{Dedup, DedupKey};
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::Tasks;
 use cairn_engine::node::{Client, NodeResult};
@@ -58,7 +58,7 @@ pub(crate) fn dedup_hit(
     Some(cached)
 }
 
-/// Whether the session's user still holds, as [`crate::session::Session::still_valid`]
+/// Whether the session's user still holds, as [`crate::command::Session::still_valid`]
 /// judged it.
 pub(crate) fn session_check(judged: Result<(), Revoked>) -> Result<(), Revoked> {
     #[cfg(feature = "canary")]

@@ -1,38 +1,36 @@
-//! cairn's server: Apache Iggy's 0.11 binary protocol over TCP, as a thin adapter over the
-//! concurrent node (`cairn_engine::node`). It holds no durable state of its own: every
-//! request becomes a call on the node's owners or a read of its published view.
+//! cairn's server: a transport-neutral command layer over the concurrent node
+//! (`cairn_engine::node`), and its adapters — Apache Iggy's 0.11 binary protocol over TCP and
+//! Iggy's HTTP API. It holds no durable state of its own: every request becomes a call on the
+//! node's owners or a read of its published view.
 //!
-//! Everything here runs on the `Env` seam (`Net` for the listener and connections, `Clock`
-//! for timeouts, `Tasks` for connection tasks), never on tokio directly, so the simulator
-//! runs this same code over a simulated network.
+//! ```text
+//! tcp (frames, login handshake, duplicate table) ─┐
+//!                                                  ├─► command (table, session, permissions,
+//! http (JSON, bearer tokens, status codes) ───────┘    handlers) ──► cairn_engine::node
+//! ```
 //!
-//! - [`frame`]: sans-IO framing (256-byte headers, replies, evictions);
-//! - [`tls`]: TLS for the listener (rustls, sans-IO over any `ByteStream`), off by default;
-//! - [`permissions`]: Iggy's permission rules, a pure decision;
-//! - [`registry`]: the live connections (GetClients), failed-login limits per address;
-//! - [`session`]: a connection's login, bound to its user's incarnation;
-//! - [`handlers`] and [`responses`]: each command code → the node → the reply body;
-//! - [`connection`]: one connection's task (read a frame, answer it, in order);
-//! - [`server`]: the listener, its bounds and graceful shutdown;
-//! - [`http`]: the HTTP API in Iggy's shape and `/metrics`, one more adapter over the
-//!   same command layer (on tokio, not the `Env` seam).
+//! The command layer and the binary protocol run on the `Env` seam (`Net` for the listener
+//! and connections, `Clock` for timeouts, `Tasks` for connection tasks), never on tokio
+//! directly, so the simulator runs this same code over a simulated network.
+//!
+//! - [`command`]: typed commands in, typed replies or a status out; the command table,
+//!   sessions and logins, permissions, what an acknowledgement promises;
+//! - [`tcp`]: the binary protocol's adapter (framing, connections, evictions, duplicates);
+//! - [`http`]: the HTTP API in Iggy's shape and `/metrics` (on tokio, not the `Env` seam);
+//! - [`tls`]: TLS for the listeners (rustls, sans-IO over any `ByteStream`), off by default;
+//! - [`server`]: the context and the binary listener, their bounds and graceful shutdown;
+//! - [`config`], [`serve`], [`process`]: `cairn serve`'s configuration, start and figures.
 
 #[cfg(feature = "canary")]
 mod canary;
 mod canary_seam;
+pub mod command;
 pub mod config;
-pub mod connection;
-pub mod frame;
-pub mod handlers;
 pub mod http;
-pub mod metrics;
-pub mod permissions;
 pub mod process;
-pub mod registry;
-pub mod responses;
 pub mod serve;
 pub mod server;
-pub mod session;
+pub mod tcp;
 pub mod tls;
 
 pub use server::{Server, ServerLimits, ServerSettings, TopicDefaults};

@@ -136,7 +136,7 @@ fn http_settings(
     for chunk in bytes.chunks_mut(8) {
         chunk.copy_from_slice(&env.entropy.next_u64().to_le_bytes());
     }
-    let key = crate::http::token::SigningKey::from_bytes(bytes);
+    let key = crate::http::bearer::SigningKey::from_bytes(bytes);
     crate::http::HttpSettings {
         address: http.address,
         max_body_bytes: usize::try_from(http.max_body_bytes).unwrap_or(usize::MAX),
@@ -221,9 +221,10 @@ async fn serve(
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
-    let _ = server.shared().figures.set(crate::process::read);
+    let _ = server.context().figures.set(crate::process::read);
     let http = if config.http.enabled {
-        match crate::http::start(server.shared(), http_settings(&config, &env, https)) {
+        let settings = http_settings(&config, &env, https);
+        match crate::http::start(server.context(), server.stopping(), settings) {
             Ok(http) => Some(http),
             Err(e) => {
                 tracing::error!(address = %config.http.address, error = %e, "cannot listen for HTTP");

@@ -422,6 +422,96 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_reports_every_options_effective_value_and_a_misplaced_field_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let api = Api::login(&cairn, "iggy", PASSWORD).await;
+    assert_eq!(
+        api.post("/streams", json!({"name": "s"})).await.status(),
+        StatusCode::CREATED
+    );
+    // `durability` beside the name instead of under `options`: refused, naming it, and
+    // nothing is created (it used to make a `replicated` topic silently).
+    let mut misplaced = topic("m", 1, "replicated");
+    misplaced["options"] = json!({});
+    misplaced["durability"] = json!("persisted");
+    let (status, code, field, reason) =
+        error_of(api.post("/streams/s/topics", misplaced).await).await;
+    assert_eq!((status, code), (StatusCode::BAD_REQUEST, 4));
+    assert_eq!(field.as_deref(), Some("durability"));
+    assert!(reason.contains("under `options`"), "{reason}");
+    assert_eq!(
+        api.get("/streams/s/topics/m").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    // Any field a command does not know, at any depth.
+    let mut unknown = topic("u", 1, "replicated");
+    unknown["colour"] = json!("red");
+    let (status, _, field, _) = error_of(api.post("/streams/s/topics", unknown).await).await;
+    assert_eq!(
+        (status, field.as_deref()),
+        (StatusCode::BAD_REQUEST, Some("colour"))
+    );
+    let (status, _, field, _) = error_of(
+        api.post("/streams", json!({"name": "x", "topics": []}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, field.as_deref()),
+        (StatusCode::BAD_REQUEST, Some("topics"))
+    );
+    let mut bad_message = send_body(0, &["a".to_owned()]);
+    bad_message["messages"][0]["key"] = json!(1);
+    let (status, _, field, reason) =
+        error_of(api.post("/streams/s/topics/t/messages", bad_message).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        field.as_deref().unwrap_or_default().starts_with("messages"),
+        "{field:?}"
+    );
+    assert!(reason.contains("`key`"), "{reason}");
+
+    // Every option's effective value, with whether the creation named it.
+    let created = api
+        .post("/streams/s/topics", topic("t", 1, "persisted"))
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let details: Value = api.get("/streams/s/topics/t").await.json().await.unwrap();
+    let options = &details["options"];
+    assert_eq!(
+        options["durability"],
+        json!({"value": "persisted", "explicit": true})
+    );
+    assert_eq!(
+        options["consumer_offset_durability"]["value"], "replicated",
+        "{options}"
+    );
+    for key in [
+        "consumer_offset_durability",
+        "message_expiry",
+        "max_topic_size",
+        "replication_factor",
+        "compression_algorithm",
+        "segment_size",
+        "messages_required_to_save",
+        "size_of_messages_required_to_save",
+        "preallocate_segments",
+    ] {
+        assert!(
+            options[key]["value"].is_string(),
+            "{key} missing: {options}"
+        );
+    }
+    // The server's configured flush thresholds were filled in, not chosen by the client.
+    assert_eq!(options["messages_required_to_save"]["explicit"], false);
+    assert_eq!(options["segment_size"]["explicit"], false);
+    // The list of topics carries them too.
+    let topics: Value = api.get("/streams/s/topics").await.json().await.unwrap();
+    assert_eq!(topics[0]["options"]["durability"]["value"], "persisted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_token_gets_401_and_no_data() {
     let dir = tempfile::tempdir().unwrap();
     let cairn = Cairn::start_with(dir.path(), &[("CAIRN_HTTP_TOKEN_EXPIRY", "2s")]);

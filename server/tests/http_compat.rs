@@ -8,6 +8,7 @@ mod common;
 
 use common::{messages, payloads, Cairn, PASSWORD};
 use iggy::prelude::*;
+use std::str::FromStr;
 
 fn id(name: &str) -> Identifier {
     Identifier::named(name).unwrap()
@@ -20,6 +21,15 @@ async fn logged_in(cairn: &Cairn) -> HttpClient {
         .await
         .expect("root logs in");
     client
+}
+
+/// A topic option as the SDK reads it: its value as text, and whether a request named it.
+fn topic_option(details: &TopicDetails, key: &str) -> Option<(String, bool)> {
+    let key = HeaderKey::from_str(key).unwrap();
+    details
+        .options
+        .get(&key)
+        .map(|option| (option.value.to_string_value(), option.explicit))
 }
 
 fn options(partitions: u32, durability: Durability) -> TopicCreateOptions {
@@ -83,6 +93,20 @@ async fn the_sdk_http_transport_works_end_to_end() {
         .unwrap();
     let topics = client.get_topics(&id("s")).await.unwrap();
     assert_eq!(topics.len(), 2);
+    // GetTopic reports every option's effective value, the durability policies among them.
+    let details = client.get_topic(&id("s"), &id("p")).await.unwrap().unwrap();
+    assert_eq!(
+        topic_option(&details, "durability"),
+        Some(("persisted".into(), true)),
+        "{details:?}"
+    );
+    assert_eq!(
+        topic_option(&details, "consumer_offset_durability").map(|o| o.0),
+        Some("replicated".into())
+    );
+    assert!(
+        topic_option(&details, "messages_required_to_save").is_some_and(|(_, explicit)| !explicit)
+    );
     assert!(client
         .get_topic(&id("s"), &id("nope"))
         .await

@@ -7,6 +7,7 @@ mod common;
 use common::{messages, payloads, Cairn, PASSWORD};
 use futures::StreamExt;
 use iggy::prelude::*;
+use std::str::FromStr;
 use std::time::Duration;
 
 async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient, IggyError> {
@@ -17,6 +18,15 @@ async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient,
 
 async fn root(cairn: &Cairn) -> IggyClient {
     client(cairn, "iggy", PASSWORD).await.expect("root logs in")
+}
+
+/// A topic option as the SDK reads it: its value as text, and whether a request named it.
+fn topic_option(details: &TopicDetails, key: &str) -> Option<(String, bool)> {
+    let key = HeaderKey::from_str(key).unwrap();
+    details
+        .options
+        .get(&key)
+        .map(|option| (option.value.to_string_value(), option.explicit))
 }
 
 fn topic_options(partitions: u32, durability: Durability) -> TopicCreateOptions {
@@ -92,6 +102,22 @@ async fn the_sdk_logs_in_creates_sends_polls_and_logs_out() {
         .await
         .unwrap();
     assert_eq!(persisted.id, 1);
+    // GetTopic reports every option's effective value, the durability policies among them.
+    let details = client
+        .get_topic(&id("orders"), &id("persisted"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        topic_option(&details, "durability"),
+        Some(("persisted".into(), true)),
+        "{details:?}"
+    );
+    assert_eq!(
+        topic_option(&details, "consumer_offset_durability").map(|o| o.0),
+        Some("replicated".into())
+    );
+    assert!(topic_option(&details, "segment_size").is_some_and(|(_, explicit)| !explicit));
     assert!(client.get_stream(&id("missing")).await.unwrap().is_none());
     assert!(client
         .get_topic(&id("orders"), &id("missing"))

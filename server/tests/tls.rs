@@ -35,7 +35,10 @@ fn start_tls(data: &Path, cert: &Cert) -> Cairn {
             ("CAIRN_TCP_TLS_CERT_FILE", cert.cert.to_str().unwrap()),
             ("CAIRN_TCP_TLS_KEY_FILE", cert.key.to_str().unwrap()),
             // The failed handshakes' debug lines.
-            ("CAIRN_LOG_LEVEL", "info,cairn_server::connection=debug"),
+            (
+                "CAIRN_LOG_LEVEL",
+                "info,cairn_server::tcp::connection=debug",
+            ),
         ],
     )
 }

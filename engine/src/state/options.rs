@@ -2,7 +2,10 @@
 //! `iggy_common` 0.11 encodes them) and as a topic keeps them. Parsing is a table: one row per
 //! key, saying which value kinds it accepts, its bounds, and whether an update may change it.
 
-use crate::config::{Durability, TopicConfig, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
+use crate::config::{
+    Durability, TopicConfig, MAX_SEGMENT_SIZE, MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE,
+    MIN_SEGMENT_SIZE,
+};
 use crate::error::NodeError;
 use iggy_binary_protocol::primitives::options::WireOptions;
 use serde::{Deserialize, Serialize};
@@ -14,8 +17,6 @@ const KIND_UINT8: u8 = 9;
 const KIND_UINT32: u8 = 11;
 const KIND_UINT64: u8 = 12;
 
-/// The most a byte-count threshold may be.
-pub const MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE: u64 = 1024 * 1024 * 1024;
 pub const MAX_MESSAGES_REQUIRED_TO_SAVE: u32 = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -26,6 +27,14 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// Its name as an option value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+        }
+    }
+
     /// The wire code (`1` none, `2` gzip).
     pub fn code(self) -> u8 {
         match self {
@@ -35,7 +44,8 @@ impl Compression {
     }
 }
 
-/// Every option a topic keeps (what `GetTopic` reports as effective values).
+/// Every option a topic keeps (what `GetTopic` reports as effective values), and which of
+/// them its creating or updating requests named (the rest came from defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicOptions {
     pub durability: Durability,
@@ -50,7 +60,19 @@ pub struct TopicOptions {
     pub messages_required_to_save: u32,
     pub size_of_messages_required_to_save: u64,
     pub preallocate_segments: bool,
+    /// Bit `i` set: [`KEYS`]`[i]` was named by a request (explicit, in Iggy's words), not
+    /// filled from a default. Snapshots written before it existed read as all derived.
+    #[serde(default)]
+    pub explicit: u16,
 }
+
+const _: () = assert!(KEYS.len() <= u16::BITS as usize, "a bit per key");
+
+/// A key the server fills from its configuration at a topic's creation is journaled under
+/// this prefix: it sets the option like the bare key, but is reported as derived (Iggy's
+/// `explicit == false`), not as the client's choice. Only creations take it; the server
+/// refuses a client's key with it.
+pub const DERIVED_PREFIX: &str = "derived.";
 
 impl Default for TopicOptions {
     fn default() -> Self {
@@ -66,6 +88,7 @@ impl Default for TopicOptions {
             messages_required_to_save: config.messages_required_to_save,
             size_of_messages_required_to_save: config.size_of_messages_required_to_save,
             preallocate_segments: config.preallocate_segments,
+            explicit: 0,
         }
     }
 }
@@ -86,13 +109,13 @@ impl TopicOptions {
 
 /// When an option may be given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mutability {
+pub enum Mutability {
     CreateOnly,
     Updatable,
 }
 
 /// The keys, what they take, and when. Unknown keys are refused.
-const KEYS: &[(&str, Mutability)] = &[
+pub const KEYS: &[(&str, Mutability)] = &[
     ("durability", Mutability::CreateOnly),
     ("consumer_offset_durability", Mutability::CreateOnly),
     ("message_expiry", Mutability::Updatable),
@@ -116,6 +139,69 @@ pub fn for_update(current: TopicOptions, options: &WireOptions) -> Result<TopicO
     apply(current, options, Mutability::Updatable)
 }
 
+/// One option as `GetTopic` reports it: its key, its value in the wire's typed form (the
+/// kinds Iggy's SDK writes), and whether a request named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effective {
+    pub key: &'static str,
+    pub kind: u8,
+    pub value: Vec<u8>,
+    pub explicit: bool,
+}
+
+impl TopicOptions {
+    /// Every option's effective value, in [`KEYS`] order. `message_expiry` and
+    /// `max_topic_size` read `u64::MAX` for never and unlimited, as Iggy reports them.
+    pub fn effective(&self) -> Vec<Effective> {
+        let never = |v: u64| if v == 0 { u64::MAX } else { v };
+        KEYS.iter()
+            .enumerate()
+            .map(|(index, (key, _))| {
+                let (kind, value) = match *key {
+                    "durability" => (KIND_STRING, self.durability.to_string().into_bytes()),
+                    "consumer_offset_durability" => (
+                        KIND_STRING,
+                        self.consumer_offset_durability.to_string().into_bytes(),
+                    ),
+                    "message_expiry" => (
+                        KIND_UINT64,
+                        never(self.message_expiry).to_le_bytes().to_vec(),
+                    ),
+                    "max_topic_size" => (
+                        KIND_UINT64,
+                        never(self.max_topic_size).to_le_bytes().to_vec(),
+                    ),
+                    "replication_factor" => (KIND_UINT8, vec![self.replication_factor]),
+                    "compression_algorithm" => {
+                        (KIND_STRING, self.compression.name().as_bytes().to_vec())
+                    }
+                    "segment_size" => (KIND_UINT64, self.segment_size.to_le_bytes().to_vec()),
+                    "messages_required_to_save" => (
+                        KIND_UINT32,
+                        self.messages_required_to_save.to_le_bytes().to_vec(),
+                    ),
+                    "size_of_messages_required_to_save" => (
+                        KIND_UINT64,
+                        self.size_of_messages_required_to_save
+                            .to_le_bytes()
+                            .to_vec(),
+                    ),
+                    "preallocate_segments" => {
+                        (KIND_BOOL, vec![u8::from(self.preallocate_segments)])
+                    }
+                    other => unreachable!("{other} has no effective value"),
+                };
+                Effective {
+                    key,
+                    kind,
+                    value,
+                    explicit: self.explicit & (1 << index) != 0,
+                }
+            })
+            .collect()
+    }
+}
+
 fn apply(
     mut topic: TopicOptions,
     options: &WireOptions,
@@ -129,6 +215,16 @@ fn apply(
                 key: String::from_utf8_lossy(entry.key).into_owned(),
                 why: "option keys are strings".into(),
             })?;
+        let (key, derived) = match key.strip_prefix(DERIVED_PREFIX) {
+            Some(bare) if allowed == Mutability::CreateOnly => (bare, true),
+            Some(_) => {
+                return Err(NodeError::UnsupportedOptionKey {
+                    key: key.into(),
+                    why: "a derived option is filled at a topic's creation only".into(),
+                })
+            }
+            None => (key, false),
+        };
         let value = Value {
             key,
             kind: entry.value_kind.0,
@@ -140,7 +236,7 @@ fn apply(
                 why: "enforce_fsync was removed: use `durability` (and `consumer_offset_durability` for offsets) instead".into(),
             });
         }
-        let Some((_, mutability)) = KEYS.iter().find(|(k, _)| *k == key) else {
+        let Some(index) = KEYS.iter().position(|(k, _)| *k == key) else {
             return Err(NodeError::UnsupportedOptionKey {
                 key: key.into(),
                 why: format!(
@@ -149,10 +245,16 @@ fn apply(
                 ),
             });
         };
-        if allowed == Mutability::Updatable && *mutability == Mutability::CreateOnly {
+        if allowed == Mutability::Updatable && KEYS[index].1 == Mutability::CreateOnly {
             return Err(value.invalid("create-only: it cannot be changed on an existing topic"));
         }
         set(&mut topic, &value)?;
+        let bit = 1u16 << index;
+        topic.explicit = if derived {
+            topic.explicit & !bit
+        } else {
+            topic.explicit | bit
+        };
     }
     let config = topic.config();
     config
@@ -395,7 +497,43 @@ mod tests {
             ("consumer_offset_durability", KIND_STRING, b"replicated"),
             ("durability", KIND_STRING, b"replicated"),
         ]);
-        assert_eq!(for_create(&o).unwrap(), TopicOptions::default());
+        let created = for_create(&o).unwrap();
+        assert_eq!(created.config(), TopicOptions::default().config());
+        let explicit: Vec<&str> = created
+            .effective()
+            .into_iter()
+            .filter(|e| e.explicit)
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(explicit, ["durability", "consumer_offset_durability"]);
+    }
+
+    #[test]
+    fn a_derived_key_sets_the_option_but_not_as_the_clients_choice() {
+        let derived = format!("{DERIVED_PREFIX}messages_required_to_save");
+        let o = options(&[
+            (derived.as_str(), KIND_UINT32, &7u32.to_le_bytes()),
+            ("durability", KIND_STRING, b"persisted"),
+        ]);
+        let created = for_create(&o).unwrap();
+        assert_eq!(created.messages_required_to_save, 7);
+        let effective = created.effective();
+        assert_eq!(effective.len(), KEYS.len(), "every option is reported");
+        let find = |key: &str| effective.iter().find(|e| e.key == key).unwrap().clone();
+        assert!(!find("messages_required_to_save").explicit);
+        assert_eq!(find("messages_required_to_save").value, 7u32.to_le_bytes());
+        assert!(find("durability").explicit);
+        assert_eq!(find("durability").value, b"persisted");
+        assert!(!find("segment_size").explicit);
+        // An update may not use the prefix; it marks what it sets as explicit.
+        let update = options(&[(derived.as_str(), KIND_UINT32, &8u32.to_le_bytes())]);
+        assert!(for_update(created, &update).is_err());
+        let expiry = options(&[("message_expiry", KIND_UINT64, &5u64.to_le_bytes())]);
+        let updated = for_update(created, &expiry).unwrap();
+        assert!(updated
+            .effective()
+            .iter()
+            .any(|e| e.key == "message_expiry" && e.explicit));
     }
 
     #[test]

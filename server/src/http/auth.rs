@@ -3,11 +3,11 @@
 //! incarnation and password, so the command layer's own checks revoke it exactly as they
 //! revoke a TCP session. Login, refresh and logout live here too.
 
+use super::bearer::{fingerprint, Claims};
 use super::error::{codes, ApiError};
-use super::token::{fingerprint, Claims};
 use super::Api;
-use crate::connection::Conn;
-use crate::session::{Dedup, Session};
+use crate::command::login::{self, LoginRefused};
+use crate::command::{self, Caller, Command, Context, Reply, Session};
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use std::net::SocketAddr;
@@ -21,10 +21,22 @@ fn token_fingerprint(hash: &cairn_engine::state::tokens::TokenHash) -> u64 {
     u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
 }
 
-/// An authenticated request: its connection state for the command layer, and its claims.
+/// An authenticated request: the session its token stands for, and the token's claims.
 pub struct Authed {
-    pub conn: Conn,
+    pub cx: Arc<Context>,
+    pub session: Session,
     pub claims: Claims,
+}
+
+impl Authed {
+    /// Runs `command` as this request's session (HTTP callers are not listed connections).
+    pub async fn run(&self, command: Command) -> Result<Reply, ApiError> {
+        let caller = Caller {
+            session: &self.session,
+            client_id: 0,
+        };
+        Ok(command::execute(&self.cx, &caller, command).await?)
+    }
 }
 
 fn bearer(parts: &Parts) -> Option<&str> {
@@ -55,8 +67,10 @@ impl FromRequestParts<Arc<Api>> for Authed {
             ));
         };
         let (claims, session) = api.authenticate(token)?;
+        tracing::trace!(peer = %peer(parts), user = session.user_id, "authenticated");
         Ok(Authed {
-            conn: api.conn(peer(parts), Some(session)),
+            cx: api.cx.clone(),
+            session,
             claims,
         })
     }
@@ -69,12 +83,7 @@ impl Api {
     fn authenticate(&self, token: &str) -> Result<(Claims, Session), ApiError> {
         let claims = self.verify(token)?;
         let session = self.session_for(&claims)?;
-        let now = self.shared.env.clock.wall_micros();
-        if let Err(why) = session.still_valid(&self.shared.node.view(), now) {
-            return Err(ApiError::unauthenticated(format!(
-                "the access token's session was revoked: {why:?}"
-            )));
-        }
+        command::session::check(&self.cx, &session, &self.cx.node.view())?;
         Ok((claims, session))
     }
 
@@ -97,7 +106,7 @@ impl Api {
     /// (and, for a token issued for a personal access token, that token still exists; the
     /// session check then judges its expiry, as it does for a TCP session).
     fn session_for(&self, claims: &Claims) -> Result<Session, ApiError> {
-        let view = self.shared.node.view();
+        let view = self.cx.node.view();
         let revoked = || ApiError::unauthenticated("the access token's user no longer holds it");
         let user = view
             .user(claims.user_id)
@@ -124,31 +133,18 @@ impl Api {
             user_id: claims.user_id,
             incarnation: claims.incarnation,
             password_hash: user.password_hash.clone(),
-            node: self.shared.node.client(client),
-            dedup: Dedup::default(),
+            node: self.cx.node.client(client),
             token,
         })
     }
 
-    /// A connection state for one request (not in the registry: HTTP has no connection to
-    /// list).
-    pub fn conn(&self, peer: SocketAddr, session: Option<Session>) -> Conn {
-        Conn {
-            shared: self.shared.clone(),
-            peer,
-            id: 0,
-            session,
-            connected_at: 0,
-        }
-    }
-
     pub fn now_secs(&self) -> u64 {
-        self.shared.env.clock.wall_micros() / 1_000_000
+        self.cx.env.clock.wall_micros() / 1_000_000
     }
 
     /// A bearer token for a session a login just made.
     pub fn issue(&self, session: &Session) -> Issued {
-        let login = self.shared.env.entropy.next_u64();
+        let login = self.cx.env.entropy.next_u64();
         self.issue_for(
             login,
             session.user_id,
@@ -209,15 +205,15 @@ pub async fn login(
     super::body::Json(request): super::body::Json<iggy_common::login_user::LoginUser>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
     let password = secrecy::ExposeSecret::expose_secret(&request.password);
-    let session = crate::handlers::session_for_password(
-        &api.shared,
+    let session = login::with_password(
+        &api.cx,
         HTTP_CLIENT_BIT,
         peer.ip(),
         &request.username,
         password,
     )
     .await
-    .map_err(|refused| ApiError::from(refused.status))?;
+    .map_err(|refused| ApiError::from(refused.status()))?;
     tracing::debug!(user = session.user_id, "http login");
     Ok(axum::Json(api.issue(&session).identity()))
 }
@@ -232,15 +228,15 @@ pub async fn login_with_personal_access_token(
     >,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
     let raw = secrecy::ExposeSecret::expose_secret(&request.token);
-    let session = crate::handlers::session_for_token(&api.shared, HTTP_CLIENT_BIT, peer.ip(), raw)
+    let session = login::with_token(&api.cx, HTTP_CLIENT_BIT, peer.ip(), raw)
         .await
-        .map_err(|refused| match refused.status.code {
+        .map_err(|refused| match refused {
             // An inactive user's token reads as no token (as Iggy answers it over HTTP).
-            47 => ApiError::client(
+            LoginRefused::Inactive(_) => ApiError::client(
                 codes::INVALID_PERSONAL_ACCESS_TOKEN,
                 "invalid personal access token",
             ),
-            _ => ApiError::from(refused.status),
+            other => ApiError::from(other.status()),
         })?;
     tracing::debug!(
         user = session.user_id,

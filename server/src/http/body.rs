@@ -1,11 +1,13 @@
 //! Request bodies and queries: bounded, decoded with the types Iggy's SDK sends
-//! (`iggy_common`), and refused with a 400 that names the field at fault.
+//! (`iggy_common`), and refused with a 400 that names the field at fault — a field the
+//! command does not know included: a request is never half understood (a `durability`
+//! beside a topic's name instead of under its `options` would otherwise be dropped).
 
 use super::error::{codes, ApiError};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed};
 
 /// A JSON body decoded as `T`.
 pub struct Json<T>(pub T);
@@ -35,23 +37,91 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
                     error
                 }
             })?;
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            ApiError::field(
-                codes::INVALID_FORMAT,
-                field_of(e.path()),
-                format!("invalid JSON body: {}", e.inner()),
-            )
+        decode_known(&bytes).map(Json)
+    }
+}
+
+/// `T` from a JSON body, refusing any field `T` does not know, naming it.
+fn decode_known<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let unknown = std::cell::RefCell::new(None);
+    let seed = Known {
+        unknown: &unknown,
+        of: std::marker::PhantomData,
+    };
+    let decoded = decode_seed(bytes, seed);
+    match (decoded, unknown.into_inner()) {
+        (Err(_), Some(path)) => Err(ApiError::field(
+            codes::INVALID_FORMAT,
+            path.clone(),
+            unknown_field(&path),
+        )),
+        (decoded, _) => decoded,
+    }
+}
+
+/// `T`, refusing any field `T` does not know (`serde_ignored` reports what `T` would skip);
+/// the first such field's path is left in `unknown`.
+struct Known<'a, T> {
+    unknown: &'a std::cell::RefCell<Option<String>>,
+    of: std::marker::PhantomData<T>,
+}
+
+impl<'de, T: serde::Deserialize<'de>> DeserializeSeed<'de> for Known<'_, T> {
+    type Value = T;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        let value = serde_ignored::deserialize(deserializer, |path| {
+            self.unknown
+                .borrow_mut()
+                .get_or_insert_with(|| path.to_string());
         })?;
-        de.end().map_err(|e| {
+        match self.unknown.borrow().as_deref() {
+            None => Ok(value),
+            Some(path) => Err(serde::de::Error::custom(unknown_field(path))),
+        }
+    }
+}
+
+/// What to say of a field nobody asked for; a topic option at the top level is a common
+/// slip, named as such.
+fn unknown_field(path: &str) -> String {
+    const TOPIC_OPTIONS: [&str; 4] = [
+        "durability",
+        "consumer_offset_durability",
+        "segment_size",
+        "replication_factor",
+    ];
+    if TOPIC_OPTIONS.contains(&path) {
+        format!("unknown field `{path}`: topic options go under `options`")
+    } else {
+        format!("unknown field `{path}`")
+    }
+}
+
+/// Decodes a JSON body with `seed`, refusing it with a 400 that names the field at fault.
+pub fn decode_seed<'de, S: DeserializeSeed<'de>>(
+    bytes: &'de [u8],
+    seed: S,
+) -> Result<S::Value, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut track = serde_path_to_error::Track::new();
+    let value = seed
+        .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
+        .map_err(|e| {
             ApiError::field(
                 codes::INVALID_FORMAT,
-                ".",
+                field_of(&track.path()),
                 format!("invalid JSON body: {e}"),
             )
         })?;
-        Ok(Json(value))
-    }
+    de.end().map_err(|e| {
+        ApiError::field(
+            codes::INVALID_FORMAT,
+            ".",
+            format!("invalid JSON body: {e}"),
+        )
+    })?;
+    Ok(value)
 }
 
 /// A query string decoded as `T`.

@@ -4,30 +4,12 @@
 //! client's faults, 503 for conditions that pass (a stopped node, a fenced partition, a full
 //! queue or disk), 500 only for the server's own failures.
 
-use crate::handlers::{Fault, Status};
+use crate::command::{Fault, Status};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-/// Iggy's error codes the HTTP table needs by name.
-pub mod codes {
-    pub const ERROR: u32 = 1;
-    pub const INVALID_COMMAND: u32 = 3;
-    pub const INVALID_FORMAT: u32 = 4;
-    pub const RESOURCE_NOT_FOUND: u32 = 20;
-    pub const UNAUTHENTICATED: u32 = 40;
-    pub const UNAUTHORIZED: u32 = 41;
-    pub const INVALID_CREDENTIALS: u32 = 42;
-    pub const INVALID_PERSONAL_ACCESS_TOKEN_NAME: u32 = 50;
-    pub const INVALID_PERSONAL_ACCESS_TOKEN: u32 = 53;
-    pub const PERSONAL_ACCESS_TOKEN_EXPIRED: u32 = 54;
-    pub const FEATURE_UNAVAILABLE: u32 = 5;
-    pub const ACCESS_TOKEN_MISSING: u32 = 77;
-    pub const INVALID_ACCESS_TOKEN: u32 = 78;
-    pub const CLIENT_NOT_FOUND: u32 = 100;
-    pub const INVALID_NUMBER_VALUE: u32 = 84;
-    pub const INVALID_MESSAGES_COUNT: u32 = 4009;
-}
+pub use crate::command::codes;
 
 /// Codes a 404 answers: the named entity does not exist.
 const NOT_FOUND: [u32; 13] = [

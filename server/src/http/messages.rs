@@ -1,32 +1,26 @@
-//! Sending and polling messages over HTTP. A send's completion follows the durability
-//! page's table: by default (or `?ack=replicated`) `201 Created` once the write completed
-//! under the topic's policy, with `Iggy-Durability: replicated` or `persisted` saying which;
-//! with `?ack=none`, `202 Accepted` and `Iggy-Durability: none` once the partition's owner
-//! queued the batch, without waiting for it.
+//! Sending and polling messages over HTTP. What a send's answer promises is the command
+//! layer's table ([`crate::command::messages`]): by default (or `?ack=replicated`) `201
+//! Created` once the write completed under the topic's policy, with `Iggy-Durability:
+//! replicated` or `persisted` saying which; with `?ack=none`, `202 Accepted` and
+//! `Iggy-Durability: none` once the partition's owner queued the batch.
 
 use super::auth::Authed;
-use super::body::{Json, Query};
+use super::body::{self, Query};
 use super::error::{codes, ApiError};
-use super::routes::{call, id, invalid};
+use super::poll_body::PolledJson;
+use super::routes::{done, id, invalid, number, reply};
+use super::send_body::{self, SendBody, Stamp};
 use super::Api;
-use crate::handlers::{self, Ack};
+use crate::command::messages::DURABILITY_HEADER;
+use crate::command::{Ack, Command, Send};
 use axum::extract::Path;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use bytes::BytesMut;
-use iggy_binary_protocol::codes::{
-    FLUSH_UNSAVED_BUFFER_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE,
-};
-use iggy_binary_protocol::requests::messages::{
-    FlushUnsavedBufferRequest, PollMessagesRequest, RawMessage, SendMessagesEncoder,
-};
+use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_common::wire_conversions as wire;
 use std::sync::Arc;
-
-/// The completion header's name.
-pub const DURABILITY_HEADER: &str = "iggy-durability";
 
 pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
     Router::new()
@@ -60,21 +54,38 @@ async fn send(
     a: Authed,
     Path((stream_id, topic_id)): Path<(String, String)>,
     Query(query): Query<SendQuery>,
-    Json(request): Json<iggy_common::SendMessages>,
+    raw: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let ack = match query.ack {
         Some(AckQuery::None) => Ack::Dispatched,
         Some(AckQuery::Replicated) | None => Ack::Awaited,
     };
-    let body = wire_body(&a, &stream_id, &topic_id, &request)?;
-    // A send is the one command HTTP runs outside the command table (it needs the landing,
-    // not the reply body): it is counted here as the table counts the others.
-    let sent = handlers::send_with(&a.conn, body, ack).await;
-    let status = sent.as_ref().map_or_else(|s| s.code, |_| 0);
-    a.conn.shared.metrics.command(SEND_MESSAGES_CODE, status);
-    let sent = sent?;
-    let (status, durability, body) = match sent.landed {
-        None => (StatusCode::ACCEPTED, "none", Vec::new()),
+    let stream = id("stream_id", &stream_id)?;
+    let topic = id("topic_id", &topic_id)?;
+    let SendBody {
+        partitioning,
+        count,
+        batch,
+    } = decode_send(&a, &raw)?;
+    drop(raw);
+    if count == 0 {
+        return Err(ApiError::field(
+            codes::INVALID_MESSAGES_COUNT,
+            "messages",
+            "a send needs at least one message",
+        ));
+    }
+    let command = Command::SendMessages(Send {
+        stream,
+        topic,
+        partitioning,
+        count,
+        batch,
+        ack,
+    });
+    let sent = reply!(a.run(command).await?, Sent);
+    let mut response = match sent.landed {
+        None => StatusCode::ACCEPTED.into_response(),
         Some(landed) => {
             let confirmations = iggy_common::SendMessagesConfirmations {
                 confirmations: vec![iggy_common::SendMessagesConfirmation {
@@ -84,77 +95,35 @@ async fn send(
                     base_offset: landed.base_offset,
                 }],
             };
-            let durability = if landed.durable {
-                "persisted"
-            } else {
-                "replicated"
-            };
-            let json = serde_json::to_vec(&confirmations).expect("serializable");
-            (StatusCode::CREATED, durability, json)
+            (StatusCode::CREATED, axum::Json(confirmations)).into_response()
         }
     };
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(DURABILITY_HEADER, HeaderValue::from_static(durability));
-    if sent.landed.is_some() {
-        headers.insert(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-    }
+    response.headers_mut().insert(
+        DURABILITY_HEADER,
+        HeaderValue::from_static(sent.durability()),
+    );
     Ok(response)
 }
 
-/// The binary protocol's send body for a JSON send: the same bytes an SDK would frame.
-/// Messages without an id get a random one (the producer owns ids; over HTTP the server
-/// stands in for it).
-fn wire_body(
-    a: &Authed,
-    stream_id: &str,
-    topic_id: &str,
-    request: &iggy_common::SendMessages,
-) -> Result<BytesMut, ApiError> {
-    if request.batch.count() == 0 {
-        return Err(ApiError::field(
-            codes::INVALID_MESSAGES_COUNT,
-            "messages",
-            "a send needs at least one message",
-        ));
-    }
-    let entropy = &a.conn.shared.env.entropy;
-    let views: Vec<_> = request.batch.iter().collect();
-    let messages: Vec<RawMessage<'_>> = views
-        .iter()
-        .map(|m| RawMessage {
-            id: match m.header().id() {
-                0 => (u128::from(entropy.next_u64()) << 64) | u128::from(entropy.next_u64()),
-                id => id,
-            },
-            origin_timestamp: m.header().origin_timestamp(),
-            headers: m.user_headers(),
-            payload: m.payload(),
-        })
-        .collect();
-    let stream = id("stream_id", stream_id)?;
-    let topic = id("topic_id", topic_id)?;
-    let partitioning = wire::partitioning_to_wire(&request.partitioning).map_err(invalid)?;
-    let mut body = BytesMut::with_capacity(SendMessagesEncoder::encoded_size(
-        &stream,
-        &topic,
-        &partitioning,
-        &messages,
-    ));
-    SendMessagesEncoder::encode(&mut body, &stream, &topic, &partitioning, &messages)
-        .map_err(|e| ApiError::field(codes::INVALID_COMMAND, "messages", e.to_string()))?;
-    Ok(body)
+/// The send body as a batch: message ids the body leaves out are drawn from the server's
+/// entropy; the batch's origin timestamp is the server's clock.
+fn decode_send(a: &Authed, raw: &[u8]) -> Result<SendBody, ApiError> {
+    let env = &a.cx.env;
+    let mut next_id =
+        || (u128::from(env.entropy.next_u64()) << 64) | u128::from(env.entropy.next_u64());
+    let stamp = Stamp {
+        origin_timestamp: env.clock.wall_micros(),
+        next_id: &mut next_id,
+    };
+    body::decode_seed(raw, send_body::Seed(stamp))
 }
 
 async fn poll(
-    mut a: Authed,
+    a: Authed,
     Path((stream_id, topic_id)): Path<(String, String)>,
     Query(q): Query<iggy_common::PollMessages>,
-) -> Result<axum::Json<iggy_common::PolledMessages>, ApiError> {
-    let request = PollMessagesRequest {
+) -> Result<Response, ApiError> {
+    let command = Command::PollMessages(PollMessagesRequest {
         consumer: wire::consumer_to_wire(&q.consumer).map_err(invalid)?,
         stream_id: id("stream_id", &stream_id)?,
         topic_id: id("topic_id", &topic_id)?,
@@ -162,23 +131,28 @@ async fn poll(
         strategy: wire::polling_strategy_to_wire(&q.strategy),
         count: q.count,
         auto_commit: q.auto_commit,
-    };
-    let body = call(&mut a, POLL_MESSAGES_CODE, &request).await?;
-    let polled = iggy_common::PolledMessages::from_bytes(body.into()).map_err(|e| {
-        ApiError::client(codes::ERROR, format!("a poll reply does not decode: {e}"))
+    });
+    let polled = reply!(a.run(command).await?, Polled);
+    let json = serde_json::to_vec(&PolledJson(&polled)).map_err(|e| {
+        tracing::error!(error = %e, "a poll's batches do not encode");
+        ApiError::client(codes::ERROR, format!("a poll's batches do not encode: {e}"))
             .with_status(StatusCode::INTERNAL_SERVER_ERROR)
     })?;
-    Ok(axum::Json(polled))
+    let mut response = json.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 async fn flush(
-    mut a: Authed,
+    a: Authed,
     Path((stream_id, topic_id, partition_id, fsync)): Path<(String, String, String, String)>,
 ) -> Result<Response, ApiError> {
-    let partition_id = super::routes::number("partition_id", &partition_id)?;
-    let fsync = match fsync.as_str() {
-        "fsync=true" | "true" => true,
-        "fsync=false" | "false" => false,
+    let _partition = number("partition_id", &partition_id)?;
+    match fsync.as_str() {
+        "fsync=true" | "true" | "fsync=false" | "false" => {}
         other => {
             return Err(ApiError::field(
                 codes::INVALID_FORMAT,
@@ -186,13 +160,9 @@ async fn flush(
                 format!("expected fsync=true or fsync=false, got {other:?}"),
             ))
         }
-    };
-    let request = FlushUnsavedBufferRequest {
-        stream_id: id("stream_id", &stream_id)?,
-        topic_id: id("topic_id", &topic_id)?,
-        partition_id,
-        fsync,
-    };
-    call(&mut a, FLUSH_UNSAVED_BUFFER_CODE, &request).await?;
+    }
+    let _names = (id("stream_id", &stream_id)?, id("topic_id", &topic_id)?);
+    let code = iggy_binary_protocol::codes::FLUSH_UNSAVED_BUFFER_CODE;
+    done(&a, Command::Unserved(code)).await?;
     Ok(StatusCode::OK.into_response())
 }

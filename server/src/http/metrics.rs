@@ -8,8 +8,8 @@
 use super::auth::Authed;
 use super::error::ApiError;
 use super::{Api, MetricsAccess};
-use crate::permissions::Action;
-use crate::server::Shared;
+use crate::command::permissions::{self, Action};
+use crate::command::Context;
 use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
@@ -51,10 +51,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(shared: Arc<Shared>) -> Metrics {
+    pub fn new(cx: Arc<Context>) -> Metrics {
         let mut registry = Registry::default();
-        let data_dir = shared.node.root().to_path_buf();
-        let command = &shared.metrics;
+        let data_dir = cx.node.root().to_path_buf();
+        let command = &cx.metrics;
         let http_requests = Family::<HttpLabels, Counter>::default();
         let per_topic = [
             (
@@ -93,7 +93,7 @@ impl Metrics {
         );
         let node = Arc::new(Mutex::new(None));
         registry.register_collector(Box::new(NodeCollector {
-            shared,
+            cx: cx.clone(),
             node: node.clone(),
         }));
         registry.register_collector(Box::new(ProcessCollector { data_dir }));
@@ -123,9 +123,9 @@ async fn scrape(
     if needs_token(api.settings.metrics, peer.ip()) {
         let (mut parts, _) = request.into_parts();
         let authed = Authed::from_request_parts(&mut parts, &api).await?;
-        crate::handlers::require(&authed.conn, Action::ReadServers)?;
+        permissions::require(&authed.session, &api.cx.node.view(), Action::ReadServers)?;
     }
-    let node = api.shared.node.metrics().await;
+    let node = api.cx.node.metrics().await;
     let mut response = api.metrics.encode(node).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -192,7 +192,7 @@ fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) ->
 
 /// The node's figures, read at scrape time.
 struct NodeCollector {
-    shared: Arc<Shared>,
+    cx: Arc<Context>,
     node: Arc<Mutex<Option<NodeMetrics>>>,
 }
 
@@ -204,15 +204,15 @@ impl std::fmt::Debug for NodeCollector {
 
 impl prometheus_client::collector::Collector for NodeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let shared = &self.shared;
-        let open = i64::try_from(shared.registry.len()).unwrap_or(i64::MAX);
+        let cx = &self.cx;
+        let open = i64::try_from(cx.registry.len()).unwrap_or(i64::MAX);
         gauge(
             &mut encoder,
             "cairn_connections_open",
             "Binary-protocol connections open",
             open,
         )?;
-        let stats = shared.node.stats();
+        let stats = cx.node.stats();
         let counters: [(&str, &str, u64); 8] = [
             (
                 "cairn_persists",
@@ -258,14 +258,14 @@ impl prometheus_client::collector::Collector for NodeCollector {
         for (name, help, value) in counters {
             counter(&mut encoder, name, help, value)?;
         }
-        let stopped = i64::from(shared.node.failure().is_some());
+        let stopped = i64::from(cx.node.failure().is_some());
         gauge(
             &mut encoder,
             "cairn_node_stopped",
             "1 when the node stopped (it refuses every request until restarted)",
             stopped,
         )?;
-        let view = shared.node.view();
+        let view = cx.node.view();
         gauge(
             &mut encoder,
             "cairn_streams",
@@ -390,7 +390,7 @@ fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Re
         MetricType::Gauge,
     )?;
     for ((stream_id, topic_id), bytes) in &m.journal_bytes_by_topic {
-        let labels = crate::metrics::TopicLabels {
+        let labels = crate::command::metrics::TopicLabels {
             stream_id: *stream_id,
             topic_id: *topic_id,
         };

@@ -1,44 +1,56 @@
 //! The HTTP API in Iggy's shape (paths, methods, JSON bodies and replies, bearer tokens), so
-//! the `iggy` SDK's HTTP transport works unmodified. It is one more adapter over the command
-//! layer the binary protocol uses, with no state of its own beyond its signing key and the
-//! logged-out token ids:
+//! the `iggy` SDK's HTTP transport works unmodified. It is a leaf adapter over the command
+//! layer, with no state of its own beyond its signing key and the logged-out token ids:
 //!
 //! ```text
-//! JSON body / query (iggy_common's types) ──► the wire request (iggy_binary_protocol)
-//!     ──► handlers::execute (session check, permissions, node) ──► the wire reply
-//!     ──► iggy_common's model ──► JSON
+//! JSON body / query / path (iggy_common's types) ──► a typed command::Command
+//!     ──► command::execute (session check, permissions, node) ──► a typed command::Reply
+//!     ──► iggy_common's model (its own conversions from the codec's response types) ──► JSON
 //! ```
 //!
-//! Both conversions are Iggy's own (`iggy_common::wire_conversions`), so a field the SDK
-//! reads is the field the binary protocol carries.
+//! Architecture invariant: this adapter never builds or reads the binary protocol's bytes.
+//! A send's JSON is decoded straight into a batch in the stored format (each payload's
+//! base64 decoded once, at its final offset: [`send_body`]); a poll's JSON is encoded
+//! straight from the stored batches ([`poll_body`]). The conversions of everything else are
+//! Iggy's own (`iggy_common::wire_conversions`), so a field the SDK reads is the field the
+//! binary protocol carries.
 //!
-//! - [`token`]: signed, expiring bearer tokens and the bounded logout list (sans-IO);
+//! - [`bearer`]: signed, expiring bearer tokens and the bounded logout list (sans-IO);
 //! - [`auth`]: token → session, login, refresh, logout;
-//! - [`body`]: bounded JSON bodies and queries, refused with the field at fault;
+//! - [`body`]: bounded JSON bodies and queries, refused with the field at fault (unknown
+//!   fields included);
 //! - [`error`]: Iggy's error JSON and the status table;
-//! - [`routes`]: the resources;
+//! - [`routes`]: the route table and the helpers every resource shares; the resources:
+//!   [`system`], [`users`], [`streams`], [`consumers`], [`messages`], [`personal_tokens`];
 //! - [`metrics`]: `GET /metrics` in Prometheus' text format.
 //!
 //! Unlike the binary listener this runs on tokio directly (axum), not on the `Env` seam: the
 //! simulator drives the binary protocol only.
 
 pub mod auth;
+pub mod bearer;
 pub mod body;
+pub mod consumers;
 pub mod error;
 pub mod listen;
 pub mod messages;
 pub mod metrics;
+pub mod personal_tokens;
+pub mod poll_body;
 pub mod routes;
-pub mod token;
-pub mod tokens;
+pub mod send_body;
+pub mod streams;
+pub mod system;
+pub mod users;
 
-use crate::server::Shared;
+use crate::command::Context;
 use axum::Router;
+use bearer::{Revocations, SigningKey};
+use cairn_engine::env::chan::Latch;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use token::{Revocations, SigningKey};
 
 /// The largest body of any request but a send.
 pub const SMALL_BODY_BYTES: usize = 64 * 1024;
@@ -75,7 +87,7 @@ pub struct HttpSettings {
 
 /// What every HTTP request shares.
 pub struct Api {
-    pub shared: Arc<Shared>,
+    pub cx: Arc<Context>,
     pub settings: HttpSettings,
     pub metrics: metrics::Metrics,
     key: SigningKey,
@@ -122,16 +134,19 @@ pub fn router(api: Arc<Api>) -> Router {
 // The one place the HTTP adapter meets sockets: axum serves a tokio listener, outside the
 // `Env` seam (the simulator drives the binary protocol only).
 #[allow(clippy::disallowed_types)]
-pub fn start(shared: Arc<Shared>, settings: HttpSettings) -> io::Result<HttpServer> {
+pub fn start(
+    cx: Arc<Context>,
+    stopping: Latch<()>,
+    settings: HttpSettings,
+) -> io::Result<HttpServer> {
     let listener = std::net::TcpListener::bind(settings.address)?;
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
     let key = settings.key.clone();
-    let env = shared.env.clone();
-    let stopping = shared.stopping.clone();
+    let env = cx.env.clone();
     let api = Arc::new(Api {
-        metrics: metrics::Metrics::new(shared.clone()),
-        shared,
+        metrics: metrics::Metrics::new(cx.clone()),
+        cx,
         settings,
         key,
         revoked: Revocations::default(),

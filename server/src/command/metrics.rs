@@ -24,8 +24,8 @@ pub struct CommandLabels {
     pub status: &'static str,
 }
 
-/// The command layer's counters.
-#[derive(Default, Debug)]
+/// The command layer's counters (a clone shares them).
+#[derive(Default, Debug, Clone)]
 pub struct CommandMetrics {
     pub messages_produced: Family<TopicLabels, Counter>,
     pub bytes_produced: Family<TopicLabels, Counter>,
@@ -63,8 +63,7 @@ impl CommandMetrics {
 
     /// One command answered: `status` is 0 for success, else Iggy's error code.
     pub fn command(&self, code: u32, status: u32) {
-        let command = iggy_binary_protocol::dispatch::lookup_command(code)
-            .map_or("unknown", |meta| meta.name);
+        let command = super::table::label(code);
         let status = match status {
             0 => "ok",
             code => iggy_common::IggyError::from_code_as_string(code),

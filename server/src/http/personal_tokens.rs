@@ -4,24 +4,17 @@
 
 use super::auth::Authed;
 use super::body::Json;
-use super::error::ApiError;
-use super::routes::{call, decode};
+use super::error::{codes, ApiError};
+use super::routes::{done, name, reply};
 use super::Api;
+use crate::command::Command;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
-use iggy_binary_protocol::codes::{
-    CREATE_PERSONAL_ACCESS_TOKEN_CODE, DELETE_PERSONAL_ACCESS_TOKEN_CODE,
-    GET_PERSONAL_ACCESS_TOKENS_CODE,
-};
 use iggy_binary_protocol::requests::personal_access_tokens::{
     CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
-    GetPersonalAccessTokensRequest,
-};
-use iggy_binary_protocol::responses::personal_access_tokens::{
-    GetPersonalAccessTokensResponse, RawPersonalAccessTokenResponse,
 };
 use iggy_binary_protocol::WireName;
 use iggy_common::wire_conversions as wire;
@@ -39,47 +32,33 @@ pub fn routes() -> Router<Arc<Api>> {
         )
 }
 
-fn token_name(name: &str) -> Result<WireName, ApiError> {
-    WireName::new(name).map_err(|_| {
-        ApiError::field(
-            super::error::codes::INVALID_PERSONAL_ACCESS_TOKEN_NAME,
-            "name",
-            format!("a token name must be 1 to 255 bytes, got {}", name.len()),
-        )
-    })
+fn token_name(value: &str) -> Result<WireName, ApiError> {
+    name("name", codes::INVALID_PERSONAL_ACCESS_TOKEN_NAME, value)
 }
 
 async fn list(
-    mut a: Authed,
+    a: Authed,
 ) -> Result<axum::Json<Vec<iggy_common::PersonalAccessTokenInfo>>, ApiError> {
-    let body = call(
-        &mut a,
-        GET_PERSONAL_ACCESS_TOKENS_CODE,
-        &GetPersonalAccessTokensRequest,
-    )
-    .await?;
-    let tokens = decode::<GetPersonalAccessTokensResponse>(&body)?;
+    let tokens = reply!(a.run(Command::GetPersonalAccessTokens).await?, Tokens);
     Ok(axum::Json(wire::personal_access_tokens_from_wire(tokens)))
 }
 
 async fn create(
-    mut a: Authed,
+    a: Authed,
     Json(r): Json<iggy_common::create_personal_access_token::CreatePersonalAccessToken>,
 ) -> Result<Response, ApiError> {
-    let request = CreatePersonalAccessTokenRequest {
+    let command = Command::CreatePersonalAccessToken(CreatePersonalAccessTokenRequest {
         name: token_name(&r.name)?,
         expiry: u64::from(r.expiry),
-    };
-    let body = call(&mut a, CREATE_PERSONAL_ACCESS_TOKEN_CODE, &request).await?;
-    let raw: iggy_common::RawPersonalAccessToken =
-        decode::<RawPersonalAccessTokenResponse>(&body)?.into();
+    });
+    let raw: iggy_common::RawPersonalAccessToken = reply!(a.run(command).await?, RawToken).into();
     Ok((StatusCode::CREATED, axum::Json(raw)).into_response())
 }
 
-async fn remove(mut a: Authed, Path(name): Path<String>) -> Result<Response, ApiError> {
-    let request = DeletePersonalAccessTokenRequest {
+async fn remove(a: Authed, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let command = Command::DeletePersonalAccessToken(DeletePersonalAccessTokenRequest {
         name: token_name(&name)?,
-    };
-    call(&mut a, DELETE_PERSONAL_ACCESS_TOKEN_CODE, &request).await?;
+    });
+    done(&a, command).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

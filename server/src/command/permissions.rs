@@ -11,6 +11,11 @@
 //! - `poll_messages` and `send_messages` at each level cover everything beneath;
 //! - `manage_users` ⇒ `read_users`; `manage_servers` ⇒ `read_servers`.
 
+use super::session::Session;
+use super::status::{codes, Status};
+use super::table::Rule;
+use super::{Call, Resolved};
+use cairn_engine::node::MetaView;
 use iggy_binary_protocol::{WirePermissions, WireStreamPermissions, WireTopicPermissions};
 
 /// The root user's id: it holds every permission.
@@ -112,6 +117,35 @@ pub fn allowed(user: u32, permissions: Option<&WirePermissions>, action: Action)
                     sp.send_messages || topic(sp, t).is_some_and(|tp| tp.send_messages)
                 })
         }
+    }
+}
+
+/// Whether the call's session may run a command whose row says `rule`, on what its names
+/// resolved to.
+pub fn check(call: &Call<'_>, rule: Rule) -> Result<(), Status> {
+    let own_user = call.session().user_id;
+    let action = match (rule, call.target) {
+        (Rule::Open, _) => return Ok(()),
+        (Rule::Server(action), _) => action,
+        (Rule::Stream(action), Resolved::Stream(s)) => action(s),
+        (Rule::Topic(action), Resolved::Topic(s, t)) => action(s, t),
+        (Rule::OwnOr(_), Resolved::User(user)) if user == own_user => return Ok(()),
+        (Rule::OwnOr(_), Resolved::Client(id)) if id == call.caller.client_id => return Ok(()),
+        (Rule::OwnOr(action), Resolved::User(_) | Resolved::Client(_)) => action,
+        (rule, target) => {
+            unreachable!("the table's rule {rule:?} does not fit a command that names {target:?}")
+        }
+    };
+    require(call.session(), call.view, action)
+}
+
+/// Refuses unless `session`'s user may do `action` (as `view` holds its permissions).
+pub fn require(session: &Session, view: &MetaView, action: Action) -> Result<(), Status> {
+    if allowed(session.user_id, session.permissions(view).as_ref(), action) {
+        Ok(())
+    } else {
+        tracing::debug!(user = session.user_id, ?action, "permission denied");
+        Err(Status::of(codes::UNAUTHORIZED))
     }
 }
 

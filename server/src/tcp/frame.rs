@@ -8,21 +8,12 @@
 //! command byte that is not `Request`, reserved bytes set, a checksum that does not match the
 //! body) is answered with a status and the connection stays usable.
 
+use crate::command::codes as status;
 use bytes::{BufMut, BytesMut};
 use iggy_binary_protocol::{
     Command, EvictionHeader, EvictionReason, Operation, ReplyHeader, RequestHeader, HEADER_SIZE,
     SIZE_FIELD_OFFSET,
 };
-
-/// Iggy's status codes the framing layer answers with (`iggy_common` `IggyError`).
-pub mod status {
-    pub const INVALID_COMMAND: u32 = 3;
-    pub const INVALID_FORMAT: u32 = 4;
-    pub const FEATURE_UNAVAILABLE: u32 = 5;
-    pub const UNAUTHENTICATED: u32 = 40;
-    pub const UNAUTHORIZED: u32 = 41;
-    pub const INVALID_CREDENTIALS: u32 = 42;
-}
 
 /// The framing is broken: the connection must close.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

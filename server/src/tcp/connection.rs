@@ -1,5 +1,5 @@
 //! One connection's task: read a frame, answer it, write the reply; in order, one request at
-//! a time (the 0.11 SDK is lockstep, SPEC §1). A connection therefore holds at most one
+//! a time (the 0.11 SDK is lockstep: `docs/wire.md`, "Framing"). A connection therefore holds at most one
 //! request (≤ `max_frame_bytes`) and one reply in memory: a client that stops reading its
 //! replies blocks its own task in `write_all` (TCP back-pressure) until the idle timeout
 //! closes it, and never grows the server's memory.
@@ -12,11 +12,12 @@
 //! as the login (never in the accept loop): a peer that fails it, or is too slow, ends only
 //! its own connection, with a debug log.
 
-use crate::frame::{self, FrameError};
-use crate::handlers::{self, Answer};
-use crate::registry::ClientEntry;
-use crate::server::Shared;
-use crate::session::Session;
+use super::answer::{self, Answer};
+use super::dedup::Dedup;
+use super::frame::{self, FrameError};
+use super::Listener;
+use crate::command::registry::ClientEntry;
+use crate::command::Session;
 use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::{race, ByteStream, Either};
@@ -31,14 +32,20 @@ use tracing::Instrument;
 
 /// One connection's state.
 pub struct Conn {
-    pub shared: Arc<Shared>,
+    pub listener: Arc<Listener>,
     pub peer: SocketAddr,
     /// Its numeric client id in the registry (renewed at each login).
     pub id: u32,
-    pub session: Option<Session>,
+    pub login: Option<Login>,
     /// Monotonic ns when it connected, or when its last login ended: the handshake timeout
     /// counts from there.
     pub(crate) connected_at: u64,
+}
+
+/// A login bound to the connection: its session and its duplicate table.
+pub struct Login {
+    pub session: Session,
+    pub dedup: Dedup,
 }
 
 /// Why a connection ended.
@@ -64,25 +71,26 @@ enum Ended {
 
 /// Registers the connection and spawns its task; refuses it (closes at once) past the
 /// connection limit.
-pub fn start(shared: Arc<Shared>, stream: Box<dyn ByteStream>, peer: SocketAddr) {
+pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketAddr) {
     let entry = ClientEntry {
         address: peer,
         user_id: None,
         client: 0,
         groups: BTreeSet::new(),
     };
-    let Some(id) = shared.registry.add(entry, shared.limits.max_connections) else {
-        tracing::warn!(%peer, limit = shared.limits.max_connections, "connection refused: too many connections");
+    let limit = listener.limits.max_connections;
+    let Some(id) = listener.cx.registry.add(entry, limit) else {
+        tracing::warn!(%peer, limit, "connection refused: too many connections");
         return;
     };
-    shared.live.fetch_add(1, Ordering::SeqCst);
-    let env = shared.env.clone();
+    listener.live.fetch_add(1, Ordering::SeqCst);
+    let env = listener.cx.env.clone();
     let conn = Conn {
         connected_at: env.clock.monotonic_nanos(),
-        shared,
+        listener,
         peer,
         id,
-        session: None,
+        login: None,
     };
     env.tasks.spawn(Box::pin(serve(conn, stream)));
 }
@@ -101,9 +109,9 @@ async fn serve(mut conn: Conn, stream: Box<dyn ByteStream>) {
             // The stream is dropped: the socket closes (a TLS alert, if any, was sent).
             Err(ended) => tracing::debug!(reason = %ended, "connection closed"),
         }
-        handlers::end_session(&mut conn).await;
-        conn.shared.registry.remove(conn.id);
-        conn.shared.live.fetch_sub(1, Ordering::SeqCst);
+        answer::end_session(&mut conn).await;
+        conn.listener.cx.registry.remove(conn.id);
+        conn.listener.live.fetch_sub(1, Ordering::SeqCst);
     }
     .instrument(span)
     .await
@@ -116,13 +124,13 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The stream requests are read from: the connection's own, or, with TLS on, TLS over it
 /// once the TLS handshake finished within what remains of the handshake timeout.
 async fn secure(conn: &Conn, stream: Box<dyn ByteStream>) -> Result<Box<dyn ByteStream>, Ended> {
-    let Some(config) = &conn.shared.tls else {
+    let Some(config) = &conn.listener.tls else {
         return Ok(stream);
     };
     let mut tls = TlsStream::new(stream, config.clone()).map_err(Ended::Tls)?;
     let (wait, on_timeout) = wait_for_request(conn);
     match race(
-        conn.shared.stopping.wait(),
+        conn.listener.stopping.wait(),
         timed(conn, tls.handshake(), wait),
     )
     .await
@@ -142,10 +150,13 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         }
         // Before a login a frame is small (a Register body is tens of bytes): an anonymous
         // connection cannot make the server hold a large body.
-        let limit = if conn.session.is_some() {
-            conn.shared.limits.max_frame_bytes
+        let limit = if conn.login.is_some() {
+            conn.listener.limits.max_frame_bytes
         } else {
-            conn.shared.limits.max_frame_bytes.min(MAX_ANONYMOUS_FRAME)
+            conn.listener
+                .limits
+                .max_frame_bytes
+                .min(MAX_ANONYMOUS_FRAME)
         };
         let body_len = match frame::body_len(&header, limit) {
             Ok(len) => len,
@@ -158,7 +169,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Some(Err(e)) => return e,
             None => return on_timeout,
         }
-        let answer = handlers::answer(conn, &header, body).await;
+        let answer = answer::answer(conn, &header, body).await;
         let (pieces, close) = match answer {
             Answer::Frame(pieces) => (pieces, false),
             Answer::Evict(frame) => (vec![frame], true),
@@ -172,7 +183,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         if close {
             return Ended::Evicted;
         }
-        if conn.shared.stopping.get().is_some() {
+        if conn.listener.stopping.get().is_some() {
             return Ended::Stopping;
         }
     }
@@ -187,7 +198,7 @@ async fn read_request_start(
 ) -> Result<(), Ended> {
     let (wait, on_timeout) = wait_for_request(conn);
     let read = read_exact(stream, header);
-    match race(conn.shared.stopping.wait(), timed(conn, read, wait)).await {
+    match race(conn.listener.stopping.wait(), timed(conn, read, wait)).await {
         Either::Left(()) => Err(Ended::Stopping),
         Either::Right(None) => Err(on_timeout),
         Either::Right(Some(result)) => result,
@@ -200,12 +211,13 @@ pub const MAX_ANONYMOUS_FRAME: u32 = 64 * 1024;
 /// How long the connection may take over its next request: the idle timeout after a login,
 /// what remains of the handshake timeout before one.
 fn wait_for_request(conn: &Conn) -> (Duration, Ended) {
-    let limits = conn.shared.limits;
-    if conn.session.is_some() {
+    let limits = conn.listener.limits;
+    if conn.login.is_some() {
         return (limits.idle_timeout, Ended::Idle(limits.idle_timeout));
     }
     let elapsed = conn
-        .shared
+        .listener
+        .cx
         .env
         .clock
         .monotonic_nanos()
@@ -224,7 +236,7 @@ async fn timed<T>(
     future: impl std::future::Future<Output = T>,
     limit: Duration,
 ) -> Option<T> {
-    match race(future, conn.shared.env.clock.sleep(limit)).await {
+    match race(future, conn.listener.cx.env.clock.sleep(limit)).await {
         Either::Left(value) => Some(value),
         Either::Right(()) => None,
     }

@@ -3,7 +3,7 @@
 
 use cairn_engine::node::state::{Stream, Topic, User};
 use cairn_engine::node::PartitionInfo;
-use cairn_engine::state::options::Compression;
+use cairn_engine::state::options::{Compression, TopicOptions};
 use iggy_binary_protocol::responses::consumer_groups::ConsumerGroupResponse;
 use iggy_binary_protocol::responses::consumer_groups::{
     ConsumerGroupDetailsResponse, ConsumerGroupMemberResponse,
@@ -78,10 +78,30 @@ pub fn topic_header(stream: u32, topic: &Topic, numbers: &Numbers) -> TopicHeade
         size_bytes,
         messages_count,
         name: wire_name(&topic.name),
-        options: WireOptions::empty(),
-        derived_options: WireOptions::empty(),
+        options: options_block(&topic.options, true),
+        derived_options: options_block(&topic.options, false),
     }
 }
+
+/// A topic's options as Iggy reports them: every option's effective value, the ones a
+/// request named (`explicit`) in one block, the ones filled from defaults in the other.
+fn options_block(options: &TopicOptions, explicit: bool) -> WireOptions {
+    let entries: Vec<_> = options
+        .effective()
+        .into_iter()
+        .filter(|e| e.explicit == explicit)
+        .collect();
+    let tlv: Vec<(u8, &[u8], u8, &[u8])> = entries
+        .iter()
+        .map(|e| (STRING_KIND, e.key.as_bytes(), e.kind, e.value.as_slice()))
+        .collect();
+    let mut block = bytes::BytesMut::new();
+    iggy_binary_protocol::primitives::user_headers::encode_user_headers(&tlv, &mut block);
+    WireOptions::from_bytes(block.freeze()).expect("a topic's options encode as a valid block")
+}
+
+/// The option block's kind of a key (a string, as `iggy_common`'s `HeaderKind::String`).
+const STRING_KIND: u8 = 2;
 
 pub fn stream_response(stream: &Stream, numbers: &Numbers) -> StreamResponse {
     let (size_bytes, messages_count) = stream

@@ -1,0 +1,238 @@
+//! The journaled metadata operations: streams, topics, partitions, consumer groups, users.
+//! The node journals each op before it applies, publishes or answers it; a create answers
+//! with what it created, read from the view the op published.
+
+use super::responses::{self, Numbers};
+use super::status::{codes, undecodable, Status};
+use super::{Call, Reply, Target};
+use crate::TopicDefaults;
+use cairn_engine::node::ops::MetaOp;
+use cairn_engine::node::NodeError;
+use cairn_engine::state::options::DERIVED_PREFIX;
+use iggy_binary_protocol::requests::users::{ChangePasswordRequest, CreateUserRequest};
+use iggy_binary_protocol::{WireIdentifier, WireOptions};
+
+/// The names a journaled op acts on (a create acts on its parent).
+pub fn target(op: &MetaOp) -> Target<'_> {
+    match op {
+        MetaOp::CreateStream(_)
+        | MetaOp::CreateUser(_)
+        | MetaOp::UpdateUser(_)
+        | MetaOp::DeleteUser(_)
+        | MetaOp::ChangePassword(_)
+        | MetaOp::UpdatePermissions(_)
+        | MetaOp::CreatePersonalAccessToken(_)
+        | MetaOp::DeletePersonalAccessToken(_) => Target::Nothing,
+        MetaOp::UpdateStream(r) => Target::Stream(&r.stream_id),
+        MetaOp::DeleteStream(r) => Target::Stream(&r.stream_id),
+        MetaOp::PurgeStream(r) => Target::Stream(&r.stream_id),
+        MetaOp::CreateTopic(r) => Target::Stream(&r.stream_id),
+        MetaOp::UpdateTopic(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::DeleteTopic(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::PurgeTopic(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::CreatePartitions(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::DeletePartitions(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::CreateConsumerGroup(r) => Target::Topic(&r.stream_id, &r.topic_id),
+        MetaOp::DeleteConsumerGroup(r) => Target::Topic(&r.stream_id, &r.topic_id),
+    }
+}
+
+/// Journals and applies `op` on behalf of the session's user; a create answers with what
+/// it created.
+pub async fn execute(call: &Call<'_>, mut op: MetaOp) -> Result<Reply, Status> {
+    match &mut op {
+        // Served by their own commands (a user manages its own tokens; a password is
+        // hashed first); never taken from a client's body as a raw journaled op.
+        MetaOp::CreatePersonalAccessToken(_)
+        | MetaOp::DeletePersonalAccessToken(_)
+        | MetaOp::CreateUser(_)
+        | MetaOp::ChangePassword(_) => return Err(Status::of(codes::INVALID_COMMAND)),
+        MetaOp::CreateTopic(request) => {
+            request.options = with_flush_defaults(&request.options, call.cx.topic_defaults)?;
+        }
+        _ => {}
+    }
+    let session = call.session();
+    let executed = session.node.execute_as(op.clone(), session.user_id).await?;
+    let Some(created) = executed.applied.created else {
+        return Ok(Reply::Done);
+    };
+    let view = call.cx.node.view();
+    let none = Numbers::new();
+    Ok(match &op {
+        MetaOp::CreateStream(_) => {
+            let stream = view
+                .stream(created)
+                .ok_or(Status::of(codes::STREAM_ID_NOT_FOUND))?;
+            Reply::Stream(responses::get_stream(stream, &none))
+        }
+        MetaOp::CreateTopic(r) => {
+            let s = view.stream_id(&r.stream_id)?;
+            let topic = view
+                .find_topic(s, created)
+                .ok_or(Status::of(codes::TOPIC_ID_NOT_FOUND))?;
+            Reply::Topic(responses::get_topic(s, topic, &none))
+        }
+        MetaOp::CreateConsumerGroup(r) => {
+            let (s, t) = view.topic_ids(&r.stream_id, &r.topic_id)?;
+            let topic = view.topic(s, t);
+            let group = topic
+                .groups
+                .get(&created)
+                .ok_or(Status::of(codes::CONSUMER_GROUP_ID_NOT_FOUND))?;
+            let partitions = u32::try_from(topic.partitions.len()).expect("bounded");
+            Reply::Group(responses::group_details(
+                created,
+                &group.name,
+                partitions,
+                Vec::new(),
+            ))
+        }
+        _ => Reply::Done,
+    })
+}
+
+/// Creates a user (its password hashed on the node's blocking pool before it is journaled).
+pub async fn create_user(call: &Call<'_>, request: CreateUserRequest) -> Result<Reply, Status> {
+    let id = call
+        .session()
+        .node
+        .create_user(
+            request.username.as_str(),
+            &request.password,
+            request.status,
+            request.permissions,
+        )
+        .await?;
+    let view = call.cx.node.view();
+    let user = view.user(id).ok_or(Status::of(codes::RESOURCE_NOT_FOUND))?;
+    Ok(Reply::User(responses::user_details(user)))
+}
+
+/// Changes the resolved user's password, once its current one is checked.
+pub async fn change_password(
+    call: &Call<'_>,
+    request: ChangePasswordRequest,
+) -> Result<Reply, Status> {
+    let super::Resolved::User(user) = call.target else {
+        unreachable!("a password change names a user")
+    };
+    call.session()
+        .node
+        .change_password(
+            &WireIdentifier::numeric(user),
+            &request.current_password,
+            &request.new_password,
+        )
+        .await?;
+    Ok(Reply::Done)
+}
+
+/// Keys a topic creation's options must name for the configuration's defaults to apply.
+const FLUSH_KEYS: [&str; 2] = [
+    "messages_required_to_save",
+    "size_of_messages_required_to_save",
+];
+
+/// `options` with the flush thresholds it does not name set to `defaults` (as unsigned
+/// values, kinds Uint32 and Uint64). The server writes them into the request before it is
+/// journaled, so a later change of the configuration never changes a topic that exists
+/// (replay reads what the journal says); under [`DERIVED_PREFIX`], so the topic reports
+/// them as filled from defaults, not as the client's choice. A client's own key with that
+/// prefix is refused.
+fn with_flush_defaults(
+    options: &WireOptions,
+    defaults: TopicDefaults,
+) -> Result<WireOptions, Status> {
+    if let Some(entry) = options
+        .iter()
+        .find(|entry| entry.key.starts_with(DERIVED_PREFIX.as_bytes()))
+    {
+        return Err(NodeError::UnsupportedOptionKey {
+            key: String::from_utf8_lossy(entry.key).into_owned(),
+            why: format!("keys starting with {DERIVED_PREFIX:?} are the server's own"),
+        }
+        .into());
+    }
+    let named: Vec<&[u8]> = options.iter().map(|entry| entry.key).collect();
+    let mut block = options.as_bytes().to_vec();
+    let values: [(u8, Vec<u8>); 2] = [
+        (
+            11,
+            defaults.messages_required_to_save.to_le_bytes().to_vec(),
+        ),
+        (
+            12,
+            defaults
+                .size_of_messages_required_to_save
+                .to_le_bytes()
+                .to_vec(),
+        ),
+    ];
+    for (key, (kind, value)) in FLUSH_KEYS.iter().zip(values) {
+        if named.contains(&key.as_bytes()) {
+            continue;
+        }
+        let derived = format!("{DERIVED_PREFIX}{key}");
+        for (kind, bytes) in [(2u8, derived.as_bytes()), (kind, &value[..])] {
+            block.push(kind);
+            block.extend_from_slice(&u32::try_from(bytes.len()).expect("short").to_le_bytes());
+            block.extend_from_slice(bytes);
+        }
+    }
+    WireOptions::from_bytes(block.into()).map_err(|e| undecodable("topic options", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_engine::state::options::for_create;
+
+    const DEFAULTS: TopicDefaults = TopicDefaults {
+        messages_required_to_save: 7,
+        size_of_messages_required_to_save: 9000,
+    };
+
+    #[test]
+    fn a_topic_creation_gets_the_configured_flush_thresholds_it_does_not_name() {
+        let filled = with_flush_defaults(&WireOptions::empty(), DEFAULTS).unwrap();
+        let topic = for_create(&filled).unwrap();
+        assert_eq!(topic.messages_required_to_save, 7);
+        assert_eq!(topic.size_of_messages_required_to_save, 9000);
+        assert!(
+            topic.effective().iter().all(|e| !e.explicit),
+            "the server's defaults are not the client's choice"
+        );
+    }
+
+    #[test]
+    fn a_clients_key_with_the_derived_prefix_is_refused() {
+        let mut block = Vec::new();
+        let key = format!("{DERIVED_PREFIX}segment_size");
+        for (kind, bytes) in [(2u8, key.as_bytes()), (12, &(1u64 << 20).to_le_bytes()[..])] {
+            block.push(kind);
+            block.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            block.extend_from_slice(bytes);
+        }
+        let sneaky = WireOptions::from_bytes(block.into()).unwrap();
+        let refused = with_flush_defaults(&sneaky, DEFAULTS).unwrap_err();
+        assert!(refused.reason.unwrap().contains("server's own"));
+    }
+
+    #[test]
+    fn a_threshold_the_creation_names_is_kept() {
+        let mut block = Vec::new();
+        for (kind, bytes) in [
+            (2u8, &b"messages_required_to_save"[..]),
+            (11, &3u32.to_le_bytes()[..]),
+        ] {
+            block.push(kind);
+            block.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            block.extend_from_slice(bytes);
+        }
+        let named = WireOptions::from_bytes(block.into()).unwrap();
+        let topic = for_create(&with_flush_defaults(&named, DEFAULTS).unwrap()).unwrap();
+        assert_eq!(topic.messages_required_to_save, 3);
+        assert_eq!(topic.size_of_messages_required_to_save, 9000);
+    }
+}

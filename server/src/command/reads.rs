@@ -1,0 +1,230 @@
+//! Reads of the metadata and of the server: streams, topics, users, connections, stats and
+//! the cluster's roster. Entities come from the request's view; the partitions' numbers
+//! (offsets, sizes, segments) are asked of their shards.
+
+use super::registry::ClientEntry;
+use super::responses::{self, Numbers, PartitionNumbers};
+use super::status::Status;
+use super::{Call, Reply, Resolved, SERVER_VERSION};
+use cairn_engine::node::{MetaView, PartitionKey};
+use iggy_binary_protocol::responses::clients::{
+    ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse, GetClientsResponse,
+};
+use iggy_binary_protocol::responses::streams::GetStreamsResponse;
+use iggy_binary_protocol::responses::system::{
+    ClusterMetadataResponse, ClusterNodeResponse, StatsResponse,
+};
+use iggy_binary_protocol::responses::topics::GetTopicsResponse;
+use iggy_binary_protocol::responses::users::GetUsersResponse;
+
+/// The numbers of every partition `keys` names, from their shards.
+pub(super) async fn numbers(
+    call: &Call<'_>,
+    keys: impl IntoIterator<Item = PartitionKey>,
+) -> Numbers {
+    let node = &call.session().node;
+    let keys: Vec<PartitionKey> = keys.into_iter().collect();
+    let mut numbers = Numbers::new();
+    for key in keys {
+        if let Ok(Some(info)) = node.partition_info(key).await {
+            numbers.insert(key, PartitionNumbers::of(&info));
+        }
+    }
+    numbers
+}
+
+fn stream_keys(view: &MetaView, s: u32) -> Vec<PartitionKey> {
+    view.stream(s).map_or_else(Vec::new, |stream| {
+        stream
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.keys().map(move |p| (s, t.id, *p)))
+            .collect()
+    })
+}
+
+pub(super) fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn stream_id(call: &Call<'_>) -> u32 {
+    match call.target {
+        Resolved::Stream(s) => s,
+        other => unreachable!("names a stream, not {other:?}"),
+    }
+}
+
+pub async fn stream(call: &Call<'_>) -> Result<Reply, Status> {
+    let s = stream_id(call);
+    let numbers = numbers(call, stream_keys(call.view, s)).await;
+    let stream = call.view.stream(s).expect("resolved on this view");
+    Ok(Reply::Stream(responses::get_stream(stream, &numbers)))
+}
+
+pub async fn streams(call: &Call<'_>) -> Result<Reply, Status> {
+    let view = call.view;
+    let keys: Vec<_> = view
+        .streams()
+        .keys()
+        .flat_map(|s| stream_keys(view, *s))
+        .collect();
+    let numbers = numbers(call, keys).await;
+    Ok(Reply::Streams(GetStreamsResponse {
+        streams: view
+            .streams()
+            .values()
+            .map(|s| responses::stream_response(s, &numbers))
+            .collect(),
+    }))
+}
+
+pub async fn topic(call: &Call<'_>) -> Result<Reply, Status> {
+    let Resolved::Topic(s, t) = call.target else {
+        unreachable!("a topic read names a topic")
+    };
+    let topic = call.view.topic(s, t);
+    let numbers = numbers(call, topic.partitions.keys().map(|p| (s, t, *p))).await;
+    Ok(Reply::Topic(responses::get_topic(s, topic, &numbers)))
+}
+
+pub async fn topics(call: &Call<'_>) -> Result<Reply, Status> {
+    let s = stream_id(call);
+    let numbers = numbers(call, stream_keys(call.view, s)).await;
+    let stream = call.view.stream(s).expect("resolved on this view");
+    Ok(Reply::Topics(GetTopicsResponse {
+        topics: stream
+            .topics
+            .values()
+            .map(|t| responses::topic_header(s, t, &numbers))
+            .collect(),
+    }))
+}
+
+pub fn user(call: &Call<'_>) -> Reply {
+    let Resolved::User(id) = call.target else {
+        unreachable!("a user read names a user")
+    };
+    let user = call.view.user(id).expect("resolved on this view");
+    Reply::User(responses::user_details(user))
+}
+
+pub fn users(call: &Call<'_>) -> Reply {
+    Reply::Users(GetUsersResponse {
+        users: call
+            .view
+            .users()
+            .values()
+            .map(responses::user_response)
+            .collect(),
+    })
+}
+
+fn client_response(id: u32, entry: &ClientEntry) -> ClientResponse {
+    ClientResponse {
+        client_id: id,
+        user_id: entry.user_id.unwrap_or(u32::MAX),
+        transport: 1,
+        address: entry.address.to_string(),
+        consumer_groups_count: count(entry.groups.len()),
+    }
+}
+
+/// A listed connection's details (GetMe, GetClient), or nothing for an id not listed.
+pub fn client(call: &Call<'_>, id: u32) -> Reply {
+    let Some(entry) = call.cx.registry.get(id) else {
+        return Reply::NotFound;
+    };
+    Reply::Client(ClientDetailsResponse {
+        client: client_response(id, &entry),
+        consumer_groups: entry
+            .groups
+            .iter()
+            .map(
+                |&(stream_id, topic_id, group_id)| ConsumerGroupInfoResponse {
+                    stream_id,
+                    topic_id,
+                    group_id,
+                },
+            )
+            .collect(),
+    })
+}
+
+pub fn clients(call: &Call<'_>) -> Reply {
+    Reply::Clients(GetClientsResponse {
+        clients: call
+            .cx
+            .registry
+            .list()
+            .iter()
+            .map(|(id, e)| client_response(*id, e))
+            .collect(),
+    })
+}
+
+/// One node, the leader, at the address the binary listener is bound to
+/// (`docs/wire.md`, "Cluster metadata").
+pub fn cluster_metadata(call: &Call<'_>) -> Reply {
+    let addr = call.cx.local_addr;
+    Reply::ClusterMetadata(ClusterMetadataResponse {
+        name: "cairn".into(),
+        nodes: vec![ClusterNodeResponse {
+            name: "cairn-0".into(),
+            ip: addr.ip().to_string(),
+            tcp_port: addr.port(),
+            quic_port: 0,
+            http_port: 0,
+            websocket_port: 0,
+            role: 0,
+            status: 0,
+        }],
+    })
+}
+
+pub async fn stats(call: &Call<'_>) -> Result<Reply, Status> {
+    let cx = call.cx;
+    let view = call.view;
+    let keys = view
+        .partitions()
+        .iter()
+        .map(cairn_engine::state::key_of)
+        .collect::<Vec<_>>();
+    let numbers = numbers(call, keys).await;
+    let topics = view.streams().values().flat_map(|s| s.topics.values());
+    let now = cx.env.clock.wall_micros();
+    let figures = cx
+        .figures
+        .get()
+        .map(|read| read(cx.node.root()))
+        .unwrap_or_default();
+    Ok(Reply::Stats(Box::new(StatsResponse {
+        process_id: std::process::id(),
+        cpu_usage: figures.cpu_usage,
+        total_cpu_usage: figures.cpu_usage,
+        memory_usage: figures.resident_bytes,
+        total_memory: figures.total_memory,
+        available_memory: figures.available_memory,
+        run_time: now.saturating_sub(cx.started_at),
+        start_time: cx.started_at,
+        read_bytes: figures.read_bytes,
+        written_bytes: figures.written_bytes,
+        messages_size_bytes: numbers.values().map(|n| n.size_bytes).sum(),
+        streams_count: count(view.streams().len()),
+        topics_count: count(topics.clone().count()),
+        partitions_count: count(numbers.len().max(view.partitions().len())),
+        segments_count: numbers.values().map(|n| n.segments).sum(),
+        messages_count: numbers.values().map(|n| n.messages).sum(),
+        clients_count: count(cx.registry.len()),
+        consumer_groups_count: count(topics.map(|t| t.groups.len()).sum()),
+        hostname: figures.hostname,
+        os_name: std::env::consts::OS.into(),
+        os_version: figures.os_version,
+        kernel_version: figures.kernel_version,
+        iggy_server_version: SERVER_VERSION.into(),
+        iggy_server_semver: None,
+        cache_metrics: Vec::new(),
+        threads_count: figures.threads,
+        free_disk_space: figures.free_disk,
+        total_disk_space: figures.total_disk,
+    })))
+}

@@ -1,0 +1,64 @@
+//! Apache Iggy's 0.11 binary protocol over TCP: a leaf adapter over the command layer. It
+//! owns what only this protocol has — frames, the login handshake and its evictions, session
+//! numbers, the duplicate table, connection timeouts and TLS on the socket — and nothing a
+//! command means.
+//!
+//! ```text
+//! accept (≤ max_connections) ──► one task per connection (`connection`):
+//!   [tcp.tls]: the TLS handshake within the handshake timeout
+//!   header (256 bytes) ──► size outside the bounds: close (the framing is broken)
+//!   body ──► answer::answer:
+//!     frame::decode_request (a bad header is a status reply; the connection stays)
+//!     Ping | Register (version gate, credentials or token → command::login) | Logout
+//!     | gate: the bound login, its client and session numbers, command::session::check
+//!       ──► duplicate table (rows marked dedup) ──► table decoder: body → Command
+//!       ──► command::execute ──► encode: Reply → body (a poll's batches not copied)
+//!   reply or eviction ──► next request
+//! ```
+//!
+//! Architecture invariant: exactly one reply or eviction per request, in order (the 0.11
+//! SDK is lockstep); nothing reaches the node before the header, the session, the body and
+//! the permission are checked.
+
+pub mod answer;
+pub mod connection;
+pub mod dedup;
+pub mod encode;
+pub mod frame;
+
+use crate::command::Context;
+use crate::ServerLimits;
+use cairn_engine::env::chan::Latch;
+use cairn_engine::env::{race, Either, Listener as NetListener};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every connection task shares.
+pub struct Listener {
+    pub cx: Arc<Context>,
+    pub limits: ServerLimits,
+    /// Set when the server stops accepting and connections should finish.
+    pub stopping: Latch<()>,
+    /// TLS on every connection: its task runs the handshake before the first request.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Live connection tasks.
+    pub live: AtomicU64,
+}
+
+/// Accepts connections until the server stops; each gets its own task.
+pub async fn accept(listener: Arc<Listener>, mut socket: Box<dyn NetListener>) {
+    loop {
+        match race(listener.stopping.wait(), socket.accept()).await {
+            Either::Left(()) => break,
+            Either::Right(Ok((stream, peer))) => {
+                connection::start(listener.clone(), stream, peer);
+            }
+            Either::Right(Err(e)) => {
+                tracing::debug!(error = %e, "accept failed");
+                listener.cx.env.clock.sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    tracing::info!("stopped accepting connections");
+}
