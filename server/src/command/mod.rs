@@ -130,7 +130,7 @@ impl Context {
         }
     }
 
-    /// A session number for a new login: nonzero and increasing (`docs/wire.md`, "Login").
+    /// A session number for a new login: nonzero and increasing (`docs/wire.md` §2.2).
     pub fn next_session(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
     }

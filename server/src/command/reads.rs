@@ -163,7 +163,7 @@ pub fn clients(call: &Call<'_>) -> Reply {
 }
 
 /// One node, the leader, at the address the binary listener is bound to
-/// (`docs/wire.md`, "Cluster metadata").
+/// (`docs/wire.md` §5.1).
 pub fn cluster_metadata(call: &Call<'_>) -> Reply {
     let addr = call.cx.local_addr;
     Reply::ClusterMetadata(ClusterMetadataResponse {

@@ -1,5 +1,5 @@
 //! Reply bodies built from the published view and the shards' partition numbers, as the
-//! codec's response types (SPEC §5.1). Pure: the numbers are gathered by the caller.
+//! codec's response types (`docs/wire.md` §5.1). Pure: the numbers are gathered by the caller.
 
 use cairn_engine::node::state::{Stream, Topic, User};
 use cairn_engine::node::PartitionInfo;

@@ -198,7 +198,7 @@ async fn gate(conn: &mut Conn, echo: Echo, header: &RequestHeader) -> Result<(),
     Ok(())
 }
 
-/// The two shapes of a Register body after its version prefix (`docs/wire.md`, "Login").
+/// The two shapes of a Register body after its version prefix (`docs/wire.md` §2.2).
 enum Credentials {
     Password(LoginRegisterRequest),
     Token(LoginRegisterWithPatRequest),

@@ -1,6 +1,6 @@
 //! One connection's task: read a frame, answer it, write the reply; in order, one request at
-//! a time (the 0.11 SDK is lockstep: `docs/wire.md`, "Framing"). A connection therefore holds at most one
-//! request (≤ `max_frame_bytes`) and one reply in memory: a client that stops reading its
+//! a time (the 0.11 SDK is lockstep: `docs/wire.md` §1). A connection therefore holds at most
+//! one request (≤ `max_frame_bytes`) and one reply in memory: a client that stops reading its
 //! replies blocks its own task in `write_all` (TCP back-pressure) until the idle timeout
 //! closes it, and never grows the server's memory.
 //!

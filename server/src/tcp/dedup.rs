@@ -1,4 +1,4 @@
-//! The duplicate table of a binary-protocol login (`docs/wire.md`, "Duplicates"): the
+//! The duplicate table of a binary-protocol login (`docs/wire.md` §3.3): the
 //! replies of metadata operations only, keyed on (client, request, request checksum),
 //! bounded; never partition operations (the snapshot SDK sends every partition op with the
 //! same request number, so a second send would be answered with the first one's reply).

@@ -1,6 +1,6 @@
-//! Sans-IO framing of Iggy 0.11's binary protocol, server side (`../shared/iggy-wire/SPEC.md`
-//! §1): every frame is a 256-byte header whose `size` (u32 at 48) is the whole frame's
-//! length, then the body. Requests decode into the codec's [`RequestHeader`]; replies and
+//! Sans-IO framing of Iggy 0.11's binary protocol, server side (`docs/wire.md` §1): every
+//! frame is a 256-byte header whose `size` (u32 at 48) is the whole frame's length, then the
+//! body. Requests decode into the codec's [`RequestHeader`]; replies and
 //! evictions are built from the codec's [`ReplyHeader`] and [`EvictionHeader`].
 //!
 //! What breaks the framing (a size below 256 or above the limit) closes the connection: the
@@ -126,7 +126,7 @@ pub fn body_checksum(body: &[u8]) -> u128 {
     u128::from(xxhash_rust::xxh3::xxh3_64(body))
 }
 
-/// Decodes and checks a request header against its body (SPEC §1.2).
+/// Decodes and checks a request header against its body (`docs/wire.md` §1.2).
 pub fn decode_request(header: &[u8; HEADER_SIZE], body: &[u8]) -> Result<Request, HeaderError> {
     let decoded: RequestHeader =
         bytemuck::checked::try_pod_read_unaligned(header).map_err(|_| {
@@ -191,7 +191,7 @@ pub struct ReplyMeta {
     pub commit: u64,
 }
 
-/// The `[count = 0]` result section a result-framed success starts with (SPEC §4.2).
+/// The `[count = 0]` result section a result-framed success starts with (`docs/wire.md` §4.2).
 pub const RESULT_OK: [u8; 4] = 0u32.to_le_bytes();
 
 /// A reply frame: the header echoing the request, then `body` (empty when `status` ≠ 0),
@@ -235,7 +235,7 @@ pub fn reply_header(
     out
 }
 
-/// A session-terminal eviction (SPEC §1.4). A zero client id is replaced by 1: the SDK
+/// A session-terminal eviction (`docs/wire.md` §1.4). A zero client id is replaced by 1: the SDK
 /// refuses an eviction for client 0.
 pub fn eviction(client: u128, reason: EvictionReason) -> BytesMut {
     let client = client.max(1);
