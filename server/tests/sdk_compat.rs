@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{messages, payloads, Cairn, PASSWORD};
+use common::{id, messages, payloads, topic_options, Cairn, PASSWORD};
 use futures::StreamExt;
 use iggy::prelude::*;
 use std::time::Duration;
@@ -17,14 +17,6 @@ async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient,
 
 async fn root(cairn: &Cairn) -> IggyClient {
     client(cairn, "iggy", PASSWORD).await.expect("root logs in")
-}
-
-fn topic_options(partitions: u32, durability: Durability) -> TopicCreateOptions {
-    TopicCreateOptions {
-        partitions_count: Some(partitions),
-        durability,
-        ..TopicCreateOptions::default()
-    }
 }
 
 /// A plain consumer's poll of partition 0 of `s`/`t` from the first message.
@@ -40,10 +32,6 @@ async fn poll_as(client: &IggyClient) -> Result<PolledMessages, IggyError> {
             false,
         )
         .await
-}
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
