@@ -16,6 +16,7 @@
 //! - [`server`]: the listener, its bounds and graceful shutdown;
 //! - [`http`]: the HTTP API in Iggy's shape and `/metrics`, one more adapter over the
 //!   same command layer (on tokio, not the `Env` seam).
+#![deny(unsafe_code)]
 
 #[cfg(feature = "canary")]
 mod canary;

@@ -2,6 +2,7 @@
 //! disk that counts syncs, whole-directory snapshots, and reading a partition back;
 //! appending acknowledged batches ([`batches`]), files changed from outside ([`fs`]), a
 //! node on real files ([`node`]).
+#![forbid(unsafe_code)]
 
 use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
