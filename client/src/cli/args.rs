@@ -2,7 +2,7 @@
 //! ([`ClientCommand`] and one enum per resource), and the small value types clap parses
 //! into ([`Ident`], [`Durability`], flag groups). Nothing here talks to a server.
 
-use super::CliError;
+use super::error::CliError;
 use clap::{Args, Subcommand};
 use iggy_binary_protocol::{WireConsumer, WireGlobalPermissions, WireIdentifier, WirePermissions};
 

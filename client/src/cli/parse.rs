@@ -2,7 +2,7 @@
 //! poll, a topic's options block (SPEC §8) and a send's user headers (SPEC §1.6).
 
 use super::args::{Compression, Durability, PartitionChoice, Start, TopicSettings};
-use super::CliError;
+use super::error::CliError;
 use bytes::BytesMut;
 use iggy_binary_protocol::{WireOptions, WirePartitioning, WirePollingStrategy};
 

@@ -7,9 +7,9 @@ use super::args::{
     MessageCommand, OffsetCommand, PartitionCommand, SegmentCommand, StreamCommand, TopicCommand,
     UserCommand,
 };
+use super::error::{CliError, Subject};
 use super::parse::{create_topic_options, parse_headers, partitioning, strategy, topic_options};
 use super::render::{self, View};
-use super::{CliError, Subject};
 use crate::client::{Client, ClientConfig};
 use crate::Outgoing;
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;

@@ -2,6 +2,7 @@ use super::parse::{partitioning, strategy};
 use super::render::{self, Table, View};
 use super::run::execute;
 use super::*;
+use crate::error::ClientError;
 use clap::Parser;
 use iggy_binary_protocol::responses::streams::StreamResponse;
 use iggy_binary_protocol::responses::streams::TopicHeader;
