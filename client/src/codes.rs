@@ -1,8 +1,11 @@
-//! Iggy's error codes (`iggy_common` 0.11.0 `src/error/iggy_error.rs`, SPEC §9), by name.
+//! Iggy's error codes (`iggy_common` 0.11.0 `src/error/iggy_error.rs`, SPEC §9) and
+//! eviction reasons (SPEC §1.4), by name.
 //!
 //! Binary transports carry only the number; this table turns it back into the name the
 //! Iggy SDK would print. Unknown numbers are named `"Unknown"` (the SDK maps them to
-//! `IggyError::Error`).
+//! `IggyError::Error`). A leaf: [`crate::error`] and [`crate::frame`] both read it.
+
+use iggy_binary_protocol::EvictionReason;
 
 /// Unauthenticated: the SDK reconnects and logs in again (SPEC §2.4, T11).
 pub const UNAUTHENTICATED: u32 = 40;
@@ -89,6 +92,46 @@ pub fn triggers_reconnect(code: u32) -> bool {
     code == UNAUTHENTICATED || code == STALE_CLIENT
 }
 
+/// The name of an eviction reason byte (`"StaleClient"`), or `"Unknown"`.
+pub fn eviction_reason_name(reason: u8) -> &'static str {
+    match bytemuck::checked::try_cast::<u8, EvictionReason>(reason) {
+        Ok(EvictionReason::Reserved) | Err(_) => "Unknown",
+        Ok(EvictionReason::NoSession) => "NoSession",
+        Ok(EvictionReason::ClientReleaseTooLow) => "ClientReleaseTooLow",
+        Ok(EvictionReason::ClientReleaseTooHigh) => "ClientReleaseTooHigh",
+        Ok(EvictionReason::InvalidRequestOperation) => "InvalidRequestOperation",
+        Ok(EvictionReason::InvalidRequestBody) => "InvalidRequestBody",
+        Ok(EvictionReason::InvalidRequestBodySize) => "InvalidRequestBodySize",
+        Ok(EvictionReason::SessionTooLow) => "SessionTooLow",
+        Ok(EvictionReason::SessionReleaseMismatch) => "SessionReleaseMismatch",
+        Ok(EvictionReason::InvalidCredentials) => "InvalidCredentials",
+        Ok(EvictionReason::InvalidToken) => "InvalidToken",
+        Ok(EvictionReason::UserInactive) => "UserInactive",
+        Ok(EvictionReason::SessionError) => "SessionError",
+        Ok(EvictionReason::StaleClient) => "StaleClient",
+        Ok(EvictionReason::IncompatibleProtocol) => "IncompatibleProtocol",
+        Ok(EvictionReason::MalformedLogin) => "MalformedLogin",
+    }
+}
+
+/// Whether the SDK answers an eviction with this reason by reconnecting and logging in
+/// again: the reasons it maps to Unauthenticated (40) or StaleClient (30), or an
+/// undecodable byte (SPEC §1.4).
+pub fn eviction_triggers_reconnect(reason: u8) -> bool {
+    match bytemuck::checked::try_cast::<u8, EvictionReason>(reason) {
+        Ok(reason) => matches!(
+            reason,
+            EvictionReason::NoSession
+                | EvictionReason::SessionTooLow
+                | EvictionReason::SessionReleaseMismatch
+                | EvictionReason::UserInactive
+                | EvictionReason::SessionError
+                | EvictionReason::StaleClient
+        ),
+        Err(_) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +171,25 @@ mod tests {
             assert_eq!(error_name(code), name, "code {code}");
         }
         assert_eq!(error_name(999_999), "Unknown");
+    }
+
+    #[test]
+    fn names_eviction_reasons_and_which_reconnect() {
+        assert_eq!(
+            eviction_reason_name(EvictionReason::StaleClient as u8),
+            "StaleClient"
+        );
+        assert_eq!(
+            eviction_reason_name(EvictionReason::Reserved as u8),
+            "Unknown"
+        );
+        assert_eq!(eviction_reason_name(u8::MAX), "Unknown");
+        assert!(eviction_triggers_reconnect(EvictionReason::NoSession as u8));
+        assert!(!eviction_triggers_reconnect(
+            EvictionReason::InvalidCredentials as u8
+        ));
+        // An undecodable byte: the SDK treats it as Unauthenticated.
+        assert!(eviction_triggers_reconnect(u8::MAX));
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! What can go wrong talking to a server, each variant naming what went wrong.
 
-use crate::codes;
-use crate::frame::{eviction_reason_name, eviction_triggers_reconnect};
+use crate::codes::{self, eviction_reason_name, eviction_triggers_reconnect};
 use iggy_binary_protocol::WireError;
 use std::io;
 use std::net::SocketAddr;

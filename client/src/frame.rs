@@ -327,46 +327,6 @@ fn eviction_error(head: &[u8; HEADER_LEN]) -> ClientError {
     }
 }
 
-/// The name of an eviction reason byte (`"StaleClient"`), or `"Unknown"`.
-pub fn eviction_reason_name(reason: u8) -> &'static str {
-    match bytemuck::checked::try_cast::<u8, EvictionReason>(reason) {
-        Ok(EvictionReason::Reserved) | Err(_) => "Unknown",
-        Ok(EvictionReason::NoSession) => "NoSession",
-        Ok(EvictionReason::ClientReleaseTooLow) => "ClientReleaseTooLow",
-        Ok(EvictionReason::ClientReleaseTooHigh) => "ClientReleaseTooHigh",
-        Ok(EvictionReason::InvalidRequestOperation) => "InvalidRequestOperation",
-        Ok(EvictionReason::InvalidRequestBody) => "InvalidRequestBody",
-        Ok(EvictionReason::InvalidRequestBodySize) => "InvalidRequestBodySize",
-        Ok(EvictionReason::SessionTooLow) => "SessionTooLow",
-        Ok(EvictionReason::SessionReleaseMismatch) => "SessionReleaseMismatch",
-        Ok(EvictionReason::InvalidCredentials) => "InvalidCredentials",
-        Ok(EvictionReason::InvalidToken) => "InvalidToken",
-        Ok(EvictionReason::UserInactive) => "UserInactive",
-        Ok(EvictionReason::SessionError) => "SessionError",
-        Ok(EvictionReason::StaleClient) => "StaleClient",
-        Ok(EvictionReason::IncompatibleProtocol) => "IncompatibleProtocol",
-        Ok(EvictionReason::MalformedLogin) => "MalformedLogin",
-    }
-}
-
-/// Whether the SDK answers an eviction with this reason by reconnecting and logging in
-/// again: the reasons it maps to Unauthenticated (40) or StaleClient (30), or an
-/// undecodable byte (SPEC §1.4).
-pub fn eviction_triggers_reconnect(reason: u8) -> bool {
-    match bytemuck::checked::try_cast::<u8, EvictionReason>(reason) {
-        Ok(reason) => matches!(
-            reason,
-            EvictionReason::NoSession
-                | EvictionReason::SessionTooLow
-                | EvictionReason::SessionReleaseMismatch
-                | EvictionReason::UserInactive
-                | EvictionReason::SessionError
-                | EvictionReason::StaleClient
-        ),
-        Err(_) => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 //! - [`api`]: typed calls returning the codec's response types.
 //! - [`codes`]: Iggy error codes by name (§9).
 //! - `cli` (feature `cli`): the client half of the `cairn` command line.
+#![forbid(unsafe_code)]
 
 pub mod api;
 #[cfg(feature = "cli")]

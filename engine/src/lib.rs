@@ -1,6 +1,7 @@
 //! cairn's engine: the formats, the partition log with its durability policies and boot
 //! recovery, written against the [`env`] seam so the same code runs on real files and in the
 //! deterministic simulator. See `ARCHITECTURE.md` at the workspace root for the map.
+#![deny(unsafe_code)]
 
 #[cfg(feature = "canary")]
 pub mod canary;

@@ -1,6 +1,7 @@
 //! Simulated implementations of the engine's `Env` traits, with fault injection: a disk
 //! with a page-cache model ([`disk`]), virtual time ([`clock`]) and a network of lossy
 //! links ([`net`]). No engine logic lives here.
+#![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod disk;

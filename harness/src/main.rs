@@ -7,6 +7,7 @@
 //! `cairn-harness bench <kind>`: a bench client with iggy-bench's workload shapes (see
 //! [`bench`]). The last line is exactly
 //! `bench <kind> mb_per_s=<x> msg_per_s=<x> p50_ms=<x> p99_ms=<x>`.
+#![forbid(unsafe_code)]
 
 mod bench;
 

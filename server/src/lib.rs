@@ -20,6 +20,7 @@
 //! - [`tls`]: TLS for the listeners (rustls, sans-IO over any `ByteStream`), off by default;
 //! - [`server`]: the context and the binary listener, their bounds and graceful shutdown;
 //! - [`config`], [`serve`], [`process`]: `cairn serve`'s configuration, start and figures.
+#![deny(unsafe_code)]
 
 #[cfg(feature = "canary")]
 mod canary;

@@ -2,6 +2,9 @@
 //! `/metrics`. Outside the `Env` seam by design: they describe the real process, so the
 //! production server installs [`read`] as its figures source and the simulator installs
 //! nothing (its stats carry zeros and stay a function of the seed).
+// The crate denies unsafe code; `statvfs` below is the one call into libc, with its SAFETY
+// comment.
+#![allow(unsafe_code)]
 
 use std::path::Path;
 

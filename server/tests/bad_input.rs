@@ -106,21 +106,30 @@ impl Raw {
 
     fn login(cairn: &Cairn) -> Raw {
         let mut raw = Raw::connect(cairn);
+        if let Err(other) = raw.register() {
+            panic!("login failed: {other:?}");
+        }
+        raw
+    }
+
+    /// Logs in as root on this socket (a Register); the session the reply names becomes
+    /// this connection's. Any other answer comes back as the error.
+    fn register(&mut self) -> Result<(), Back> {
         let body = login_body(
             iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
             "iggy",
             PASSWORD,
         );
-        let frame = header(raw.client, Operation::Register, 0, 0, 0, &body);
-        match raw.exchange(&frame, &body) {
+        let frame = header(self.client, Operation::Register, 0, 0, 0, &body);
+        match self.exchange(&frame, &body) {
             Back::Reply {
                 status: 0, body, ..
             } => {
-                raw.session = u64::from_le_bytes(body[8..16].try_into().unwrap());
+                self.session = u64::from_le_bytes(body[8..16].try_into().unwrap());
+                Ok(())
             }
-            other => panic!("login failed: {other:?}"),
+            other => Err(other),
         }
-        raw
     }
 
     fn send(&mut self, frame: &[u8], body: &[u8]) {
@@ -526,19 +535,8 @@ fn a_connection_that_logs_out_may_log_in_again_on_the_same_socket() {
     ));
     assert_eq!(status_of(raw.read(201, &[])), 40, "no data after logout");
     raw.client += 1;
-    let body = login_body(
-        iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
-        "iggy",
-        PASSWORD,
-    );
-    let frame = header(raw.client, Operation::Register, 0, 0, 0, &body);
-    match raw.exchange(&frame, &body) {
-        Back::Reply {
-            status: 0, body, ..
-        } => {
-            raw.session = u64::from_le_bytes(body[8..16].try_into().unwrap());
-        }
-        other => panic!("the second login on the same socket failed: {other:?}"),
+    if let Err(other) = raw.register() {
+        panic!("the second login on the same socket failed: {other:?}");
     }
     raw.request = 0;
     raw.ping_ok();

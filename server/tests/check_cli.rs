@@ -24,14 +24,19 @@ fn check(root: &Path) -> (i32, String) {
     )
 }
 
-/// A node with stream 0, topic 0 of three partitions holding messages, closed.
-fn node(root: &Path) {
+/// The node under `root` on real files, with cheap password hashes.
+fn start_node(root: &Path) -> Node {
     let env = cairn_engine::env::real::env().unwrap();
     let settings = NodeSettings {
         password_cost: PasswordCost::CHEAP,
         ..Default::default()
     };
-    let node = block_on(Node::start(&env, root, settings)).unwrap().node;
+    block_on(Node::start(&env, root, settings)).unwrap().node
+}
+
+/// A node with stream 0, topic 0 of three partitions holding messages, closed.
+fn node(root: &Path) {
+    let node = start_node(root);
     let client = node.client(1);
     let id = WireIdentifier::numeric;
     block_on(client.create_stream("s")).unwrap();
@@ -152,12 +157,7 @@ fn check_reports_clean_repair_fence_removal_and_refusal_without_changing_files()
 /// a fence `cairn check` reports, never a log that starts later or an offset read as none.
 fn silent_losses_are_refused_in_check(tmp: &Path) {
     let root = tmp.join("losses");
-    let env = cairn_engine::env::real::env().unwrap();
-    let settings = NodeSettings {
-        password_cost: PasswordCost::CHEAP,
-        ..Default::default()
-    };
-    let node = block_on(Node::start(&env, &root, settings)).unwrap().node;
+    let node = start_node(&root);
     let client = node.client(1);
     let id = WireIdentifier::numeric;
     block_on(client.create_stream("s")).unwrap();
@@ -227,12 +227,7 @@ fn check_reports_damaged_offsets_and_offsets_of_deleted_groups() {
     use iggy_binary_protocol::WireConsumer;
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("data");
-    let env = cairn_engine::env::real::env().unwrap();
-    let settings = NodeSettings {
-        password_cost: PasswordCost::CHEAP,
-        ..Default::default()
-    };
-    let node = block_on(Node::start(&env, &root, settings)).unwrap().node;
+    let node = start_node(&root);
     let client = node.client(1);
     let id = WireIdentifier::numeric;
     block_on(client.create_stream("s")).unwrap();

@@ -89,41 +89,23 @@ fn the_client_commands_create_send_poll_and_report_errors() {
     assert!(ok(&server, &["group", "list", "orders", "events"]).contains("workers"));
     // A group poll: the one-shot session joins, reads what the group is assigned, and
     // commits; the next one goes on from there.
-    let first = ok(
-        &server,
-        &[
-            "--json",
-            "message",
-            "poll",
-            "orders",
-            "events",
-            "--group",
-            "workers",
-            "--partition-id",
-            "1",
-            "--auto-commit",
-            "--count",
-            "1",
-        ],
-    );
+    let group_poll = [
+        "--json",
+        "message",
+        "poll",
+        "orders",
+        "events",
+        "--group",
+        "workers",
+        "--partition-id",
+        "1",
+        "--auto-commit",
+        "--count",
+        "1",
+    ];
+    let first = ok(&server, &group_poll);
     assert!(first.contains("hello"), "{first}");
-    let second = ok(
-        &server,
-        &[
-            "--json",
-            "message",
-            "poll",
-            "orders",
-            "events",
-            "--group",
-            "workers",
-            "--partition-id",
-            "1",
-            "--auto-commit",
-            "--count",
-            "1",
-        ],
-    );
+    let second = ok(&server, &group_poll);
     assert!(second.contains("world"), "{second}");
     ok(
         &server,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{id, Cairn, PASSWORD};
 use iggy::prelude::*;
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -24,10 +24,6 @@ async fn root(cairn: &Cairn) -> IggyClient {
     let client = IggyClient::from_connection_string(&address).unwrap();
     client.connect().await.unwrap();
     client
-}
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
 }
 
 /// Every message of partition `p`, in offset order: (producer, sequence) from its payload.

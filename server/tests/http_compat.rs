@@ -6,13 +6,8 @@
 
 mod common;
 
-use common::{messages, payloads, Cairn, PASSWORD};
+use common::{id, messages, payloads, topic_option, topic_options, Cairn, PASSWORD};
 use iggy::prelude::*;
-use std::str::FromStr;
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
-}
 
 async fn logged_in(cairn: &Cairn) -> HttpClient {
     let client = HttpClient::new(&cairn.http_url()).unwrap();
@@ -21,23 +16,6 @@ async fn logged_in(cairn: &Cairn) -> HttpClient {
         .await
         .expect("root logs in");
     client
-}
-
-/// A topic option as the SDK reads it: its value as text, and whether a request named it.
-fn topic_option(details: &TopicDetails, key: &str) -> Option<(String, bool)> {
-    let key = HeaderKey::from_str(key).unwrap();
-    details
-        .options
-        .get(&key)
-        .map(|option| (option.value.to_string_value(), option.explicit))
-}
-
-fn options(partitions: u32, durability: Durability) -> TopicCreateOptions {
-    TopicCreateOptions {
-        partitions_count: Some(partitions),
-        durability,
-        ..TopicCreateOptions::default()
-    }
 }
 
 async fn poll(
@@ -83,12 +61,12 @@ async fn the_sdk_http_transport_works_end_to_end() {
     assert_eq!(stream.name, "s");
     assert!(client.get_stream(&id("nope")).await.unwrap().is_none());
     let replicated = client
-        .create_topic(&id("s"), "r", &options(3, Durability::Replicated))
+        .create_topic(&id("s"), "r", &topic_options(3, Durability::Replicated))
         .await
         .unwrap();
     assert_eq!(replicated.partitions_count, 3);
     client
-        .create_topic(&id("s"), "p", &options(1, Durability::Persisted))
+        .create_topic(&id("s"), "p", &topic_options(1, Durability::Persisted))
         .await
         .unwrap();
     let topics = client.get_topics(&id("s")).await.unwrap();
@@ -308,7 +286,7 @@ async fn the_sdk_http_transport_works_end_to_end() {
         "the active segment is never deleted"
     );
     client
-        .create_topic(&id("s"), "tmp", &options(1, Durability::Replicated))
+        .create_topic(&id("s"), "tmp", &topic_options(1, Durability::Replicated))
         .await
         .unwrap();
     client

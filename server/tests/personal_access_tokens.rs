@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{id, Cairn, PASSWORD};
 use iggy::prelude::*;
 use std::time::Duration;
 
@@ -36,10 +36,6 @@ async fn with_token(cairn: &Cairn, token: &str) -> Result<IggyClient, IggyError>
     let client = anonymous(cairn).await;
     client.login_with_personal_access_token(token).await?;
     Ok(client)
-}
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
 }
 
 fn reader() -> Permissions {

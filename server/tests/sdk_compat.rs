@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{messages, payloads, Cairn, PASSWORD};
+use common::{id, messages, payloads, topic_option, topic_options, Cairn, PASSWORD};
 use futures::StreamExt;
 use iggy::prelude::*;
-use std::str::FromStr;
 use std::time::Duration;
 
 async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient, IggyError> {
@@ -18,23 +17,6 @@ async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient,
 
 async fn root(cairn: &Cairn) -> IggyClient {
     client(cairn, "iggy", PASSWORD).await.expect("root logs in")
-}
-
-/// A topic option as the SDK reads it: its value as text, and whether a request named it.
-fn topic_option(details: &TopicDetails, key: &str) -> Option<(String, bool)> {
-    let key = HeaderKey::from_str(key).unwrap();
-    details
-        .options
-        .get(&key)
-        .map(|option| (option.value.to_string_value(), option.explicit))
-}
-
-fn topic_options(partitions: u32, durability: Durability) -> TopicCreateOptions {
-    TopicCreateOptions {
-        partitions_count: Some(partitions),
-        durability,
-        ..TopicCreateOptions::default()
-    }
 }
 
 /// A plain consumer's poll of partition 0 of `s`/`t` from the first message.
@@ -50,10 +32,6 @@ async fn poll_as(client: &IggyClient) -> Result<PolledMessages, IggyError> {
             false,
         )
         .await
-}
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Cairn, PASSWORD};
+use common::{id, Cairn, PASSWORD};
 use iggy::prelude::*;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -59,10 +59,6 @@ fn sdk_client(cairn: &Cairn, ca: Option<&Path>) -> IggyClient {
     };
     let tcp = TcpClient::create(Arc::new(config)).unwrap();
     IggyClient::create(ClientWrapper::Tcp(tcp), None, None)
-}
-
-fn id(name: &str) -> Identifier {
-    Identifier::named(name).unwrap()
 }
 
 /// What a TLS client does: logs in, creates a stream and a topic, sends, polls.

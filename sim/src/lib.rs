@@ -1,6 +1,7 @@
 //! cairn's deterministic simulator: the executor, the world (a node with partitions on a
 //! simulated disk, its workload and nemesis, the engine's real recovery), the oracle and its
 //! checkers, the oracle's own reader of the disk, directed scenarios, and the seed corpus.
+#![forbid(unsafe_code)]
 
 pub mod directed;
 pub mod executor;

@@ -2,6 +2,7 @@
 //! runs one seed and prints its profile, a summary and `trace_hash <hex>`; `--verbose` prints
 //! the event trace; `--timeline out.svg` (or `.html`) draws the run. On failure it prints the
 //! violated invariant, the evidence and the command that replays it, and exits 1.
+#![forbid(unsafe_code)]
 // The command line writes the picture it was asked for to the real file system.
 #![allow(clippy::disallowed_methods)]
 

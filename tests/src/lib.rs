@@ -1,5 +1,8 @@
 //! Helpers for the workspace integration tests (see `tests/tests/`): producer batches, a
-//! disk that counts syncs, whole-directory snapshots, and reading a partition back.
+//! disk that counts syncs, whole-directory snapshots, and reading a partition back;
+//! appending acknowledged batches ([`batches`]), files changed from outside ([`fs`]), a
+//! node on real files ([`node`]).
+#![forbid(unsafe_code)]
 
 use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
@@ -13,8 +16,12 @@ use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+pub mod batches;
+pub mod fs;
 pub mod node;
-pub use node::{read_node, start, TestNode};
+pub use batches::{acked_ids, append_acked, append_seeds, ids};
+pub use fs::{append_to_file, env_on, scratch_dir};
+pub use node::{id, named, node_with_topic, read_node, start, TestNode};
 
 /// A producer batch of `count` messages; message `i` gets id `seed << 32 | i` and a payload
 /// of `size` bytes derived from both.

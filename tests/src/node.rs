@@ -233,6 +233,41 @@ impl TestNode {
         block_on(self.client.send(stream, topic, partitioning, batch))
     }
 
+    /// Sends `batch` to partition `partition` of topic 0 in stream 0 (what
+    /// [`node_with_topic`] makes); panics if the node refuses it.
+    pub fn send_to(&self, partition: u32, batch: BytesMut) -> Sent {
+        self.send(
+            &id(0),
+            &id(0),
+            &WirePartitioning::PartitionId(partition),
+            batch,
+        )
+        .expect("the send is accepted")
+    }
+
+    /// Polls topic 0 of stream 0 (what [`node_with_topic`] makes) as `consumer`; panics if
+    /// the node refuses or no partition answers.
+    pub fn poll_topic(
+        &self,
+        consumer: &WireConsumer,
+        partition: Option<u32>,
+        strategy: WirePollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    ) -> Polled {
+        self.poll(
+            consumer,
+            &id(0),
+            &id(0),
+            partition,
+            strategy,
+            count,
+            auto_commit,
+        )
+        .expect("the poll is served")
+        .expect("a partition answers")
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn poll(
         &self,
@@ -370,4 +405,23 @@ pub fn read_node(node: &TestNode, key: PartitionKey) -> Vec<crate::Message> {
             value: out.last().expect("read").0 + 1,
         };
     }
+}
+
+/// A numeric stream, topic, group or consumer identifier.
+pub fn id(n: u32) -> WireIdentifier {
+    WireIdentifier::numeric(n)
+}
+
+/// A named identifier; panics if `s` is not a valid name.
+pub fn named(s: &str) -> WireIdentifier {
+    WireIdentifier::named(s).expect("a valid name")
+}
+
+/// A node booted under `root` holding stream `s` (id 0) with topic `t` (id 0) of
+/// `partitions` partitions and `options`.
+pub fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> TestNode {
+    let node = crate::boot(root).node;
+    node.create_stream("s").unwrap();
+    node.create_topic(&id(0), "t", partitions, options).unwrap();
+    node
 }

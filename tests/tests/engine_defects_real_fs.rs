@@ -12,7 +12,6 @@ use cairn_engine::partition::{
 };
 use cairn_tests::*;
 use std::path::Path;
-use std::sync::Arc;
 
 const LOG0: &str = "00000000000000000000.log";
 
@@ -27,13 +26,6 @@ fn open_with(
     settings: PartitionSettings,
 ) -> cairn_engine::partition::Opened {
     Partition::open(env, dir, ID, config(durability), settings).expect("open")
-}
-
-fn ids(partition: &mut Partition) -> Vec<(u64, u128)> {
-    read_all(partition, 1000)
-        .into_iter()
-        .map(|(offset, id, _)| (offset, id))
-        .collect()
 }
 
 /// P1, E7: with `validate_checksum = false` a damaged frame structure is refused, never a
@@ -52,11 +44,7 @@ fn validate_checksum_off_never_panics_on_damaged_bytes() {
         let dir = tmp.path().join(format!("p{poke}"));
         let cfg = config(Durability::Persisted);
         let mut partition = Partition::create(&env, &dir, ID, cfg, settings).unwrap();
-        partition
-            .append_group(vec![batch(1, 4, 100)])
-            .pop()
-            .unwrap()
-            .unwrap();
+        append_acked(&mut partition, batch(1, 4, 100));
         let log = dir.join(LOG0);
         let mut bytes = std::fs::read(&log).unwrap();
         bytes[poke] = 0xFF;
@@ -89,8 +77,7 @@ fn validate_checksum_off_never_panics_on_damaged_bytes() {
 /// effort; appends resume when space returns and every acknowledged message is kept.
 #[test]
 fn no_space_at_rotation_is_reported_and_appends_resume() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let faulty = FaultyDisk::default();
     let env = faulty.env();
     let mut cfg = config(Durability::Persisted);
@@ -133,12 +120,7 @@ fn no_space_at_rotation_is_reported_and_appends_resume() {
         .pop()
         .unwrap();
     acked.push((99, resumed.expect("appends resume when space returns")));
-    let expected: Vec<(u64, u128)> = acked
-        .iter()
-        .flat_map(|&(seed, ack)| {
-            (0..10).map(move |i| (ack.base_offset + i as u64, message_id(seed, i)))
-        })
-        .collect();
+    let expected = acked_ids(&acked, 10);
     drop(partition);
     let mut partition = open(&real_env(), &dir, cfg).partition;
     assert_eq!(ids(&mut partition), expected);
@@ -149,17 +131,12 @@ fn no_space_at_rotation_is_reported_and_appends_resume() {
 /// message that was acknowledged there.
 #[test]
 fn a_failed_persist_rolls_back_and_its_offsets_are_never_shown() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let faulty = FaultyDisk::default();
     let env = faulty.env();
     let cfg = config(Durability::Persisted);
     let mut partition = Partition::create(&env, &dir, ID, cfg, settings()).unwrap();
-    partition
-        .append_group(vec![batch(1, 2, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 2, 10));
     *faulty.nospace_writes_to.lock().unwrap() = Some("log");
     let failed = partition.append_group(vec![batch(2, 2, 10)]).pop().unwrap();
     assert!(matches!(failed, Err(PartitionError::NoSpace)), "{failed:?}");
@@ -183,11 +160,7 @@ fn a_failed_persist_rolls_back_and_its_offsets_are_never_shown() {
         })
     ));
     *faulty.nospace_writes_to.lock().unwrap() = None;
-    let ack = partition
-        .append_group(vec![batch(5, 2, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    let ack = append_acked(&mut partition, batch(5, 2, 10));
     assert_eq!(ack.base_offset, 2);
     drop(partition); // a process crash
     let mut partition = open(&real_env(), &dir, cfg).partition;
@@ -205,8 +178,7 @@ fn a_failed_persist_rolls_back_and_its_offsets_are_never_shown() {
 /// Under `persisted`, journaled but unpersisted appends are not shown to consumers.
 #[test]
 fn persisted_appends_are_invisible_until_durable() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     partition.append(batch(1, 3, 10)).unwrap();
@@ -226,16 +198,11 @@ fn persisted_appends_are_invisible_until_durable() {
 /// limit changes what new batches may hold, never what recovery accepts.
 #[test]
 fn lowering_admission_limits_never_fences_stored_batches() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     let mut partition = create(&env, &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 10, 100)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 10, 100));
     partition.close().unwrap();
     let mut lowered = settings();
     lowered.limits.max_messages_per_batch = 5;
@@ -258,13 +225,7 @@ fn durable_and_tail(dir: &Path) -> (DurablePoint, u64) {
     let env = real_env();
     let cfg = config(Durability::Persisted);
     let mut partition = create(&env, dir, cfg);
-    for seed in 0..3 {
-        partition
-            .append_group(vec![batch(seed, 10, 5000)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..3, 10, 5000);
     let durable = partition.durable_point().unwrap();
     for seed in 3..6 {
         partition.append(batch(seed, 10, 5000)).unwrap();
@@ -279,8 +240,7 @@ fn durable_and_tail(dir: &Path) -> (DurablePoint, u64) {
 /// lies in; the durable data stays served.
 #[test]
 fn an_unreadable_sector_above_the_durable_end_is_a_torn_tail() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let (durable, len) = durable_and_tail(&dir);
     let log = dir.join(LOG0);
     let bad = durable.position + (len - durable.position) / 2;
@@ -316,8 +276,7 @@ fn an_unreadable_sector_above_the_durable_end_is_a_torn_tail() {
 /// E8: below the durable end the same sector fences, naming the batch and the sector.
 #[test]
 fn an_unreadable_sector_below_the_durable_end_fences_naming_the_sector() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let (durable, _) = durable_and_tail(&dir);
     let log = dir.join(LOG0);
     let bad = durable.position / 2;
@@ -345,8 +304,7 @@ fn an_unreadable_sector_below_the_durable_end_fences_naming_the_sector() {
 /// P7, E3: lowering an offset beyond a lost tail is a repair, durable under either policy.
 #[test]
 fn recovery_lowers_an_offset_durably_under_replicated_offsets() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut cfg = config(Durability::Replicated);
     cfg.messages_required_to_save = 10;
@@ -357,8 +315,7 @@ fn recovery_lowers_an_offset_durably_under_replicated_offsets() {
     partition.store_offset(consumer, 13).unwrap();
     drop(partition); // the journal is lost
     let counting = CountingDisk::default();
-    let mut cenv = real_env();
-    cenv.disk = Arc::new(counting.clone());
+    let cenv = env_on(counting.clone());
     let opened = open(&cenv, &dir, cfg);
     assert!(opened.plan.actions.contains(&Action::LowerOffset {
         consumer,
@@ -382,17 +339,12 @@ fn recovery_lowers_an_offset_durably_under_replicated_offsets() {
 #[test]
 fn a_torn_offset_file_is_dropped_under_replicated_and_reported_under_persisted() {
     for durability in [Durability::Replicated, Durability::Persisted] {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("p");
+        let (_tmp, dir) = scratch_dir();
         let env = real_env();
         let cfg = config(durability);
         let consumer = ConsumerId::consumer(1);
         let mut partition = create(&env, &dir, cfg);
-        partition
-            .append_group(vec![batch(1, 10, 10)])
-            .pop()
-            .unwrap()
-            .unwrap();
+        append_acked(&mut partition, batch(1, 10, 10));
         partition.store_offset(consumer, 4).unwrap();
         partition.close().unwrap();
         let file = consumer.path(&dir);
@@ -430,11 +382,7 @@ fn slot_record(dir: &Path, name: &str) -> Option<Superblock> {
 /// A new partition at `dir` holding one acknowledged batch, closed cleanly.
 fn one_batch_closed(env: &Env, dir: &Path, cfg: TopicConfig) {
     let mut partition = create(env, dir, cfg);
-    partition
-        .append_group(vec![batch(1, 5, 100)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 5, 100));
     partition.close().unwrap();
 }
 
@@ -453,16 +401,14 @@ fn older_slot(dir: &Path) -> &'static str {
 /// durably, and a torn tail with a slot missing fences instead of truncating.
 #[test]
 fn a_missing_slot_is_recreated_durably_or_fences_a_torn_tail() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     one_batch_closed(&env, &dir, cfg);
     let slot = older_slot(&dir);
     std::fs::remove_file(dir.join(slot)).unwrap();
     let counting = CountingDisk::default();
-    let mut cenv = real_env();
-    cenv.disk = Arc::new(counting.clone());
+    let cenv = env_on(counting.clone());
     let opened = open(&cenv, &dir, cfg);
     assert_eq!(opened.plan.outcomes(), vec![Outcome::SlotRepaired]);
     assert!(slot_record(&dir, slot).is_some(), "the slot is back");
@@ -474,9 +420,7 @@ fn a_missing_slot_is_recreated_durably_or_fences_a_torn_tail() {
 
     std::fs::remove_file(dir.join(older_slot(&dir))).unwrap();
     let log = dir.join(LOG0);
-    let mut bytes = std::fs::read(&log).unwrap();
-    bytes.extend_from_slice(&[9u8; 300]);
-    std::fs::write(&log, bytes).unwrap();
+    append_to_file(&log, &[9u8; 300]);
     let opened = open(&env, &dir, cfg);
     assert!(matches!(
         opened.partition.fence_reason(),
@@ -488,8 +432,7 @@ fn a_missing_slot_is_recreated_durably_or_fences_a_torn_tail() {
 /// not outlive it: a later torn tail is truncated, not fenced.
 #[test]
 fn a_damaged_older_slot_is_rewritten_so_a_later_torn_tail_truncates() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     one_batch_closed(&env, &dir, cfg);
@@ -500,9 +443,7 @@ fn a_damaged_older_slot_is_rewritten_so_a_later_torn_tail_truncates() {
     assert_eq!(opened.plan.outcomes(), vec![Outcome::SlotRepaired]);
     opened.partition.close().unwrap();
     let log = dir.join(LOG0);
-    let mut bytes = std::fs::read(&log).unwrap();
-    bytes.extend_from_slice(&[9u8; 300]);
-    std::fs::write(&log, bytes).unwrap();
+    append_to_file(&log, &[9u8; 300]);
     let opened = open(&env, &dir, cfg);
     assert_eq!(opened.plan.outcomes(), vec![Outcome::TornTailTruncated]);
 }
@@ -523,8 +464,7 @@ fn newer_slot(dir: &Path) -> &'static str {
 #[test]
 fn a_newest_record_left_in_one_copy_is_written_again() {
     use cairn_engine::partition::superblock::{MIRROR_OFFSET, SLOT_FILE_LEN, SUPERBLOCK_LEN};
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     one_batch_closed(&env, &dir, cfg);
@@ -589,15 +529,13 @@ fn a_newest_record_left_in_one_copy_is_written_again() {
 /// E14: missing offsets directories are created with their parents synced.
 #[test]
 fn missing_offsets_directories_are_created_durably() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     create(&env, &dir, cfg).close().unwrap();
     std::fs::remove_dir_all(dir.join("offsets")).unwrap();
     let counting = CountingDisk::default();
-    let mut cenv = real_env();
-    cenv.disk = Arc::new(counting.clone());
+    let cenv = env_on(counting.clone());
     let opened = open(&cenv, &dir, cfg);
     let created: Vec<&str> = opened.plan.decisions();
     assert_eq!(created, vec!["CreateDir", "CreateDir", "CreateDir"]);
@@ -612,8 +550,7 @@ fn missing_offsets_directories_are_created_durably() {
 /// E15: when the cut after a failed write fails too, the file's end is unknown: fence.
 #[test]
 fn a_failed_cut_after_no_space_fences() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let faulty = FaultyDisk::default();
     let mut partition = Partition::create(
         &faulty.env(),
@@ -638,8 +575,7 @@ fn a_failed_cut_after_no_space_fences() {
 /// E18: offsets near `u64::MAX` on disk are damage, never an overflow.
 #[test]
 fn offsets_that_would_overflow_are_damage_not_a_panic() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     std::fs::create_dir_all(dir.join("offsets/consumers")).unwrap();
     std::fs::create_dir_all(dir.join("offsets/groups")).unwrap();
     let start = u64::MAX - 2;
@@ -686,16 +622,11 @@ fn offsets_that_would_overflow_are_damage_not_a_panic() {
 /// the plain decimal id; an operator's other files are left alone and noted.
 #[test]
 fn only_recoverys_own_files_are_touched() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     let mut partition = create(&env, &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 10, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 10, 10));
     partition.store_offset(ConsumerId::consumer(5), 3).unwrap();
     partition.close().unwrap();
     let consumers = dir.join("offsets/consumers");
@@ -730,8 +661,7 @@ fn only_recoverys_own_files_are_touched() {
 /// E24: a poll serves whole batches by sharing their bytes, not copying them.
 #[test]
 fn whole_batches_are_served_without_copies() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Replicated));
     partition.append(batch(1, 3, 10)).unwrap();
@@ -750,24 +680,16 @@ fn whole_batches_are_served_without_copies() {
 /// synced before they were sealed, are read as they are.
 #[test]
 fn recovery_reads_the_slots_and_tail_from_the_device() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     let mut partition = create(&env, &dir, cfg);
-    for seed in 0..30 {
-        partition
-            .append_group(vec![batch(seed, 10, 9000)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..30, 10, 9000);
     let starts = partition.segment_starts().unwrap();
     assert!(starts.len() >= 3);
     partition.close().unwrap();
     let counting = CountingDisk::default();
-    let mut cenv = real_env();
-    cenv.disk = Arc::new(counting.clone());
+    let cenv = env_on(counting.clone());
     let _ = recovery::plan(cenv.disk.as_ref(), &dir, ID, Durability::Persisted).unwrap();
     let evicted = counting.evictions.lock().unwrap().clone();
     let active = dir.join(format!("{:020}.log", starts.last().unwrap()));
@@ -782,8 +704,7 @@ fn recovery_reads_the_slots_and_tail_from_the_device() {
 /// group is refused (fenced), never acknowledged on a record that is not where recovery looks.
 #[test]
 fn a_superblock_write_that_lands_elsewhere_is_never_acknowledged() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let faulty = FaultyDisk::default();
     let cfg = config(Durability::Persisted);
     let mut partition = Partition::create(&faulty.env(), &dir, ID, cfg, settings()).unwrap();
@@ -819,17 +740,12 @@ fn a_superblock_write_that_lands_elsewhere_is_never_acknowledged() {
 /// the partition instead of answering with the wrong offset.
 #[test]
 fn a_timestamp_walk_over_a_damaged_stamp_fences_instead_of_answering_wrong() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     let mut stamps = Vec::new();
     for seed in 0..3 {
-        let ack = partition
-            .append_group(vec![batch(seed, 2, 10)])
-            .pop()
-            .unwrap()
-            .unwrap();
+        let ack = append_acked(&mut partition, batch(seed, 2, 10));
         stamps.push(ack.timestamp);
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
@@ -859,17 +775,10 @@ fn a_timestamp_walk_over_a_damaged_stamp_fences_instead_of_answering_wrong() {
 /// bytes (the file lost them), not an unreadable sector.
 #[test]
 fn a_log_shortened_under_a_running_partition_fences_as_corrupt() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Persisted));
-    for seed in 0..3 {
-        partition
-            .append_group(vec![batch(seed, 4, 100)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..3, 4, 100);
     let log = dir.join(LOG0);
     let positions = batch_positions(&log);
     let cut = positions[1] + 100;
@@ -899,8 +808,7 @@ fn a_log_shortened_under_a_running_partition_fences_as_corrupt() {
 /// (the file ends at the durable position) and never shown, before or after a restart.
 #[test]
 fn a_rotation_without_space_cuts_the_synced_batch_back_to_the_durable_end() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let faulty = FaultyDisk::default();
     let cfg = config(Durability::Persisted);
     let mut partition = Partition::create(&faulty.env(), &dir, ID, cfg, settings()).unwrap();
@@ -938,12 +846,7 @@ fn a_rotation_without_space_cuts_the_synced_batch_back_to_the_durable_end() {
     );
     acked.push((200, ack));
     drop(partition);
-    let expected: Vec<(u64, u128)> = acked
-        .iter()
-        .flat_map(|&(seed, ack)| {
-            (0..10).map(move |i| (ack.base_offset + i as u64, message_id(seed, i)))
-        })
-        .collect();
+    let expected = acked_ids(&acked, 10);
     let mut partition = open(&real_env(), &dir, cfg).partition;
     assert_eq!(ids(&mut partition), expected);
 }

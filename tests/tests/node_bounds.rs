@@ -10,10 +10,6 @@ use cairn_tests::node::{read_node, start, TestNode};
 use cairn_tests::*;
 use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
 
-fn id(n: u32) -> WireIdentifier {
-    WireIdentifier::numeric(n)
-}
-
 fn boot_with(root: &std::path::Path, journal_bytes: u64, sealed_handles: usize) -> TestNode {
     let mut settings = node_settings();
     settings.limits.journal_bytes = journal_bytes;

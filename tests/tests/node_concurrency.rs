@@ -9,16 +9,12 @@
 use cairn_engine::env::real::block_on;
 use cairn_engine::node::{Client, Node};
 use cairn_tests::*;
-use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
+use iggy_binary_protocol::WirePartitioning;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 const THREADS: usize = 16;
-
-fn id(n: u32) -> WireIdentifier {
-    WireIdentifier::numeric(n)
-}
 
 /// Every acknowledged message: offset → id.
 type Acked = Arc<Mutex<BTreeMap<u64, u128>>>;
@@ -86,8 +82,7 @@ fn concurrent_persisted_sends_share_syncs_and_every_ack_is_there() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let disk = CountingDisk::default();
-    let mut env = real_env();
-    env.disk = Arc::new(disk.clone());
+    let env = env_on(disk.clone());
     let node = start(&env, root, node_settings()).unwrap().node;
     persisted_topic(&node);
     // Every sync the node makes: each file's (log, index, superblock) and each directory's.
@@ -128,8 +123,7 @@ fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
         let node = start(&real_env(), root, node_settings()).unwrap().node;
         persisted_topic(&node);
         node.halt();
-        let mut env = real_env();
-        env.disk = Arc::new(CrashingDisk::new(budget));
+        let env = env_on(CrashingDisk::new(budget));
         let Ok(booted) = start(&env, root, node_settings()) else {
             continue; // the crash struck inside the boot
         };
@@ -163,8 +157,7 @@ fn a_partition_a_purge_creates_answers_only_once_the_purge_is_recorded() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let disk = GatedDisk::default();
-    let mut env = real_env();
-    env.disk = Arc::new(disk.clone());
+    let env = env_on(disk.clone());
     let node = start(&env, root, node_settings()).unwrap().node;
     persisted_topic(&node);
     let send = |node: &TestNode, seed: u64| {

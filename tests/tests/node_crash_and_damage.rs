@@ -15,7 +15,7 @@ use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::state::{MetaState, Stream, User};
 use cairn_engine::node::{BootError, NodeSettings, PartitionBoot, PartitionKey, PasswordCost};
 use cairn_tests::*;
-use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePartitioning};
+use iggy_binary_protocol::{WireConsumer, WirePartitioning};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeMap;
@@ -23,10 +23,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-
-fn id(n: u32) -> WireIdentifier {
-    WireIdentifier::numeric(n)
-}
 
 /// A wall clock that stands still, so two runs of one workload stamp the same times.
 struct StillClock(Arc<dyn Clock>);

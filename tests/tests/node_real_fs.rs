@@ -12,17 +12,9 @@ use cairn_engine::node::{BootError, NodeError};
 use cairn_engine::partition::{partition_dir, FenceReason, PartitionIdentity};
 use cairn_tests::*;
 use iggy_binary_protocol::{
-    Operation, WireConsumer, WireIdentifier, WireOptions, WirePartitioning, WirePollingStrategy,
+    Operation, WireConsumer, WireOptions, WirePartitioning, WirePollingStrategy,
 };
 use std::path::Path;
-
-fn id(n: u32) -> WireIdentifier {
-    WireIdentifier::numeric(n)
-}
-
-fn named(s: &str) -> WireIdentifier {
-    WireIdentifier::named(s).unwrap()
-}
 
 fn refusal(root: &Path) -> MetaRefusal {
     match start(&real_env(), root, node_settings()) {
@@ -52,14 +44,6 @@ fn stream_names(node: &TestNode) -> Vec<String> {
 
 fn journal_path(root: &Path) -> std::path::PathBuf {
     root.join("metadata/journal.wal")
-}
-
-/// A node with stream "s" (0) and topic "t" (0) of `partitions` partitions.
-fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> TestNode {
-    let node = boot(root).node;
-    node.create_stream("s").unwrap();
-    node.create_topic(&id(0), "t", partitions, options).unwrap();
-    node
 }
 
 #[test]
@@ -527,9 +511,7 @@ fn a_superblock_in_the_wrong_slot_or_oversized_refuses() {
     let long = tmp.path().join("long");
     copy_dir(&root, &long);
     let slot = long.join("metadata/superblock.a");
-    let mut bytes = std::fs::read(&slot).unwrap();
-    bytes.extend_from_slice(&[0; 512]);
-    std::fs::write(&slot, bytes).unwrap();
+    append_to_file(&slot, &[0; 512]);
     match refused(&long, "SuperblockMisplaced") {
         MetaRefusal::SuperblockMisplaced { path, detail } => {
             assert_eq!(path, slot);
@@ -653,14 +635,7 @@ fn redone_directory_work_keeps_a_partition_that_already_holds_messages() {
     let records = RecordsLost::from_now(root);
     let persisted = topic_options(&[("durability", 2, b"persisted")]);
     node.create_topic(&id(0), "t", 1, persisted).unwrap();
-    let sent = node
-        .send(
-            &id(0),
-            &id(0),
-            &WirePartitioning::PartitionId(0),
-            batch(1, 4, 10),
-        )
-        .unwrap();
+    let sent = node.send_to(0, batch(1, 4, 10));
     assert!(sent.ack.durable);
     node.halt();
     records.lose();
@@ -693,13 +668,7 @@ fn redone_work_never_undoes_a_later_op_that_re_created_the_partition() {
     let records = RecordsLost::from_now(root);
     node.delete_partitions(&id(0), &id(0), 1).unwrap();
     node.create_partitions(&id(0), &id(0), 1).unwrap();
-    node.send(
-        &id(0),
-        &id(0),
-        &WirePartitioning::PartitionId(1),
-        batch(1, 4, 10),
-    )
-    .unwrap();
+    node.send_to(1, batch(1, 4, 10));
     node.halt();
     records.lose();
     let (booted, count) = messages_after_boot(root, (0, 0, 1));
@@ -782,45 +751,28 @@ fn purge_empties_messages_and_offsets_and_keeps_the_entities() {
         node.get_offset(&consumer, &id(0), &id(0), Some(0)).unwrap(),
         None
     );
-    let polled = node
-        .poll(
-            &consumer,
-            &id(0),
-            &id(0),
-            Some(0),
-            WirePollingStrategy { kind: 3, value: 0 },
-            10,
-            false,
-        )
-        .unwrap()
-        .unwrap();
+    let polled = node.poll_topic(
+        &consumer,
+        Some(0),
+        WirePollingStrategy { kind: 3, value: 0 },
+        10,
+        false,
+    );
     assert_eq!(polled.message_count, 0);
-    let sent = node
-        .send(
-            &id(0),
-            &id(0),
-            &WirePartitioning::PartitionId(0),
-            batch(9, 1, 10),
-        )
-        .unwrap();
+    let sent = node.send_to(0, batch(9, 1, 10));
     assert_eq!(
         sent.ack.base_offset, 0,
         "a purged partition starts again at 0"
     );
     node.halt();
     let node = boot(root).node;
-    let polled = node
-        .poll(
-            &consumer,
-            &id(0),
-            &id(0),
-            Some(0),
-            WirePollingStrategy { kind: 3, value: 0 },
-            10,
-            false,
-        )
-        .unwrap()
-        .unwrap();
+    let polled = node.poll_topic(
+        &consumer,
+        Some(0),
+        WirePollingStrategy { kind: 3, value: 0 },
+        10,
+        false,
+    );
     assert_eq!(polled.message_count, 1);
 }
 
@@ -858,10 +810,7 @@ fn group_members_share_the_partitions_and_poll_them_round_robin() {
     assert_eq!((generation, mine.clone()), (2, vec![0, 2]));
     let mut seen = Vec::new();
     for _ in 0..2 {
-        let polled = ten
-            .poll(&group, &id(0), &id(0), None, next.clone(), 10, true)
-            .unwrap()
-            .unwrap();
+        let polled = ten.poll_topic(&group, None, next.clone(), 10, true);
         seen.push(polled.partition_id);
         assert_eq!(polled.message_count, 2);
     }
@@ -874,10 +823,7 @@ fn group_members_share_the_partitions_and_poll_them_round_robin() {
         5009
     );
     // The group's offsets moved on: nothing new to read.
-    let again = ten
-        .poll(&group, &id(0), &id(0), Some(0), next.clone(), 10, true)
-        .unwrap()
-        .unwrap();
+    let again = ten.poll_topic(&group, Some(0), next.clone(), 10, true);
     assert_eq!(again.message_count, 0);
     assert_eq!(twenty.disconnect().unwrap(), 1);
     assert_eq!(
@@ -906,13 +852,7 @@ fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
         ]),
     );
     for seed in 0..40 {
-        node.send(
-            &id(0),
-            &id(0),
-            &WirePartitioning::PartitionId(0),
-            batch(seed, 10, 9000),
-        )
-        .unwrap();
+        node.send_to(0, batch(seed, 10, 9000));
     }
     let segments = node.info((0, 0, 0)).unwrap().segment_starts.len();
     assert!(segments >= 3, "{segments}");
@@ -944,13 +884,7 @@ fn the_cleaner_deletes_expired_and_oversized_sealed_segments_oldest_first() {
     )
     .unwrap();
     for seed in 100..140 {
-        node.send(
-            &id(0),
-            &id(0),
-            &WirePartitioning::PartitionId(0),
-            batch(seed, 10, 9000),
-        )
-        .unwrap();
+        node.send_to(0, batch(seed, 10, 9000));
     }
     let deleted = node.clean(Some(later)).unwrap();
     assert!(deleted.iter().all(|d| d.reason == Reason::OverSize));
@@ -976,13 +910,7 @@ fn explicit_segment_deletion_never_touches_the_active_segment() {
         ]),
     );
     for seed in 0..30 {
-        node.send(
-            &id(0),
-            &id(0),
-            &WirePartitioning::PartitionId(0),
-            batch(seed, 10, 9000),
-        )
-        .unwrap();
+        node.send_to(0, batch(seed, 10, 9000));
     }
     let segments = node.info((0, 0, 0)).unwrap().segment_starts.len() as u32;
     assert!(node.delete_segments(&id(0), &id(0), 0, segments).is_err());

@@ -19,14 +19,6 @@ use iggy_binary_protocol::{
 use std::future::Future;
 use std::path::Path;
 
-fn id(n: u32) -> WireIdentifier {
-    WireIdentifier::numeric(n)
-}
-
-fn named(s: &str) -> WireIdentifier {
-    WireIdentifier::named(s).unwrap()
-}
-
 fn group(g: WireIdentifier) -> WireConsumer {
     WireConsumer {
         kind: KIND_CONSUMER_GROUP,
@@ -35,13 +27,6 @@ fn group(g: WireIdentifier) -> WireConsumer {
 }
 
 const NEXT: WirePollingStrategy = WirePollingStrategy { kind: 5, value: 0 };
-
-fn node_with_topic(root: &Path, partitions: u32, options: WireOptions) -> TestNode {
-    let node = boot(root).node;
-    node.create_stream("s").unwrap();
-    node.create_topic(&id(0), "t", partitions, options).unwrap();
-    node
-}
 
 fn persisted() -> WireOptions {
     topic_options(&[
@@ -54,13 +39,7 @@ fn persisted() -> WireOptions {
 /// 0) with `offset` stored there: the node, the group's id and its offset file.
 fn group_with_offset(root: &Path, name: &str, offset: u64) -> (TestNode, u32, std::path::PathBuf) {
     let node = node_with_topic(root, 1, persisted());
-    node.send(
-        &id(0),
-        &id(0),
-        &WirePartitioning::PartitionId(0),
-        batch(1, 10, 10),
-    )
-    .unwrap();
+    node.send_to(0, batch(1, 10, 10));
     let g = node.create_group(&id(0), &id(0), name).unwrap();
     node.store_offset(&group(id(g)), &id(0), &id(0), Some(0), offset)
         .unwrap();
@@ -89,18 +68,7 @@ fn n1_a_new_group_never_inherits_a_deleted_groups_offsets() {
         None
     );
     node.join_group(&id(0), &id(0), &named("fresh")).unwrap();
-    let polled = node
-        .poll(
-            &group(named("fresh")),
-            &id(0),
-            &id(0),
-            None,
-            NEXT,
-            100,
-            false,
-        )
-        .unwrap()
-        .unwrap();
+    let polled = node.poll_topic(&group(named("fresh")), None, NEXT, 100, false);
     assert_eq!(
         polled.message_count, 10,
         "the fresh group reads from the start"
@@ -391,13 +359,7 @@ fn n5_a_full_disk_refuses_metadata_and_the_node_keeps_serving() {
     );
     assert!(node.view().stream_id(&named("ghost")).is_err());
     assert!(node.node.failure().is_none(), "the node did not stop");
-    node.send(
-        &id(0),
-        &id(0),
-        &WirePartitioning::PartitionId(0),
-        batch(1, 1, 10),
-    )
-    .unwrap();
+    node.send_to(0, batch(1, 1, 10));
     *disk.nospace_writes_to.lock().unwrap() = None;
     node.create_stream("after").unwrap();
     node.halt();
@@ -544,10 +506,7 @@ fn n7_a_group_store_without_partition_means_the_members_current_partition() {
         .store_offset(&group(id(g)), &id(0), &id(0), None, 4)
         .unwrap_err();
     assert!(matches!(e, NodeError::NoCurrentPartition { .. }), "{e}");
-    let polled = two
-        .poll(&group(id(g)), &id(0), &id(0), None, NEXT, 2, false)
-        .unwrap()
-        .unwrap();
+    let polled = two.poll_topic(&group(id(g)), None, NEXT, 2, false);
     assert_eq!(polled.partition_id, 1);
     two.store_offset(&group(id(g)), &id(0), &id(0), None, 4)
         .unwrap();
@@ -575,13 +534,7 @@ fn n8_one_partitions_io_error_fences_only_that_partition() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let node = node_with_topic(root, 3, WireOptions::empty());
-    node.send(
-        &id(0),
-        &id(0),
-        &WirePartitioning::PartitionId(0),
-        batch(1, 3, 10),
-    )
-    .unwrap();
+    node.send_to(0, batch(1, 3, 10));
     node.close().unwrap();
     let groups = cairn_engine::partition::partition_dir(root, 0, 0, 2).join("offsets/groups");
     std::fs::remove_dir_all(&groups).unwrap();

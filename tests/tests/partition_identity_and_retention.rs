@@ -9,7 +9,6 @@ use cairn_engine::partition::{
 };
 use cairn_tests::*;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 fn settings() -> PartitionSettings {
     PartitionSettings::default()
@@ -19,13 +18,7 @@ fn settings() -> PartitionSettings {
 fn closed_partition(dir: &Path) -> Vec<u64> {
     let env = real_env();
     let mut partition = create(&env, dir, config(Durability::Persisted));
-    for seed in 0..30 {
-        partition
-            .append_group(vec![batch(seed, 10, 9000)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..30, 10, 9000);
     partition.store_offset(ConsumerId::consumer(1), 5).unwrap();
     partition.store_offset(ConsumerId::group(2), 250).unwrap();
     let starts = partition.segment_starts().unwrap();
@@ -49,8 +42,7 @@ fn fence_of(dir: &Path, identity: PartitionIdentity) -> FenceReason {
 
 #[test]
 fn a_directory_swapped_in_from_another_partition_is_fenced_not_adopted() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     closed_partition(&dir);
     let before = snapshot(&dir);
     let impostors = [
@@ -82,8 +74,7 @@ fn a_directory_swapped_in_from_another_partition_is_fenced_not_adopted() {
 
 #[test]
 fn deleting_the_oldest_segment_is_refused_not_served_from_a_later_offset() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let starts = closed_partition(&dir);
     for name in [format!("{:020}.log", 0), format!("{:020}.index", 0)] {
         std::fs::remove_file(dir.join(name)).unwrap();
@@ -144,8 +135,7 @@ fn a_vanished_persisted_offset_file_or_directory_is_refused_not_read_as_none() {
 #[test]
 fn a_stored_offset_file_renamed_to_another_consumer_is_refused_not_adopted() {
     // Same count, other members: only the set's digest tells them apart.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (tmp, dir) = scratch_dir();
     closed_partition(&dir);
     std::fs::rename(
         dir.join("offsets/consumers/1"),
@@ -188,20 +178,12 @@ fn another_partitions_offset_file_for_the_same_consumer_reads_as_damaged() {
     let cfg = config(Durability::Persisted);
     let (ours, theirs) = (tmp.path().join("ours"), tmp.path().join("theirs"));
     let mut partition = create(&env, &ours, cfg);
-    partition
-        .append_group(vec![batch(2, 5, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(2, 5, 10));
     partition.store_offset(ConsumerId::consumer(1), 0).unwrap();
     partition.close().unwrap();
     let other = PartitionIdentity::bare(8);
     let mut partition = Partition::create(&env, &theirs, other, cfg, settings()).unwrap();
-    partition
-        .append_group(vec![batch(1, 5, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 5, 10));
     partition.store_offset(ConsumerId::consumer(1), 4).unwrap();
     partition.close().unwrap();
     std::fs::copy(
@@ -221,16 +203,11 @@ fn another_partitions_offset_file_for_the_same_consumer_reads_as_damaged() {
 
 #[test]
 fn replicated_offsets_are_not_tracked_a_lost_one_reads_as_none() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let mut cfg = config(Durability::Persisted);
     cfg.consumer_offset_durability = Durability::Replicated;
     let mut partition = create(&real_env(), &dir, cfg);
-    partition
-        .append_group(vec![batch(1, 5, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 5, 10));
     partition.store_offset(ConsumerId::consumer(4), 3).unwrap();
     partition.close().unwrap();
     std::fs::remove_file(dir.join("offsets/consumers/4")).unwrap();
@@ -247,8 +224,7 @@ fn replicated_offsets_are_not_tracked_a_lost_one_reads_as_none() {
 
 #[test]
 fn retention_records_the_log_start_first_and_overtaken_consumers_resume_there() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let starts = closed_partition(&dir);
     let mut partition = open(&real_env(), &dir, config(Durability::Persisted)).partition;
     assert!(matches!(
@@ -293,8 +269,7 @@ fn a_crash_anywhere_inside_a_deletion_recovers_to_the_old_or_the_new_start() {
         let dir = tmp.path().join(format!("crash-{budget}"));
         copy_dir(&original, &dir);
         let disk = CrashingDisk::new(usize::MAX);
-        let mut crashing = real_env();
-        crashing.disk = Arc::new(disk.clone());
+        let crashing = env_on(disk.clone());
         let mut partition = Partition::open(
             &crashing,
             &dir,

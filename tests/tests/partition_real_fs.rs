@@ -3,13 +3,11 @@
 
 use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings};
-use cairn_engine::env::Env;
 use cairn_engine::format::{message_checksum, BatchHeader, FormatError, Limits, BATCH_HEADER_LEN};
 use cairn_engine::partition::{
     ConsumerId, FenceReason, Outcome, Partition, PartitionError, PollFrom,
 };
 use cairn_tests::*;
-use std::sync::Arc;
 
 fn put_u32(bytes: &mut [u8], at: usize, value: u32) {
     bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
@@ -31,8 +29,7 @@ const FIRST_FRAME: usize = BATCH_HEADER_LEN;
 
 #[test]
 fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let settings = PartitionSettings {
         limits: Limits {
@@ -45,13 +42,7 @@ fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
     };
     let mut partition =
         Partition::create(&env, &dir, ID, config(Durability::Persisted), settings).unwrap();
-    for seed in 0..3 {
-        partition
-            .append_group(vec![batch(seed, 4, 100)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..3, 4, 100);
     let next = partition.next_offset().unwrap();
     let before = snapshot(&dir);
 
@@ -267,11 +258,9 @@ fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
 
 #[test]
 fn many_persisted_appends_share_one_sync_per_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let counting = CountingDisk::default();
-    let mut env: Env = real_env();
-    env.disk = Arc::new(counting.clone());
+    let env = env_on(counting.clone());
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     counting.syncs.lock().unwrap().clear();
     counting.dir_syncs.lock().unwrap().clear();
@@ -316,11 +305,9 @@ fn many_persisted_appends_share_one_sync_per_file() {
 
 #[test]
 fn replicated_appends_wait_for_thresholds_and_never_sync() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let counting = CountingDisk::default();
-    let mut env: Env = real_env();
-    env.disk = Arc::new(counting.clone());
+    let env = env_on(counting.clone());
     let mut cfg = config(Durability::Replicated);
     cfg.messages_required_to_save = 10;
     let mut partition = create(&env, &dir, cfg);
@@ -358,11 +345,7 @@ fn persisted_acks_survive_a_crash_and_replicated_loses_only_the_unflushed_journa
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     let mut acked = 0;
     for seed in 0..20 {
-        let ack = partition
-            .append_group(vec![batch(seed, 5, 700)])
-            .pop()
-            .unwrap()
-            .unwrap();
+        let ack = append_acked(&mut partition, batch(seed, 5, 700));
         assert!(ack.durable);
         acked += 5;
     }
@@ -391,17 +374,12 @@ fn persisted_acks_survive_a_crash_and_replicated_loses_only_the_unflushed_journa
 
 #[test]
 fn segments_rotate_after_the_crossing_batch_and_every_poll_kind_works() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Persisted));
     let mut timestamps = Vec::new();
     for seed in 0..40 {
-        let ack = partition
-            .append_group(vec![batch(seed, 10, 9000)])
-            .pop()
-            .unwrap()
-            .unwrap();
+        let ack = append_acked(&mut partition, batch(seed, 10, 9000));
         let polled = partition
             .poll(PollFrom::Offset(ack.base_offset), 1)
             .unwrap();
@@ -483,8 +461,7 @@ fn segments_rotate_after_the_crossing_batch_and_every_poll_kind_works() {
 
 #[test]
 fn consumer_offsets_store_get_delete_reject_and_report_damage() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let cfg = config(Durability::Persisted);
     let mut partition = create(&env, &dir, cfg);
@@ -500,11 +477,7 @@ fn consumer_offsets_store_get_delete_reject_and_report_damage() {
             last: None
         })
     ));
-    partition
-        .append_group(vec![batch(1, 10, 10)])
-        .pop()
-        .unwrap()
-        .unwrap();
+    append_acked(&mut partition, batch(1, 10, 10));
     partition.store_offset(a, 5).unwrap();
     partition.store_offset(b, 9).unwrap();
     partition.store_offset(g, 3).unwrap();
@@ -552,19 +525,12 @@ fn consumer_offsets_store_get_delete_reject_and_report_damage() {
 
 #[test]
 fn preallocated_segments_recover_clean() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut cfg = config(Durability::Persisted);
     cfg.preallocate_segments = true;
     let mut partition = create(&env, &dir, cfg);
-    for seed in 0..30 {
-        partition
-            .append_group(vec![batch(seed, 10, 9000)])
-            .pop()
-            .unwrap()
-            .unwrap();
-    }
+    append_seeds(&mut partition, 0..30, 10, 9000);
     let written = read_all(&mut partition, 1000);
     drop(partition);
     let opened = open(&env, &dir, cfg);
@@ -577,8 +543,7 @@ fn preallocated_segments_recover_clean() {
 fn offsets_lowered_after_a_lost_tail_stay_lowered_when_the_log_grows_again() {
     // Found by the simulator: the lowering was kept in memory only, so after the next restart
     // a consumer resumed past new messages that reused the lost offsets.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut cfg = config(Durability::Replicated);
     cfg.consumer_offset_durability = Durability::Persisted;
@@ -608,8 +573,7 @@ fn offsets_lowered_after_a_lost_tail_stay_lowered_when_the_log_grows_again() {
 
 #[test]
 fn invalid_topic_options_are_rejected_before_anything_is_written() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     for segment_size in [1024 * 1024 - 512, 1024 * 1024 + 1, 2 * 1024 * 1024 * 1024] {
         let mut cfg = config(Durability::Persisted);
@@ -633,19 +597,12 @@ fn invalid_topic_options_are_rejected_before_anything_is_written() {
 #[test]
 fn a_poll_stops_at_a_batch_damaged_on_disk_and_serves_the_valid_prefix() {
     for durability in [Durability::Persisted, Durability::Replicated] {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("p");
+        let (_tmp, dir) = scratch_dir();
         let env = real_env();
         let mut cfg = config(durability);
         cfg.messages_required_to_save = 1; // replicated: every batch is flushed, none synced
         let mut partition = create(&env, &dir, cfg);
-        for seed in 0..5 {
-            partition
-                .append_group(vec![batch(seed, 4, 100)])
-                .pop()
-                .unwrap()
-                .unwrap();
-        }
+        append_seeds(&mut partition, 0..5, 4, 100);
         // Damage the third batch under the running partition (bit rot after the write).
         let log = dir.join("00000000000000000000.log");
         let third = batch_positions(&log)[2];

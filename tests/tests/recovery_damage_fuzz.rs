@@ -17,17 +17,12 @@ fn template() -> PathBuf {
     static TEMPLATE: OnceLock<tempfile::TempDir> = OnceLock::new();
     TEMPLATE
         .get_or_init(|| {
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("p");
+            let (tmp, dir) = scratch_dir();
             let env = real_env();
             let mut partition = create(&env, &dir, config(Durability::Persisted));
             for seed in 0..24 {
                 let size = if seed % 3 == 0 { 100_000 } else { 300 };
-                partition
-                    .append_group(vec![batch(seed, 3, size)])
-                    .pop()
-                    .unwrap()
-                    .unwrap();
+                append_acked(&mut partition, batch(seed, 3, size));
             }
             partition.store_offset(ConsumerId::consumer(1), 10).unwrap();
             partition.store_offset(ConsumerId::consumer(2), 40).unwrap();
@@ -106,8 +101,7 @@ proptest! {
         damages in prop::collection::vec(damage(), 1..4),
         persisted in any::<bool>(),
     ) {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("p");
+        let (_tmp, dir) = scratch_dir();
         copy_dir(&template(), &dir);
         for damage in &damages {
             let files = files(&dir);

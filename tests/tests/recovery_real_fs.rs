@@ -45,8 +45,7 @@ fn fence_of(dir: &Path, durability: Durability) -> FenceReason {
 
 #[test]
 fn clean_close_reopens_clean_with_every_message() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     for durability in [Durability::Replicated, Durability::Persisted] {
         let _ = std::fs::remove_dir_all(&dir);
         let written = filled(&dir, durability);
@@ -66,8 +65,7 @@ fn clean_close_reopens_clean_with_every_message() {
 
 #[test]
 fn garbage_appended_to_the_active_log_is_truncated_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let written = filled(&dir, Durability::Persisted);
     let active = logs(&dir).pop().unwrap();
     let clean_len = std::fs::metadata(&active).unwrap().len();
@@ -92,8 +90,7 @@ fn garbage_appended_to_the_active_log_is_truncated_once() {
 
 #[test]
 fn a_flipped_byte_in_a_sealed_segment_fences_with_file_and_position() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let sealed = logs(&dir)[0].clone();
     let third_batch = batch_positions(&sealed)[2];
@@ -117,8 +114,7 @@ fn a_flipped_byte_in_a_sealed_segment_fences_with_file_and_position() {
 
 #[test]
 fn a_flipped_byte_inside_the_active_segment_followed_by_valid_batches_fences() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let active = logs(&dir).pop().unwrap();
     let positions = batch_positions(&active);
@@ -146,8 +142,7 @@ fn a_flipped_byte_inside_the_active_segment_followed_by_valid_batches_fences() {
 
 #[test]
 fn a_deleted_index_is_rebuilt_and_every_offset_is_found() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let written = filled(&dir, Durability::Replicated);
     let index = logs(&dir)[1].with_extension("index");
     std::fs::remove_file(&index).unwrap();
@@ -177,8 +172,7 @@ fn a_deleted_index_is_rebuilt_and_every_offset_is_found() {
 
 #[test]
 fn a_divergent_or_torn_index_is_rebuilt_from_the_log() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let written = filled(&dir, Durability::Persisted);
     let index = logs(&dir)[0].with_extension("index");
     // An entry pointing into the middle of a batch, and a torn trailing entry.
@@ -196,8 +190,7 @@ fn a_divergent_or_torn_index_is_rebuilt_from_the_log() {
 
 #[test]
 fn a_log_renamed_so_its_name_disagrees_with_its_first_batch_fences() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let second = logs(&dir)[1].clone();
     let renamed = dir.join("00000000000000000011.log");
@@ -223,8 +216,7 @@ fn a_log_renamed_so_its_name_disagrees_with_its_first_batch_fences() {
 
 #[test]
 fn a_segment_removed_from_the_middle_of_the_chain_fences() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let all = logs(&dir);
     let middle = all[1].clone();
@@ -246,8 +238,7 @@ fn a_segment_removed_from_the_middle_of_the_chain_fences() {
 #[test]
 fn a_log_shorter_than_the_durable_end_fences_instead_of_rewinding() {
     // What a lying fsync leaves: the superblock promises bytes the log does not have.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let active = logs(&dir).pop().unwrap();
     let last_batch = *batch_positions(&active).last().unwrap();
@@ -286,8 +277,7 @@ fn newest_slot(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn a_newest_superblock_damaged_in_both_copies_falls_back_to_the_older_slot() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let written = filled(&dir, Durability::Persisted);
     let newest = newest_slot(&dir);
     flip_byte(&newest, 40);
@@ -311,8 +301,7 @@ fn one_rotten_copy_of_the_newest_record_still_proves_lost_synced_data() {
     // Found by the swarm (seeds 0x1c9ca40 and three more, before the record was mirrored): a
     // lying sync lost acknowledged log data and the newest superblock slot was unreadable, so
     // recovery trusted the older slot and rewound silently. The mirror copy keeps the proof.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     flip_byte(&newest_slot(&dir), 40);
     let active = logs(&dir).pop().unwrap();
@@ -337,8 +326,7 @@ fn damage_above_the_durable_end_of_a_replicated_log_is_a_torn_tail() {
     // Replicated flushes write without syncing: the superblock's durable end stays behind,
     // and bytes above it were never promised; a bad batch there (followed by valid ones, as
     // out-of-order writeback leaves) is cut, not fenced.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     let env = real_env();
     let mut partition = create(&env, &dir, config(Durability::Replicated));
     for seed in 0..6 {
@@ -371,13 +359,10 @@ fn damage_above_the_durable_end_of_a_replicated_log_is_a_torn_tail() {
 #[test]
 fn cairn_check_reports_without_changing_anything() {
     // Exercised through the library call the `cairn check` command makes.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("p");
+    let (_tmp, dir) = scratch_dir();
     filled(&dir, Durability::Persisted);
     let active = logs(&dir).pop().unwrap();
-    let mut bytes = std::fs::read(&active).unwrap();
-    bytes.extend_from_slice(&[0xAB; 100]);
-    std::fs::write(&active, bytes).unwrap();
+    append_to_file(&active, &[0xAB; 100]);
     let before = snapshot(&dir);
     let env = real_env();
     let plan =
@@ -404,9 +389,7 @@ fn recovery_interrupted_at_every_step_reaches_the_same_result() {
     partition.flush().unwrap();
     drop(partition);
     let active = logs(&damaged).pop().unwrap();
-    let mut bytes = std::fs::read(&active).unwrap();
-    bytes.extend_from_slice(&[0x5A; 333]);
-    std::fs::write(&active, bytes).unwrap();
+    append_to_file(&active, &[0x5A; 333]);
     std::fs::remove_file(logs(&damaged)[0].with_extension("index")).unwrap();
 
     // The reference: one uninterrupted recovery.

@@ -540,7 +540,7 @@ pub fn stats(stats: &StatsResponse) -> View {
 }
 
 /// Polled messages: offset, id, timestamp, payload (UTF-8, lossy) and headers.
-pub fn messages(polled: &crate::Polled) -> Result<View, String> {
+pub fn messages(polled: &crate::Polled) -> Result<View, super::error::CliError> {
     let mut table = Table::new(vec![
         "offset",
         "id",
@@ -550,7 +550,7 @@ pub fn messages(polled: &crate::Polled) -> Result<View, String> {
         "headers",
     ]);
     for message in polled.messages() {
-        let message = message.map_err(|error| format!("polled records do not decode: {error}"))?;
+        let message = message.map_err(super::error::CliError::BadRecords)?;
         table.push(vec![
             message.offset.into(),
             format!("{:032x}", message.id).into(),

@@ -1,9 +1,15 @@
+use super::parse::{partitioning, strategy};
 use super::render::{self, Table, View};
+use super::run::execute;
 use super::*;
+use crate::error::ClientError;
 use clap::Parser;
 use iggy_binary_protocol::responses::streams::StreamResponse;
 use iggy_binary_protocol::responses::streams::TopicHeader;
 use iggy_binary_protocol::responses::topics::{GetTopicResponse, PartitionResponse};
+use iggy_binary_protocol::{
+    WireConsumer, WireIdentifier, WireOptions, WirePartitioning, WirePollingStrategy,
+};
 use iggy_binary_protocol::{WireName, WireUserHeaderIterator};
 
 /// How the lead embeds the arguments: connection flags plus a client command.
@@ -431,11 +437,11 @@ fn an_unreachable_server_exits_nonzero() {
     };
     let error = execute(&args, ClientCommand::Ping { count: 1 }).unwrap_err();
     assert_eq!(
-        error,
+        error.to_string(),
         "server unreachable at 127.0.0.1:1: connection refused"
     );
     let error = execute(&args, ClientCommand::Stats).unwrap_err();
-    assert!(error.contains("needs a login"), "{error}");
+    assert!(error.to_string().contains("needs a login"), "{error}");
 }
 
 #[test]

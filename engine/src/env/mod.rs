@@ -3,10 +3,10 @@
 //! Engine code performs every piece of I/O, every clock read, every task spawn and every
 //! random draw through these traits. Two implementations exist: [`real`] (real files with
 //! real `fdatasync`, real TCP, the real clock, tokio hidden behind the traits) and the
-//! simulated one in `cairn-faults` / `cairn-sim`. `engine/clippy.toml` forbids the engine from
-//! reaching `std::fs`, `std::net`, `Instant::now`, `SystemTime::now`, `std::thread::spawn`
-//! and tokio directly (and `HashMap`/`HashSet`); only `env::real` is exempt. The engine has no
-//! random-number crate: its only randomness is [`Entropy`].
+//! simulated one in `cairn-faults` / `cairn-sim`. The workspace's `clippy.toml` forbids the
+//! engine from reaching `std::fs`, `std::net`, `Instant::now`, `SystemTime::now`,
+//! `std::thread::spawn` and tokio directly (and `HashMap`/`HashSet`); only `env::real` is
+//! exempt. The engine has no random-number crate: its only randomness is [`Entropy`].
 //!
 //! The disk API is synchronous and positional: the partition log is a single-owner state
 //! machine, and group commit comes from draining many requests into one flush, not from

@@ -4,6 +4,9 @@
 //! This is the only module of the engine allowed to touch `std::fs`, `std::net`, the system
 //! clock and the runtime directly.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+// The crate denies unsafe code; its four calls into libc (pwritev, fallocate, posix_fadvise,
+// getrandom) live here, each with its SAFETY comment.
+#![allow(unsafe_code)]
 
 use super::{
     BlockingJob, BoxFuture, ByteStream, Clock, DirEntry, Disk, DiskFile, Entropy, Env, Listener,

@@ -402,7 +402,8 @@ async fn init_streams(
         Durability::Replicated,
         None,
         &TopicSettings::default(),
-    )?;
+    )
+    .map_err(|error| error.to_string())?;
     let existing = stream_messages(admin).await?;
     let mut streams = Vec::new();
     for index in 1..=count {

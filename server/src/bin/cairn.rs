@@ -1,4 +1,5 @@
 //! The `cairn` command line.
+#![forbid(unsafe_code)]
 
 use cairn_client::cli::{ClientCommand, ConnectArgs};
 use cairn_engine::env::Disk;

@@ -164,3 +164,30 @@ pub fn payloads(polled: &iggy::prelude::PolledMessages) -> Vec<String> {
         .map(|m| String::from_utf8(m.payload.to_vec()).unwrap())
         .collect()
 }
+
+/// A stream, topic or group named `name`, as the SDK addresses it.
+pub fn id(name: &str) -> iggy::prelude::Identifier {
+    iggy::prelude::Identifier::named(name).unwrap()
+}
+
+/// A topic option as the SDK reads it: its value as text, and whether a request named it.
+pub fn topic_option(details: &iggy::prelude::TopicDetails, key: &str) -> Option<(String, bool)> {
+    use std::str::FromStr;
+    let key = iggy::prelude::HeaderKey::from_str(key).unwrap();
+    details
+        .options
+        .get(&key)
+        .map(|option| (option.value.to_string_value(), option.explicit))
+}
+
+/// The SDK's options for a new topic of `partitions` partitions under `durability`.
+pub fn topic_options(
+    partitions: u32,
+    durability: iggy::prelude::Durability,
+) -> iggy::prelude::TopicCreateOptions {
+    iggy::prelude::TopicCreateOptions {
+        partitions_count: Some(partitions),
+        durability,
+        ..iggy::prelude::TopicCreateOptions::default()
+    }
+}
