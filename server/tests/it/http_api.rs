@@ -4,7 +4,7 @@
 //! persisted sends: every message answered 201 is there exactly once after the restart.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::{Cairn, PASSWORD};

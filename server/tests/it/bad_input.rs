@@ -4,7 +4,7 @@
 //! Also: a client that stops reading its replies does not grow the server's memory.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{snapshot, Cairn, PASSWORD};
 use iggy_binary_protocol::requests::streams::CreateStreamRequest;

@@ -2,7 +2,7 @@
 //! user sees (tables and `--json`), the exit codes, and errors that name what went wrong.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{Cairn, PASSWORD};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The client against a scripted server: login, header identity across a session, the
 //! reconnect-and-replay rule (SPEC §2.4), bounds, and typed decoding.
 
-mod support;
+use crate::support;
 
 use cairn_client::{ClientError, ProtocolError};
 use cairn_engine::format::BatchBuilder;

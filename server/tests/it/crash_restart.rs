@@ -4,7 +4,7 @@
 //! every ten messages).
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{id, Cairn, PASSWORD};
 use iggy::prelude::*;

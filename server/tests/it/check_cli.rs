@@ -9,7 +9,7 @@ use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
+use crate::common;
 use common::snapshot;
 
 fn check(root: &Path) -> (i32, String) {

@@ -1,7 +1,7 @@
 //! The client over real TCP (`env::real`): a one-connection server task answers a login
 //! and a ping, proving the client works on the production seam, not only the fake one.
 
-mod support;
+use crate::support;
 
 use cairn_client::{Client, ClientConfig};
 use iggy_binary_protocol::{Operation, RequestHeader};

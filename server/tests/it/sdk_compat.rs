@@ -2,7 +2,7 @@
 //! call a producer, a consumer, a consumer-group member and an administrator make.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{id, messages, payloads, topic_option, topic_options, Cairn, PASSWORD};
 use futures::StreamExt;

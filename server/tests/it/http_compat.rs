@@ -4,7 +4,7 @@
 //! personal access token, logout.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{id, messages, payloads, topic_option, topic_options, Cairn, PASSWORD};
 use iggy::prelude::*;

@@ -3,7 +3,7 @@
 //! unmodified) as the client, with TLS on and off.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
-mod common;
+use crate::common;
 
 use common::{id, Cairn, PASSWORD};
 use iggy::prelude::*;
