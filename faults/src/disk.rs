@@ -342,11 +342,102 @@ impl FileState {
     }
 }
 
+/// The current namespace: every name and what it names, and, kept in step with it, the
+/// names of each file. A file has one name, or none once unlinked while open, or two after a
+/// power loss kept both ends of a rename across directories.
+#[derive(Default)]
+struct Names {
+    by_path: BTreeMap<PathBuf, Node>,
+    /// The names of each file that has one (an index of `by_path`: a file's path is asked
+    /// for on every write and sync).
+    of_file: BTreeMap<u64, BTreeSet<PathBuf>>,
+}
+
+impl Names {
+    fn from_map(by_path: BTreeMap<PathBuf, Node>) -> Names {
+        let mut of_file: BTreeMap<u64, BTreeSet<PathBuf>> = BTreeMap::new();
+        for (path, node) in &by_path {
+            if let Node::File(inode) = node {
+                of_file.entry(*inode).or_default().insert(path.clone());
+            }
+        }
+        Names { by_path, of_file }
+    }
+
+    fn get(&self, path: &Path) -> Option<&Node> {
+        self.by_path.get(path)
+    }
+
+    fn contains_key(&self, path: &Path) -> bool {
+        self.by_path.contains_key(path)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&PathBuf, &Node)> {
+        self.by_path.iter()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &PathBuf> {
+        self.by_path.keys()
+    }
+
+    fn insert(&mut self, path: PathBuf, node: Node) {
+        if let Node::File(inode) = node {
+            self.of_file.entry(inode).or_default().insert(path.clone());
+        }
+        if let Some(old) = self.by_path.insert(path.clone(), node) {
+            if old != node {
+                self.unindex(&path, old);
+            }
+        }
+        self.debug_check();
+    }
+
+    fn remove(&mut self, path: &Path) -> Option<Node> {
+        let old = self.by_path.remove(path)?;
+        self.unindex(path, old);
+        self.debug_check();
+        Some(old)
+    }
+
+    fn unindex(&mut self, path: &Path, node: Node) {
+        let Node::File(inode) = node else {
+            return;
+        };
+        let names = self.of_file.get_mut(&inode).expect("an indexed file");
+        assert!(names.remove(path), "a file's name is indexed");
+        if names.is_empty() {
+            self.of_file.remove(&inode);
+        }
+    }
+
+    /// The first name of file `inode` in path order.
+    fn first_path_of(&self, inode: u64) -> Option<&PathBuf> {
+        self.of_file.get(&inode).and_then(BTreeSet::first)
+    }
+
+    /// The files some name reaches.
+    fn live_files(&self) -> impl Iterator<Item = u64> + '_ {
+        self.of_file.keys().copied()
+    }
+
+    /// The index equals the one `by_path` gives (O(names): debug builds and tests only).
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let rebuilt = Names::from_map(self.by_path.clone());
+            assert!(
+                rebuilt.of_file == self.of_file,
+                "the file-name index is in step"
+            );
+        }
+    }
+}
+
 struct State {
     rng: ChaCha8Rng,
     faults: DiskFaults,
     files: BTreeMap<u64, FileState>,
-    names: BTreeMap<PathBuf, Node>,
+    names: Names,
     durable_names: BTreeMap<PathBuf, Node>,
     /// Unsynced changes per directory, oldest first.
     pending: BTreeMap<PathBuf, Vec<PendingOp>>,
@@ -532,15 +623,7 @@ impl State {
     }
 
     fn used_bytes(&self) -> u64 {
-        let live: BTreeSet<u64> = self
-            .names
-            .values()
-            .filter_map(|n| match n {
-                Node::File(i) => Some(*i),
-                Node::Dir(_) => None,
-            })
-            .collect();
-        live.iter().map(|i| self.files[i].used()).sum()
+        self.names.live_files().map(|i| self.files[&i].used()).sum()
     }
 
     /// ENOSPC when `growth` more bytes would pass the capacity.
@@ -556,10 +639,7 @@ impl State {
     }
 
     fn path_of(&self, inode: u64) -> Option<PathBuf> {
-        self.names
-            .iter()
-            .find(|(_, n)| **n == Node::File(inode))
-            .map(|(p, _)| p.clone())
+        self.names.first_path_of(inode).cloned()
     }
 
     fn is_dir(&self, path: &Path) -> bool {
@@ -704,13 +784,14 @@ impl SimDisk {
     pub fn new(seed: u64, faults: DiskFaults) -> Self {
         let mut names = BTreeMap::new();
         names.insert(PathBuf::from("/"), Node::Dir(0));
+        let durable_names = names.clone();
         SimDisk {
             state: Arc::new(Mutex::new(State {
                 rng: ChaCha8Rng::seed_from_u64(seed),
                 faults,
                 files: BTreeMap::new(),
-                durable_names: names.clone(),
-                names,
+                durable_names,
+                names: Names::from_map(names),
                 pending: BTreeMap::new(),
                 lost_synced_names: Vec::new(),
                 next_inode: 1,
@@ -870,14 +951,7 @@ impl SimDisk {
             power_loss_file(&mut s, inode);
         }
         // What no name reaches is gone.
-        let live: BTreeSet<u64> = s
-            .names
-            .values()
-            .filter_map(|n| match n {
-                Node::File(i) => Some(*i),
-                Node::Dir(_) => None,
-            })
-            .collect();
+        let live: BTreeSet<u64> = s.names.live_files().collect();
         s.files.retain(|inode, _| live.contains(inode));
         s.bad_sectors.retain(|(inode, _), _| live.contains(inode));
     }
@@ -1165,7 +1239,7 @@ fn power_loss_names(s: &mut State) {
             s.durable_names.remove(&path);
         }
     }
-    s.names = s.durable_names.clone();
+    s.names = Names::from_map(s.durable_names.clone());
 }
 
 /// The fate of one unsynced page at a power loss.
