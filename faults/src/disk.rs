@@ -274,9 +274,9 @@ fn byte_range(page: u64, len: usize) -> Range<usize> {
 /// Copies page `page` of `from` into `to` (lengths as they are; missing bytes are zeros).
 fn copy_page(to: &mut [u8], from: &[u8], page: u64) {
     let range = byte_range(page, to.len());
-    for i in range {
-        to[i] = from.get(i).copied().unwrap_or(0);
-    }
+    let present = range.start.min(from.len())..range.end.min(from.len());
+    to[present.clone()].copy_from_slice(&from[present.clone()]);
+    to[present.end.max(range.start)..range.end].fill(0);
 }
 
 impl FileState {
@@ -1433,7 +1433,14 @@ impl DiskFile for SimFile {
         let mut s = self.disk.lock();
         let path = self.path(&s);
         let crash_now = s.mutate(path.as_deref(), Call::Write)?;
-        let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        let bytes: std::borrow::Cow<'_, [u8]> = match bufs {
+            [one] => std::borrow::Cow::Borrowed(&**one),
+            _ => {
+                let mut joined = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+                bufs.iter().for_each(|b| joined.extend_from_slice(b));
+                std::borrow::Cow::Owned(joined)
+            }
+        };
         if !s.files.contains_key(&self.inode) {
             return Err(io::Error::other("stale handle"));
         }
@@ -1531,10 +1538,11 @@ impl DiskFile for SimFile {
         if s.mutate(path.as_deref(), Call::Sync)? {
             return Err(crashed_error());
         }
-        let Some(file) = s.files.get(&self.inode) else {
+        let Some(file) = s.files.get_mut(&self.inode) else {
             return Err(io::Error::other("stale handle"));
         };
-        let pages = file.dirty.clone();
+        // Written back or failed, no page is dirty after this call.
+        let pages = std::mem::take(&mut file.dirty);
         let len = file.data.len() as u64;
         let range = match (pages.first(), pages.last()) {
             (Some(first), Some(last)) => Some(first * PAGE..((last + 1) * PAGE).min(len)),
@@ -1551,8 +1559,6 @@ impl DiskFile for SimFile {
         if scripted_fail || s.roll(faults.sync_error) {
             // Linux: the failed pages keep their new bytes, marked clean; the device keeps
             // the old ones; the error is reported once.
-            let file = s.files.get_mut(&self.inode).expect("file");
-            file.dirty.clear();
             if let Some(range) = range {
                 s.damage(
                     self.inode,
@@ -1572,7 +1578,6 @@ impl DiskFile for SimFile {
         let lie = scripted_lie || s.roll(faults.lying_sync);
         let file = s.files.get_mut(&self.inode).expect("file");
         file.write_back(&pages, lie);
-        file.dirty.clear();
         if lie {
             s.record(FaultKind::LyingSync, path.as_deref(), range, String::new());
         }
@@ -1660,13 +1665,12 @@ impl DiskFile for SimFile {
             .get_mut(&self.inode)
             .ok_or_else(|| io::Error::other("stale handle"))?;
         let pages = (file.data.len() as u64).div_ceil(PAGE);
-        let clean: BTreeSet<u64> = (0..pages).filter(|p| !file.dirty.contains(p)).collect();
-        let device = file.device.clone();
-        for &page in &clean {
-            copy_page(&mut file.data, &device, page);
+        let is_clean = |p: u64| p < pages && !file.dirty.contains(&p);
+        for page in (0..pages).filter(|&p| is_clean(p)) {
+            copy_page(&mut file.data, &file.device, page);
         }
         for damage in &mut file.damage {
-            if pages_of(&damage.range).all(|p| clean.contains(&p)) {
+            if pages_of(&damage.range).all(is_clean) {
                 damage.in_cache = damage.on_device;
             }
         }
