@@ -531,3 +531,35 @@ fn bytes_that_never_landed_stay_damage_through_later_writes_and_power_loss() {
         );
     }
 }
+
+#[test]
+fn a_file_left_with_two_names_by_a_power_loss_is_counted_once_until_both_are_gone() {
+    let (disk, a) = setup(3, DiskFaults::default());
+    let b = PathBuf::from("/e");
+    disk.create_dir_all(&b).unwrap();
+    disk.sync_dir(Path::new("/")).unwrap();
+    let (file, old) = durable_file(&disk, &a, "f");
+    write(file.as_ref(), 0, &[7u8; 3 * PAGE as usize]);
+    file.sync_data().unwrap();
+    drop(file);
+    // Renamed across directories; only the new directory is synced, and the power loss
+    // drops the old directory's unlink: both names survive, naming one file.
+    let new = b.join("f");
+    disk.rename(&old, &new).unwrap();
+    disk.sync_dir(&b).unwrap();
+    disk.set_fates(Fates::DropOnly(vec!["/d/f".into()]));
+    disk.power_loss();
+    assert!(disk.exists(&old).unwrap() && disk.exists(&new).unwrap());
+    assert_eq!(disk.contents(&old), disk.contents(&new));
+    let used = disk.used_bytes();
+    assert_eq!(used, 3 * PAGE, "one file, counted once");
+    // A write through either name is the one file's.
+    let via_new = disk.open(&new, OpenMode::ReadWrite).unwrap();
+    write(via_new.as_ref(), 0, &[9u8; 10]);
+    assert_eq!(disk.contents(&old).unwrap()[..10], [9u8; 10]);
+    disk.remove_file(&old).unwrap();
+    assert_eq!(disk.used_bytes(), used, "still named by the other name");
+    via_new.sync_data().unwrap();
+    disk.remove_file(&new).unwrap();
+    assert_eq!(disk.used_bytes(), 0, "no name reaches it");
+}

@@ -20,6 +20,8 @@ struct Slot {
     group: u32,
     cancelled: Arc<AtomicBool>,
     finished: Arc<AtomicBool>,
+    /// Marks the task ready; made once at spawn and lent to every poll.
+    waker: Waker,
 }
 
 #[derive(Default)]
@@ -155,6 +157,10 @@ impl Tasks for ExecutorHandle {
         shared.next_id += 1;
         let cancelled = Arc::new(AtomicBool::new(false));
         let finished = Arc::new(AtomicBool::new(false));
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id,
+            ready: self.ready.clone(),
+        }));
         shared.tasks.insert(
             id,
             Slot {
@@ -162,6 +168,7 @@ impl Tasks for ExecutorHandle {
                 group: self.group,
                 cancelled: cancelled.clone(),
                 finished: finished.clone(),
+                waker,
             },
         );
         self.ready.0.lock().expect("ready").insert(id);
@@ -272,15 +279,20 @@ impl Executor {
             if !keep_going() {
                 return Stop::Asked;
             }
-            let ready: Vec<u64> = self
-                .ready
-                .0
-                .lock()
-                .expect("ready")
-                .iter()
-                .copied()
-                .collect();
-            if ready.is_empty() {
+            // The next task: a ready one drawn by the PRNG, taken out of the ready set.
+            let picked = {
+                let mut ready = self.ready.0.lock().expect("ready");
+                if ready.is_empty() {
+                    None
+                } else {
+                    let at = self.rng.gen_range(0..ready.len());
+                    let id = *ready.iter().nth(at).expect("a ready task at a drawn index");
+                    ready.remove(&id);
+                    Some(id)
+                }
+            };
+            // The ready lock is released: firing a timer wakes tasks.
+            let Some(id) = picked else {
                 if self.task_count() == 0 {
                     return Stop::Done;
                 }
@@ -292,9 +304,7 @@ impl Executor {
                         continue;
                     }
                 }
-            }
-            let id = ready[self.rng.gen_range(0..ready.len())];
-            self.ready.0.lock().expect("ready").remove(&id);
+            };
             let taken = {
                 let mut shared = self.shared.lock().expect("executor");
                 shared.tasks.get_mut(&id).map(|slot| {
@@ -302,10 +312,11 @@ impl Executor {
                         slot.future.take(),
                         slot.cancelled.clone(),
                         slot.finished.clone(),
+                        slot.waker.clone(),
                     )
                 })
             };
-            let Some((Some(mut future), cancelled, finished)) = taken else {
+            let Some((Some(mut future), cancelled, finished, waker)) = taken else {
                 continue;
             };
             steps += 1;
@@ -314,10 +325,6 @@ impl Executor {
                 self.shared.lock().expect("executor").tasks.remove(&id);
                 continue;
             }
-            let waker = Waker::from(Arc::new(TaskWaker {
-                id,
-                ready: self.ready.clone(),
-            }));
             let mut cx = Context::from_waker(&waker);
             match future.as_mut().poll(&mut cx) {
                 Poll::Ready(()) => {
