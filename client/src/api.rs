@@ -1,6 +1,6 @@
 //! Typed calls: each encodes the codec's request type, sends it as its command code and
 //! decodes the codec's response type. Single-object reads answer `None` for the empty
-//! "not found" body (SPEC §4.4); lists answer empty for an empty body.
+//! "not found" body (`docs/wire.md` §4.4); lists answer empty for an empty body.
 
 use crate::client::{decode_exact, name, Client};
 use crate::error::{ClientError, ProtocolError};
@@ -208,8 +208,8 @@ impl Client {
         Ok(list.topics)
     }
 
-    /// CreateTopic (302) with `options` (TLV: `durability`, `message_expiry`, …; SPEC §8):
-    /// the new topic with its partitions.
+    /// CreateTopic (302) with `options` (TLV: `durability`, `message_expiry`, …; `docs/wire.md`
+    /// §8): the new topic with its partitions.
     pub async fn create_topic(
         &mut self,
         stream: &WireIdentifier,
@@ -472,8 +472,8 @@ impl Client {
         Ok(list.groups)
     }
 
-    /// CreateConsumerGroup (602): the new group, when the server sends it (SPEC §5 says it
-    /// does; the codec's response type is empty).
+    /// CreateConsumerGroup (602): the new group, when the server sends it (`docs/wire.md` §5
+    /// says it does; the codec's response type is empty).
     pub async fn create_consumer_group(
         &mut self,
         stream: &WireIdentifier,
@@ -658,7 +658,7 @@ impl Client {
     }
 }
 
-/// The SendMessages body: `[metadata_length:u32][SendMessagesHeader][batch]` (SPEC §6).
+/// The SendMessages body: `[metadata_length:u32][SendMessagesHeader][batch]` (`docs/wire.md` §6).
 pub fn send_messages_body(
     stream: &WireIdentifier,
     topic: &WireIdentifier,
@@ -702,7 +702,7 @@ pub fn send_messages_body(
     Ok(body)
 }
 
-/// Splits a PollMessages reply into its header and records (SPEC §7).
+/// Splits a PollMessages reply into its header and records (`docs/wire.md` §7).
 pub fn parse_polled(payload: Bytes) -> Result<Polled, ClientError> {
     if payload.len() < POLL_HEADER_LEN {
         return Err(ProtocolError::ShortBody {

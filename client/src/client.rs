@@ -1,5 +1,5 @@
 //! The reconnecting client: one connection, one request in flight (`&mut self`), the
-//! session rules of SPEC §2–§3 and the reconnect rule of SPEC §2.4.
+//! session rules of `docs/wire.md` §2–§3 and the reconnect rule of `docs/wire.md` §2.4.
 
 use crate::connection::Connection;
 use crate::error::{ClientError, ProtocolError};
@@ -151,8 +151,8 @@ impl Client {
         self.config.address
     }
 
-    /// Logs in as `username` (Register, SPEC §2.2); logs out first when already logged in.
-    /// The credentials are remembered for reconnects.
+    /// Logs in as `username` (Register, `docs/wire.md` §2.2); logs out first when already logged
+    /// in. The credentials are remembered for reconnects.
     pub async fn login(&mut self, username: &str, password: &str) -> Result<Session, ClientError> {
         let credentials = Credentials {
             username: username.to_string(),
@@ -186,8 +186,8 @@ impl Client {
         }
     }
 
-    /// Logs out (operation 3, SPEC §2.3): the session ends, a new client id is minted and
-    /// the remembered credentials are forgotten (no automatic re-login).
+    /// Logs out (operation 3, `docs/wire.md` §2.3): the session ends, a new client id is
+    /// minted and the remembered credentials are forgotten (no automatic re-login).
     pub async fn logout(&mut self) -> Result<(), ClientError> {
         if !self.sequence.is_bound() {
             return Err(ClientError::NotLoggedIn {
@@ -242,7 +242,7 @@ impl Client {
 
     /// Sends the last metadata request of this session again with its header unchanged
     /// (the same client id and request number), on the same connection, as the SDK does
-    /// after a reply of 57 or 58 (SPEC §3). The server's duplicate table must answer a
+    /// after a reply of 57 or 58 (`docs/wire.md` §3). The server's duplicate table must answer a
     /// metadata op with its original reply rather than apply it again. Never reconnects: a
     /// replay on another session is another request.
     pub async fn replay_last(&mut self) -> Result<Bytes, ClientError> {
@@ -259,8 +259,8 @@ impl Client {
         self.round_trip(&route, &frame).await
     }
 
-    /// One request, with the reconnect rule: a failure that triggers a reconnect (SPEC
-    /// §2.4) while credentials are known reconnects and logs in again, then replays the
+    /// One request, with the reconnect rule: a failure that triggers a reconnect
+    /// (`docs/wire.md` §2.4) while credentials are known reconnects and logs in again, then replays the
     /// request only when it is replayable; a replicated request returns its error, whose
     /// outcome is unknown.
     async fn exchange(&mut self, route: &Route, body: &[u8]) -> Result<Bytes, ClientError> {
@@ -382,7 +382,7 @@ impl Client {
         Ok(())
     }
 
-    /// Register on the current connection with a fresh client id (SPEC §2.2).
+    /// Register on the current connection with a fresh client id (`docs/wire.md` §2.2).
     async fn register(&mut self, credentials: &Credentials) -> Result<Session, ClientError> {
         let body = login_body(credentials)?;
         self.unbind();
@@ -424,7 +424,7 @@ impl Client {
     }
 }
 
-/// The Register body: `ClientVersionInfo` + `LoginRegisterRequest` (SPEC §2.2).
+/// The Register body: `ClientVersionInfo` + `LoginRegisterRequest` (`docs/wire.md` §2.2).
 pub fn login_body(credentials: &Credentials) -> Result<Bytes, ClientError> {
     let username = &credentials.username;
     if !USERNAME_LEN.contains(&username.len()) {

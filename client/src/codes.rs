@@ -1,5 +1,5 @@
-//! Iggy's error codes (`iggy_common` 0.11.0 `src/error/iggy_error.rs`, SPEC §9) and
-//! eviction reasons (SPEC §1.4), by name.
+//! Iggy's error codes (`iggy_common` 0.11.0 `src/error/iggy_error.rs`, `docs/wire.md` §9) and
+//! eviction reasons (`docs/wire.md` §1.4), by name.
 //!
 //! Binary transports carry only the number; this table turns it back into the name the
 //! Iggy SDK would print. Unknown numbers are named `"Unknown"` (the SDK maps them to
@@ -7,7 +7,7 @@
 
 use iggy_binary_protocol::EvictionReason;
 
-/// Unauthenticated: the SDK reconnects and logs in again (SPEC §2.4, T11).
+/// Unauthenticated: the SDK reconnects and logs in again (`docs/wire.md` §2.4, T11).
 pub const UNAUTHENTICATED: u32 = 40;
 /// StaleClient: the SDK reconnects and logs in again.
 pub const STALE_CLIENT: u32 = 30;
@@ -87,7 +87,7 @@ pub fn error_name(code: u32) -> &'static str {
 }
 
 /// True for the codes after which the Iggy SDK drops the connection, reconnects and logs in
-/// again (SPEC §2.4): Unauthenticated (40) and StaleClient (30).
+/// again (`docs/wire.md` §2.4): Unauthenticated (40) and StaleClient (30).
 pub fn triggers_reconnect(code: u32) -> bool {
     code == UNAUTHENTICATED || code == STALE_CLIENT
 }
@@ -116,7 +116,7 @@ pub fn eviction_reason_name(reason: u8) -> &'static str {
 
 /// Whether the SDK answers an eviction with this reason by reconnecting and logging in
 /// again: the reasons it maps to Unauthenticated (40) or StaleClient (30), or an
-/// undecodable byte (SPEC §1.4).
+/// undecodable byte (`docs/wire.md` §1.4).
 pub fn eviction_triggers_reconnect(reason: u8) -> bool {
     match bytemuck::checked::try_cast::<u8, EvictionReason>(reason) {
         Ok(reason) => matches!(

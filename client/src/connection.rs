@@ -1,5 +1,5 @@
 //! One TCP connection over the [`ByteStream`] seam: write a request frame, read exactly
-//! one reply frame (lockstep, SPEC §1), everything under a deadline.
+//! one reply frame (lockstep, `docs/wire.md` §1), everything under a deadline.
 
 use crate::error::ClientError;
 use crate::frame::{check_head, Incoming, HEADER_LEN};

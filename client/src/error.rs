@@ -87,7 +87,7 @@ impl ClientError {
         )
     }
 
-    /// The Iggy SDK answers this error by reconnecting and logging in again (SPEC §2.4):
+    /// The Iggy SDK answers this error by reconnecting and logging in again (`docs/wire.md` §2.4):
     /// a broken connection, status 40/30, or an eviction it maps to 40/30.
     pub fn triggers_reconnect(&self) -> bool {
         match self {

@@ -1,5 +1,5 @@
-//! Sans-IO framing of the 0.11 protocol, client side: building request frames (SPEC §1.2,
-//! §3) and judging reply frames (SPEC §1.3, §1.4, §4).
+//! Sans-IO framing of the 0.11 protocol, client side: building request frames
+//! (`docs/wire.md` §1.2, §3) and judging reply frames (`docs/wire.md` §1.3, §1.4, §4).
 //!
 //! Nothing here touches a socket or a clock; [`crate::connection`] moves the bytes.
 
@@ -79,7 +79,7 @@ impl Route {
     }
 
     /// Whether `request_checksum` = XxHash3-64(body): Register, Logout, metadata ops and
-    /// DeleteSegments. Partition ops and NonReplicated ops leave it 0 (SPEC §1.2).
+    /// DeleteSegments. Partition ops and NonReplicated ops leave it 0 (`docs/wire.md` §1.2).
     pub fn stamps_checksum(&self) -> bool {
         matches!(
             self.operation,
@@ -95,7 +95,7 @@ impl Route {
         )
     }
 
-    /// Whether the request may be sent again after a reconnect (SPEC §2.4): its outcome
+    /// Whether the request may be sent again after a reconnect (`docs/wire.md` §2.4): its outcome
     /// does not matter (a read, a login, a logout). Replicated ops may have been applied.
     pub fn is_replayable(&self) -> bool {
         matches!(
@@ -106,7 +106,7 @@ impl Route {
 }
 
 /// The identity a request header carries: the client id, the session from the login
-/// reply, and the request counter (SPEC §3).
+/// reply, and the request counter (`docs/wire.md` §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sequence {
     client: u128,
@@ -293,7 +293,7 @@ pub fn decode_reply(
     }
 }
 
-/// Removes the `[count][{index, result}…]` prefix of a result-framed body (SPEC §4.2).
+/// Removes the `[count][{index, result}…]` prefix of a result-framed body (`docs/wire.md` §4.2).
 fn strip_result_section(operation: Operation, body: Bytes) -> Result<Bytes, ClientError> {
     let framed =
         operation.is_result_framed() || (operation == Operation::Register && !body.is_empty());
@@ -313,7 +313,7 @@ fn strip_result_section(operation: Operation, body: Bytes) -> Result<Bytes, Clie
     Ok(body.slice(len..))
 }
 
-/// The error an eviction frame means (SPEC §1.4).
+/// The error an eviction frame means (`docs/wire.md` §1.4).
 fn eviction_error(head: &[u8; HEADER_LEN]) -> ClientError {
     let reason = match bytemuck::checked::try_pod_read_unaligned::<EvictionHeader>(head) {
         Ok(eviction) => eviction.reason as u8,
@@ -333,7 +333,7 @@ mod tests {
     use iggy_binary_protocol::codes::*;
 
     const CLIENT: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
-    /// XxHash3-64 of the empty body (SPEC §1.2), what Logout stamps.
+    /// XxHash3-64 of the empty body (`docs/wire.md` §1.2), what Logout stamps.
     const EMPTY_BODY_CHECKSUM: u128 = 0x2d06_8005_38d3_94c2;
 
     fn route(code: u32) -> Route {

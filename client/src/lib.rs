@@ -2,7 +2,8 @@
 //! over the [`cairn_engine::env`] seam, so the same client runs on real TCP (the `cairn`
 //! command line, benches) and on the simulator's network and clock.
 //!
-//! - [`frame`]: sans-IO request headers (SPEC §1.2, §3) and reply judgement (§1.3, §1.4, §4).
+//! - [`frame`]: sans-IO request headers (`docs/wire.md` §1.2, §3) and reply judgement
+//!   (§1.3, §1.4, §4).
 //! - [`connection`]: one connection, lockstep, bounded frames, deadlines.
 //! - [`client`]: [`Client`], login/logout, the reconnect-and-replay rule (§2.4).
 //! - [`api`]: typed calls returning the codec's response types.

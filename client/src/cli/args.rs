@@ -165,7 +165,7 @@ pub enum Compression {
     Gzip,
 }
 
-/// Topic settings sent as options (SPEC §8). Sizes and durations take a number (bytes,
+/// Topic settings sent as options (`docs/wire.md` §8). Sizes and durations take a number (bytes,
 /// microseconds) or a text the server parses ("1 GiB", "7 days").
 #[derive(Debug, Clone, Default, Args)]
 pub struct TopicSettings {

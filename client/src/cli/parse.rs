@@ -1,5 +1,6 @@
 //! Turning argument values into wire values: the partitioning of a send, the start of a
-//! poll, a topic's options block (SPEC §8) and a send's user headers (SPEC §1.6).
+//! poll, a topic's options block (`docs/wire.md` §8) and a send's user headers (`docs/wire.md`
+//! §1.6).
 
 use super::args::{Compression, Durability, PartitionChoice, Start, TopicSettings};
 use super::error::CliError;
@@ -30,7 +31,7 @@ pub(super) fn strategy(start: &Start) -> WirePollingStrategy {
     }
 }
 
-/// TLV kinds (SPEC §1.6).
+/// TLV kinds (`docs/wire.md` §1.6).
 const KIND_STRING: u8 = 2;
 const KIND_UINT64: u8 = 12;
 

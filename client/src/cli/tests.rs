@@ -147,7 +147,7 @@ fn create_topic_options_always_carry_durability_sorted_bytewise() {
             ("message_expiry".into(), 12, 1000u64.to_le_bytes().to_vec()),
         ]
     );
-    // The SDK's default block is 76 bytes (SPEC §8).
+    // The SDK's default block is 76 bytes (`docs/wire.md` §8).
     let default = create_topic_options(
         Durability::Replicated,
         Durability::Replicated,

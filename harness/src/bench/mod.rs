@@ -1,5 +1,5 @@
 //! `cairn-harness bench <kind>`: a bench client on the client module (`cairn_client`), with
-//! iggy-bench's workload shapes (SPEC §12):
+//! iggy-bench's workload shapes (`docs/wire.md` §12):
 //!
 //! - `pinned-producer`: producer N has its own connection and stream `bench-stream-N`
 //!   (topic `topic-1`, 1 partition unless `--partitions`) and sends to partition 0;
