@@ -260,9 +260,9 @@ impl Client {
     }
 
     /// One request, with the reconnect rule: a failure that triggers a reconnect
-    /// (`docs/wire.md` §2.4) while credentials are known reconnects and logs in again, then replays the
-    /// request only when it is replayable; a replicated request returns its error, whose
-    /// outcome is unknown.
+    /// (`docs/wire.md` §2.4) while credentials are known reconnects and logs in again, then
+    /// replays the request only when it is replayable; a replicated request returns its
+    /// error, whose outcome is unknown.
     async fn exchange(&mut self, route: &Route, body: &[u8]) -> Result<Bytes, ClientError> {
         if self.connection.is_none() {
             self.establish().await?;
