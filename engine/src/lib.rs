@@ -2,9 +2,6 @@
 //! recovery, written against the [`env`] seam so the same code runs on real files and in the
 //! deterministic simulator. See `ARCHITECTURE.md` at the workspace root for the map.
 
-#[cfg(feature = "canary")]
-pub mod canary;
-mod canary_seam;
 pub mod config;
 pub mod env;
 pub mod error;

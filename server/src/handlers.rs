@@ -223,9 +223,9 @@ async fn answer_request(
                 let reframe = |body: &[u8]| {
                     frame::reply(echo, meta(conn, operation), 0, false, body).freeze()
                 };
-                if let Some(cached) =
-                    crate::canary_seam::dedup_hit(&session(conn).dedup, &key, &reframe)
-                {
+                let table = &session(conn).dedup;
+                if let Some(cached) = table.get(&key) {
+                    let cached = conn.shared.hooks.dedup_hit(table, &key, cached, &reframe);
                     tracing::debug!("a retried request answered from the duplicate table");
                     return Answer::Frame(vec![cached]);
                 }
@@ -305,7 +305,7 @@ async fn gate(
     }
     let now = conn.shared.env.clock.wall_micros();
     if let Err(why) =
-        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
+        (conn.shared.hooks).session_check(session.still_valid(&conn.shared.node.view(), now))
     {
         tracing::info!(user = session.user_id, ?why, "a session lost its access");
         end_session(conn).await;
@@ -672,7 +672,7 @@ pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Execu
     };
     let now = conn.shared.env.clock.wall_micros();
     if let Err(why) =
-        crate::canary_seam::session_check(session.still_valid(&conn.shared.node.view(), now))
+        (conn.shared.hooks).session_check(session.still_valid(&conn.shared.node.view(), now))
     {
         return Err(Status {
             reason: Some(format!("the session's access was revoked: {why:?}")),
@@ -697,7 +697,8 @@ pub async fn execute(conn: &mut Conn, code: u32, body: BytesMut) -> Result<Execu
 pub fn require(conn: &Conn, action: Action) -> Result<(), Status> {
     let session = session(conn);
     let view = conn.shared.node.view();
-    if allowed(session.user_id, session.permissions(&view).as_ref(), action) {
+    let permissions = session.permissions(&view, &conn.shared.hooks);
+    if allowed(session.user_id, permissions.as_ref(), action) {
         Ok(())
     } else {
         tracing::debug!(user = session.user_id, ?action, "permission denied");
@@ -1232,15 +1233,26 @@ pub async fn send_with(conn: &Conn, mut body: BytesMut, ack: Ack) -> Result<Send
     let node = &session(conn).node;
     let (partition, landed) = match ack {
         Ack::Awaited => {
-            let landed = crate::canary_seam::send(
-                node,
-                &*conn.shared.env.tasks,
-                &to.stream,
-                &to.topic,
-                &header.partitioning,
-                batch,
-            )
-            .await?;
+            let landed = match conn.shared.hooks.send {
+                None => {
+                    let sent = node
+                        .send(&to.stream, &to.topic, &header.partitioning, batch)
+                        .await?;
+                    Landed {
+                        partition: sent.partition,
+                        base_offset: sent.ack.base_offset,
+                        durable: sent.ack.durable,
+                    }
+                }
+                Some(hook) => hook(
+                    node,
+                    &*conn.shared.env.tasks,
+                    &to.stream,
+                    &to.topic,
+                    &header.partitioning,
+                    batch,
+                )?,
+            };
             (landed.partition, Some(landed))
         }
         Ack::Dispatched => {

@@ -14,16 +14,16 @@
 //! - [`handlers`] and [`responses`]: each command code → the node → the reply body;
 //! - [`connection`]: one connection's task (read a frame, answer it, in order);
 //! - [`server`]: the listener, its bounds and graceful shutdown;
+//! - [`hooks`]: optional hooks into the command path, for the simulator's deliberate bugs
+//!   (none in production);
 //! - [`http`]: the HTTP API in Iggy's shape and `/metrics`, one more adapter over the
 //!   same command layer (on tokio, not the `Env` seam).
 
-#[cfg(feature = "canary")]
-mod canary;
-mod canary_seam;
 pub mod config;
 pub mod connection;
 pub mod frame;
 pub mod handlers;
+pub mod hooks;
 pub mod http;
 pub mod metrics;
 pub mod permissions;

@@ -3,6 +3,7 @@
 //! then the node flushes and syncs every committed message).
 
 use crate::connection;
+use crate::hooks::ServerHooks;
 use crate::registry::{LoginLimiter, Registry};
 use cairn_engine::env::chan::{Latch, Permit, Semaphore};
 use cairn_engine::env::{race, Either, Env, TaskHandle};
@@ -53,6 +54,9 @@ pub struct ServerSettings {
     pub topic_defaults: TopicDefaults,
     /// TLS on every accepted connection ([`crate::tls::server_config`]); none: plain TCP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The simulator's hooks into the command path; none in production
+    /// ([`ServerHooks::default`]).
+    pub hooks: ServerHooks,
 }
 
 /// Flush thresholds a topic creation that names none gets. The server writes them into the
@@ -103,6 +107,8 @@ pub struct Shared {
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
     pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
+    /// The simulator's hooks (none in production).
+    pub hooks: ServerHooks,
 }
 
 /// A bound on the bytes of sends dispatched and not yet appended, in MiB units. Units are
@@ -182,6 +188,7 @@ impl Server {
             metrics: crate::metrics::CommandMetrics::default(),
             dispatch_budget: DispatchBudget::new(DISPATCH_BUDGET_UNITS),
             figures: std::sync::OnceLock::new(),
+            hooks: settings.hooks,
         });
         tracing::info!(address = %local_addr, tls = shared.tls.is_some(), "listening for Iggy binary protocol clients (TCP)");
         let accepting = shared.clone();

@@ -76,15 +76,20 @@ impl Session {
         Ok(())
     }
 
-    /// The user's permissions, decoded (`None` for root or a user without any).
-    pub fn permissions(&self, view: &MetaView) -> Option<iggy_binary_protocol::WirePermissions> {
+    /// The user's permissions, decoded (`None` for root or a user without any), as `hooks`
+    /// (the simulator's; none in production) leave them.
+    pub fn permissions(
+        &self,
+        view: &MetaView,
+        hooks: &crate::hooks::ServerHooks,
+    ) -> Option<iggy_binary_protocol::WirePermissions> {
         use iggy_binary_protocol::WireDecode;
         let user = view.user(self.user_id);
         let found = user
             .and_then(|u| u.permissions.as_ref())
             .and_then(|bytes| iggy_binary_protocol::WirePermissions::decode(bytes).ok())
             .map(|(p, _)| p);
-        crate::canary_seam::permissions(found, user.is_some())
+        hooks.permissions(found, user.is_some())
     }
 }
 
@@ -119,9 +124,9 @@ impl Dedup {
         self.replies.len()
     }
 
-    /// The newest reply cached for a request other than `key` (a canary's wrong answer).
-    #[cfg(feature = "canary")]
-    pub(crate) fn newest_except(&self, key: &DedupKey) -> Option<bytes::Bytes> {
+    /// The newest reply cached for a request other than `key` (a simulator canary's wrong
+    /// answer, through [`crate::hooks::ServerHooks::dedup_hit`]).
+    pub fn newest_except(&self, key: &DedupKey) -> Option<bytes::Bytes> {
         let other = self.order.iter().rev().find(|k| *k != key)?;
         self.replies.get(other).cloned()
     }

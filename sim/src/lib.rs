@@ -2,6 +2,7 @@
 //! simulated disk, its workload and nemesis, the engine's real recovery), the oracle and its
 //! checkers, the oracle's own reader of the disk, directed scenarios, and the seed corpus.
 
+pub mod canary;
 pub mod directed;
 pub mod executor;
 pub mod node_world;

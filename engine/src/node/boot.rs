@@ -20,8 +20,8 @@ use crate::error::Failure;
 use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionIdentity,
-    RecoveryPlan,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionHooks,
+    PartitionIdentity, RecoveryPlan,
 };
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -157,18 +157,22 @@ impl Node {
         let disk = env.disk.as_ref();
         let plan = {
             let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
-            metadata::plan(disk, root)?
+            settings.hooks.metadata.plan(metadata::plan(disk, root)?)
         };
         if let Some(refusal) = &plan.refusal {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));
         }
-        let mut plane = MetadataPlane::open(env, &plan, settings.meta)?;
+        let plane_env = Env {
+            disk: settings.hooks.metadata.plane_disk(&env.disk),
+            ..env.clone()
+        };
+        let mut plane = MetadataPlane::open(&plane_env, &plan, settings.meta)?;
         let redo = work_to_redo(&plan);
         let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
         let tree = tree::plan(disk, root, &plan.state, &works)?;
         let mut report = BootReport {
-            removed: apply_tree(env, root, &plan.state, &tree)?,
+            removed: apply_tree(env, root, &plan.state, &tree, settings.hooks.partition)?,
             tree,
             ..BootReport::default()
         };
@@ -202,6 +206,7 @@ fn apply_tree(
     root: &Path,
     state: &MetaState,
     tree: &TreePlan,
+    hooks: PartitionHooks,
 ) -> io::Result<Vec<PathBuf>> {
     let disk = env.disk.as_ref();
     let mut removed = Vec::new();
@@ -228,7 +233,7 @@ fn apply_tree(
                     removed.push(path.dir.clone());
                 }
                 let identity = path.wanted.expect("a created partition is the metadata's");
-                create_empty(env, root, state, identity, &mut dirs)?;
+                create_empty(env, root, state, identity, hooks, &mut dirs)?;
             }
             Fate::Unaccounted => {
                 tracing::warn!(dir = %path.dir.display(), found = %path.found, "a directory the metadata does not account for: kept, never removed")
@@ -255,6 +260,7 @@ fn create_empty(
     root: &Path,
     state: &MetaState,
     identity: PartitionIdentity,
+    hooks: PartitionHooks,
     dirs: &mut BTreeSet<PathBuf>,
 ) -> io::Result<()> {
     let key = key_of(&identity);
@@ -263,7 +269,7 @@ fn create_empty(
         env.disk.create_dir_all(parent)?;
     }
     let config = state.topic(key.0, key.1).options.config();
-    Partition::create_unlinked(env, &dir, identity, config, Default::default()).map_err(
+    Partition::create_unlinked(env, &dir, identity, config, Default::default(), hooks).map_err(
         |e| match e {
             crate::partition::PartitionError::Io { source, .. } => source,
             other => io::Error::other(other.to_string()),
@@ -281,6 +287,7 @@ fn open_partition(
     root: &Path,
     state: &MetaState,
     settings: crate::config::PartitionSettings,
+    hooks: PartitionHooks,
     identity: PartitionIdentity,
     claimed: &BTreeMap<PartitionKey, PathBuf>,
 ) -> (Partition, PartitionBoot) {
@@ -310,7 +317,7 @@ fn open_partition(
         }
     }
     let config = state.topic(key.0, key.1).options.config();
-    match Partition::open(env, &dir, identity, config, settings) {
+    match Partition::open_with_hooks(env, &dir, identity, config, settings, hooks) {
         Ok(opened) => (
             opened.partition,
             PartitionBoot::Opened(Box::new(opened.plan)),
@@ -376,6 +383,7 @@ async fn start_owners(
             env.clone(),
             root.to_path_buf(),
             settings.partition,
+            settings.hooks,
             view.clone(),
             stopped.clone(),
             stats.clone(),
@@ -392,7 +400,7 @@ async fn start_owners(
             claimed.clone(),
             redo_owned.clone(),
         );
-        let partition_settings = settings.partition;
+        let (partition_settings, partition_hooks) = (settings.partition, settings.hooks.partition);
         let task = async move {
             let mut boot = ShardBoot {
                 partitions: Vec::new(),
@@ -406,6 +414,7 @@ async fn start_owners(
                     &root2,
                     &state,
                     partition_settings,
+                    partition_hooks,
                     identity,
                     &claimed,
                 );
@@ -474,6 +483,7 @@ async fn start_owners(
         stopped: stopped.clone(),
         stats: stats.clone(),
         deferred: Default::default(),
+        hooks: settings.hooks.owners,
     };
     workers.push(env.tasks.spawn_worker(
         "cairn-metadata",

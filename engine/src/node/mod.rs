@@ -22,6 +22,7 @@
 mod auth;
 mod boot;
 pub mod groups;
+pub mod hooks;
 mod meta_owner;
 mod metrics;
 pub mod retention;
@@ -35,6 +36,7 @@ pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::{token_login, Login};
 pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
+pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::MetaReply;
 pub use metrics::{BootMetrics, NodeMetrics};
 pub use shard::{shard_of, MAX_DRAIN};
@@ -134,6 +136,9 @@ pub struct NodeSettings {
     /// Partition shards (workers); 0 means one per core.
     pub shards: usize,
     pub limits: NodeLimits,
+    /// The simulator's hooks into the owners, the partitions and the metadata plane; none
+    /// in production ([`NodeHooks::default`]).
+    pub hooks: NodeHooks,
 }
 
 impl Default for NodeSettings {
@@ -147,6 +152,7 @@ impl Default for NodeSettings {
             cleaner_interval: std::time::Duration::from_secs(60),
             shards: 0,
             limits: NodeLimits::default(),
+            hooks: NodeHooks::default(),
         }
     }
 }

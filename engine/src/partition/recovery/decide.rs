@@ -45,7 +45,8 @@ pub struct Trusted {
 #[derive(Debug, Clone)]
 pub struct Repairs {
     pub trusted: Trusted,
-    /// The slot apply syncs before anything else (`None` only in a canary).
+    /// The slot apply syncs before anything else (`None` only when a hook rewrote the
+    /// verdict: a simulator canary).
     pub sync_slot: Option<PathBuf>,
     pub segments: Vec<PlannedSegment>,
     pub actions: Vec<Action>,

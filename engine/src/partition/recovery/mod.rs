@@ -25,6 +25,7 @@ pub use apply::apply;
 pub use decide::REBUILT_INDEX_SPACING_BYTES;
 pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, SlotRead, Survey};
 
+use super::hooks::PartitionHooks;
 use super::offsets::{ConsumerId, StoredOffset};
 use super::segment::log_name;
 use super::superblock::{DurablePoint, OffsetSet, PartitionIdentity, Superblock};
@@ -343,9 +344,22 @@ pub fn plan(
     identity: PartitionIdentity,
     offset_durability: Durability,
 ) -> io::Result<RecoveryPlan> {
+    let hooks = PartitionHooks::default();
+    plan_with_hooks(disk, dir, identity, offset_durability, &hooks)
+}
+
+/// [`plan`], the verdict passing through `hooks` (the simulator's; production has none)
+/// between the rules and the plan.
+pub fn plan_with_hooks(
+    disk: &dyn Disk,
+    dir: &Path,
+    identity: PartitionIdentity,
+    offset_durability: Durability,
+    hooks: &PartitionHooks,
+) -> io::Result<RecoveryPlan> {
     let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), %identity).entered();
     let survey = survey::survey(disk, dir, identity, offset_durability)?;
-    let verdict = crate::canary_seam::recovery_verdict(&survey, decide::decide(&survey));
+    let verdict = hooks.verdict(&survey, decide::decide(&survey));
     let notes = notes(&survey);
     let plan = match verdict {
         Ok(repairs) => RecoveryPlan {
