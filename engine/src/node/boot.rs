@@ -8,7 +8,7 @@
 use super::auth::Auth;
 use super::groups::{GroupsOwner, Membership};
 use super::meta_owner::MetaOwner;
-use super::metrics::{BootMetrics, Recorder};
+use super::recorder::Recorder;
 use super::shard::{shard_of, Shard, ShardRequest};
 use super::tree::{self, Fate, TreePlan};
 use super::view::{MetaView, ViewCell};
@@ -17,10 +17,12 @@ use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
 use crate::env::{settle, Env};
 use crate::error::Failure;
-use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::metrics::LabeledCounts;
+use crate::partition::recovery::Action;
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionHooks,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionHooks,
     PartitionIdentity, RecoveryPlan,
 };
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
@@ -134,6 +136,72 @@ pub fn doomed_group_offsets(
         }
     }
     doomed
+}
+
+/// What boot decided, per partition and for the metadata plane (fixed once the node is up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootMetrics {
+    /// Partitions by recovery outcome (labels [`Outcome::NAMES`]); a partition whose recovery
+    /// did several things counts once under each; one fenced before its recovery ran (its
+    /// directory missing or claimed, or an I/O error opening it) counts as `Fenced`.
+    pub partition_outcomes: LabeledCounts,
+    /// Recovery actions carried out, one per segment, index or offset file repaired (labels
+    /// [`Action::NAMES`]).
+    pub partition_actions: LabeledCounts,
+    /// Partitions fenced at boot, by reason (labels [`FenceReason::NAMES`]).
+    pub partition_fences: LabeledCounts,
+    /// The metadata plane was initialised (nothing was there).
+    pub meta_first_boot: bool,
+    /// Journal entries replayed after the snapshot.
+    pub meta_replayed_ops: u64,
+    /// Repairs of the metadata plane (labels [`MetaAction::NAMES`]).
+    pub meta_actions: LabeledCounts,
+    /// Partition paths under `streams/` by what boot did there (labels [`Fate::NAMES`]).
+    pub tree_fates: LabeledCounts,
+    /// Stored offsets of deleted consumer groups boot removed.
+    pub group_offsets_removed: u64,
+}
+
+impl BootMetrics {
+    pub(crate) fn new(plan: &MetaPlan, report: &BootReport) -> BootMetrics {
+        let mut outcomes = LabeledCounts::zero(Outcome::NAMES);
+        let mut actions = LabeledCounts::zero(Action::NAMES);
+        let mut fences = LabeledCounts::zero(FenceReason::NAMES);
+        for (_, boot) in &report.partitions {
+            match boot {
+                PartitionBoot::Opened(recovery) => {
+                    for outcome in recovery.outcomes() {
+                        outcomes.counts[outcome.index()] += 1;
+                    }
+                    for action in &recovery.actions {
+                        actions.counts[action.index()] += 1;
+                    }
+                }
+                PartitionBoot::Fenced(_) => outcomes.counts[Outcome::Fenced.index()] += 1,
+            }
+            if let Some(reason) = boot.fence() {
+                fences.counts[reason.index()] += 1;
+            }
+        }
+        let mut meta_actions = LabeledCounts::zero(MetaAction::NAMES);
+        for action in &plan.actions {
+            meta_actions.counts[action.index()] += 1;
+        }
+        let mut tree_fates = LabeledCounts::zero(Fate::NAMES);
+        for path in &report.tree.paths {
+            tree_fates.counts[path.fate.index()] += 1;
+        }
+        BootMetrics {
+            partition_outcomes: outcomes,
+            partition_actions: actions,
+            partition_fences: fences,
+            meta_first_boot: plan.first_boot,
+            meta_replayed_ops: plan.replayed.len() as u64,
+            meta_actions,
+            tree_fates,
+            group_offsets_removed: report.group_offsets_removed.len() as u64,
+        }
+    }
 }
 
 impl Node {

@@ -25,6 +25,7 @@ pub mod groups;
 pub mod hooks;
 mod meta_owner;
 mod metrics;
+mod recorder;
 pub mod retention;
 mod shard;
 pub mod tree;
@@ -35,10 +36,12 @@ pub use crate::error::{Failure, Named, NodeError, NodeResult, RootAction, WorkEr
 pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::{token_login, Login};
-pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
+pub use boot::{
+    doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
+};
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::MetaReply;
-pub use metrics::{BootMetrics, NodeMetrics};
+pub use metrics::NodeMetrics;
 pub use shard::{shard_of, MAX_DRAIN};
 pub use view::MetaView;
 
@@ -323,7 +326,7 @@ struct Inner {
     stopped: Latch<Arc<Failure>>,
     stats: Arc<NodeStats>,
     /// What the owners record for [`Node::metrics`].
-    recorder: Arc<metrics::Recorder>,
+    recorder: Arc<recorder::Recorder>,
     /// The syncs of every disk call the node makes (its `Env`'s disk counts them).
     syncs: Arc<crate::metrics::SyncCounts>,
     boot: BootMetrics,

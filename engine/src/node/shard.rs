@@ -14,7 +14,7 @@
 //! timer, judging each topic by the published view.
 
 use super::hooks::NodeHooks;
-use super::metrics::{Recorder, ShardFigures};
+use super::recorder::{Recorder, ShardFigures};
 use super::retention::{self, Policy, Reason, Sealed};
 use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};

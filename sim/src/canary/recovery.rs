@@ -2,7 +2,8 @@
 //! (the partition's verdict hook, between `decide` and `apply`), usually by deciding again
 //! on a record or a survey it changed first.
 
-use cairn_engine::partition::recovery::decide::{self, Repairs, Trusted};
+use cairn_engine::partition::recovery::decide::{self, Repairs};
+use cairn_engine::partition::recovery::trust::{self, Trusted};
 use cairn_engine::partition::recovery::{Action, Damage, DamageKind, Survey};
 use cairn_engine::partition::{DurablePoint, FenceReason, VerdictHook};
 
@@ -26,7 +27,7 @@ pub fn verdict_hook(name: &str) -> Option<VerdictHook> {
 }
 
 fn trusted(survey: &Survey) -> Option<Trusted> {
-    decide::trusted_record(&survey.dir, survey.identity, &survey.slots).ok()
+    trust::trusted_record(&survey.dir, survey.identity, &survey.slots).ok()
 }
 
 /// Decides again as if nothing had ever been durable: every damage is then a torn tail.

@@ -4,7 +4,7 @@
 //! have their directory synced, and the superblock record comes last, after the syncs of
 //! every byte it names.
 
-use super::{Action, RecoveryPlan};
+use super::actions::{Action, RecoveryPlan};
 use crate::env::{Disk, OpenMode};
 use crate::partition::offsets::{self, ConsumerKind};
 use crate::partition::segment::{index_name, log_name};
