@@ -16,15 +16,14 @@
 //! `CAIRN_BENCH_SINGLE`).
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
+use cairn_engine::env::chan;
 use cairn_engine::env::real::{self, block_on, RealDisk};
-use cairn_engine::env::{chan, Disk, DiskFile, OpenMode};
 use cairn_engine::format::BatchBuilder;
+use cairn_engine::metrics::{counting_disk, SyncCounts};
 use cairn_engine::node::{Node, NodeSettings, PasswordCost};
 use iggy_binary_protocol::{WireIdentifier, WireOptions, WirePartitioning};
-use std::io;
-use std::io::IoSlice;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,52 +34,6 @@ const CALLERS: usize = 64;
 const PARTITIONS: u32 = 2;
 const PAYLOAD: usize = 1000;
 const ROUNDS: usize = 3;
-
-/// The real disk, counting every `fdatasync`.
-#[derive(Clone, Default)]
-struct Counting {
-    syncs: Arc<AtomicU64>,
-}
-
-struct CountingFile {
-    inner: Box<dyn DiskFile>,
-    syncs: Arc<AtomicU64>,
-}
-
-impl DiskFile for CountingFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, pos)
-    }
-    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
-        self.inner.write_all_at(bufs, pos)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.inner.sync_data()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn preallocate(&self, len: u64) -> io::Result<bool> {
-        self.inner.preallocate(len)
-    }
-    fn evict_cache(&self) -> io::Result<()> {
-        self.inner.evict_cache()
-    }
-}
-
-impl Disk for Counting {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
-        Ok(Box::new(CountingFile {
-            inner: RealDisk.open(path, mode)?,
-            syncs: self.syncs.clone(),
-        }))
-    }
-    cairn_engine::real_disk_except_open!();
-}
 
 fn message(caller: usize, i: usize) -> bytes::BytesMut {
     let mut builder = BatchBuilder::new(1_764_000_000_000_000);
@@ -104,8 +57,9 @@ struct Run {
 /// `callers` concurrent callers, each sending `sends` one-message batches, on a fresh node.
 fn run(dir: &Path, callers: usize, sends: usize) -> Run {
     let mut env = real::env().expect("runtime");
-    let disk = Counting::default();
-    env.disk = Arc::new(disk.clone());
+    // The real disk, counting every `fdatasync`.
+    let syncs = Arc::new(SyncCounts::default());
+    env.disk = counting_disk(Arc::new(RealDisk), syncs.clone());
     let settings = NodeSettings {
         password_cost: PasswordCost::CHEAP,
         ..Default::default()
@@ -120,7 +74,7 @@ fn run(dir: &Path, callers: usize, sends: usize) -> Run {
     let options = WireOptions::from_bytes(options.freeze()).expect("options");
     block_on(admin.create_stream("bench")).expect("stream");
     block_on(admin.create_topic(&id(0), "t", PARTITIONS, options)).expect("topic");
-    let before = disk.syncs.load(Ordering::Relaxed);
+    let before = syncs.file.load(Ordering::Relaxed);
     let (done_tx, mut done_rx) = chan::channel::<Vec<u64>>(callers);
     let started = Instant::now();
     for caller in 0..callers {
@@ -154,7 +108,7 @@ fn run(dir: &Path, callers: usize, sends: usize) -> Run {
         }
     });
     let seconds = started.elapsed().as_secs_f64();
-    let syncs = disk.syncs.load(Ordering::Relaxed) - before;
+    let syncs = syncs.file.load(Ordering::Relaxed) - before;
     block_on(node.shutdown()).expect("shutdown");
     Run {
         messages: (callers * sends) as u64,

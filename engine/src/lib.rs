@@ -3,9 +3,6 @@
 //! deterministic simulator. See `ARCHITECTURE.md` at the workspace root for the map.
 #![deny(unsafe_code)]
 
-#[cfg(feature = "canary")]
-pub mod canary;
-mod canary_seam;
 pub mod config;
 pub mod env;
 pub mod error;

@@ -7,8 +7,8 @@
 //! Nothing recorded here is read back by the engine, so recording changes no decision (and
 //! no simulator trace).
 
-use crate::env::{DirEntry, Disk, DiskFile, OpenMode};
-use std::io::{self, IoSlice};
+use crate::env::{Disk, DiskFile, DiskLayer, FileLayer, OpenMode};
+use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -210,85 +210,78 @@ pub struct SyncCounts {
     pub dir: AtomicU64,
 }
 
-/// `disk`, counting every `sync_data` (of any file opened through it) and every `sync_dir`
-/// into `counts` as it is issued (failed ones included). Everything else is passed through
-/// unchanged, so the disk behaves exactly as `disk` does.
-pub fn counting_disk(disk: Arc<dyn Disk>, counts: Arc<SyncCounts>) -> Arc<dyn Disk> {
-    Arc::new(CountingDisk {
-        inner: disk,
-        counts,
-    })
+/// What a [`counting_disk`] tells as calls are issued (failed ones included).
+pub trait DiskTally: Send + Sync + 'static {
+    /// What an open file keeps, to name itself when it reports its calls.
+    type File: Send + Sync;
+    /// A file at `path` was opened through the counting disk.
+    fn opened(&self, path: &Path) -> Self::File;
+    /// A `sync_data` of an open file.
+    fn file_synced(&self, file: &Self::File);
+    /// An `evict_cache` of an open file (not told by default).
+    fn cache_evicted(&self, _file: &Self::File) {}
+    /// A `sync_dir` of `dir`.
+    fn dir_synced(&self, dir: &Path);
 }
 
-struct CountingDisk {
-    inner: Arc<dyn Disk>,
-    counts: Arc<SyncCounts>,
-}
-
-struct CountingFile {
-    inner: Box<dyn DiskFile>,
-    counts: Arc<SyncCounts>,
-}
-
-impl DiskFile for CountingFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, pos)
+/// Totals only: an open file keeps nothing.
+impl DiskTally for SyncCounts {
+    type File = ();
+    fn opened(&self, _path: &Path) {}
+    fn file_synced(&self, _file: &()) {
+        self.file.fetch_add(1, Ordering::Relaxed);
     }
-    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
-        self.inner.write_all_at(bufs, pos)
+    fn dir_synced(&self, _dir: &Path) {
+        self.dir.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `disk`, telling `tally` of every `sync_data` (of any file opened through it), every
+/// `evict_cache` and every `sync_dir` as it is issued (failed ones included). Everything
+/// else is passed through unchanged, so the disk behaves exactly as `disk` does.
+pub fn counting_disk<T: DiskTally>(disk: Arc<dyn Disk>, tally: Arc<T>) -> Arc<dyn Disk> {
+    Arc::new(CountingDisk { inner: disk, tally })
+}
+
+struct CountingDisk<T> {
+    inner: Arc<dyn Disk>,
+    tally: Arc<T>,
+}
+
+struct CountingFile<T: DiskTally> {
+    inner: Box<dyn DiskFile>,
+    tally: Arc<T>,
+    file: T::File,
+}
+
+impl<T: DiskTally> FileLayer for CountingFile<T> {
+    fn inner(&self) -> &dyn DiskFile {
+        self.inner.as_ref()
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.counts.file.fetch_add(1, Ordering::Relaxed);
+        self.tally.file_synced(&self.file);
         self.inner.sync_data()
     }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn preallocate(&self, len: u64) -> io::Result<bool> {
-        self.inner.preallocate(len)
-    }
     fn evict_cache(&self) -> io::Result<()> {
+        self.tally.cache_evicted(&self.file);
         self.inner.evict_cache()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
-        self.inner.read_exact_at(buf, pos)
     }
 }
 
-impl Disk for CountingDisk {
+impl<T: DiskTally> DiskLayer for CountingDisk<T> {
+    fn inner(&self) -> &dyn Disk {
+        self.inner.as_ref()
+    }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         Ok(Box::new(CountingFile {
             inner: self.inner.open(path, mode)?,
-            counts: self.counts.clone(),
+            tally: self.tally.clone(),
+            file: self.tally.opened(path),
         }))
     }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.inner.create_dir_all(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        self.inner.read_dir(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove_dir_all(path)
-    }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.counts.dir.fetch_add(1, Ordering::Relaxed);
+        self.tally.dir_synced(path);
         self.inner.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        self.inner.exists(path)
-    }
-    fn take_io_time(&self) -> Duration {
-        self.inner.take_io_time()
     }
 }
 

@@ -53,7 +53,7 @@ struct SwarmArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Activate a deliberate engine bug (needs `--features canary`).
+    /// Activate a deliberate bug (`cairn_sim::canary::NAMES`) on every seed.
     #[arg(long)]
     canary: Option<String>,
     /// Do not write failing seeds into seeds/.
@@ -131,18 +131,12 @@ fn record(totals: &mut Totals, report: &RunReport, canary: Option<&str>) {
 }
 
 fn swarm(args: SwarmArgs) -> ExitCode {
-    #[cfg(feature = "canary")]
-    if !cairn_engine::canary::activate(args.canary.as_deref()) {
+    if !cairn_sim::canary::activate(args.canary.as_deref()) {
         eprintln!(
             "unknown canary {:?}; known: {:?}",
             args.canary,
-            cairn_engine::canary::NAMES
+            cairn_sim::canary::NAMES
         );
-        return ExitCode::from(2);
-    }
-    #[cfg(not(feature = "canary"))]
-    if let Some(name) = &args.canary {
-        eprintln!("--canary {name} needs a build with --features canary");
         return ExitCode::from(2);
     }
     let limit = match (args.seeds, args.for_) {
@@ -178,8 +172,7 @@ fn swarm(args: SwarmArgs) -> ExitCode {
             let start = args.start;
             std::thread::spawn(move || loop {
                 // A canary is active per thread: every worker activates the one asked for.
-                #[cfg(feature = "canary")]
-                cairn_engine::canary::activate(canary.as_deref());
+                cairn_sim::canary::activate(canary.as_deref());
                 if stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
                     return;
                 }

@@ -1,4 +1,4 @@
-//! Every deliberate bug (`cairn_engine::canary`) is caught in `cargo test`: for each canary,
+//! Every deliberate bug (`cairn_sim::canary`) is caught in `cargo test`: for each canary,
 //! the directed scenarios run with it active, and so do swarm seeds from a fixed start until
 //! the first violation. The test fails unless each canary is caught, and prints which
 //! invariant caught it where.
@@ -35,7 +35,7 @@ const EXPECTED: [(&str, &str); 3] = [
 /// What caught one canary: (directed scenario or seed, invariant).
 fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
     assert!(
-        cairn_engine::canary::activate(Some(name)),
+        cairn_sim::canary::activate(Some(name)),
         "unknown canary {name}"
     );
     let mut caught = Vec::new();
@@ -51,7 +51,7 @@ fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
             break;
         }
     }
-    cairn_engine::canary::activate(None);
+    cairn_sim::canary::activate(None);
     caught
 }
 
@@ -59,7 +59,7 @@ fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
 fn every_canary_is_caught_naming_the_invariant() {
     // Scenario setups a bug derails panic by design (caught above): keep them quiet.
     std::panic::set_hook(Box::new(|_| {}));
-    let names: &'static [&str] = &cairn_engine::canary::NAMES;
+    let names: &'static [&str] = &cairn_sim::canary::NAMES;
     let (left, right) = names.split_at(names.len() / 2);
     let run = |half: &'static [&'static str]| {
         std::thread::spawn(move || half.iter().map(|n| (*n, hunt(n))).collect::<Vec<_>>())

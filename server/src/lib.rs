@@ -22,9 +22,6 @@
 //! - [`config`], [`serve`], [`process`]: `cairn serve`'s configuration, start and figures.
 #![deny(unsafe_code)]
 
-#[cfg(feature = "canary")]
-mod canary;
-mod canary_seam;
 pub mod command;
 pub mod config;
 pub mod http;
@@ -34,4 +31,4 @@ pub mod server;
 pub mod tcp;
 pub mod tls;
 
-pub use server::{Server, ServerLimits, ServerSettings, TopicDefaults};
+pub use server::{Server, ServerHooks, ServerLimits, ServerSettings, TopicDefaults};

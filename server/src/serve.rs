@@ -121,6 +121,7 @@ fn server_settings(
             size_of_messages_required_to_save: config.node.size_of_messages_required_to_save,
         },
         tls,
+        hooks: Default::default(),
     }
 }
 

@@ -2,8 +2,10 @@
 //! bounds. It starts, and shuts down gracefully: stop accepting, let every connection finish
 //! the request it is serving, then the node flushes and syncs every committed message.
 
+use crate::command::hooks::CommandHooks;
 use crate::command::registry::LoginLimiter;
 use crate::command::Context;
+use crate::tcp::dedup::DedupHitHook;
 use crate::tcp::{self, Listener};
 use cairn_engine::env::chan::Latch;
 use cairn_engine::env::TaskHandle;
@@ -54,6 +56,17 @@ pub struct ServerSettings {
     pub topic_defaults: TopicDefaults,
     /// TLS on every accepted connection ([`crate::tls::server_config`]); none: plain TCP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The simulator's hooks; none in production ([`ServerHooks::default`]).
+    pub hooks: ServerHooks,
+}
+
+/// The simulator's hooks into the server, for its deliberate bugs: the command layer's
+/// ([`CommandHooks`]) and the binary protocol's duplicate table's. [`Default`] is
+/// production (none).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ServerHooks {
+    pub command: CommandHooks,
+    pub dedup_hit: Option<DedupHitHook>,
 }
 
 /// Flush thresholds a topic creation that names none gets. The server writes them into the
@@ -89,13 +102,21 @@ impl Server {
         let local_addr = socket.local_addr()?;
         let limits = settings.limits;
         let logins = LoginLimiter::new(limits.max_failed_logins, limits.failed_login_window);
-        let cx = Context::new(node, settings.topic_defaults, logins, local_addr);
+        let hooks = settings.hooks;
+        let cx = Context::new(
+            node,
+            settings.topic_defaults,
+            logins,
+            local_addr,
+            hooks.command,
+        );
         let listener = Arc::new(Listener {
             cx: Arc::new(cx),
             limits,
             stopping: Latch::default(),
             tls: settings.tls,
             live: AtomicU64::new(0),
+            dedup_hit: hooks.dedup_hit,
         });
         tracing::info!(address = %local_addr, tls = listener.tls.is_some(), "listening for Iggy binary protocol clients (TCP)");
         let accept = env

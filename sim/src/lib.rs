@@ -3,6 +3,7 @@
 //! checkers, the oracle's own reader of the disk, directed scenarios, and the seed corpus.
 #![forbid(unsafe_code)]
 
+pub mod canary;
 pub mod directed;
 pub mod executor;
 pub mod node_world;

@@ -23,7 +23,7 @@ struct Cli {
     /// Print the event trace (operations, acks, faults, crashes, recovery decisions).
     #[arg(long)]
     verbose: bool,
-    /// Activate a deliberate engine bug (needs `--features canary`).
+    /// Activate a deliberate bug (`cairn_sim::canary::NAMES`) on the seed's run.
     #[arg(long)]
     canary: Option<String>,
     /// Run the seed in this scope (partitions, node, server) instead of the one it draws.
@@ -56,20 +56,13 @@ fn main() -> ExitCode {
             .without_time()
             .init();
     }
-    if let Some(name) = &cli.canary {
-        #[cfg(feature = "canary")]
-        if !cairn_engine::canary::activate(Some(name)) {
-            eprintln!(
-                "unknown canary {name:?}; known: {:?}",
-                cairn_engine::canary::NAMES
-            );
-            return ExitCode::from(2);
-        }
-        #[cfg(not(feature = "canary"))]
-        {
-            eprintln!("--canary {name} needs a build with --features canary");
-            return ExitCode::from(2);
-        }
+    if !cairn_sim::canary::activate(cli.canary.as_deref()) {
+        eprintln!(
+            "unknown canary {:?}; known: {:?}",
+            cli.canary,
+            cairn_sim::canary::NAMES
+        );
+        return ExitCode::from(2);
     }
     let html = match &cli.timeline {
         None => false,

@@ -113,11 +113,6 @@ impl RunReport {
     }
 
     pub fn replay_command(&self, canary: Option<&str>) -> String {
-        let features = if canary.is_some() {
-            " --features canary"
-        } else {
-            ""
-        };
         let canary = canary.map(|c| format!(" --canary {c}")).unwrap_or_default();
         let scope = if self.profile.scope == crate::profile::Scope::of(self.profile.seed) {
             String::new()
@@ -125,7 +120,7 @@ impl RunReport {
             format!(" --scope {}", self.profile.scope.name())
         };
         format!(
-            "cargo run --release -p cairn-sim{features} -- --seed {:#x}{scope}{canary} --verbose",
+            "cargo run --release -p cairn-sim -- --seed {:#x}{scope}{canary} --verbose",
             self.profile.seed
         )
     }

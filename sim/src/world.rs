@@ -117,9 +117,15 @@ impl World {
                 self.disk.sync_dir(ancestor).expect("setup");
             }
             let spec = self.profile.partitions[i].clone();
-            let partition =
-                Partition::create(&self.env, &dir, identity(i), spec.config, spec.settings)
-                    .expect("partition create on a healthy disk");
+            let partition = Partition::create_with_hooks(
+                &self.env,
+                &dir,
+                identity(i),
+                spec.config,
+                spec.settings,
+                crate::canary::partition_hooks(),
+            )
+            .expect("partition create on a healthy disk");
             self.models.push(Model::new(
                 i,
                 dir,
@@ -774,7 +780,14 @@ impl World {
         self.models[p].settings = settings;
         let records_before = self.disk.record_count();
         let model = &self.models[p];
-        let opened = Partition::open(&self.env, &model.dir, identity(p), model.config, settings);
+        let opened = Partition::open_with_hooks(
+            &self.env,
+            &model.dir,
+            identity(p),
+            model.config,
+            settings,
+            crate::canary::partition_hooks(),
+        );
         let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {

@@ -7,8 +7,9 @@
 use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::env::real::RealDisk;
-use cairn_engine::env::{DirEntry, Disk, DiskFile, Env, OpenMode};
+use cairn_engine::env::{Disk, DiskFile, DiskLayer, Env, FileLayer, OpenMode};
 use cairn_engine::format::{BatchBuilder, BatchHeader, MessageIter};
+use cairn_engine::metrics::{counting_disk, DiskTally};
 use cairn_engine::partition::{Opened, Partition, PollFrom};
 use std::collections::BTreeMap;
 use std::io;
@@ -142,13 +143,29 @@ pub fn batch_positions(log: &Path) -> Vec<u64> {
     positions
 }
 
+/// Calls counted per path.
+pub type PathCounts = Arc<Mutex<BTreeMap<PathBuf, usize>>>;
+
 /// A real disk that counts `sync_data` and `evict_cache` calls per path and `sync_dir` calls
-/// per directory.
-#[derive(Default, Clone)]
+/// per directory: the engine's counting disk ([`counting_disk`]) with a tally per path.
+#[derive(Clone)]
 pub struct CountingDisk {
-    pub syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
-    pub evictions: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
-    pub dir_syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+    pub syncs: PathCounts,
+    pub evictions: PathCounts,
+    pub dir_syncs: PathCounts,
+    disk: Arc<dyn Disk>,
+}
+
+impl Default for CountingDisk {
+    fn default() -> Self {
+        let tally = PathTally::default();
+        CountingDisk {
+            syncs: tally.syncs.clone(),
+            evictions: tally.evictions.clone(),
+            dir_syncs: tally.dir_syncs.clone(),
+            disk: counting_disk(Arc::new(RealDisk), Arc::new(tally)),
+        }
+    }
 }
 
 impl CountingDisk {
@@ -168,6 +185,12 @@ impl CountingDisk {
     }
 }
 
+impl DiskLayer for CountingDisk {
+    fn inner(&self) -> &dyn Disk {
+        self.disk.as_ref()
+    }
+}
+
 fn count_matching(counts: &Mutex<BTreeMap<PathBuf, usize>>, part: &str) -> usize {
     counts
         .lock()
@@ -178,87 +201,35 @@ fn count_matching(counts: &Mutex<BTreeMap<PathBuf, usize>>, part: &str) -> usize
         .sum()
 }
 
-struct CountingFile {
-    inner: Box<dyn DiskFile>,
-    path: PathBuf,
-    syncs: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
-    evictions: Arc<Mutex<BTreeMap<PathBuf, usize>>>,
+/// The counts of a [`CountingDisk`]: an open file keeps its path.
+#[derive(Default)]
+struct PathTally {
+    syncs: PathCounts,
+    evictions: PathCounts,
+    dir_syncs: PathCounts,
 }
 
-impl DiskFile for CountingFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, pos)
-    }
-    fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
-        self.inner.write_all_at(bufs, pos)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        *self
-            .syncs
-            .lock()
-            .unwrap()
-            .entry(self.path.clone())
-            .or_default() += 1;
-        self.inner.sync_data()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn preallocate(&self, len: u64) -> io::Result<bool> {
-        self.inner.preallocate(len)
-    }
-    fn evict_cache(&self) -> io::Result<()> {
-        *self
-            .evictions
-            .lock()
-            .unwrap()
-            .entry(self.path.clone())
-            .or_default() += 1;
-        self.inner.evict_cache()
-    }
+fn bump(counts: &PathCounts, path: &Path) {
+    *counts
+        .lock()
+        .unwrap()
+        .entry(path.to_path_buf())
+        .or_default() += 1;
 }
 
-impl Disk for CountingDisk {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
-        Ok(Box::new(CountingFile {
-            inner: RealDisk.open(path, mode)?,
-            path: path.to_path_buf(),
-            syncs: self.syncs.clone(),
-            evictions: self.evictions.clone(),
-        }))
+impl DiskTally for PathTally {
+    type File = PathBuf;
+    fn opened(&self, path: &Path) -> PathBuf {
+        path.to_path_buf()
     }
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.create_dir_all(path)
+    fn file_synced(&self, path: &PathBuf) {
+        bump(&self.syncs, path);
     }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        RealDisk.read_dir(path)
+    fn cache_evicted(&self, path: &PathBuf) {
+        bump(&self.evictions, path);
     }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealDisk.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealDisk.remove_dir_all(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        *self
-            .dir_syncs
-            .lock()
-            .unwrap()
-            .entry(path.to_path_buf())
-            .or_default() += 1;
-        RealDisk.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        RealDisk.exists(path)
-    }
-    fn take_io_time(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
+    fn dir_synced(&self, dir: &Path) {
+        bump(&self.dir_syncs, dir);
     }
 }
 
@@ -298,9 +269,9 @@ struct CrashingFile {
     budget: Arc<Mutex<usize>>,
 }
 
-impl DiskFile for CrashingFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, pos)
+impl FileLayer for CrashingFile {
+    fn inner(&self) -> &dyn DiskFile {
+        self.inner.as_ref()
     }
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;
@@ -314,18 +285,12 @@ impl DiskFile for CrashingFile {
         CrashingDisk::spend(&self.budget)?;
         self.inner.set_len(len)
     }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn preallocate(&self, len: u64) -> io::Result<bool> {
-        self.inner.preallocate(len)
-    }
-    fn evict_cache(&self) -> io::Result<()> {
-        self.inner.evict_cache()
-    }
 }
 
-impl Disk for CrashingDisk {
+impl DiskLayer for CrashingDisk {
+    fn inner(&self) -> &dyn Disk {
+        &RealDisk
+    }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         if matches!(mode, OpenMode::CreateNew | OpenMode::CreateOrOpen) && !path.exists() {
             CrashingDisk::spend(&self.budget)?;
@@ -338,9 +303,6 @@ impl Disk for CrashingDisk {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;
         RealDisk.create_dir_all(path)
-    }
-    fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        RealDisk.read_dir(path)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;
@@ -357,12 +319,6 @@ impl Disk for CrashingDisk {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;
         RealDisk.sync_dir(path)
-    }
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        RealDisk.exists(path)
-    }
-    fn take_io_time(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
     }
 }
 
@@ -415,7 +371,10 @@ struct FaultyFile {
     disk: FaultyDisk,
 }
 
-impl DiskFile for FaultyFile {
+impl FileLayer for FaultyFile {
+    fn inner(&self) -> &dyn DiskFile {
+        self.inner.as_ref()
+    }
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
         if let Some((path, start, end)) = self.disk.unreadable.lock().unwrap().clone() {
             if path == self.path && pos < end && pos + buf.len() as u64 > start {
@@ -438,17 +397,11 @@ impl DiskFile for FaultyFile {
         }
         self.inner.write_all_at(bufs, pos)
     }
-    fn sync_data(&self) -> io::Result<()> {
-        self.inner.sync_data()
-    }
     fn set_len(&self, len: u64) -> io::Result<()> {
         if *self.disk.set_len_fails.lock().unwrap() {
             return Err(io::Error::other("EIO on set_len (injected)"));
         }
         self.inner.set_len(len)
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
     }
     fn preallocate(&self, len: u64) -> io::Result<bool> {
         if *self.disk.nospace_preallocate.lock().unwrap() {
@@ -456,12 +409,12 @@ impl DiskFile for FaultyFile {
         }
         self.inner.preallocate(len)
     }
-    fn evict_cache(&self) -> io::Result<()> {
-        self.inner.evict_cache()
-    }
 }
 
-impl Disk for FaultyDisk {
+impl DiskLayer for FaultyDisk {
+    fn inner(&self) -> &dyn Disk {
+        &RealDisk
+    }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         let creates = matches!(mode, OpenMode::CreateNew | OpenMode::CreateOrOpen);
         if creates && *self.nospace_create.lock().unwrap() && !path.exists() {
@@ -473,7 +426,6 @@ impl Disk for FaultyDisk {
             disk: self.clone(),
         }))
     }
-    cairn_engine::real_disk_except_open!();
 }
 
 /// Settings for a node in tests: cheap password hashes, small checkpoints, two shards.
@@ -628,10 +580,12 @@ impl GatedDisk {
     }
 }
 
-impl Disk for GatedDisk {
+impl DiskLayer for GatedDisk {
+    fn inner(&self) -> &dyn Disk {
+        &RealDisk
+    }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         self.pass(path);
         RealDisk.open(path, mode)
     }
-    cairn_engine::real_disk_except_open!();
 }

@@ -19,9 +19,15 @@
 //! took its time by blocking the thread, a simulated one charges virtual time the worker now
 //! sleeps off, so other callers' operations interleave with it as they do in production.
 //! CPU-heavy work (password hashing) runs on [`Tasks::spawn_blocking`], never on an owner.
+//!
+//! A disk wrapper that changes one or two calls (counting syncs, injecting a fault) is a
+//! [`DiskLayer`]: it forwards everything else to the disk beneath it ([`layer`]).
 
 pub mod chan;
+pub mod layer;
 pub mod real;
+
+pub use layer::{DiskHook, DiskLayer, FileLayer};
 
 use std::future::Future;
 use std::io;

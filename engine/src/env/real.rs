@@ -197,45 +197,6 @@ impl DiskFile for RealFile {
     }
 }
 
-/// The `Disk` methods of a wrapper that is the real disk in everything but `open`: the test
-/// and bench disks that count, fail or gate opens write `open` and expand this for the rest.
-#[macro_export]
-macro_rules! real_disk_except_open {
-    () => {
-        fn create_dir_all(&self, path: &::std::path::Path) -> ::std::io::Result<()> {
-            $crate::env::Disk::create_dir_all(&$crate::env::real::RealDisk, path)
-        }
-        fn read_dir(
-            &self,
-            path: &::std::path::Path,
-        ) -> ::std::io::Result<::std::vec::Vec<$crate::env::DirEntry>> {
-            $crate::env::Disk::read_dir(&$crate::env::real::RealDisk, path)
-        }
-        fn rename(
-            &self,
-            from: &::std::path::Path,
-            to: &::std::path::Path,
-        ) -> ::std::io::Result<()> {
-            $crate::env::Disk::rename(&$crate::env::real::RealDisk, from, to)
-        }
-        fn remove_file(&self, path: &::std::path::Path) -> ::std::io::Result<()> {
-            $crate::env::Disk::remove_file(&$crate::env::real::RealDisk, path)
-        }
-        fn remove_dir_all(&self, path: &::std::path::Path) -> ::std::io::Result<()> {
-            $crate::env::Disk::remove_dir_all(&$crate::env::real::RealDisk, path)
-        }
-        fn sync_dir(&self, path: &::std::path::Path) -> ::std::io::Result<()> {
-            $crate::env::Disk::sync_dir(&$crate::env::real::RealDisk, path)
-        }
-        fn exists(&self, path: &::std::path::Path) -> ::std::io::Result<bool> {
-            $crate::env::Disk::exists(&$crate::env::real::RealDisk, path)
-        }
-        fn take_io_time(&self) -> ::std::time::Duration {
-            ::std::time::Duration::ZERO
-        }
-    };
-}
-
 impl Disk for RealDisk {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         let mut options = OpenOptions::new();

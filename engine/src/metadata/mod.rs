@@ -13,9 +13,12 @@
 //! a broken hash chain → refuse; a torn tail above the durable end → truncate); the entries
 //! after the snapshot replayed onto its state. Refusals change no byte.
 
+pub mod hooks;
 pub mod journal;
 pub mod record;
 pub mod snapshot;
+
+pub use hooks::{MetadataHooks, PlanHook};
 
 use crate::env::{DirEntry, Disk, DiskFile, Env, OpenMode};
 use crate::slots::{self, SlotBytes};
@@ -361,10 +364,6 @@ fn has_partition_data(disk: &dyn Disk, root: &Path) -> io::Result<bool> {
 
 /// Reads the metadata directory of `root` and decides what boot does. Changes no bytes.
 pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
-    plan_by_the_rules(disk, root).map(crate::canary_seam::metadata_plan)
-}
-
-fn plan_by_the_rules(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
     let dir = root.join(DIR);
     let _span = tracing::info_span!("metadata_plan", dir = %dir.display()).entered();
     let entries = if disk.exists(&dir)? {
@@ -987,7 +986,7 @@ impl MetadataPlane {
     /// [`MetadataPlane::applied_op`] and then calls [`MetadataPlane::record_applied`].
     pub fn open(env: &Env, plan: &MetaPlan, settings: MetaSettings) -> io::Result<MetadataPlane> {
         assert!(plan.refusal.is_none(), "a refused plan is never opened");
-        let shared = crate::canary_seam::metadata_disk(env.disk.clone());
+        let shared = env.disk.clone();
         let disk = shared.as_ref();
         let dir = plan.dir.clone();
         let journal_path = dir.join(JOURNAL);

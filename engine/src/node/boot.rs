@@ -8,7 +8,7 @@
 use super::auth::Auth;
 use super::groups::{GroupsOwner, Membership};
 use super::meta_owner::MetaOwner;
-use super::metrics::{BootMetrics, Recorder};
+use super::recorder::Recorder;
 use super::shard::{shard_of, Shard, ShardRequest};
 use super::tree::{self, Fate, TreePlan};
 use super::view::{MetaView, ViewCell};
@@ -17,11 +17,13 @@ use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
 use crate::env::{settle, Env};
 use crate::error::Failure;
-use crate::metadata::{self, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::metrics::LabeledCounts;
+use crate::partition::recovery::Action;
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionIdentity,
-    RecoveryPlan,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionHooks,
+    PartitionIdentity, RecoveryPlan,
 };
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,6 +138,72 @@ pub fn doomed_group_offsets(
     doomed
 }
 
+/// What boot decided, per partition and for the metadata plane (fixed once the node is up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootMetrics {
+    /// Partitions by recovery outcome (labels [`Outcome::NAMES`]); a partition whose recovery
+    /// did several things counts once under each; one fenced before its recovery ran (its
+    /// directory missing or claimed, or an I/O error opening it) counts as `Fenced`.
+    pub partition_outcomes: LabeledCounts,
+    /// Recovery actions carried out, one per segment, index or offset file repaired (labels
+    /// [`Action::NAMES`]).
+    pub partition_actions: LabeledCounts,
+    /// Partitions fenced at boot, by reason (labels [`FenceReason::NAMES`]).
+    pub partition_fences: LabeledCounts,
+    /// The metadata plane was initialised (nothing was there).
+    pub meta_first_boot: bool,
+    /// Journal entries replayed after the snapshot.
+    pub meta_replayed_ops: u64,
+    /// Repairs of the metadata plane (labels [`MetaAction::NAMES`]).
+    pub meta_actions: LabeledCounts,
+    /// Partition paths under `streams/` by what boot did there (labels [`Fate::NAMES`]).
+    pub tree_fates: LabeledCounts,
+    /// Stored offsets of deleted consumer groups boot removed.
+    pub group_offsets_removed: u64,
+}
+
+impl BootMetrics {
+    pub(crate) fn new(plan: &MetaPlan, report: &BootReport) -> BootMetrics {
+        let mut outcomes = LabeledCounts::zero(Outcome::NAMES);
+        let mut actions = LabeledCounts::zero(Action::NAMES);
+        let mut fences = LabeledCounts::zero(FenceReason::NAMES);
+        for (_, boot) in &report.partitions {
+            match boot {
+                PartitionBoot::Opened(recovery) => {
+                    for outcome in recovery.outcomes() {
+                        outcomes.counts[outcome.index()] += 1;
+                    }
+                    for action in &recovery.actions {
+                        actions.counts[action.index()] += 1;
+                    }
+                }
+                PartitionBoot::Fenced(_) => outcomes.counts[Outcome::Fenced.index()] += 1,
+            }
+            if let Some(reason) = boot.fence() {
+                fences.counts[reason.index()] += 1;
+            }
+        }
+        let mut meta_actions = LabeledCounts::zero(MetaAction::NAMES);
+        for action in &plan.actions {
+            meta_actions.counts[action.index()] += 1;
+        }
+        let mut tree_fates = LabeledCounts::zero(Fate::NAMES);
+        for path in &report.tree.paths {
+            tree_fates.counts[path.fate.index()] += 1;
+        }
+        BootMetrics {
+            partition_outcomes: outcomes,
+            partition_actions: actions,
+            partition_fences: fences,
+            meta_first_boot: plan.first_boot,
+            meta_replayed_ops: plan.replayed.len() as u64,
+            meta_actions,
+            tree_fates,
+            group_offsets_removed: report.group_offsets_removed.len() as u64,
+        }
+    }
+}
+
 impl Node {
     /// Boots the node whose data lives under `root` and starts its owners.
     pub async fn start(
@@ -157,18 +225,22 @@ impl Node {
         let disk = env.disk.as_ref();
         let plan = {
             let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
-            metadata::plan(disk, root)?
+            settings.hooks.metadata.plan(metadata::plan(disk, root)?)
         };
         if let Some(refusal) = &plan.refusal {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));
         }
-        let mut plane = MetadataPlane::open(env, &plan, settings.meta)?;
+        let plane_env = Env {
+            disk: settings.hooks.metadata.plane_disk(&env.disk),
+            ..env.clone()
+        };
+        let mut plane = MetadataPlane::open(&plane_env, &plan, settings.meta)?;
         let redo = work_to_redo(&plan);
         let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
         let tree = tree::plan(disk, root, &plan.state, &works)?;
         let mut report = BootReport {
-            removed: apply_tree(env, root, &plan.state, &tree)?,
+            removed: apply_tree(env, root, &plan.state, &tree, settings.hooks.partition)?,
             tree,
             ..BootReport::default()
         };
@@ -202,6 +274,7 @@ fn apply_tree(
     root: &Path,
     state: &MetaState,
     tree: &TreePlan,
+    hooks: PartitionHooks,
 ) -> io::Result<Vec<PathBuf>> {
     let disk = env.disk.as_ref();
     let mut removed = Vec::new();
@@ -228,7 +301,7 @@ fn apply_tree(
                     removed.push(path.dir.clone());
                 }
                 let identity = path.wanted.expect("a created partition is the metadata's");
-                create_empty(env, root, state, identity, &mut dirs)?;
+                create_empty(env, root, state, identity, hooks, &mut dirs)?;
             }
             Fate::Unaccounted => {
                 tracing::warn!(dir = %path.dir.display(), found = %path.found, "a directory the metadata does not account for: kept, never removed")
@@ -255,6 +328,7 @@ fn create_empty(
     root: &Path,
     state: &MetaState,
     identity: PartitionIdentity,
+    hooks: PartitionHooks,
     dirs: &mut BTreeSet<PathBuf>,
 ) -> io::Result<()> {
     let key = key_of(&identity);
@@ -263,7 +337,7 @@ fn create_empty(
         env.disk.create_dir_all(parent)?;
     }
     let config = state.topic(key.0, key.1).options.config();
-    Partition::create_unlinked(env, &dir, identity, config, Default::default()).map_err(
+    Partition::create_unlinked(env, &dir, identity, config, Default::default(), hooks).map_err(
         |e| match e {
             crate::partition::PartitionError::Io { source, .. } => source,
             other => io::Error::other(other.to_string()),
@@ -281,6 +355,7 @@ fn open_partition(
     root: &Path,
     state: &MetaState,
     settings: crate::config::PartitionSettings,
+    hooks: PartitionHooks,
     identity: PartitionIdentity,
     claimed: &BTreeMap<PartitionKey, PathBuf>,
 ) -> (Partition, PartitionBoot) {
@@ -310,7 +385,7 @@ fn open_partition(
         }
     }
     let config = state.topic(key.0, key.1).options.config();
-    match Partition::open(env, &dir, identity, config, settings) {
+    match Partition::open_with_hooks(env, &dir, identity, config, settings, hooks) {
         Ok(opened) => (
             opened.partition,
             PartitionBoot::Opened(Box::new(opened.plan)),
@@ -376,6 +451,7 @@ async fn start_owners(
             env.clone(),
             root.to_path_buf(),
             settings.partition,
+            settings.hooks,
             view.clone(),
             stopped.clone(),
             stats.clone(),
@@ -392,7 +468,7 @@ async fn start_owners(
             claimed.clone(),
             redo_owned.clone(),
         );
-        let partition_settings = settings.partition;
+        let (partition_settings, partition_hooks) = (settings.partition, settings.hooks.partition);
         let task = async move {
             let mut boot = ShardBoot {
                 partitions: Vec::new(),
@@ -406,6 +482,7 @@ async fn start_owners(
                     &root2,
                     &state,
                     partition_settings,
+                    partition_hooks,
                     identity,
                     &claimed,
                 );
@@ -474,6 +551,7 @@ async fn start_owners(
         stopped: stopped.clone(),
         stats: stats.clone(),
         deferred: Default::default(),
+        hooks: settings.hooks.owners,
     };
     workers.push(env.tasks.spawn_worker(
         "cairn-metadata",

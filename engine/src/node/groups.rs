@@ -51,19 +51,7 @@ pub enum Refused {
     NotAMember,
 }
 
-/// What made a group rebalance (each rebalance reassigns the group's partitions and bumps
-/// its generation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RebalanceCause {
-    Join,
-    Leave,
-    /// A member's session ended.
-    Disconnect,
-    /// The topic's partition count changed.
-    TopicResized,
-}
-
-crate::names::variant_names!(RebalanceCause: Join, Leave, Disconnect, TopicResized);
+pub use super::recorder::RebalanceCause;
 
 #[derive(Debug, Default)]
 pub struct Membership {
@@ -438,7 +426,7 @@ pub(crate) enum GroupRequest {
 pub(crate) struct GroupsOwner {
     pub(crate) membership: Membership,
     pub(crate) view: Arc<ViewCell>,
-    pub(crate) recorder: Arc<super::metrics::Recorder>,
+    pub(crate) recorder: Arc<super::recorder::Recorder>,
 }
 
 impl GroupsOwner {

@@ -16,6 +16,7 @@
 //! serve is not what the disk holds, and a restart redoes the work of every journaled op.
 
 use super::groups::GroupRequest;
+use super::hooks::OwnerHooks;
 use super::shard::{shard_of, ShardRequest, ShardWork};
 use super::tree::{stream_dir, topic_dir};
 use super::view::{MetaView, ViewCell};
@@ -80,6 +81,8 @@ pub(crate) struct MetaOwner {
     pub(crate) stats: Arc<NodeStats>,
     /// Ops a batch put off to the next one (see [`Self::stage`]).
     pub(crate) deferred: VecDeque<OpRequest>,
+    /// The simulator's hooks (none in production).
+    pub(crate) hooks: OwnerHooks,
 }
 
 impl MetaOwner {
@@ -136,13 +139,15 @@ impl MetaOwner {
         let journaled = match self.plane.write_entries(&entries) {
             Ok(written) => {
                 settle(&self.env).await;
-                let last = accepted.last().map_or(0, |a| a.number);
-                crate::canary_seam::before_metadata_sync(&mut || {
-                    self.view.publish(Arc::new(MetaView {
-                        op: last,
-                        state: staged.clone(),
-                    }))
-                });
+                if let Some(hook) = self.hooks.before_metadata_sync {
+                    let last = accepted.last().map_or(0, |a| a.number);
+                    hook(&mut || {
+                        self.view.publish(Arc::new(MetaView {
+                            op: last,
+                            state: staged.clone(),
+                        }))
+                    });
+                }
                 let synced = self.plane.sync_entries(written);
                 settle(&self.env).await;
                 synced

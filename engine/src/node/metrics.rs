@@ -1,71 +1,18 @@
-//! The node's observable figures ([`Node::metrics`]), for the server's `/metrics`: what the
-//! owners record as they work (plain atomics in [`Recorder`], the sync count of the node's
-//! disk, the journal budget), what boot decided ([`BootMetrics`], fixed once the node is up),
-//! and what the shards hold now (fenced partitions, journal bytes per topic), asked of each
-//! shard at scrape time. Every label set is an enum's `NAMES` table, so the series a scrape
-//! exports are fixed; nothing here grows with traffic.
+//! The node's observable figures ([`Node::metrics`]), for the server's `/metrics`: the
+//! scrape. It reads what the owners record as they work ([`super::recorder::Recorder`], the
+//! sync count of the node's disk, the journal budget), what boot decided
+//! ([`BootMetrics`], fixed once the node is up), and asks each shard what it holds now
+//! (fenced partitions, journal bytes per topic). Every label set is an enum's `NAMES` table,
+//! so the series a scrape exports are fixed; nothing here grows with traffic.
 
-use super::boot::{BootReport, PartitionBoot};
-use super::groups::RebalanceCause;
-use super::retention::Reason;
+use super::boot::BootMetrics;
 use super::shard::ShardRequest;
-use super::tree::Fate;
 use super::{Node, StatsSnapshot};
 use crate::env::chan::oneshot;
-use crate::metadata::{MetaAction, MetaPlan};
-use crate::metrics::{
-    Counters, Histogram, HistogramSnapshot, LabeledCounts, GROUP_COMMIT_MESSAGES_BOUNDS,
-    GROUP_COMMIT_SENDS_BOUNDS, PERSIST_LATENCY_BOUNDS_NANOS,
-};
-use crate::partition::recovery::Action;
-use crate::partition::{FenceReason, Outcome};
+use crate::metrics::{HistogramSnapshot, LabeledCounts};
+use crate::partition::FenceReason;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-
-const REASONS: usize = Reason::NAMES.len();
-const CAUSES: usize = RebalanceCause::NAMES.len();
-const FENCES: usize = FenceReason::NAMES.len();
-
-/// What the owners record while they work (shared by the shards and the groups owner).
-#[derive(Debug)]
-pub(crate) struct Recorder {
-    /// Group-commit persists, from the persist's start to the sync's completion (its disk
-    /// time settled), nanoseconds.
-    pub(crate) persist_latency: Histogram,
-    /// Sends and messages each group-commit persist acknowledged.
-    pub(crate) persist_sends: Histogram,
-    pub(crate) persist_messages: Histogram,
-    /// Segments, messages and bytes deleted, by [`Reason`].
-    pub(crate) deleted_segments: Counters<REASONS>,
-    pub(crate) deleted_messages: Counters<REASONS>,
-    pub(crate) deleted_bytes: Counters<REASONS>,
-    /// Group rebalances, by [`RebalanceCause`] (the groups owner's count, copied here).
-    pub(crate) rebalances: Counters<CAUSES>,
-}
-
-impl Default for Recorder {
-    fn default() -> Recorder {
-        Recorder {
-            persist_latency: Histogram::new(&PERSIST_LATENCY_BOUNDS_NANOS),
-            persist_sends: Histogram::new(&GROUP_COMMIT_SENDS_BOUNDS),
-            persist_messages: Histogram::new(&GROUP_COMMIT_MESSAGES_BOUNDS),
-            deleted_segments: Counters::new(Reason::NAMES),
-            deleted_messages: Counters::new(Reason::NAMES),
-            deleted_bytes: Counters::new(Reason::NAMES),
-            rebalances: Counters::new(RebalanceCause::NAMES),
-        }
-    }
-}
-
-/// What one shard holds now, for a scrape.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ShardFigures {
-    /// Fenced partitions, by [`FenceReason::index`].
-    pub(crate) fenced: [u64; FENCES],
-    /// Journal bytes of the open partitions, per (stream, topic) (every topic with an open
-    /// partition here, zero included).
-    pub(crate) journal_bytes: BTreeMap<(u32, u32), u64>,
-}
 
 /// A copy of the node's figures at one moment (each figure read on its own: they are not a
 /// transaction).
@@ -101,12 +48,12 @@ pub struct NodeMetrics {
     /// Partitions fenced now, by reason (labels [`FenceReason::NAMES`]).
     pub fenced: LabeledCounts,
     /// What retention deleted (reasons `Expired`, `OverSize`) and explicit `DeleteSegments`
-    /// (`Requested`), labels [`Reason::NAMES`].
+    /// (`Requested`), labels [`super::retention::Reason::NAMES`].
     pub deleted_segments: LabeledCounts,
     pub deleted_messages: LabeledCounts,
     pub deleted_bytes: LabeledCounts,
     /// Consumer-group rebalances (assignment changes), by cause (labels
-    /// [`RebalanceCause::NAMES`]).
+    /// [`super::recorder::RebalanceCause::NAMES`]).
     pub rebalances: LabeledCounts,
     /// What boot decided.
     pub boot: BootMetrics,
@@ -114,72 +61,6 @@ pub struct NodeMetrics {
     /// adds nothing to `fenced` and `journal_bytes_by_topic`).
     pub shards: usize,
     pub shards_reporting: usize,
-}
-
-/// What boot decided, per partition and for the metadata plane (fixed once the node is up).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BootMetrics {
-    /// Partitions by recovery outcome (labels [`Outcome::NAMES`]); a partition whose recovery
-    /// did several things counts once under each; one fenced before its recovery ran (its
-    /// directory missing or claimed, or an I/O error opening it) counts as `Fenced`.
-    pub partition_outcomes: LabeledCounts,
-    /// Recovery actions carried out, one per segment, index or offset file repaired (labels
-    /// [`Action::NAMES`]).
-    pub partition_actions: LabeledCounts,
-    /// Partitions fenced at boot, by reason (labels [`FenceReason::NAMES`]).
-    pub partition_fences: LabeledCounts,
-    /// The metadata plane was initialised (nothing was there).
-    pub meta_first_boot: bool,
-    /// Journal entries replayed after the snapshot.
-    pub meta_replayed_ops: u64,
-    /// Repairs of the metadata plane (labels [`MetaAction::NAMES`]).
-    pub meta_actions: LabeledCounts,
-    /// Partition paths under `streams/` by what boot did there (labels [`Fate::NAMES`]).
-    pub tree_fates: LabeledCounts,
-    /// Stored offsets of deleted consumer groups boot removed.
-    pub group_offsets_removed: u64,
-}
-
-impl BootMetrics {
-    pub(crate) fn new(plan: &MetaPlan, report: &BootReport) -> BootMetrics {
-        let mut outcomes = LabeledCounts::zero(Outcome::NAMES);
-        let mut actions = LabeledCounts::zero(Action::NAMES);
-        let mut fences = LabeledCounts::zero(FenceReason::NAMES);
-        for (_, boot) in &report.partitions {
-            match boot {
-                PartitionBoot::Opened(recovery) => {
-                    for outcome in recovery.outcomes() {
-                        outcomes.counts[outcome.index()] += 1;
-                    }
-                    for action in &recovery.actions {
-                        actions.counts[action.index()] += 1;
-                    }
-                }
-                PartitionBoot::Fenced(_) => outcomes.counts[Outcome::Fenced.index()] += 1,
-            }
-            if let Some(reason) = boot.fence() {
-                fences.counts[reason.index()] += 1;
-            }
-        }
-        let mut meta_actions = LabeledCounts::zero(MetaAction::NAMES);
-        for action in &plan.actions {
-            meta_actions.counts[action.index()] += 1;
-        }
-        let mut tree_fates = LabeledCounts::zero(Fate::NAMES);
-        for path in &report.tree.paths {
-            tree_fates.counts[path.fate.index()] += 1;
-        }
-        BootMetrics {
-            partition_outcomes: outcomes,
-            partition_actions: actions,
-            partition_fences: fences,
-            meta_first_boot: plan.first_boot,
-            meta_replayed_ops: plan.replayed.len() as u64,
-            meta_actions,
-            tree_fates,
-            group_offsets_removed: report.group_offsets_removed.len() as u64,
-        }
-    }
 }
 
 impl Node {
@@ -237,7 +118,10 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::retention::Reason;
+    use super::super::tree::Fate;
+    use crate::metadata::MetaAction;
+    use crate::partition::{FenceReason, Outcome};
 
     /// Each label table's `index()` is the position of the variant's `name()` in `NAMES`.
     #[test]

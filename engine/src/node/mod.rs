@@ -22,8 +22,10 @@
 mod auth;
 mod boot;
 pub mod groups;
+pub mod hooks;
 mod meta_owner;
 mod metrics;
+mod recorder;
 pub mod retention;
 mod shard;
 pub mod tree;
@@ -34,9 +36,12 @@ pub use crate::error::{Failure, Named, NodeError, NodeResult, RootAction, WorkEr
 pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::{token_login, Login};
-pub use boot::{doomed_group_offsets, work_to_redo, BootError, BootReport, Booted, PartitionBoot};
+pub use boot::{
+    doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
+};
+pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::MetaReply;
-pub use metrics::{BootMetrics, NodeMetrics};
+pub use metrics::NodeMetrics;
 pub use shard::{shard_of, MAX_DRAIN};
 pub use view::MetaView;
 
@@ -134,6 +139,9 @@ pub struct NodeSettings {
     /// Partition shards (workers); 0 means one per core.
     pub shards: usize,
     pub limits: NodeLimits,
+    /// The simulator's hooks into the owners, the partitions and the metadata plane; none
+    /// in production ([`NodeHooks::default`]).
+    pub hooks: NodeHooks,
 }
 
 impl Default for NodeSettings {
@@ -147,6 +155,7 @@ impl Default for NodeSettings {
             cleaner_interval: std::time::Duration::from_secs(60),
             shards: 0,
             limits: NodeLimits::default(),
+            hooks: NodeHooks::default(),
         }
     }
 }
@@ -317,7 +326,7 @@ struct Inner {
     stopped: Latch<Arc<Failure>>,
     stats: Arc<NodeStats>,
     /// What the owners record for [`Node::metrics`].
-    recorder: Arc<metrics::Recorder>,
+    recorder: Arc<recorder::Recorder>,
     /// The syncs of every disk call the node makes (its `Env`'s disk counts them).
     syncs: Arc<crate::metrics::SyncCounts>,
     boot: BootMetrics,

@@ -13,7 +13,8 @@
 //! a deleted group's offsets) when the metadata owner asks, and runs retention on its own
 //! timer, judging each topic by the published view.
 
-use super::metrics::{Recorder, ShardFigures};
+use super::hooks::NodeHooks;
+use super::recorder::{Recorder, ShardFigures};
 use super::retention::{self, Policy, Reason, Sealed};
 use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};
@@ -185,6 +186,8 @@ pub(crate) struct Shard {
     pub(crate) env: Env,
     pub(crate) root: PathBuf,
     pub(crate) settings: PartitionSettings,
+    /// The simulator's hooks (none in production): the partitions' and the after-persist one.
+    hooks: NodeHooks,
     pub(crate) view: Arc<ViewCell>,
     pub(crate) stopped: Latch<Arc<Failure>>,
     pub(crate) stats: Arc<NodeStats>,
@@ -213,6 +216,7 @@ impl Shard {
         env: Env,
         root: PathBuf,
         settings: PartitionSettings,
+        hooks: NodeHooks,
         view: Arc<ViewCell>,
         stopped: Latch<Arc<Failure>>,
         stats: Arc<NodeStats>,
@@ -229,6 +233,7 @@ impl Shard {
             env,
             root,
             settings,
+            hooks,
             view,
             stopped,
             stats,
@@ -541,21 +546,20 @@ impl Shard {
         let elapsed = self.env.clock.monotonic_nanos().saturating_sub(started);
         let end = self.tickets.load(Ordering::SeqCst);
         self.windows.insert(key, (start, end));
-        // In production nothing is taken here; a canary answers requests that arrived
-        // during the persist as if it had covered them.
-        for late in crate::canary_seam::requests_after_persist(inbox) {
-            match late {
-                ShardRequest::Send {
-                    key: k,
-                    batch,
-                    reply,
-                    ..
-                } if k == key => match self.append(key, batch) {
-                    Ok(sent) => waiting.sends.push((sent, reply)),
-                    Err(e) => reply.send(Err(e)),
-                },
-                other => carried.push(other),
-            }
+        // In production nothing is taken here; a hook may take requests that arrived
+        // during the persist, whose sends are then answered with the persist's.
+        let mut late = Vec::new();
+        if let Some(hook) = self.hooks.owners.after_persist {
+            hook(&mut || match inbox.try_recv() {
+                Ok(request) => {
+                    late.push(request);
+                    true
+                }
+                Err(_) => false,
+            });
+        }
+        for request in late {
+            self.take_late(key, request, &mut waiting, carried);
         }
         let durable_end = match self
             .partitions
@@ -594,6 +598,30 @@ impl Shard {
             self.recorder.persist_messages.observe(messages);
         } else {
             self.stats.failed_persists.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request taken from the inbox after a persist of `key` (an after-persist hook): a
+    /// send to `key` is appended and answered with the persist's sends, anything else is
+    /// carried to the next round.
+    fn take_late(
+        &mut self,
+        key: PartitionKey,
+        late: ShardRequest,
+        waiting: &mut Waiting,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        match late {
+            ShardRequest::Send {
+                key: k,
+                batch,
+                reply,
+                ..
+            } if k == key => match self.append(key, batch) {
+                Ok(sent) => waiting.sends.push((sent, reply)),
+                Err(e) => reply.send(Err(e)),
+            },
+            other => carried.push(other),
         }
     }
 
@@ -747,8 +775,9 @@ impl Shard {
         if let Some(parent) = dir.parent() {
             disk.create_dir_all(parent)?;
         }
+        let (settings, hooks) = (self.settings, self.hooks.partition);
         let partition =
-            Partition::create_unlinked(&self.env, &dir, identity, config, self.settings)?;
+            Partition::create_unlinked(&self.env, &dir, identity, config, settings, hooks)?;
         self.own(identity, partition);
         self.held.insert(key);
         Ok(())
@@ -762,7 +791,9 @@ impl Shard {
     ) -> Result<(), WorkError> {
         let key = key_of(&identity);
         let dir = self.dir(key);
-        let opened = Partition::open(&self.env, &dir, identity, config, self.settings)?;
+        let (settings, hooks) = (self.settings, self.hooks.partition);
+        let opened =
+            Partition::open_with_hooks(&self.env, &dir, identity, config, settings, hooks)?;
         self.own(identity, opened.partition);
         self.held.insert(key);
         Ok(())

@@ -14,6 +14,7 @@
 //! error made the state of the files unknown).
 
 mod error;
+pub mod hooks;
 pub mod offsets;
 mod open_log;
 pub mod recovery;
@@ -22,6 +23,7 @@ pub mod segment;
 pub mod superblock;
 
 pub use error::{FenceReason, PartitionError, Result};
+pub use hooks::{PartitionHooks, VerdictHook};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
 pub use open_log::{AppendAck, PollFrom, Polled};
 pub use recovery::{Outcome, RecoveryPlan};
@@ -115,7 +117,20 @@ impl Partition {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<Partition> {
-        let partition = Self::create_unlinked(env, dir, identity, config, settings)?;
+        let hooks = PartitionHooks::default();
+        Self::create_with_hooks(env, dir, identity, config, settings, hooks)
+    }
+
+    /// [`Partition::create`] with `hooks` (the simulator's; production has none).
+    pub fn create_with_hooks(
+        env: &Env,
+        dir: &Path,
+        identity: PartitionIdentity,
+        config: TopicConfig,
+        settings: PartitionSettings,
+        hooks: PartitionHooks,
+    ) -> Result<Partition> {
+        let partition = Self::create_unlinked(env, dir, identity, config, settings, hooks)?;
         if let Some(parent) = dir.parent() {
             env.disk
                 .sync_dir(parent)
@@ -133,6 +148,7 @@ impl Partition {
         identity: PartitionIdentity,
         config: TopicConfig,
         settings: PartitionSettings,
+        hooks: PartitionHooks,
     ) -> Result<Partition> {
         let disk = env.disk.as_ref();
         let _span =
@@ -173,7 +189,7 @@ impl Partition {
         for sync in [dir.join("offsets"), dir.to_path_buf()] {
             disk.sync_dir(&sync).map_err(io_error("sync_dir", &sync))?;
         }
-        Ok(Self::open(env, dir, identity, config, settings)?.partition)
+        Ok(Self::open_with_hooks(env, dir, identity, config, settings, hooks)?.partition)
     }
 
     /// Opens an existing partition: plans recovery, applies it unless fenced, and loads the
@@ -185,8 +201,24 @@ impl Partition {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<Opened> {
+        let hooks = PartitionHooks::default();
+        Self::open_with_hooks(env, dir, identity, config, settings, hooks)
+    }
+
+    /// [`Partition::open`] with `hooks` (the simulator's; production has none): recovery's
+    /// verdict, the disk its apply writes through and the disk the open log writes through
+    /// pass through them.
+    pub fn open_with_hooks(
+        env: &Env,
+        dir: &Path,
+        identity: PartitionIdentity,
+        config: TopicConfig,
+        settings: PartitionSettings,
+        hooks: PartitionHooks,
+    ) -> Result<Opened> {
         let disk = env.disk.as_ref();
-        let plan = recovery::plan(disk, dir, identity, config.consumer_offset_durability)
+        let durability = config.consumer_offset_durability;
+        let plan = recovery::plan_with_hooks(disk, dir, identity, durability, &hooks)
             .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
@@ -200,8 +232,13 @@ impl Partition {
         for note in &plan.notes {
             tracing::warn!(dir = %dir.display(), %note, "recovery note");
         }
-        let superblock = recovery::apply(disk, &plan).map_err(io_error("recovery of", dir))?;
-        let log = OpenLog::open(env.clone(), &plan, superblock, config, settings)?;
+        let superblock = recovery::apply(hooks.recovery_disk(&env.disk).as_ref(), &plan)
+            .map_err(io_error("recovery of", dir))?;
+        let log_env = Env {
+            disk: hooks.log_disk(&env.disk),
+            ..env.clone()
+        };
+        let log = OpenLog::open(log_env, &plan, superblock, config, settings)?;
         Ok(Opened {
             partition: Partition {
                 state: State::Open(Box::new(log)),

@@ -207,10 +207,6 @@ impl OpenLog {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<OpenLog> {
-        let env = Env {
-            disk: crate::canary_seam::log_disk(env.disk.clone()),
-            ..env
-        };
         let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);

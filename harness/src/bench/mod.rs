@@ -297,6 +297,7 @@ async fn start_server(env: &Env, args: &BenchArgs, password: &str) -> Result<Own
             limits: ServerLimits::default(),
             topic_defaults: cairn_server::TopicDefaults::default(),
             tls: None,
+            hooks: Default::default(),
         },
     )
     .await

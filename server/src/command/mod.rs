@@ -19,6 +19,7 @@
 //! only through [`login`]), so the adapters cannot disagree on a check. What an
 //! acknowledgement promises is decided in one place, [`messages`].
 
+pub mod hooks;
 pub mod login;
 pub mod messages;
 pub mod metrics;
@@ -102,6 +103,8 @@ pub struct Context {
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
     pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
+    /// The simulator's hooks at the layer's edges (none in production).
+    pub hooks: hooks::CommandHooks,
 }
 
 impl Context {
@@ -110,6 +113,7 @@ impl Context {
         topic_defaults: TopicDefaults,
         logins: registry::LoginLimiter,
         local_addr: SocketAddr,
+        hooks: hooks::CommandHooks,
     ) -> Context {
         let env = node.env().clone();
         let now = env.clock.wall_micros();
@@ -127,6 +131,7 @@ impl Context {
             metrics: metrics::CommandMetrics::default(),
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
             figures: std::sync::OnceLock::new(),
+            hooks,
         }
     }
 

@@ -14,7 +14,7 @@
 use super::session::Session;
 use super::status::{codes, Status};
 use super::table::Rule;
-use super::{Call, Resolved};
+use super::{Call, Context, Resolved};
 use cairn_engine::node::MetaView;
 use iggy_binary_protocol::{WirePermissions, WireStreamPermissions, WireTopicPermissions};
 
@@ -136,12 +136,18 @@ pub fn check(call: &Call<'_>, rule: Rule) -> Result<(), Status> {
             unreachable!("the table's rule {rule:?} does not fit a command that names {target:?}")
         }
     };
-    require(call.session(), call.view, action)
+    require(call.cx, call.session(), call.view, action)
 }
 
 /// Refuses unless `session`'s user may do `action` (as `view` holds its permissions).
-pub fn require(session: &Session, view: &MetaView, action: Action) -> Result<(), Status> {
-    if allowed(session.user_id, session.permissions(view).as_ref(), action) {
+pub fn require(
+    cx: &Context,
+    session: &Session,
+    view: &MetaView,
+    action: Action,
+) -> Result<(), Status> {
+    let permissions = session.permissions(view, &cx.hooks);
+    if allowed(session.user_id, permissions.as_ref(), action) {
         Ok(())
     } else {
         tracing::debug!(user = session.user_id, ?action, "permission denied");

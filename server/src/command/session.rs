@@ -6,6 +6,7 @@
 //! that logged in with a personal access token is bound to that token instead of the
 //! password: it loses access once the token is deleted or expires.
 
+use super::hooks::CommandHooks;
 use super::status::{codes, Status};
 use super::Context;
 use cairn_engine::node::{Client, MetaView};
@@ -69,15 +70,20 @@ impl Session {
         Ok(())
     }
 
-    /// The user's permissions, decoded (`None` for root or a user without any).
-    pub fn permissions(&self, view: &MetaView) -> Option<iggy_binary_protocol::WirePermissions> {
+    /// The user's permissions, decoded (`None` for root or a user without any), as `hooks`
+    /// (the simulator's; none in production) leave them.
+    pub fn permissions(
+        &self,
+        view: &MetaView,
+        hooks: &CommandHooks,
+    ) -> Option<iggy_binary_protocol::WirePermissions> {
         use iggy_binary_protocol::WireDecode;
         let user = view.user(self.user_id);
         let found = user
             .and_then(|u| u.permissions.as_ref())
             .and_then(|bytes| iggy_binary_protocol::WirePermissions::decode(bytes).ok())
             .map(|(p, _)| p);
-        crate::canary_seam::permissions(found, user.is_some())
+        hooks.permissions(found, user.is_some())
     }
 }
 
@@ -85,10 +91,12 @@ impl Session {
 /// wall time.
 pub fn check(cx: &Context, session: &Session, view: &MetaView) -> Result<(), Status> {
     let now = cx.env.clock.wall_micros();
-    crate::canary_seam::session_check(session.still_valid(view, now)).map_err(|why| {
-        Status::because(
-            codes::UNAUTHENTICATED,
-            format!("the session's access was revoked: {why:?}"),
-        )
-    })
+    (cx.hooks)
+        .session_check(session.still_valid(view, now))
+        .map_err(|why| {
+            Status::because(
+                codes::UNAUTHENTICATED,
+                format!("the session's access was revoked: {why:?}"),
+            )
+        })
 }

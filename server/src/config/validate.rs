@@ -95,6 +95,7 @@ impl ServerConfig {
                 journal_bytes: self.node.journal_bytes,
                 ..defaults.limits
             },
+            hooks: defaults.hooks,
         }
     }
 

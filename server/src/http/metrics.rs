@@ -123,7 +123,12 @@ async fn scrape(
     if needs_token(api.settings.metrics, peer.ip()) {
         let (mut parts, _) = request.into_parts();
         let authed = Authed::from_request_parts(&mut parts, &api).await?;
-        permissions::require(&authed.session, &api.cx.node.view(), Action::ReadServers)?;
+        permissions::require(
+            &api.cx,
+            &authed.session,
+            &api.cx.node.view(),
+            Action::ReadServers,
+        )?;
     }
     let node = api.cx.node.metrics().await;
     let mut response = api.metrics.encode(node).into_response();

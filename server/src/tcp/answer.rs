@@ -87,7 +87,12 @@ async fn run(conn: &mut Conn, echo: Echo, code: u32, body: BytesMut) -> Answer {
     if dedup {
         let reframe =
             |body: &[u8]| frame::reply(echo, meta(conn, echo.operation), 0, false, body).freeze();
-        if let Some(cached) = crate::canary_seam::dedup_hit(&login(conn).dedup, &key, &reframe) {
+        let table = &login(conn).dedup;
+        if let Some(cached) = table.get(&key) {
+            let cached = match conn.listener.dedup_hit {
+                Some(hook) => hook(table, &key, cached, &reframe),
+                None => cached,
+            };
             tracing::debug!("a retried request answered from the duplicate table");
             return Answer::Frame(vec![cached]);
         }

@@ -5,6 +5,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+/// The simulator's hook at the table's edge (none in production): the reply a retried
+/// request gets, given the login's table, the request's identity, its cached reply and how
+/// to frame another reply body for it.
+pub type DedupHitHook =
+    fn(&Dedup, &DedupKey, bytes::Bytes, &dyn Fn(&[u8]) -> bytes::Bytes) -> bytes::Bytes;
+
 /// Most cached metadata replies one login keeps for retried requests.
 pub const DEDUP_ENTRIES: usize = 64;
 
@@ -39,9 +45,9 @@ impl Dedup {
         self.replies.len()
     }
 
-    /// The newest reply cached for a request other than `key` (a canary's wrong answer).
-    #[cfg(feature = "canary")]
-    pub(crate) fn newest_except(&self, key: &DedupKey) -> Option<bytes::Bytes> {
+    /// The newest reply cached for a request other than `key` (a simulator canary's wrong
+    /// answer, through a [`DedupHitHook`]).
+    pub fn newest_except(&self, key: &DedupKey) -> Option<bytes::Bytes> {
         let other = self.order.iter().rev().find(|k| *k != key)?;
         self.replies.get(other).cloned()
     }

@@ -44,6 +44,8 @@ pub struct Listener {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Live connection tasks.
     pub live: AtomicU64,
+    /// The simulator's hook at the duplicate table (none in production).
+    pub dedup_hit: Option<dedup::DedupHitHook>,
 }
 
 /// Accepts connections until the server stops; each gets its own task.

@@ -413,6 +413,7 @@ fn settings(profile: &NodeProfile) -> NodeSettings {
             journal_bytes: 64 << 20,
             sealed_handles: profile.sealed_handles,
         },
+        hooks: crate::canary::node_hooks(),
         ..Default::default()
     }
 }

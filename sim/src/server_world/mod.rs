@@ -427,6 +427,7 @@ fn node_settings(profile: &ServerProfile) -> NodeSettings {
             journal_bytes: 64 << 20,
             ..NodeLimits::default()
         },
+        hooks: crate::canary::node_hooks(),
         ..Default::default()
     }
 }
@@ -445,6 +446,7 @@ fn server_settings(profile: &ServerProfile) -> ServerSettings {
             size_of_messages_required_to_save: 1 << 20,
         },
         tls: None,
+        hooks: crate::canary::server_hooks(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! have their directory synced, and the superblock record comes last, after the syncs of
 //! every byte it names.
 
-use super::{Action, RecoveryPlan};
+use super::actions::{Action, RecoveryPlan};
 use crate::env::{Disk, OpenMode};
 use crate::partition::offsets::{self, ConsumerKind};
 use crate::partition::segment::{index_name, log_name};
@@ -17,10 +17,6 @@ use std::path::{Path, PathBuf};
 pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
     let _span = tracing::info_span!("recovery_apply", dir = %plan.dir.display()).entered();
     assert!(plan.fence.is_none(), "a fenced plan is never applied");
-    crate::canary_seam::apply_disk(disk, &|disk| apply_on(disk, plan))
-}
-
-fn apply_on(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
     let mut record = plan
         .superblock
         .expect("an unfenced plan trusts a superblock record");

@@ -2,7 +2,8 @@
 //! partition servable, or to the reason it must be fenced. No I/O here.
 //!
 //! Three rules, each a table of cases:
-//! - [`trusted_record`]: which superblock record recovery trusts (the durable end);
+//! - [`trusted_record`] (in [`super::trust`]): which superblock record recovery trusts (the
+//!   durable end);
 //! - [`segment_fate`]: what happens to each segment, given where it lies against the durable
 //!   end;
 //! - [`plan_record`]: whether a new superblock record must be written, and why.
@@ -10,15 +11,14 @@
 //! Plus the hints and side files: [`plan_index`] (rebuild an index from its log) and
 //! [`plan_offsets`] (stored offsets beyond the recovered end, damaged offset files).
 
-use super::survey::{Damage, DamageKind, ScannedSegment, SlotRead, Survey};
-use super::{Action, PlannedSegment};
+use super::actions::{Action, PlannedSegment};
+use super::survey::{Damage, DamageKind, ScannedSegment, Survey};
+use super::trust::{trusted_record, Trusted};
 use crate::config::Durability;
 use crate::format::IndexEntry;
 use crate::partition::offsets::{ConsumerId, StoredOffset};
 use crate::partition::segment::{index_name, log_name};
-use crate::partition::superblock::{
-    DurablePoint, OffsetSet, PartitionIdentity, Superblock, SLOT_NAMES,
-};
+use crate::partition::superblock::{DurablePoint, OffsetSet};
 use crate::partition::FenceReason;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,26 +26,12 @@ use std::path::{Path, PathBuf};
 /// A rebuilt index gets one entry per this many log bytes (plus the first batch).
 pub const REBUILT_INDEX_SPACING_BYTES: u64 = 4096;
 
-/// The superblock record recovery trusts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trusted {
-    pub record: Superblock,
-    /// The slot file holding it.
-    pub path: PathBuf,
-    /// The other slot, when it is missing, unreadable or damaged: it may have held a newer
-    /// record, so the durable end may lie above `record`'s.
-    pub uncertain: Option<PathBuf>,
-    /// The other slot, when recovery writes the next record into it: `uncertain`, or
-    /// `record` survives in one copy only (the other unreadable, damaged or older), where
-    /// one more fault would erase it.
-    pub rewrite: Option<PathBuf>,
-}
-
 /// What recovery will do, when it does not fence.
 #[derive(Debug, Clone)]
 pub struct Repairs {
     pub trusted: Trusted,
-    /// The slot apply syncs before anything else (`None` only in a canary).
+    /// The slot apply syncs before anything else (`None` only when a hook rewrote the
+    /// verdict: a simulator canary).
     pub sync_slot: Option<PathBuf>,
     pub segments: Vec<PlannedSegment>,
     pub actions: Vec<Action>,
@@ -188,86 +174,6 @@ fn check_offset_set(survey: &Survey, trusted: &Trusted) -> Result<(), FenceReaso
             .map(|c| format!("{}/{}", c.kind.dir(), c.id))
             .collect(),
         uncertain_slot: trusted.uncertain.clone(),
-    })
-}
-
-/// Which record recovery trusts:
-///
-/// | slots found | decision |
-/// |---|---|
-/// | a slot file longer than one slot file | fence `SuperblockMisplaced` |
-/// | a valid record of another partition (ids or creation nonce) | fence `SuperblockIdentity` |
-/// | a valid record in the slot of the other parity | fence `SuperblockMisplaced` |
-/// | no valid record | fence `NoSuperblock` |
-/// | two valid records | the higher sequence |
-/// | one valid record, the other slot missing, unreadable or damaged | that record, durable end uncertain |
-///
-/// The other slot is rewritten when it is uncertain or only one copy of the trusted record
-/// verifies.
-pub fn trusted_record(
-    dir: &Path,
-    identity: PartitionIdentity,
-    slots: &[SlotRead; 2],
-) -> Result<Trusted, FenceReason> {
-    let path = |slot: usize| dir.join(SLOT_NAMES[slot]);
-    let mut best: Option<(usize, Superblock)> = None;
-    let mut problems = Vec::new();
-    for (slot, read) in slots.iter().enumerate() {
-        match read {
-            SlotRead::Oversized { len } => {
-                return Err(FenceReason::SuperblockMisplaced {
-                    path: path(slot),
-                    detail: format!("the slot file is {len} bytes, longer than one slot"),
-                })
-            }
-            SlotRead::Valid { record, .. } if record.identity != identity => {
-                return Err(FenceReason::SuperblockIdentity {
-                    path: path(slot),
-                    expected: identity,
-                    found: record.identity,
-                })
-            }
-            SlotRead::Valid { record, .. } if record.slot() != slot => {
-                return Err(FenceReason::SuperblockMisplaced {
-                    path: path(slot),
-                    detail: format!(
-                        "it holds sequence {}, which belongs in the other slot",
-                        record.sequence
-                    ),
-                })
-            }
-            SlotRead::Valid { record, .. } => {
-                if best.is_none_or(|(_, b)| record.sequence > b.sequence) {
-                    best = Some((slot, *record));
-                }
-            }
-            SlotRead::Missing => problems.push(format!("{} is missing", path(slot).display())),
-            SlotRead::Unreadable(e) => {
-                problems.push(format!("{} is unreadable: {e}", path(slot).display()))
-            }
-            SlotRead::Damaged(e) => {
-                problems.push(format!("{} is damaged: {e}", path(slot).display()))
-            }
-        }
-    }
-    let Some((slot, record)) = best else {
-        return Err(FenceReason::NoSuperblock {
-            dir: dir.to_path_buf(),
-            problems: problems.join("; "),
-        });
-    };
-    let other = 1 - slot;
-    let uncertain = match slots[other] {
-        SlotRead::Valid { .. } => None,
-        _ => Some(path(other)),
-    };
-    let degraded = matches!(&slots[slot], SlotRead::Valid { problems, .. } if !problems.is_empty());
-    let rewrite = (uncertain.is_some() || degraded).then(|| path(other));
-    Ok(Trusted {
-        record,
-        path: path(slot),
-        uncertain,
-        rewrite,
     })
 }
 

@@ -1,5 +1,6 @@
 //! Recovery's reading half: everything [`super::plan`] learns from a partition directory,
-//! with no decision taken. Decisions are in [`super::decide`], over a [`Survey`].
+//! with no decision taken. Decisions are in [`super::decide`], over a [`Survey`]; which
+//! record to trust (where the tail to scan begins) is [`super::trust`]'s.
 //!
 //! What is read is what the device holds, not what a page cache remembers: the superblock
 //! slots and the log files at and after the durable segment have their clean cached pages
@@ -7,7 +8,7 @@
 //! keeps the new bytes cached and marks them clean; a restarted process that read them would
 //! take bytes that never reached the device for valid ones, and record them durable.
 
-use super::decide;
+use super::trust::{self, SlotRead};
 use crate::config::Durability;
 use crate::env::{DirEntry, Disk, OpenMode};
 use crate::format::{IndexEntry, INDEX_ENTRY_LEN};
@@ -22,25 +23,6 @@ use std::path::{Path, PathBuf};
 
 /// Suffix of the file an index rebuild writes before renaming it over the index.
 pub const INDEX_TEMP_SUFFIX: &str = ".index.tmp";
-
-/// One superblock slot file as read from the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotRead {
-    Missing,
-    Unreadable(String),
-    /// Longer than a slot file: a superblock write landed out of place.
-    Oversized {
-        len: u64,
-    },
-    /// Neither copy verifies.
-    Damaged(String),
-    /// The newer valid copy; `problems` names a copy that did not verify or holds an older
-    /// record: the newest record then rests on one copy.
-    Valid {
-        record: Superblock,
-        problems: Vec<String>,
-    },
-}
 
 /// Start and end of one valid batch found by a walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +184,7 @@ pub fn survey(
         .collect();
     survey_offsets(disk, &mut survey)?;
     // Without a trusted record the plan fences: nothing more is worth reading.
-    let Ok(trusted) = decide::trusted_record(dir, identity, &survey.slots) else {
+    let Ok(trusted) = trust::trusted_record(dir, identity, &survey.slots) else {
         return Ok(survey);
     };
     let tail_from = trusted.record.durable.segment_start;

@@ -1,0 +1,46 @@
+//! Optional hooks into the node (TigerBeetle's `on_checkpoint` style), gathered in
+//! [`super::NodeSettings::hooks`]: every one is `None` in production, where the owners, the
+//! partitions and the metadata plane follow their own rules. The simulator sets them to
+//! install its deliberate bugs (`cairn_sim::canary`), which its oracle must catch; nothing
+//! here knows any bug. Each scope's hooks are defined beside what they hook: the
+//! partitions' in [`crate::partition::hooks`], the metadata plane's in
+//! [`crate::metadata::hooks`], the owners' here.
+
+use crate::metadata::MetadataHooks;
+use crate::partition::PartitionHooks;
+
+/// A shard's moment after a persist returned and before it answers the sends the persist
+/// covered. It is given `take`, which takes one request that arrived meanwhile from the
+/// shard's inbox (false once none is waiting); the shard then appends each taken send to the
+/// persisted partition and answers it with the persist's sends, and carries anything else to
+/// its next round.
+pub type AfterPersistHook = fn(take: &mut dyn FnMut() -> bool);
+
+/// The metadata owner's moment between writing a batch's journal entries and syncing them.
+/// It is given `publish`, which publishes the batch's view now.
+pub type BeforeMetadataSyncHook = fn(publish: &mut dyn FnMut());
+
+/// The owners' hooks; [`Default`] is production (none).
+#[derive(Clone, Copy, Default)]
+pub struct OwnerHooks {
+    pub after_persist: Option<AfterPersistHook>,
+    pub before_metadata_sync: Option<BeforeMetadataSyncHook>,
+}
+
+/// The node's hooks: every partition's (at boot and when created), the metadata plane's and
+/// the owners'.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct NodeHooks {
+    pub partition: PartitionHooks,
+    pub metadata: MetadataHooks,
+    pub owners: OwnerHooks,
+}
+
+impl std::fmt::Debug for OwnerHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerHooks")
+            .field("after_persist", &self.after_persist.is_some())
+            .field("before_metadata_sync", &self.before_metadata_sync.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,18 @@
+//! The canary in boot's metadata plan (the metadata plan hook, after the rules).
+
+use cairn_engine::metadata::{MetaAction, MetaPlan};
+
+/// The plan hook of the metadata canary `name`.
+pub fn plan_hook(name: &str) -> Option<fn(MetaPlan) -> MetaPlan> {
+    match name {
+        "skip-meta-slot-rewrite" => Some(skip_meta_slot_rewrite),
+        _ => None,
+    }
+}
+
+/// A record found in one copy only is left so: boot's `RewriteSlot` is dropped.
+fn skip_meta_slot_rewrite(mut plan: MetaPlan) -> MetaPlan {
+    plan.actions
+        .retain(|a| !matches!(a, MetaAction::RewriteSlot { .. }));
+    plan
+}

@@ -1,0 +1,136 @@
+//! Deliberate bugs that prove the simulator has teeth: each canary is a bug the oracle must
+//! catch, by the invariant that names it. At most one is active per thread, chosen by name
+//! ([`activate`]); the worlds install what it needs when they build the settings and disks
+//! they give the engine and the server ([`partition_hooks`], [`node_hooks`],
+//! [`server_hooks`]). None of this is in the engine or the server: they offer optional hooks
+//! (`None` in production) and the canaries live here, beside the oracle that must catch them.
+//!
+//! Recovery decisions ([`recovery`], the partition's verdict hook):
+//! - `truncate-at-first-bad`: damage that must fence (below the durable end, in a sealed
+//!   segment) is truncated away instead, with every valid batch after it;
+//! - `trust-stale-index`: index entries that disagree with the log are kept;
+//! - `drop-flushed-tail` (MUT-1): valid batches above the durable end are dropped at every
+//!   boot instead of being synced and kept;
+//! - `rewind-on-short-log` (MUT-2): a log shorter than the durable record is served from
+//!   where its valid bytes end, instead of fencing;
+//! - `skip-slot-sync`: recovery serves on the word of a superblock slot it never synced.
+//!
+//! Skipped syncs ([`disk`], a disk wrapped for one role):
+//! - `unsynced-repair`: recovery's repairs (advanced tail, lowered offsets, truncations,
+//!   directory changes) are left unsynced; only the superblock record is synced;
+//! - `ack-before-sync`: the open log's log and index are never synced, so a `persisted`
+//!   group is acknowledged before its bytes are durable;
+//! - `no-dir-sync`: a new segment's directory entry is never synced;
+//! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
+//!   operation is applied and answered before its entry is durable.
+//!
+//! The metadata plan at boot ([`metadata`]):
+//! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
+//!   (boot's `RewriteSlot` dropped), one more damaged copy from being lost.
+//!
+//! The owners ([`owners`]):
+//! - `ack-late-joiners`: a shard answers the sends that arrived while a persist ran as if
+//!   that persist had covered them (they are only journaled, in memory);
+//! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
+//!   the batch's journal entries and before syncing them, so callers read metadata the disk
+//!   may not hold.
+//!
+//! The server ([`server`]):
+//! - `ack-send-before-shard`: the adapter answers a send before the shard's reply (the send
+//!   goes on in the background), so a `persisted` acknowledgement promises nothing;
+//! - `dedup-wrong-reply`: the duplicate table answers a retried request with the reply of
+//!   another request of the session;
+//! - `session-outlives-user`: a session keeps its access (as it had at login) after its
+//!   user is deleted.
+
+pub mod disk;
+pub mod metadata;
+pub mod owners;
+pub mod recovery;
+pub mod server;
+
+use cairn_engine::metadata::MetadataHooks;
+use cairn_engine::node::{NodeHooks, OwnerHooks};
+use cairn_engine::partition::PartitionHooks;
+use cairn_server::command::hooks::CommandHooks;
+use cairn_server::ServerHooks;
+use std::cell::Cell;
+
+pub const NAMES: [&str; 15] = [
+    "ack-send-before-shard",
+    "dedup-wrong-reply",
+    "session-outlives-user",
+    "skip-meta-slot-rewrite",
+    "ack-late-joiners",
+    "publish-before-sync",
+    "ack-metadata-before-sync",
+    "ack-before-sync",
+    "no-dir-sync",
+    "truncate-at-first-bad",
+    "trust-stale-index",
+    "drop-flushed-tail",
+    "rewind-on-short-log",
+    "unsynced-repair",
+    "skip-slot-sync",
+];
+
+thread_local! {
+    static ACTIVE: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Activates the canary `name` (or none) on this thread. Returns false for an unknown name.
+pub fn activate(name: Option<&str>) -> bool {
+    let found = match name {
+        None => None,
+        Some(name) => match NAMES.iter().find(|n| **n == name) {
+            Some(n) => Some(*n),
+            None => return false,
+        },
+    };
+    ACTIVE.with(|active| active.set(found));
+    true
+}
+
+/// The canary active on this thread, if any.
+pub fn active() -> Option<&'static str> {
+    ACTIVE.with(|active| active.get())
+}
+
+/// The partition hooks the active canary needs (none without one).
+pub fn partition_hooks() -> PartitionHooks {
+    let name = active();
+    PartitionHooks {
+        recovery_verdict: name.and_then(recovery::verdict_hook),
+        recovery_disk: name.and_then(disk::recovery_disk_hook),
+        log_disk: name.and_then(disk::log_disk_hook),
+    }
+}
+
+/// The node's hooks (the metadata plane's and the owners') the active canary needs.
+pub fn node_hooks() -> NodeHooks {
+    let name = active();
+    NodeHooks {
+        partition: partition_hooks(),
+        metadata: MetadataHooks {
+            plan: name.and_then(metadata::plan_hook),
+            plane_disk: name.and_then(disk::plane_disk_hook),
+        },
+        owners: OwnerHooks {
+            after_persist: name.and_then(owners::after_persist_hook),
+            before_metadata_sync: name.and_then(owners::before_metadata_sync_hook),
+        },
+    }
+}
+
+/// The server's hooks the active canary needs.
+pub fn server_hooks() -> ServerHooks {
+    let name = active();
+    ServerHooks {
+        command: CommandHooks {
+            send: name.and_then(server::send_hook),
+            session_check: name.and_then(server::session_check_hook),
+            permissions: name.and_then(server::permissions_hook),
+        },
+        dedup_hit: name.and_then(server::dedup_hit_hook),
+    }
+}

@@ -1,0 +1,22 @@
+//! The canaries in the node's owners: a shard's moment after a persist, the metadata
+//! owner's moment between writing a batch's journal entries and syncing them.
+
+use cairn_engine::node::{AfterPersistHook, BeforeMetadataSyncHook};
+
+/// `ack-late-joiners`: the shard takes every request that arrived while its persist ran
+/// and answers their sends as covered by it.
+pub fn after_persist_hook(name: &str) -> Option<AfterPersistHook> {
+    match name {
+        "ack-late-joiners" => Some(|take| while take() {}),
+        _ => None,
+    }
+}
+
+/// `publish-before-sync`: the metadata owner publishes the batch's view before its journal
+/// entries are synced.
+pub fn before_metadata_sync_hook(name: &str) -> Option<BeforeMetadataSyncHook> {
+    match name {
+        "publish-before-sync" => Some(|publish| publish()),
+        _ => None,
+    }
+}
