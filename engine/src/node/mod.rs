@@ -40,9 +40,9 @@ pub use boot::{
     doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
 };
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
-pub use meta_owner::MetaReply;
+pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS};
 pub use metrics::NodeMetrics;
-pub use shard::{shard_of, MAX_DRAIN};
+pub use shard::{shard_of, MAX_DRAIN, MAX_PARKED};
 pub use view::MetaView;
 
 use crate::config::PartitionSettings;

@@ -9,14 +9,9 @@
 //! - [`PartitionHooks::recovery_disk`]: the disk recovery's `apply` writes through;
 //! - [`PartitionHooks::log_disk`]: the disk an open log writes through.
 
-use super::recovery::decide::Repairs;
-use super::recovery::Survey;
-use super::FenceReason;
+pub use super::recovery::VerdictHook;
 use crate::env::{Disk, DiskHook};
 use std::sync::Arc;
-
-/// Rewrites recovery's verdict on a survey.
-pub type VerdictHook = fn(&Survey, Result<Repairs, FenceReason>) -> Result<Repairs, FenceReason>;
 
 /// A partition's hooks; [`Default`] is production (none).
 #[derive(Clone, Copy, Default)]
@@ -27,18 +22,6 @@ pub struct PartitionHooks {
 }
 
 impl PartitionHooks {
-    /// Recovery's verdict, as the hook (if any) rewrites it.
-    pub(crate) fn verdict(
-        &self,
-        survey: &Survey,
-        verdict: Result<Repairs, FenceReason>,
-    ) -> Result<Repairs, FenceReason> {
-        match self.recovery_verdict {
-            Some(hook) => hook(survey, verdict),
-            None => verdict,
-        }
-    }
-
     /// The disk recovery's apply writes through.
     pub(crate) fn recovery_disk(&self, disk: &Arc<dyn Disk>) -> Arc<dyn Disk> {
         wrap(self.recovery_disk, disk)

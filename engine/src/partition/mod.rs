@@ -218,8 +218,9 @@ impl Partition {
     ) -> Result<Opened> {
         let disk = env.disk.as_ref();
         let durability = config.consumer_offset_durability;
-        let plan = recovery::plan_with_hooks(disk, dir, identity, durability, &hooks)
-            .map_err(io_error("recovery scan of", dir))?;
+        let plan =
+            recovery::plan_with_hook(disk, dir, identity, durability, hooks.recovery_verdict)
+                .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
             return Ok(Opened {

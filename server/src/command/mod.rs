@@ -36,9 +36,10 @@ mod reads;
 mod tokens;
 
 pub use messages::{Ack, Landed, Polled, Send, SendOutcome};
+pub use permissions::Rule;
 pub use session::{Revoked, Session};
 pub use status::{codes, Fault, Status};
-pub use table::{Missing, Row, Rule, TABLE};
+pub use table::{Missing, Row, TABLE};
 
 use crate::TopicDefaults;
 use cairn_engine::env::Env;

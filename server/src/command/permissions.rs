@@ -13,10 +13,24 @@
 
 use super::session::Session;
 use super::status::{codes, Status};
-use super::table::Rule;
 use super::{Call, Context, Resolved};
 use cairn_engine::node::MetaView;
 use iggy_binary_protocol::{WirePermissions, WireStreamPermissions, WireTopicPermissions};
+
+/// Who may run a command, on what its names resolved to.
+#[derive(Debug, Clone, Copy)]
+pub enum Rule {
+    /// Any session.
+    Open,
+    /// A server-wide action.
+    Server(Action),
+    /// An action on the command's stream.
+    Stream(fn(u32) -> Action),
+    /// An action on the command's topic.
+    Topic(fn(u32, u32) -> Action),
+    /// Any session acting on itself (its own user, its own connection); else the action.
+    OwnOr(Action),
+}
 
 /// The root user's id: it holds every permission.
 pub const ROOT_USER: u32 = 0;

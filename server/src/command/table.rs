@@ -7,7 +7,7 @@
 //! Login, logout and ping are not commands: they make or end a session, or need none, and
 //! each adapter serves them itself.
 
-use super::permissions::Action;
+use super::permissions::{Action, Rule};
 use super::status::{codes, undecodable, Status};
 use super::Command;
 use bytes::{Buf, BytesMut};
@@ -16,21 +16,6 @@ use cairn_engine::node::ops::MetaOp;
 use iggy_binary_protocol::codes::*;
 use iggy_binary_protocol::requests::messages::SendMessagesHeader;
 use iggy_binary_protocol::{Operation, WireDecode};
-
-/// Who may run a command, on what its names resolved to.
-#[derive(Debug, Clone, Copy)]
-pub enum Rule {
-    /// Any session.
-    Open,
-    /// A server-wide action.
-    Server(Action),
-    /// An action on the command's stream.
-    Stream(fn(u32) -> Action),
-    /// An action on the command's topic.
-    Topic(fn(u32, u32) -> Action),
-    /// Any session acting on itself (its own user, its own connection); else the action.
-    OwnOr(Action),
-}
 
 /// What a command whose names resolve to nothing answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

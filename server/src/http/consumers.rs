@@ -3,7 +3,7 @@
 
 use super::auth::Authed;
 use super::body::{Json, Query};
-use super::routes::{
+use super::resource::{
     created, done, entity_name, found, id, invalid, no_content, reply, Reply, Result,
 };
 use crate::command::Command;

@@ -8,7 +8,7 @@ use super::auth::Authed;
 use super::body::{self, Query};
 use super::error::{codes, ApiError};
 use super::poll_body::PolledJson;
-use super::routes::{done, id, invalid, number, reply};
+use super::resource::{done, id, invalid, number, reply};
 use super::send_body::{self, SendBody, Stamp};
 use super::Api;
 use crate::command::messages::DURABILITY_HEADER;

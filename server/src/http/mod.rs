@@ -20,7 +20,8 @@
 //! - [`body`]: bounded JSON bodies and queries, refused with the field at fault (unknown
 //!   fields included);
 //! - [`error`]: Iggy's error JSON and the status table;
-//! - [`routes`]: the route table and the helpers every resource shares; the resources:
+//! - [`routes`]: the route table; [`resource`]: what every resource's handlers share; the
+//!   resources:
 //!   [`system`], [`users`], [`streams`], [`consumers`], [`messages`], [`personal_tokens`];
 //! - [`metrics`]: `GET /metrics` in Prometheus' text format.
 //!
@@ -37,6 +38,7 @@ pub mod messages;
 pub mod metrics;
 pub mod personal_tokens;
 pub mod poll_body;
+pub mod resource;
 pub mod routes;
 pub mod send_body;
 pub mod streams;

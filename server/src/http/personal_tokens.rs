@@ -5,7 +5,7 @@
 use super::auth::Authed;
 use super::body::Json;
 use super::error::{codes, ApiError};
-use super::routes::{done, name, reply};
+use super::resource::{done, name, reply};
 use super::Api;
 use crate::command::Command;
 use axum::extract::Path;

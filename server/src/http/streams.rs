@@ -2,7 +2,7 @@
 
 use super::auth::Authed;
 use super::body::{Json, Query};
-use super::routes::{
+use super::resource::{
     created, done, entity_name, found, id, invalid, no_content, number, reply, string_options,
     unconvertible, Reply, Result,
 };

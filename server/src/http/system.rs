@@ -1,7 +1,7 @@
 //! The server: stats, connections, the cluster's roster.
 
 use super::auth::Authed;
-use super::routes::{found, number, reply, unconvertible, Reply};
+use super::resource::{found, number, reply, unconvertible, Reply};
 use crate::command::Command;
 use axum::extract::Path;
 use iggy_binary_protocol::requests::system::GetClientRequest;

@@ -2,7 +2,7 @@
 
 use super::auth::Authed;
 use super::body::Json;
-use super::routes::{
+use super::resource::{
     created, done, entity_name, found, id, no_content, reply, string_options, unconvertible, Reply,
     Result,
 };

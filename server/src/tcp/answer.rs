@@ -7,12 +7,12 @@
 //! header, the session, the body and the permission are all checked before the node is
 //! called.
 
-use super::connection::{Conn, Login};
 use super::dedup::Dedup;
 use super::encode::{encode, Encoded};
 use super::frame::{self, Echo, ReplyMeta};
+use super::Listener;
 use crate::command::login::{self, LoginRefused};
-use crate::command::{self, codes, table, Caller, Status, SERVER_VERSION};
+use crate::command::{self, codes, table, Caller, Session, Status, SERVER_VERSION};
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::codes::{
     LOGIN_REGISTER_CODE, LOGIN_USER_CODE, LOGIN_WITH_PERSONAL_ACCESS_TOKEN_CODE, LOGOUT_USER_CODE,
@@ -25,7 +25,27 @@ use iggy_binary_protocol::{
     HEADER_SIZE,
 };
 use secrecy::ExposeSecret;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use tracing::Instrument;
+
+/// One connection's state.
+pub struct Conn {
+    pub listener: Arc<Listener>,
+    pub peer: SocketAddr,
+    /// Its numeric client id in the registry (renewed at each login).
+    pub id: u32,
+    pub login: Option<Login>,
+    /// Monotonic ns when it connected, or when its last login ended: the handshake timeout
+    /// counts from there.
+    pub(crate) connected_at: u64,
+}
+
+/// A login bound to the connection: its session and its duplicate table.
+pub struct Login {
+    pub session: Session,
+    pub dedup: Dedup,
+}
 
 /// What to write back.
 pub enum Answer {

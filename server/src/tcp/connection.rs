@@ -12,12 +12,10 @@
 //! as the login (never in the accept loop): a peer that fails it, or is too slow, ends only
 //! its own connection, with a debug log.
 
-use super::answer::{self, Answer};
-use super::dedup::Dedup;
+use super::answer::{self, Answer, Conn};
 use super::frame::{self, FrameError};
 use super::Listener;
 use crate::command::registry::ClientEntry;
-use crate::command::Session;
 use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::{race, ByteStream, Either};
@@ -29,24 +27,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
-
-/// One connection's state.
-pub struct Conn {
-    pub listener: Arc<Listener>,
-    pub peer: SocketAddr,
-    /// Its numeric client id in the registry (renewed at each login).
-    pub id: u32,
-    pub login: Option<Login>,
-    /// Monotonic ns when it connected, or when its last login ended: the handshake timeout
-    /// counts from there.
-    pub(crate) connected_at: u64,
-}
-
-/// A login bound to the connection: its session and its duplicate table.
-pub struct Login {
-    pub session: Session,
-    pub dedup: Dedup,
-}
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]

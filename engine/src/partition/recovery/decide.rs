@@ -10,6 +10,36 @@
 //!
 //! Plus the hints and side files: [`plan_index`] (rebuild an index from its log) and
 //! [`plan_offsets`] (stored offsets beyond the recovered end, damaged offset files).
+//!
+//! The cases it decides (`docs/design.md`, "Recovery", gives the principles):
+//!
+//! | finding | decision |
+//! |---|---|
+//! | a slot longer than a slot file, or holding a record of the other parity | fence `SuperblockMisplaced` |
+//! | a record of another partition (ids or creation nonce) | fence `SuperblockIdentity` |
+//! | segments below the recorded log start | remove them (`FinishDeletion`) |
+//! | the oldest segment starting after the log start | fence `LogStartMissing` |
+//! | persisted offset files other than the recorded set (or it plus one) | fence `StoredOffsetsMissing` |
+//! | no valid record | fence `NoSuperblock` |
+//! | a file named differently from its first batch | fence `SegmentNameMismatch` |
+//! | a chain gap before the durable segment | fence `ChainGap` |
+//! | damage in a sealed segment, below the durable end, or an empty sealed segment | fence (`SealedSegmentCorrupt`, `CorruptBelowDurable`, `ReadFailed`, `EmptySealedSegment`) |
+//! | the log shorter than the durable end, or no batch boundary there | fence (`LogShorterThanDurable`, `DurableOffsetMismatch`) |
+//! | an index without its log at or below the durable segment; the durable segment missing with durable bytes in it | fence (`MissingLog`, `DurableSegmentMissing`) |
+//! | the durable segment missing with nothing durable in it | recreate it empty after the older segments |
+//! | damage at or above the durable end with the other slot missing or damaged | fence `DurableEndUncertain` |
+//! | damage (invalid, incomplete or unreadable bytes) above the durable end | truncate there, remove later segments |
+//! | a tail segment after a gap, an index without its log above the durable end | remove |
+//! | a missing, torn or divergent index | keep the agreeing prefix, rebuild the rest |
+//! | valid batches beyond the durable end | sync them and the directory, record the new end |
+//! | the other slot missing or damaged, nothing else to record | rewrite it with the next sequence |
+//! | a stored offset beyond the recovered end / of an empty log | lower / delete it (recording the set first) |
+//! | one more persisted offset file than recorded | record the set |
+//! | a damaged offset file | drop it under `replicated`; report it under `persisted` |
+//!
+//! Every truncation is justified by a durable record (the trusted slot names synced bytes);
+//! synced bytes that fail verification are fenced, never truncated (`docs/design.md`,
+//! "Recovery").
 
 use super::actions::{Action, PlannedSegment};
 use super::survey::{Damage, DamageKind, ScannedSegment, Survey};

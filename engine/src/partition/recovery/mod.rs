@@ -35,11 +35,12 @@ pub use decide::REBUILT_INDEX_SPACING_BYTES;
 pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, Survey};
 pub use trust::SlotRead;
 
-use super::hooks::PartitionHooks;
 use super::offsets::StoredOffset;
 use super::superblock::PartitionIdentity;
+use super::FenceReason;
 use crate::config::Durability;
 use crate::env::Disk;
+use decide::Repairs;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -52,22 +53,29 @@ pub fn plan(
     identity: PartitionIdentity,
     offset_durability: Durability,
 ) -> io::Result<RecoveryPlan> {
-    let hooks = PartitionHooks::default();
-    plan_with_hooks(disk, dir, identity, offset_durability, &hooks)
+    plan_with_hook(disk, dir, identity, offset_durability, None)
 }
 
-/// [`plan`], the verdict passing through `hooks` (the simulator's; production has none)
+/// Rewrites recovery's verdict on a survey: a seam for the simulator's deliberate bugs
+/// (`PartitionHooks::recovery_verdict`); production has none.
+pub type VerdictHook = fn(&Survey, Result<Repairs, FenceReason>) -> Result<Repairs, FenceReason>;
+
+/// [`plan`], the verdict passing through `hook` (the simulator's; production has none)
 /// between the rules and the plan.
-pub fn plan_with_hooks(
+pub fn plan_with_hook(
     disk: &dyn Disk,
     dir: &Path,
     identity: PartitionIdentity,
     offset_durability: Durability,
-    hooks: &PartitionHooks,
+    hook: Option<VerdictHook>,
 ) -> io::Result<RecoveryPlan> {
     let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), %identity).entered();
     let survey = survey::survey(disk, dir, identity, offset_durability)?;
-    let verdict = hooks.verdict(&survey, decide::decide(&survey));
+    let verdict = decide::decide(&survey);
+    let verdict = match hook {
+        Some(rewrite) => rewrite(&survey, verdict),
+        None => verdict,
+    };
     let notes = notes(&survey);
     let plan = match verdict {
         Ok(repairs) => RecoveryPlan {
