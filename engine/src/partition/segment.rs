@@ -124,8 +124,14 @@ pub enum Check {
     Structure,
 }
 
-/// Bytes a reader fetches at once, so a walk over many small batches costs few syscalls.
+/// Bytes a reader fetches at once at most, so a walk over many small batches costs few
+/// syscalls.
 pub const READ_WINDOW_BYTES: usize = 1024 * 1024;
+/// A reader's first window: a poll that wants one batch reads this much, not a whole
+/// window; each later window doubles, up to [`READ_WINDOW_BYTES`], so a long walk soon reads
+/// in full windows.
+pub const FIRST_READ_WINDOW_BYTES: usize = 64 * 1024;
+const _: () = assert!(FIRST_READ_WINDOW_BYTES <= READ_WINDOW_BYTES);
 /// The unit in which a failed read is narrowed down to the sector that fails.
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -136,6 +142,8 @@ pub struct LogReader<'a> {
     end: u64,
     window: Bytes,
     window_start: u64,
+    /// The size of the next window read (doubling from [`FIRST_READ_WINDOW_BYTES`]).
+    next_window: usize,
 }
 
 impl<'a> LogReader<'a> {
@@ -145,6 +153,7 @@ impl<'a> LogReader<'a> {
             end,
             window: Bytes::new(),
             window_start: 0,
+            next_window: FIRST_READ_WINDOW_BYTES,
         }
     }
 
@@ -159,8 +168,9 @@ impl<'a> LogReader<'a> {
         let window_end = self.window_start + self.window.len() as u64;
         if position < self.window_start || position + len as u64 > window_end {
             let want = len
-                .max(READ_WINDOW_BYTES)
+                .max(self.next_window)
                 .min((self.end - position) as usize);
+            self.next_window = (self.next_window * 2).min(READ_WINDOW_BYTES);
             let read = self
                 .read(position, want)
                 .or_else(|_| self.read(position, len));
@@ -277,6 +287,70 @@ impl<'a> LogReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::IoSlice;
+    use std::sync::Mutex;
+
+    /// A file of `len` zero bytes that records the length of every read.
+    struct Reads {
+        len: u64,
+        reads: Mutex<Vec<usize>>,
+    }
+    impl DiskFile for Reads {
+        fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+            let n = buf.len().min(self.len.saturating_sub(pos) as usize);
+            self.reads.lock().unwrap().push(n);
+            buf[..n].fill(0);
+            Ok(n)
+        }
+        fn write_all_at(&self, _: &[IoSlice<'_>], _: u64) -> io::Result<()> {
+            unreachable!("a reader never writes")
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.len)
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            unreachable!("a reader never cuts")
+        }
+        fn preallocate(&self, _: u64) -> io::Result<bool> {
+            Ok(false)
+        }
+        fn evict_cache(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A read for one batch fetches the first window, not a whole one; a walk's windows
+    /// double up to the full window; a batch larger than the window is read whole; nothing
+    /// is read past the data end.
+    #[test]
+    fn windows_start_small_and_double() {
+        let file = Reads {
+            len: 8 << 20,
+            reads: Mutex::new(Vec::new()),
+        };
+        let mut reader = LogReader::new(&file, 4 << 20);
+        reader.get(0, 256).unwrap();
+        reader.get(1000, 256).unwrap();
+        assert_eq!(*file.reads.lock().unwrap(), [FIRST_READ_WINDOW_BYTES]);
+        let mut position = 0u64;
+        while position + 4096 <= 3 << 20 {
+            reader.get(position, 4096).unwrap();
+            position += 4096;
+        }
+        let reads = file.reads.lock().unwrap().clone();
+        assert_eq!(
+            reads[..5],
+            [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
+        );
+        assert!(reads[5..].iter().all(|&n| n == READ_WINDOW_BYTES));
+        reader.get(0, 2 << 20).unwrap();
+        assert_eq!(file.reads.lock().unwrap().last(), Some(&(2 << 20)));
+        reader.get((4 << 20) - 100, 100).unwrap();
+        assert_eq!(file.reads.lock().unwrap().last(), Some(&100));
+    }
 
     #[test]
     fn names_round_trip() {
