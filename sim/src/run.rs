@@ -4,68 +4,26 @@
 //! safety phase has done its operations; then the liveness phase with faults healed. Every
 //! choice derives from the seed; the trace hash proves it.
 
+use crate::env::sim_env;
 use crate::executor::Executor;
-use crate::oracle::{violation, INV_LIVENESS};
+use crate::partition_world::{Stop, World};
 use crate::profile::Profile;
-use crate::world::{Stop, World};
-use cairn_engine::env::{Entropy, Env};
-use cairn_engine::partition::Outcome;
-use cairn_faults::{FaultKind, NetFaults, SimClock, SimDisk, SimNet};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
-use std::fmt;
+use crate::report::{violation, INV_ASSERTION, INV_LIVENESS};
+use cairn_faults::FaultKind;
+use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use xxhash::xxh3::Xxh3;
 
-/// The simulated node's address.
-pub const NODE_IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+// The report's types at their old paths (`cairn_sim::run::RunReport`).
+pub use crate::env::NODE_IP;
+pub use crate::report::{RunReport, Trace, Violation};
+
 /// Polls of the executor one epoch may take (far more than any epoch needs).
 pub const MAX_EPOCH_POLLS: u64 = 2_000_000;
 /// Rounds of the liveness phase every serving partition must complete.
 pub const LIVENESS_ROUNDS: u32 = 5;
 /// Virtual time the liveness phase has for them.
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
-
-/// A broken invariant and what shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    pub invariant: &'static str,
-    pub evidence: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invariant violated: {}\n  evidence: {}",
-            self.invariant, self.evidence
-        )
-    }
-}
-
-/// What a run did and found.
-#[derive(Debug, Clone)]
-pub struct RunReport {
-    pub profile: Profile,
-    pub trace_hash: u64,
-    pub violation: Option<Violation>,
-    pub faults_fired: BTreeMap<FaultKind, usize>,
-    pub outcomes: BTreeMap<Outcome, usize>,
-    /// Recovery's fine-grained decisions: fence reasons and actions, by name.
-    pub decisions: BTreeMap<&'static str, usize>,
-    pub simulated_nanos: u64,
-    pub operations: u64,
-    pub restarts: u64,
-    /// Boot attempts that could not complete (an injected I/O error) and were retried.
-    pub boot_retries: u64,
-    /// Crashes that struck while recovery was running.
-    pub crashes_in_recovery: u64,
-    pub acked_messages: u64,
-    /// The run's picture, when asked for ([`RunOptions::timeline`]).
-    pub timeline: Option<Box<crate::timeline::Timeline>>,
-}
 
 /// How to run a seed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -78,124 +36,10 @@ pub struct RunOptions {
     pub scope: Option<crate::profile::Scope>,
 }
 
-impl RunReport {
-    pub fn new(profile: Profile) -> RunReport {
-        RunReport {
-            profile,
-            trace_hash: 0,
-            violation: None,
-            faults_fired: BTreeMap::new(),
-            outcomes: BTreeMap::new(),
-            decisions: BTreeMap::new(),
-            simulated_nanos: 0,
-            operations: 0,
-            restarts: 0,
-            boot_retries: 0,
-            crashes_in_recovery: 0,
-            acked_messages: 0,
-            timeline: None,
-        }
-    }
-
-    /// The report of a run that ended: its verdict, operations, virtual time, trace hash.
-    pub fn finished(
-        mut self,
-        violation: Option<Violation>,
-        operations: u32,
-        clock: &SimClock,
-        trace: &Trace,
-    ) -> RunReport {
-        self.violation = violation;
-        self.operations = u64::from(operations);
-        self.simulated_nanos = clock.now_nanos();
-        self.trace_hash = trace.digest();
-        self
-    }
-
-    pub fn replay_command(&self, canary: Option<&str>) -> String {
-        let canary = canary.map(|c| format!(" --canary {c}")).unwrap_or_default();
-        let scope = if self.profile.scope == crate::profile::Scope::of(self.profile.seed) {
-            String::new()
-        } else {
-            format!(" --scope {}", self.profile.scope.name())
-        };
-        format!(
-            "cargo run --release -p cairn-sim -- --seed {:#x}{scope}{canary} --verbose",
-            self.profile.seed
-        )
-    }
-}
-
-/// The ordered record of a run; its hash is the run's fingerprint.
-pub struct Trace {
-    hasher: Xxh3,
-    verbose: bool,
-    clock: SimClock,
-}
-
-impl Trace {
-    pub fn new(verbose: bool, clock: SimClock) -> Trace {
-        Trace {
-            hasher: Xxh3::new(),
-            verbose,
-            clock,
-        }
-    }
-
-    pub fn event(&mut self, text: impl AsRef<str>) {
-        let line = format!("{:>14} {}", self.clock.now_nanos() / 1000, text.as_ref());
-        self.hasher.update(line.as_bytes());
-        self.hasher.update(b"\n");
-        if self.verbose {
-            println!("{line}");
-        }
-    }
-
-    pub fn digest(&self) -> u64 {
-        self.hasher.digest()
-    }
-
-    pub fn set_verbose(&mut self, verbose: bool) {
-        self.verbose = verbose;
-    }
-}
-
-/// Seeded entropy for the engine.
-pub(crate) struct SimEntropy(pub(crate) Mutex<ChaCha8Rng>);
-
-impl Entropy for SimEntropy {
-    fn next_u64(&self) -> u64 {
-        self.0.lock().expect("entropy").gen()
-    }
-}
-
 type Shared = Arc<Mutex<World>>;
 
 fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
     world.lock().expect("world")
-}
-
-/// The simulated disk, clock, executor and `Env` of `seed`.
-pub(crate) fn sim_env(seed: u64, profile: &Profile) -> (SimDisk, SimClock, Executor, Env) {
-    let clock = SimClock::new();
-    let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
-    disk.set_latency(
-        clock.clone(),
-        profile.disk_latency_nanos.0,
-        profile.disk_latency_nanos.1,
-    );
-    let executor = Executor::new(seed ^ 0xe8ec, clock.clone());
-    let env = Env {
-        disk: Arc::new(disk.clone()),
-        clock: Arc::new(clock.clone()),
-        // The node's network; the workload drives the engine directly until the server exists.
-        net: Arc::new(SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default()).host(NODE_IP)),
-        tasks: Arc::new(executor.handle()),
-        entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
-            seed ^ 0xe27,
-        )))),
-    };
-    (disk, clock, executor, env)
 }
 
 /// Builds the world of `seed`: a simulated disk, clock and network as the node's `Env`.
@@ -230,9 +74,6 @@ fn run_node_seed(profile: Profile, verbose: bool) -> RunReport {
     );
     crate::node_world::run(world, executor).0
 }
-
-/// The invariant a failed engine assertion reports.
-pub const INV_ASSERTION: &str = "engine assertion";
 
 /// Runs one seed to completion. An engine assertion that fires (a panic) is a violation of
 /// its own: the run reports it instead of taking the caller down.

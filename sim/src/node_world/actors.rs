@@ -7,8 +7,8 @@ use super::{
     INV_RETENTION, MAX_PARTITIONS, MAX_STREAMS, MAX_TOPICS,
 };
 use crate::executor::Executor;
-use crate::oracle::{violation, Checked, INV_LIVENESS, INV_OFFSETS, INV_PREFIX};
-use crate::world::decode;
+use crate::partition_world::decode;
+use crate::report::{violation, Checked, INV_LIVENESS, INV_OFFSETS, INV_PREFIX};
 use bytes::BytesMut;
 use cairn_engine::env::Clock;
 use cairn_engine::format::BatchBuilder;
@@ -1145,7 +1145,7 @@ impl NodeWorld {
         for m in &messages {
             if !self.sent_ids.contains(&m.id) {
                 return Err(violation(
-                    crate::oracle::INV_EXACT,
+                    crate::report::INV_EXACT,
                     format!("partition {identity}: a poll returned message {:#x}, which no producer sent", m.id),
                 ));
             }

@@ -8,10 +8,10 @@ use super::{
     block, lock, meta_violation, Accepted, Holder, NodeWorld, Sent, Shared, INV_CALLERS, NODE_ROOT,
 };
 use crate::executor::Executor;
-use crate::oracle::{
+use crate::partition_world::decode;
+use crate::report::{
     violation, Checked, INV_JUSTIFIED, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
 };
-use crate::world::decode;
 use cairn_engine::metadata::record::{MetaRecord, SLOT_NAMES};
 use cairn_engine::metadata::{MetaAction, MetaRefusal};
 use cairn_engine::node::tree::Fate;
@@ -689,7 +689,7 @@ pub(crate) async fn verify(
             info.identity
         )));
     }
-    let mut all: Vec<crate::oracle::ReadMessage> = Vec::new();
+    let mut all: Vec<crate::partition_world::oracle::ReadMessage> = Vec::new();
     let mut next = 0;
     loop {
         let request = PollMessagesRequest {

@@ -7,8 +7,7 @@ use super::checks::{restart, setup};
 use super::model::AdminOp;
 use super::{lock, NodeWorld, Shared, NODE_ROOT};
 use crate::executor::Executor;
-use crate::oracle::Checked;
-use crate::run::{RunReport, Trace};
+use crate::report::{Checked, RunReport, Trace};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +28,7 @@ struct Scenario {
 impl Scenario {
     fn new(seed: u64) -> Scenario {
         let profile = crate::profile::Profile::from_seed(seed);
-        let (disk, clock, executor, env) = crate::run::sim_env(seed, &profile);
+        let (disk, clock, executor, env) = crate::env::sim_env(seed, &profile);
         disk.set_faults(cairn_faults::DiskFaults::default());
         let trace = Trace::new(false, clock.clone());
         let mut w = NodeWorld::new(
@@ -124,7 +123,7 @@ impl Scenario {
         let before = judged(self);
         self.group(group, member, GroupMove::Check)?;
         if judged(self) == before {
-            return Err(crate::oracle::violation(
+            return Err(crate::report::violation(
                 super::INV_CALLERS,
                 format!("group {group:?}: the scenario's check was not judged"),
             ));
@@ -148,8 +147,8 @@ impl Scenario {
         });
         match info {
             Some(Ok(Some(info))) => Ok(info),
-            other => Err(crate::oracle::violation(
-                crate::oracle::INV_LIVENESS,
+            other => Err(crate::report::violation(
+                crate::report::INV_LIVENESS,
                 format!("partition {key:?} has no info: {other:?}"),
             )),
         }
@@ -499,7 +498,7 @@ fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>
         w.drain_deletions()?;
         w.judge_deletions(&deleted)?;
         if deleted.is_empty() == expect_deleted {
-            return Err(crate::oracle::violation(
+            return Err(crate::report::violation(
                 super::INV_RETENTION,
                 format!("a pass at {now} µs over a segment whose newest stamp is {newest} µs (expiry {EXPIRY} µs) deleted {deleted:?}"),
             ));
@@ -693,8 +692,8 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
                 cairn_engine::partition::FenceReason::DirectoryInTheWay { .. },
             ),
         )) => Ok(vec!["DirectoryInTheWay"]),
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!("a send after the purge answered {other:?}, not a fence for the directory in the way"),
         )),
     }
@@ -765,8 +764,8 @@ fn a_create_refuses_a_directory_in_the_way() -> Checked<Vec<&'static str>> {
     assert_eq!(s.journal_len(), journaled, "nothing was journaled");
     match created {
         Err(cairn_engine::node::NodeError::DirectoryInTheWay(_)) => Ok(vec!["DirectoryInTheWay"]),
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!("adding a partition over a planted directory answered {other:?}"),
         )),
     }
@@ -815,8 +814,8 @@ fn a_purge_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>>
         Some(cairn_engine::partition::FenceReason::SuperblockIdentity { .. }) => {
             Ok(vec!["SuperblockIdentity"])
         }
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!(
                 "after the purge partition 0 is fenced by {other:?}, not for the identity it found"
             ),

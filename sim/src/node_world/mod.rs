@@ -28,8 +28,9 @@ mod model;
 pub use directed::{NodeDirected, NODE_SCENARIOS};
 
 use crate::executor::{Executor, ExecutorHandle};
-use crate::oracle::violation;
-use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
+use crate::report::violation;
+use crate::report::{RunReport, Trace, Violation};
+use crate::run::MAX_EPOCH_POLLS;
 use cairn_engine::env::Env;
 use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PartitionKey, PasswordCost};
@@ -677,9 +678,8 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
     }
     executor.kill_all();
     let mut w = lock(&world);
-    for record in w.disk.records() {
-        *w.report.faults_fired.entry(record.kind).or_default() += 1;
-    }
+    let records = w.disk.records();
+    w.report.count_faults(&records);
     if let Some(v) = w.violation.clone() {
         w.event(format!("VIOLATION {v}"));
     }

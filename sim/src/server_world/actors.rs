@@ -10,7 +10,7 @@ use super::oracle::{
 use super::{
     lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
 };
-use crate::oracle::violation;
+use crate::report::violation;
 use crate::timeline::{LaneKind, SpanOutcome, Timeline};
 use bytes::BytesMut;
 use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
@@ -315,7 +315,7 @@ impl Actor {
             .unwrap_or(begun.epoch)
     }
 
-    fn fail(&self, v: crate::run::Violation) {
+    fn fail(&self, v: crate::report::Violation) {
         lock(&self.world).fail(v);
     }
 }

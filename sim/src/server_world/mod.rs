@@ -14,9 +14,10 @@
 mod actors;
 pub mod oracle;
 
+use crate::env::{entropy, Machine};
 use crate::executor::{Executor, ExecutorHandle};
-use crate::oracle::{violation, INV_LIVENESS};
-use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
+use crate::report::{violation, RunReport, Trace, Violation, INV_LIVENESS};
+use crate::run::MAX_EPOCH_POLLS;
 use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline};
 use cairn_engine::env::Env;
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PasswordCost};
@@ -226,8 +227,6 @@ pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, ServerWorld> {
     world.lock().expect("world")
 }
 
-use crate::run::SimEntropy;
-
 impl ServerWorld {
     pub fn event(&mut self, text: impl AsRef<str>) {
         self.trace.event(text);
@@ -277,9 +276,7 @@ impl ServerWorld {
             clock: self.server_env.clock.clone(),
             net: Arc::new(self.net.host(ip)),
             tasks: Arc::new(self.clients.clone()),
-            entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
-                self.next_entropy ^ 0xc11e,
-            )))),
+            entropy: entropy(self.next_entropy ^ 0xc11e),
         }
     }
 
@@ -577,7 +574,8 @@ async fn scan(node: &Node) -> Result<BTreeMap<(String, u32), Vec<(u128, bool)>>,
                     .await
                     .map_err(|e| format!("{}/{p}: {e}", topic.name))?
                     .ok_or_else(|| format!("{}/{p}: no partition", topic.name))?;
-                let messages = crate::world::decode(&polled, true).map_err(|v| v.to_string())?;
+                let messages =
+                    crate::partition_world::decode(&polled, true).map_err(|v| v.to_string())?;
                 if messages.is_empty() {
                     break;
                 }
@@ -734,19 +732,19 @@ fn setup(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
 /// Runs one server-scope seed.
 pub fn run(seed: u64, verbose: bool, record: bool, report: RunReport) -> RunReport {
     let profile = ServerProfile::from_seed(seed);
-    let clock = SimClock::new();
-    let disk = SimDisk::new(seed ^ 0xd15c, Default::default());
+    let Machine {
+        clock,
+        disk,
+        mut executor,
+        net,
+    } = Machine::new(seed);
     disk.set_latency_debt(profile.disk_latency_nanos.0, profile.disk_latency_nanos.1);
-    let mut executor = Executor::new(seed ^ 0xe8ec, clock.clone());
-    let net = SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default());
     let server_env = Env {
         disk: Arc::new(disk.clone()),
         clock: Arc::new(clock.clone()),
         net: Arc::new(net.host(SERVER_IP)),
         tasks: Arc::new(executor.handle().in_group(SERVER_GROUP)),
-        entropy: Arc::new(SimEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
-            seed ^ 0xe27,
-        )))),
+        entropy: Machine::entropy(seed),
     };
     let mut trace = Trace::new(verbose, clock.clone());
     trace.event(format!("server profile {profile:?}"));
@@ -949,9 +947,8 @@ fn graceful(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
 fn finish(world: &Shared) -> RunReport {
     let mut w = lock(world);
     w.observe();
-    for record in w.disk.records() {
-        *w.report.faults_fired.entry(record.kind).or_default() += 1;
-    }
+    let records = w.disk.records();
+    w.report.count_faults(&records);
     let net_events = w.net.event_count();
     w.event(format!("network events {net_events}"));
     let now = w.now();

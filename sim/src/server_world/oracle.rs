@@ -6,8 +6,7 @@
 //! A reply that never came is an unknown outcome: the model keeps both possibilities until
 //! a read decides. Each allowance below names its cause.
 
-use crate::oracle::violation;
-use crate::run::Violation;
+use crate::report::{violation, Violation};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const INV_ACKED: &str = "S1 acknowledged messages survive";

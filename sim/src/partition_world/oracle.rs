@@ -9,8 +9,10 @@
 //! sees (only the pages it leaves behind after a power loss do), and a fault overwritten,
 //! synced over or cut away is no longer present.
 
-use crate::run::Violation;
-use crate::walk::{self, View, WalkedLog};
+use super::walk::{self, View, WalkedLog};
+use crate::report::{
+    violation, Checked, INV_EXACT, INV_JUSTIFIED, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
+};
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::partition::recovery::{Action, RecoveryPlan};
 use cairn_engine::partition::superblock::{Superblock, MIRROR_OFFSET, SLOT_NAMES, SUPERBLOCK_LEN};
@@ -19,22 +21,6 @@ use cairn_faults::{Damage, FaultKind, FaultRecord, SimDisk};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-
-pub const INV_NO_LOSS: &str = "1 no acknowledged loss";
-pub const INV_PREFIX: &str = "2 prefix property";
-pub const INV_EXACT: &str = "3 no phantoms, exact bytes";
-pub const INV_JUSTIFIED: &str = "4 justified decisions";
-pub const INV_OFFSETS: &str = "5 consumer offsets";
-pub const INV_LIVENESS: &str = "7 liveness";
-
-pub type Checked<T> = Result<T, Violation>;
-
-pub fn violation(invariant: &'static str, evidence: String) -> Violation {
-    Violation {
-        invariant,
-        evidence,
-    }
-}
 
 /// One message as a poll returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
