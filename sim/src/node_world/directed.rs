@@ -2,9 +2,10 @@
 //! decision on purpose. Every step is a caller's operation run on the executor and judged
 //! like the swarm's.
 
-use super::actors::{group_move, produce, run_meta, GroupMove, MEMBERS};
 use super::checks::{restart, setup};
 use super::model::AdminOp;
+use super::tasks::{group_move, produce, run_meta, MEMBERS};
+use super::workload::GroupMove;
 use super::{lock, NodeWorld, Shared, NODE_ROOT};
 use crate::executor::Executor;
 use crate::report::{Checked, RunReport, Trace};

@@ -20,10 +20,12 @@
 //!   login), the directory tree (exactly the model's partitions after deletes and boots),
 //!   and each retention deletion against the rule and the deletions before it.
 
-mod actors;
 mod checks;
 pub mod directed;
+mod judges;
 mod model;
+mod tasks;
+mod workload;
 
 pub use directed::{NodeDirected, NODE_SCENARIOS};
 
@@ -641,7 +643,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
                 break;
             }
         }
-        actors::spawn(&world, &executor);
+        tasks::spawn(&world, &executor);
         let keep_going = || {
             let w = lock(&world);
             w.stop.is_none() && w.violation.is_none()
