@@ -2,7 +2,7 @@
 //! decision on purpose. Every step is a caller's operation run on the executor and judged
 //! like the swarm's.
 
-use super::checks::{restart, setup};
+use super::lifecycle::{restart, setup};
 use super::model::AdminOp;
 use super::tasks::{group_move, produce, run_meta, MEMBERS};
 use super::workload::GroupMove;
@@ -107,7 +107,7 @@ impl Scenario {
             w.go_down(power);
             damage(&w);
         }
-        super::checks::boot(&self.world, &mut self.executor)?;
+        super::lifecycle::boot(&self.world, &mut self.executor)?;
         self.violation()
     }
 
@@ -343,7 +343,7 @@ fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>
 
 /// The metadata directory, and its files by name.
 fn metadata(name: &str) -> std::path::PathBuf {
-    super::checks::journal_path().with_file_name(name)
+    super::oracle::journal_path().with_file_name(name)
 }
 
 /// An operator restored a copy of one superblock slot file over the other while the node

@@ -20,10 +20,11 @@
 //!   login), the directory tree (exactly the model's partitions after deletes and boots),
 //!   and each retention deletion against the rule and the deletions before it.
 
-mod checks;
 pub mod directed;
 mod judges;
+mod lifecycle;
 mod model;
+mod oracle;
 mod tasks;
 mod workload;
 
@@ -633,7 +634,7 @@ pub(crate) fn block<T: Send + 'static>(
 /// Runs one node-scope seed.
 pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
     let world: Shared = Arc::new(Mutex::new(world));
-    if let Err(v) = checks::setup(&world, &mut executor) {
+    if let Err(v) = lifecycle::setup(&world, &mut executor) {
         lock(&world).fail(v);
     }
     loop {
@@ -664,7 +665,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
             }
             power
         };
-        if let Err(v) = checks::restart(&world, &mut executor, power) {
+        if let Err(v) = lifecycle::restart(&world, &mut executor, power) {
             lock(&world).fail(v);
             break;
         }
@@ -674,7 +675,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
         w.violation.is_none() && !w.refused
     };
     if liveness {
-        if let Err(v) = checks::liveness(&world, &mut executor) {
+        if let Err(v) = lifecycle::liveness(&world, &mut executor) {
             lock(&world).fail(v);
         }
     }

@@ -22,7 +22,7 @@ impl NodeWorld {
             return None;
         }
         let record =
-            crate::node_world::checks::newest_slot_record(|path| self.disk.contents(path))?;
+            crate::node_world::oracle::newest_slot_record(|path| self.disk.contents(path))?;
         let key = crate::node_world::key(&identity);
         (record.applied_op + 1..=record.journal.op)
             .find(|op| model::nonce(self.cluster, *op, key) == identity.nonce)

@@ -81,7 +81,7 @@ impl NodeWorld {
                 // The entry is in the journal now, unless a checkpoint since emptied it.
                 let entries = self.journal_entries();
                 if let Some(entry) = entries.iter().find(|e| e.op == reply.at_op) {
-                    crate::node_world::checks::judge_entry_origin(entry, client)?;
+                    crate::node_world::oracle::judge_entry_origin(entry, client)?;
                 }
                 self.pending.insert(
                     reply.at_op,

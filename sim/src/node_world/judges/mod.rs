@@ -1,5 +1,5 @@
 //! The judges: what checks each answer a caller got while the node ran, against the model
-//! (the boot-time checks are in [`super::checks`]). One file per area — metadata and logins
+//! (the boot-time checks are in [`super::oracle`]). One file per area — metadata and logins
 //! ([`meta`]), messages, offsets and groups ([`messages`]), the cleaners' deletions
 //! ([`retention`]) — and here what they share: when an op started, whether a request by
 //! name may have reached other entities, and which errors a known cause excuses.
