@@ -5,6 +5,7 @@
 
 pub mod directed;
 pub mod oracle;
+pub mod run;
 pub mod scenario;
 pub mod walk;
 
