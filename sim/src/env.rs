@@ -1,6 +1,6 @@
 //! The simulated machine of a seed, shared by the worlds: its clock, disk, executor and
 //! network, each seeded apart from the seed; the engine's seeded entropy; and the node's
-//! [`Env`] built from them (the server world builds its own from the same [`Machine`]).
+//! [`Env`] built from them (the server world builds its own from the same `Machine`).
 
 use crate::executor::Executor;
 use crate::profile::Profile;

@@ -7,7 +7,7 @@
 //! - the server world ([`server_world`]): `cairn serve` reached by simulated clients.
 //!
 //! Below them the ground floor they share: the [`executor`], the simulated machine
-//! ([`env`]), the run's [`report`], the seed's [`profile`], the [`timeline`] a run can
+//! ([`mod@env`]), the run's [`report`], the seed's [`profile`], the [`timeline`] a run can
 //! record, and the [`canary`] bugs the oracles must catch. [`run`] runs one seed.
 #![forbid(unsafe_code)]
 

@@ -66,7 +66,7 @@ pub struct RunReport {
     /// Crashes that struck while recovery was running.
     pub crashes_in_recovery: u64,
     pub acked_messages: u64,
-    /// The run's picture, when asked for ([`RunOptions::timeline`]).
+    /// The run's picture, when asked for ([`crate::run::RunOptions::timeline`]).
     pub timeline: Option<Box<crate::timeline::Timeline>>,
 }
 

@@ -19,6 +19,21 @@
 //!   members the model knows), logins (an answer consistent with the users during the
 //!   login), the directory tree (exactly the model's partitions after deletes and boots),
 //!   and each retention deletion against the rule and the deletions before it.
+//!
+//! The allowances, each with its cause: an op in doubt (its answer lost to a crash) may or
+//! may not be in the recovered state, and a purge in doubt is decided by the partitions'
+//! identity nonces; a boot refusal needs damage present in the file it names (or in a
+//! superblock slot whose older record the snapshot and journal moved past), or a lying
+//! metadata sync a power loss undid; a superblock record left in one copy (then written
+//! again) needs a fault injected on a slot file during that boot or an unreadable sector;
+//! a caller's error needs a crash, a concurrent metadata op, a missing entity, an operator's
+//! removal or a full disk (`judges`); a segment due for expiry may outlive four cleaner
+//! intervals only when an I/O error, a full disk or a clock jump came since.
+//!
+//! The files: the world and its run here; `model` (the metadata model), `workload`
+//! (what callers ask), `tasks` (the callers), `judges` (what checks their answers),
+//! `lifecycle` (boots and restarts), `oracle` (the checks at each boot), [`directed`]
+//! (scripted node scenarios).
 
 pub mod directed;
 mod judges;

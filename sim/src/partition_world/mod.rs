@@ -1,7 +1,12 @@
-//! The simulated world: one node holding a few partitions on a [`SimDisk`], the oracle's
+//! The partition world: one node holding a few partitions on a [`SimDisk`], the oracle's
 //! models of them, and the operations the workload and the nemesis perform on it. Each
 //! operation runs whole under the world's lock (the engine is synchronous); the executor's
 //! seeded choice among ready tasks decides the interleaving.
+//!
+//! Here the [`World`] and its operations; beside it the run's phases ([`run`]), the oracle
+//! ([`oracle`]: the model and one checker per invariant, with each allowance and its
+//! cause), the oracle's own reader of the logs on the disk ([`walk`]), and the directed
+//! scenarios ([`directed`], on the scripting harness in [`scenario`]).
 
 pub mod directed;
 pub mod oracle;

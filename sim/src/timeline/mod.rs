@@ -6,9 +6,9 @@
 //! [`render_html`] are pure functions of it. Bounded: past [`MAX_ITEMS`] spans and marks,
 //! further ones are counted, not kept.
 //!
-//! Here the model the worlds record into; the renderers beside it: [`layout`] (the picture's
-//! geometry and its bars), [`svg`] (the drawing), [`html`] (the page around it) and
-//! [`text`] (times, tooltips, escaping).
+//! Here the model the worlds record into; the renderers beside it: `layout` (the picture's
+//! geometry and its bars), `svg` (the drawing), `html` (the page around it) and
+//! `text` (times, tooltips, escaping).
 
 use std::collections::BTreeMap;
 

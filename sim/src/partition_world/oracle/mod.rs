@@ -1,8 +1,8 @@
 //! The partition world's oracle: a model of every partition (what producers sent, what was
 //! acknowledged at which offset under which policy, what was promised durable, which consumer
 //! offsets were stored) and the checkers that compare what the engine serves and decides
-//! against it: on replies and full reads ([`reads`]: invariants 1, 2, 3) and after recovery
-//! ([`recovery`]: 4, a rewind's excuse for 1, and 5).
+//! against it: on replies and full reads (`reads`: invariants 1, 2, 3) and after recovery
+//! (`recovery`: 4, a rewind's excuse for 1, and 5).
 //!
 //! One checker per invariant of DESIGN.md §3; each says what it allows and why. Every
 //! allowance names its cause: an injected fault still present (in the disk's
