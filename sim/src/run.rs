@@ -3,7 +3,6 @@
 //! ([`crate::server_world`]) — and the run's report comes back, an engine assertion that
 //! fires included. Every choice derives from the seed; the trace hash proves it.
 
-use crate::env::sim_env;
 use crate::profile::Profile;
 use crate::report::INV_ASSERTION;
 
@@ -31,21 +30,10 @@ fn run_node_seed(profile: Profile, verbose: bool) -> RunReport {
     if verbose {
         print!("{profile}");
     }
-    let (disk, clock, executor, env) = sim_env(seed, &profile);
-    let mut trace = Trace::new(verbose, clock.clone());
-    trace.event(format!(
-        "profile {}",
-        xxhash::xxh3::xxh3_64(profile.to_string().as_bytes())
-    ));
-    let world = crate::node_world::NodeWorld::new(
-        seed,
-        disk,
-        clock,
-        env,
-        executor.handle(),
-        trace,
-        RunReport::new(profile),
-    );
+    let profile_hash = xxhash::xxh3::xxh3_64(profile.to_string().as_bytes());
+    let (mut world, executor) = crate::node_world::NodeWorld::for_seed(seed, profile, verbose);
+    // Before anything runs (the clock still at zero), as every run's trace begins.
+    world.event(format!("profile {profile_hash}"));
     crate::node_world::run(world, executor).0
 }
 

@@ -8,7 +8,7 @@ use super::tasks::{group_move, produce, run_meta, MEMBERS};
 use super::workload::GroupMove;
 use super::{lock, NodeWorld, Shared, NODE_ROOT};
 use crate::executor::Executor;
-use crate::report::{Checked, RunReport, Trace};
+use crate::report::Checked;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -29,18 +29,8 @@ struct Scenario {
 impl Scenario {
     fn new(seed: u64) -> Scenario {
         let profile = crate::profile::Profile::from_seed(seed);
-        let (disk, clock, executor, env) = crate::env::sim_env(seed, &profile);
-        disk.set_faults(cairn_faults::DiskFaults::default());
-        let trace = Trace::new(false, clock.clone());
-        let mut w = NodeWorld::new(
-            seed,
-            disk,
-            clock,
-            env,
-            executor.handle(),
-            trace,
-            RunReport::new(profile),
-        );
+        let (mut w, executor) = NodeWorld::for_seed(seed, profile, false);
+        w.disk.set_faults(cairn_faults::DiskFaults::default());
         w.faulty = false;
         // No checkpoint unless a scenario asks: each superblock record is then one op's.
         w.profile.checkpoint_bytes = 1 << 20;

@@ -186,11 +186,7 @@ impl NodeProfile {
     pub fn from_seed(seed: u64) -> NodeProfile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0a0d_e5ee_d000);
         let maybe = |rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64| {
-            if rng.gen_bool(on) {
-                rng.gen_range(low..high)
-            } else {
-                0.0
-            }
+            crate::profile::maybe(rng, on, low, high).unwrap_or(0.0)
         };
         NodeProfile {
             steps: rng.gen_range(200..500),
@@ -444,6 +440,27 @@ pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, NodeWorld> {
 }
 
 impl NodeWorld {
+    /// The node world of `seed` on its simulated machine ([`crate::env::sim_env`]), with
+    /// the executor that runs it.
+    pub fn for_seed(
+        seed: u64,
+        profile: crate::profile::Profile,
+        verbose: bool,
+    ) -> (NodeWorld, Executor) {
+        let (disk, clock, executor, env) = crate::env::sim_env(seed, &profile);
+        let trace = Trace::new(verbose, clock.clone());
+        let world = NodeWorld::new(
+            seed,
+            disk,
+            clock,
+            env,
+            executor.handle(),
+            trace,
+            RunReport::new(profile),
+        );
+        (world, executor)
+    }
+
     pub fn new(
         seed: u64,
         disk: SimDisk,
