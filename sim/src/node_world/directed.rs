@@ -2,13 +2,13 @@
 //! decision on purpose. Every step is a caller's operation run on the executor and judged
 //! like the swarm's.
 
-use super::actors::{group_move, produce, run_meta, GroupMove, MEMBERS};
-use super::checks::{restart, setup};
+use super::lifecycle::{restart, setup};
 use super::model::AdminOp;
+use super::tasks::{group_move, produce, run_meta, MEMBERS};
+use super::workload::GroupMove;
 use super::{lock, NodeWorld, Shared, NODE_ROOT};
 use crate::executor::Executor;
-use crate::oracle::Checked;
-use crate::run::{RunReport, Trace};
+use crate::report::Checked;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -29,18 +29,8 @@ struct Scenario {
 impl Scenario {
     fn new(seed: u64) -> Scenario {
         let profile = crate::profile::Profile::from_seed(seed);
-        let (disk, clock, executor, env) = crate::run::sim_env(seed, &profile);
-        disk.set_faults(cairn_faults::DiskFaults::default());
-        let trace = Trace::new(false, clock.clone());
-        let mut w = NodeWorld::new(
-            seed,
-            disk,
-            clock,
-            env,
-            executor.handle(),
-            trace,
-            RunReport::new(profile),
-        );
+        let (mut w, executor) = NodeWorld::for_seed(seed, profile, false);
+        w.disk.set_faults(cairn_faults::DiskFaults::default());
         w.faulty = false;
         // No checkpoint unless a scenario asks: each superblock record is then one op's.
         w.profile.checkpoint_bytes = 1 << 20;
@@ -107,7 +97,7 @@ impl Scenario {
             w.go_down(power);
             damage(&w);
         }
-        super::checks::boot(&self.world, &mut self.executor)?;
+        super::lifecycle::boot(&self.world, &mut self.executor)?;
         self.violation()
     }
 
@@ -124,7 +114,7 @@ impl Scenario {
         let before = judged(self);
         self.group(group, member, GroupMove::Check)?;
         if judged(self) == before {
-            return Err(crate::oracle::violation(
+            return Err(crate::report::violation(
                 super::INV_CALLERS,
                 format!("group {group:?}: the scenario's check was not judged"),
             ));
@@ -148,8 +138,8 @@ impl Scenario {
         });
         match info {
             Some(Ok(Some(info))) => Ok(info),
-            other => Err(crate::oracle::violation(
-                crate::oracle::INV_LIVENESS,
+            other => Err(crate::report::violation(
+                crate::report::INV_LIVENESS,
                 format!("partition {key:?} has no info: {other:?}"),
             )),
         }
@@ -343,7 +333,7 @@ fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>
 
 /// The metadata directory, and its files by name.
 fn metadata(name: &str) -> std::path::PathBuf {
-    super::checks::journal_path().with_file_name(name)
+    super::oracle::journal_path().with_file_name(name)
 }
 
 /// An operator restored a copy of one superblock slot file over the other while the node
@@ -499,7 +489,7 @@ fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>
         w.drain_deletions()?;
         w.judge_deletions(&deleted)?;
         if deleted.is_empty() == expect_deleted {
-            return Err(crate::oracle::violation(
+            return Err(crate::report::violation(
                 super::INV_RETENTION,
                 format!("a pass at {now} µs over a segment whose newest stamp is {newest} µs (expiry {EXPIRY} µs) deleted {deleted:?}"),
             ));
@@ -693,8 +683,8 @@ fn a_purge_keeps_a_directory_it_cannot_account_for() -> Checked<Vec<&'static str
                 cairn_engine::partition::FenceReason::DirectoryInTheWay { .. },
             ),
         )) => Ok(vec!["DirectoryInTheWay"]),
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!("a send after the purge answered {other:?}, not a fence for the directory in the way"),
         )),
     }
@@ -765,8 +755,8 @@ fn a_create_refuses_a_directory_in_the_way() -> Checked<Vec<&'static str>> {
     assert_eq!(s.journal_len(), journaled, "nothing was journaled");
     match created {
         Err(cairn_engine::node::NodeError::DirectoryInTheWay(_)) => Ok(vec!["DirectoryInTheWay"]),
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!("adding a partition over a planted directory answered {other:?}"),
         )),
     }
@@ -815,8 +805,8 @@ fn a_purge_keeps_a_directory_of_another_identity() -> Checked<Vec<&'static str>>
         Some(cairn_engine::partition::FenceReason::SuperblockIdentity { .. }) => {
             Ok(vec!["SuperblockIdentity"])
         }
-        other => Err(crate::oracle::violation(
-            crate::oracle::INV_JUSTIFIED,
+        other => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
             format!(
                 "after the purge partition 0 is fenced by {other:?}, not for the identity it found"
             ),

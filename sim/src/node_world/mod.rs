@@ -19,17 +19,36 @@
 //!   members the model knows), logins (an answer consistent with the users during the
 //!   login), the directory tree (exactly the model's partitions after deletes and boots),
 //!   and each retention deletion against the rule and the deletions before it.
+//!
+//! The allowances, each with its cause: an op in doubt (its answer lost to a crash) may or
+//! may not be in the recovered state, and a purge in doubt is decided by the partitions'
+//! identity nonces; a boot refusal needs damage present in the file it names (or in a
+//! superblock slot whose older record the snapshot and journal moved past), or a lying
+//! metadata sync a power loss undid; a superblock record left in one copy (then written
+//! again) needs a fault injected on a slot file during that boot or an unreadable sector;
+//! a caller's error needs a crash, a concurrent metadata op, a missing entity, an operator's
+//! removal or a full disk (`judges`); a segment due for expiry may outlive four cleaner
+//! intervals only when an I/O error, a full disk or a clock jump came since.
+//!
+//! The files: the world and its run here; `model` (the metadata model), `workload`
+//! (what callers ask), `tasks` (the callers), `judges` (what checks their answers),
+//! `lifecycle` (boots and restarts), `oracle` (the checks at each boot), [`directed`]
+//! (scripted node scenarios).
 
-mod actors;
-mod checks;
 pub mod directed;
+mod judges;
+mod lifecycle;
 mod model;
+mod oracle;
+mod tasks;
+mod workload;
 
 pub use directed::{NodeDirected, NODE_SCENARIOS};
 
 use crate::executor::{Executor, ExecutorHandle};
-use crate::oracle::violation;
-use crate::run::{RunReport, Trace, Violation, MAX_EPOCH_POLLS};
+use crate::report::violation;
+use crate::report::{RunReport, Trace, Violation};
+use crate::run::MAX_EPOCH_POLLS;
 use cairn_engine::env::Env;
 use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PartitionKey, PasswordCost};
@@ -167,11 +186,7 @@ impl NodeProfile {
     pub fn from_seed(seed: u64) -> NodeProfile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0a0d_e5ee_d000);
         let maybe = |rng: &mut ChaCha8Rng, on: f64, low: f64, high: f64| {
-            if rng.gen_bool(on) {
-                rng.gen_range(low..high)
-            } else {
-                0.0
-            }
+            crate::profile::maybe(rng, on, low, high).unwrap_or(0.0)
         };
         NodeProfile {
             steps: rng.gen_range(200..500),
@@ -425,6 +440,27 @@ pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, NodeWorld> {
 }
 
 impl NodeWorld {
+    /// The node world of `seed` on its simulated machine ([`crate::env::sim_env`]), with
+    /// the executor that runs it.
+    pub fn for_seed(
+        seed: u64,
+        profile: crate::profile::Profile,
+        verbose: bool,
+    ) -> (NodeWorld, Executor) {
+        let (disk, clock, executor, env) = crate::env::sim_env(seed, &profile);
+        let trace = Trace::new(verbose, clock.clone());
+        let world = NodeWorld::new(
+            seed,
+            disk,
+            clock,
+            env,
+            executor.handle(),
+            trace,
+            RunReport::new(profile),
+        );
+        (world, executor)
+    }
+
     pub fn new(
         seed: u64,
         disk: SimDisk,
@@ -630,7 +666,7 @@ pub(crate) fn block<T: Send + 'static>(
 /// Runs one node-scope seed.
 pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
     let world: Shared = Arc::new(Mutex::new(world));
-    if let Err(v) = checks::setup(&world, &mut executor) {
+    if let Err(v) = lifecycle::setup(&world, &mut executor) {
         lock(&world).fail(v);
     }
     loop {
@@ -640,7 +676,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
                 break;
             }
         }
-        actors::spawn(&world, &executor);
+        tasks::spawn(&world, &executor);
         let keep_going = || {
             let w = lock(&world);
             w.stop.is_none() && w.violation.is_none()
@@ -661,7 +697,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
             }
             power
         };
-        if let Err(v) = checks::restart(&world, &mut executor, power) {
+        if let Err(v) = lifecycle::restart(&world, &mut executor, power) {
             lock(&world).fail(v);
             break;
         }
@@ -671,15 +707,14 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
         w.violation.is_none() && !w.refused
     };
     if liveness {
-        if let Err(v) = checks::liveness(&world, &mut executor) {
+        if let Err(v) = lifecycle::liveness(&world, &mut executor) {
             lock(&world).fail(v);
         }
     }
     executor.kill_all();
     let mut w = lock(&world);
-    for record in w.disk.records() {
-        *w.report.faults_fired.entry(record.kind).or_default() += 1;
-    }
+    let records = w.disk.records();
+    w.report.count_faults(&records);
     if let Some(v) = w.violation.clone() {
         w.event(format!("VIOLATION {v}"));
     }

@@ -4,10 +4,30 @@
 //! request was sent (a reply written before a crash can still arrive after it).
 //!
 //! A reply that never came is an unknown outcome: the model keeps both possibilities until
-//! a read decides. Each allowance below names its cause.
+//! a read decides. Each allowance below names its cause:
+//! - **S1** acknowledged messages survive: `persisted` ones in every boot after the ack;
+//!   `replicated` ones only until a crash loses the unflushed tail (a boot may end before
+//!   them, though the first boot after the ack never holds another message there), or, once
+//!   a boot recovered them, only until a power loss (a process crash keeps the page cache);
+//!   all of them across a graceful shutdown. A late acknowledgement (from an earlier
+//!   process) is judged against the scans of the boots since.
+//! - **S2** polls return sent messages with the payload sent, at consecutive offsets from
+//!   the one asked, the same message at an offset within a boot, and not nothing from an
+//!   offset the boot was known to hold; a log holds each message at most as often as it was
+//!   sent (a send refused before any append counts as not sent), each producer's in order.
+//!   Allowed: a message whose send had an unknown outcome, since its lost attempt may land
+//!   late.
+//! - **S3** metadata ops apply once and survive: a create answered "exists", or a delete
+//!   answered "not found", only when an earlier attempt is in doubt; a lost attempt may still
+//!   land after a retry's answer (the server reads what the client wrote), so that name is
+//!   not judged until a read after that server process is gone.
+//! - **S4** a replayed create on its session gets its original reply (the duplicate table,
+//!   which holds the session's last 64), a refusal included.
+//! - **S5** a request a deleted user's session sent after the deletion's reply gets no
+//!   successful reply.
+//! - **S6** one read of a group never shows a partition owned by two members.
 
-use crate::oracle::violation;
-use crate::run::Violation;
+use crate::report::{violation, Violation};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const INV_ACKED: &str = "S1 acknowledged messages survive";

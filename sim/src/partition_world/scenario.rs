@@ -6,10 +6,10 @@
 //! flipped at a position) and asserts which decision recovery took. The oracle's checks run
 //! throughout, so a decision the faults do not justify fails the scenario too.
 
-use crate::oracle::Checked;
+use super::run::world_for;
+use super::World;
 use crate::profile::{Class, PartitionProfile, Profile};
-use crate::run::{world_for, Violation};
-use crate::world::World;
+use crate::report::{Checked, Violation};
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::partition::recovery::Action;
 use cairn_engine::partition::{FenceReason, PollFrom};

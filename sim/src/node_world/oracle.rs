@@ -1,71 +1,28 @@
-//! Boots, restarts and what the oracle checks after each boot: the refusal's cause, the
-//! superblock record boot trusted, the whole metadata state (with the ops in doubt placed
-//! where the journal can hold them), the newest op the view showed, the directory tree,
-//! every partition's messages and offsets.
+//! The node world's oracle at each boot: the refusal's cause, the superblock record boot
+//! trusted, the whole metadata state (with the ops in doubt placed where the journal can
+//! hold them), the newest op the view showed, the directory tree, every partition's
+//! messages and offsets. (The answers callers got while the node ran are judged in
+//! [`super::judges`]; boots and restarts themselves are in [`super::lifecycle`].)
 
-use super::model::{self, AdminOp, MUser, Model};
+use super::model::{self, AdminOp, Model};
+use super::workload::sid;
 use super::{
     block, lock, meta_violation, Accepted, Holder, NodeWorld, Sent, Shared, INV_CALLERS, NODE_ROOT,
 };
 use crate::executor::Executor;
-use crate::oracle::{
+use crate::partition_world::decode;
+use crate::report::{
     violation, Checked, INV_JUSTIFIED, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
 };
-use crate::world::decode;
 use cairn_engine::metadata::record::{MetaRecord, SLOT_NAMES};
 use cairn_engine::metadata::{MetaAction, MetaRefusal};
 use cairn_engine::node::tree::Fate;
-use cairn_engine::node::{BootError, Booted, Client, Node, PartitionBoot, PartitionKey};
+use cairn_engine::node::{Booted, Client, PartitionBoot, PartitionKey};
 use cairn_engine::partition::{Outcome, PartitionIdentity};
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
-use iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePartitioning, WirePollingStrategy};
-use rand::Rng;
+use iggy_binary_protocol::{WireConsumer, WirePollingStrategy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-fn sid(id: u32) -> WireIdentifier {
-    WireIdentifier::numeric(id)
-}
-
-/// The first boot (a crash may be armed inside it; the next boot must finish it).
-pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
-    {
-        let mut w = lock(world);
-        w.model.users.insert(
-            0,
-            MUser {
-                name: "iggy".into(),
-                password: "iggy".into(),
-                status: 1,
-                permissions: None,
-                created: None,
-                created_op: 1,
-            },
-        );
-        w.model.op = 1;
-        if w.faulty && w.rng.gen_bool(0.2) {
-            let n = w.rng.gen_range(0..24);
-            w.disk.arm_crash(n);
-            w.event(format!("fault crash armed inside the first boot at +{n}"));
-        }
-    }
-    boot(world, executor)?;
-    let crashed = {
-        let w = lock(world);
-        w.disk.disarm_crash();
-        w.disk.is_crashed()
-    };
-    if crashed {
-        let power = lock(world).rng.gen_bool(0.5);
-        restart(world, executor, power)?;
-        let mut w = lock(world);
-        if !w.is_up() {
-            return Ok(()); // refused, justified by damage the restart injected
-        }
-        w.decision("FirstBootInterrupted");
-    }
-    Ok(())
-}
 
 pub(crate) fn slot_path(slot: usize) -> PathBuf {
     Path::new(NODE_ROOT).join("metadata").join(SLOT_NAMES[slot])
@@ -97,7 +54,7 @@ pub(crate) fn newest_slot_record(read: impl Fn(&Path) -> Option<Vec<u8>>) -> Opt
 }
 
 /// The newest valid record in the metadata slots as the device holds them.
-fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
+pub(crate) fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
     if [0, 1]
         .iter()
         .any(|s| !w.disk.live_damage(&slot_path(*s)).is_empty())
@@ -113,7 +70,7 @@ fn newest_record(w: &NodeWorld) -> Option<MetaRecord> {
 /// written again (`RewriteSlot`), so one more damaged copy cannot lose it. Excused only by
 /// a fault the disk injected on a slot file during the boot, or an unreadable sector there
 /// (other damage boot reads past, and its rewrite replaces).
-fn trusted_slot_in_two_copies(
+pub(crate) fn trusted_slot_in_two_copies(
     w: &NodeWorld,
     trusted: MetaRecord,
     faults_from: usize,
@@ -151,7 +108,7 @@ fn trusted_slot_in_two_copies(
 /// write), not on bytes that went missing: a lost page is recorded for the whole page,
 /// whose older durable bytes may be the very entries boot keeps, and its record outlives
 /// a cut. Excused only by a fault the disk injected on the journal during the boot.
-fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
+pub(crate) fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
     let path = journal_path();
     let during_boot = w
         .disk
@@ -172,7 +129,7 @@ fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Checked<()> {
 
 /// After a boot, each journal entry of an op a caller was answered for names that caller
 /// as its client. Ops the journal no longer holds (a checkpoint emptied it) are forgotten.
-fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
+pub(crate) fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
     let entries = w.journal_entries();
     let first = entries.first().map_or(u64::MAX, |e| e.op);
     w.asked_by.retain(|op, _| *op >= first);
@@ -223,74 +180,9 @@ impl NodeWorld {
     }
 }
 
-/// Boots the node and checks what it recovered.
-pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
-    let (env, settings, newest, faults_from) = {
-        let w = lock(world);
-        (
-            w.env.clone(),
-            super::settings(&w.profile),
-            newest_record(&w),
-            w.disk.record_count(),
-        )
-    };
-    let started = block(executor, async move {
-        Node::start(&env, Path::new(NODE_ROOT), settings).await
-    });
-    let started = match started {
-        Some(result) => result,
-        None => {
-            let w = lock(world);
-            if w.disk.is_crashed() {
-                return Ok(());
-            }
-            return Err(violation(INV_LIVENESS, "boot stalled".into()));
-        }
-    };
-    match started {
-        Ok(_) if lock(world).disk.is_crashed() => {
-            lock(world).event("boot crashed");
-            Ok(())
-        }
-        Ok(booted) => {
-            let trusted = booted.plan.record;
-            lock(world).booted(booted, newest)?;
-            if let Some(trusted) = trusted {
-                trusted_slot_in_two_copies(&lock(world), trusted, faults_from)?;
-            }
-            journal_whole_after_boot(&lock(world), faults_from)?;
-            journal_names_who_asked(&mut lock(world))?;
-            check_partitions(world, executor)
-        }
-        Err(BootError::Refused(refusal)) => {
-            let mut w = lock(world);
-            w.event(format!("BOOT REFUSED: {refusal}"));
-            if !w.refusal_justified(&refusal) {
-                return Err(meta_violation(format!(
-                    "boot refused with no damaging fault present on a metadata file: {refusal}"
-                )));
-            }
-            w.decision("BootRefused");
-            w.decision(refusal.coverage_name());
-            w.refused = true;
-            Ok(())
-        }
-        Err(e) => {
-            let mut w = lock(world);
-            if w.disk.is_crashed() {
-                w.event(format!("boot crashed: {e}"));
-                return Ok(());
-            }
-            Err(meta_violation(format!(
-                "boot failed with no fault to explain it: {e}"
-            )))
-        }
-    }
-}
-
 impl NodeWorld {
     /// What boot decided, against what the disk holds and the model.
-    fn booted(&mut self, booted: Booted, newest: Option<MetaRecord>) -> Checked<()> {
+    pub(crate) fn booted(&mut self, booted: Booted, newest: Option<MetaRecord>) -> Checked<()> {
         self.jumps_at_boot = self.jumps;
         let plan = &booted.plan;
         self.trace.event(format!(
@@ -549,7 +441,7 @@ impl NodeWorld {
     /// (or, for the superblock pair, in a slot; for a snapshot, in either of its names), a
     /// name lost, or lied pages of it a power loss dropped. A journal shorter than recorded
     /// is explained by its own lost lied pages only.
-    fn refusal_justified(&self, refusal: &MetaRefusal) -> bool {
+    pub(crate) fn refusal_justified(&self, refusal: &MetaRefusal) -> bool {
         use cairn_engine::metadata::MetaRefusal as R;
         let dir = Path::new(NODE_ROOT).join("metadata");
         let file = refusal.file().to_path_buf();
@@ -622,7 +514,7 @@ fn partition_key_of(path: &Path) -> Option<PartitionKey> {
 
 /// Every partition the model has: served, unfenced, gapless from its log start, every
 /// acknowledged `persisted` message there; every stored offset allowed.
-fn check_partitions(world: &Shared, executor: &mut Executor) -> Checked<()> {
+pub(crate) fn check_partitions(world: &Shared, executor: &mut Executor) -> Checked<()> {
     let (client, identities) = {
         let w = lock(world);
         let Some(node) = w.node.clone() else {
@@ -689,7 +581,7 @@ pub(crate) async fn verify(
             info.identity
         )));
     }
-    let mut all: Vec<crate::oracle::ReadMessage> = Vec::new();
+    let mut all: Vec<crate::partition_world::oracle::ReadMessage> = Vec::new();
     let mut next = 0;
     loop {
         let request = PollMessagesRequest {
@@ -837,248 +729,4 @@ async fn check_offset(
     }
     part.offsets.insert(holder, (got, BTreeSet::new()));
     Ok(())
-}
-
-// Restarts ------------------------------------------------------------------------------------
-
-impl NodeWorld {
-    /// Where metadata damage may strike while the node is down: any metadata file, except
-    /// the journal while its tail is exposed: damage to an entry above the surviving record's
-    /// journal end reads as a torn tail, and boot drops it with the acknowledged ops in it;
-    /// with the record lost to a lie, that disk is the disk before those ops, which one disk
-    /// cannot tell and the oracle does not model as a rollback.
-    fn metadata_damage_target(&mut self) -> PathBuf {
-        let dir = Path::new(NODE_ROOT).join("metadata");
-        if !self.journal_tail_exposed {
-            return dir;
-        }
-        let files: Vec<PathBuf> = self
-            .disk
-            .paths_under(&dir)
-            .into_iter()
-            .filter(|p| *p != dir && !p.ends_with(cairn_engine::metadata::JOURNAL))
-            .collect();
-        assert!(!files.is_empty(), "a booted node has superblock slots");
-        files[self.rng.gen_range(0..files.len())].clone()
-    }
-
-    /// An operator removes a partition's directory (durably) while the node is down.
-    pub(crate) fn remove_partition_dir(&mut self, key: PartitionKey) {
-        let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), key.0, key.1, key.2);
-        if cairn_engine::env::Disk::exists(&self.disk, &dir).unwrap_or(false) {
-            cairn_engine::env::Disk::remove_dir_all(&self.disk, &dir).expect("remove");
-            let parent = dir.parent().expect("parent");
-            cairn_engine::env::Disk::sync_dir(&self.disk, parent).expect("sync");
-            self.disk.forgive_io_time();
-            self.removed.insert(key);
-            self.event(format!("fault an operator removed {}", dir.display()));
-        }
-    }
-
-    /// The node goes down: its tasks are gone, every answer not yet given is in doubt.
-    pub(crate) fn go_down(&mut self, power: bool) {
-        // What the cleaners deleted before the crash happened: judged now.
-        if let Err(v) = self.drain_deletions() {
-            self.fail(v);
-        }
-        if self.disk.is_crashed() {
-            // The crash struck inside a disk call: a cleaner pass may have recorded a new
-            // log start and not yet said so.
-            for part in self.parts.values_mut() {
-                part.log_start_unknown = true;
-            }
-        }
-        // A group poll whose answer the crash took may have stored any offset it read.
-        for ((s, t), holder) in std::mem::take(&mut self.auto_commits).into_values() {
-            if let Holder::Group { id, incarnation } = holder {
-                // A group the model saw deleted has no offsets to store into any more.
-                let live = self
-                    .model
-                    .topic(s, t)
-                    .and_then(|topic| topic.groups.get(&id));
-                if live.map(|(_, i)| *i) != Some(incarnation) {
-                    continue;
-                }
-            }
-            let cluster = self.cluster;
-            for key in self.model.keys_of(s, Some(t)) {
-                if let Some(identity) = self.model.identity(cluster, key) {
-                    let part = self.parts.entry(identity).or_default();
-                    part.unknown_offsets.insert(holder);
-                    part.offsets
-                        .entry(holder)
-                        .or_insert((None, BTreeSet::new()));
-                }
-            }
-        }
-        // An explicit deletion whose answer the crash took may have happened.
-        for key in std::mem::take(&mut self.deleting) {
-            if let Some(identity) = self.model.identity(self.cluster, key) {
-                self.parts.entry(identity).or_default().log_start_unknown = true;
-            }
-        }
-        self.restarts += 1;
-        self.report.restarts += 1;
-        self.node = None;
-        // Membership is a live session's: it does not outlive the process.
-        self.members.clear();
-        self.generations.clear();
-        self.due.clear();
-        self.metadata_lies_lost.clear();
-        self.checkpoint_crash_armed = false;
-        self.deletion_crash_armed = false;
-        let in_flight: Vec<Sent> = std::mem::take(&mut self.in_flight).into_values().collect();
-        self.in_doubt.extend(in_flight);
-        self.deleting_users.clear();
-        if power {
-            let dir = Path::new(NODE_ROOT).join("metadata");
-            for path in self.disk.paths_under(&dir) {
-                if self.disk.has_lied_pages(&path) {
-                    self.journal_tail_exposed |= path.to_string_lossy().contains("superblock");
-                    self.metadata_lies_lost.insert(path);
-                }
-            }
-            self.disk.power_loss();
-            self.event("fault power loss");
-            for part in self.parts.values_mut() {
-                for (acked, candidates) in part.offsets.values_mut() {
-                    candidates.insert(*acked);
-                }
-            }
-        } else {
-            self.disk.process_crash();
-            self.event("fault process crash");
-        }
-        self.disk.cancel_crashes();
-        if self.faulty && self.chance(self.profile.dir_removal) {
-            let keys: Vec<PartitionKey> = self.model.identities(self.cluster).into_keys().collect();
-            if !keys.is_empty() {
-                let key = keys[self.rng.gen_range(0..keys.len())];
-                self.remove_partition_dir(key);
-            }
-        }
-        if self.faulty && self.chance(self.profile.metadata_damage) {
-            let dir = self.metadata_damage_target();
-            if self.rng.gen_bool(0.7) {
-                if let Some((path, at)) = self.disk.flip_random_bit(&dir) {
-                    self.event(format!("fault bit flip {} at {at}", path.display()));
-                }
-            } else if let Some((path, at)) = self.disk.add_bad_sector(&dir) {
-                self.event(format!("fault bad sector {} at {at}", path.display()));
-            }
-        }
-        let mut faults = self.disk.faults();
-        faults.capacity = None;
-        self.disk.set_faults(faults);
-        if self.disk_full_until.take().is_some() {
-            self.last_full = self.now();
-        }
-    }
-}
-
-/// Takes the node down (a process crash or a power loss), then boots it again.
-pub(crate) fn restart(world: &Shared, executor: &mut Executor, power: bool) -> Checked<()> {
-    lock(world).go_down(power);
-    boot(world, executor)?;
-    let crashed = lock(world).disk.is_crashed();
-    if crashed {
-        // The boot itself crashed: down again.
-        executor.kill_all();
-        return restart(world, executor, false);
-    }
-    Ok(())
-}
-
-/// Faults healed: the node must boot and serve every partition and a new stream.
-pub(crate) fn liveness(world: &Shared, executor: &mut Executor) -> Checked<()> {
-    {
-        let mut w = lock(world);
-        w.event("phase liveness: faults healed");
-        w.disk.heal();
-        w.disk.disarm_crash();
-        w.faulty = false;
-    }
-    let power = lock(world).rng.gen_bool(0.5);
-    restart(world, executor, power)?;
-    if lock(world).refused {
-        return Ok(());
-    }
-    let (client, name, keys) = {
-        let w = lock(world);
-        let client = w.node.clone().expect("up").client(0x11fe);
-        let name = format!("live{}", w.next_name);
-        let keys: Vec<PartitionIdentity> = w
-            .model
-            .identities(w.cluster)
-            .into_iter()
-            .filter(|(k, _)| !w.removed.contains(k))
-            .map(|(_, id)| id)
-            .collect();
-        (client, name, keys)
-    };
-    let w2 = world.clone();
-    let checked = block(executor, async move {
-        let created = client.execute_traced(cairn_engine::node::ops::MetaOp::CreateStream(
-            iggy_binary_protocol::requests::streams::CreateStreamRequest {
-                name: iggy_binary_protocol::WireName::new(&name).expect("a name"),
-                options: iggy_binary_protocol::WireOptions::empty(),
-            },
-        ));
-        {
-            lock(&w2).send_op_liveness(AdminOp::CreateStream(name.clone()));
-        }
-        let reply = created.await;
-        {
-            let mut w = lock(&w2);
-            w.judge_meta(u32::MAX, client.id(), reply)?;
-            if !w.pending.is_empty() {
-                return Err(violation(
-                    INV_LIVENESS,
-                    "the liveness stream's op is out of order".into(),
-                ));
-            }
-        }
-        for identity in keys {
-            let key = super::key(&identity);
-            let (batch, ids) = lock(&w2).batch(1);
-            let sent = client
-                .send(
-                    &sid(key.0),
-                    &sid(key.1),
-                    &WirePartitioning::PartitionId(key.2),
-                    batch,
-                )
-                .await
-                .map_err(|e| {
-                    violation(
-                        INV_LIVENESS,
-                        format!("partition {key:?}: a send failed after faults healed: {e}"),
-                    )
-                })?;
-            lock(&w2).judge_send(key.0, key.1, &ids, Default::default(), Ok(sent))?;
-            verify(&w2, &client, identity, false).await?;
-        }
-        let deleted = client.node().clean(None).await.map_err(|e| {
-            violation(
-                INV_LIVENESS,
-                format!("a cleaner pass after faults healed: {e}"),
-            )
-        })?;
-        lock(&w2).judge_deletions(&deleted)
-    });
-    checked.unwrap_or_else(|| Err(violation(INV_LIVENESS, "the liveness phase stalled".into())))
-}
-
-impl NodeWorld {
-    fn send_op_liveness(&mut self, op: AdminOp) {
-        self.in_flight.remove(&u32::MAX);
-        let sent = Sent {
-            op,
-            at: self.now(),
-            wall: self.wall(),
-            jumps: self.jumps,
-            fills: self.fills,
-        };
-        self.in_flight.insert(u32::MAX, sent);
-    }
 }

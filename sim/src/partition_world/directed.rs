@@ -5,10 +5,10 @@
 //! changes; these do not. `tests/directed.rs` runs them; the canary test runs them under
 //! every deliberate bug and expects the oracle to object.
 
+use super::scenario::{topic, Scenario};
+use super::World;
 use crate::profile::PartitionProfile;
-use crate::run::Violation;
-use crate::scenario::{topic, Scenario};
-use crate::world::World;
+use crate::report::Violation;
 use cairn_engine::config::Durability;
 use cairn_engine::env::{Disk, OpenMode};
 use cairn_engine::format::{stamp_batch, BatchBuilder};

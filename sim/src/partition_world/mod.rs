@@ -1,15 +1,24 @@
-//! The simulated world: one node holding a few partitions on a [`SimDisk`], the oracle's
+//! The partition world: one node holding a few partitions on a [`SimDisk`], the oracle's
 //! models of them, and the operations the workload and the nemesis perform on it. Each
 //! operation runs whole under the world's lock (the engine is synchronous); the executor's
 //! seeded choice among ready tasks decides the interleaving.
+//!
+//! Here the [`World`] and its operations; beside it the run's phases ([`run`]), the oracle
+//! ([`oracle`]: the model and one checker per invariant, with each allowance and its
+//! cause), the oracle's own reader of the logs on the disk ([`walk`]), and the directed
+//! scenarios ([`directed`], on the scripting harness in [`scenario`]).
 
-use crate::oracle::{
-    self, check_actions, check_boot_failure, check_exact, check_fence, check_full, check_offsets,
-    check_reply, check_runtime_fence, violation, BeforeRecovery, Checked, Model, ReadMessage, Sent,
-    INV_EXACT, INV_LIVENESS, INV_NO_LOSS, INV_OFFSETS, INV_PREFIX,
-};
+pub mod directed;
+pub mod oracle;
+pub mod run;
+pub mod scenario;
+pub mod walk;
+
 use crate::profile::Profile;
-use crate::run::{RunReport, Trace, Violation};
+use crate::report::{
+    violation, Checked, RunReport, Trace, Violation, INV_EXACT, INV_LIVENESS, INV_NO_LOSS,
+    INV_OFFSETS, INV_PREFIX,
+};
 use bytes::BytesMut;
 use cairn_engine::env::{Disk, Env};
 use cairn_engine::format::{BatchBuilder, BatchHeader, MessageIter};
@@ -17,6 +26,10 @@ use cairn_engine::partition::{
     partition_dir, ConsumerId, Partition, PartitionError, PartitionIdentity, PollFrom, Polled,
 };
 use cairn_faults::{SimClock, SimDisk};
+use oracle::{
+    check_actions, check_boot_failure, check_exact, check_fence, check_full, check_offsets,
+    check_reply, check_runtime_fence, BeforeRecovery, Model, ReadMessage, Sent,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -742,11 +755,11 @@ impl World {
             let flushed = model.flushed_end;
             model.flushed_floor = Some(model.flushed_floor.map_or(flushed, |f| f.max(flushed)));
             if model.crash_walk.is_none() {
-                model.crash_walk = Some(crate::walk::walk_partition(
+                model.crash_walk = Some(walk::walk_partition(
                     &self.disk,
                     &model.dir,
                     model.partition_id,
-                    crate::walk::View::Cache,
+                    walk::View::Cache,
                 ));
             }
         }
@@ -907,9 +920,8 @@ impl World {
 
     /// Fault kinds fired, for the report.
     pub fn count_faults(&mut self) {
-        for record in self.disk.records() {
-            *self.report.faults_fired.entry(record.kind).or_default() += 1;
-        }
+        let records = self.disk.records();
+        self.report.count_faults(&records);
     }
 }
 

@@ -1,0 +1,75 @@
+//! The judges: what checks each answer a caller got while the node ran, against the model
+//! (the boot-time checks are in [`super::oracle`]). One file per area — metadata and logins
+//! ([`meta`]), messages, offsets and groups ([`messages`]), the cleaners' deletions
+//! ([`retention`]) — and here what they share: when an op started, whether a request by
+//! name may have reached other entities, and which errors a known cause excuses.
+
+mod messages;
+mod meta;
+mod retention;
+
+pub(crate) use messages::{acknowledge_store, last_offset, GroupSeen};
+pub(crate) use meta::names_that_do_not_resolve;
+
+use super::NodeWorld;
+use cairn_engine::node::NodeError;
+use cairn_engine::partition::PartitionError;
+
+/// When an op started: the virtual time, and the model's op then.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Start {
+    pub(crate) at: u64,
+    pub(crate) model_op: u64,
+}
+
+impl NodeWorld {
+    /// Whether a request that named its stream and topic by name may have reached other
+    /// entities: a metadata op ran meanwhile (a rename, a deletion and a re-creation).
+    pub(crate) fn names_moved(&self, started: Start) -> bool {
+        self.model.op != started.model_op
+            || !self.in_flight.is_empty()
+            || !self.pending.is_empty()
+            || !self.in_doubt.is_empty()
+    }
+
+    /// When a caller's op started, for judging its answer.
+    pub(crate) fn start(&self) -> Start {
+        Start {
+            at: self.now(),
+            model_op: self.model.op,
+        }
+    }
+
+    /// Whether an error to a caller of `s`/`t` has a cause the model knows of: a crash, a
+    /// concurrent metadata op, a missing entity, an operator's removal, a full disk.
+    pub(crate) fn excused(&self, error: &NodeError, s: u32, t: u32, started: Start) -> bool {
+        use cairn_engine::partition::FenceReason;
+        // Metadata changed (or may have) while the op ran.
+        let racing = !self.in_flight.is_empty()
+            || !self.pending.is_empty()
+            || !self.in_doubt.is_empty()
+            || self.model.op != started.model_op;
+        let full = self.disk_full_until.is_some() || self.last_full >= started.at;
+        match error {
+            NodeError::Stopped(_) => true,
+            _ if self.disk.is_crashed() => true,
+            NodeError::StreamNotFound(_) | NodeError::TopicNotFound { .. } => {
+                racing || self.model.topic(s, t).is_none()
+            }
+            NodeError::PartitionNotFound { .. } => {
+                racing
+                    || self
+                        .model
+                        .topic(s, t)
+                        .is_none_or(|t| t.partitions.is_empty())
+            }
+            NodeError::Partition(PartitionError::Fenced(FenceReason::DirectoryMissing {
+                ..
+            })) => self.removed.iter().any(|k| (k.0, k.1) == (s, t)),
+            NodeError::Partition(PartitionError::NoSpace) => full,
+            NodeError::Partition(PartitionError::Fenced(FenceReason::IoFailed { .. })) => full,
+            NodeError::GroupNotFound { .. } | NodeError::NotAMember { .. } => racing,
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The admin and the user's session: scratch streams created (a create replayed on its
+//! session must get its original reply), deleted and read back; a user created for the
+//! session and deleted; and the session's requests after that deletion, which must get no
+//! data.
+
+use super::super::oracle::{StreamState, INV_DEDUP, INV_META, INV_REVOKED};
+use super::super::{lock, STREAM};
+use super::data::judge_poll;
+use super::{outcome, sid, Actor, Outcome};
+use crate::report::violation;
+use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
+use cairn_client::iggy_binary_protocol::{
+    WireConsumer, WireDecode, WireGlobalPermissions, WireIdentifier, WirePermissions,
+    WirePollingStrategy,
+};
+use cairn_client::ClientError;
+use rand::Rng;
+use std::collections::BTreeMap;
+
+pub(crate) async fn admin(mut a: Actor) {
+    let mut next = 0u32;
+    while a.think().await {
+        if !a.connected().await {
+            continue;
+        }
+        let pick = lock(&a.world).rng.gen_range(0..100);
+        match pick {
+            0..=34 => {
+                next += 1;
+                create_stream(&mut a, format!("x{next}")).await;
+            }
+            35..=54 => delete_stream(&mut a).await,
+            55..=79 => read_streams(&mut a).await,
+            _ => users(&mut a, &mut next).await,
+        }
+        if lock(&a.world).violation.is_some() {
+            return;
+        }
+    }
+}
+
+/// Creates scratch stream `name`; after an unknown outcome, tries once more on the new
+/// session (where "already exists" is the first attempt having landed).
+async fn create_stream(a: &mut Actor, name: String) {
+    lock(&a.world)
+        .oracle
+        .streams
+        .insert(name.clone(), StreamState::Absent);
+    for attempt in 0..2 {
+        let begun = a.begin(&format!(
+            "create stream {name}{}",
+            if attempt > 0 { " (retry)" } else { "" }
+        ));
+        // In doubt while in flight (the run may end before its reply).
+        let before = in_flight(a, &name, begun.epoch);
+        let result = a.client().create_stream(&name).await;
+        a.end(&begun, &result);
+        a.after(&begun);
+        if let Ok(stream) = &result {
+            let replay = {
+                let mut w = lock(&a.world);
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::Exists(stream.id));
+                let share = w.profile.replay;
+                w.chance(share)
+            };
+            if replay {
+                replay_create(a, &name, stream).await;
+            }
+            return;
+        }
+        let mut w = lock(&a.world);
+        match (outcome(&result), &result) {
+            (Outcome::Refused(1012), _) => {
+                if before == StreamState::Absent {
+                    w.fail(violation(INV_META, format!("create stream {name}: refused as existing, though no create of it can have landed")));
+                }
+                // The lost first attempt landed.
+                return;
+            }
+            (Outcome::Unknown, _) => {
+                w.oracle.lost_attempt(&name);
+                continue;
+            }
+            (Outcome::Refused(_), _) => {
+                // A refusal for a reason of the server's (a full disk): its journal entry
+                // may have been written.
+                let now_epoch = w.oracle.epoch;
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                return;
+            }
+            _ => {
+                w.oracle.streams.insert(name.clone(), before);
+                return;
+            }
+        }
+    }
+}
+
+/// Marks stream `name` in doubt while a create or delete of it is in flight; returns what
+/// the model held before.
+fn in_flight(a: &Actor, name: &str, epoch: u64) -> StreamState {
+    let mut w = lock(&a.world);
+    let before = w.oracle.streams[name];
+    w.oracle
+        .streams
+        .insert(name.to_string(), StreamState::InDoubt(epoch));
+    before
+}
+
+/// The same request again, same header, same session: the duplicate table must answer it
+/// with the original reply.
+async fn replay_create(
+    a: &mut Actor,
+    name: &str,
+    original: &cairn_client::iggy_binary_protocol::responses::streams::StreamResponse,
+) {
+    let begun = a.begin(&format!("replay create stream {name}"));
+    let result = a.client().replay_last().await;
+    a.end(&begun, &result);
+    a.after(&begun);
+    let payload = match result {
+        Ok(payload) => payload,
+        Err(ClientError::Server { code, .. }) => {
+            // The table holds the session's last 64 metadata replies: a refusal means the
+            // create ran again instead of being answered from it.
+            a.fail(violation(INV_DEDUP, format!("create stream {name} replayed on its session right after its reply: refused with {code} (not answered from the duplicate table)")));
+            return;
+        }
+        Err(_) => return,
+    };
+    let decoded =
+        cairn_client::iggy_binary_protocol::responses::streams::StreamResponse::decode(&payload);
+    match decoded {
+        Ok((replayed, _)) if &replayed == original => lock(&a.world).decision("DedupAnswered"),
+        Ok((replayed, _)) => a.fail(violation(INV_DEDUP, format!("create stream {name} replayed on its session: answered {replayed:?}, the original reply was {original:?}"))),
+        Err(e) => a.fail(violation(INV_DEDUP, format!("create stream {name} replayed on its session: the reply does not decode as the original's kind ({e}); the original was {original:?}"))),
+    }
+}
+
+async fn delete_stream(a: &mut Actor) {
+    // By name: ids are reused, so a lost delete landing late could hit a newer stream.
+    let name = {
+        let mut w = lock(&a.world);
+        let existing: Vec<String> = w
+            .oracle
+            .streams
+            .iter()
+            .filter(|(n, s)| {
+                matches!(s, StreamState::Exists(_)) && !w.oracle.pending.contains_key(*n)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if existing.is_empty() {
+            return;
+        }
+        existing[w.rng.gen_range(0..existing.len())].clone()
+    };
+    for attempt in 0..2 {
+        let begun = a.begin(&format!(
+            "delete stream {name}{}",
+            if attempt > 0 { " (retry)" } else { "" }
+        ));
+        let before = in_flight(a, &name, begun.epoch);
+        let result = a
+            .client()
+            .delete_stream(&WireIdentifier::named(&name).expect("a valid name"))
+            .await;
+        a.end(&begun, &result);
+        a.after(&begun);
+        let mut w = lock(&a.world);
+        match outcome(&result) {
+            Outcome::Ok => {
+                w.oracle.streams.insert(name.clone(), StreamState::Absent);
+                return;
+            }
+            Outcome::Refused(1009 | 1010) => {
+                if let StreamState::Exists(_) = before {
+                    w.fail(violation(INV_META, format!("delete stream {name}: not found, though it was acknowledged and no delete of it can have landed")));
+                } else {
+                    w.oracle.streams.insert(name.clone(), StreamState::Absent);
+                }
+                return;
+            }
+            Outcome::Unknown => {
+                w.oracle.lost_attempt(&name);
+                continue;
+            }
+            Outcome::Refused(_) => {
+                let now_epoch = w.oracle.epoch;
+                w.oracle
+                    .streams
+                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                return;
+            }
+            Outcome::NotSent => {
+                w.oracle.streams.insert(name.clone(), before);
+                return;
+            }
+        }
+    }
+}
+
+async fn read_streams(a: &mut Actor) {
+    let begun = a.begin("get streams");
+    let result = a.client().get_streams().await;
+    a.end(&begun, &result);
+    let epoch = a.after(&begun);
+    let Ok(streams) = result else { return };
+    let listed: BTreeMap<String, u32> = streams
+        .iter()
+        .filter(|s| s.name.as_str() != STREAM)
+        .map(|s| (s.name.as_str().to_string(), s.id))
+        .collect();
+    let mut w = lock(&a.world);
+    if epoch != w.oracle.epoch {
+        return;
+    }
+    if let Err(v) = w.oracle.streams_read(&listed) {
+        w.fail(v);
+    }
+}
+
+/// Creates a user for the user's session, or deletes the one it uses.
+async fn users(a: &mut Actor, next: &mut u32) {
+    let (live, doubtful) = {
+        let w = lock(&a.world);
+        if !w.profile.user_session {
+            return;
+        }
+        (
+            w.oracle.live_users.keys().next().cloned(),
+            !w.oracle.users_in_doubt.is_empty(),
+        )
+    };
+    match live {
+        None if !doubtful || next.is_multiple_of(4) => {
+            *next += 1;
+            let name = format!("u{next}");
+            let password = format!("pw-{name}");
+            let permissions = WirePermissions {
+                global: WireGlobalPermissions {
+                    manage_servers: false,
+                    read_servers: false,
+                    manage_users: false,
+                    read_users: false,
+                    manage_streams: false,
+                    read_streams: true,
+                    manage_topics: false,
+                    read_topics: true,
+                    poll_messages: true,
+                    send_messages: false,
+                },
+                streams: Vec::new(),
+            };
+            let begun = a.begin(&format!("create user {name}"));
+            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
+            let result = a
+                .client()
+                .create_user(&name, &password, true, Some(permissions))
+                .await;
+            a.end(&begun, &result);
+            a.after(&begun);
+            let mut w = lock(&a.world);
+            match outcome(&result) {
+                Outcome::Ok => {
+                    w.oracle.users_in_doubt.remove(&name);
+                    w.oracle.live_users.insert(name, password);
+                }
+                Outcome::NotSent => {
+                    w.oracle.users_in_doubt.remove(&name);
+                }
+                _ => {}
+            }
+        }
+        Some(name) => {
+            let begun = a.begin(&format!("delete user {name}"));
+            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
+            let result = a
+                .client()
+                .delete_user(&WireIdentifier::named(&name).expect("name"))
+                .await;
+            a.end(&begun, &result);
+            a.after(&begun);
+            let mut w = lock(&a.world);
+            match outcome(&result) {
+                Outcome::Ok => {
+                    let now = w.now();
+                    w.oracle.users_in_doubt.remove(&name);
+                    w.oracle.live_users.remove(&name);
+                    w.oracle.deleted_users.insert(name, now);
+                }
+                Outcome::NotSent => {
+                    w.oracle.users_in_doubt.remove(&name);
+                }
+                _ => {
+                    w.oracle.live_users.remove(&name);
+                }
+            }
+        }
+        None => {}
+    }
+}
+
+/// Logs in as the admin's current user and polls; once the user's deletion was answered,
+/// a request sent after that answer must get no data.
+pub(crate) async fn user_session(mut a: Actor) {
+    while a.think().await {
+        let user = {
+            let w = lock(&a.world);
+            let free = w
+                .oracle
+                .live_users
+                .iter()
+                .find(|(n, _)| !w.oracle.users_in_doubt.contains(*n));
+            free.map(|(n, p)| (n.clone(), p.clone()))
+        };
+        let Some((name, password)) = user else {
+            continue;
+        };
+        a.config = a.config.clone().with_credentials(&name, &password);
+        a.client = None;
+        a.session = None;
+        if !a.connected().await {
+            continue;
+        }
+        while a.think().await {
+            let request = PollMessagesRequest {
+                consumer: WireConsumer::consumer(sid(99)),
+                stream_id: sid(a.ids.stream),
+                topic_id: sid(a.ids.topics[0]),
+                partition_id: Some(0),
+                strategy: WirePollingStrategy::offset(0),
+                count: 5,
+                auto_commit: false,
+            };
+            let known = lock(&a.world).oracle.knows((0, 0), 0);
+            let begun = a.begin(&format!("poll as user {name}"));
+            let result = a.client().poll_messages(&request).await;
+            a.end(&begun, &result);
+            let epoch = a.after(&begun);
+            let deleted_at = lock(&a.world).oracle.deleted_users.get(&name).copied();
+            match (&result, deleted_at) {
+                (Ok(polled), Some(at)) if at <= begun.at => {
+                    a.fail(violation(INV_REVOKED, format!("user {name} was deleted (answered at {at} ns); its session's poll sent at {} ns was answered with {} messages", begun.at, polled.count)));
+                    return;
+                }
+                (Ok(polled), _) => {
+                    if judge_poll(
+                        &a,
+                        (0, 0),
+                        Some(0),
+                        known && epoch == begun.epoch,
+                        polled,
+                        epoch,
+                    )
+                    .is_err()
+                    {
+                        return;
+                    }
+                }
+                (Err(_), Some(_)) => break,
+                (Err(_), None) => {
+                    if !lock(&a.world).oracle.live_users.contains_key(&name) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
