@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         println!("timeline written to {}", path.display());
     }
     if !cli.verbose {
-        print!("{}", report.profile);
+        print!("{}", cairn_sim::run::describe(&report.profile));
     }
     println!(
         "summary: operations={} restarts={} acked_messages={} simulated_seconds={:.1}",

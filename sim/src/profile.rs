@@ -298,16 +298,10 @@ fn show(p: Option<f64>) -> String {
     p.map_or_else(|| "off".to_string(), |p| format!("{p:.3}"))
 }
 
+/// The partition scope's profile (the node and server worlds draw their own:
+/// [`crate::run::describe`]).
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.scope == Scope::Node {
-            let node = crate::node_world::NodeProfile::from_seed(self.seed);
-            return writeln!(f, "seed {:#x} scope node\n  {node:?}", self.seed);
-        }
-        if self.scope == Scope::Server {
-            let server = crate::server_world::ServerProfile::from_seed(self.seed);
-            return writeln!(f, "seed {:#x} scope server\n  {server:?}", self.seed);
-        }
         writeln!(f, "seed {:#x} class {:?}", self.seed, self.class)?;
         for (i, p) in self.partitions.iter().enumerate() {
             let c = &p.config;

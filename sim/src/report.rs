@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use xxhash::xxh3::Xxh3;
 
-// The invariants (DESIGN.md §3) a violation names.
+// The invariants (`docs/design.md`, "Invariants") a violation names.
 pub const INV_NO_LOSS: &str = "1 no acknowledged loss";
 pub const INV_PREFIX: &str = "2 prefix property";
 pub const INV_EXACT: &str = "3 no phantoms, exact bytes";

@@ -3,15 +3,28 @@
 //! ([`crate::server_world`]) — and the run's report comes back, an engine assertion that
 //! fires included. Every choice derives from the seed; the trace hash proves it.
 
-use crate::profile::Profile;
+use crate::profile::{Profile, Scope};
 use crate::report::INV_ASSERTION;
 
 // The report's types at their old paths (`cairn_sim::run::RunReport`).
-pub use crate::env::NODE_IP;
+pub use crate::env::{MAX_EPOCH_POLLS, NODE_IP};
 pub use crate::report::{RunReport, Trace, Violation};
 
-/// Polls of the executor one epoch may take (far more than any epoch needs).
-pub const MAX_EPOCH_POLLS: u64 = 2_000_000;
+/// The seed's profile as a run prints it (and the node world hashes it): the world's own
+/// profile for the node and server scopes, the partitions' for the partition scope.
+pub fn describe(profile: &Profile) -> String {
+    match profile.scope {
+        Scope::Node => {
+            let node = crate::node_world::NodeProfile::from_seed(profile.seed);
+            format!("seed {:#x} scope node\n  {node:?}\n", profile.seed)
+        }
+        Scope::Server => {
+            let server = crate::server_world::ServerProfile::from_seed(profile.seed);
+            format!("seed {:#x} scope server\n  {server:?}\n", profile.seed)
+        }
+        Scope::Partitions => profile.to_string(),
+    }
+}
 
 /// How to run a seed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,9 +41,9 @@ pub struct RunOptions {
 fn run_node_seed(profile: Profile, verbose: bool) -> RunReport {
     let seed = profile.seed;
     if verbose {
-        print!("{profile}");
+        print!("{}", describe(&profile));
     }
-    let profile_hash = xxhash::xxh3::xxh3_64(profile.to_string().as_bytes());
+    let profile_hash = xxhash::xxh3::xxh3_64(describe(&profile).as_bytes());
     let (mut world, executor) = crate::node_world::NodeWorld::for_seed(seed, profile, verbose);
     // Before anything runs (the clock still at zero), as every run's trace begins.
     world.event(format!("profile {profile_hash}"));
@@ -79,7 +92,7 @@ fn run_seed_inner(seed: u64, scope: crate::profile::Scope, options: RunOptions) 
         crate::profile::Scope::Node => return run_node_seed(profile, verbose),
         crate::profile::Scope::Server => {
             if verbose {
-                print!("{profile}");
+                print!("{}", describe(&profile));
             }
             return crate::server_world::run(
                 seed,

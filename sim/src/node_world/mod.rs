@@ -45,10 +45,10 @@ mod workload;
 
 pub use directed::{NodeDirected, NODE_SCENARIOS};
 
+use crate::env::MAX_EPOCH_POLLS;
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::violation;
 use crate::report::{RunReport, Trace, Violation};
-use crate::run::MAX_EPOCH_POLLS;
 use cairn_engine::env::Env;
 use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PartitionKey, PasswordCost};

@@ -5,10 +5,10 @@
 
 use super::{Stop, World};
 use crate::env::sim_env;
+use crate::env::MAX_EPOCH_POLLS;
 use crate::executor::Executor;
 use crate::profile::Profile;
 use crate::report::{violation, RunReport, Trace, INV_LIVENESS};
-use crate::run::MAX_EPOCH_POLLS;
 use cairn_faults::FaultKind;
 use rand::Rng;
 use std::sync::{Arc, Mutex};

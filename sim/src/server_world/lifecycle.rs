@@ -9,9 +9,9 @@ use super::{
     actors, lock, Down, Phase, ServerProfile, ServerWorld, Shared, DATA_DIR, MAX_BOOT_ATTEMPTS,
     ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, SERVER_GROUP, SERVER_IP, STREAM, TOPICS,
 };
+use crate::env::MAX_EPOCH_POLLS;
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::{violation, Violation, INV_LIVENESS};
-use crate::run::MAX_EPOCH_POLLS;
 use crate::timeline::{LaneKind, MarkKind};
 use cairn_engine::node::{Node, NodeLimits, NodeSettings, PasswordCost};
 use cairn_server::{Server, ServerLimits, ServerSettings, TopicDefaults};

@@ -17,10 +17,10 @@ pub mod oracle;
 
 use lifecycle::{block, boot, go_down, setup};
 
+use crate::env::MAX_EPOCH_POLLS;
 use crate::env::{entropy, Machine};
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::{violation, RunReport, Trace, Violation, INV_LIVENESS};
-use crate::run::MAX_EPOCH_POLLS;
 use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline};
 use cairn_engine::env::Env;
 use cairn_faults::{NetEvent, NetFaults, SimClock, SimDisk, SimNet};

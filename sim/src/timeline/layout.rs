@@ -3,7 +3,7 @@
 //! spans as bars (overlapping extents of one lane and outcome merged).
 
 use super::text::{clip, fmt_time, named_spans, wrap};
-use super::{LaneKind, Span, SpanOutcome, Timeline, Verdict};
+use super::{span_end, LaneKind, Span, SpanOutcome, Timeline, Verdict};
 use std::collections::BTreeSet;
 
 /// The narrowest plot (pixels of time axis); a run gets 100 px per virtual second above it.
@@ -236,15 +236,6 @@ impl Class {
             Class::Lost => "lost",
         }
     }
-}
-
-/// Where a span's bar ends: its end, or the run's end while it is running.
-pub(super) fn span_end(span: &Span, horizon: u64) -> u64 {
-    match (&span.outcome, span.end_nanos) {
-        (SpanOutcome::Running, _) | (_, None) => horizon,
-        (_, Some(end)) => end,
-    }
-    .max(span.start_nanos)
 }
 
 /// A span's pixel extent, at least `min_width` wide.

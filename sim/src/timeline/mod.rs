@@ -216,3 +216,12 @@ mod text;
 pub use html::render_html;
 pub use layout::{MAX_EVIDENCE_CHARS, MAX_PLOT_WIDTH, MIN_BAR_WIDTH, MIN_PLOT_WIDTH};
 pub use svg::render_svg;
+
+/// Where a span's bar ends: its end, or the run's end while it is running.
+fn span_end(span: &Span, horizon: u64) -> u64 {
+    match (&span.outcome, span.end_nanos) {
+        (SpanOutcome::Running, _) | (_, None) => horizon,
+        (_, Some(end)) => end,
+    }
+    .max(span.start_nanos)
+}

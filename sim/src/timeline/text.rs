@@ -1,7 +1,7 @@
 //! Text in the picture: times and durations in their unit, tick labels, a span's one-line
 //! name and tooltip, clipping and wrapping to a width, and XML escaping.
 
-use super::layout::span_end;
+use super::span_end;
 use super::{Span, SpanOutcome, Timeline, Verdict};
 
 /// Most characters of one label or reason in a tooltip.

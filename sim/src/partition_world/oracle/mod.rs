@@ -4,7 +4,7 @@
 //! against it: on replies and full reads (`reads`: invariants 1, 2, 3) and after recovery
 //! (`recovery`: 4, a rewind's excuse for 1, and 5).
 //!
-//! One checker per invariant of DESIGN.md §3; each says what it allows and why. Every
+//! One checker per invariant of `docs/design.md` ("Invariants"); each says what it allows and why. Every
 //! allowance names its cause: an injected fault still present (in the disk's
 //! [`cairn_faults::Damage`] records) in the file concerned, at the position concerned. A fault
 //! that cannot have produced the effect excuses nothing: a lying sync changes no byte a read
