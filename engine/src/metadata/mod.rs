@@ -11,9 +11,14 @@
 //! snapshot it names (missing, another one, or damaged → refuse); the journal walked from byte
 //! zero (a damaged entry below the durable end, or followed by a whole later entry → refuse;
 //! a broken hash chain → refuse; a torn tail above the durable end → truncate); the entries
-//! after the snapshot replayed onto its state. Refusals change no byte. The plan is a survey
+//! after the snapshot replayed onto its state. Refusals change no byte.
+//!
+//! Errors ([`error`]): the plane's I/O failures are a [`MetadataError`] (no space, or any
+//! other failure naming the operation and the file); damage found at boot is a
+//! [`MetaRefusal`]. The plan is a survey
 //! ([`plan::survey`]) and a table of cases ([`plan::decide`]).
 
+pub mod error;
 pub mod hooks;
 pub mod journal;
 pub mod plan;
@@ -21,6 +26,7 @@ pub mod plane;
 pub mod record;
 pub mod snapshot;
 
+pub use error::MetadataError;
 pub use hooks::{MetadataHooks, PlanHook};
 pub use plan::{plan, MetaAction, MetaPlan, MetaRefusal, Replayed};
 pub use plane::{Checkpointed, MetaSettings, MetadataPlane, Written};

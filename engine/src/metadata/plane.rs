@@ -7,6 +7,7 @@
 //! state as the snapshot and empties the journal. [`MetadataPlane::open`] carries out a boot
 //! plan's repairs (see [`super::plan`]) before any of this.
 
+use super::error::{at, MetadataError};
 use super::journal::{self, Origin};
 use super::plan::{MetaAction, MetaPlan};
 use super::record::{JournalPoint, MetaRecord, SnapshotRef, SLOT_NAMES};
@@ -67,12 +68,8 @@ pub enum Checkpointed {
     NoSpace,
 }
 
-fn at<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Error + 'a {
-    move |e| io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
-}
-
 /// Syncs `dir` and every directory above it, so the names under them survive a power loss.
-fn sync_ancestors(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+fn sync_ancestors(disk: &dyn Disk, dir: &Path) -> Result<(), MetadataError> {
     for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
         disk.sync_dir(ancestor).map_err(at("sync", ancestor))?;
     }
@@ -83,7 +80,11 @@ impl MetadataPlane {
     /// Opens the plane a plan allows (first boot: initialises it), carrying out the plan's
     /// actions durably. The caller redoes the directory work of replayed entries after
     /// [`MetadataPlane::applied_op`] and then calls [`MetadataPlane::record_applied`].
-    pub fn open(env: &Env, plan: &MetaPlan, settings: MetaSettings) -> io::Result<MetadataPlane> {
+    pub fn open(
+        env: &Env,
+        plan: &MetaPlan,
+        settings: MetaSettings,
+    ) -> Result<MetadataPlane, MetadataError> {
         assert!(plan.refusal.is_none(), "a refused plan is never opened");
         let shared = env.disk.clone();
         let disk = shared.as_ref();
@@ -129,7 +130,7 @@ impl MetadataPlane {
         // superblock, the journal and the metadata directory itself named only in the cache.
         sync_ancestors(disk, &dir)?;
         assert_eq!(
-            journal.len()?,
+            journal.len().map_err(MetadataError::Disk)?,
             plan.journal_end,
             "the plan's actions left the journal"
         );
@@ -162,7 +163,7 @@ impl MetadataPlane {
         shared: Arc<dyn Disk>,
         dir: &Path,
         settings: MetaSettings,
-    ) -> io::Result<MetadataPlane> {
+    ) -> Result<MetadataPlane, MetadataError> {
         let disk = shared.as_ref();
         let _span = tracing::info_span!("metadata_initialise", dir = %dir.display()).entered();
         disk.create_dir_all(dir).map_err(at("create", dir))?;
@@ -244,14 +245,14 @@ impl MetadataPlane {
 
     /// Journals `ops` (numbered from [`Self::next_context`] on) with one write and one sync.
     /// An error leaves the journal's state unknown: see [`Self::cut_back`].
-    pub fn append(&mut self, ops: &[(MetaOp, Origin)]) -> io::Result<()> {
+    pub fn append(&mut self, ops: &[(MetaOp, Origin)]) -> Result<(), MetadataError> {
         let written = self.write_entries(ops)?;
         self.sync_entries(written)
     }
 
     /// Writes the entries of `ops` (numbered from [`Self::next_context`] on) after the
     /// journal's end, in one write. Nothing counts until [`Self::sync_entries`] returns.
-    pub fn write_entries(&mut self, ops: &[(MetaOp, Origin)]) -> io::Result<Written> {
+    pub fn write_entries(&mut self, ops: &[(MetaOp, Origin)]) -> Result<Written, MetadataError> {
         assert!(!ops.is_empty(), "a journal write holds at least one entry");
         let path = self.dir.join(JOURNAL);
         let _span =
@@ -287,7 +288,7 @@ impl MetadataPlane {
     }
 
     /// Syncs what [`Self::write_entries`] wrote; only then is it the journal's.
-    pub fn sync_entries(&mut self, written: Written) -> io::Result<()> {
+    pub fn sync_entries(&mut self, written: Written) -> Result<(), MetadataError> {
         let path = self.dir.join(JOURNAL);
         let _span = tracing::debug_span!("metadata_sync", to = written.last_op).entered();
         self.journal.sync_data().map_err(at("sync", &path))?;
@@ -301,7 +302,7 @@ impl MetadataPlane {
     /// After a write or sync of entries failed: cuts the journal back to its durable end
     /// and syncs the cut, so the refused entries can never reappear (a power loss could
     /// otherwise keep some of their pages). An error here leaves the journal unknown.
-    pub fn cut_back(&mut self) -> io::Result<()> {
+    pub fn cut_back(&mut self) -> Result<(), MetadataError> {
         let path = self.dir.join(JOURNAL);
         tracing::warn!(
             end = self.journal_end,
@@ -317,7 +318,7 @@ impl MetadataPlane {
     /// newest ops begins: rot in those entries is then damage below the durable end (boot
     /// refuses) rather than a torn tail, which boot would drop though the ops' work was
     /// done. Boot redoes their work until [`Self::record_applied`].
-    pub fn record_journal(&mut self) -> io::Result<()> {
+    pub fn record_journal(&mut self) -> Result<(), MetadataError> {
         let (end, op, last) = (self.journal_end, self.last_op, self.last_checksum);
         assert!(
             op > self.record.applied_op,
@@ -328,7 +329,7 @@ impl MetadataPlane {
 
     /// Records that the journal is durable to its end and that the directory work of every
     /// op so far is done.
-    pub fn record_applied(&mut self) -> io::Result<()> {
+    pub fn record_applied(&mut self) -> Result<(), MetadataError> {
         let (end, op, last) = (self.journal_end, self.last_op, self.last_checksum);
         self.write_record(|r| {
             r.journal = JournalPoint { len: end, op, last };
@@ -336,7 +337,7 @@ impl MetadataPlane {
         })
     }
 
-    fn write_record(&mut self, change: impl FnOnce(&mut MetaRecord)) -> io::Result<()> {
+    fn write_record(&mut self, change: impl FnOnce(&mut MetaRecord)) -> Result<(), MetadataError> {
         let next = self.record.next(change);
         let path = self.dir.join(SLOT_NAMES[next.slot()]);
         let disk = self.disk.as_ref();
@@ -359,7 +360,7 @@ impl MetadataPlane {
 
     /// Writes `state` (the state after [`Self::last_op`], its directory work done) as the
     /// snapshot, records it, and empties the journal.
-    pub fn checkpoint(&mut self, state: &MetaState) -> io::Result<Checkpointed> {
+    pub fn checkpoint(&mut self, state: &MetaState) -> Result<Checkpointed, MetadataError> {
         assert_eq!(
             self.record.applied_op, self.last_op,
             "checkpoints follow applied work"
@@ -370,7 +371,7 @@ impl MetadataPlane {
         let temp = self.dir.join(snapshot::TEMP);
         match self.write_temp_snapshot(&temp, &bytes) {
             Ok(()) => {}
-            Err(error) if crate::env::is_no_space(&error) => {
+            Err(error) if error.is_no_space() => {
                 tracing::warn!(%error, "no space for a metadata checkpoint: trying again later");
                 let _ = disk.remove_file(&temp);
                 self.checkpoint_at = self.journal_end + self.settings.checkpoint_bytes;
@@ -402,7 +403,7 @@ impl MetadataPlane {
 
     /// The snapshot under its temporary name, synced with its name: nothing refers to it
     /// yet, so a failure here changes nothing.
-    fn write_temp_snapshot(&self, temp: &Path, bytes: &[u8]) -> io::Result<()> {
+    fn write_temp_snapshot(&self, temp: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
         let file = self
             .disk
             .open(temp, OpenMode::CreateOrOpen)

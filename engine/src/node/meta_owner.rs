@@ -23,10 +23,10 @@ use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_deleted_tree, sync_dirs};
 use super::NodeStats;
 use crate::env::chan::{oneshot, Latch, Pending, Receiver, Reply, Sender};
-use crate::env::{is_no_space, settle, Env};
+use crate::env::{settle, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::metadata::journal::Origin;
-use crate::metadata::MetadataPlane;
+use crate::metadata::{MetadataError, MetadataPlane};
 use crate::partition::partition_dir;
 use crate::state::ops::MetaOp;
 use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext, PartitionKey};
@@ -330,12 +330,12 @@ impl MetaOwner {
     /// serving); any other error stops the node.
     fn journal_failed(
         &mut self,
-        error: io::Error,
+        error: MetadataError,
         accepted: Vec<Accepted>,
         refused: Vec<(Reply<MetaReply>, u64, NodeError)>,
     ) {
         let mut serving = false;
-        let answer: Box<dyn Fn() -> NodeError> = if is_no_space(&error) {
+        let answer: Box<dyn Fn() -> NodeError> = if error.is_no_space() {
             match self.plane.cut_back() {
                 Ok(()) => {
                     tracing::warn!(%error, "the metadata journal is out of space: the batch was refused");

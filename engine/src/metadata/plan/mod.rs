@@ -10,13 +10,12 @@ pub mod decide;
 pub mod survey;
 
 use super::record::{MetaRecord, SnapshotRef};
-use super::{snapshot, DIR, JOURNAL};
+use super::{snapshot, MetadataError, DIR, JOURNAL};
 use crate::env::{DirEntry, Disk};
 use crate::state::ops::MetaOp;
 use crate::state::{Applied, MetaState};
 use decide::Trust;
 use std::fmt;
-use std::io;
 use std::path::{Path, PathBuf};
 use survey::Slot;
 
@@ -272,10 +271,10 @@ impl MetaPlan {
     }
 }
 /// Reads the metadata directory of `root` and decides what boot does. Changes no bytes.
-pub fn plan(disk: &dyn Disk, root: &Path) -> io::Result<MetaPlan> {
+pub fn plan(disk: &dyn Disk, root: &Path) -> Result<MetaPlan, MetadataError> {
     let dir = root.join(DIR);
     let _span = tracing::info_span!("metadata_plan", dir = %dir.display()).entered();
-    let entries = survey::list(disk, &dir)?;
+    let entries = survey::list(disk, &dir).map_err(MetadataError::Disk)?;
     let slots = [0, 1].map(|s| survey::read_slot(disk, &dir, &entries, s));
     let trusted = match decide::trust(&dir, &slots) {
         Trust::Misplaced(refusal) => return Ok(MetaPlan::refused(&dir, refusal, Vec::new())),
@@ -334,8 +333,9 @@ fn no_record(
     dir: &Path,
     entries: &[DirEntry],
     slots: &[Slot; 2],
-) -> io::Result<MetaPlan> {
-    let journal_empty = survey::journal_is_empty(disk, dir, entries)?;
+) -> Result<MetaPlan, MetadataError> {
+    let journal_empty =
+        survey::journal_is_empty(disk, dir, entries).map_err(MetadataError::Disk)?;
     if !decide::nothing_committed(entries, slots, journal_empty) {
         return Ok(MetaPlan::refused(
             dir,
@@ -343,7 +343,7 @@ fn no_record(
             Vec::new(),
         ));
     }
-    if survey::has_partition_data(disk, root)? {
+    if survey::has_partition_data(disk, root).map_err(MetadataError::Disk)? {
         return Ok(MetaPlan::refused(
             dir,
             MetaRefusal::DataWithoutMetadata {
