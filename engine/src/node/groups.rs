@@ -23,6 +23,10 @@ use std::sync::Arc;
 pub const MAX_MEMBERS: usize = 4096;
 /// The most memberships (client, group) the node holds in all.
 pub const MAX_MEMBERSHIPS: usize = 1 << 16;
+const _: () = assert!(
+    0 < MAX_MEMBERS && MAX_MEMBERS <= MAX_MEMBERSHIPS,
+    "a full group fits the node's memberships"
+);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Member {

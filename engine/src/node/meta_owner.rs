@@ -44,6 +44,10 @@ const _: () = assert!(
 );
 /// Most body bytes one batch journals (a batch always takes at least one op).
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+const _: () = assert!(
+    MAX_BATCH_OPS > 0 && MAX_BATCH_BYTES >= crate::state::ops::MAX_BODY_LEN,
+    "a batch holds at least one op of the largest body"
+);
 
 /// What the metadata owner answers: the op's result, and where it sits in the journal (its
 /// own op number when accepted; the last op of the state it was checked against when

@@ -51,6 +51,7 @@ pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
 /// Most requests a shard holds for partitions its current metadata batch is creating; past
 /// it a request is refused [`NodeError::Busy`].
 pub const MAX_PARKED: usize = 4096;
+const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
 pub(crate) enum ShardRequest {
     Send {
