@@ -277,6 +277,11 @@ impl MetadataPlane {
                 .checksum;
             bytes.extend(entry);
         }
+        debug_assert_eq!(
+            op,
+            self.last_op + ops.len() as u64,
+            "one entry per op, numbered in order"
+        );
         self.journal
             .write_all_at(&[io::IoSlice::new(&bytes)], self.journal_end)
             .map_err(at("write", &path))?;

@@ -116,6 +116,12 @@ impl MetaOwner {
 
     /// Checks, journals, does the work of, publishes and answers one batch.
     async fn commit(&mut self, batch: Vec<OpRequest>) {
+        // Boot tells a torn last write from later damage only if one write holds fewer
+        // entries than a scan collects after damage (`MAX_LATER`).
+        debug_assert!(
+            !batch.is_empty() && batch.len() <= MAX_BATCH_OPS,
+            "a batch holds 1..=MAX_BATCH_OPS ops"
+        );
         if let Some(failure) = self.stopped.get() {
             for request in batch {
                 request.reply.send(MetaReply {
@@ -125,7 +131,21 @@ impl MetaOwner {
             }
             return;
         }
+        // While the node serves, the journal ends at the published op: a failed write or
+        // sync changed neither, any later failure stopped the node.
+        debug_assert_eq!(
+            self.plane.last_op(),
+            self.current.op,
+            "a batch starts where the journal ends"
+        );
         let (staged, accepted, refused) = self.stage(batch);
+        debug_assert!(
+            accepted
+                .iter()
+                .zip(self.current.op + 1..)
+                .all(|(a, number)| a.number == number),
+            "accepted ops are numbered in order after the published op"
+        );
         if accepted.is_empty() {
             for (reply, at_op, error) in refused {
                 reply.send(MetaReply {
@@ -183,6 +203,11 @@ impl MetaOwner {
             }
         }
         let last = accepted.last().expect("a batch with entries").number;
+        // Every answer below promises its op durable and its work done.
+        assert!(
+            last <= self.plane.last_op() && last <= self.plane.applied_op(),
+            "an answer never runs ahead of the journal's durable end or the applied record"
+        );
         self.current = Arc::new(MetaView {
             op: last,
             state: staged,
@@ -357,6 +382,11 @@ impl MetaOwner {
             Box::new(move || NodeError::Stopped(failure.clone()))
         };
         let at_op = self.current.op;
+        debug_assert_eq!(
+            self.plane.last_op(),
+            at_op,
+            "nothing of a failed journal write counts"
+        );
         for a in accepted {
             a.reply.send(MetaReply {
                 at_op,

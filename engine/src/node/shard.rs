@@ -516,6 +516,14 @@ impl Shard {
     fn append(&mut self, key: PartitionKey, batch: BytesMut) -> NodeResult<Sent> {
         let owned = self.partitions.get_mut(&key).ok_or(Self::missing(key))?;
         let ack = owned.partition.append(batch)?;
+        // Offsets are dense and monotonic: the batch ends where the partition's next one
+        // starts, and nothing appended is durable before a persist.
+        debug_assert_eq!(
+            owned.partition.next_offset().ok(),
+            Some(ack.base_offset + u64::from(ack.message_count)),
+            "an appended batch ends at the partition's next offset"
+        );
+        debug_assert!(!ack.durable, "an append is never durable by itself");
         Ok(Sent {
             partition: key.2,
             nonce: owned.identity.nonce,
@@ -532,6 +540,15 @@ impl Shard {
         inbox: &mut Receiver<ShardRequest>,
         carried: &mut Vec<ShardRequest>,
     ) {
+        debug_assert!(
+            waiting
+                .sends
+                .iter()
+                .all(|(sent, _)| sent.ack.requires_persist && !sent.ack.durable),
+            "only persisted topics' sends wait for a persist"
+        );
+        // The sends appended before this persist (a hook may add later ones below).
+        let covered = waiting.sends.len();
         let start = self.tickets.load(Ordering::SeqCst);
         let started = self.env.clock.monotonic_nanos();
         let result = match self.partitions.get_mut(&key) {
@@ -578,10 +595,17 @@ impl Shard {
                 .map(|(sent, _)| u64::from(sent.ack.message_count))
                 .sum::<u64>(),
         );
-        for (mut sent, reply) in waiting.sends {
+        for (i, (mut sent, reply)) in waiting.sends.into_iter().enumerate() {
             let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
             match &result {
-                Ok(_) => {
+                Ok(point) => {
+                    // A persist makes durable everything appended before it: the ack
+                    // never promises past the durable end it names.
+                    debug_assert!(
+                        i >= covered || end <= point.next_offset,
+                        "a persisted ack lies below the durable end: {end} > {}",
+                        point.next_offset
+                    );
                     sent.ack.durable = true;
                     reply.send(Ok(sent));
                 }
