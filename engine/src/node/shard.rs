@@ -15,7 +15,7 @@
 
 use super::hooks::NodeHooks;
 use super::recorder::{Recorder, ShardFigures};
-use super::retention::{self, Policy, Reason, Sealed};
+use super::retention::{self, Policy, Reason, RetentionClock, Sealed};
 use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};
 use crate::config::{PartitionSettings, TopicConfig};
@@ -982,36 +982,5 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         // Unanswered: the scrape counts this shard as not reporting.
         ShardRequest::Figures { reply } => drop(reply),
         ShardRequest::Close { reply } => reply.send(Ok(())),
-    }
-}
-
-/// The time retention judges expiry by: the wall clock, never running ahead of the
-/// monotonic clock since boot (a wall clock jumped forward at runtime does not make
-/// messages look older than they are) and never going back.
-#[derive(Debug, Clone, Copy)]
-struct RetentionClock {
-    anchor_wall: u64,
-    anchor_mono_nanos: u64,
-    last: u64,
-}
-
-impl RetentionClock {
-    fn new(env: &Env) -> RetentionClock {
-        RetentionClock {
-            anchor_wall: env.clock.wall_micros(),
-            anchor_mono_nanos: env.clock.monotonic_nanos(),
-            last: 0,
-        }
-    }
-
-    fn now(&mut self, env: &Env) -> u64 {
-        let elapsed = env
-            .clock
-            .monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos)
-            / 1000;
-        let bound = self.anchor_wall.saturating_add(elapsed);
-        self.last = self.last.max(env.clock.wall_micros().min(bound));
-        self.last
     }
 }
