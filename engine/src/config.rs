@@ -48,6 +48,7 @@ pub enum ConfigError {
 
 pub const MIN_SEGMENT_SIZE: u64 = 1024 * 1024;
 pub const MAX_SEGMENT_SIZE: u64 = 1024 * 1024 * 1024;
+const _: () = assert!(0 < MIN_SEGMENT_SIZE && MIN_SEGMENT_SIZE <= MAX_SEGMENT_SIZE);
 pub const MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE: u64 = 256 * 1024 * 1024;
 
 /// The options of a topic that its partitions' logs follow.

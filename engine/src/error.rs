@@ -3,6 +3,7 @@
 //! machine (its refusals) and the node (everything else); sources stay typed, so the kind of
 //! an I/O error (ENOSPC, say) survives every layer.
 
+use crate::metadata::MetadataError;
 use crate::partition::PartitionError;
 use std::fmt;
 use std::io;
@@ -156,7 +157,7 @@ impl fmt::Display for RootAction {
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error("the metadata plane failed: {0}")]
-    Metadata(#[source] io::Error),
+    Metadata(#[source] MetadataError),
     #[error("directory work of a journaled operation failed: {0}")]
     Work(#[source] WorkError),
     #[error("the node was shut down")]

@@ -22,6 +22,14 @@ pub const MIRROR_OFFSET: u64 = 4096;
 /// The length of a slot file: two pages, one per copy. (Files written before the padding
 /// end right after the mirror's record; they read the same.)
 pub const SLOT_FILE_LEN: u64 = 2 * MIRROR_OFFSET;
+const _: () = assert!(
+    RECORD_LEN == 128 && MIRROR_OFFSET == 4096,
+    "the format on disk"
+);
+const _: () = assert!(
+    RECORD_LEN as u64 <= MIRROR_OFFSET,
+    "the two copies never share a page"
+);
 
 /// The bytes of a slot file: `record` at 0 and again at [`MIRROR_OFFSET`].
 pub fn encode_file(record: &[u8; RECORD_LEN]) -> Vec<u8> {

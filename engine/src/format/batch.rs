@@ -29,6 +29,19 @@ const BATCH_CHECKSUM_AT: usize = 40;
 /// Bytes of header fields covered by the batch checksum (five u64 and one u32).
 const BATCH_CHECKSUM_FIELDS_LEN: usize = 44;
 
+// The layout of the module doc, pinned: a change here is a change of the format on disk.
+const _: () = assert!(BATCH_HEADER_LEN == 256 && FRAME_HEADER_LEN == 48);
+const _: () = assert!(
+    BATCH_CHECKSUM_AT == 5 * 8 && BATCH_RESERVED.start == 6 * 8 + 4,
+    "five u64, the checksum, then message_count (u32) before the reserved bytes"
+);
+const _: () = assert!(
+    BATCH_CHECKSUM_FIELDS_LEN == 5 * 8 + 4,
+    "five u64 and one u32"
+);
+const _: () = assert!(BATCH_RESERVED.end == BATCH_HEADER_LEN);
+const _: () = assert!(FRAME_RESERVED.start == 40 && FRAME_RESERVED.end == FRAME_HEADER_LEN);
+
 /// Upper bounds on what one batch may hold. Every decode checks them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -53,6 +66,16 @@ impl Limits {
         max_user_headers_bytes: Self::MAX_BATCH_BYTES as u32,
     };
 }
+
+// The ceiling's bounds are the batch size cast to u32 without loss, and a batch of the
+// most messages (each a bare frame header) still fits in the largest batch.
+const _: () = assert!(Limits::MAX_BATCH_BYTES <= u32::MAX as u64);
+const _: () = assert!(Limits::CEILING.max_messages_per_batch > 0);
+const _: () = assert!(
+    BATCH_HEADER_LEN as u64
+        + Limits::CEILING.max_messages_per_batch as u64 * FRAME_HEADER_LEN as u64
+        <= Limits::MAX_BATCH_BYTES
+);
 
 impl Default for Limits {
     fn default() -> Self {

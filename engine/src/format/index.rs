@@ -6,6 +6,10 @@
 use super::{get_u64, put_u64};
 
 pub const INDEX_ENTRY_LEN: usize = 24;
+const _: () = assert!(
+    INDEX_ENTRY_LEN == 3 * 8,
+    "offset, timestamp, position: a u64 each, no padding"
+);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IndexEntry {

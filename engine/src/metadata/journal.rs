@@ -23,6 +23,10 @@ use xxhash_rust::xxh3::xxh3_64;
 /// one before it changes anything.
 pub use crate::state::ops::MAX_BODY_LEN;
 
+// An entry is Iggy's 256-byte prepare header, then the body; its `size` (u32) holds both.
+const _: () = assert!(HEADER_SIZE == 256 && std::mem::size_of::<PrepareHeader>() == HEADER_SIZE);
+const _: () = assert!(HEADER_SIZE + MAX_BODY_LEN <= u32::MAX as usize);
+
 /// Who asked, and when: the fields of an entry besides its operation and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Origin {

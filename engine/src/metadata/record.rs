@@ -28,6 +28,10 @@ pub const SLOT_NAMES: [&str; 2] = ["superblock.a", "superblock.b"];
 const MAGIC: u64 = u64::from_le_bytes(*b"CAIRNMSB");
 const VERSION: u32 = 1;
 const CHECKSUM_AT: usize = RECORD_LEN - 8;
+const _: () = assert!(
+    RECORD_LEN == 128 && CHECKSUM_AT == 112 + 8,
+    "the layout above: applied_op (112) ends where the checksum begins"
+);
 
 /// Where the checkpoint stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -17,13 +17,13 @@ use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
 use crate::env::{settle, Env};
 use crate::error::Failure;
-use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataPlane};
+use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataError, MetadataPlane};
 use crate::metrics::LabeledCounts;
 use crate::partition::recovery::Action;
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionHooks,
-    PartitionIdentity, RecoveryPlan,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionError,
+    PartitionHooks, PartitionIdentity, RecoveryPlan,
 };
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +41,15 @@ pub enum BootError {
     /// fences that partition instead).
     #[error("boot failed: {0}")]
     Io(#[from] io::Error),
+    /// The metadata plane failed planning or opening (no space, or an I/O error naming the
+    /// operation and the file).
+    #[error("boot failed: {0}")]
+    Metadata(#[from] MetadataError),
+    /// Creating a partition the journal created failed other than by I/O.
+    #[error("boot failed: {0}")]
+    Partition(#[source] PartitionError),
+    #[error("boot failed: a shard stopped while opening its partitions")]
+    ShardStopped,
     #[error("boot failed creating the root user: {0}")]
     RootUser(#[source] super::NodeError),
 }
@@ -275,7 +284,7 @@ fn apply_tree(
     state: &MetaState,
     tree: &TreePlan,
     hooks: PartitionHooks,
-) -> io::Result<Vec<PathBuf>> {
+) -> Result<Vec<PathBuf>, BootError> {
     let disk = env.disk.as_ref();
     let mut removed = Vec::new();
     let mut dirs = BTreeSet::new();
@@ -330,7 +339,7 @@ fn create_empty(
     identity: PartitionIdentity,
     hooks: PartitionHooks,
     dirs: &mut BTreeSet<PathBuf>,
-) -> io::Result<()> {
+) -> Result<(), BootError> {
     let key = key_of(&identity);
     let dir = partition_dir(root, key.0, key.1, key.2);
     if let Some(parent) = dir.parent() {
@@ -339,8 +348,9 @@ fn create_empty(
     let config = state.topic(key.0, key.1).options.config();
     Partition::create_unlinked(env, &dir, identity, config, Default::default(), hooks).map_err(
         |e| match e {
-            crate::partition::PartitionError::Io { source, .. } => source,
-            other => io::Error::other(other.to_string()),
+            // The file system's error as it always read (the node's error names no file).
+            PartitionError::Io { source, .. } => BootError::Io(source),
+            other => BootError::Partition(other),
         },
     )?;
     ancestors(root, &dir, dirs);
@@ -514,9 +524,7 @@ async fn start_owners(
         booting.push(pending);
     }
     for pending in booting {
-        let boot = pending
-            .await
-            .map_err(|_| io::Error::other("a shard stopped while opening its partitions"))?;
+        let boot = pending.await.map_err(|_| BootError::ShardStopped)?;
         report.partitions.extend(boot.partitions);
         report
             .group_offsets_removed

@@ -23,6 +23,10 @@ use std::sync::Arc;
 pub const MAX_MEMBERS: usize = 4096;
 /// The most memberships (client, group) the node holds in all.
 pub const MAX_MEMBERSHIPS: usize = 1 << 16;
+const _: () = assert!(
+    0 < MAX_MEMBERS && MAX_MEMBERS <= MAX_MEMBERSHIPS,
+    "a full group fits the node's memberships"
+);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Member {
@@ -116,9 +120,17 @@ impl Membership {
         }
         group.members.insert(client, Member::default());
         rebalance(group, partitions);
+        debug_assert!(
+            group.members.len() <= MAX_MEMBERS,
+            "a group within its bound"
+        );
         self.rebalanced(RebalanceCause::Join);
         self.by_client.entry(client).or_default().insert(key);
         self.total += 1;
+        debug_assert!(
+            self.total <= MAX_MEMBERSHIPS,
+            "the node's memberships within their bound"
+        );
         Ok(())
     }
 
@@ -138,6 +150,10 @@ impl Membership {
     /// A client session ended: it leaves every group it was in, releasing its partitions.
     pub fn disconnect(&mut self, client: u128) -> usize {
         let keys = self.by_client.remove(&client).unwrap_or_default();
+        debug_assert!(
+            keys.len() <= self.total,
+            "every membership indexed by client is counted"
+        );
         for key in &keys {
             let group = self.groups.get_mut(key).expect("indexed by client");
             group.members.remove(&client);
@@ -229,14 +245,17 @@ impl Membership {
         incarnation: u64,
         client: u128,
     ) -> Result<Option<u32>, Refused> {
-        let member = self
-            .current(key, incarnation)
-            .and_then(|g| g.members.get_mut(&client))
-            .ok_or(Refused::NotAMember)?;
+        let group = self.current(key, incarnation).ok_or(Refused::NotAMember)?;
+        let count = group.partitions;
+        let member = group.members.get_mut(&client).ok_or(Refused::NotAMember)?;
         if member.partitions.is_empty() {
             return Ok(None);
         }
         let partition = member.partitions[member.cursor % member.partitions.len()];
+        debug_assert!(
+            partition < count,
+            "a member holds only its topic's partitions"
+        );
         member.cursor = (member.cursor + 1) % member.partitions.len();
         member.current = Some(partition);
         Ok(Some(partition))

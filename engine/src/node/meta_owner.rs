@@ -23,10 +23,10 @@ use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_deleted_tree, sync_dirs};
 use super::NodeStats;
 use crate::env::chan::{oneshot, Latch, Pending, Receiver, Reply, Sender};
-use crate::env::{is_no_space, settle, Env};
+use crate::env::{settle, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::metadata::journal::Origin;
-use crate::metadata::MetadataPlane;
+use crate::metadata::{MetadataError, MetadataPlane};
 use crate::partition::partition_dir;
 use crate::state::ops::MetaOp;
 use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext, PartitionKey};
@@ -44,6 +44,10 @@ const _: () = assert!(
 );
 /// Most body bytes one batch journals (a batch always takes at least one op).
 pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+const _: () = assert!(
+    MAX_BATCH_OPS > 0 && MAX_BATCH_BYTES >= crate::state::ops::MAX_BODY_LEN,
+    "a batch holds at least one op of the largest body"
+);
 
 /// What the metadata owner answers: the op's result, and where it sits in the journal (its
 /// own op number when accepted; the last op of the state it was checked against when
@@ -112,6 +116,12 @@ impl MetaOwner {
 
     /// Checks, journals, does the work of, publishes and answers one batch.
     async fn commit(&mut self, batch: Vec<OpRequest>) {
+        // Boot tells a torn last write from later damage only if one write holds fewer
+        // entries than a scan collects after damage (`MAX_LATER`).
+        debug_assert!(
+            !batch.is_empty() && batch.len() <= MAX_BATCH_OPS,
+            "a batch holds 1..=MAX_BATCH_OPS ops"
+        );
         if let Some(failure) = self.stopped.get() {
             for request in batch {
                 request.reply.send(MetaReply {
@@ -121,7 +131,21 @@ impl MetaOwner {
             }
             return;
         }
+        // While the node serves, the journal ends at the published op: a failed write or
+        // sync changed neither, any later failure stopped the node.
+        debug_assert_eq!(
+            self.plane.last_op(),
+            self.current.op,
+            "a batch starts where the journal ends"
+        );
         let (staged, accepted, refused) = self.stage(batch);
+        debug_assert!(
+            accepted
+                .iter()
+                .zip(self.current.op + 1..)
+                .all(|(a, number)| a.number == number),
+            "accepted ops are numbered in order after the published op"
+        );
         if accepted.is_empty() {
             for (reply, at_op, error) in refused {
                 reply.send(MetaReply {
@@ -179,6 +203,11 @@ impl MetaOwner {
             }
         }
         let last = accepted.last().expect("a batch with entries").number;
+        // Every answer below promises its op durable and its work done.
+        assert!(
+            last <= self.plane.last_op() && last <= self.plane.applied_op(),
+            "an answer never runs ahead of the journal's durable end or the applied record"
+        );
         self.current = Arc::new(MetaView {
             op: last,
             state: staged,
@@ -330,12 +359,12 @@ impl MetaOwner {
     /// serving); any other error stops the node.
     fn journal_failed(
         &mut self,
-        error: io::Error,
+        error: MetadataError,
         accepted: Vec<Accepted>,
         refused: Vec<(Reply<MetaReply>, u64, NodeError)>,
     ) {
         let mut serving = false;
-        let answer: Box<dyn Fn() -> NodeError> = if is_no_space(&error) {
+        let answer: Box<dyn Fn() -> NodeError> = if error.is_no_space() {
             match self.plane.cut_back() {
                 Ok(()) => {
                     tracing::warn!(%error, "the metadata journal is out of space: the batch was refused");
@@ -353,6 +382,11 @@ impl MetaOwner {
             Box::new(move || NodeError::Stopped(failure.clone()))
         };
         let at_op = self.current.op;
+        debug_assert_eq!(
+            self.plane.last_op(),
+            at_op,
+            "nothing of a failed journal write counts"
+        );
         for a in accepted {
             a.reply.send(MetaReply {
                 at_op,

@@ -1,7 +1,9 @@
 //! Which sealed segments retention deletes: a pure decision over a partition's sealed
 //! segments (oldest first), the topic's policies and the time. Only sealed segments, never
-//! the active one, and always a prefix (oldest first), so no hole is ever visible.
+//! the active one, and always a prefix (oldest first), so no hole is ever visible. The time
+//! it judges by is a [`RetentionClock`]'s.
 
+use crate::env::Env;
 use serde::{Deserialize, Serialize};
 
 /// A sealed segment as retention sees it.
@@ -83,6 +85,37 @@ pub fn decide(sealed: &[Sealed], policy: Policy, now: u64) -> Vec<Reason> {
     }
     assert!(reasons.len() <= sealed.len(), "only sealed segments");
     reasons
+}
+
+/// The time retention judges expiry by: the wall clock, never running ahead of the
+/// monotonic clock since boot (a wall clock jumped forward at runtime does not make
+/// messages look older than they are) and never going back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetentionClock {
+    anchor_wall: u64,
+    anchor_mono_nanos: u64,
+    last: u64,
+}
+
+impl RetentionClock {
+    pub(crate) fn new(env: &Env) -> RetentionClock {
+        RetentionClock {
+            anchor_wall: env.clock.wall_micros(),
+            anchor_mono_nanos: env.clock.monotonic_nanos(),
+            last: 0,
+        }
+    }
+
+    pub(crate) fn now(&mut self, env: &Env) -> u64 {
+        let elapsed = env
+            .clock
+            .monotonic_nanos()
+            .saturating_sub(self.anchor_mono_nanos)
+            / 1000;
+        let bound = self.anchor_wall.saturating_add(elapsed);
+        self.last = self.last.max(env.clock.wall_micros().min(bound));
+        self.last
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use super::hooks::NodeHooks;
 use super::recorder::{Recorder, ShardFigures};
-use super::retention::{self, Policy, Reason, Sealed};
+use super::retention::{self, Policy, Reason, RetentionClock, Sealed};
 use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};
 use crate::config::{PartitionSettings, TopicConfig};
@@ -51,6 +51,7 @@ pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
 /// Most requests a shard holds for partitions its current metadata batch is creating; past
 /// it a request is refused [`NodeError::Busy`].
 pub const MAX_PARKED: usize = 4096;
+const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
 pub(crate) enum ShardRequest {
     Send {
@@ -515,6 +516,14 @@ impl Shard {
     fn append(&mut self, key: PartitionKey, batch: BytesMut) -> NodeResult<Sent> {
         let owned = self.partitions.get_mut(&key).ok_or(Self::missing(key))?;
         let ack = owned.partition.append(batch)?;
+        // Offsets are dense and monotonic: the batch ends where the partition's next one
+        // starts, and nothing appended is durable before a persist.
+        debug_assert_eq!(
+            owned.partition.next_offset().ok(),
+            Some(ack.base_offset + u64::from(ack.message_count)),
+            "an appended batch ends at the partition's next offset"
+        );
+        debug_assert!(!ack.durable, "an append is never durable by itself");
         Ok(Sent {
             partition: key.2,
             nonce: owned.identity.nonce,
@@ -531,6 +540,15 @@ impl Shard {
         inbox: &mut Receiver<ShardRequest>,
         carried: &mut Vec<ShardRequest>,
     ) {
+        debug_assert!(
+            waiting
+                .sends
+                .iter()
+                .all(|(sent, _)| sent.ack.requires_persist && !sent.ack.durable),
+            "only persisted topics' sends wait for a persist"
+        );
+        // The sends appended before this persist (a hook may add later ones below).
+        let covered = waiting.sends.len();
         let start = self.tickets.load(Ordering::SeqCst);
         let started = self.env.clock.monotonic_nanos();
         let result = match self.partitions.get_mut(&key) {
@@ -577,10 +595,17 @@ impl Shard {
                 .map(|(sent, _)| u64::from(sent.ack.message_count))
                 .sum::<u64>(),
         );
-        for (mut sent, reply) in waiting.sends {
+        for (i, (mut sent, reply)) in waiting.sends.into_iter().enumerate() {
             let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
             match &result {
-                Ok(_) => {
+                Ok(point) => {
+                    // A persist makes durable everything appended before it: the ack
+                    // never promises past the durable end it names.
+                    debug_assert!(
+                        i >= covered || end <= point.next_offset,
+                        "a persisted ack lies below the durable end: {end} > {}",
+                        point.next_offset
+                    );
                     sent.ack.durable = true;
                     reply.send(Ok(sent));
                 }
@@ -957,36 +982,5 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         // Unanswered: the scrape counts this shard as not reporting.
         ShardRequest::Figures { reply } => drop(reply),
         ShardRequest::Close { reply } => reply.send(Ok(())),
-    }
-}
-
-/// The time retention judges expiry by: the wall clock, never running ahead of the
-/// monotonic clock since boot (a wall clock jumped forward at runtime does not make
-/// messages look older than they are) and never going back.
-#[derive(Debug, Clone, Copy)]
-struct RetentionClock {
-    anchor_wall: u64,
-    anchor_mono_nanos: u64,
-    last: u64,
-}
-
-impl RetentionClock {
-    fn new(env: &Env) -> RetentionClock {
-        RetentionClock {
-            anchor_wall: env.clock.wall_micros(),
-            anchor_mono_nanos: env.clock.monotonic_nanos(),
-            last: 0,
-        }
-    }
-
-    fn now(&mut self, env: &Env) -> u64 {
-        let elapsed = env
-            .clock
-            .monotonic_nanos()
-            .saturating_sub(self.anchor_mono_nanos)
-            / 1000;
-        let bound = self.anchor_wall.saturating_add(elapsed);
-        self.last = self.last.max(env.clock.wall_micros().min(bound));
-        self.last
     }
 }

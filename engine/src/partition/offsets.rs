@@ -28,6 +28,10 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const OFFSET_FILE_LEN: usize = 32;
+const _: () = assert!(
+    OFFSET_FILE_LEN == 24 + 8,
+    "the layout above: the checksum follows the offset (16) as the last u64"
+);
 const OFFSET_MAGIC: u32 = u32::from_le_bytes(*b"CNOF");
 const OFFSET_VERSION: u16 = 2;
 /// Suffix of the file a store writes before renaming it over the offset file.

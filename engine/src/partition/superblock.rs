@@ -40,6 +40,10 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const SUPERBLOCK_LEN: usize = crate::slots::RECORD_LEN;
 const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 8;
+const _: () = assert!(
+    SUPERBLOCK_LEN == 128 && CHECKSUM_AT == 120,
+    "the layout above"
+);
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNPSB");
 pub const SUPERBLOCK_VERSION: u32 = 2;
 pub const SLOT_NAMES: [&str; 2] = ["superblock.a", "superblock.b"];

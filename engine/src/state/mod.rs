@@ -39,6 +39,21 @@ pub const MAX_TOPICS_PER_STREAM: usize = 4096;
 pub const MAX_PARTITIONS_PER_TOPIC: usize = 1000;
 pub const MAX_GROUPS_PER_TOPIC: usize = 1024;
 pub const MAX_USERS: usize = 1024;
+// Ids are u32 on the wire and the lowest free id is taken: every limit leaves ids to spare.
+const _: () = {
+    let limits = [
+        MAX_STREAMS,
+        MAX_TOPICS_PER_STREAM,
+        MAX_PARTITIONS_PER_TOPIC,
+        MAX_GROUPS_PER_TOPIC,
+        MAX_USERS,
+    ];
+    let mut i = 0;
+    while i < limits.len() {
+        assert!(0 < limits[i] && limits[i] < u32::MAX as usize);
+        i += 1;
+    }
+};
 /// The root user's id; it exists from the first boot and can be neither deleted nor
 /// deactivated.
 pub const ROOT_USER_ID: u32 = 0;

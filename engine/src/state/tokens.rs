@@ -34,6 +34,7 @@ pub const MAX_TOKENS_PER_USER: usize = 100;
 /// A token name's length in bytes (Iggy's bounds).
 pub const MIN_TOKEN_NAME_LEN: usize = 3;
 pub const MAX_TOKEN_NAME_LEN: usize = 30;
+const _: () = assert!(0 < MIN_TOKEN_NAME_LEN && MIN_TOKEN_NAME_LEN <= MAX_TOKEN_NAME_LEN);
 /// The format byte both journaled token bodies start with.
 pub const FORMAT: u8 = 1;
 /// Random bytes in a raw token (Iggy's size).

@@ -133,7 +133,11 @@ mod tests {
     #[test]
     fn a_stopped_node_a_busy_queue_and_a_full_disk_are_503_naming_why() {
         use cairn_engine::node::{Failure, NodeError};
-        let metadata = std::io::Error::other("journal write failed");
+        let metadata = cairn_engine::metadata::MetadataError::Io {
+            op: "write",
+            path: "journal.wal".into(),
+            source: std::io::Error::other("journal write failed"),
+        };
         let stopped = NodeError::Stopped(std::sync::Arc::new(Failure::Metadata(metadata)));
         for (error, words) in [
             (stopped, "the metadata plane failed"),
