@@ -92,7 +92,9 @@ pub(crate) fn spawn(world: &Shared, executor: &Executor) {
         }
     }));
     let (w, client) = (world.clone(), node.client(u128::from(CLEANER)));
-    let every = profile.cleaner_every_nanos;
+    // Twice per cleaner interval on average: a segment due for expiry is then often seen
+    // twice before the cleaner's next pass, so the judgement of an owed deletion runs.
+    let every = profile.cleaner_every_nanos / 2;
     spawn(Box::pin(async move {
         while pause(&w, every).await {
             watch_cleaners(&w, &client).await;
@@ -307,6 +309,13 @@ async fn poll(world: &Shared, client: &Client) {
         (key, consumer, strategy, address, w.start())
     };
     let (key, consumer, strategy, (stream_id, topic_id, by_name), started) = plan;
+    let starts = {
+        let mut w = lock(world);
+        match w.log_starts_at_send(key.0, key.1) {
+            Ok(starts) => starts,
+            Err(v) => return w.fail(v),
+        }
+    };
     let request = PollMessagesRequest {
         consumer,
         stream_id,
@@ -330,7 +339,7 @@ async fn poll(world: &Shared, client: &Client) {
                 partition_id: key.2,
                 nonce: polled.incarnation,
             };
-            w.judge_polled(identity, &polled)
+            w.judge_polled(identity, &polled, &starts)
         }
         Ok(None) => Ok(()),
         Err(e) if w.excused(&e, key.0, key.1, started) => Ok(()),
@@ -533,9 +542,14 @@ pub(crate) async fn group_move(
                 auto_commit: true,
             };
             let holder = Holder::Group { id: g, incarnation };
-            lock(world)
-                .auto_commits
-                .insert(client.id(), ((s, t), holder));
+            let starts = {
+                let mut w = lock(world);
+                w.auto_commits.insert(client.id(), ((s, t), holder));
+                match w.log_starts_at_send(s, t) {
+                    Ok(starts) => starts,
+                    Err(v) => return w.fail(v),
+                }
+            };
             let polled = client.poll(&request).await;
             let mut w = lock(world);
             w.auto_commits.remove(&client.id());
@@ -547,7 +561,7 @@ pub(crate) async fn group_move(
                         partition_id: polled.partition_id as u32,
                         nonce: polled.incarnation,
                     };
-                    if let Err(v) = w.judge_polled(identity, &polled) {
+                    if let Err(v) = w.judge_polled(identity, &polled, &starts) {
                         w.fail(v);
                         return;
                     }

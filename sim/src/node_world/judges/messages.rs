@@ -10,6 +10,7 @@ use crate::partition_world::decode;
 use crate::report::{violation, Checked, INV_LIVENESS, INV_OFFSETS, INV_PREFIX};
 use cairn_engine::node::{NodeError, NodeResult, PartitionKey};
 use cairn_engine::partition::{PartitionError, PartitionIdentity, Polled};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 impl NodeWorld {
@@ -85,12 +86,32 @@ impl NodeWorld {
         }
     }
 
+    /// The log starts of a topic's partitions as a poll sent now must respect: the cleaners'
+    /// deletions so far drained and judged first, so that a deletion made before the poll
+    /// was sent counts, and one the shard made after serving it (its reply still on the way)
+    /// does not.
+    pub(crate) fn log_starts_at_send(
+        &mut self,
+        stream: u32,
+        topic: u32,
+    ) -> Checked<BTreeMap<PartitionIdentity, u64>> {
+        self.drain_deletions()?;
+        Ok(self
+            .parts
+            .iter()
+            .filter(|(id, _)| id.stream_id == stream && id.topic_id == topic)
+            .map(|(id, part)| (*id, part.log_start))
+            .collect())
+    }
+
     /// A poll's messages against the model: sent by someone, gapless, the acknowledged one
-    /// at each known offset, none below the log start.
+    /// at each known offset, none below the log start known when it was sent (`starts`,
+    /// from [`Self::log_starts_at_send`]; an incarnation made since starts at 0).
     pub(crate) fn judge_polled(
         &mut self,
         identity: PartitionIdentity,
         polled: &Polled,
+        starts: &BTreeMap<PartitionIdentity, u64>,
     ) -> Checked<()> {
         let messages = decode(polled, true)?;
         let part = self.parts.get(&identity).cloned().unwrap_or_default();
@@ -112,12 +133,13 @@ impl NodeWorld {
                 ));
             }
             previous = Some(m.offset);
-            if m.offset < part.log_start && !part.log_start_unknown {
+            let log_start = starts.get(&identity).copied().unwrap_or(0);
+            if m.offset < log_start && !part.log_start_unknown {
                 return Err(violation(
                     INV_RETENTION,
                     format!(
-                        "partition {identity}: a poll served offset {} below the log start {}",
-                        m.offset, part.log_start
+                        "partition {identity}: a poll served offset {} below the log start {log_start} known when it was sent",
+                        m.offset
                     ),
                 ));
             }
