@@ -31,4 +31,6 @@ pub mod server;
 pub mod tcp;
 pub mod tls;
 
-pub use server::{Server, ServerHooks, ServerLimits, ServerSettings, TopicDefaults};
+pub use command::TopicDefaults;
+pub use server::{Server, ServerHooks, ServerSettings};
+pub use tcp::ServerLimits;

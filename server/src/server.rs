@@ -4,9 +4,9 @@
 
 use crate::command::hooks::CommandHooks;
 use crate::command::registry::LoginLimiter;
-use crate::command::Context;
+use crate::command::{Context, TopicDefaults};
 use crate::tcp::dedup::DedupHitHook;
-use crate::tcp::{self, Listener};
+use crate::tcp::{self, Listener, ServerLimits};
 use cairn_engine::env::chan::Latch;
 use cairn_engine::env::TaskHandle;
 use cairn_engine::node::Node;
@@ -15,38 +15,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The server's bounds (each one a limit on memory or time a client can hold).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerLimits {
-    /// The largest frame a client may send (header included); above it the connection
-    /// closes.
-    pub max_frame_bytes: u32,
-    pub max_connections: usize,
-    /// A connection must log in within this long of connecting.
-    pub handshake_timeout: Duration,
-    /// A connection with no request for this long is closed (the SDK pings every 5 s), and
-    /// so is one that does not take a reply within it.
-    pub idle_timeout: Duration,
-    pub max_failed_logins: u32,
-    pub failed_login_window: Duration,
-    /// How long a graceful shutdown waits for connections to finish their requests.
-    pub drain_timeout: Duration,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        ServerLimits {
-            max_frame_bytes: 64 * 1024 * 1024,
-            max_connections: 4096,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-            max_failed_logins: 5,
-            failed_login_window: Duration::from_secs(60),
-            drain_timeout: Duration::from_secs(10),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -67,25 +35,6 @@ pub struct ServerSettings {
 pub struct ServerHooks {
     pub command: CommandHooks,
     pub dedup_hit: Option<DedupHitHook>,
-}
-
-/// Flush thresholds a topic creation that names none gets. The server writes them into the
-/// request's options before it is journaled, so a later change of the configuration never
-/// changes a topic that exists (replay reads what the journal says).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicDefaults {
-    pub messages_required_to_save: u32,
-    pub size_of_messages_required_to_save: u64,
-}
-
-impl Default for TopicDefaults {
-    fn default() -> Self {
-        let config = cairn_engine::config::TopicConfig::default();
-        TopicDefaults {
-            messages_required_to_save: config.messages_required_to_save,
-            size_of_messages_required_to_save: config.size_of_messages_required_to_save,
-        }
-    }
 }
 
 /// A running server: the command layer's context and the binary listener over it.

@@ -10,10 +10,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::{Arc, Mutex};
 
-/// The simulated node's address.
 /// Polls of the executor one epoch may take (far more than any epoch needs).
 pub const MAX_EPOCH_POLLS: u64 = 2_000_000;
 
+/// The simulated node's address.
 pub const NODE_IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
 
 /// Seeded entropy for the engine.

@@ -72,17 +72,6 @@ fn name(text: &str) -> NodeResult<WireName> {
     })
 }
 
-/// The last offset a poll returned.
-pub(crate) fn last_offset(polled: &Polled) -> Option<u64> {
-    let batch = polled.batches.last()?;
-    crate::format::MessageIter::new(
-        batch,
-        crate::format::BatchHeader::decode(batch).ok()?.base_offset,
-    )
-    .last()
-    .map(|m| m.offset)
-}
-
 impl Client {
     pub fn id(&self) -> u128 {
         self.id

@@ -41,7 +41,6 @@ pub use auth::{token_login, Login};
 pub use boot::{
     doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
 };
-pub(crate) use client::last_offset;
 pub use client::Client;
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS};

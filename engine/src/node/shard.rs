@@ -676,7 +676,7 @@ impl Shard {
         let partition = self.open(key)?;
         let polled = partition.poll(from, count)?;
         if let Some(consumer) = commit {
-            if let Some(last) = super::last_offset(&polled) {
+            if let Some(last) = last_offset(&polled) {
                 partition.store_offset(consumer, last)?;
             }
         }
@@ -983,4 +983,15 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Figures { reply } => drop(reply),
         ShardRequest::Close { reply } => reply.send(Ok(())),
     }
+}
+
+/// The last offset a poll returned.
+fn last_offset(polled: &Polled) -> Option<u64> {
+    let batch = polled.batches.last()?;
+    crate::format::MessageIter::new(
+        batch,
+        crate::format::BatchHeader::decode(batch).ok()?.base_offset,
+    )
+    .last()
+    .map(|m| m.offset)
 }

@@ -5,12 +5,30 @@
 use super::responses::{self, Numbers};
 use super::status::{codes, undecodable, Status};
 use super::{Call, Reply, Target};
-use crate::TopicDefaults;
 use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::NodeError;
 use cairn_engine::state::options::DERIVED_PREFIX;
 use iggy_binary_protocol::requests::users::{ChangePasswordRequest, CreateUserRequest};
 use iggy_binary_protocol::{WireIdentifier, WireOptions};
+
+/// Flush thresholds a topic creation that names none gets. The server writes them into the
+/// request's options before it is journaled, so a later change of the configuration never
+/// changes a topic that exists (replay reads what the journal says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicDefaults {
+    pub messages_required_to_save: u32,
+    pub size_of_messages_required_to_save: u64,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        let config = cairn_engine::config::TopicConfig::default();
+        TopicDefaults {
+            messages_required_to_save: config.messages_required_to_save,
+            size_of_messages_required_to_save: config.size_of_messages_required_to_save,
+        }
+    }
+}
 
 /// The names a journaled op acts on (a create acts on its parent).
 pub fn target(op: &MetaOp) -> Target<'_> {

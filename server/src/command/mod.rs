@@ -36,12 +36,12 @@ mod reads;
 mod tokens;
 
 pub use messages::{Ack, Landed, Polled, Send, SendOutcome};
+pub use meta::TopicDefaults;
 pub use permissions::Rule;
 pub use session::{Revoked, Session};
 pub use status::{codes, Fault, Status};
 pub use table::{Missing, Row, TABLE};
 
-use crate::TopicDefaults;
 use cairn_engine::env::Env;
 use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::{MetaView, Node};

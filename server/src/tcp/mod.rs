@@ -27,12 +27,43 @@ pub mod encode;
 pub mod frame;
 
 use crate::command::Context;
-use crate::ServerLimits;
 use cairn_engine::env::chan::Latch;
 use cairn_engine::env::{race, Either, Listener as NetListener};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The server's bounds (each one a limit on memory or time a client can hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// The largest frame a client may send (header included); above it the connection
+    /// closes.
+    pub max_frame_bytes: u32,
+    pub max_connections: usize,
+    /// A connection must log in within this long of connecting.
+    pub handshake_timeout: Duration,
+    /// A connection with no request for this long is closed (the SDK pings every 5 s), and
+    /// so is one that does not take a reply within it.
+    pub idle_timeout: Duration,
+    pub max_failed_logins: u32,
+    pub failed_login_window: Duration,
+    /// How long a graceful shutdown waits for connections to finish their requests.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_frame_bytes: 64 * 1024 * 1024,
+            max_connections: 4096,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            max_failed_logins: 5,
+            failed_login_window: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 /// What every connection task shares.
 pub struct Listener {

@@ -55,6 +55,12 @@ fn the_client_commands_create_send_poll_and_report_errors() {
     );
     let topics = ok(&server, &["topic", "list", "orders"]);
     assert!(topics.contains("events"), "{topics}");
+    // `topic get` shows every option's effective value: the durability asked for, and the
+    // offsets' policy the server derived.
+    let topic = ok(&server, &["--json", "topic", "get", "orders", "events"]);
+    for option in ["durability=persisted", "consumer_offset_durability="] {
+        assert!(topic.contains(option), "no {option} in {topic}");
+    }
     ok(
         &server,
         &[

@@ -27,7 +27,8 @@ fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
 
 /// Builds the world of `seed`: a simulated disk, clock and network as the node's `Env`.
 pub fn world_for(seed: u64, verbose: bool) -> (Shared, Executor) {
-    let profile = Profile::from_seed(seed);
+    // The partition scope whatever the seed draws (`--scope partitions`, a pinned seed).
+    let profile = Profile::from_seed_in(seed, crate::profile::Scope::Partitions);
     let (disk, clock, executor, env) = sim_env(seed, &profile);
     let trace = Trace::new(verbose, clock.clone());
     let world = World::new(profile, disk, clock, env, trace);

@@ -33,8 +33,8 @@
 //! (the applied record is written before the answers), so a torn tail (row 20) never holds
 //! an answered op.
 
+use super::actions::{MetaAction, MetaRefusal, Replayed};
 use super::survey::{Slot, SnapshotFiles};
-use super::{MetaAction, MetaRefusal, Replayed};
 use crate::env::DirEntry;
 use crate::metadata::journal::{self, Entry};
 use crate::metadata::record::{JournalPoint, MetaRecord, SLOT_NAMES};

@@ -10,7 +10,7 @@
 //! skipped when an earlier finding already decided), so the survey never touches a file
 //! the plan does not look at.
 
-use super::MetaRefusal;
+use super::actions::MetaRefusal;
 use crate::env::{DirEntry, Disk, OpenMode};
 use crate::metadata::record::{MetaRecord, SLOT_NAMES};
 use crate::metadata::{snapshot, JOURNAL};
