@@ -523,11 +523,14 @@ impl SimDisk {
         let inode = self.inode(path)?;
         let s = self.lock();
         let file = &s.files[&inode];
-        let mut view = file.data.clone();
+        // Each page copied once, from where a read would find it.
+        let mut view = vec![0; file.data.len()];
         for page in 0..(view.len() as u64).div_ceil(PAGE) {
-            if !file.dirty.contains(&page) {
-                copy_page(&mut view, &file.device, page);
-            }
+            let from = match file.dirty.contains(&page) {
+                true => &file.data,
+                false => &file.device,
+            };
+            copy_page(&mut view, from, page);
         }
         Some(view)
     }

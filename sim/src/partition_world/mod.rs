@@ -952,8 +952,8 @@ pub fn decode(polled: &Polled, full: bool) -> Checked<Vec<ReadMessage>> {
             out.push(ReadMessage {
                 offset: m.offset,
                 id: m.header.id,
-                payload: m.payload.to_vec(),
-                headers: m.user_headers.to_vec(),
+                payload: batch.slice_ref(m.payload),
+                headers: batch.slice_ref(m.user_headers),
                 timestamp: header.base_timestamp,
                 batch_base: header.base_offset,
             });

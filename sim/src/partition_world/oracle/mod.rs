@@ -64,8 +64,9 @@ use std::path::{Path, PathBuf};
 pub struct ReadMessage {
     pub offset: u64,
     pub id: u128,
-    pub payload: Vec<u8>,
-    pub headers: Vec<u8>,
+    /// The payload and user headers, shared with the polled batch (no copy).
+    pub payload: bytes::Bytes,
+    pub headers: bytes::Bytes,
     /// The (server) timestamp of its batch.
     pub timestamp: u64,
     /// The base offset of the stored batch it belongs to.
