@@ -2,7 +2,7 @@
 //! by a scripted fault schedule on the simulated disk, with the oracle's checks running
 //! throughout (a decision the scripted faults do not justify fails a scenario as surely as
 //! a missed one). Seeds in `seeds/` drift away from what they once found as the engine
-//! changes; these do not. `tests/directed.rs` runs them; the canary test runs them under
+//! changes; these do not. `sim/tests/it/directed.rs` runs them; the canary test runs them under
 //! every deliberate bug and expects the oracle to object.
 
 use super::scenario::{topic, Scenario};
