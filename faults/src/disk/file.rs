@@ -30,10 +30,7 @@ impl DiskFile for SimFile {
             return Err(crashed_error());
         }
         s.take_time();
-        let file = s
-            .files
-            .get(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?;
+        let file = s.file(self.inode)?;
         if pos >= file.data.len() as u64 {
             return Ok(0);
         }
@@ -65,9 +62,7 @@ impl DiskFile for SimFile {
                 std::borrow::Cow::Owned(joined)
             }
         };
-        if !s.files.contains_key(&self.inode) {
-            return Err(io::Error::other("stale handle"));
-        }
+        s.file(self.inode)?;
         if crash_now {
             s.torn_write(self.inode, pos, &bytes);
             return Err(crashed_error());
@@ -162,9 +157,7 @@ impl DiskFile for SimFile {
         if s.mutate(path.as_deref(), Call::Sync)? {
             return Err(crashed_error());
         }
-        let Some(file) = s.files.get_mut(&self.inode) else {
-            return Err(io::Error::other("stale handle"));
-        };
+        let file = s.file_mut(self.inode)?;
         // Written back or failed, no page is dirty after this call.
         let pages = std::mem::take(&mut file.dirty);
         let len = file.data.len() as u64;
@@ -214,12 +207,7 @@ impl DiskFile for SimFile {
         if s.mutate(path.as_deref(), Call::SetLen)? {
             return Err(crashed_error());
         }
-        let old = s
-            .files
-            .get(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?
-            .data
-            .len() as u64;
+        let old = s.file(self.inode)?.data.len() as u64;
         if len > old {
             if let Some(path) = &path {
                 let growth = len.saturating_sub(s.files[&self.inode].used());
@@ -253,10 +241,7 @@ impl DiskFile for SimFile {
         if s.crashed {
             return Err(crashed_error());
         }
-        s.files
-            .get(&self.inode)
-            .map(|f| f.data.len() as u64)
-            .ok_or_else(|| io::Error::other("stale handle"))
+        s.file(self.inode).map(|f| f.data.len() as u64)
     }
 
     fn preallocate(&self, len: u64) -> io::Result<bool> {
@@ -265,11 +250,7 @@ impl DiskFile for SimFile {
         if s.mutate(path.as_deref(), Call::Other)? {
             return Err(crashed_error());
         }
-        let used = s
-            .files
-            .get(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?
-            .used();
+        let used = s.file(self.inode)?.used();
         if let Some(path) = &path {
             s.check_space(len.saturating_sub(used), path)?;
         }
@@ -284,10 +265,7 @@ impl DiskFile for SimFile {
             return Err(crashed_error());
         }
         s.take_time();
-        let file = s
-            .files
-            .get_mut(&self.inode)
-            .ok_or_else(|| io::Error::other("stale handle"))?;
+        let file = s.file_mut(self.inode)?;
         let pages = (file.data.len() as u64).div_ceil(PAGE);
         let is_clean = |p: u64| p < pages && !file.dirty.contains(&p);
         for page in (0..pages).filter(|&p| is_clean(p)) {

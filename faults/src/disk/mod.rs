@@ -134,6 +134,16 @@ fn parent_of(path: &Path) -> PathBuf {
 }
 
 impl State {
+    /// The file a handle names; a handle whose file is gone (removed and its inode freed)
+    /// is stale.
+    fn file(&self, inode: u64) -> io::Result<&FileState> {
+        self.files.get(&inode).ok_or_else(stale_handle)
+    }
+
+    fn file_mut(&mut self, inode: u64) -> io::Result<&mut FileState> {
+        self.files.get_mut(&inode).ok_or_else(stale_handle)
+    }
+
     /// Lets the call's latency pass in virtual time.
     fn take_time(&mut self) {
         let (lo, hi) = self.latency;
@@ -609,4 +619,8 @@ impl SimDisk {
             .cloned()
             .collect()
     }
+}
+
+fn stale_handle() -> io::Error {
+    io::Error::other("stale handle")
 }

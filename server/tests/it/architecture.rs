@@ -375,7 +375,8 @@ fn import_graph(src: &Path) -> Graph {
     let mut graph = Graph::new();
     for (name, code) in &modules {
         let mut code = code.clone();
-        for at in reexport_at(&code.clone()).into_iter().rev() {
+        let starts = reexport_at(&code);
+        for at in starts.into_iter().rev() {
             let end = code[at..].find(';').map_or(code.len(), |e| at + e + 1);
             code.replace_range(at..end, "");
         }
