@@ -99,15 +99,15 @@ impl Client {
     /// Journals and applies `op` (batched with other callers' ops); answered once the op is
     /// durable, its directory work done and the view that holds it published.
     pub async fn execute(&self, op: MetaOp) -> NodeResult<Executed> {
-        let reply = self.execute_traced(op).await?;
+        let reply = self.execute_by(op, 0).await?;
         let op = reply.at_op;
         reply.result.map(|applied| Executed { op, applied })
     }
 
-    /// [`Self::execute`], also telling where a refused op was checked (for the simulator's
-    /// oracle, which replays the journal order).
-    pub async fn execute_traced(&self, op: MetaOp) -> NodeResult<MetaReply> {
-        self.execute_by(op, 0).await
+    /// [`Self::execute_as`], also telling where a refused op was checked (for the
+    /// simulator's oracle, which replays the journal order).
+    pub async fn execute_traced(&self, op: MetaOp, user_id: u32) -> NodeResult<MetaReply> {
+        self.execute_by(op, user_id).await
     }
 
     /// [`Self::execute`] on behalf of `user_id` (the journal entry names who asked).

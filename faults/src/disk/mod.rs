@@ -371,6 +371,14 @@ impl SimDisk {
             .retain(|f| !matches!(f, Scripted::CrashAfterWrite(_)));
     }
 
+    /// Cancels every scripted sync failure (`FailSync`) still to strike: a process that
+    /// went down before its sync came does not hand the failure to the next one.
+    pub fn cancel_sync_failures(&self) {
+        self.lock()
+            .scripted
+            .retain(|f| !matches!(f, Scripted::FailSync(_)));
+    }
+
     pub fn is_crashed(&self) -> bool {
         self.lock().crashed
     }

@@ -201,6 +201,8 @@ impl NodeWorld {
                 self.parts.entry(identity).or_default().log_start_unknown = true;
             }
         }
+        // A sync failure scripted for the process that went down is not the next one's.
+        self.disk.cancel_sync_failures();
         self.restarts += 1;
         self.report.restarts += 1;
         self.node = None;
@@ -302,19 +304,29 @@ pub(crate) fn liveness(world: &Shared, executor: &mut Executor) -> Checked<()> {
     };
     let w2 = world.clone();
     let checked = block(executor, async move {
-        let created = client.execute_traced(cairn_engine::node::ops::MetaOp::CreateStream(
-            iggy_binary_protocol::requests::streams::CreateStreamRequest {
-                name: iggy_binary_protocol::WireName::new(&name).expect("a name"),
-                options: iggy_binary_protocol::WireOptions::empty(),
-            },
-        ));
+        let created = client.execute_traced(
+            cairn_engine::node::ops::MetaOp::CreateStream(
+                iggy_binary_protocol::requests::streams::CreateStreamRequest {
+                    name: iggy_binary_protocol::WireName::new(&name).expect("a name"),
+                    options: iggy_binary_protocol::WireOptions::empty(),
+                },
+            ),
+            0,
+        );
         {
             lock(&w2).send_op_liveness(AdminOp::CreateStream(name.clone()));
         }
         let reply = created.await;
         {
             let mut w = lock(&w2);
-            w.judge_meta(u32::MAX, client.id(), reply)?;
+            w.judge_meta(
+                u32::MAX,
+                super::oracle::Asker {
+                    client: client.id(),
+                    user: 0,
+                },
+                reply,
+            )?;
             if !w.pending.is_empty() {
                 return Err(violation(
                     INV_LIVENESS,

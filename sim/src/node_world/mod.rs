@@ -65,8 +65,16 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 18] = [
+pub const NODE_COVERAGE: [(&str, &str); 20] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
+    (
+        "MetaWriteNoSpace",
+        "a metadata journal write refused for no space (the node serves on; the op never reappears)",
+    ),
+    (
+        "MetaWriteFailed",
+        "a metadata write failed with an I/O error: the node stopped and said why",
+    ),
     (
         "SnapshotReplay",
         "boot from a snapshot plus replayed entries",
@@ -171,6 +179,11 @@ pub struct NodeProfile {
     pub deletion_crash: f64,
     /// The disk fills up for a while.
     pub disk_full: f64,
+    /// Per step: the disk fills with no room at all (the next metadata write is refused for
+    /// no space).
+    pub metadata_full: f64,
+    /// Per step: the metadata journal's next sync fails with EIO (the node must stop).
+    pub metadata_sync_error: f64,
     /// Virtual time between each shard's cleaner passes.
     pub cleaner_every_nanos: u64,
     pub checkpoint_bytes: u64,
@@ -221,6 +234,8 @@ impl NodeProfile {
             max_batch_bytes: 1 << 20,
             // Drawn last, so the draws above keep their values for every seed.
             sealed_handles: [1, 2, 512][rng.gen_range(0..3)],
+            metadata_full: maybe(&mut rng, 0.15, 0.01, 0.04),
+            metadata_sync_error: maybe(&mut rng, 0.15, 0.002, 0.01),
         }
     }
 }
@@ -360,7 +375,7 @@ pub struct NodeWorld {
     due: BTreeMap<PartitionIdentity, Due>,
     /// Op number → the client that asked for it and was answered (the journal records who
     /// asked: the server's duplicate detection reads it). Pruned to the journal at boot.
-    asked_by: BTreeMap<u64, u128>,
+    asked_by: BTreeMap<u64, oracle::Asker>,
     /// Clock jumps when the node last booted (its cleaners' clocks start there).
     jumps_at_boot: u32,
     next_id: u128,
@@ -593,7 +608,16 @@ impl NodeWorld {
                 part: ".log".into(),
             });
         }
-        let fill = self.disk_full_until.is_none() && self.chance(self.profile.disk_full);
+        if self.chance(self.profile.metadata_sync_error) {
+            self.disk
+                .script(cairn_faults::Scripted::FailSync("journal.wal".into()));
+            self.event("fault the next sync of journal.wal fails (EIO)");
+        }
+        let room = match self.disk_full_until.is_none() {
+            true if self.chance(self.profile.disk_full) => Some(self.rng.gen_range(0..4096)),
+            true if self.chance(self.profile.metadata_full) => Some(0),
+            _ => None,
+        };
         match self.disk_full_until {
             Some(until) if self.ops >= until => {
                 let mut faults = self.disk.faults();
@@ -603,9 +627,9 @@ impl NodeWorld {
                 self.last_full = self.now();
                 self.event("the disk has room again");
             }
-            None if fill => {
+            None if room.is_some() => {
                 let mut faults = self.disk.faults();
-                faults.capacity = Some(self.disk.used_bytes() + self.rng.gen_range(0..4096));
+                faults.capacity = Some(self.disk.used_bytes() + room.expect("some"));
                 self.disk.set_faults(faults);
                 self.disk_full_until = Some(self.ops + self.rng.gen_range(2..20));
                 self.fills += 1;

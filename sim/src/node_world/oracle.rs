@@ -128,7 +128,8 @@ pub(crate) fn journal_whole_after_boot(w: &NodeWorld, faults_from: usize) -> Che
 }
 
 /// After a boot, each journal entry of an op a caller was answered for names that caller
-/// as its client. Ops the journal no longer holds (a checkpoint emptied it) are forgotten.
+/// as its client and the user it acted as. Ops the journal no longer holds (a checkpoint
+/// emptied it) are forgotten.
 pub(crate) fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
     let entries = w.journal_entries();
     let first = entries.first().map_or(u64::MAX, |e| e.op);
@@ -136,37 +137,51 @@ pub(crate) fn journal_names_who_asked(w: &mut NodeWorld) -> Checked<()> {
     entries
         .iter()
         .try_for_each(|entry| match w.asked_by.get(&entry.op) {
-            Some(client) => entry_names_client(entry, *client),
+            Some(asker) => entry_names_asker(entry, *asker),
             None => Ok(()),
         })
 }
 
-/// A journal entry of an op `client` asked for names `client`.
-pub(crate) fn entry_names_client(
-    entry: &cairn_engine::metadata::journal::Entry,
-    client: u128,
-) -> Checked<()> {
-    if entry.origin.client == client {
-        return Ok(());
-    }
-    Err(meta_violation(format!(
-        "journal entry of op {} names client {}, but client {client} asked for it",
-        entry.op, entry.origin.client
-    )))
+/// Who asked for an op: the client, and the user it acted as (the journal header's
+/// `user_id`, which the specification says records the acting user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Asker {
+    pub(crate) client: u128,
+    pub(crate) user: u32,
 }
 
-/// The entry of an op a client was just answered for names that client and one of its
-/// request numbers (a client numbers its requests from 1; the server's duplicate
-/// detection keys on the pair).
+/// A journal entry of an op `asker` asked for names its client and its acting user.
+pub(crate) fn entry_names_asker(
+    entry: &cairn_engine::metadata::journal::Entry,
+    asker: Asker,
+) -> Checked<()> {
+    if entry.origin.client != asker.client {
+        return Err(meta_violation(format!(
+            "journal entry of op {} names client {}, but client {} asked for it",
+            entry.op, entry.origin.client, asker.client
+        )));
+    }
+    if entry.origin.user_id != asker.user {
+        return Err(meta_violation(format!(
+            "journal entry of op {} names user {} as acting, but client {} acted as user {}",
+            entry.op, entry.origin.user_id, asker.client, asker.user
+        )));
+    }
+    Ok(())
+}
+
+/// The entry of an op a client was just answered for names that client, its acting user
+/// and one of its request numbers (a client numbers its requests from 1; the server's
+/// duplicate detection keys on the pair).
 pub(crate) fn judge_entry_origin(
     entry: &cairn_engine::metadata::journal::Entry,
-    client: u128,
+    asker: Asker,
 ) -> Checked<()> {
-    entry_names_client(entry, client)?;
+    entry_names_asker(entry, asker)?;
     if entry.origin.request == 0 {
         return Err(meta_violation(format!(
-            "journal entry of op {} carries no request number of client {client}",
-            entry.op
+            "journal entry of op {} carries no request number of client {}",
+            entry.op, asker.client
         )));
     }
     Ok(())

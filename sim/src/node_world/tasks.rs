@@ -5,6 +5,7 @@
 
 use super::judges::{acknowledge_store, last_offset, names_that_do_not_resolve, GroupSeen};
 use super::model::AdminOp;
+use super::oracle::Asker;
 use super::workload::{meta_op, sid, GroupMove};
 use super::{lock, GroupInc, Holder, Shared, INV_CALLERS};
 use crate::executor::Executor;
@@ -135,7 +136,14 @@ fn after_step(world: &Shared, counts: bool) {
                 w.decision(name);
             }
         }
-        if node.failure().is_some() && w.stop.is_none() {
+        let failure = node.failure();
+        if let Some(cairn_engine::node::Failure::Metadata(e)) = failure.as_deref() {
+            if !w.disk.is_crashed() && !w.report.decisions.contains_key("MetaWriteFailed") {
+                w.event(format!("the metadata plane failed: {e}"));
+                w.decision("MetaWriteFailed");
+            }
+        }
+        if failure.is_some() && w.stop.is_none() {
             // A stopped node exits; its supervisor restarts it.
             w.event("the node stopped: restart");
             w.stop = Some(false);
@@ -153,14 +161,25 @@ fn after_step(world: &Shared, counts: bool) {
 
 // Metadata ----------------------------------------------------------------------------------
 
+/// The user a caller acts as in its metadata ops: never root (id 0), so a journal header
+/// that dropped its acting user would show.
+pub(crate) fn acting_user(caller: u32) -> u32 {
+    assert!(caller > 0, "callers are numbered from 1");
+    caller
+}
+
 pub(crate) async fn run_meta(world: &Shared, client: &Client, caller: u32, op: AdminOp) {
+    let asker = Asker {
+        client: client.id(),
+        user: acting_user(caller),
+    };
     let view = {
         let mut w = lock(world);
         w.send_op(caller, op.clone());
         w.model.clone()
     };
     let reply = match meta_op(client, &op, &view).await {
-        Ok(meta) => client.execute_traced(meta).await,
+        Ok(meta) => client.execute_traced(meta, asker.user).await,
         Err(e) => Err(e),
     };
     // Read-your-writes: the view after an answer holds that answer's op.
@@ -180,7 +199,7 @@ pub(crate) async fn run_meta(world: &Shared, client: &Client, caller: u32, op: A
             return;
         }
     }
-    if let Err(v) = w.judge_meta(caller, client.id(), reply) {
+    if let Err(v) = w.judge_meta(caller, asker, reply) {
         w.fail(v);
     }
 }

@@ -3,6 +3,7 @@
 //! fit the users the model had while it ran; the published view resolves every name.
 
 use super::super::model::{self, AdminOp, Model, Window};
+use super::super::oracle::Asker;
 use super::super::workload::sid;
 use super::super::{meta_violation, Accepted, Holder, NodeWorld, Sent, INV_CALLERS};
 use crate::report::{violation, Checked, INV_LIVENESS};
@@ -36,12 +37,12 @@ impl NodeWorld {
         (self.jumps == sent.jumps && now >= sent.wall).then_some((sent.wall, now))
     }
 
-    /// Judges `caller`'s metadata answer, in journal order.
-    /// Judges the answer to `caller`'s op, sent through the client with id `client`.
+    /// Judges the answer to `caller`'s op, sent through `asker`'s client as its user, in
+    /// journal order.
     pub(crate) fn judge_meta(
         &mut self,
         caller: u32,
-        client: u128,
+        asker: Asker,
         reply: NodeResult<MetaReply>,
     ) -> Checked<()> {
         let sent = self.in_flight.remove(&caller).expect("an op in flight");
@@ -55,13 +56,11 @@ impl NodeWorld {
         let reply = match reply {
             Ok(reply) => reply,
             Err(NodeError::Stopped(failure)) => {
-                // A node that told a caller it failed says why to whoever supervises it.
-                let silent = !matches!(*failure, cairn_engine::node::Failure::Shutdown)
-                    && self.node.as_ref().is_some_and(|n| n.failure().is_none());
-                if silent {
+                // A node that told a caller it stopped says why to whoever supervises it.
+                if !self.stopped_with_cause(&failure) {
                     return Err(violation(
                         INV_LIVENESS,
-                        format!("{:?}: answered that the node stopped ({failure}), yet the node reports no failure", sent.op),
+                        format!("{:?}: answered that the node stopped ({failure}), yet the node reports no failure and its disk did not crash", sent.op),
                     ));
                 }
                 self.in_doubt.push(sent);
@@ -77,11 +76,11 @@ impl NodeWorld {
         match reply.result {
             Ok(applied) => {
                 let window = self.window(&sent);
-                self.asked_by.insert(reply.at_op, client);
+                self.asked_by.insert(reply.at_op, asker);
                 // The entry is in the journal now, unless a checkpoint since emptied it.
                 let entries = self.journal_entries();
                 if let Some(entry) = entries.iter().find(|e| e.op == reply.at_op) {
-                    crate::node_world::oracle::judge_entry_origin(entry, client)?;
+                    crate::node_world::oracle::judge_entry_origin(entry, asker)?;
                 }
                 self.pending.insert(
                     reply.at_op,
@@ -93,11 +92,18 @@ impl NodeWorld {
                 );
                 self.advance()
             }
-            Err(NodeError::Stopped(_)) => {
+            Err(NodeError::Stopped(failure)) => {
+                if !self.stopped_with_cause(&failure) {
+                    return Err(violation(
+                        INV_LIVENESS,
+                        format!("{:?}: refused as stopped ({failure}) at op {}, yet the node reports no failure and its disk did not crash", sent.op, reply.at_op),
+                    ));
+                }
                 self.in_doubt.push(sent);
                 Ok(())
             }
             Err(NodeError::MetadataNoSpace) => {
+                self.decision("MetaWriteNoSpace");
                 let full_meanwhile = self.fills + u32::from(self.disk_full_until.is_some())
                     > sent.fills
                     || sent.fills > self.fills;
@@ -329,7 +335,7 @@ impl NodeWorld {
         }
         let got: Expected = match &result {
             Ok(login) => Ok((login.user_id, login.incarnation)),
-            Err(NodeError::Stopped(_)) => return Ok(()),
+            Err(NodeError::Stopped(failure)) if self.stopped_with_cause(failure) => return Ok(()),
             Err(e) => Err(e.code()),
         };
         self.trace.event(format!(

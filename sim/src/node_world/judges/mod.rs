@@ -12,7 +12,7 @@ pub(crate) use messages::{acknowledge_store, last_offset, GroupSeen};
 pub(crate) use meta::names_that_do_not_resolve;
 
 use super::NodeWorld;
-use cairn_engine::node::NodeError;
+use cairn_engine::node::{Failure, NodeError};
 use cairn_engine::partition::PartitionError;
 
 /// When an op started: the virtual time, and the model's op then.
@@ -40,6 +40,20 @@ impl NodeWorld {
         }
     }
 
+    /// Whether a `Stopped` answer has a cause: the node's own failure (which it then
+    /// reports to its supervisor), or the disk crashing under it. The simulation never
+    /// shuts a node down while its callers run, so `Stopped(Shutdown)` from a node that is
+    /// up is an answer the node dropped: a wrong answer, never one in doubt.
+    pub(crate) fn stopped_with_cause(&self, failure: &Failure) -> bool {
+        if self.disk.is_crashed() {
+            return true;
+        }
+        match failure {
+            Failure::Shutdown => false,
+            _ => self.node.as_ref().is_none_or(|n| n.failure().is_some()),
+        }
+    }
+
     /// Whether an error to a caller of `s`/`t` has a cause the model knows of: a crash, a
     /// concurrent metadata op, a missing entity, an operator's removal, a full disk.
     pub(crate) fn excused(&self, error: &NodeError, s: u32, t: u32, started: Start) -> bool {
@@ -51,7 +65,7 @@ impl NodeWorld {
             || self.model.op != started.model_op;
         let full = self.disk_full_until.is_some() || self.last_full >= started.at;
         match error {
-            NodeError::Stopped(_) => true,
+            NodeError::Stopped(failure) => self.stopped_with_cause(failure),
             _ if self.disk.is_crashed() => true,
             NodeError::StreamNotFound(_) | NodeError::TopicNotFound { .. } => {
                 racing || self.model.topic(s, t).is_none()
