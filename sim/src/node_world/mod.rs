@@ -65,8 +65,12 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 20] = [
+pub const NODE_COVERAGE: [(&str, &str); 21] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
+    (
+        "QuiescentCompared",
+        "with nothing in flight, the published view compared with the model field by field",
+    ),
     (
         "MetaWriteNoSpace",
         "a metadata journal write refused for no space (the node serves on; the op never reappears)",

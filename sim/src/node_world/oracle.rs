@@ -390,7 +390,7 @@ impl NodeWorld {
             if !fits {
                 continue;
             }
-            match model::compare(&model, found, self.cluster) {
+            match model::compare(&model, found, self.cluster, model::Passwords::Verify) {
                 Ok(()) => {
                     for (i, d) in assignment.iter().enumerate() {
                         self.event(format!(
@@ -662,6 +662,14 @@ pub(crate) async fn verify(
             }
         }
         let end = log_start + all.len() as u64;
+        if after_boot {
+            // Nothing sends while boot is checked: the numbers GetTopic, GetStream and a
+            // consumer offset's reply report are the log the reads found.
+            let current = end.checked_sub(1).filter(|o| *o >= info.log_start);
+            if info.visible_next_offset != Some(end) || info.current_offset() != current {
+                return Err(meta_violation(format!("partition {key:?}: reports visible end {:?} and current offset {:?}; the reads found messages {log_start}..{end}", info.visible_next_offset, info.current_offset())));
+            }
+        }
         if persisted {
             if let Some((lost, _)) = part.messages.range(end..).next() {
                 return Err(violation(INV_NO_LOSS, format!("partition {key:?}: persisted offset {lost} was acknowledged, the log ends at {end}")));

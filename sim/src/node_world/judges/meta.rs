@@ -141,7 +141,38 @@ impl NodeWorld {
         while let Some(accepted) = self.pending.remove(&(self.model.op + 1)) {
             self.adopt(accepted)?;
         }
-        self.judge_refusals()
+        self.judge_refusals()?;
+        self.compare_when_quiescent()
+    }
+
+    /// At a quiescent point (no op in flight, pending, in doubt or judged later) the
+    /// published view is the model's, field by field: entities, options, partitions'
+    /// incarnations, groups, users and their grants (passwords are verified at boot).
+    fn compare_when_quiescent(&mut self) -> Checked<()> {
+        let quiet = self.in_flight.is_empty()
+            && self.pending.is_empty()
+            && self.in_doubt.is_empty()
+            && self.deferred_refusals.is_empty();
+        let Some(view) = self.node.as_ref().map(|n| n.view()) else {
+            return Ok(());
+        };
+        if !quiet || view.op != self.model.op {
+            return Ok(());
+        }
+        model::compare(
+            &self.model,
+            &view.state,
+            self.cluster,
+            model::Passwords::Skip,
+        )
+        .map_err(|e| {
+            meta_violation(format!(
+                "at op {}, with nothing in flight, the published view is not the model: {e}",
+                view.op
+            ))
+        })?;
+        self.decision("QuiescentCompared");
+        Ok(())
     }
 
     /// The model applies an accepted op; the node's answer must be the model's.
