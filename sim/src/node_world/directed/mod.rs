@@ -295,6 +295,46 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal",
+        expect: &["TruncateJournal", "CheckpointCrash"],
+        run: journal::a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal,
+    },
+    NodeDirected {
+        name: "rot_in_a_checkpoints_leftover_journal_empties_it",
+        expect: &["TruncateJournal"],
+        run: journal::rot_in_a_checkpoints_leftover_journal_empties_it,
+    },
+    NodeDirected {
+        name: "a_torn_tail_after_a_checkpoint_keeps_the_ops_before_it",
+        expect: &["TruncateJournal", "SnapshotReplay"],
+        run: journal::a_torn_tail_after_a_checkpoint_keeps_the_ops_before_it,
+    },
+    NodeDirected {
+        name: "a_header_committing_above_its_op_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_committing_above_its_op_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_with_a_view_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_with_a_view_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_of_another_group_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_of_another_group_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_of_op_zero_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_of_op_zero_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_sized_beyond_any_body_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_sized_beyond_any_body_is_a_torn_tail,
+    },
+    NodeDirected {
         name: "identityless_data_at_a_removed_partitions_path_is_kept",
         expect: &["DirWorkRedone"],
         run: tree::identityless_data_at_a_removed_partitions_path_is_kept,
