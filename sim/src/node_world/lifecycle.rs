@@ -4,6 +4,7 @@
 //! while it is down), and the liveness phase once faults heal.
 
 use super::model::{AdminOp, MUser};
+use super::oracle::group_offsets_of_live_groups;
 use super::oracle::verify;
 use super::oracle::{check_partitions, journal_names_who_asked, journal_whole_after_boot};
 use super::oracle::{newest_record, trusted_slot_in_two_copies};
@@ -89,7 +90,15 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
         }
         Ok(booted) => {
             let trusted = booted.plan.record;
+            let fenced: BTreeSet<PartitionKey> = booted
+                .report
+                .partitions
+                .iter()
+                .filter(|(_, b)| b.fence().is_some())
+                .map(|(k, _)| *k)
+                .collect();
             lock(world).booted(booted, newest)?;
+            group_offsets_of_live_groups(&lock(world), &fenced, faults_from)?;
             if let Some(trusted) = trusted {
                 trusted_slot_in_two_copies(&lock(world), trusted, faults_from)?;
             }

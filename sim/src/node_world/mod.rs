@@ -417,6 +417,9 @@ pub struct NodeWorld {
     /// Directories a directed scenario put under `streams/` that no op made (an operator's
     /// copy): boot must keep them and fence the partition whose identity they claim.
     pub(crate) planted: BTreeSet<PathBuf>,
+    /// What the last boot decided for the tree under `streams/` (directed scenarios read
+    /// what it kept and reported).
+    pub(crate) last_tree: Option<cairn_engine::node::tree::TreePlan>,
     /// Partitions an explicit segment deletion is in flight for.
     pub(crate) deleting: BTreeSet<PartitionKey>,
     /// Offset stores that raced a metadata op (answered, or in doubt): the node resolves
@@ -539,6 +542,7 @@ impl NodeWorld {
             deleting: BTreeSet::new(),
             racing_stores: VecDeque::new(),
             planted: BTreeSet::new(),
+            last_tree: None,
             auto_commits: BTreeMap::new(),
         }
     }

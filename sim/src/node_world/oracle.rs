@@ -306,6 +306,7 @@ impl NodeWorld {
                 ),
             ));
         }
+        self.last_tree = Some(report.tree.clone());
         let applied = plan.record.map_or(0, |r| r.applied_op);
         if report.redone() > 0
             || plan
@@ -751,5 +752,56 @@ async fn check_offset(
         return Err(violation(INV_OFFSETS, format!("partition {key:?}: {holder:?} reads {got:?} after boot; the model allows {allowed:?} (log start {}, end {end})", part.log_start)));
     }
     part.offsets.insert(holder, (got, BTreeSet::new()));
+    Ok(())
+}
+
+/// After a boot, every consumer-group offset stored in a partition the node serves belongs
+/// to a group its topic has: boot removes the offsets of a group a journaled op deleted (its
+/// work redone) and of every group id the topic no longer has. A partition fenced at boot
+/// (boot leaves its files alone), or one a fault struck during the boot, is excused.
+pub(crate) fn group_offsets_of_live_groups(
+    w: &NodeWorld,
+    fenced: &BTreeSet<PartitionKey>,
+    faults_from: usize,
+) -> Checked<()> {
+    let faulted: Vec<PathBuf> = w
+        .disk
+        .records_since(faults_from)
+        .iter()
+        .filter_map(|r| r.path.clone())
+        .collect();
+    for key in w.model.identities(w.cluster).into_keys() {
+        let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), key.0, key.1, key.2);
+        if fenced.contains(&key)
+            || w.removed.contains(&key)
+            || faulted.iter().any(|p| p.starts_with(&dir))
+        {
+            continue;
+        }
+        let groups = &w
+            .model
+            .topic(key.0, key.1)
+            .expect("a partition's topic")
+            .groups;
+        let stored = w.disk.paths_under(&dir.join("offsets").join("groups"));
+        let stray = stored.iter().find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(cairn_engine::partition::offsets::parse_name)
+                .is_some_and(|id| !groups.contains_key(&id))
+        });
+        if let Some(path) = stray {
+            return Err(violation(
+                INV_OFFSETS,
+                format!(
+                    "after boot {} holds the offset of a group topic {}/{} does not have (its groups: {:?})",
+                    path.display(),
+                    key.0,
+                    key.1,
+                    groups.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+    }
     Ok(())
 }

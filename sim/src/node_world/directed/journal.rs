@@ -1,0 +1,406 @@
+//! Directed scenarios of the metadata plane's boot rules: the superblock slots, the
+//! snapshot, and damage in the journal (below the durable end, above it, in a checkpoint's
+//! leftovers) with the verdict each position gets.
+
+use super::*;
+
+/// The node crashes inside the directory work of a partition's removal, and rot then
+/// strikes that op's journal entry: the entry lies below the durable end recorded before the
+/// work began, so boot refuses. (Dropped as a torn tail, the op would be undone with its
+/// work half done: a partition directory gone with no op that removed it.)
+pub(super) fn rot_in_an_entry_whose_work_began_is_refused() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0004);
+    s.with_persisted_topic(2)?;
+    s.produce_n(4)?;
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    let before = s.journal_len();
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOn("partitions/1".into()));
+    s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the removal's work crashed"
+    );
+    let after = s.journal_len();
+    assert!(after > before, "the removal was journaled before its work");
+    s.executor.kill_all();
+    lock(&s.world)
+        .disk
+        .flip_bit_at(&journal, (before + after) / 2, 3);
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// While the node is down, the mirror copy of the newest metadata superblock record rots:
+/// boot trusts the record from its one good copy and writes it again (`RewriteSlot`), which
+/// the oracle checks after the boot (the slot file holds one record twice).
+pub(super) fn a_metadata_record_in_one_copy_is_written_again() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0007);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.executor.kill_all();
+    {
+        let w = lock(&s.world);
+        let dir = Path::new(NODE_ROOT).join("metadata");
+        let sequence = |name: &str| {
+            let bytes = w.disk.contents(&dir.join(name)).expect("a slot file");
+            let copy: [u8; cairn_engine::slots::RECORD_LEN] = bytes
+                [..cairn_engine::slots::RECORD_LEN]
+                .try_into()
+                .expect("a record");
+            cairn_engine::metadata::record::MetaRecord::decode(&copy).map_or(0, |r| r.sequence)
+        };
+        let newest = ["superblock.a", "superblock.b"]
+            .into_iter()
+            .max_by_key(|n| sequence(n))
+            .expect("two slots");
+        let mirror = cairn_engine::slots::MIRROR_OFFSET + 20;
+        w.disk.flip_bit_at(&dir.join(newest), mirror, 2);
+    }
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// An operator restored a copy of one superblock slot file over the other while the node
+/// was down: slot b holds a record whose sequence belongs in slot a. Boot refuses
+/// (`SuperblockMisplaced`) rather than trust a file that is not what its name says.
+pub(super) fn a_slot_holding_the_other_slots_record_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0009);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.restart_after(false, |w| {
+        let a = w.disk.contents(&metadata("superblock.a")).expect("slot a");
+        w.disk.overwrite(&metadata("superblock.b"), 0, &a);
+    })?;
+    Ok(s.decisions())
+}
+
+/// Both copies of both superblock slots rot while the node is down: no record to trust,
+/// though the journal holds ops, so boot refuses (`NoSuperblock`) instead of starting empty.
+pub(super) fn every_superblock_copy_rotten_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000a);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.restart_after(false, |w| {
+        for slot in ["superblock.a", "superblock.b"] {
+            for copy in [0, cairn_engine::slots::MIRROR_OFFSET] {
+                w.disk.flip_bit_at(&metadata(slot), copy + 20, 1);
+            }
+        }
+    })?;
+    Ok(s.decisions())
+}
+
+/// The records of two ops are lost at a power loss (their syncs lied); the journal kept
+/// both entries, and rot then strikes the first. Damage above the durable end the surviving
+/// record names is a torn tail only if nothing written after it follows; the second entry
+/// was written after the first was durable (its commit number reaches it), so boot refuses
+/// (`JournalInteriorCorruption`).
+pub(super) fn rot_before_a_later_whole_entry_is_interior_corruption() -> Checked<Vec<&'static str>>
+{
+    let mut s = Scenario::new(0x4e0d_000b);
+    s.with_persisted_topic(1)?;
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    s.lie_on_metadata_records(2);
+    let before = s.journal_len();
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    let first_end = s.journal_len();
+    s.perform(AdminOp::RenameStream(0, "again".into()))?;
+    assert!(s.journal_len() > first_end, "the second op was journaled");
+    s.restart_after(true, |w| {
+        w.disk.flip_bit_at(&journal, (before + first_end) / 2, 4);
+    })?;
+    Ok(s.decisions())
+}
+
+/// While the node is down, the last journal entry is replaced by another whole entry of the
+/// same op number, parent and length (an operator's restore from another history): it is
+/// not the op the superblock records, whose checksum it lacks, so boot refuses
+/// (`JournalChainBroken`) rather than replay an op nobody was answered for.
+pub(super) fn another_entry_at_the_durable_end_refuses_boot() -> Checked<Vec<&'static str>> {
+    use cairn_engine::metadata::journal;
+    let mut s = Scenario::new(0x4e0d_000d);
+    s.with_persisted_topic(1)?;
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    s.restart_after(false, |w| {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let bytes = w.disk.contents(&path).expect("a journal");
+        let last = journal::scan(&bytes, w.cluster)
+            .entries
+            .pop()
+            .expect("the rename's entry");
+        let mut body = last.body.clone();
+        let at = body
+            .windows(7)
+            .position(|n| n == b"renamed")
+            .expect("the new name is in the body");
+        body[at] = b'R';
+        let forged = journal::encode(
+            last.op,
+            last.commit,
+            last.parent,
+            last.cluster,
+            last.operation,
+            last.origin,
+            &body,
+        );
+        assert_eq!(forged.len() as u64, last.len, "the same length");
+        w.disk.overwrite(&path, last.position, &forged);
+    })?;
+    Ok(s.decisions())
+}
+
+/// A checkpoint crashed after writing its temporary snapshot (before its record), and the
+/// snapshot the record names then rots while the node is down: boot refuses
+/// (`SnapshotMismatch`) — the temporary file is a later checkpoint's, which no record names,
+/// and never stands in for the recorded one.
+pub(super) fn a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0012);
+    lock(&s.world).profile.checkpoint_bytes = 1;
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    let snapshot = metadata("snapshot.bin");
+    assert!(
+        lock(&s.world).disk.contents(&snapshot).is_some(),
+        "the first op's batch checkpointed"
+    );
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOnCall {
+            call: cairn_faults::Call::Sync,
+            part: "snapshot.bin.tmp".into(),
+        });
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    assert!(lock(&s.world).disk.is_crashed(), "the checkpoint crashed");
+    s.restart_after(false, |w| {
+        assert!(
+            w.disk.contents(&metadata("snapshot.bin.tmp")).is_some(),
+            "the crashed checkpoint left its temporary snapshot"
+        );
+        w.disk.flip_bit_at(&snapshot, 40, 5);
+    })?;
+    Ok(s.decisions())
+}
+
+/// Stream 0 renamed `renames` times, each op its own journal write; then the node restarts
+/// with a checkpoint threshold the next op crosses.
+fn renamed_then_ready_to_checkpoint(s: &mut Scenario, renames: usize) -> Checked<()> {
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    for i in 0..renames {
+        s.perform(AdminOp::RenameStream(0, format!("r{i}")))?;
+    }
+    let len = s.journal_len();
+    lock(&s.world).profile.checkpoint_bytes = len + 1;
+    s.restart(false)
+}
+
+/// A checkpoint that crashes between its snapshot's rename and the journal cut: every
+/// entry the journal holds is then in the snapshot. Returns the journal's entries.
+fn crash_a_checkpoint_before_its_journal_cut(
+    s: &mut Scenario,
+) -> Checked<Vec<cairn_engine::metadata::journal::Entry>> {
+    renamed_then_ready_to_checkpoint(s, 4)?;
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOnCall {
+            call: cairn_faults::Call::SetLen,
+            part: "journal.wal".into(),
+        });
+    s.perform(AdminOp::RenameStream(0, "last".into()))?;
+    let w = lock(&s.world);
+    assert!(w.disk.is_crashed(), "the checkpoint crashed");
+    Ok(w.journal_entries())
+}
+
+/// A checkpoint crashes before it empties the journal: boot finds only entries the
+/// snapshot holds and empties the journal (`TruncateJournal` from 0), replaying none.
+pub(super) fn a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_001a);
+    let entries = crash_a_checkpoint_before_its_journal_cut(&mut s)?;
+    assert!(entries.len() > 2, "the journal kept the checkpoint's ops");
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// A checkpoint crashes before it empties the journal, and rot then strikes the second
+/// entry there, followed by whole entries written after it was durable. Every one of them
+/// is an op the snapshot holds, so the damage is in a checkpoint's leftovers: boot empties
+/// the journal (row 17), where damage followed by later writes anywhere else refuses.
+pub(super) fn rot_in_a_checkpoints_leftover_journal_empties_it() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_001b);
+    let entries = crash_a_checkpoint_before_its_journal_cut(&mut s)?;
+    let second = &entries[1];
+    assert!(
+        entries[2..].iter().any(|e| e.commit >= second.op),
+        "a whole entry written after the damaged one was durable follows it"
+    );
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    let at = second.position + second.len / 2;
+    s.restart_after(false, |w| w.disk.flip_bit_at(&journal, at, 2))?;
+    Ok(s.decisions())
+}
+
+/// After a checkpoint, two acknowledged ops are journaled; a third is journaled and the
+/// node crashes before its superblock record (it is in doubt), and rot strikes its entry.
+/// Nothing follows the damage: a torn tail above the durable end (row 20), cut at the
+/// damage; the two ops after the snapshot are kept, through this boot and the next.
+pub(super) fn a_torn_tail_after_a_checkpoint_keeps_the_ops_before_it() -> Checked<Vec<&'static str>>
+{
+    let mut s = Scenario::new(0x4e0d_001c);
+    renamed_then_ready_to_checkpoint(&mut s, 4)?;
+    s.perform(AdminOp::RenameStream(0, "checkpointed".into()))?;
+    assert_eq!(s.journal_len(), 0, "the checkpoint emptied the journal");
+    s.perform(AdminOp::RenameStream(0, "after 1".into()))?;
+    s.perform(AdminOp::RenameStream(0, "after 2".into()))?;
+    lock(&s.world).disk.script(cairn_faults::Scripted::CrashOn(
+        "metadata/superblock".into(),
+    ));
+    s.perform(AdminOp::RenameStream(0, "in doubt".into()))?;
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the record's write crashed"
+    );
+    let last = lock(&s.world).journal_entries().pop().expect("entries");
+    let journal = metadata(cairn_engine::metadata::JOURNAL);
+    s.restart_after(false, |w| {
+        w.disk
+            .flip_bit_at(&journal, last.position + last.len / 2, 1)
+    })?;
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// A rule of a journal entry's header that the checksums do not cover for the decoder.
+#[derive(Debug, Clone, Copy)]
+enum HeaderRule {
+    /// `commit` (the last durable op when written) above the entry's own op.
+    CommitAboveOp,
+    /// A view other than 0 on a single node.
+    View,
+    /// Another consensus group than the metadata's.
+    Group,
+    /// Op 0 (ops start at 1).
+    OpZero,
+    /// A size above a header and the largest body.
+    Size,
+}
+
+/// The bytes of an entry that follows `last` and breaks `rule`, its header checksum (and
+/// its body checksum) correct, so only the rule can tell it from an entry: a rename of
+/// stream 0 to a name no caller asked for.
+fn forged_entry(last: &cairn_engine::metadata::journal::Entry, rule: HeaderRule) -> Vec<u8> {
+    use cairn_engine::metadata::journal;
+    use iggy_binary_protocol::{PrepareHeader, HEADER_SIZE};
+    let mut body = last.body.clone();
+    let at = body
+        .windows(7)
+        .position(|n| n == b"renamed")
+        .expect("the name is in the body");
+    body[at..at + 7].copy_from_slice(b"forged!");
+    if let HeaderRule::Size = rule {
+        body.resize(journal::MAX_BODY_LEN + 1, 0);
+    }
+    let op = last.op + 1;
+    let mut bytes = journal::encode(
+        op,
+        last.op,
+        last.checksum,
+        last.cluster,
+        last.operation,
+        last.origin,
+        &body[..body.len().min(journal::MAX_BODY_LEN)],
+    );
+    let mut put = |offset: usize, value: &[u8]| {
+        bytes[offset..offset + value.len()].copy_from_slice(value);
+    };
+    match rule {
+        HeaderRule::CommitAboveOp => put(
+            std::mem::offset_of!(PrepareHeader, commit),
+            &(op + 1).to_le_bytes(),
+        ),
+        HeaderRule::View => put(
+            std::mem::offset_of!(PrepareHeader, view),
+            &1u32.to_le_bytes(),
+        ),
+        HeaderRule::Group => put(
+            std::mem::offset_of!(PrepareHeader, group),
+            &(iggy_binary_protocol::namespace::METADATA_GROUP + 1).to_le_bytes(),
+        ),
+        HeaderRule::OpZero => {
+            put(std::mem::offset_of!(PrepareHeader, op), &0u64.to_le_bytes());
+            put(
+                std::mem::offset_of!(PrepareHeader, commit),
+                &0u64.to_le_bytes(),
+            );
+        }
+        HeaderRule::Size => {
+            let size = u32::try_from(HEADER_SIZE + body.len()).expect("bounded");
+            put(
+                std::mem::offset_of!(PrepareHeader, size),
+                &size.to_le_bytes(),
+            );
+            let sum = u128::from(xxhash::xxh3::xxh3_64(&body));
+            put(
+                std::mem::offset_of!(PrepareHeader, checksum_body),
+                &sum.to_le_bytes(),
+            );
+            bytes.truncate(HEADER_SIZE);
+            bytes.extend_from_slice(&body);
+        }
+    }
+    // The identity checksum: xxh3 of the header with its checksum and view zeroed.
+    let mut covered: [u8; HEADER_SIZE] = bytes[..HEADER_SIZE].try_into().expect("a header");
+    let at = std::mem::offset_of!(PrepareHeader, checksum);
+    covered[at..at + 16].fill(0);
+    let view = std::mem::offset_of!(PrepareHeader, view);
+    covered[view..view + 4].fill(0);
+    let checksum = u128::from(xxhash::xxh3::xxh3_64(&covered));
+    bytes[at..at + 16].copy_from_slice(&checksum.to_le_bytes());
+    bytes
+}
+
+/// While the node is down, an entry breaking `rule` (both checksums right) is appended to
+/// the journal after the last op. It is no entry: damage above the durable end with nothing
+/// after it, a torn tail boot cuts off (`TruncateJournal`). Read as an entry it would be
+/// replayed, an op no caller asked for, or refuse boot.
+fn a_header_breaking(seed: u64, rule: HeaderRule) -> Checked<Vec<&'static str>> {
+    use cairn_engine::metadata::journal;
+    let mut s = Scenario::new(seed);
+    s.with_persisted_topic(1)?;
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    s.restart_after(false, |w| {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let bytes = w.disk.contents(&path).expect("a journal");
+        let last = journal::scan(&bytes, w.cluster)
+            .entries
+            .pop()
+            .expect("the rename's entry");
+        let forged = forged_entry(&last, rule);
+        w.disk.overwrite(&path, bytes.len() as u64, &forged);
+    })?;
+    Ok(s.decisions())
+}
+
+pub(super) fn a_header_committing_above_its_op_is_a_torn_tail() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_001d, HeaderRule::CommitAboveOp)
+}
+
+pub(super) fn a_header_with_a_view_is_a_torn_tail() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_001e, HeaderRule::View)
+}
+
+pub(super) fn a_header_of_another_group_is_a_torn_tail() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_001f, HeaderRule::Group)
+}
+
+pub(super) fn a_header_of_op_zero_is_a_torn_tail() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_0020, HeaderRule::OpZero)
+}
+
+pub(super) fn a_header_sized_beyond_any_body_is_a_torn_tail() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_0021, HeaderRule::Size)
+}

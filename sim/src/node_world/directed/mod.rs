@@ -1,0 +1,462 @@
+//! Directed node scenarios: each a scripted fault schedule under the node oracle, reaching a
+//! decision on purpose. Every step is a caller's operation run on the executor and judged
+//! like the swarm's.
+//!
+//! Here: [`Scenario`] (a node on a fault-free disk and the steps scenarios take) and the
+//! list [`NODE_SCENARIOS`]; the scenarios by concern in `journal` (the metadata plane's
+//! boot rules), `tree` (the directories under `streams/`) and `serving` (retention and
+//! consumer groups).
+
+mod journal;
+mod serving;
+mod tree;
+
+use super::lifecycle::{restart, setup};
+use super::model::AdminOp;
+use super::tasks::{group_move, produce, run_meta, MEMBERS};
+use super::workload::GroupMove;
+use super::{lock, NodeWorld, Shared, NODE_ROOT};
+use crate::executor::Executor;
+use crate::report::Checked;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// One directed node scenario: its name, the decisions it must reach, and its body (the
+/// world's oracle checks every boot and operation on the way).
+pub struct NodeDirected {
+    pub name: &'static str,
+    pub expect: &'static [&'static str],
+    pub run: fn() -> Checked<Vec<&'static str>>,
+}
+
+/// A node on a simulated disk with no random faults: each scenario injects its own.
+struct Scenario {
+    world: Shared,
+    executor: Executor,
+}
+
+impl Scenario {
+    fn new(seed: u64) -> Scenario {
+        let profile = crate::profile::Profile::from_seed(seed);
+        let (mut w, executor) = NodeWorld::for_seed(seed, profile, false);
+        w.disk.set_faults(cairn_faults::DiskFaults::default());
+        w.faulty = false;
+        // No checkpoint unless a scenario asks: each superblock record is then one op's.
+        w.profile.checkpoint_bytes = 1 << 20;
+        Scenario {
+            world: Arc::new(Mutex::new(w)),
+            executor,
+        }
+    }
+
+    fn setup(&mut self) -> Checked<()> {
+        setup(&self.world, &mut self.executor)
+    }
+
+    /// Runs `op` as an admin caller and judges it.
+    fn perform(&mut self, op: AdminOp) -> Checked<()> {
+        let world = self.world.clone();
+        let client = lock(&world).node.clone().expect("up").client(100);
+        super::block(&mut self.executor, async move {
+            run_meta(&world, &client, 100, op).await;
+        });
+        self.violation()
+    }
+
+    /// One producer's send, judged.
+    fn produce(&mut self) -> Checked<()> {
+        let world = self.world.clone();
+        let client = lock(&world).node.clone().expect("up").client(200);
+        super::block(&mut self.executor, async move {
+            produce(&world, &client).await;
+        });
+        self.violation()
+    }
+
+    /// Member `member`'s `planned` move on the newest incarnation of group `g` of topic
+    /// `t` in stream `s`, judged.
+    fn group(
+        &mut self,
+        (s, t, g): (u32, u32, u32),
+        member: usize,
+        planned: GroupMove,
+    ) -> Checked<()> {
+        let world = self.world.clone();
+        let (node, incarnation) = {
+            let w = lock(&world);
+            let topic = w.model.topic(s, t).expect("the scenario made it");
+            (w.node.clone().expect("up"), topic.groups[&g].1)
+        };
+        let members: Vec<_> = (1..=MEMBERS).map(|c| node.client(c)).collect();
+        super::block(&mut self.executor, async move {
+            group_move(&world, &members, (s, t, g, incarnation), member, planned).await;
+        });
+        self.violation()
+    }
+
+    /// The node goes down (all its unsynced pages lost on a power loss), `damage` is done to
+    /// its disk while it is down, and it boots again.
+    fn restart_after(&mut self, power: bool, damage: impl FnOnce(&mut NodeWorld)) -> Checked<()> {
+        self.executor.kill_all();
+        {
+            let mut w = lock(&self.world);
+            if power {
+                w.disk.set_fates(cairn_faults::Fates::DropAll);
+            }
+            w.go_down(power);
+            damage(&mut w);
+        }
+        super::lifecycle::boot(&self.world, &mut self.executor)?;
+        self.violation()
+    }
+
+    /// A `Check` move that the oracle must judge (not skip as racing).
+    fn judged_check(&mut self, group: (u32, u32, u32), member: usize) -> Checked<()> {
+        let judged = |s: &Scenario| {
+            let w = lock(&s.world);
+            w.report
+                .decisions
+                .get("AssignmentsJudged")
+                .copied()
+                .unwrap_or(0)
+        };
+        let before = judged(self);
+        self.group(group, member, GroupMove::Check)?;
+        if judged(self) == before {
+            return Err(crate::report::violation(
+                super::INV_CALLERS,
+                format!("group {group:?}: the scenario's check was not judged"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `n` producer sends, each judged.
+    fn produce_n(&mut self, n: usize) -> Checked<()> {
+        (0..n).try_for_each(|_| self.produce())
+    }
+
+    /// What the node says of partition `key`.
+    fn info(
+        &mut self,
+        key: cairn_engine::node::PartitionKey,
+    ) -> Checked<cairn_engine::node::PartitionInfo> {
+        let client = lock(&self.world).node.clone().expect("up").client(300);
+        let info = super::block(&mut self.executor, async move {
+            client.partition_info(key).await
+        });
+        match info {
+            Some(Ok(Some(info))) => Ok(info),
+            other => Err(crate::report::violation(
+                crate::report::INV_LIVENESS,
+                format!("partition {key:?} has no info: {other:?}"),
+            )),
+        }
+    }
+
+    /// Virtual time passes.
+    fn sleep(&mut self, duration: std::time::Duration) {
+        let clock = lock(&self.world).clock.clone();
+        super::block(&mut self.executor, async move {
+            cairn_engine::env::Clock::sleep(&clock, duration).await;
+        });
+    }
+
+    /// The metadata journal's length in the page cache.
+    fn journal_len(&self) -> u64 {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let w = lock(&self.world);
+        w.disk.contents(&path).map_or(0, |c| c.len() as u64)
+    }
+
+    fn violation(&self) -> Checked<()> {
+        match lock(&self.world).violation.clone() {
+            Some(v) => Err(v),
+            None => Ok(()),
+        }
+    }
+
+    fn restart(&mut self, power: bool) -> Checked<()> {
+        self.executor.kill_all();
+        restart(&self.world, &mut self.executor, power)?;
+        self.violation()
+    }
+
+    fn with_persisted_topic(&mut self, partitions: u32) -> Checked<()> {
+        self.setup()?;
+        self.perform(AdminOp::CreateStream("s".into()))?;
+        self.perform(persisted_topic(partitions))
+    }
+
+    /// Stream 0 with topics 0 ("a") and 1 ("b"), one `persisted` partition each.
+    fn with_two_persisted_topics(&mut self) -> Checked<()> {
+        self.setup()?;
+        self.perform(AdminOp::CreateStream("s".into()))?;
+        for name in ["a", "b"] {
+            self.perform(AdminOp::CreateTopic {
+                stream: 0,
+                name: name.into(),
+                partitions: 1,
+                persisted: true,
+                offsets_persisted: true,
+                expiry: 0,
+                max_size: 0,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn decisions(&self) -> Vec<&'static str> {
+        lock(&self.world).report.decisions.keys().copied().collect()
+    }
+
+    /// `batches` acknowledged sends, then a power loss that drops everything unsynced; the
+    /// decisions boot took.
+    fn produce_then_lose_power(&mut self, batches: usize) -> Checked<Vec<&'static str>> {
+        self.produce_n(batches)?;
+        lock(&self.world)
+            .disk
+            .set_fates(cairn_faults::Fates::DropAll);
+        self.restart(true)?;
+        Ok(self.decisions())
+    }
+
+    /// The superblock records of the next `ops` ops with directory work are lost at the
+    /// next power loss: each writes two (the journal's durable end before its work, the
+    /// applied op after), and their syncs lie.
+    fn lie_on_metadata_records(&mut self, ops: usize) {
+        let w = lock(&self.world);
+        for _ in 0..2 * ops {
+            w.disk.script(cairn_faults::Scripted::LieOnSync(
+                "metadata/superblock".into(),
+            ));
+        }
+    }
+}
+
+/// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
+fn persisted_topic(partitions: u32) -> AdminOp {
+    AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        max_size: 0,
+    }
+}
+
+/// The metadata directory, and its files by name.
+fn metadata(name: &str) -> std::path::PathBuf {
+    super::oracle::journal_path().with_file_name(name)
+}
+
+/// Copies the directory tree `from` to `to` on the simulated disk, durably (what an operator
+/// does with `cp -r` and `sync`).
+fn copy_tree(w: &NodeWorld, from: &Path, to: &Path) {
+    use cairn_engine::env::{Disk, OpenMode};
+    let disk = &w.disk;
+    for path in disk.paths_under(from) {
+        let target = to.join(path.strip_prefix(from).expect("under"));
+        match disk.contents(&path) {
+            Some(bytes) => {
+                disk.create_dir_all(target.parent().expect("parent"))
+                    .expect("mkdir");
+                let file = disk.open(&target, OpenMode::CreateNew).expect("create");
+                file.write_all_at(&[std::io::IoSlice::new(&bytes)], 0)
+                    .expect("write");
+                file.sync_data().expect("sync");
+            }
+            None => disk.create_dir_all(&target).expect("mkdir"),
+        }
+    }
+    for dir in disk.paths_under(to).iter().chain([to.to_path_buf()].iter()) {
+        if disk.contents(dir).is_none() {
+            disk.sync_dir(dir).expect("sync dir");
+        }
+    }
+    let mut up = to.parent();
+    while let Some(dir) = up {
+        disk.sync_dir(dir).expect("sync dir");
+        up = dir.parent().filter(|p| p.starts_with(NODE_ROOT));
+    }
+    disk.forgive_io_time();
+}
+
+/// Whether `dir` still holds a segment log file.
+fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
+    w.disk
+        .paths_under(dir)
+        .iter()
+        .any(|p| p.to_string_lossy().ends_with(".log"))
+}
+
+/// Every directed node scenario.
+pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal",
+        expect: &["TruncateJournal", "CheckpointCrash"],
+        run: journal::a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal,
+    },
+    NodeDirected {
+        name: "rot_in_a_checkpoints_leftover_journal_empties_it",
+        expect: &["TruncateJournal"],
+        run: journal::rot_in_a_checkpoints_leftover_journal_empties_it,
+    },
+    NodeDirected {
+        name: "a_torn_tail_after_a_checkpoint_keeps_the_ops_before_it",
+        expect: &["TruncateJournal", "SnapshotReplay"],
+        run: journal::a_torn_tail_after_a_checkpoint_keeps_the_ops_before_it,
+    },
+    NodeDirected {
+        name: "a_header_committing_above_its_op_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_committing_above_its_op_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_with_a_view_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_with_a_view_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_of_another_group_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_of_another_group_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_of_op_zero_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_of_op_zero_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "a_header_sized_beyond_any_body_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_header_sized_beyond_any_body_is_a_torn_tail,
+    },
+    NodeDirected {
+        name: "identityless_data_at_a_removed_partitions_path_is_kept",
+        expect: &["DirWorkRedone"],
+        run: tree::identityless_data_at_a_removed_partitions_path_is_kept,
+    },
+    NodeDirected {
+        name: "an_empty_directory_at_an_unused_id_is_reported",
+        expect: &[],
+        run: tree::an_empty_directory_at_an_unused_id_is_reported,
+    },
+    NodeDirected {
+        name: "a_directory_planted_in_a_topic_whose_deletion_crashed_is_kept",
+        expect: &["DirWorkRedone"],
+        run: tree::a_directory_planted_in_a_topic_whose_deletion_crashed_is_kept,
+    },
+    NodeDirected {
+        name: "an_empty_topic_directory_under_a_deleted_stream_is_removed",
+        expect: &["DirWorkRedone"],
+        run: tree::an_empty_topic_directory_under_a_deleted_stream_is_removed,
+    },
+    NodeDirected {
+        name: "a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets",
+        expect: &["DirWorkRedone", "EntityDeleted"],
+        run: serving::a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets,
+    },
+    NodeDirected {
+        name: "a_group_deletion_cut_short_has_its_offsets_removed_at_boot",
+        expect: &["DirWorkRedone"],
+        run: serving::a_group_deletion_cut_short_has_its_offsets_removed_at_boot,
+    },
+    NodeDirected {
+        name: "a_create_refuses_a_directory_in_the_way",
+        expect: &["DirectoryInTheWay"],
+        run: tree::a_create_refuses_a_directory_in_the_way,
+    },
+    NodeDirected {
+        name: "a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot",
+        expect: &["BootRefused", "meta:SnapshotMismatch"],
+        run: journal::a_rotten_snapshot_beside_a_later_temporary_one_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_purge_keeps_a_directory_of_another_identity",
+        expect: &["SuperblockIdentity"],
+        run: tree::a_purge_keeps_a_directory_of_another_identity,
+    },
+    NodeDirected {
+        name: "a_topic_deletion_keeps_a_directory_of_another_identity",
+        expect: &["EntityDeleted"],
+        run: tree::a_topic_deletion_keeps_a_directory_of_another_identity,
+    },
+    NodeDirected {
+        name: "a_redone_group_deletion_keeps_another_topics_group_of_that_id",
+        expect: &["DirWorkRedone"],
+        run: serving::a_redone_group_deletion_keeps_another_topics_group_of_that_id,
+    },
+    NodeDirected {
+        name: "a_segment_exactly_as_old_as_the_expiry_is_kept",
+        expect: &["RetentionDeletion"],
+        run: serving::a_segment_exactly_as_old_as_the_expiry_is_kept,
+    },
+    NodeDirected {
+        name: "another_entry_at_the_durable_end_refuses_boot",
+        expect: &["BootRefused", "meta:JournalChainBroken"],
+        run: journal::another_entry_at_the_durable_end_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_purge_cut_short_before_its_work_is_redone",
+        expect: &["DirWorkRedone"],
+        run: tree::a_purge_cut_short_before_its_work_is_redone,
+    },
+    NodeDirected {
+        name: "a_slot_holding_the_other_slots_record_refuses_boot",
+        expect: &["BootRefused", "meta:SuperblockMisplaced"],
+        run: journal::a_slot_holding_the_other_slots_record_refuses_boot,
+    },
+    NodeDirected {
+        name: "every_superblock_copy_rotten_refuses_boot",
+        expect: &["BootRefused", "meta:NoSuperblock"],
+        run: journal::every_superblock_copy_rotten_refuses_boot,
+    },
+    NodeDirected {
+        name: "rot_before_a_later_whole_entry_is_interior_corruption",
+        expect: &["BootRefused", "meta:JournalInteriorCorruption"],
+        run: journal::rot_before_a_later_whole_entry_is_interior_corruption,
+    },
+    NodeDirected {
+        name: "deleting_a_stream_keeps_the_other_streams_members",
+        expect: &["GroupRebalance", "AssignmentsJudged"],
+        run: serving::deleting_a_stream_keeps_the_other_streams_members,
+    },
+    NodeDirected {
+        name: "a_metadata_record_in_one_copy_is_written_again",
+        expect: &["MetaSlotRepaired"],
+        run: journal::a_metadata_record_in_one_copy_is_written_again,
+    },
+    NodeDirected {
+        name: "a_create_redone_after_a_lost_record_keeps_its_messages",
+        expect: &["DirWorkRedone"],
+        run: tree::a_create_redone_after_a_lost_record_keeps_its_messages,
+    },
+    NodeDirected {
+        name: "a_removal_superseded_by_a_re_creation_is_not_redone",
+        expect: &["DirWorkRedone"],
+        run: tree::a_removal_superseded_by_a_re_creation_is_not_redone,
+    },
+    NodeDirected {
+        name: "rot_in_an_entry_whose_work_began_is_refused",
+        expect: &["BootRefused"],
+        run: journal::rot_in_an_entry_whose_work_began_is_refused,
+    },
+    NodeDirected {
+        name: "a_removed_partition_directory_is_fenced",
+        expect: &["DirectoryMissing"],
+        run: tree::a_removed_partition_directory_is_fenced,
+    },
+    NodeDirected {
+        name: "a_copy_claiming_a_partitions_identity_fences_it_and_is_kept",
+        expect: &["IdentityDuplicated"],
+        run: tree::a_copy_claiming_a_partitions_identity_fences_it_and_is_kept,
+    },
+    NodeDirected {
+        name: "a_purge_keeps_a_directory_it_cannot_account_for",
+        expect: &["DirectoryInTheWay"],
+        run: tree::a_purge_keeps_a_directory_it_cannot_account_for,
+    },
+];

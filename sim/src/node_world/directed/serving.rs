@@ -1,0 +1,219 @@
+//! Directed scenarios of a serving node: retention at the expiry's edge, consumer groups
+//! across deletions and boots.
+
+use super::*;
+
+/// A sealed segment whose newest message is exactly as old as the topic's expiry is kept
+/// (the spec deletes messages *older* than it); a microsecond later it is deleted. Both
+/// passes are explicit cleaner passes at a given time, judged by the oracle like the
+/// shards' own.
+pub(super) fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>> {
+    const EXPIRY: u64 = 10_000_000;
+    let mut s = Scenario::new(0x4e0d_000e);
+    {
+        // Only the scenario's passes: the shards' own timers stay out of the way.
+        let mut w = lock(&s.world);
+        w.profile.max_payload = 64 * 1024;
+        w.profile.cleaner_every_nanos = 24 * 3600 * 1_000_000_000;
+    }
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions: 1,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: EXPIRY,
+        max_size: 0,
+    })?;
+    let mut newest = None;
+    for _ in 0..64 {
+        s.produce()?;
+        let info = s.info((0, 0, 0))?;
+        if let Some(&(_, _, stamp)) = info.sealed.first() {
+            newest = Some(stamp);
+            break;
+        }
+    }
+    let newest = newest.expect("a segment sealed");
+    let wall = lock(&s.world).env.clock.wall_micros();
+    s.sleep(std::time::Duration::from_micros(
+        (newest + EXPIRY).saturating_sub(wall),
+    ));
+    for (now, expect_deleted) in [(newest + EXPIRY, false), (newest + EXPIRY + 1, true)] {
+        let node = lock(&s.world).node.clone().expect("up");
+        let deleted =
+            crate::node_world::block(&mut s.executor, async move { node.clean(Some(now)).await })
+                .expect("answered")
+                .expect("a pass");
+        let mut w = lock(&s.world);
+        w.drain_deletions()?;
+        w.judge_deletions(&deleted)?;
+        if deleted.is_empty() == expect_deleted {
+            return Err(crate::report::violation(
+                crate::node_world::INV_RETENTION,
+                format!("a pass at {now} µs over a segment whose newest stamp is {newest} µs (expiry {EXPIRY} µs) deleted {deleted:?}"),
+            ));
+        }
+    }
+    Ok(s.decisions())
+}
+
+/// Two topics of one stream each have a group of id 0 whose members polled with
+/// auto-commit (persisted offsets). The superblock records of the deletion of topic 0's
+/// group are lost at a power loss, so boot redoes its removal of that group's offsets: it
+/// must remove them in topic 0's partition only, never those of topic 1's group of the
+/// same id.
+pub(super) fn a_redone_group_deletion_keeps_another_topics_group_of_that_id(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_000f);
+    s.with_two_persisted_topics()?;
+    for _ in 0..32 {
+        let acked = |t: u32| {
+            let w = lock(&s.world);
+            let identity = w.model.identity(w.cluster, (0, t, 0)).expect("made");
+            w.parts
+                .get(&identity)
+                .is_some_and(|p| !p.messages.is_empty())
+        };
+        if acked(0) && acked(1) {
+            break;
+        }
+        s.produce()?;
+    }
+    for topic in [0, 1] {
+        s.perform(AdminOp::CreateGroup(0, topic, "g".into()))?;
+        s.group((0, topic, 0), 0, GroupMove::Join)?;
+        s.group((0, topic, 0), 0, GroupMove::Poll)?;
+    }
+    let committed = {
+        let w = lock(&s.world);
+        let identity = w.model.identity(w.cluster, (0, 1, 0)).expect("made");
+        let incarnation = w.model.topic(0, 1).expect("made").groups[&0].1;
+        let holder = crate::node_world::Holder::Group { id: 0, incarnation };
+        w.parts[&identity].offsets.get(&holder).and_then(|o| o.0)
+    };
+    assert!(committed.is_some(), "topic b's group committed an offset");
+    s.lie_on_metadata_records(1);
+    s.perform(AdminOp::DeleteGroup(0, 0, 0))?;
+    s.restart_after(true, |_| {})?;
+    Ok(s.decisions())
+}
+
+/// Two streams, each with a topic and a group, the same members in both; deleting one
+/// stream drops only its group's members: the other group's list, assignments and
+/// generation are judged after the deletion.
+pub(super) fn deleting_a_stream_keeps_the_other_streams_members() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0008);
+    s.setup()?;
+    for (stream, name) in [(0, "a"), (1, "b")] {
+        s.perform(AdminOp::CreateStream(name.into()))?;
+        s.perform(AdminOp::CreateTopic {
+            stream,
+            name: "t".into(),
+            partitions: 2,
+            persisted: true,
+            offsets_persisted: true,
+            expiry: 0,
+            max_size: 0,
+        })?;
+        s.perform(AdminOp::CreateGroup(stream, 0, "g".into()))?;
+        for member in 0..2 {
+            s.group((stream, 0, 0), member, GroupMove::Join)?;
+        }
+        s.judged_check((stream, 0, 0), 0)?;
+    }
+    s.perform(AdminOp::DeleteStream(0))?;
+    s.judged_check((1, 0, 0), 1)?;
+    s.group((1, 0, 0), 1, GroupMove::Leave)?;
+    s.judged_check((1, 0, 0), 0)?;
+    Ok(s.decisions())
+}
+
+/// The offset the newest incarnation of group `g` of topic `t` in stream 0 last stored in
+/// partition 0, as the model has it.
+fn group_offset(s: &Scenario, t: u32, g: u32) -> Option<u64> {
+    let w = lock(&s.world);
+    let identity = w.model.identity(w.cluster, (0, t, 0))?;
+    let incarnation = w.model.topic(0, t)?.groups.get(&g)?.1;
+    let holder = crate::node_world::Holder::Group { id: g, incarnation };
+    w.parts.get(&identity)?.offsets.get(&holder)?.0
+}
+
+/// Member `member` joins group `g` of topic 0 and polls, committing an offset.
+fn join_and_commit(s: &mut Scenario, g: u32, member: usize) -> Checked<()> {
+    s.group((0, 0, g), member, GroupMove::Join)?;
+    s.group((0, 0, g), member, GroupMove::Poll)?;
+    assert!(
+        group_offset(s, 0, g).is_some(),
+        "group {g} committed an offset"
+    );
+    Ok(())
+}
+
+/// Groups 0 and 1 of a persisted topic commit offsets; group 0 is deleted and created again
+/// under the same id, and the new group commits an offset too. The superblock records of
+/// the deletion and the re-creation are lost at a power loss, so boot redoes the deletion's
+/// removal of group 0's offsets: it must not remove the new group's (a later op created a
+/// group under that id), nor group 1's.
+pub(super) fn a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0014);
+    s.with_persisted_topic(1)?;
+    s.produce_n(4)?;
+    for name in ["g", "h"] {
+        s.perform(AdminOp::CreateGroup(0, 0, name.into()))?;
+    }
+    join_and_commit(&mut s, 0, 0)?;
+    join_and_commit(&mut s, 1, 1)?;
+    let deleted = lock(&s.world).model.topic(0, 0).expect("made").groups[&0].1;
+    s.lie_on_metadata_records(2);
+    s.perform(AdminOp::DeleteGroup(0, 0, 0))?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g2".into()))?;
+    let created = lock(&s.world).model.topic(0, 0).expect("made").groups[&0].1;
+    assert!(created > deleted, "group id 0 names a new group");
+    join_and_commit(&mut s, 0, 2)?;
+    s.restart_after(true, |_| {})?;
+    Ok(s.decisions())
+}
+
+/// The node crashes inside a group deletion's directory work, as it removes the group's
+/// offset file: boot redoes the removal (the deleted group's offset gone, which the oracle
+/// checks after every boot), and a group created afterwards under the same id starts with
+/// no offset.
+pub(super) fn a_group_deletion_cut_short_has_its_offsets_removed_at_boot(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0015);
+    s.with_persisted_topic(1)?;
+    s.produce_n(4)?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g".into()))?;
+    join_and_commit(&mut s, 0, 0)?;
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOn("offsets/groups/0".into()));
+    s.perform(AdminOp::DeleteGroup(0, 0, 0))?;
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the deletion's work crashed"
+    );
+    s.restart(false)?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g2".into()))?;
+    let client = lock(&s.world).node.clone().expect("up").client(100);
+    let read = crate::node_world::block(&mut s.executor, async move {
+        let group = iggy_binary_protocol::WireConsumer {
+            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+            id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        };
+        let id = iggy_binary_protocol::WireIdentifier::numeric(0);
+        client.get_offset(&group, &id, &id, Some(0)).await
+    })
+    .expect("answered");
+    match read {
+        Ok(None) => Ok(s.decisions()),
+        other => Err(crate::report::violation(
+            crate::report::INV_OFFSETS,
+            format!("a group created after a deleted one of its id reads offset {other:?}"),
+        )),
+    }
+}
