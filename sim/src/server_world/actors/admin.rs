@@ -30,7 +30,8 @@ pub(crate) async fn admin(mut a: Actor) {
                 create_stream(&mut a, format!("x{next}")).await;
             }
             35..=54 => delete_stream(&mut a).await,
-            55..=79 => read_streams(&mut a).await,
+            55..=64 => super::details::stats(&mut a).await,
+            65..=79 => read_streams(&mut a).await,
             _ => users(&mut a, &mut next).await,
         }
         if lock(&a.world).violation.is_some() {

@@ -6,6 +6,9 @@
 
 mod admin;
 mod data;
+mod details;
+mod groups;
+mod offsets;
 
 use super::{
     lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
