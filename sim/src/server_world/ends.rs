@@ -149,7 +149,10 @@ mod tests {
         judge_partition("t", (0, 0), W, 2, 3).unwrap();
         judge_partition("t", (0, 0), W, 6, 7).unwrap();
         assert!(judge_partition("t", (0, 0), W, 0, 0).is_err());
-        assert!(judge_partition("t", (0, 0), W, 0, 3).is_err(), "inconsistent");
+        assert!(
+            judge_partition("t", (0, 0), W, 0, 3).is_err(),
+            "inconsistent"
+        );
         assert!(judge_partition("t", (0, 0), W, 7, 8).is_err());
         let fenced = Window {
             may_be_empty: true,

@@ -91,8 +91,14 @@ pub const SERVER_COVERAGE: [(&str, &str); 23] = [
         "StreamDetails",
         "GetStream of the workload's stream: its totals and topic headers judged",
     ),
-    ("TopicList", "GetTopics: the workload's topic headers judged"),
-    ("StreamList", "GetStreams: the workload stream's totals judged"),
+    (
+        "TopicList",
+        "GetTopics: the workload's topic headers judged",
+    ),
+    (
+        "StreamList",
+        "GetStreams: the workload stream's totals judged",
+    ),
     (
         "PollCurrentOffset",
         "a poll's current offset judged against the partition's window",
@@ -121,12 +127,18 @@ pub const SERVER_COVERAGE: [(&str, &str); 23] = [
         "MemberRebalancedAway",
         "a member's offset call refused after a rebalance took its polled partition",
     ),
-    ("GetMe", "GetMe after a join: this connection's client, in the group"),
+    (
+        "GetMe",
+        "GetMe after a join: this connection's client, in the group",
+    ),
     (
         "GroupDetails",
         "GetConsumerGroup: counts, the assignment and the asking member judged",
     ),
-    ("GroupList", "GetConsumerGroups: the workload's group judged"),
+    (
+        "GroupList",
+        "GetConsumerGroups: the workload's group judged",
+    ),
 ];
 
 /// What one server-scope seed does.

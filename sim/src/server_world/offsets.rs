@@ -87,7 +87,13 @@ impl Offsets {
         }
         if let Some(offset) = found {
             if !stored.is_some_and(|s| s.sent.contains(&offset)) {
-                return Err(violation(INV_OFFSETS, format!("consumer {} in partition {:?}: read offset {offset}, which no store sent", key.0, key.1)));
+                return Err(violation(
+                    INV_OFFSETS,
+                    format!(
+                        "consumer {} in partition {:?}: read offset {offset}, which no store sent",
+                        key.0, key.1
+                    ),
+                ));
             }
         }
         Ok(())
@@ -120,7 +126,12 @@ pub const NO_CURRENT_PARTITION: u32 = 3007;
 
 /// Judges a member's offset call without a partition id. `stable`: the group's generation
 /// was the same before the poll and after the call, on one session (no rebalance between).
-pub fn judge_member(what: &str, current: Current, stable: bool, answer: MemberAnswer) -> Checked<()> {
+pub fn judge_member(
+    what: &str,
+    current: Current,
+    stable: bool,
+    answer: MemberAnswer,
+) -> Checked<()> {
     let wrong = |why: String| Err(violation(INV_OFFSETS, format!("{what}: {why}")));
     match (current, answer) {
         (Current::Nothing, MemberAnswer::Named(p)) => wrong(format!("answered for partition {p}, though no poll of this session read a partition")),

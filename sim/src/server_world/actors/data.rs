@@ -304,7 +304,11 @@ pub(crate) async fn member(mut a: Actor) {
                 .await;
             a.end(&begun, &result);
             a.after(&begun);
-            let now = a.client.as_ref().and_then(|c| c.session()).map(|s| s.session);
+            let now = a
+                .client
+                .as_ref()
+                .and_then(|c| c.session())
+                .map(|s| s.session);
             if let (Ok(()), Some(now)) = (&result, now) {
                 // A member joining again keeps its current partition.
                 let again = at.filter(|m| m.session == now);

@@ -55,7 +55,17 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
                 return;
             };
             let Ok(Some(reply)) = result else {
-                return judged(a, "TopicDetails", Err(violation(INV_ENDS, format!("get topic {}: answered 'not found' for a workload topic", TOPICS[t].0))));
+                return judged(
+                    a,
+                    "TopicDetails",
+                    Err(violation(
+                        INV_ENDS,
+                        format!(
+                            "get topic {}: answered 'not found' for a workload topic",
+                            TOPICS[t].0
+                        ),
+                    )),
+                );
             };
             let verdict = judge_topic(a, t, &reply, &ws);
             judged(a, "TopicDetails", verdict);
@@ -67,7 +77,14 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
                 return;
             };
             let Ok(Some(reply)) = result else {
-                return judged(a, "StreamDetails", Err(violation(INV_ENDS, "get stream: answered 'not found' for the workload's stream".into())));
+                return judged(
+                    a,
+                    "StreamDetails",
+                    Err(violation(
+                        INV_ENDS,
+                        "get stream: answered 'not found' for the workload's stream".into(),
+                    )),
+                );
             };
             let verdict = judge_stream(a, &reply.stream, &ws)
                 .and_then(|()| judge_headers(a, "get stream", &reply.topics, &ws));
@@ -140,7 +157,13 @@ fn judge_topic(
         sum += p.messages_count;
     }
     if sum != reply.topic.messages_count {
-        return Err(violation(INV_ENDS, format!("{what}: the topic counts {} messages, its partitions {sum}", reply.topic.messages_count)));
+        return Err(violation(
+            INV_ENDS,
+            format!(
+                "{what}: the topic counts {} messages, its partitions {sum}",
+                reply.topic.messages_count
+            ),
+        ));
     }
     Ok(())
 }
@@ -159,7 +182,13 @@ fn judge_header(
 ) -> Result<(), crate::report::Violation> {
     let n = partitions(a);
     if header.id != a.ids.topics[t] || header.partitions_count != n {
-        return Err(violation(INV_ENDS, format!("{what}: topic {} has id {} and {} partitions, created with id {} and {n}", TOPICS[t].0, header.id, header.partitions_count, a.ids.topics[t])));
+        return Err(violation(
+            INV_ENDS,
+            format!(
+                "{what}: topic {} has id {} and {} partitions, created with id {} and {n}",
+                TOPICS[t].0, header.id, header.partitions_count, a.ids.topics[t]
+            ),
+        ));
     }
     let parts = (0..n).map(|p| (t, p));
     ends::judge_total(
@@ -243,7 +272,13 @@ pub(crate) fn judge_poll_end(
     let verdict =
         ends::judge_current(&what, part, ws[&part], polled.current_offset).and_then(|()| {
             match last_returned {
-                Some(last) if polled.current_offset < last => Err(violation(INV_ENDS, format!("{what}: current offset {} below the last offset it returned ({last})", polled.current_offset))),
+                Some(last) if polled.current_offset < last => Err(violation(
+                    INV_ENDS,
+                    format!(
+                        "{what}: current offset {} below the last offset it returned ({last})",
+                        polled.current_offset
+                    ),
+                )),
                 _ => Ok(()),
             }
         });
@@ -290,7 +325,15 @@ fn judge_stats(
     let n = partitions(a);
     let topics = TOPICS.len() as u32;
     if stats.topics_count != topics || stats.partitions_count != topics * n {
-        return Err(violation(INV_ENDS, format!("stats: {} topics and {} partitions, the workload has {topics} and {}", stats.topics_count, stats.partitions_count, topics * n)));
+        return Err(violation(
+            INV_ENDS,
+            format!(
+                "stats: {} topics and {} partitions, the workload has {topics} and {}",
+                stats.topics_count,
+                stats.partitions_count,
+                topics * n
+            ),
+        ));
     }
     if stats.consumer_groups_count != 1 {
         return Err(violation(

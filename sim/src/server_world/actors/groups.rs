@@ -108,15 +108,25 @@ fn judge_details(
 ) -> Result<(), Violation> {
     let wrong = |why: String| Err(violation(INV_GROUP, format!("group details: {why}")));
     if reply.group.partitions_count != partitions {
-        return wrong(format!("{} partitions, the topic has {partitions}", reply.group.partitions_count));
+        return wrong(format!(
+            "{} partitions, the topic has {partitions}",
+            reply.group.partitions_count
+        ));
     }
     if reply.group.members_count as usize != reply.members.len() {
-        return wrong(format!("members count {} with {} members listed", reply.group.members_count, reply.members.len()));
+        return wrong(format!(
+            "members count {} with {} members listed",
+            reply.group.members_count,
+            reply.members.len()
+        ));
     }
     let mut owned: Vec<u32> = Vec::new();
     for m in &reply.members {
         if m.partitions_count as usize != m.partitions.len() {
-            return wrong(format!("member {} counts {} partitions and lists {:?}", m.id, m.partitions_count, m.partitions));
+            return wrong(format!(
+                "member {} counts {} partitions and lists {:?}",
+                m.id, m.partitions_count, m.partitions
+            ));
         }
         owned.extend(&m.partitions);
     }
@@ -127,11 +137,16 @@ fn judge_details(
         (0..partitions).collect()
     };
     if owned != all {
-        return wrong(format!("the members own partitions {owned:?}, expected each of {all:?} once"));
+        return wrong(format!(
+            "the members own partitions {owned:?}, expected each of {all:?} once"
+        ));
     }
     if let Some(me) = asking {
         if !reply.members.iter().any(|m| m.id == me) {
-            return wrong(format!("the asking member (client {me}) is not listed among {:?}", reply.members.iter().map(|m| m.id).collect::<Vec<_>>()));
+            return wrong(format!(
+                "the asking member (client {me}) is not listed among {:?}",
+                reply.members.iter().map(|m| m.id).collect::<Vec<_>>()
+            ));
         }
     }
     Ok(())

@@ -8,9 +8,7 @@
 //! after the call: no rebalance can have taken the partition between.
 
 use super::super::ends;
-use super::super::offsets::{
-    judge_member, Answer, Current, MemberAnswer, NO_CURRENT_PARTITION,
-};
+use super::super::offsets::{judge_member, Answer, Current, MemberAnswer, NO_CURRENT_PARTITION};
 use super::super::oracle::PartKey;
 use super::super::{lock, TOPICS};
 use super::data::judge_poll;
@@ -140,7 +138,10 @@ fn judge_offset_reply(
     reply: Option<&ConsumerOffsetResponse>,
 ) -> Result<(), Violation> {
     let w = lock(&a.world);
-    assert!(epoch == w.oracle.epoch && epoch == begun.epoch, "judged in its boot");
+    assert!(
+        epoch == w.oracle.epoch && epoch == begun.epoch,
+        "judged in its boot"
+    );
     let what = format!("{}: get offset of consumer {} in {part:?}", a.name, key.0);
     if let Some(r) = reply {
         if r.partition_id != part.1 {
@@ -181,7 +182,10 @@ fn group_ids(a: &Actor) -> GroupIds {
 }
 
 /// How a member's offset call without a partition id ended, if judged.
-fn member_answer<T>(result: &Result<T, ClientError>, ok: impl Fn(&T) -> MemberAnswer) -> Option<MemberAnswer> {
+fn member_answer<T>(
+    result: &Result<T, ClientError>,
+    ok: impl Fn(&T) -> MemberAnswer,
+) -> Option<MemberAnswer> {
     match result {
         Ok(value) => Some(ok(value)),
         Err(ClientError::Server { code, .. }) if *code == NO_CURRENT_PARTITION => {
@@ -193,7 +197,10 @@ fn member_answer<T>(result: &Result<T, ClientError>, ok: impl Fn(&T) -> MemberAn
 
 /// The session the last answer came on (`None`: no session).
 fn session(a: &Actor) -> Option<u64> {
-    a.client.as_ref().and_then(|c| c.session()).map(|s| s.session)
+    a.client
+        .as_ref()
+        .and_then(|c| c.session())
+        .map(|s| s.session)
 }
 
 /// A member that has not polled on this session: an offset read and a store without a
@@ -258,7 +265,10 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
     if let Current::Polled(p) = current {
         let part = (1, p);
         if !lock(&a.world).oracle.parts.contains_key(&part) {
-            a.fail(crate::report::violation(super::super::oracle::INV_POLL, format!("{}: a group poll answered for partition {p}", a.name)));
+            a.fail(crate::report::violation(
+                super::super::oracle::INV_POLL,
+                format!("{}: a group poll answered for partition {p}", a.name),
+            ));
             return false;
         }
         match judge_poll(a, part, None, false, &polled, epoch) {
@@ -343,9 +353,7 @@ fn judge(
         (Current::Polled(_), MemberAnswer::Named(_) | MemberAnswer::Done, true) => {
             w.decision(named_row)
         }
-        (Current::Polled(_), MemberAnswer::NoCurrent, false) => {
-            w.decision("MemberRebalancedAway")
-        }
+        (Current::Polled(_), MemberAnswer::NoCurrent, false) => w.decision("MemberRebalancedAway"),
         (Current::Nothing, MemberAnswer::NoCurrent, _) => w.decision("MemberNoCurrentPartition"),
         _ => {}
     }
