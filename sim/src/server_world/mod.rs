@@ -58,7 +58,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 23] = [
+pub const SERVER_COVERAGE: [(&str, &str); 26] = [
     (
         "ReplyLost",
         "a reply lost or never received: an unknown outcome",
@@ -138,6 +138,15 @@ pub const SERVER_COVERAGE: [(&str, &str); 23] = [
     (
         "GroupList",
         "GetConsumerGroups: the workload's group judged",
+    ),
+    ("Ping", "a ping answered"),
+    (
+        "GetClients",
+        "GetClients lists the asking client as its user's",
+    ),
+    (
+        "GetClient",
+        "GetClient of the asking client's id answers for it",
     ),
 ];
 

@@ -34,6 +34,9 @@
 //! - **S8** stored consumer offsets read back as stored, with the partition's end; a group
 //!   member's offset without a partition id means the partition its last poll read
 //!   ([`super::offsets`]).
+//! - **S9** GetMe, GetClients and GetClient describe the asking client as the login bound
+//!   it; a group's details count and assign what they list (`actors::clients`,
+//!   `actors::groups`).
 
 use crate::report::{violation, Violation};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -5,6 +5,7 @@
 //! oracle; after each one the nemesis may strike.
 
 mod admin;
+mod clients;
 mod data;
 mod details;
 mod groups;
