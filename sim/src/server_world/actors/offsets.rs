@@ -8,12 +8,14 @@
 //! after the call: no rebalance can have taken the partition between.
 
 use super::super::ends;
-use super::super::offsets::{judge_member, Answer, Current, MemberAnswer, NO_CURRENT_PARTITION};
+use super::super::offsets::{
+    judge_member, Answer, Current, MemberAnswer, INV_OFFSETS, NO_CURRENT_PARTITION,
+};
 use super::super::oracle::PartKey;
 use super::super::{lock, TOPICS};
 use super::data::judge_poll;
 use super::{outcome, sid, Actor, Begun, Outcome, MAX_POLL};
-use crate::report::Violation;
+use crate::report::{violation, Violation};
 use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use cairn_client::iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
 use cairn_client::iggy_binary_protocol::{WireConsumer, WireIdentifier, WirePollingStrategy};
@@ -120,6 +122,13 @@ fn changed(
                 w.fail(v);
             }
         }
+        // Refused with no fault to blame (the disk did not fill, the node runs): an offset the
+        // partition holds may be stored, and any may be deleted, so the refusal is wrong.
+        Outcome::Refused(code) if current && !w.may_be_empty() => {
+            let what = if value.is_some() { "store" } else { "delete" };
+            let v = violation(INV_OFFSETS, format!("{what} of offset {value:?} of consumer {} in {:?} refused with {code}, with no fault to blame", key.0, key.1));
+            w.fail(v);
+        }
         Outcome::Refused(_) | Outcome::Unknown => {
             w.oracle.offsets.answered(key, value, Answer::Lost);
         }
@@ -145,8 +154,8 @@ fn judge_offset_reply(
     let what = format!("{}: get offset of consumer {} in {part:?}", a.name, key.0);
     if let Some(r) = reply {
         if r.partition_id != part.1 {
-            return Err(crate::report::violation(
-                super::super::offsets::INV_OFFSETS,
+            return Err(violation(
+                INV_OFFSETS,
                 format!("{what}: answered for partition {}", r.partition_id),
             ));
         }
@@ -265,7 +274,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
     if let Current::Polled(p) = current {
         let part = (1, p);
         if !lock(&a.world).oracle.parts.contains_key(&part) {
-            a.fail(crate::report::violation(
+            a.fail(violation(
                 super::super::oracle::INV_POLL,
                 format!("{}: a group poll answered for partition {p}", a.name),
             ));
@@ -327,7 +336,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
     if let (true, Some(offset), Ok(found)) = (stable, stored, &result) {
         let found = found.as_ref().map(|r| r.stored_offset);
         if found != Some(offset) {
-            a.fail(crate::report::violation(super::super::offsets::INV_OFFSETS, format!("{what}: found {found:?}, though this member stored {offset} there with no rebalance since")));
+            a.fail(violation(INV_OFFSETS, format!("{what}: found {found:?}, though this member stored {offset} there with no rebalance since")));
             return false;
         }
     }
