@@ -12,7 +12,9 @@
 //! graceful shutdown must keep every acknowledged message, `replicated` ones included.
 
 mod actors;
+pub mod ends;
 mod lifecycle;
+pub mod offsets;
 pub mod oracle;
 
 use lifecycle::{block, boot, go_down, setup};
@@ -56,7 +58,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 9] = [
+pub const SERVER_COVERAGE: [(&str, &str); 26] = [
     (
         "ReplyLost",
         "a reply lost or never received: an unknown outcome",
@@ -81,6 +83,71 @@ pub const SERVER_COVERAGE: [(&str, &str); 9] = [
     ),
     ("BackPressure", "a write waited on a full pipe"),
     ("ClientTimeout", "a client gave up waiting for a reply"),
+    (
+        "TopicDetails",
+        "GetTopic of a workload topic: each partition's current offset and count judged",
+    ),
+    (
+        "StreamDetails",
+        "GetStream of the workload's stream: its totals and topic headers judged",
+    ),
+    (
+        "TopicList",
+        "GetTopics: the workload's topic headers judged",
+    ),
+    (
+        "StreamList",
+        "GetStreams: the workload stream's totals judged",
+    ),
+    (
+        "PollCurrentOffset",
+        "a poll's current offset judged against the partition's window",
+    ),
+    (
+        "Stats",
+        "GetStats: streams, topics, partitions, groups and messages judged",
+    ),
+    (
+        "ConsumerOffsetRead",
+        "GetConsumerOffset after a store or delete: stored and current offsets judged",
+    ),
+    (
+        "MemberNoCurrentPartition",
+        "a member's offset without a partition id before its first poll: refused",
+    ),
+    (
+        "MemberOffsetNamed",
+        "a member's offset read without a partition id named its polled partition",
+    ),
+    (
+        "MemberStoreNamed",
+        "a member's offset store without a partition id, no rebalance since its poll",
+    ),
+    (
+        "MemberRebalancedAway",
+        "a member's offset call refused after a rebalance took its polled partition",
+    ),
+    (
+        "GetMe",
+        "GetMe after a join: this connection's client, in the group",
+    ),
+    (
+        "GroupDetails",
+        "GetConsumerGroup: counts, the assignment and the asking member judged",
+    ),
+    (
+        "GroupList",
+        "GetConsumerGroups: the workload's group judged",
+    ),
+    ("Ping", "a ping answered"),
+    (
+        "GetClients",
+        "GetClients lists the asking client as its user's",
+    ),
+    (
+        "GetClient",
+        "GetClient of the asking client's id answers for it",
+    ),
 ];
 
 /// What one server-scope seed does.
@@ -263,6 +330,21 @@ impl ServerWorld {
             .rev()
             .find(|(first, _)| *first <= session)
             .map(|(_, epoch)| *epoch)
+    }
+
+    /// Whether a partition may report nothing now: the disk filled since this process
+    /// booted (a write refused for space fences its partition) or the node stopped.
+    pub fn may_be_empty(&self) -> bool {
+        let filled = self
+            .disk
+            .records_since(self.records_at_boot)
+            .iter()
+            .any(|r| r.kind == cairn_faults::FaultKind::NoSpace);
+        filled
+            || self
+                .server
+                .as_ref()
+                .is_some_and(|s| s.node().failure().is_some())
     }
 
     pub fn running(&self) -> bool {

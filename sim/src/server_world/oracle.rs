@@ -26,6 +26,17 @@
 //! - **S5** a request a deleted user's session sent after the deletion's reply gets no
 //!   successful reply.
 //! - **S6** one read of a group never shows a partition owned by two members.
+//! - **S7** a partition's reported end (current offset, message count; alone, in its
+//!   topic's, stream's or the server's totals) is at least what this boot acknowledged or
+//!   read before the request was sent, at most its boot length plus every message sent
+//!   since ([`super::ends`]). Allowed: nothing, from a partition the disk filling may have
+//!   fenced or a node that stopped.
+//! - **S8** stored consumer offsets read back as stored, with the partition's end; a group
+//!   member's offset without a partition id means the partition its last poll read
+//!   ([`super::offsets`]).
+//! - **S9** GetMe, GetClients and GetClient describe the asking client as the login bound
+//!   it; a group's details count and assign what they list (`actors::clients`,
+//!   `actors::groups`).
 
 use crate::report::{violation, Violation};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -73,6 +84,13 @@ pub struct PartModel {
     pub acked: BTreeMap<u64, Ack>,
     /// Offset → message id, as this epoch's boot scan, acks and reads showed it.
     pub log: BTreeMap<u64, u128>,
+    /// The log's length when this epoch's boot recovered it.
+    pub boot_len: u64,
+    /// Messages whose sends may append to this epoch's log: those begun in it, and those in
+    /// flight when it began (a client may deliver them to the new process).
+    pub epoch_sends: u64,
+    /// Messages in sends awaiting their reply.
+    pub in_flight: u64,
 }
 
 /// The log of every partition as one boot recovered it.
@@ -114,6 +132,8 @@ pub struct Oracle {
     /// Scratch streams with a lost create or delete that may still land, by the epoch of
     /// the server process that may apply it: not judged, not deleted, until it is gone.
     pub pending: BTreeMap<String, u64>,
+    /// Stored consumer offsets and group members' current partitions.
+    pub offsets: super::offsets::Offsets,
 }
 
 fn id_text(id: u128) -> String {
@@ -132,6 +152,18 @@ impl Oracle {
             assert_eq!(msg.part, part, "a message id is sent to one partition only");
             msg.sends += 1;
         }
+        let model = self.parts.get_mut(&part).expect("a known partition");
+        let n = ids.len() as u64;
+        model.epoch_sends += n;
+        model.in_flight += n;
+    }
+
+    /// A send of `n` messages to `part` got its reply (of any kind): the client sends it
+    /// no more (a lost attempt still counts in its epoch's sends).
+    pub fn answered(&mut self, part: PartKey, n: usize) {
+        let model = self.parts.get_mut(&part).expect("a known partition");
+        assert!(model.in_flight >= n as u64, "answered only what was sent");
+        model.in_flight -= n as u64;
     }
 
     /// A send of `ids` was refused before it could be appended: one send fewer to allow.
@@ -345,7 +377,9 @@ impl Oracle {
         self.epoch += 1;
         for model in self.parts.values_mut() {
             model.log.clear();
+            model.epoch_sends = model.in_flight;
         }
+        self.offsets.crashed();
     }
 
     /// What a boot recovered, before the server listens again. `graceful`: the run shut the
@@ -380,6 +414,7 @@ impl Oracle {
             for offset in lost {
                 model.acked.remove(&offset);
             }
+            model.boot_len = end;
             model.log = log
                 .iter()
                 .enumerate()

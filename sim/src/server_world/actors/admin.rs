@@ -30,7 +30,9 @@ pub(crate) async fn admin(mut a: Actor) {
                 create_stream(&mut a, format!("x{next}")).await;
             }
             35..=54 => delete_stream(&mut a).await,
-            55..=79 => read_streams(&mut a).await,
+            55..=62 => super::details::stats(&mut a).await,
+            63..=67 => super::clients::clients(&mut a).await,
+            68..=79 => read_streams(&mut a).await,
             _ => users(&mut a, &mut next).await,
         }
         if lock(&a.world).violation.is_some() {

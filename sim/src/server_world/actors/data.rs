@@ -2,11 +2,12 @@
 //! outcome), consumers (offset and `next` polls) and consumer-group members (join, group
 //! polls with auto-commit, the group's list), each reply judged by the oracle.
 
-use super::super::oracle::{self, check_assignments, PartKey};
+use super::super::oracle::{self, PartKey};
 use super::super::{lock, TOPICS};
+use super::offsets::MemberSession;
 use super::{
-    outcome, payload, payload_len, sid, Actor, Outcome, Role, LABEL_IDS, MAX_POLL,
-    REFUSED_BEFORE_APPEND,
+    details, groups, offsets, outcome, payload, payload_len, sid, Actor, Outcome, Role, LABEL_IDS,
+    MAX_POLL, REFUSED_BEFORE_APPEND,
 };
 use crate::report::violation;
 use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
@@ -97,6 +98,7 @@ pub(crate) async fn producer(mut a: Actor) {
             .await;
         a.end(&begun, &result);
         let epoch = a.after(&begun);
+        lock(&a.world).oracle.answered(part, ids.len());
         match &result {
             Ok(reply) => {
                 let Some(confirmation) = reply.confirmations.first() else {
@@ -204,6 +206,18 @@ pub(crate) async fn consumer(mut a: Actor) {
         if !a.connected().await {
             continue;
         }
+        let step = lock(&a.world).rng.gen_range(0..20);
+        match step {
+            0..=2 => {
+                details::read_numbers(&mut a).await;
+                continue;
+            }
+            3..=4 => {
+                offsets::consumer_offsets(&mut a, me).await;
+                continue;
+            }
+            _ => {}
+        }
         let (part, from, count, auto_commit) = {
             let mut w = lock(&a.world);
             let partitions = w.profile.partitions;
@@ -229,6 +243,7 @@ pub(crate) async fn consumer(mut a: Actor) {
             auto_commit,
         };
         let known = from.is_some_and(|f| lock(&a.world).oracle.knows(part, f));
+        let floor = lock(&a.world).oracle.floor(part);
         let begun = a.begin(&format!(
             "poll {}/{} from {from:?} count {count}",
             TOPICS[part.0].0, part.1
@@ -257,14 +272,19 @@ pub(crate) async fn consumer(mut a: Actor) {
         ) else {
             return;
         };
-        if let Some((last, _, _)) = messages.last() {
+        let last = messages.last().map(|m| m.0);
+        details::judge_poll_end(&a, part, &begun, floor, epoch, &polled, last);
+        if let Some(last) = last {
             cursors.insert(part, last + 1);
         }
     }
 }
 
 pub(crate) async fn member(mut a: Actor) {
-    let mut joined: Option<u64> = None;
+    // This session's membership, and its client id (from GetMe) once known.
+    let mut at: Option<MemberSession> = None;
+    let mut me: Option<u32> = None;
+    let mut rejoin = false;
     let (stream, topic, group) = (sid(a.ids.stream), sid(a.ids.topics[1]), sid(a.ids.group));
     while a.think().await {
         if !a.connected().await {
@@ -275,7 +295,8 @@ pub(crate) async fn member(mut a: Actor) {
             .as_ref()
             .and_then(|c| c.session())
             .map(|s| s.session);
-        if session.is_none() || joined != session {
+        let joined = session.filter(|s| !rejoin && at.is_some_and(|m| m.session == *s));
+        let Some(session) = joined else {
             let begun = a.begin("join group");
             let result = a
                 .client()
@@ -283,33 +304,48 @@ pub(crate) async fn member(mut a: Actor) {
                 .await;
             a.end(&begun, &result);
             a.after(&begun);
-            if result.is_ok() {
-                joined = a
-                    .client
-                    .as_ref()
-                    .and_then(|c| c.session())
-                    .map(|s| s.session);
-            }
-            continue;
-        }
-        if lock(&a.world).rng.gen_bool(0.3) {
-            let begun = a.begin("get group");
-            let result = a.client().get_consumer_group(&stream, &topic, &group).await;
-            a.end(&begun, &result);
-            a.after(&begun);
-            if let Ok(Some(details)) = result {
-                let members: Vec<(u32, Vec<u32>)> = details
-                    .members
-                    .iter()
-                    .map(|m| (m.id, m.partitions.clone()))
-                    .collect();
-                if let Err(v) = check_assignments(&members) {
-                    a.fail(v);
-                    return;
+            let now = a
+                .client
+                .as_ref()
+                .and_then(|c| c.session())
+                .map(|s| s.session);
+            if let (Ok(()), Some(now)) = (&result, now) {
+                // A member joining again keeps its current partition.
+                let again = at.filter(|m| m.session == now);
+                rejoin = false;
+                at = Some(MemberSession {
+                    session: now,
+                    polled: again.is_some_and(|m| m.polled),
+                });
+                if again.is_none() {
+                    me = groups::me_after_join(&mut a, now).await;
                 }
             }
             continue;
+        };
+        let mut member = at.expect("joined on this session");
+        let pick = lock(&a.world).rng.gen_range(0..10);
+        match pick {
+            0..=1 => {
+                if !groups::read_group(&mut a, session, me).await {
+                    return;
+                }
+                continue;
+            }
+            2..=3 if !member.polled => {
+                offsets::before_first_poll(&mut a, member).await;
+                continue;
+            }
+            2..=3 => {
+                member.polled = true;
+                at = Some(member);
+                offsets::after_poll(&mut a, member).await;
+                continue;
+            }
+            _ => {}
         }
+        member.polled = true;
+        at = Some(member);
         let count = lock(&a.world).rng.gen_range(1..=MAX_POLL);
         let request = PollMessagesRequest {
             consumer: WireConsumer::consumer_group(group.clone()),
@@ -342,7 +378,7 @@ pub(crate) async fn member(mut a: Actor) {
                 }
             }
             // Not a member (any more): join again.
-            Err(_) => joined = None,
+            Err(_) => rejoin = true,
         }
     }
 }

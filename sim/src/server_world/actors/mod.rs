@@ -5,7 +5,11 @@
 //! oracle; after each one the nemesis may strike.
 
 mod admin;
+mod clients;
 mod data;
+mod details;
+mod groups;
+mod offsets;
 
 use super::{
     lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
