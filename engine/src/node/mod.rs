@@ -256,10 +256,6 @@ impl Node {
         &self.inner.root
     }
 
-    pub fn settings(&self) -> &NodeSettings {
-        &self.inner.settings
-    }
-
     /// The current published view of the metadata.
     pub fn view(&self) -> Arc<MetaView> {
         self.inner.view.load()
