@@ -323,6 +323,14 @@ impl NodeWorld {
         // Boot recorded the journal's end: every entry it kept is below it now.
         self.journal_tail_exposed = false;
         self.cluster = booted.node.cluster();
+        // A cluster id is 128 bits drawn from the machine's entropy: a half of zeros (odds
+        // 2^-64 per half) is a draw that lost its entropy, and two clusters could collide.
+        if self.cluster >> 64 == 0 || self.cluster as u64 == 0 {
+            return Err(meta_violation(format!(
+                "cluster id {:#x} does not fill its 128 bits",
+                self.cluster
+            )));
+        }
         let view = booted.node.view();
         if view.op < self.max_observed_op {
             return Err(violation(
