@@ -58,7 +58,23 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 26] = [
+pub const SERVER_COVERAGE: [(&str, &str); 30] = [
+    (
+        "RefusedWithCause",
+        "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
+    ),
+    (
+        "LoginInactive",
+        "a login as a user acknowledged deactivated: refused with 47",
+    ),
+    (
+        "LoginOldPassword",
+        "a login with a password acknowledged replaced: refused with 42",
+    ),
+    (
+        "PollRevoked",
+        "a poll by a session whose permission to poll was acknowledged revoked: refused with 41",
+    ),
     (
         "ReplyLost",
         "a reply lost or never received: an unknown outcome",
@@ -345,6 +361,31 @@ impl ServerWorld {
                 .server
                 .as_ref()
                 .is_some_and(|s| s.node().failure().is_some())
+    }
+
+    /// The cause the world injected, from disk fault record `records` and epoch `epoch` on,
+    /// that may make the server refuse a request with code 1 (the node has no space, is
+    /// busy, or stopped: the wire carries no more). None when there is none to blame.
+    pub fn refusal_cause(&self, records: usize, epoch: u64) -> Option<&'static str> {
+        let filled = self
+            .disk
+            .records_since(records)
+            .iter()
+            .any(|r| r.kind == cairn_faults::FaultKind::NoSpace);
+        if filled {
+            return Some("the disk filled");
+        }
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.node().failure().is_some())
+        {
+            return Some("the node stopped");
+        }
+        if self.oracle.epoch != epoch || self.down.is_some() || self.phase == Phase::Done {
+            return Some("the server went down");
+        }
+        None
     }
 
     pub fn running(&self) -> bool {

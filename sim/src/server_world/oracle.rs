@@ -46,7 +46,7 @@ pub const INV_POLL: &str =
     "S2 polls return sent messages, in order, gapless, at most as often as sent";
 pub const INV_META: &str = "S3 metadata ops apply once, and survive";
 pub const INV_DEDUP: &str = "S4 a replayed request gets its original reply";
-pub const INV_REVOKED: &str = "S5 no data for a deleted user's session";
+pub const INV_REVOKED: &str = "S5 a user change holds from its answer on: no data for a deleted or revoked user's session, no login as a deactivated user or with a replaced password";
 pub const INV_GROUP: &str = "S6 group members never share a partition";
 
 /// Scans of the boots kept for judging late acknowledgements (the oldest go first).
@@ -124,8 +124,14 @@ pub struct Oracle {
     pub deleted_users: BTreeMap<String, u64>,
     /// Users the admin created (acknowledged) and not yet deleted.
     pub live_users: BTreeMap<String, String>,
-    /// Users whose create or delete reply was lost.
+    /// Users whose create, change or delete reply was lost (or refused for a cause of the
+    /// server's): never judged again.
     pub users_in_doubt: BTreeSet<String>,
+    /// Logins that must be refused, (username, password), with when the change that made it
+    /// so was answered: a deactivation (code 47), a password changed (code 42).
+    pub refused_logins: BTreeMap<(String, String), (u64, u32)>,
+    /// Users whose permission to poll was revoked, with when the revocation was answered.
+    pub revoked_users: BTreeMap<String, u64>,
     /// Epochs that ended with a power loss (only a power loss takes data a boot already
     /// recovered: a process crash keeps the page cache).
     pub power_losses: BTreeSet<u64>,

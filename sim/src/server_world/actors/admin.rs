@@ -1,18 +1,11 @@
-//! The admin and the user's session: scratch streams created (a create replayed on its
-//! session must get its original reply), deleted and read back; a user created for the
-//! session and deleted; and the session's requests after that deletion, which must get no
-//! data.
+//! The admin: scratch streams created (a create replayed on its session must get its
+//! original reply), deleted and read back; and the choice of its next request.
 
-use super::super::oracle::{StreamState, INV_DEDUP, INV_META, INV_REVOKED};
+use super::super::oracle::{StreamState, INV_DEDUP, INV_META};
 use super::super::{lock, STREAM};
-use super::data::judge_poll;
-use super::{outcome, sid, Actor, Outcome};
+use super::{outcome, Actor, Outcome};
 use crate::report::violation;
-use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
-use cairn_client::iggy_binary_protocol::{
-    WireConsumer, WireDecode, WireGlobalPermissions, WireIdentifier, WirePermissions,
-    WirePollingStrategy,
-};
+use cairn_client::iggy_binary_protocol::{WireDecode, WireIdentifier};
 use cairn_client::ClientError;
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -33,7 +26,7 @@ pub(crate) async fn admin(mut a: Actor) {
             55..=62 => super::details::stats(&mut a).await,
             63..=67 => super::clients::clients(&mut a).await,
             68..=79 => read_streams(&mut a).await,
-            _ => users(&mut a, &mut next).await,
+            _ => super::users::users(&mut a, &mut next).await,
         }
         if lock(&a.world).violation.is_some() {
             return;
@@ -72,27 +65,34 @@ async fn create_stream(a: &mut Actor, name: String) {
             }
             return;
         }
+        let kind = outcome(&result);
+        if let Outcome::Refused(code) = kind {
+            if code != 1012 {
+                // A refusal for a cause of the server's (a full disk, a stop): its journal
+                // entry may have been written. Any other refusal is wrong.
+                let op = format!("create stream {name}");
+                if a.refusal_in_doubt(&begun, code, &op, INV_META) {
+                    let mut w = lock(&a.world);
+                    let now_epoch = w.oracle.epoch;
+                    w.oracle
+                        .streams
+                        .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                }
+                return;
+            }
+        }
         let mut w = lock(&a.world);
-        match (outcome(&result), &result) {
-            (Outcome::Refused(1012), _) => {
+        match kind {
+            Outcome::Refused(_) => {
                 if before == StreamState::Absent {
                     w.fail(violation(INV_META, format!("create stream {name}: refused as existing, though no create of it can have landed")));
                 }
                 // The lost first attempt landed.
                 return;
             }
-            (Outcome::Unknown, _) => {
+            Outcome::Unknown => {
                 w.oracle.lost_attempt(&name);
                 continue;
-            }
-            (Outcome::Refused(_), _) => {
-                // A refusal for a reason of the server's (a full disk): its journal entry
-                // may have been written.
-                let now_epoch = w.oracle.epoch;
-                w.oracle
-                    .streams
-                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
-                return;
             }
             _ => {
                 w.oracle.streams.insert(name.clone(), before);
@@ -173,13 +173,28 @@ async fn delete_stream(a: &mut Actor) {
             .await;
         a.end(&begun, &result);
         a.after(&begun);
+        let kind = outcome(&result);
+        if let Outcome::Refused(code) = kind {
+            if code != 1009 && code != 1010 {
+                let op = format!("delete stream {name}");
+                if a.refusal_in_doubt(&begun, code, &op, INV_META) {
+                    let mut w = lock(&a.world);
+                    let now_epoch = w.oracle.epoch;
+                    w.oracle
+                        .streams
+                        .insert(name.clone(), StreamState::InDoubt(now_epoch));
+                }
+                return;
+            }
+        }
         let mut w = lock(&a.world);
-        match outcome(&result) {
+        match kind {
             Outcome::Ok => {
                 w.oracle.streams.insert(name.clone(), StreamState::Absent);
                 return;
             }
-            Outcome::Refused(1009 | 1010) => {
+            // Not found (1009 or 1010, the only refusals left).
+            Outcome::Refused(_) => {
                 if let StreamState::Exists(_) = before {
                     w.fail(violation(INV_META, format!("delete stream {name}: not found, though it was acknowledged and no delete of it can have landed")));
                 } else {
@@ -190,13 +205,6 @@ async fn delete_stream(a: &mut Actor) {
             Outcome::Unknown => {
                 w.oracle.lost_attempt(&name);
                 continue;
-            }
-            Outcome::Refused(_) => {
-                let now_epoch = w.oracle.epoch;
-                w.oracle
-                    .streams
-                    .insert(name.clone(), StreamState::InDoubt(now_epoch));
-                return;
             }
             Outcome::NotSent => {
                 w.oracle.streams.insert(name.clone(), before);
@@ -223,154 +231,5 @@ async fn read_streams(a: &mut Actor) {
     }
     if let Err(v) = w.oracle.streams_read(&listed) {
         w.fail(v);
-    }
-}
-
-/// Creates a user for the user's session, or deletes the one it uses.
-async fn users(a: &mut Actor, next: &mut u32) {
-    let (live, doubtful) = {
-        let w = lock(&a.world);
-        if !w.profile.user_session {
-            return;
-        }
-        (
-            w.oracle.live_users.keys().next().cloned(),
-            !w.oracle.users_in_doubt.is_empty(),
-        )
-    };
-    match live {
-        None if !doubtful || next.is_multiple_of(4) => {
-            *next += 1;
-            let name = format!("u{next}");
-            let password = format!("pw-{name}");
-            let permissions = WirePermissions {
-                global: WireGlobalPermissions {
-                    manage_servers: false,
-                    read_servers: false,
-                    manage_users: false,
-                    read_users: false,
-                    manage_streams: false,
-                    read_streams: true,
-                    manage_topics: false,
-                    read_topics: true,
-                    poll_messages: true,
-                    send_messages: false,
-                },
-                streams: Vec::new(),
-            };
-            let begun = a.begin(&format!("create user {name}"));
-            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
-            let result = a
-                .client()
-                .create_user(&name, &password, true, Some(permissions))
-                .await;
-            a.end(&begun, &result);
-            a.after(&begun);
-            let mut w = lock(&a.world);
-            match outcome(&result) {
-                Outcome::Ok => {
-                    w.oracle.users_in_doubt.remove(&name);
-                    w.oracle.live_users.insert(name, password);
-                }
-                Outcome::NotSent => {
-                    w.oracle.users_in_doubt.remove(&name);
-                }
-                _ => {}
-            }
-        }
-        Some(name) => {
-            let begun = a.begin(&format!("delete user {name}"));
-            lock(&a.world).oracle.users_in_doubt.insert(name.clone());
-            let result = a
-                .client()
-                .delete_user(&WireIdentifier::named(&name).expect("name"))
-                .await;
-            a.end(&begun, &result);
-            a.after(&begun);
-            let mut w = lock(&a.world);
-            match outcome(&result) {
-                Outcome::Ok => {
-                    let now = w.now();
-                    w.oracle.users_in_doubt.remove(&name);
-                    w.oracle.live_users.remove(&name);
-                    w.oracle.deleted_users.insert(name, now);
-                }
-                Outcome::NotSent => {
-                    w.oracle.users_in_doubt.remove(&name);
-                }
-                _ => {
-                    w.oracle.live_users.remove(&name);
-                }
-            }
-        }
-        None => {}
-    }
-}
-
-/// Logs in as the admin's current user and polls; once the user's deletion was answered,
-/// a request sent after that answer must get no data.
-pub(crate) async fn user_session(mut a: Actor) {
-    while a.think().await {
-        let user = {
-            let w = lock(&a.world);
-            let free = w
-                .oracle
-                .live_users
-                .iter()
-                .find(|(n, _)| !w.oracle.users_in_doubt.contains(*n));
-            free.map(|(n, p)| (n.clone(), p.clone()))
-        };
-        let Some((name, password)) = user else {
-            continue;
-        };
-        a.config = a.config.clone().with_credentials(&name, &password);
-        a.client = None;
-        a.session = None;
-        if !a.connected().await {
-            continue;
-        }
-        while a.think().await {
-            let request = PollMessagesRequest {
-                consumer: WireConsumer::consumer(sid(99)),
-                stream_id: sid(a.ids.stream),
-                topic_id: sid(a.ids.topics[0]),
-                partition_id: Some(0),
-                strategy: WirePollingStrategy::offset(0),
-                count: 5,
-                auto_commit: false,
-            };
-            let known = lock(&a.world).oracle.knows((0, 0), 0);
-            let begun = a.begin(&format!("poll as user {name}"));
-            let result = a.client().poll_messages(&request).await;
-            a.end(&begun, &result);
-            let epoch = a.after(&begun);
-            let deleted_at = lock(&a.world).oracle.deleted_users.get(&name).copied();
-            match (&result, deleted_at) {
-                (Ok(polled), Some(at)) if at <= begun.at => {
-                    a.fail(violation(INV_REVOKED, format!("user {name} was deleted (answered at {at} ns); its session's poll sent at {} ns was answered with {} messages", begun.at, polled.count)));
-                    return;
-                }
-                (Ok(polled), _) => {
-                    if judge_poll(
-                        &a,
-                        (0, 0),
-                        Some(0),
-                        known && epoch == begun.epoch,
-                        polled,
-                        epoch,
-                    )
-                    .is_err()
-                    {
-                        return;
-                    }
-                }
-                (Err(_), Some(_)) => break,
-                (Err(_), None) => {
-                    if !lock(&a.world).oracle.live_users.contains_key(&name) {
-                        break;
-                    }
-                }
-            }
-        }
     }
 }

@@ -140,6 +140,12 @@ pub(crate) async fn producer(mut a: Actor) {
             Err(ClientError::Server { code, .. }) if REFUSED_BEFORE_APPEND.contains(code) => {
                 lock(&a.world).oracle.unsent(&ids);
             }
+            // Other refusals (I/O, space, a stop) may follow a write, and only those.
+            Err(ClientError::Server { code, .. }) => {
+                if !a.partition_refusal_in_doubt(&begun, *code, &label, oracle::INV_ACKED) {
+                    return;
+                }
+            }
             Err(_) => {}
         }
     }

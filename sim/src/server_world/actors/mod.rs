@@ -10,6 +10,7 @@ mod data;
 mod details;
 mod groups;
 mod offsets;
+mod users;
 
 use super::{
     lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
@@ -152,12 +153,18 @@ struct Actor {
     session: Option<u64>,
 }
 
-/// A request begun: its span, the epoch and virtual time it was sent in.
+/// A request begun: its span, the epoch and virtual time it was sent in, and how many
+/// disk faults had fired by then.
 struct Begun {
     span: u64,
     epoch: u64,
     at: u64,
+    records: usize,
 }
+
+/// The only refusal code that may leave an operation in doubt: the node has no space, is
+/// busy, or stopped (engine `NodeError::code`; the wire carries no text).
+const CODE_UNAVAILABLE: u32 = 1;
 
 impl Actor {
     fn new(world: &Shared, role: Role) -> Actor {
@@ -253,6 +260,7 @@ impl Actor {
         let mut w = lock(&self.world);
         let at = w.now();
         let epoch = w.oracle.epoch;
+        let records = w.disk.record_count();
         w.event(format!("{}: {label}", self.name));
         let span = match &mut w.timeline {
             Some(timeline) => {
@@ -261,7 +269,12 @@ impl Actor {
             }
             None => 0,
         };
-        Begun { span, epoch, at }
+        Begun {
+            span,
+            epoch,
+            at,
+            records,
+        }
     }
 
     /// Ends a request: trace, timeline, coverage, progress, then the nemesis.
@@ -311,6 +324,62 @@ impl Actor {
         session
             .and_then(|s| lock(&self.world).epoch_of_session(s))
             .unwrap_or(begun.epoch)
+    }
+
+    /// Whether refusal `code` of `op` (begun at `begun`) leaves it in doubt: only code 1,
+    /// and only with a cause the world injected in the request's window (the disk filled,
+    /// the server went down, the node stopped). Any other refusal, or code 1 with nothing
+    /// to blame, fails the run under `invariant`.
+    fn refusal_in_doubt(
+        &self,
+        begun: &Begun,
+        code: u32,
+        op: &str,
+        invariant: &'static str,
+    ) -> bool {
+        let cause = lock(&self.world).refusal_cause(begun.records, begun.epoch);
+        self.judge_refusal(cause, code, op, invariant)
+    }
+
+    /// As [`Actor::refusal_in_doubt`], for a request to a partition: a partition fenced
+    /// when the disk filled earlier in this boot also answers code 1.
+    fn partition_refusal_in_doubt(
+        &self,
+        begun: &Begun,
+        code: u32,
+        op: &str,
+        invariant: &'static str,
+    ) -> bool {
+        let cause = {
+            let w = lock(&self.world);
+            let fenced = w.may_be_empty().then_some("the disk filled this boot");
+            w.refusal_cause(begun.records, begun.epoch).or(fenced)
+        };
+        self.judge_refusal(cause, code, op, invariant)
+    }
+
+    fn judge_refusal(
+        &self,
+        cause: Option<&'static str>,
+        code: u32,
+        op: &str,
+        invariant: &'static str,
+    ) -> bool {
+        let mut w = lock(&self.world);
+        match cause {
+            Some(_) if code == CODE_UNAVAILABLE => {
+                w.decision("RefusedWithCause");
+                true
+            }
+            Some(cause) => {
+                w.fail(crate::report::violation(invariant, format!("{}: {op} refused with code {code} ({cause}, but only code {CODE_UNAVAILABLE} names it)", self.name)));
+                false
+            }
+            None => {
+                w.fail(crate::report::violation(invariant, format!("{}: {op} refused with code {code}, with no fault to blame (the disk did not fill, the server stayed up, the node runs)", self.name)));
+                false
+            }
+        }
     }
 
     fn fail(&self, v: crate::report::Violation) {
@@ -374,7 +443,7 @@ pub fn spawn(world: &Shared) {
                 Role::Consumer(_) => data::consumer(actor).await,
                 Role::Member(_) => data::member(actor).await,
                 Role::Admin => admin::admin(actor).await,
-                Role::User => admin::user_session(actor).await,
+                Role::User => users::user_session(actor).await,
             }
         }));
     }

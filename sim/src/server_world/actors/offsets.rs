@@ -112,8 +112,21 @@ fn changed(
     a.end(begun, result);
     let epoch = a.after(begun);
     let current = this_boot(a, begun, epoch);
+    let kind = outcome(result);
+    if let (Outcome::Refused(code), true) = (&kind, current) {
+        let what = if value.is_some() { "store" } else { "delete" };
+        let op = format!(
+            "{what} of offset {value:?} of consumer {} in {:?}",
+            key.0, key.1
+        );
+        // Nothing stored to delete is judged below; any other refusal only for a cause.
+        let nothing_stored = *code == 3021 && value.is_none();
+        if !nothing_stored && !a.partition_refusal_in_doubt(begun, *code, &op, INV_OFFSETS) {
+            return;
+        }
+    }
     let mut w = lock(&a.world);
-    match outcome(result) {
+    match kind {
         Outcome::Ok if current => w.oracle.offsets.answered(key, value, Answer::Done),
         Outcome::Ok | Outcome::NotSent => {}
         // Nothing stored to delete.
@@ -121,13 +134,6 @@ fn changed(
             if let Err(v) = w.oracle.offsets.judge_delete_refused(key) {
                 w.fail(v);
             }
-        }
-        // Refused with no fault to blame (the disk did not fill, the node runs): an offset the
-        // partition holds may be stored, and any may be deleted, so the refusal is wrong.
-        Outcome::Refused(code) if current && !w.may_be_empty() => {
-            let what = if value.is_some() { "store" } else { "delete" };
-            let v = violation(INV_OFFSETS, format!("{what} of offset {value:?} of consumer {} in {:?} refused with {code}, with no fault to blame", key.0, key.1));
-            w.fail(v);
         }
         Outcome::Refused(_) | Outcome::Unknown => {
             w.oracle.offsets.answered(key, value, Answer::Lost);
