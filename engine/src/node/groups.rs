@@ -72,6 +72,7 @@ impl Membership {
         self.groups.get(&key)
     }
 
+    #[cfg(test)]
     pub fn total(&self) -> usize {
         self.total
     }

@@ -569,7 +569,12 @@ pub(crate) async fn group_move(
                     Err(v) => return w.fail(v),
                 }
             };
+            let before = client.group_assignment(&sid(s), &sid(t), &group).await;
             let polled = client.poll(&request).await;
+            let after = match &polled {
+                Ok(Some(_)) => Some(client.group_assignment(&sid(s), &sid(t), &group).await),
+                _ => None,
+            };
             let mut w = lock(world);
             w.auto_commits.remove(&client.id());
             match polled {
@@ -580,6 +585,10 @@ pub(crate) async fn group_move(
                         partition_id: polled.partition_id as u32,
                         nonce: polled.incarnation,
                     };
+                    if let Err(v) = judge_own_partition(identity, &before, after.as_ref()) {
+                        w.fail(v);
+                        return;
+                    }
                     if let Err(v) = w.judge_polled(identity, &polled, &starts) {
                         w.fail(v);
                         return;
@@ -745,4 +754,27 @@ async fn watch_cleaners(world: &Shared, client: &Client) {
             return;
         }
     }
+}
+
+/// A member's poll without a partition id reads a partition the member owns: judged when its
+/// assignment was the same generation just before and just after the poll (no rebalance
+/// between, so the node had no other assignment to serve it from).
+fn judge_own_partition(
+    polled: PartitionIdentity,
+    before: &NodeResult<(u64, Vec<u32>)>,
+    after: Option<&NodeResult<(u64, Vec<u32>)>>,
+) -> crate::report::Checked<()> {
+    let (Ok((generation, mine)), Some(Ok((after_generation, _)))) = (before, after) else {
+        return Ok(());
+    };
+    if generation != after_generation || mine.contains(&polled.partition_id) {
+        return Ok(());
+    }
+    Err(violation(
+        INV_CALLERS,
+        format!(
+            "a group member's poll read partition {} of {polled}; at generation {generation} it owns {mine:?}",
+            polled.partition_id
+        ),
+    ))
 }
