@@ -152,7 +152,7 @@ impl TreePlan {
 }
 
 /// An id as a directory name: exactly the decimal id.
-fn dir_id(name: &str) -> Option<u32> {
+pub(crate) fn dir_id(name: &str) -> Option<u32> {
     name.parse::<u32>().ok().filter(|id| id.to_string() == name)
 }
 
@@ -361,9 +361,9 @@ pub fn plan(
         let dir = topic_dir(root, s, t);
         let journaled = deleted_topics.contains(&(s, t)) || deleted_streams.contains(&s);
         if journaled && !kept(&plan, &|k| (k.0, k.1) == (s, t)) {
-            if !deleted_streams.contains(&s) || state.stream(s).is_some() {
-                plan.remove_dirs.push(dir);
-            }
+            // Removed on its own even when its stream goes too: the stream's directory may
+            // be kept for another topic's sake.
+            plan.remove_dirs.push(dir);
         } else {
             plan.kept_dirs.push(dir);
         }
