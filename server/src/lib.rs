@@ -20,8 +20,10 @@
 //! - [`tls`]: TLS for the listeners (rustls, sans-IO over any `ByteStream`), off by default;
 //! - [`server`]: the context and the binary listener, their bounds and graceful shutdown;
 //! - [`config`], [`serve`], [`process`]: `cairn serve`'s configuration, start and figures.
+//! - [`check`]: `cairn check`'s report of every boot plan, applied to nothing.
 #![deny(unsafe_code)]
 
+pub mod check;
 pub mod command;
 pub mod config;
 pub mod http;

@@ -152,7 +152,7 @@ impl TreePlan {
 }
 
 /// An id as a directory name: exactly the decimal id.
-fn dir_id(name: &str) -> Option<u32> {
+pub(crate) fn dir_id(name: &str) -> Option<u32> {
     name.parse::<u32>().ok().filter(|id| id.to_string() == name)
 }
 
@@ -187,7 +187,9 @@ fn list(disk: &dyn Disk, root: &Path, notes: &mut Vec<String>) -> io::Result<Lis
             continue;
         };
         found.streams.insert(s);
-        let topics = streams.join(&stream.name).join("topics");
+        let stream_dir = streams.join(&stream.name);
+        unknown_besides(disk, &stream_dir, "topics", &mut note)?;
+        let topics = stream_dir.join("topics");
         if !disk.exists(&topics)? {
             continue;
         }
@@ -197,7 +199,9 @@ fn list(disk: &dyn Disk, root: &Path, notes: &mut Vec<String>) -> io::Result<Lis
                 continue;
             };
             found.topics.insert((s, t));
-            let partitions = topics.join(&topic.name).join("partitions");
+            let topic_dir = topics.join(&topic.name);
+            unknown_besides(disk, &topic_dir, "partitions", &mut note)?;
+            let partitions = topic_dir.join("partitions");
             if !disk.exists(&partitions)? {
                 continue;
             }
@@ -212,6 +216,22 @@ fn list(disk: &dyn Disk, root: &Path, notes: &mut Vec<String>) -> io::Result<Lis
         }
     }
     Ok(found)
+}
+
+/// Notes every entry of the entity directory `dir` other than its one child directory
+/// `child` (an operator's file or directory: reported, left alone).
+fn unknown_besides(
+    disk: &dyn Disk,
+    dir: &Path,
+    child: &str,
+    note: &mut dyn FnMut(PathBuf),
+) -> io::Result<()> {
+    for entry in disk.read_dir(dir)? {
+        if !(entry.is_dir && entry.name == child) {
+            note(dir.join(&entry.name));
+        }
+    }
+    Ok(())
 }
 
 /// What one partition directory holds. Read errors make it foreign (kept, never removed).
@@ -341,9 +361,9 @@ pub fn plan(
         let dir = topic_dir(root, s, t);
         let journaled = deleted_topics.contains(&(s, t)) || deleted_streams.contains(&s);
         if journaled && !kept(&plan, &|k| (k.0, k.1) == (s, t)) {
-            if !deleted_streams.contains(&s) || state.stream(s).is_some() {
-                plan.remove_dirs.push(dir);
-            }
+            // Removed on its own even when its stream goes too: the stream's directory may
+            // be kept for another topic's sake.
+            plan.remove_dirs.push(dir);
         } else {
             plan.kept_dirs.push(dir);
         }

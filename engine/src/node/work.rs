@@ -55,7 +55,8 @@ pub struct TreeRemoval {
 }
 
 /// Removes the directory `dir` of a deleted topic or stream: each partition directory in it
-/// only if it holds one of `deleted` (or nothing), then `dir` itself if nothing was kept.
+/// only if it holds one of `deleted` (or nothing), then `dir` itself if nothing was kept —
+/// else, in a stream's, each topic directory in which nothing was kept.
 pub(crate) fn remove_deleted_tree(
     disk: &dyn Disk,
     dir: &Path,
@@ -86,8 +87,28 @@ pub(crate) fn remove_deleted_tree(
     if removal.kept.is_empty() {
         remove_durably(disk, dir)?;
         removal.removed.push(dir.to_path_buf());
+    } else {
+        remove_emptied_topics(disk, dir, &mut removal)?;
     }
     Ok(removal)
+}
+
+/// In a deleted stream's directory `dir` that keeps something, removes each topic directory
+/// that keeps nothing (every partition directory in it was removed).
+fn remove_emptied_topics(disk: &dyn Disk, dir: &Path, removal: &mut TreeRemoval) -> io::Result<()> {
+    let topics = dir.join("topics");
+    if !disk.exists(&topics)? {
+        return Ok(());
+    }
+    for topic in disk.read_dir(&topics)? {
+        let path = topics.join(&topic.name);
+        let is_topic = topic.is_dir && super::tree::dir_id(&topic.name).is_some();
+        if is_topic && !removal.kept.iter().any(|(k, _)| k.starts_with(&path)) {
+            remove_durably(disk, &path)?;
+            removal.removed.push(path);
+        }
+    }
+    Ok(())
 }
 
 /// The `partitions/` directories under a topic or stream directory.

@@ -98,6 +98,7 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
                 .map(|(k, _)| *k)
                 .collect();
             lock(world).booted(booted, newest)?;
+            lock(world).check_reports_debris()?;
             group_offsets_of_live_groups(&lock(world), &fenced, faults_from)?;
             if let Some(trusted) = trusted {
                 trusted_slot_in_two_copies(&lock(world), trusted, faults_from)?;
@@ -164,6 +165,7 @@ impl NodeWorld {
             cairn_engine::env::Disk::sync_dir(&self.disk, parent).expect("sync");
             self.disk.forgive_io_time();
             self.removed.insert(key);
+            self.debris_dir_removed(key);
             self.event(format!("fault an operator removed {}", dir.display()));
         }
     }
@@ -267,6 +269,9 @@ impl NodeWorld {
         self.disk.set_faults(faults);
         if self.disk_full_until.take().is_some() {
             self.last_full = self.now();
+        }
+        if self.faulty && self.chance(self.profile.debris) {
+            self.plant_debris();
         }
     }
 }

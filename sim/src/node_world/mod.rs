@@ -32,9 +32,11 @@
 //!
 //! The files: the world and its run here; `model` (the metadata model), `workload`
 //! (what callers ask), `tasks` (the callers), `judges` (what checks their answers),
-//! `lifecycle` (boots and restarts), `oracle` (the checks at each boot), [`directed`]
+//! `lifecycle` (boots and restarts), `oracle` (the checks at each boot), `debris` (an
+//! operator's leftovers and the checks that boot and `cairn check` keep and report them), [`directed`]
 //! (scripted node scenarios).
 
+mod debris;
 pub mod directed;
 mod judges;
 mod lifecycle;
@@ -65,7 +67,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 21] = [
+pub const NODE_COVERAGE: [(&str, &str); 23] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -138,6 +140,14 @@ pub const NODE_COVERAGE: [(&str, &str); 21] = [
         "CheckpointCrash",
         "a crash inside a checkpoint (record, rename, journal cut), finished at boot",
     ),
+    (
+        "OperatorDebris",
+        "a boot found an operator's debris (empty or identity-less directories, stray files): kept and reported",
+    ),
+    (
+        "OperatorDebrisChecked",
+        "cairn check, run on the simulated disk after a boot, reported every new piece of debris",
+    ),
 ];
 pub const INV_METADATA: &str = "6 metadata";
 pub const INV_RETENTION: &str = "6r retention";
@@ -188,6 +198,9 @@ pub struct NodeProfile {
     pub metadata_full: f64,
     /// Per step: the metadata journal's next sync fails with EIO (the node must stop).
     pub metadata_sync_error: f64,
+    /// While the node is down: an operator leaves debris under the data root
+    /// ([`debris`]).
+    pub debris: f64,
     /// Virtual time between each shard's cleaner passes.
     pub cleaner_every_nanos: u64,
     pub checkpoint_bytes: u64,
@@ -240,6 +253,7 @@ impl NodeProfile {
             sealed_handles: [1, 2, 512][rng.gen_range(0..3)],
             metadata_full: maybe(&mut rng, 0.15, 0.01, 0.04),
             metadata_sync_error: maybe(&mut rng, 0.15, 0.002, 0.01),
+            debris: maybe(&mut rng, 0.3, 0.2, 0.6),
         }
     }
 }
@@ -420,6 +434,9 @@ pub struct NodeWorld {
     /// What the last boot decided for the tree under `streams/` (directed scenarios read
     /// what it kept and reported).
     pub(crate) last_tree: Option<cairn_engine::node::tree::TreePlan>,
+    /// An operator's debris under the data root, by path (a directory, or a stray file):
+    /// every boot must keep and report it ([`debris`]).
+    pub(crate) debris: BTreeMap<PathBuf, debris::Debris>,
     /// Partitions an explicit segment deletion is in flight for.
     pub(crate) deleting: BTreeSet<PartitionKey>,
     /// Offset stores that raced a metadata op (answered, or in doubt): the node resolves
@@ -543,6 +560,7 @@ impl NodeWorld {
             racing_stores: VecDeque::new(),
             planted: BTreeSet::new(),
             last_tree: None,
+            debris: BTreeMap::new(),
             auto_commits: BTreeMap::new(),
         }
     }

@@ -286,12 +286,15 @@ impl NodeWorld {
             }
         }
         for path in &report.tree.paths {
-            if path.fate == Fate::Unaccounted && !self.planted.contains(&path.dir) {
+            if path.fate == Fate::Unaccounted && !self.operator_made(&path.dir) {
                 return Err(violation(INV_JUSTIFIED, format!("{}: a directory the metadata does not account for ({}), which nothing in this scope makes", path.dir.display(), path.found)));
             }
         }
-        let planted = |d: &PathBuf| self.planted.iter().any(|p| p.starts_with(d));
-        if !report.tree.kept_dirs.iter().all(planted)
+        if !report
+            .tree
+            .kept_dirs
+            .iter()
+            .all(|d| self.operator_made_under(d))
             || !report
                 .tree
                 .claimed
@@ -344,6 +347,7 @@ impl NodeWorld {
         self.max_observed_op = view.op;
         self.resolve(&view.state, view.op)?;
         self.check_tree()?;
+        self.judge_debris(&booted.report)?;
         self.node = Some(booted.node);
         Ok(())
     }
@@ -441,7 +445,7 @@ impl NodeWorld {
             .disk
             .paths_under(&streams)
             .into_iter()
-            .filter(|p| !self.planted.contains(p))
+            .filter(|p| !self.operator_made(p))
             .filter_map(|p| partition_key_of(&p))
             .collect();
         let expected: BTreeSet<PartitionKey> = self

@@ -350,6 +350,16 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: tree::a_directory_planted_in_a_topic_whose_deletion_crashed_is_kept,
     },
     NodeDirected {
+        name: "a_stream_deletion_keeping_data_removes_its_emptied_topics_done",
+        expect: &[],
+        run: tree::a_stream_deletion_keeping_data_removes_its_emptied_topics_done,
+    },
+    NodeDirected {
+        name: "a_stream_deletion_keeping_data_removes_its_emptied_topics_redone",
+        expect: &["DirWorkRedone"],
+        run: tree::a_stream_deletion_keeping_data_removes_its_emptied_topics_redone,
+    },
+    NodeDirected {
         name: "an_empty_topic_directory_under_a_deleted_stream_is_removed",
         expect: &["DirWorkRedone"],
         run: tree::an_empty_topic_directory_under_a_deleted_stream_is_removed,

@@ -449,3 +449,66 @@ pub(super) fn an_empty_topic_directory_under_a_deleted_stream_is_removed(
     s.produce_n(2)?;
     Ok(s.decisions())
 }
+
+/// While the node serves, an operator leaves a directory with data and no identity at an
+/// unused partition id of topic 0; stream 0 (topics 0 and 1) is then deleted, its directory
+/// work done whole or (`crash`) cut short and redone by boot. The deletion keeps the
+/// operator's directory with the directories holding it, and removes all it deleted: topic
+/// 1's directory too, since every partition directory in it was removed. The boot after
+/// keeps and reports the operator's directory and reports nothing else.
+fn a_stream_deletion_keeping_data_removes_its_emptied_topics(
+    seed: u64,
+    crash: bool,
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(seed);
+    s.with_two_persisted_topics()?;
+    s.produce_n(4)?;
+    {
+        let mut w = lock(&s.world);
+        let log = cairn_engine::partition::segment::log_name(0);
+        plant_file(&w, &part_dir(0, 7).join(log), &[7; 64]);
+        w.planted.insert(part_dir(0, 7));
+        if crash {
+            w.disk.script(cairn_faults::Scripted::CrashOn(
+                "topics/1/partitions/0".into(),
+            ));
+        }
+    }
+    s.perform(AdminOp::DeleteStream(0))?;
+    assert_eq!(
+        lock(&s.world).disk.is_crashed(),
+        crash,
+        "the deletion's work crashed as scripted"
+    );
+    s.restart(false)?;
+    kept_and_reported(&s, &part_dir(0, 7))?;
+    let emptied = part_dir(1, 0)
+        .parent()
+        .and_then(Path::parent)
+        .expect("topic")
+        .to_path_buf();
+    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &emptied).unwrap_or(true) {
+        return Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!(
+                "{} outlived its stream's deletion, though every partition directory in it was removed",
+                emptied.display()
+            ),
+        ));
+    }
+    s.restart(false)?;
+    kept_and_reported(&s, &part_dir(0, 7))?;
+    Ok(s.decisions())
+}
+
+/// [`a_stream_deletion_keeping_data_removes_its_emptied_topics`], the work done whole.
+pub(super) fn a_stream_deletion_keeping_data_removes_its_emptied_topics_done(
+) -> Checked<Vec<&'static str>> {
+    a_stream_deletion_keeping_data_removes_its_emptied_topics(0x4e0d_0022, false)
+}
+
+/// [`a_stream_deletion_keeping_data_removes_its_emptied_topics`], the work redone at boot.
+pub(super) fn a_stream_deletion_keeping_data_removes_its_emptied_topics_redone(
+) -> Checked<Vec<&'static str>> {
+    a_stream_deletion_keeping_data_removes_its_emptied_topics(0x4e0d_0023, true)
+}

@@ -213,6 +213,7 @@ impl NodeWorld {
         sent_at: u64,
         live: bool,
     ) {
+        self.debris_holders_changed(op, effect);
         for identity in &effect.removed {
             self.due.remove(identity);
             if live {
