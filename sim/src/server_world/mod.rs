@@ -35,6 +35,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// A partition of the world: (topic index, partition id).
+pub type PartKey = (usize, u32);
+
 /// The server's host, and the address it listens on.
 pub const SERVER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 pub const SERVER_ADDR: SocketAddr = SocketAddr::new(SERVER_IP, 8090);

@@ -8,8 +8,9 @@
 //! after a lost reply (the attempt may land any time), a read finds nothing or some offset
 //! a store sent.
 
-use super::oracle::{Checked, PartKey};
+use super::PartKey;
 use crate::report::violation;
+use crate::report::Checked;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const INV_OFFSETS: &str = "S8 stored offsets read back as stored; a member's offset without a partition id means its current partition";

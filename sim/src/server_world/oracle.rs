@@ -38,7 +38,7 @@
 //!   it; a group's details count and assign what they list (`actors::clients`,
 //!   `actors::groups`).
 
-use crate::report::{violation, Violation};
+use crate::report::violation;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub const INV_ACKED: &str = "S1 acknowledged messages survive";
@@ -52,10 +52,8 @@ pub const INV_GROUP: &str = "S6 group members never share a partition";
 /// Scans of the boots kept for judging late acknowledgements (the oldest go first).
 pub const MAX_SCANS: usize = 16;
 
-pub type Checked<T> = Result<T, Violation>;
-
-/// A partition of the world: (topic index, partition id).
-pub type PartKey = (usize, u32);
+pub use super::PartKey;
+pub use crate::report::Checked;
 
 /// What the model knows of one message id.
 #[derive(Debug, Clone, Default)]
