@@ -105,10 +105,11 @@ impl NodeWorld {
     /// `streams/` makes boot refuse (`DataWithoutMetadata`: it may be data whose metadata
     /// was lost), by design.
     pub(crate) fn plant_debris(&mut self) {
-        if self.debris.len() >= MAX_DEBRIS || self.last_tree.is_none() {
+        if self.debris_planted as usize >= MAX_DEBRIS || self.last_tree.is_none() {
             return;
         }
-        let n = UNUSED + self.debris.len() as u32;
+        let n = UNUSED + self.debris_planted;
+        self.debris_planted += 1;
         let topics: Vec<(u32, u32)> = self
             .model
             .streams

@@ -437,6 +437,9 @@ pub struct NodeWorld {
     /// An operator's debris under the data root, by path (a directory, or a stray file):
     /// every boot must keep and report it ([`debris`]).
     pub(crate) debris: BTreeMap<PathBuf, debris::Debris>,
+    /// Pieces of debris planted so far (a piece's ids derive from it, so a piece a later
+    /// deletion removed never lends its ids to the next one).
+    pub(crate) debris_planted: u32,
     /// Partitions an explicit segment deletion is in flight for.
     pub(crate) deleting: BTreeSet<PartitionKey>,
     /// Offset stores that raced a metadata op (answered, or in doubt): the node resolves
@@ -561,6 +564,7 @@ impl NodeWorld {
             planted: BTreeSet::new(),
             last_tree: None,
             debris: BTreeMap::new(),
+            debris_planted: 0,
             auto_commits: BTreeMap::new(),
         }
     }

@@ -318,6 +318,12 @@ fn judge_login(
             Ok(())
         }
         (Some((at, expected)), _) if at <= begun.at => Err(violation(INV_REVOKED, format!("log in as user {name} sent at {} ns: answered {code:?}, though a change answered at {at} ns forbids it (code {expected})", begun.at))),
+        // A change answered after the login was sent was in flight while the server checked
+        // it (the check waits on the hashing pool): either order is right.
+        (Some((at, _)), Some(_)) if at > begun.at => {
+            w.decision("LoginRacedChange");
+            Ok(())
+        }
         (_, Some(code @ (INVALID_CREDENTIALS | USER_INACTIVE))) if !limited => Err(violation(INV_REVOKED, format!("log in as user {name} with its current password refused with {code}, though it was acknowledged active with that password and nothing about it is in doubt"))),
         _ => Ok(()),
     }
