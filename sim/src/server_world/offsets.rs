@@ -6,7 +6,7 @@
 //! Within one boot a store or delete acknowledged, with no attempt of either in doubt since
 //! the boot, decides what a read finds. Across boots (a `replicated` offset may be lost) or
 //! after a lost reply (the attempt may land any time), a read finds nothing or some offset
-//! a store sent.
+//! a store sent, or the partition's last offset that a boot lowered a stored offset to.
 
 use super::PartKey;
 use crate::report::violation;
@@ -25,6 +25,10 @@ pub struct Stored {
     /// A store or delete of this boot had an unknown outcome: what it is stays unknown until
     /// the next boot.
     pub doubt: bool,
+    /// Offsets a boot's recovery may have stored in place of a sent one: a stored offset
+    /// above the recovered last offset (a `replicated` tail lost to a power loss) is lowered
+    /// to that last offset, durably (the engine's `plan_offsets`).
+    pub lowered: BTreeSet<u64>,
 }
 
 /// The consumers' offsets: (consumer id, partition) → what is stored.
@@ -48,6 +52,20 @@ impl Offsets {
         for stored in self.stored.values_mut() {
             stored.known = None;
             stored.doubt = false;
+        }
+    }
+
+    /// A boot recovered partition `part` holding `end` messages. Recovery lowers a stored
+    /// offset above the last one to it; only a sent offset above it can have been lowered.
+    pub fn recovered(&mut self, part: PartKey, end: u64) {
+        let Some(last) = end.checked_sub(1) else {
+            return;
+        };
+        let of_part = self.stored.iter_mut().filter(|((_, p), _)| *p == part);
+        for (_, stored) in of_part {
+            if stored.sent.last().is_some_and(|&top| top > last) {
+                stored.lowered.insert(last);
+            }
         }
     }
 
@@ -87,11 +105,13 @@ impl Offsets {
             }
         }
         if let Some(offset) = found {
-            if !stored.is_some_and(|s| s.sent.contains(&offset)) {
+            let explained =
+                stored.is_some_and(|s| s.sent.contains(&offset) || s.lowered.contains(&offset));
+            if !explained {
                 return Err(violation(
                     INV_OFFSETS,
                     format!(
-                        "consumer {} in partition {:?}: read offset {offset}, which no store sent",
+                        "consumer {} in partition {:?}: read offset {offset}, which no store sent and no boot lowered a stored offset to",
                         key.0, key.1
                     ),
                 ));
@@ -168,6 +188,36 @@ mod tests {
         o.crashed();
         o.answered(key, None, Answer::Done);
         assert!(o.judge_read(key, Some(5)).is_err(), "deleted");
+    }
+
+    #[test]
+    fn a_boot_may_lower_an_offset_above_the_recovered_end_to_its_last_offset() {
+        let mut o = Offsets::default();
+        let (key, other) = ((7, (1, 0)), (8, (1, 0)));
+        o.storing(key, 9);
+        o.answered(key, Some(9), Answer::Done);
+        o.storing(other, 3);
+        o.answered(other, Some(3), Answer::Done);
+        o.crashed();
+        o.recovered((1, 0), 6);
+        o.recovered((0, 0), 2);
+        o.judge_read(key, Some(5)).unwrap();
+        o.judge_read(key, Some(9)).unwrap();
+        assert!(o.judge_read(key, Some(4)).is_err(), "not the last offset");
+        assert!(
+            o.judge_read(key, Some(1)).is_err(),
+            "another partition's last"
+        );
+        assert!(
+            o.judge_read(other, Some(5)).is_err(),
+            "3 was never above the end"
+        );
+        o.crashed();
+        o.recovered((1, 0), 0);
+        assert!(
+            o.judge_read(key, Some(2)).is_err(),
+            "an empty log deletes it"
+        );
     }
 
     #[test]

@@ -419,6 +419,7 @@ impl Oracle {
                 model.acked.remove(&offset);
             }
             model.boot_len = end;
+            self.offsets.recovered(*part, end);
             model.log = log
                 .iter()
                 .enumerate()

@@ -200,26 +200,57 @@ async fn change_user(a: &mut Actor, name: &str, password: &str, change: Change) 
     }
 }
 
-/// The session's failed logins in the server process of `epoch`.
+/// The session's failed logins in the server process of `epoch`: those an answer showed,
+/// and an upper bound of those the server may have counted. A request whose client holds
+/// credentials the server may refuse can log in unseen: its client re-logs in inside the
+/// request (up to `1 + reconnect_retries` times, `Client::exchange`), and a refusal whose reply was lost reads
+/// as a connection failure.
 #[derive(Debug, Default)]
 struct Failures {
     epoch: u64,
     count: u32,
+    possible: u32,
 }
 
 impl Failures {
     /// Counts a refused login (the session's own, or its client's re-login inside a
-    /// request) answered by this epoch's process; a new epoch starts from none.
-    fn note(&mut self, a: &Actor, begun: &Begun, error: Option<&ClientError>) {
-        let epoch = lock(&a.world).oracle.epoch;
+    /// request) answered by this epoch's process; a new epoch starts from none. `logins`:
+    /// the most logins the call may have made.
+    fn note(&mut self, a: &Actor, begun: &Begun, logins: u32, error: Option<&ClientError>) {
+        let w = lock(&a.world);
+        let epoch = w.oracle.epoch;
         if self.epoch != epoch {
-            *self = Failures { epoch, count: 0 };
+            *self = Failures {
+                epoch,
+                ..Failures::default()
+            };
         }
-        let refused = error.and_then(login_refusal);
         // A refusal answered by an earlier process than this epoch's counts against nothing.
-        if refused.is_some() && begun.epoch == epoch {
-            self.count += 1;
-        }
+        let (Some(error), true) = (error, begun.epoch == epoch) else {
+            return;
+        };
+        let refused = login_refusal(error).is_some();
+        let stale = a.config.credentials.as_ref().is_some_and(|c| {
+            let key = (c.username.clone(), c.password.clone());
+            w.oracle.users_in_doubt.contains(&c.username)
+                || w.oracle.refused_logins.contains_key(&key)
+                || w.oracle.live_users.get(&c.username) != Some(&c.password)
+        });
+        self.count += u32::from(refused);
+        self.possible += match (stale, refused) {
+            (true, _) => logins,
+            (false, true) => 1,
+            (false, false) => 0,
+        };
+        assert!(
+            self.count <= self.possible,
+            "a seen refusal is a possible one"
+        );
+    }
+
+    /// Whether the server may have counted the limit of failed logins in this epoch.
+    fn may_be_limited(&self) -> bool {
+        self.possible >= MAX_FAILED_LOGINS
     }
 }
 
@@ -228,7 +259,7 @@ impl Failures {
 /// Near the limit of failed logins, only a login expected answered (or none).
 fn pick_user(a: &Actor, failures: &Failures) -> Option<(String, String)> {
     let mut w = lock(&a.world);
-    let near_limit = failures.epoch == w.oracle.epoch && failures.count + 1 >= MAX_FAILED_LOGINS;
+    let near_limit = failures.epoch == w.oracle.epoch && failures.possible + 1 >= MAX_FAILED_LOGINS;
     let free = w
         .oracle
         .live_users
@@ -264,8 +295,8 @@ async fn login(a: &mut Actor, name: &str, password: &str, failures: &mut Failure
     let begun = a.begin(&format!("log in as user {name}"));
     let result = Client::connect(a.env.clone(), a.config.clone()).await;
     a.end(&begun, &result);
-    failures.note(a, &begun, result.as_ref().err());
-    let limited = failures.count >= MAX_FAILED_LOGINS;
+    failures.note(a, &begun, 1, result.as_ref().err());
+    let limited = failures.may_be_limited();
     let judged = judge_login(a, &begun, (name, password), limited, &result);
     if let Err(v) = judged {
         a.fail(v);
@@ -378,7 +409,9 @@ async fn poll(a: &mut Actor, name: &str, failures: &mut Failures) -> bool {
     let result = a.client().poll_messages(&request).await;
     a.end(&begun, &result);
     let epoch = a.after(&begun);
-    failures.note(a, &begun, result.as_ref().err());
+    // A login when the request finds no connection, then each reconnect attempt.
+    let logins = 1 + a.config.reconnect_retries;
+    failures.note(a, &begun, logins, result.as_ref().err());
     let (deleted_at, revoked_at, judged) = {
         let w = lock(&a.world);
         let judged =
