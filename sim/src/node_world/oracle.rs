@@ -256,6 +256,23 @@ impl NodeWorld {
             .filter(|p| p.found == cairn_engine::node::tree::Found::Missing && p.fate == Fate::Open)
             .map(|p| p.key)
             .collect();
+        // A removed partition whose creation boot re-did (its create op is above the applied
+        // op of a metadata record a lying sync left stale, so boot cannot tell the removal
+        // from a create that crashed before its directory) is a new, empty partition: the
+        // operator's removal took its messages and offsets.
+        let recreated: Vec<PartitionKey> = report
+            .tree
+            .paths
+            .iter()
+            .filter(|p| self.removed.contains(&p.key) && p.fate == Fate::Create)
+            .map(|p| p.key)
+            .collect();
+        for key in recreated {
+            if let Some(identity) = self.model.identity(self.cluster, key) {
+                self.parts.remove(&identity);
+                self.decision("RemovedDirRecreated");
+            }
+        }
         self.removed.retain(|k| still_missing.contains(k));
         let claimed: BTreeMap<PartitionKey, PathBuf> =
             report.tree.claimed.iter().cloned().collect();
