@@ -49,9 +49,10 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
     let (stream, topic) = (sid(a.ids.stream), sid(a.ids.topics[t]));
     match pick {
         0 => {
-            let begun = a.begin(&format!("get topic {}", TOPICS[t].0));
+            let op = format!("get topic {}", TOPICS[t].0);
+            let begun = a.begin(&op);
             let result = a.client().get_topic(&stream, &topic).await;
-            let Some(ws) = answered(a, &begun, &result, &floors) else {
+            let Some(ws) = answered(a, &begun, &op, &result, &floors) else {
                 return;
             };
             let Ok(Some(reply)) = result else {
@@ -73,7 +74,7 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
         1 => {
             let begun = a.begin("get stream");
             let result = a.client().get_stream(&stream).await;
-            let Some(ws) = answered(a, &begun, &result, &floors) else {
+            let Some(ws) = answered(a, &begun, "get stream", &result, &floors) else {
                 return;
             };
             let Ok(Some(reply)) = result else {
@@ -93,7 +94,7 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
         2 => {
             let begun = a.begin("get topics");
             let result = a.client().get_topics(&stream).await;
-            let Some(ws) = answered(a, &begun, &result, &floors) else {
+            let Some(ws) = answered(a, &begun, "get topics", &result, &floors) else {
                 return;
             };
             let Ok(headers) = result else { return };
@@ -103,7 +104,7 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
         _ => {
             let begun = a.begin("get streams (numbers)");
             let result = a.client().get_streams().await;
-            let Some(ws) = answered(a, &begun, &result, &floors) else {
+            let Some(ws) = answered(a, &begun, "get streams (numbers)", &result, &floors) else {
                 return;
             };
             let Ok(streams) = result else { return };
@@ -119,16 +120,19 @@ pub(crate) async fn read_numbers(a: &mut Actor) {
     }
 }
 
-/// Ends a read; its windows when the answer is judged (`Ok` or `not found` only).
+/// Ends read `op`; its windows when the answer is judged (`Ok` or `not found`). A refusal
+/// is judged here: only a cause of the server's excuses it.
 fn answered<T>(
     a: &mut Actor,
     begun: &Begun,
+    op: &str,
     result: &Result<T, ClientError>,
     floors: &Floors,
 ) -> Option<Windows> {
     a.end(begun, result);
     let epoch = a.after(begun);
     if result.is_err() {
+        a.error_in_doubt(begun, result, op, INV_ENDS);
         return None;
     }
     windows(a, begun, floors, epoch)
@@ -292,7 +296,7 @@ pub(crate) async fn stats(a: &mut Actor) {
     let floors = lock(&a.world).oracle.floors();
     let begun = a.begin("get stats");
     let result = a.client().get_stats().await;
-    let Some(ws) = answered(a, &begun, &result, &floors) else {
+    let Some(ws) = answered(a, &begun, "get stats", &result, &floors) else {
         return;
     };
     let Ok(stats) = result else { return };

@@ -358,6 +358,22 @@ impl Actor {
         self.judge_refusal(cause, code, op, invariant)
     }
 
+    /// Judges a request to a partition that ended in an error: a refusal is in doubt only
+    /// as [`Actor::partition_refusal_in_doubt`] says (nothing but a cause of the server's
+    /// excuses it); a lost reply or one never sent tells nothing. False when the run failed.
+    fn error_in_doubt<T>(
+        &self,
+        begun: &Begun,
+        result: &Result<T, ClientError>,
+        op: &str,
+        invariant: &'static str,
+    ) -> bool {
+        match outcome(result) {
+            Outcome::Refused(code) => self.partition_refusal_in_doubt(begun, code, op, invariant),
+            Outcome::Ok | Outcome::Unknown | Outcome::NotSent => true,
+        }
+    }
+
     fn judge_refusal(
         &self,
         cause: Option<&'static str>,

@@ -86,7 +86,8 @@ pub(crate) async fn consumer_offsets(a: &mut Actor, me: u32) {
         return;
     }
     let floor = lock(&a.world).oracle.floor(part);
-    let begun = a.begin(&format!("get offset of {id} in {part:?}"));
+    let op = format!("get offset of {id} in {part:?}");
+    let begun = a.begin(&op);
     let result = a
         .client()
         .get_consumer_offset(&consumer, &stream, &topic, Some(part.1))
@@ -96,7 +97,10 @@ pub(crate) async fn consumer_offsets(a: &mut Actor, me: u32) {
     if !this_boot(a, &begun, epoch) {
         return;
     }
-    let Ok(reply) = result else { return };
+    let Ok(reply) = result else {
+        a.error_in_doubt(&begun, &result, &op, INV_OFFSETS);
+        return;
+    };
     let judged = judge_offset_reply(a, part, &begun, floor, epoch, key, reply.as_ref());
     verdict(a, "ConsumerOffsetRead", judged);
 }
@@ -224,7 +228,8 @@ pub(crate) async fn before_first_poll(a: &mut Actor, at: MemberSession) {
     assert!(!at.polled);
     let ids = group_ids(a);
     let consumer = WireConsumer::consumer_group(ids.group.clone());
-    let begun = a.begin("get group offset (no partition id) before any poll");
+    let op = "get group offset (no partition id) before any poll";
+    let begun = a.begin(op);
     let result = a
         .client()
         .get_consumer_offset(&consumer, &ids.stream, &ids.topic, None)
@@ -238,6 +243,7 @@ pub(crate) async fn before_first_poll(a: &mut Actor, at: MemberSession) {
         r.as_ref()
             .map_or(MemberAnswer::Done, |r| MemberAnswer::Named(r.partition_id))
     }) else {
+        a.error_in_doubt(&begun, &result, op, INV_OFFSETS);
         return;
     };
     let what = format!("{}: get group offset before its first poll", a.name);
@@ -294,7 +300,8 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
     let consumer = WireConsumer::consumer_group(ids.group.clone());
     let mut stored = None;
     if let Some(offset) = first {
-        let begun = a.begin(&format!("store group offset {offset} (no partition id)"));
+        let op = format!("store group offset {offset} (no partition id)");
+        let begun = a.begin(&op);
         let result = a
             .client()
             .store_consumer_offset(&consumer, &ids.stream, &ids.topic, None, offset)
@@ -305,6 +312,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
             return false;
         }
         let Some(answer) = member_answer(&result, |()| MemberAnswer::Done) else {
+            a.error_in_doubt(&begun, &result, &op, INV_OFFSETS);
             return false;
         };
         stored = (answer == MemberAnswer::Done).then_some(offset);
@@ -316,7 +324,8 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
             return false;
         }
     }
-    let begun = a.begin("get group offset (no partition id)");
+    let op = "get group offset (no partition id)";
+    let begun = a.begin(op);
     let result = a
         .client()
         .get_consumer_offset(&consumer, &ids.stream, &ids.topic, None)
@@ -330,6 +339,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
         r.as_ref()
             .map_or(MemberAnswer::Done, |r| MemberAnswer::Named(r.partition_id))
     }) else {
+        a.error_in_doubt(&begun, &result, op, INV_OFFSETS);
         return false;
     };
     let after = sync(a, &ids, at.session).await;
