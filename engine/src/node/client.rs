@@ -655,6 +655,7 @@ impl Client {
             from,
             count: request.count,
             commit: request.auto_commit.then_some(consumer_id),
+            resolved_at: view.op,
             ticket: self.node.ticket(),
             reply,
         };
@@ -664,15 +665,16 @@ impl Client {
         self.node.answer(pending).await?.map(Some)
     }
 
-    /// The partition and consumer an offset call means. A group consumer without a partition
-    /// id means the member's current partition (the one its last poll read), as in Iggy.
+    /// The partition and consumer an offset call means, and the op of the view that named
+    /// the consumer. A group consumer without a partition id means the member's current
+    /// partition (the one its last poll read), as in Iggy.
     async fn offset_target(
         &self,
         consumer: &WireConsumer,
         stream: &WireIdentifier,
         topic: &WireIdentifier,
         partition: Option<u32>,
-    ) -> NodeResult<(PartitionKey, ConsumerId)> {
+    ) -> NodeResult<(PartitionKey, ConsumerId, u64)> {
         let view = self.view();
         let (s, t) = view.topic_ids(stream, topic)?;
         let id = Self::consumer_id(&view, consumer, s, t)?;
@@ -689,7 +691,7 @@ impl Client {
             }
             (None, _) => 0,
         };
-        Ok(((s, t, p), id))
+        Ok(((s, t, p), id, view.op))
     }
 
     /// The partition an offset call with these arguments means (a group member's current
@@ -727,13 +729,14 @@ impl Client {
     ) -> NodeResult<()> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer) = self
+        let (key, consumer, resolved_at) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
         let (reply, pending) = oneshot();
         let request = ShardRequest::StoreOffset {
             key,
             consumer,
+            resolved_at,
             offset,
             reply,
         };
@@ -749,7 +752,7 @@ impl Client {
     ) -> NodeResult<Option<u64>> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer) = self
+        let (key, consumer, _) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
         let (reply, pending) = oneshot();
@@ -770,7 +773,7 @@ impl Client {
     ) -> NodeResult<()> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer_id) = self
+        let (key, consumer_id, _) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
         let (reply, pending) = oneshot();

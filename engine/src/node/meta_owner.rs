@@ -430,7 +430,7 @@ impl MetaOwner {
             settle(&self.env).await;
             let mut dirs = BTreeSet::new();
             for a in accepted {
-                self.do_work(staged, &a.applied.work, &mut dirs)
+                self.do_work(staged, a.number, &a.applied.work, &mut dirs)
                     .await
                     .map_err(Failure::Work)?;
             }
@@ -488,11 +488,12 @@ impl MetaOwner {
         );
     }
 
-    /// One op's directory work: its partitions' work on their shards, all at once; the
+    /// Op `op`'s directory work: its partitions' work on their shards, all at once; the
     /// directories of deleted topics and streams after their partitions were closed.
     async fn do_work(
         &mut self,
         state: &MetaState,
+        op: u64,
         work: &[DirWork],
         dirs: &mut BTreeSet<PathBuf>,
     ) -> Result<(), WorkError> {
@@ -548,6 +549,7 @@ impl MetaOwner {
                     ShardWork::RemoveGroupOffsets {
                         key: *partition,
                         group: *group,
+                        op,
                     },
                 ),
                 DirWork::RemoveTopic {

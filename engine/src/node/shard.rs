@@ -24,8 +24,8 @@ use crate::env::{race, settle, Either, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, FenceReason, Partition, PartitionError, PartitionIdentity, PollFrom,
-    Polled,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionError,
+    PartitionIdentity, PollFrom, Polled,
 };
 use crate::state::{key_of, PartitionKey};
 use bytes::BytesMut;
@@ -66,12 +66,16 @@ pub(crate) enum ShardRequest {
         count: u32,
         /// Store the last polled offset for this consumer (auto-commit).
         commit: Option<ConsumerId>,
+        /// The op of the metadata view that named the consumer (see [`Shard::retired`]).
+        resolved_at: u64,
         ticket: u64,
         reply: Reply<NodeResult<Polled>>,
     },
     StoreOffset {
         key: PartitionKey,
         consumer: ConsumerId,
+        /// The op of the metadata view that named the consumer (see [`Shard::retired`]).
+        resolved_at: u64,
         offset: u64,
         reply: Reply<NodeResult<()>>,
     },
@@ -165,10 +169,11 @@ pub(crate) enum ShardWork {
     DropStream {
         stream: u32,
     },
-    /// Remove a deleted group's stored offset.
+    /// Remove a deleted group's stored offset; `op` deleted it.
     RemoveGroupOffsets {
         key: PartitionKey,
         group: u32,
+        op: u64,
     },
 }
 
@@ -208,6 +213,14 @@ pub(crate) struct Shard {
     /// Per partition, the tickets issued before its last persist began and before it ended:
     /// a request with a ticket in between arrived while that persist ran.
     windows: BTreeMap<PartitionKey, (u64, u64)>,
+    /// Per partition and group id, the op of the group's latest deletion whose offsets this
+    /// shard removed. A poll or store names its group in the view a caller read before it
+    /// reached the shard: one named in a view older than the deletion names the deleted
+    /// group, and its auto-commit or store, arriving after the removal, would leave an
+    /// offset for the next group created under that id. Such a write is dropped, as if
+    /// it had landed just before the deletion that removed it. (Dropped with the topic:
+    /// its group ids outlive a purge or a removal of one of its partitions.)
+    retired: BTreeMap<(PartitionKey, u32), u64>,
     retention_clock: RetentionClock,
 }
 
@@ -243,6 +256,7 @@ impl Shard {
             deletions,
             partitions: BTreeMap::new(),
             windows: BTreeMap::new(),
+            retired: BTreeMap::new(),
             held: BTreeSet::new(),
             parked: VecDeque::new(),
         }
@@ -412,10 +426,12 @@ impl Shard {
                 from,
                 count,
                 commit,
+                resolved_at,
                 ticket,
                 reply,
             } => {
                 self.note_window(key, ticket, &self.stats.polls_during_persist);
+                let commit = commit.filter(|c| !self.is_retired(key, *c, resolved_at));
                 let result = self.poll(key, from, count, commit);
                 settle(&self.env).await;
                 reply.send(result);
@@ -423,12 +439,15 @@ impl Shard {
             ShardRequest::StoreOffset {
                 key,
                 consumer,
+                resolved_at,
                 offset,
                 reply,
             } => {
-                let result = self
-                    .open(key)
-                    .and_then(|p| Ok(p.store_offset(consumer, offset)?));
+                let retired = self.is_retired(key, consumer, resolved_at);
+                let result = self.open(key).and_then(|p| match retired {
+                    true => Ok(()),
+                    false => Ok(p.store_offset(consumer, offset)?),
+                });
                 settle(&self.env).await;
                 reply.send(result);
             }
@@ -504,6 +523,16 @@ impl Shard {
             topic: key.1,
             partition: key.2,
         }
+    }
+
+    /// Whether `consumer`, named in the view of op `resolved_at`, is a group whose offsets
+    /// in `key` a later deletion already removed ([`Shard::retired`]).
+    fn is_retired(&self, key: PartitionKey, consumer: ConsumerId, resolved_at: u64) -> bool {
+        consumer.kind == ConsumerKind::Group
+            && self
+                .retired
+                .get(&(key, consumer.id))
+                .is_some_and(|deleted| resolved_at < *deleted)
     }
 
     fn open(&mut self, key: PartitionKey) -> NodeResult<&mut Partition> {
@@ -768,13 +797,18 @@ impl Shard {
             ShardWork::DropTopic { stream, topic } => {
                 self.partitions
                     .retain(|(s, t, _), _| (*s, *t) != (stream, topic));
+                self.retired
+                    .retain(|((s, t, _), _), _| (*s, *t) != (stream, topic));
                 Ok(())
             }
             ShardWork::DropStream { stream } => {
                 self.partitions.retain(|(s, _, _), _| *s != stream);
+                self.retired.retain(|((s, _, _), _), _| *s != stream);
                 Ok(())
             }
-            ShardWork::RemoveGroupOffsets { key, group } => {
+            ShardWork::RemoveGroupOffsets { key, group, op } => {
+                let deleted = self.retired.entry((key, group)).or_default();
+                *deleted = (*deleted).max(op);
                 if let Some(owned) = self.partitions.get_mut(&key) {
                     if owned.partition.fence_reason().is_none() {
                         owned.partition.delete_offset(ConsumerId::group(group))?;

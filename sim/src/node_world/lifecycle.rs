@@ -388,6 +388,7 @@ impl NodeWorld {
             wall: self.wall(),
             jumps: self.jumps,
             fills: self.fills,
+            full: self.disk_full_until.is_some(),
         };
         self.in_flight.insert(u32::MAX, sent);
     }

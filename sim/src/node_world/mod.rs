@@ -340,9 +340,21 @@ pub(crate) struct Sent {
     pub(crate) at: u64,
     pub(crate) wall: u64,
     pub(crate) jumps: u32,
-    /// How many times the disk had filled up when it was sent (a no-space answer needs a
-    /// full disk at some point while it ran).
+    /// How many times the disk had filled up when it was sent, and whether it was full
+    /// then (a no-space answer needs a full disk at some point while it ran).
     pub(crate) fills: u32,
+    pub(crate) full: bool,
+}
+
+impl Sent {
+    /// Whether the disk was full at some point between this op's sending and now, when
+    /// the disk has filled `fills` times and is `full_now`: full when it was sent, filled
+    /// again since, or full now. (One count of fills plus one for a full disk at sending
+    /// could not tell an op sent inside fill n and answered after fill n+1 had ended from
+    /// one that never saw a full disk.)
+    pub(crate) fn saw_full_disk(&self, fills: u32, full_now: bool) -> bool {
+        self.full || fills > self.fills || full_now
+    }
 }
 
 /// An accepted op waiting for the ops before it.
@@ -787,4 +799,37 @@ pub(crate) fn key(identity: &PartitionIdentity) -> PartitionKey {
 /// A violation of the metadata invariant.
 pub(crate) fn meta_violation(evidence: String) -> Violation {
     violation(INV_METADATA, evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{model::AdminOp, Sent};
+
+    fn sent(fills: u32, full: bool) -> Sent {
+        Sent {
+            op: AdminOp::DeleteStream(0),
+            at: 0,
+            wall: 0,
+            jumps: 0,
+            fills,
+            full,
+        }
+    }
+
+    /// A no-space refusal is excused only by a full disk while the op ran.
+    #[test]
+    fn a_full_disk_while_an_op_ran() {
+        // Seed 0xee6b3b9d: sent inside the 7th fill, refused inside the 8th, answered
+        // after it ended.
+        assert!(sent(7, true).saw_full_disk(8, false));
+        // Sent inside a fill that is still on, or ended.
+        assert!(sent(7, true).saw_full_disk(7, true));
+        assert!(sent(7, true).saw_full_disk(7, false));
+        // Sent with room, a fill since (over, or still on).
+        assert!(sent(7, false).saw_full_disk(8, false));
+        assert!(sent(7, false).saw_full_disk(8, true));
+        // Never full while it ran: the check still bites.
+        assert!(!sent(7, false).saw_full_disk(7, false));
+        assert!(!sent(0, false).saw_full_disk(0, false));
+    }
 }

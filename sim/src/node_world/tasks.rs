@@ -3,7 +3,7 @@
 //! never locked across the wait), and hands the answer to the judges ([`super::judges`]).
 //! After every step comes the nemesis and the coverage the node's counters show.
 
-use super::judges::{acknowledge_store, last_offset, names_that_do_not_resolve, GroupSeen};
+use super::judges::{last_offset, names_that_do_not_resolve, GroupSeen};
 use super::model::AdminOp;
 use super::oracle::Asker;
 use super::workload::{meta_op, sid, GroupMove};
@@ -595,14 +595,10 @@ pub(crate) async fn group_move(
                     }
                     // The shard stored the auto-commit before it answered the poll.
                     if let Some(last) = last_offset(&polled) {
-                        let holder = Holder::Group { id: g, incarnation };
-                        let part = w.parts.entry(identity).or_default();
-                        let durable = part.offsets_persisted();
-                        let entry = part
-                            .offsets
-                            .entry(holder)
-                            .or_insert((None, BTreeSet::new()));
-                        acknowledge_store(entry, last, durable);
+                        if let Err(v) = w.judge_auto_commit(identity, (s, t, g, incarnation), last)
+                        {
+                            w.fail(v);
+                        }
                     }
                     return;
                 }

@@ -209,6 +209,64 @@ impl NodeWorld {
             .insert(Some(offset));
     }
 
+    /// A group poll's auto-commit of `last` in `identity`, for group incarnation `group`,
+    /// stored before the poll was answered. When the model still has that incarnation, the
+    /// store is acknowledged. When the model adopted the group's deletion while the poll ran
+    /// (the deletion's answer promised its removal of the group's offsets done), the
+    /// commit either landed before that removal, which took it, or must not have landed at
+    /// all: the deleted incarnation gets no offset back in the model, and while no group of
+    /// that id exists again, no offset file of that id may be in the partition (a commit
+    /// after the removal would leave one, for the next group created under the id).
+    pub(crate) fn judge_auto_commit(
+        &mut self,
+        identity: PartitionIdentity,
+        group: GroupInc,
+        last: u64,
+    ) -> Checked<()> {
+        let (s, t, g, incarnation) = group;
+        let holder = Holder::Group { id: g, incarnation };
+        let live = self
+            .model
+            .topic(s, t)
+            .and_then(|topic| topic.groups.get(&g))
+            .map(|(_, i)| *i);
+        if live == Some(incarnation) {
+            let part = self.parts.entry(identity).or_default();
+            let durable = part.offsets_persisted();
+            let entry = part
+                .offsets
+                .entry(holder)
+                .or_insert((None, BTreeSet::new()));
+            acknowledge_store(entry, last, durable);
+            return Ok(());
+        }
+        self.decision("AutoCommitRacedGroupDeletion");
+        if live.is_some()
+            || self
+                .model
+                .identity(self.cluster, crate::node_world::key(&identity))
+                != Some(identity)
+        {
+            // A group of that id exists again (its own offsets are judged as its own), or
+            // the partition went with its topic.
+            return Ok(());
+        }
+        let dir = cairn_engine::partition::partition_dir(
+            std::path::Path::new(crate::node_world::NODE_ROOT),
+            s,
+            t,
+            identity.partition_id,
+        );
+        let file = cairn_engine::partition::offsets::ConsumerId::group(g).path(&dir);
+        if self.disk.paths_under(&dir).contains(&file) {
+            return Err(violation(
+                INV_OFFSETS,
+                format!("partition {identity}: a poll's auto-commit of offset {last} into group {s}/{t}/{g} (incarnation {incarnation}), which was deleted while the poll ran, left {} after the deletion removed the group's offsets", file.display()),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn judge_store(
         &mut self,
         key: PartitionKey,

@@ -20,7 +20,8 @@ impl NodeWorld {
             at: self.now(),
             wall: self.wall(),
             jumps: self.jumps,
-            fills: self.fills + u32::from(self.disk_full_until.is_some()),
+            fills: self.fills,
+            full: self.disk_full_until.is_some(),
         };
         if let AdminOp::DeleteUser(id) = &sent.op {
             if let Some(user) = self.model.users.get(id) {
@@ -104,10 +105,7 @@ impl NodeWorld {
             }
             Err(NodeError::MetadataNoSpace) => {
                 self.decision("MetaWriteNoSpace");
-                let full_meanwhile = self.fills + u32::from(self.disk_full_until.is_some())
-                    > sent.fills
-                    || sent.fills > self.fills;
-                if !full_meanwhile && self.disk_full_until.is_none() {
+                if !sent.saw_full_disk(self.fills, self.disk_full_until.is_some()) {
                     return Err(meta_violation(format!(
                         "{:?} was refused for no space, with room on the disk",
                         sent.op

@@ -8,7 +8,7 @@ mod messages;
 mod meta;
 mod retention;
 
-pub(crate) use messages::{acknowledge_store, last_offset, GroupSeen};
+pub(crate) use messages::{last_offset, GroupSeen};
 pub(crate) use meta::names_that_do_not_resolve;
 
 use super::NodeWorld;
