@@ -1,0 +1,135 @@
+//! What a shard is asked: the requests its inbox carries (sends, polls, offsets, reads,
+//! the metadata owner's directory work, shutdown) and the directory work itself.
+
+use super::super::recorder::ShardFigures;
+use super::super::{Deletion, PartitionInfo, Sent};
+use crate::config::TopicConfig;
+use crate::env::chan::Reply;
+use crate::error::{NodeResult, WorkError};
+use crate::partition::{ConsumerId, PartitionIdentity, PollFrom, Polled};
+use crate::state::PartitionKey;
+use bytes::BytesMut;
+
+pub(crate) enum ShardRequest {
+    Send {
+        key: PartitionKey,
+        batch: BytesMut,
+        ticket: u64,
+        reply: Reply<NodeResult<Sent>>,
+    },
+    Poll {
+        key: PartitionKey,
+        from: PollFrom,
+        count: u32,
+        /// Store the last polled offset for this consumer (auto-commit).
+        commit: Option<ConsumerId>,
+        /// The op of the metadata view that named the consumer (see [`Shard::retired`]).
+        resolved_at: u64,
+        ticket: u64,
+        reply: Reply<NodeResult<Polled>>,
+    },
+    StoreOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        /// The op of the metadata view that named the consumer (see [`Shard::retired`]).
+        resolved_at: u64,
+        offset: u64,
+        reply: Reply<NodeResult<()>>,
+    },
+    GetOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        reply: Reply<NodeResult<Option<u64>>>,
+    },
+    DeleteOffset {
+        key: PartitionKey,
+        consumer: ConsumerId,
+        reply: Reply<NodeResult<bool>>,
+    },
+    DeleteSegments {
+        key: PartitionKey,
+        count: u32,
+        reply: Reply<NodeResult<Vec<Deletion>>>,
+    },
+    Inspect {
+        key: PartitionKey,
+        reply: Reply<Option<PartitionInfo>>,
+    },
+    Work {
+        work: ShardWork,
+        reply: Reply<Result<(), WorkError>>,
+    },
+    /// A cleaner pass now, at `now` (µs) or the retention clock's time.
+    Clean {
+        now: Option<u64>,
+        reply: Reply<Vec<Deletion>>,
+    },
+    /// The metadata owner recorded the last batch's ops as applied: the partitions that
+    /// batch's work created serve from now on. (Also sent when the node stops, so requests
+    /// held for such a partition are answered.)
+    Applied,
+    /// The identities of every partition the shard holds (open or fenced), for the metadata
+    /// owner's check that they are exactly the state's.
+    Identities {
+        reply: Reply<Vec<PartitionIdentity>>,
+    },
+    /// What the shard holds now, for [`super::Node::metrics`] (settles nothing first).
+    Figures { reply: Reply<ShardFigures> },
+    /// Graceful shutdown: every partition flushes and syncs what it holds; the loop ends.
+    Close { reply: Reply<NodeResult<()>> },
+}
+
+impl ShardRequest {
+    /// The partition the request reads or changes, if it names one.
+    pub(super) fn key(&self) -> Option<PartitionKey> {
+        match self {
+            ShardRequest::Send { key, .. }
+            | ShardRequest::Poll { key, .. }
+            | ShardRequest::StoreOffset { key, .. }
+            | ShardRequest::GetOffset { key, .. }
+            | ShardRequest::DeleteOffset { key, .. }
+            | ShardRequest::DeleteSegments { key, .. }
+            | ShardRequest::Inspect { key, .. } => Some(*key),
+            ShardRequest::Work { .. }
+            | ShardRequest::Clean { .. }
+            | ShardRequest::Applied
+            | ShardRequest::Identities { .. }
+            | ShardRequest::Figures { .. }
+            | ShardRequest::Close { .. } => None,
+        }
+    }
+}
+
+/// Directory work the metadata owner asks of the shard owning the partitions.
+#[derive(Debug, Clone)]
+pub(crate) enum ShardWork {
+    /// Create the partition (its directory must not exist: checked before journaling).
+    Create {
+        identity: PartitionIdentity,
+        config: TopicConfig,
+    },
+    /// Replace the partition holding nonce `replaces` with an empty one.
+    Purge {
+        identity: PartitionIdentity,
+        replaces: u64,
+        config: TopicConfig,
+    },
+    /// Remove the partition's directory (it held `identity`).
+    Remove {
+        identity: PartitionIdentity,
+    },
+    /// Close every partition of the topic; the metadata owner removes the directory.
+    DropTopic {
+        stream: u32,
+        topic: u32,
+    },
+    DropStream {
+        stream: u32,
+    },
+    /// Remove a deleted group's stored offset; `op` deleted it.
+    RemoveGroupOffsets {
+        key: PartitionKey,
+        group: u32,
+        op: u64,
+    },
+}
