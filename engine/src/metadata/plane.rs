@@ -15,7 +15,7 @@ use super::{snapshot, JOURNAL};
 use crate::env::{Disk, DiskFile, Env, OpenMode};
 use crate::slots;
 use crate::state::ops::MetaOp;
-use crate::state::{MetaState, OpContext};
+use crate::state::MetaState;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -234,23 +234,14 @@ impl MetadataPlane {
         );
     }
 
-    /// The context the next op will run in.
-    pub fn next_context(&self, timestamp: u64) -> OpContext {
-        OpContext {
-            op: self.last_op + 1,
-            timestamp,
-            cluster: self.record.cluster,
-        }
-    }
-
-    /// Journals `ops` (numbered from [`Self::next_context`] on) with one write and one sync.
+    /// Journals `ops` (numbered from the op after the last one on) with one write and one sync.
     /// An error leaves the journal's state unknown: see [`Self::cut_back`].
     pub fn append(&mut self, ops: &[(MetaOp, Origin)]) -> Result<(), MetadataError> {
         let written = self.write_entries(ops)?;
         self.sync_entries(written)
     }
 
-    /// Writes the entries of `ops` (numbered from [`Self::next_context`] on) after the
+    /// Writes the entries of `ops` (numbered from the op after the last one on) after the
     /// journal's end, in one write. Nothing counts until [`Self::sync_entries`] returns.
     pub fn write_entries(&mut self, ops: &[(MetaOp, Origin)]) -> Result<Written, MetadataError> {
         assert!(!ops.is_empty(), "a journal write holds at least one entry");
