@@ -63,6 +63,35 @@ impl Scenario {
         self.violation()
     }
 
+    /// Runs `first` and `second` as two admin callers at once, so that the metadata owner
+    /// takes both into one batch (checked: one batch more, two ops more; the node's
+    /// metadata inbox must hold both), each judged.
+    fn perform_in_one_batch(&mut self, first: AdminOp, second: AdminOp) -> Checked<()> {
+        let world = self.world.clone();
+        let node = lock(&world).node.clone().expect("up");
+        let before = node.stats();
+        let (a, b) = (node.client(100), node.client(101));
+        let (wa, wb) = (world.clone(), world.clone());
+        super::block(&mut self.executor, async move {
+            both(
+                async move { run_meta(&wa, &a, 100, first).await },
+                async move { run_meta(&wb, &b, 101, second).await },
+            )
+            .await;
+        });
+        self.violation()?;
+        let after = node.stats();
+        assert_eq!(
+            (
+                after.meta_batches - before.meta_batches,
+                after.meta_ops - before.meta_ops
+            ),
+            (1, 2),
+            "the scenario's two ops were journaled in one batch"
+        );
+        Ok(())
+    }
+
     /// One producer's send, judged.
     fn produce(&mut self) -> Checked<()> {
         let world = self.world.clone();
@@ -234,6 +263,24 @@ impl Scenario {
     }
 }
 
+/// Awaits both futures, polled together (`first` first on each wake).
+async fn both(
+    first: impl std::future::Future<Output = ()>,
+    second: impl std::future::Future<Output = ()>,
+) {
+    let (mut first, mut second) = (std::pin::pin!(first), std::pin::pin!(second));
+    let (mut first_done, mut second_done) = (false, false);
+    std::future::poll_fn(move |cx| {
+        first_done = first_done || first.as_mut().poll(cx).is_ready();
+        second_done = second_done || second.as_mut().poll(cx).is_ready();
+        match first_done && second_done {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
 fn persisted_topic(partitions: u32) -> AdminOp {
     AdminOp::CreateTopic {
@@ -294,6 +341,11 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
+    NodeDirected {
+        name: "a_partition_deleted_and_re_created_in_one_batch_is_not_in_its_own_way",
+        expect: &["QuiescentCompared"],
+        run: tree::a_partition_deleted_and_re_created_in_one_batch_is_not_in_its_own_way,
+    },
     NodeDirected {
         name: "a_checkpoint_cut_short_before_its_journal_cut_empties_the_journal",
         expect: &["TruncateJournal", "CheckpointCrash"],
