@@ -62,12 +62,13 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
 /// Boots the node and checks what it recovered.
 pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
     let (env, settings, newest, faults_from) = {
-        let w = lock(world);
+        let mut w = lock(world);
+        w.faults_at_boot = w.disk.record_count();
         (
             w.env.clone(),
             super::settings(&w.profile),
             newest_record(&w),
-            w.disk.record_count(),
+            w.faults_at_boot,
         )
     };
     let started = block(executor, async move {

@@ -392,6 +392,8 @@ pub struct NodeWorld {
     parts: BTreeMap<PartitionIdentity, PartModel>,
     /// Partitions whose directory an operator removed while the node was down.
     removed: BTreeSet<PartitionKey>,
+    /// The disk's fault records when the node last began to boot.
+    faults_at_boot: usize,
     /// Every message id a producer sent (a poll may return only these).
     sent_ids: BTreeSet<u128>,
     /// Group members the model believes joined: (stream, topic, group, incarnation) →
@@ -545,6 +547,7 @@ impl NodeWorld {
             in_doubt: Vec::new(),
             parts: BTreeMap::new(),
             removed: BTreeSet::new(),
+            faults_at_boot: 0,
             sent_ids: BTreeSet::new(),
             members: BTreeMap::new(),
             generations: BTreeMap::new(),

@@ -143,6 +143,14 @@ fn after_step(world: &Shared, counts: bool) {
                 w.decision("MetaWriteFailed");
             }
         }
+        if let (Some(failure), false) = (&failure, w.failure_has_cause()) {
+            let v = violation(
+                crate::report::INV_LIVENESS,
+                format!("the node stopped with no fault injected since it booted: {failure}"),
+            );
+            w.fail(v);
+            return;
+        }
         if failure.is_some() && w.stop.is_none() {
             // A stopped node exits; its supervisor restarts it.
             w.event("the node stopped: restart");

@@ -198,10 +198,19 @@ impl Scenario {
         w.disk.contents(&path).map_or(0, |c| c.len() as u64)
     }
 
+    /// The run's violation, if any; a node that stopped with no fault injected since it
+    /// booted is one.
     fn violation(&self) -> Checked<()> {
-        match lock(&self.world).violation.clone() {
-            Some(v) => Err(v),
-            None => Ok(()),
+        let w = lock(&self.world);
+        if let Some(v) = w.violation.clone() {
+            return Err(v);
+        }
+        match w.node.as_ref().and_then(|n| n.failure()) {
+            Some(failure) if !w.failure_has_cause() => Err(crate::report::violation(
+                crate::report::INV_LIVENESS,
+                format!("the node stopped with no fault injected since it booted: {failure}"),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -415,6 +424,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "an_empty_topic_directory_under_a_deleted_stream_is_removed",
         expect: &["DirWorkRedone"],
         run: tree::an_empty_topic_directory_under_a_deleted_stream_is_removed,
+    },
+    NodeDirected {
+        name: "an_empty_topic_directory_under_a_stream_deleted_whole_is_removed",
+        expect: &["EntityDeleted"],
+        run: tree::an_empty_topic_directory_under_a_stream_deleted_whole_is_removed,
     },
     NodeDirected {
         name: "a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets",

@@ -451,38 +451,55 @@ pub(super) fn a_directory_planted_in_a_topic_whose_deletion_crashed_is_kept(
 }
 
 /// While the node serves, an operator leaves an empty `topics/5` (no `partitions/` in it)
-/// under stream 0; the node then crashes inside the stream's deletion. Boot redoes the
-/// deletion and removes the whole stream directory, the empty topic directory with it (it
-/// holds nothing to keep), and serves on: a new stream and topic take messages.
-pub(super) fn an_empty_topic_directory_under_a_deleted_stream_is_removed(
+/// under stream 0; the stream is then deleted, its directory work done whole or (`crash`)
+/// cut short by a crash and redone by boot. Either way the whole stream directory goes, the
+/// empty topic directory with it (it holds nothing to keep), the node never stops on it
+/// (a stop with no injected fault fails the run), and it serves on: a new stream and topic
+/// take messages.
+fn an_empty_topic_directory_under_a_deleted_stream(
+    seed: u64,
+    crash: bool,
 ) -> Checked<Vec<&'static str>> {
-    let mut s = Scenario::new(0x4e0d_0019);
+    let mut s = Scenario::new(seed);
     s.with_persisted_topic(1)?;
     s.produce_n(3)?;
     let stream = Path::new(NODE_ROOT).join("streams").join("0");
     {
         let w = lock(&s.world);
         plant_dir(&w, &stream.join("topics").join("5"));
-        w.disk.script(cairn_faults::Scripted::CrashOn(
-            "topics/0/partitions/0".into(),
-        ));
+        if crash {
+            w.disk.script(cairn_faults::Scripted::CrashOn(
+                "topics/0/partitions/0".into(),
+            ));
+        }
     }
     s.perform(AdminOp::DeleteStream(0))?;
-    assert!(
+    assert_eq!(
         lock(&s.world).disk.is_crashed(),
-        "the deletion's work crashed"
+        crash,
+        "the deletion's work crashed only when scripted to"
     );
     s.restart(false)?;
     if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &stream).unwrap_or(true) {
         return Err(crate::report::violation(
             crate::report::INV_JUSTIFIED,
-            format!("{} outlived its stream's redone deletion", stream.display()),
+            format!("{} outlived its stream's deletion", stream.display()),
         ));
     }
     s.perform(AdminOp::CreateStream("again".into()))?;
     s.perform(persisted_topic(1))?;
     s.produce_n(2)?;
     Ok(s.decisions())
+}
+
+pub(super) fn an_empty_topic_directory_under_a_deleted_stream_is_removed(
+) -> Checked<Vec<&'static str>> {
+    an_empty_topic_directory_under_a_deleted_stream(0x4e0d_0019, true)
+}
+
+pub(super) fn an_empty_topic_directory_under_a_stream_deleted_whole_is_removed(
+) -> Checked<Vec<&'static str>> {
+    an_empty_topic_directory_under_a_deleted_stream(0x4e0d_001d, false)
 }
 
 /// While the node serves, an operator leaves a directory with data and no identity at an

@@ -22,6 +22,16 @@ pub(crate) struct Start {
     pub(crate) model_op: u64,
 }
 
+/// The disk faults that return an error to the engine's call: a failed write, sync or
+/// directory sync, no space, a failed read.
+pub(crate) const IO_ERRORS: [cairn_faults::FaultKind; 5] = [
+    cairn_faults::FaultKind::WriteError,
+    cairn_faults::FaultKind::SyncError,
+    cairn_faults::FaultKind::DirSyncError,
+    cairn_faults::FaultKind::NoSpace,
+    cairn_faults::FaultKind::ReadError,
+];
+
 impl NodeWorld {
     /// Whether a request that named its stream and topic by name may have reached other
     /// entities: a metadata op ran meanwhile (a rename, a deletion and a re-creation).
@@ -41,9 +51,10 @@ impl NodeWorld {
     }
 
     /// Whether a `Stopped` answer has a cause: the node's own failure (which it then
-    /// reports to its supervisor), or the disk crashing under it. The simulation never
-    /// shuts a node down while its callers run, so `Stopped(Shutdown)` from a node that is
-    /// up is an answer the node dropped: a wrong answer, never one in doubt.
+    /// reports to its supervisor, and which needs a cause of its own: see
+    /// [`NodeWorld::failure_has_cause`]), or the disk crashing under it. The simulation
+    /// never shuts a node down while its callers run, so `Stopped(Shutdown)` from a node
+    /// that is up is an answer the node dropped: a wrong answer, never one in doubt.
     pub(crate) fn stopped_with_cause(&self, failure: &Failure) -> bool {
         if self.disk.is_crashed() {
             return true;
@@ -52,6 +63,18 @@ impl NodeWorld {
             Failure::Shutdown => false,
             _ => self.node.as_ref().is_none_or(|n| n.failure().is_some()),
         }
+    }
+
+    /// Whether the node's failure has a cause the simulation injected since it booted: the
+    /// disk crashed, or it returned an I/O error ([`IO_ERRORS`]). A node that stops with
+    /// neither failed on its own: a violation, not a restart.
+    pub(crate) fn failure_has_cause(&self) -> bool {
+        self.disk.is_crashed()
+            || self
+                .disk
+                .records_since(self.faults_at_boot)
+                .iter()
+                .any(|r| IO_ERRORS.contains(&r.kind))
     }
 
     /// Whether an error to a caller of `s`/`t` has a cause the model knows of: a crash, a

@@ -19,13 +19,7 @@ const CLEANER_GRACE_INTERVALS: u64 = 4;
 /// while one struck the partition's files since a segment was seen due, its deletion is
 /// not owed. (A clock jump since boot stops the judging altogether: the retention clock
 /// refuses to follow it.)
-const CLEANER_EXCUSES: [FaultKind; 5] = [
-    FaultKind::WriteError,
-    FaultKind::SyncError,
-    FaultKind::DirSyncError,
-    FaultKind::NoSpace,
-    FaultKind::ReadError,
-];
+const CLEANER_EXCUSES: [FaultKind; 5] = super::IO_ERRORS;
 
 impl NodeWorld {
     /// Partitions of topics with an expiry, while no metadata op is in flight.
