@@ -92,6 +92,20 @@ impl NodeWorld {
         self.planted.contains(path) || self.debris.contains_key(path)
     }
 
+    /// Whether `fence` is a partition's superblock naming another identity inside a
+    /// directory a directed scenario planted at that partition's own path.
+    pub(crate) fn planted_claims(
+        &self,
+        fence: Option<&cairn_engine::partition::FenceReason>,
+    ) -> bool {
+        match fence {
+            Some(cairn_engine::partition::FenceReason::SuperblockIdentity { path, .. }) => {
+                path.parent().is_some_and(|dir| self.planted.contains(dir))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether anything an operator made lies at or under `dir`.
     pub(crate) fn operator_made_under(&self, dir: &Path) -> bool {
         self.planted

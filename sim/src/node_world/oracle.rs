@@ -286,6 +286,9 @@ impl NodeWorld {
                 PartitionBoot::Fenced(cairn_engine::partition::FenceReason::DirectoryMissing {
                     ..
                 }) if self.removed.contains(key) => self.decision("DirectoryMissing"),
+                PartitionBoot::Opened(plan) if self.planted_claims(plan.fence.as_ref()) => {
+                    self.decision("SuperblockIdentity")
+                }
                 PartitionBoot::Opened(plan) if plan.fence.is_none() => {
                     for action in &plan.actions {
                         self.trace.event(format!("recovery of {key:?}: {action}"));
@@ -455,7 +458,7 @@ impl NodeWorld {
     }
 
     /// The partition directories on disk are exactly the model's (less those an operator
-    /// removed).
+    /// removed or replaced with a planted copy).
     fn check_tree(&mut self) -> Checked<()> {
         let streams = Path::new(NODE_ROOT).join("streams");
         let found: BTreeSet<PartitionKey> = self
@@ -470,6 +473,11 @@ impl NodeWorld {
             .identities(self.cluster)
             .into_keys()
             .filter(|k| !self.removed.contains(k))
+            .filter(|k| {
+                let dir =
+                    cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), k.0, k.1, k.2);
+                !self.planted.contains(&dir)
+            })
             .collect();
         if found != expected {
             return Err(violation(
@@ -611,6 +619,9 @@ pub(crate) async fn verify(
         if lock(world).planted.contains(other) {
             return Ok(()); // fenced, as it must be: a planted copy claims its identity
         }
+    }
+    if lock(world).planted_claims(info.fence.as_ref()) {
+        return Ok(()); // fenced, as it must be: a planted copy sits at its path
     }
     if let Some(reason) = &info.fence {
         return Err(violation(

@@ -404,3 +404,66 @@ pub(super) fn a_header_of_op_zero_is_a_torn_tail() -> Checked<Vec<&'static str>>
 pub(super) fn a_header_sized_beyond_any_body_is_a_torn_tail() -> Checked<Vec<&'static str>> {
     a_header_breaking(0x4e0d_0021, HeaderRule::Size)
 }
+
+/// Every copy of both superblock slots holds a record whose format version is not this
+/// build's (a newer cairn wrote it, its checksum correct): boot refuses (`NoSuperblock`)
+/// rather than read fields whose meaning it does not know.
+pub(super) fn records_of_another_format_version_refuse_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_001d);
+    s.with_persisted_topic(1)?;
+    s.produce()?;
+    s.restart_after(false, |w| {
+        for slot in cairn_engine::metadata::record::SLOT_NAMES {
+            let path = metadata(slot);
+            for copy in [0, cairn_engine::slots::MIRROR_OFFSET] {
+                let bytes = w.disk.contents(&path).expect("a slot file");
+                let mut record: [u8; cairn_engine::slots::RECORD_LEN] = bytes[copy as usize..]
+                    [..cairn_engine::slots::RECORD_LEN]
+                    .try_into()
+                    .expect("a record");
+                let version = u32::from_le_bytes(record[8..12].try_into().expect("4 bytes"));
+                record[8..12].copy_from_slice(&(version + 1).to_le_bytes());
+                let checksum_at = cairn_engine::slots::RECORD_LEN - 8;
+                let checksum = xxhash::xxh3::xxh3_64(&record[..checksum_at]);
+                record[checksum_at..].copy_from_slice(&checksum.to_le_bytes());
+                w.disk.overwrite(&path, copy, &record);
+            }
+        }
+    })?;
+    Ok(s.decisions())
+}
+
+/// After a checkpoint two ops are acknowledged, each with its own superblock record; rot
+/// then strikes both copies of the newest record. The other slot holds the record before it
+/// (the slots alternate), which names the checkpoint: boot recovers from it, and the newer
+/// op's whole entry above its durable end is kept. (Were every record written to one slot,
+/// the other would still hold the first boot's record, which names no checkpoint, and the
+/// journal would no longer begin where it says.)
+pub(super) fn a_lost_newest_record_falls_back_to_the_one_before() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_001e);
+    renamed_then_ready_to_checkpoint(&mut s, 4)?;
+    s.perform(AdminOp::RenameStream(0, "checkpointed".into()))?;
+    assert_eq!(s.journal_len(), 0, "the checkpoint emptied the journal");
+    s.perform(AdminOp::RenameStream(0, "after 1".into()))?;
+    s.perform(AdminOp::RenameStream(0, "after 2".into()))?;
+    s.restart_after(false, |w| {
+        let sequence = |slot: &str| {
+            let bytes = w.disk.contents(&metadata(slot)).expect("a slot file");
+            let copy: [u8; cairn_engine::slots::RECORD_LEN] = bytes
+                [..cairn_engine::slots::RECORD_LEN]
+                .try_into()
+                .expect("a record");
+            cairn_engine::metadata::record::MetaRecord::decode(&copy)
+                .expect("a whole record")
+                .sequence
+        };
+        let [a, b] = cairn_engine::metadata::record::SLOT_NAMES.map(sequence);
+        assert_eq!(a.abs_diff(b), 1, "the slots hold consecutive records");
+        let newest = cairn_engine::metadata::record::SLOT_NAMES[usize::from(b > a)];
+        for copy in [0, cairn_engine::slots::MIRROR_OFFSET] {
+            w.disk.flip_bit_at(&metadata(newest), copy + 20, 3);
+        }
+    })?;
+    s.restart(false)?;
+    Ok(s.decisions())
+}

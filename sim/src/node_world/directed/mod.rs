@@ -351,6 +351,26 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "records_of_another_format_version_refuse_boot",
+        expect: &["BootRefused", "meta:NoSuperblock"],
+        run: journal::records_of_another_format_version_refuse_boot,
+    },
+    NodeDirected {
+        name: "a_lost_newest_record_falls_back_to_the_one_before",
+        expect: &["SnapshotReplay", "QuiescentCompared"],
+        run: journal::a_lost_newest_record_falls_back_to_the_one_before,
+    },
+    NodeDirected {
+        name: "a_sibling_copied_over_a_partition_is_fenced_and_kept",
+        expect: &["SuperblockIdentity"],
+        run: tree::a_sibling_copied_over_a_partition_is_fenced_and_kept,
+    },
+    NodeDirected {
+        name: "a_late_refusal_in_a_batch_keeps_the_ops_before_it",
+        expect: &["QuiescentCompared", "DirectoryInTheWay"],
+        run: tree::a_late_refusal_in_a_batch_keeps_the_ops_before_it,
+    },
+    NodeDirected {
         name: "a_partition_deleted_and_re_created_in_one_batch_is_not_in_its_own_way",
         expect: &["QuiescentCompared"],
         run: tree::a_partition_deleted_and_re_created_in_one_batch_is_not_in_its_own_way,

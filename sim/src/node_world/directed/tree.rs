@@ -564,3 +564,124 @@ pub(super) fn a_stream_deletion_keeping_data_removes_its_emptied_topics_redone(
 ) -> Checked<Vec<&'static str>> {
     a_stream_deletion_keeping_data_removes_its_emptied_topics(0x4e0d_0023, true)
 }
+
+/// While the node is down an operator replaces partition 0's directory with a copy of
+/// partition 1's. No journaled op touched that path, so boot opens what it finds and fences
+/// partition 0, whose superblock names another identity (`SuperblockIdentity`): the copy is
+/// kept byte for byte, never replaced by a fresh partition 0 (only an op after the applied one may
+/// replace another identity's directory).
+pub(super) fn a_sibling_copied_over_a_partition_is_fenced_and_kept() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_001f);
+    s.with_persisted_topic(2)?;
+    s.produce_n(4)?;
+    s.executor.kill_all();
+    let target = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+    let sibling = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 1);
+    let copied = {
+        let mut w = lock(&s.world);
+        w.remove_partition_dir((0, 0, 0));
+        copy_tree(&w, &sibling, &target);
+        w.planted.insert(target.clone());
+        files_under(&w, &target)
+    };
+    assert!(
+        copied.keys().any(|p| p.to_string_lossy().ends_with(".log")),
+        "the copy holds a log"
+    );
+    s.restart(false)?;
+    let kept = files_under(&lock(&s.world), &target);
+    if kept != copied {
+        return Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!(
+                "boot changed the copy at {}: it held {:?}, it holds {:?}",
+                target.display(),
+                copied.keys().collect::<Vec<_>>(),
+                kept.keys().collect::<Vec<_>>()
+            ),
+        ));
+    }
+    Ok(s.decisions())
+}
+
+/// Every file under `dir` with its bytes.
+fn files_under(
+    w: &NodeWorld,
+    dir: &Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    w.disk
+        .paths_under(dir)
+        .into_iter()
+        .filter_map(|p| w.disk.contents(&p).map(|bytes| (p, bytes)))
+        .collect()
+}
+
+/// One metadata batch holds a rename of stream 0 and an added partition whose directory an
+/// operator planted: the rename is acknowledged, the add is refused late
+/// (`DirectoryInTheWay`, after the batch staged it), and the published state is the state
+/// before the batch with the rename alone applied again, which the quiescent comparison
+/// checks field by field.
+pub(super) fn a_late_refusal_in_a_batch_keeps_the_ops_before_it() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0020);
+    // Room in the metadata inbox for both ops of the batch.
+    lock(&s.world).profile.meta_inbox = 4;
+    s.with_persisted_topic(1)?;
+    s.produce_n(2)?;
+    let next = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 1);
+    {
+        let mut w = lock(&s.world);
+        let source = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+        copy_tree(&w, &source, &next);
+        w.planted.insert(next.clone());
+    }
+    let world = s.world.clone();
+    let node = lock(&world).node.clone().expect("up");
+    let before = node.stats();
+    let (renamer, adder) = (node.client(100), node.client(101));
+    let create = cairn_engine::node::ops::MetaOp::CreatePartitions(
+        iggy_binary_protocol::requests::partitions::CreatePartitionsRequest {
+            stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            partitions_count: 1,
+        },
+    );
+    let created = crate::node_world::block(&mut s.executor, async move {
+        let created = std::sync::Arc::new(Mutex::new(None));
+        let answer = created.clone();
+        both(
+            async move {
+                let rename = AdminOp::RenameStream(0, "renamed in a batch".into());
+                crate::node_world::tasks::run_meta(&world, &renamer, 100, rename).await
+            },
+            async move { *answer.lock().expect("lock") = Some(adder.execute(create).await) },
+        )
+        .await;
+        let answer = created.lock().expect("lock").take();
+        answer
+    })
+    .flatten();
+    s.violation()?;
+    let after = node.stats();
+    assert_eq!(
+        after.meta_batches - before.meta_batches,
+        1,
+        "the scenario's two ops were staged in one batch"
+    );
+    assert!(
+        holds_a_log(&lock(&s.world), &next),
+        "the planted copy is kept"
+    );
+    match created {
+        Some(Err(cairn_engine::node::NodeError::DirectoryInTheWay(_))) => {}
+        other => {
+            return Err(crate::report::violation(
+                crate::report::INV_JUSTIFIED,
+                format!("adding a partition over a planted directory answered {other:?}"),
+            ))
+        }
+    }
+    s.produce_n(2)?;
+    let mut decisions = s.decisions();
+    decisions.push("DirectoryInTheWay");
+    Ok(decisions)
+}
