@@ -61,7 +61,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 30] = [
+pub const SERVER_COVERAGE: [(&str, &str); 39] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -166,6 +166,42 @@ pub const SERVER_COVERAGE: [(&str, &str); 30] = [
     (
         "GetClient",
         "GetClient of the asking client's id answers for it",
+    ),
+    (
+        "ClusterMetadata",
+        "GetClusterMetadata: one node, at the address the client connected to",
+    ),
+    (
+        "ScratchTopicCreated",
+        "CreateTopic in a scratch stream: its partitions judged",
+    ),
+    (
+        "ScratchTopicRead",
+        "GetTopic and GetConsumerGroups of a scratch topic: partitions, expiry, group judged",
+    ),
+    (
+        "ScratchTopicUpdated",
+        "UpdateTopic of a scratch topic's message expiry acknowledged (the next read judges it)",
+    ),
+    (
+        "ScratchPartitions",
+        "CreatePartitions or DeletePartitions on a scratch topic acknowledged",
+    ),
+    (
+        "ScratchPurged",
+        "PurgeTopic or PurgeStream on a scratch topic acknowledged",
+    ),
+    (
+        "ScratchActiveSegmentKept",
+        "DeleteSegments of a scratch topic holding only active segments: refused",
+    ),
+    (
+        "ScratchGroup",
+        "CreateConsumerGroup, GetConsumerGroup or DeleteConsumerGroup in a scratch topic judged",
+    ),
+    (
+        "ScratchTopicDeleted",
+        "DeleteTopic of a scratch topic acknowledged",
     ),
 ];
 

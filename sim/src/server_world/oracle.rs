@@ -110,6 +110,23 @@ pub enum StreamState {
     InDoubt(u64),
 }
 
+/// Most partitions the admin gives a scratch topic.
+pub const MAX_SCRATCH_PARTITIONS: u32 = 3;
+
+/// The model of topic "t" of a scratch stream (none: it has no topic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScratchTopic {
+    /// As acknowledged: its partitions, its message expiry (µs), whether group "g" exists.
+    Exists {
+        partitions: u32,
+        expiry: u64,
+        group: bool,
+    },
+    /// A command on it lost its reply or was refused for a cause of the server's, answered
+    /// in this epoch: any state, until a read after that server process is gone.
+    InDoubt(u64),
+}
+
 /// The oracle of one server-world run.
 #[derive(Debug, Default)]
 pub struct Oracle {
@@ -138,6 +155,8 @@ pub struct Oracle {
     pub pending: BTreeMap<String, u64>,
     /// Stored consumer offsets and group members' current partitions.
     pub offsets: super::offsets::Offsets,
+    /// The topic of each scratch stream that has (or may have) one, by stream name.
+    pub scratch_topics: BTreeMap<String, ScratchTopic>,
 }
 
 fn id_text(id: u128) -> String {
@@ -440,6 +459,44 @@ impl Oracle {
         self.pending.insert(name.to_string(), self.epoch);
         self.streams
             .insert(name.to_string(), StreamState::InDoubt(self.epoch));
+    }
+
+    /// What the scratch streams hold beyond the workload's, as ranges (acknowledged ..=
+    /// acknowledged and in doubt): topics, partitions, consumer groups.
+    pub fn scratch_counts(&self) -> [std::ops::RangeInclusive<u32>; 3] {
+        let (mut low, mut high) = ([0u32; 3], [0u32; 3]);
+        for (name, topic) in &self.scratch_topics {
+            let stream = self
+                .streams
+                .get(name)
+                .copied()
+                .unwrap_or(StreamState::Absent);
+            let counts = match topic {
+                ScratchTopic::Exists {
+                    partitions, group, ..
+                } => [1, *partitions, u32::from(*group)],
+                ScratchTopic::InDoubt(_) => [0; 3],
+            };
+            let most = match topic {
+                ScratchTopic::Exists { .. } => counts,
+                ScratchTopic::InDoubt(_) => [1, MAX_SCRATCH_PARTITIONS, 1],
+            };
+            match stream {
+                StreamState::Absent => {}
+                StreamState::Exists(_) => {
+                    for i in 0..3 {
+                        low[i] += counts[i];
+                        high[i] += most[i];
+                    }
+                }
+                StreamState::InDoubt(_) => {
+                    for i in 0..3 {
+                        high[i] += most[i];
+                    }
+                }
+            }
+        }
+        [0, 1, 2].map(|i| low[i]..=high[i])
     }
 
     /// A read of the scratch streams (name → id) judged against the model, then adopted.

@@ -467,3 +467,32 @@ pub(super) fn a_lost_newest_record_falls_back_to_the_one_before() -> Checked<Vec
     s.restart(false)?;
     Ok(s.decisions())
 }
+
+/// A checkpoint's snapshot fails to sync (EIO). Unlike a full disk, which only defers the
+/// checkpoint, an I/O error stops the node (`Failure::Metadata`): what it wrote since can no
+/// longer be trusted to be on the device. The op that triggered the checkpoint was
+/// acknowledged before it and survives the boot that follows, with the ones before it.
+pub(super) fn an_io_error_in_a_checkpoint_stops_the_node() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0021);
+    renamed_then_ready_to_checkpoint(&mut s, 4)?;
+    lock(&s.world).disk.script(cairn_faults::Scripted::FailSync(
+        cairn_engine::metadata::snapshot::TEMP.into(),
+    ));
+    s.perform(AdminOp::RenameStream(0, "checkpointed".into()))?;
+    // The owner checkpoints after it answered.
+    s.sleep(std::time::Duration::from_millis(100));
+    let failure = lock(&s.world).node.as_ref().and_then(|n| n.failure());
+    if !matches!(
+        failure.as_deref(),
+        Some(cairn_engine::node::Failure::Metadata(_))
+    ) {
+        return Err(crate::report::violation(
+            crate::report::INV_LIVENESS,
+            format!("a checkpoint whose snapshot failed to sync left the node at {failure:?}, not stopped for its metadata"),
+        ));
+    }
+    s.restart(false)?;
+    let mut decisions = s.decisions();
+    decisions.push("MetaWriteFailed");
+    Ok(decisions)
+}

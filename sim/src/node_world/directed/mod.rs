@@ -351,6 +351,11 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "an_io_error_in_a_checkpoint_stops_the_node",
+        expect: &["MetaWriteFailed", "QuiescentCompared"],
+        run: journal::an_io_error_in_a_checkpoint_stops_the_node,
+    },
+    NodeDirected {
         name: "records_of_another_format_version_refuse_boot",
         expect: &["BootRefused", "meta:NoSuperblock"],
         run: journal::records_of_another_format_version_refuse_boot,

@@ -18,14 +18,15 @@ pub(crate) async fn admin(mut a: Actor) {
         }
         let pick = lock(&a.world).rng.gen_range(0..100);
         match pick {
-            0..=34 => {
+            0..=24 => {
                 next += 1;
                 create_stream(&mut a, format!("x{next}")).await;
             }
-            35..=54 => delete_stream(&mut a).await,
-            55..=62 => super::details::stats(&mut a).await,
-            63..=67 => super::clients::clients(&mut a).await,
-            68..=79 => read_streams(&mut a).await,
+            25..=39 => delete_stream(&mut a).await,
+            40..=47 => super::details::stats(&mut a).await,
+            48..=52 => super::clients::clients(&mut a).await,
+            53..=57 => read_streams(&mut a).await,
+            58..=79 => super::scratch::scratch(&mut a).await,
             _ => super::users::users(&mut a, &mut next).await,
         }
         if lock(&a.world).violation.is_some() {

@@ -1,4 +1,4 @@
-//! The admin's reads of the server's clients (S9): Ping, then GetMe (this connection's
+//! The admin's reads of the server's clients (S9): Ping, GetClusterMetadata, then GetMe (this connection's
 //! client, logged in as root), GetClients (which lists it, as root's) and GetClient of its
 //! id (which answers for it). Judged on one session only: a reconnect is another client.
 
@@ -37,6 +37,7 @@ pub(crate) async fn clients(a: &mut Actor) {
     if result.is_ok() {
         judged(a, "Ping", Ok(()));
     }
+    cluster_metadata(a).await;
     let begun = a.begin("get me");
     let me = a.client().get_me().await;
     a.end(&begun, &me);
@@ -90,4 +91,38 @@ pub(crate) async fn clients(a: &mut Actor) {
         };
         judged(a, "GetClient", verdict);
     }
+}
+
+/// GetClusterMetadata: one node, at the address the client connected to (the SDK's leader
+/// routing connects there).
+async fn cluster_metadata(a: &mut Actor) {
+    let begun = a.begin("get cluster metadata");
+    let result = a.client().get_cluster_metadata().await;
+    a.end(&begun, &result);
+    a.after(&begun);
+    let verdict = match &result {
+        Ok(metadata) => match metadata.nodes.as_slice() {
+            [node]
+                if node.ip == super::super::SERVER_ADDR.ip().to_string()
+                    && node.tcp_port == super::super::SERVER_ADDR.port() =>
+            {
+                Ok(())
+            }
+            _ => Err(violation(
+                INV_CLIENTS,
+                format!(
+                    "GetClusterMetadata: {metadata:?}, not this one node at {}",
+                    super::super::SERVER_ADDR
+                ),
+            )),
+        },
+        // Refused only for a cause of the server's (a stopped node); any other refusal
+        // fails the run there.
+        Err(cairn_client::ClientError::Server { code, .. }) => {
+            a.refusal_in_doubt(&begun, *code, "get cluster metadata", INV_CLIENTS);
+            return;
+        }
+        Err(_) => return,
+    };
+    judged(a, "ClusterMetadata", verdict);
 }

@@ -10,6 +10,7 @@ mod data;
 mod details;
 mod groups;
 mod offsets;
+mod scratch;
 mod users;
 
 use super::{
