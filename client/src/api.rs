@@ -11,6 +11,10 @@ use iggy_binary_protocol::requests::consumer_groups::*;
 use iggy_binary_protocol::requests::consumer_offsets::*;
 use iggy_binary_protocol::requests::messages::{PollMessagesRequest, SendMessagesHeader};
 use iggy_binary_protocol::requests::partitions::*;
+use iggy_binary_protocol::requests::personal_access_tokens::{
+    CreatePersonalAccessTokenRequest, DeletePersonalAccessTokenRequest,
+    GetPersonalAccessTokensRequest,
+};
 use iggy_binary_protocol::requests::segments::*;
 use iggy_binary_protocol::requests::streams::*;
 use iggy_binary_protocol::requests::system::*;
@@ -28,6 +32,9 @@ use iggy_binary_protocol::responses::messages::poll_messages::{
     PollMessagesResponseHeader, PolledBatchesIterator,
 };
 use iggy_binary_protocol::responses::messages::SendMessagesResponse;
+use iggy_binary_protocol::responses::personal_access_tokens::{
+    GetPersonalAccessTokensResponse, PersonalAccessTokenResponse, RawPersonalAccessTokenResponse,
+};
 use iggy_binary_protocol::responses::streams::{
     GetStreamResponse, GetStreamsResponse, StreamResponse, TopicHeader,
 };
@@ -648,6 +655,54 @@ impl Client {
             new_password: new_password.to_string(),
         };
         self.call(CHANGE_PASSWORD_CODE, &request).await.map(drop)
+    }
+
+    /// GetPersonalAccessTokens (41): the logged-in user's tokens, names and expiries.
+    pub async fn get_personal_access_tokens(
+        &mut self,
+    ) -> Result<Vec<PersonalAccessTokenResponse>, ClientError> {
+        let payload = self
+            .call(
+                GET_PERSONAL_ACCESS_TOKENS_CODE,
+                &GetPersonalAccessTokensRequest,
+            )
+            .await?;
+        if payload.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: GetPersonalAccessTokensResponse = decode_exact("token.list", &payload)?;
+        Ok(list.tokens)
+    }
+
+    /// CreatePersonalAccessToken (42): a token for the logged-in user, expiring `expiry`
+    /// microseconds after its creation (0: never); answers the raw token, shown only here.
+    pub async fn create_personal_access_token(
+        &mut self,
+        token_name: &str,
+        expiry: u64,
+    ) -> Result<String, ClientError> {
+        let request = CreatePersonalAccessTokenRequest {
+            name: name(token_name, "token name")?,
+            expiry,
+        };
+        let payload = self
+            .call(CREATE_PERSONAL_ACCESS_TOKEN_CODE, &request)
+            .await?;
+        let raw: RawPersonalAccessTokenResponse = decode_exact("token.create", &payload)?;
+        Ok(raw.token.as_str().to_string())
+    }
+
+    /// DeletePersonalAccessToken (43): the logged-in user's token `token_name`.
+    pub async fn delete_personal_access_token(
+        &mut self,
+        token_name: &str,
+    ) -> Result<(), ClientError> {
+        let request = DeletePersonalAccessTokenRequest {
+            name: name(token_name, "token name")?,
+        };
+        self.call(DELETE_PERSONAL_ACCESS_TOKEN_CODE, &request)
+            .await
+            .map(drop)
     }
 
     /// A random nonzero message id.

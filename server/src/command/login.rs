@@ -59,7 +59,15 @@ pub async fn with_password(
     let login = match node.login(username, password).await {
         Ok(login) => login,
         Err(e) => {
-            cx.logins.failed(peer, now);
+            // Only a wrong password (or an inactive user's) is a failed login: a node that
+            // stopped or a busy hashing pool says nothing about the credentials, and counting
+            // it would lock the address out of its right password once the node is back.
+            if matches!(
+                e,
+                NodeError::InvalidCredentials | NodeError::UserInactive(_)
+            ) {
+                cx.logins.failed(peer, now);
+            }
             tracing::info!(%peer, user = %username, error = %e, "login refused");
             return Err(match e {
                 NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
@@ -92,7 +100,15 @@ pub async fn with_token(
     let login = match node.login_with_token(raw).await {
         Ok(login) => login,
         Err(e) => {
-            cx.logins.failed(peer, now);
+            // As for a password: only a token refused on its own merits counts.
+            if matches!(
+                e,
+                NodeError::InvalidToken
+                    | NodeError::TokenExpired { .. }
+                    | NodeError::UserInactive(_)
+            ) {
+                cx.logins.failed(peer, now);
+            }
             tracing::info!(%peer, error = %e, "token login refused");
             return Err(match e {
                 NodeError::InvalidToken | NodeError::TokenExpired { .. } => {

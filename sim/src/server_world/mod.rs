@@ -61,7 +61,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 39] = [
+pub const SERVER_COVERAGE: [(&str, &str); 45] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -202,6 +202,21 @@ pub const SERVER_COVERAGE: [(&str, &str); 39] = [
     (
         "ScratchTopicDeleted",
         "DeleteTopic of a scratch topic acknowledged",
+    ),
+    ("TokenCreated", "CreatePersonalAccessToken answered a token"),
+    ("TokenDeleted", "DeletePersonalAccessToken acknowledged"),
+    (
+        "TokensListed",
+        "GetPersonalAccessTokens judged against the tokens created and deleted",
+    ),
+    (
+        "UsersListed",
+        "GetUsers judged against the users created and deleted",
+    ),
+    ("UserRead", "GetUser of root's id answered root"),
+    (
+        "Logout",
+        "the user's session logged out (then logs in afresh)",
     ),
 ];
 

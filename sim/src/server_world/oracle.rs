@@ -157,6 +157,9 @@ pub struct Oracle {
     pub offsets: super::offsets::Offsets,
     /// The topic of each scratch stream that has (or may have) one, by stream name.
     pub scratch_topics: BTreeMap<String, ScratchTopic>,
+    /// The admin's personal access tokens by name: created (`Exists`), deleted, or in
+    /// doubt (as scratch streams are).
+    pub tokens: BTreeMap<String, StreamState>,
 }
 
 fn id_text(id: u128) -> String {

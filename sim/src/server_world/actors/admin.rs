@@ -27,7 +27,8 @@ pub(crate) async fn admin(mut a: Actor) {
             48..=52 => super::clients::clients(&mut a).await,
             53..=57 => read_streams(&mut a).await,
             58..=79 => super::scratch::scratch(&mut a).await,
-            _ => super::users::users(&mut a, &mut next).await,
+            80..=91 => super::users::users(&mut a, &mut next).await,
+            _ => super::accounts::accounts(&mut a, &mut next).await,
         }
         if lock(&a.world).violation.is_some() {
             return;

@@ -4,6 +4,7 @@
 //! timeline), classified (answered, refused, or an unknown outcome) and judged by the
 //! oracle; after each one the nemesis may strike.
 
+mod accounts;
 mod admin;
 mod clients;
 mod data;

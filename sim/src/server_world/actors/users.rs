@@ -384,12 +384,34 @@ pub(crate) async fn user_session(mut a: Actor) {
         if !login(&mut a, &name, &password, &mut failures).await {
             continue;
         }
-        // A few polls, then a fresh login: a change is judged at both.
+        // A few polls, then a fresh login (half the time after a logout): a change is
+        // judged at both.
         while a.think().await {
-            if !poll(&mut a, &name, &mut failures).await || lock(&a.world).chance(RELOGIN_SHARE) {
+            if !poll(&mut a, &name, &mut failures).await {
+                break;
+            }
+            if lock(&a.world).chance(RELOGIN_SHARE) {
+                if lock(&a.world).chance(0.5) {
+                    logout(&mut a, &name).await;
+                }
                 break;
             }
         }
+    }
+}
+
+/// Logs the session out: answered, or refused only for a cause of the server's.
+async fn logout(a: &mut Actor, name: &str) {
+    let begun = a.begin(&format!("log out user {name}"));
+    let result = a.client().logout().await;
+    a.end(&begun, &result);
+    a.after(&begun);
+    match outcome(&result) {
+        Outcome::Ok => lock(&a.world).decision("Logout"),
+        Outcome::Refused(code) => {
+            a.refusal_in_doubt(&begun, code, "log out", INV_META);
+        }
+        Outcome::Unknown | Outcome::NotSent => {}
     }
 }
 
