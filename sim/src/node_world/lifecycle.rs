@@ -184,6 +184,8 @@ impl NodeWorld {
                 part.log_start_unknown = true;
             }
         }
+        // Members rejoin a booted node with their turns afresh.
+        self.group_polls.clear();
         // A group poll whose answer the crash took may have stored any offset it read.
         for ((s, t), holder) in std::mem::take(&mut self.auto_commits).into_values() {
             if let Holder::Group { id, incarnation } = holder {

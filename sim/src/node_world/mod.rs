@@ -442,6 +442,8 @@ pub struct NodeWorld {
     pub(crate) last_full: u64,
     /// Group polls with auto-commit in flight, by client: (topic, group holder).
     pub(crate) auto_commits: BTreeMap<u128, ((u32, u32), Holder)>,
+    /// Each group member's last poll, for judging its turns (forgotten at a restart).
+    pub(crate) group_polls: BTreeMap<u128, judges::GroupPoll>,
     /// Directories a directed scenario put under `streams/` that no op made (an operator's
     /// copy): boot must keep them and fence the partition whose identity they claim.
     pub(crate) planted: BTreeSet<PathBuf>,
@@ -581,6 +583,7 @@ impl NodeWorld {
             debris: BTreeMap::new(),
             debris_planted: 0,
             auto_commits: BTreeMap::new(),
+            group_polls: BTreeMap::new(),
         }
     }
 

@@ -597,6 +597,18 @@ pub(crate) async fn group_move(
                         w.fail(v);
                         return;
                     }
+                    let group = (s, t, g, incarnation);
+                    let turn = w.judge_round_robin(
+                        client.id(),
+                        group,
+                        identity.partition_id,
+                        &before,
+                        after.as_ref(),
+                    );
+                    if let Err(v) = turn {
+                        w.fail(v);
+                        return;
+                    }
                     if let Err(v) = w.judge_polled(identity, &polled, &starts) {
                         w.fail(v);
                         return;
@@ -610,8 +622,12 @@ pub(crate) async fn group_move(
                     }
                     return;
                 }
-                Ok(None) => return,
+                Ok(None) => {
+                    w.group_polls.remove(&client.id());
+                    return;
+                }
                 Err(e) => {
+                    w.group_polls.remove(&client.id());
                     drop(w);
                     Err(e)
                 }

@@ -496,3 +496,54 @@ pub(super) fn an_io_error_in_a_checkpoint_stops_the_node() -> Checked<Vec<&'stat
     decisions.push("MetaWriteFailed");
     Ok(decisions)
 }
+
+/// More metadata ops arrive at once than one batch may hold (`MAX_BATCH_OPS`): the owner
+/// journals them in several batches, none above the limit (the engine asserts it at each
+/// commit), and every op is acknowledged and judged.
+pub(super) fn a_flood_of_metadata_ops_is_journaled_in_bounded_batches() -> Checked<Vec<&'static str>>
+{
+    const OPS: u32 = cairn_engine::node::MAX_BATCH_OPS as u32 + 44;
+    let mut s = Scenario::new(0x4e0d_0023);
+    // Room in the metadata inbox for every op at once.
+    lock(&s.world).profile.meta_inbox = 2 * OPS as usize;
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    let world = s.world.clone();
+    let node = lock(&world).node.clone().expect("up");
+    let before = node.stats();
+    let ops: Vec<cairn_engine::env::BoxFuture<'static, ()>> = (0..OPS)
+        .map(|i| {
+            let (world, client, caller) =
+                (world.clone(), node.client(1000 + u128::from(i)), 1000 + i);
+            let op = AdminOp::RenameStream(0, format!("flood {i}"));
+            let run: cairn_engine::env::BoxFuture<'static, ()> =
+                Box::pin(async move { run_meta(&world, &client, caller, op).await });
+            run
+        })
+        .collect();
+    crate::node_world::block(&mut s.executor, every(ops));
+    s.violation()?;
+    let after = node.stats();
+    let (batches, journaled) = (
+        after.meta_batches - before.meta_batches,
+        after.meta_ops - before.meta_ops,
+    );
+    assert_eq!(journaled, u64::from(OPS), "every op was journaled");
+    assert!(
+        batches >= journaled.div_ceil(cairn_engine::node::MAX_BATCH_OPS as u64),
+        "{journaled} ops in {batches} batches"
+    );
+    Ok(s.decisions())
+}
+
+/// Awaits every future, all polled on each wake.
+async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
+    std::future::poll_fn(move |cx| {
+        futures.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        match futures.is_empty() {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await
+}

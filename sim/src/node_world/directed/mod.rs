@@ -351,6 +351,16 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "a_flood_of_metadata_ops_is_journaled_in_bounded_batches",
+        expect: &["QuiescentCompared"],
+        run: journal::a_flood_of_metadata_ops_is_journaled_in_bounded_batches,
+    },
+    NodeDirected {
+        name: "a_lone_member_reads_its_partitions_in_turn",
+        expect: &["GroupRoundRobin"],
+        run: serving::a_lone_member_reads_its_partitions_in_turn,
+    },
+    NodeDirected {
         name: "an_io_error_in_a_checkpoint_stops_the_node",
         expect: &["MetaWriteFailed", "QuiescentCompared"],
         run: journal::an_io_error_in_a_checkpoint_stops_the_node,

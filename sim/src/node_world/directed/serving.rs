@@ -217,3 +217,18 @@ pub(super) fn a_group_deletion_cut_short_has_its_offsets_removed_at_boot(
         )),
     }
 }
+
+/// One member of a group over a topic of three partitions polls it seven times: with no
+/// rebalance between, each poll reads the partition after the last one's in the member's
+/// assignment (round robin), the round-robin judge checks every pair.
+pub(super) fn a_lone_member_reads_its_partitions_in_turn() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0022);
+    s.with_persisted_topic(3)?;
+    s.produce_n(6)?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g".into()))?;
+    s.group((0, 0, 0), 0, GroupMove::Join)?;
+    for _ in 0..7 {
+        s.group((0, 0, 0), 0, GroupMove::Poll)?;
+    }
+    Ok(s.decisions())
+}

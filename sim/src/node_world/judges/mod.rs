@@ -1,15 +1,17 @@
 //! The judges: what checks each answer a caller got while the node ran, against the model
 //! (the boot-time checks are in [`super::oracle`]). One file per area — metadata and logins
 //! ([`meta`]), messages, offsets and groups ([`messages`]), the cleaners' deletions
-//! ([`retention`]) — and here what they share: when an op started, whether a request by
+//! ([`retention`]), a member's turns among its partitions ([`round_robin`]) — and here what they share: when an op started, whether a request by
 //! name may have reached other entities, and which errors a known cause excuses.
 
 mod messages;
 mod meta;
 mod retention;
+mod round_robin;
 
 pub(crate) use messages::{last_offset, GroupSeen};
 pub(crate) use meta::names_that_do_not_resolve;
+pub(crate) use round_robin::GroupPoll;
 
 use super::NodeWorld;
 use cairn_engine::node::{Failure, NodeError};
