@@ -232,3 +232,56 @@ pub(super) fn a_lone_member_reads_its_partitions_in_turn() -> Checked<Vec<&'stat
     }
     Ok(s.decisions())
 }
+
+/// A group's deletion and a creation that would reuse its id arrive together: the creation
+/// waits for the next batch, so the deletion's removal of the old group's offsets is done
+/// and recorded before any op names a group of that id again. The deletion's work then
+/// crashes: boot redoes the removal, and a group of that id (if any) reads no offset.
+/// (Journaled in one batch, the creation would follow the deletion, boot would take the
+/// old offsets for the new group's and keep them.)
+pub(super) fn a_group_id_freed_in_a_batch_is_reused_only_by_the_next() -> Checked<Vec<&'static str>>
+{
+    let mut s = Scenario::new(0x4e0d_0024);
+    // Room in the metadata inbox for both ops at once.
+    lock(&s.world).profile.meta_inbox = 4;
+    s.with_persisted_topic(1)?;
+    s.produce_n(4)?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g".into()))?;
+    join_and_commit(&mut s, 0, 0)?;
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOn("offsets/groups/0".into()));
+    let world = s.world.clone();
+    let node = lock(&world).node.clone().expect("up");
+    let (deleter, creator) = (node.client(100), node.client(101));
+    let (wd, wc) = (world.clone(), world.clone());
+    crate::node_world::block(&mut s.executor, async move {
+        both(
+            async move { run_meta(&wd, &deleter, 100, AdminOp::DeleteGroup(0, 0, 0)).await },
+            async move { run_meta(&wc, &creator, 101, AdminOp::CreateGroup(0, 0, "g2".into())).await },
+        )
+        .await
+    });
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the deletion's work crashed"
+    );
+    s.restart(false)?;
+    let client = lock(&s.world).node.clone().expect("up").client(100);
+    let read = crate::node_world::block(&mut s.executor, async move {
+        let group = iggy_binary_protocol::WireConsumer {
+            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+            id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        };
+        let id = iggy_binary_protocol::WireIdentifier::numeric(0);
+        client.get_offset(&group, &id, &id, Some(0)).await
+    })
+    .expect("answered");
+    match read {
+        Ok(None) | Err(cairn_engine::node::NodeError::GroupNotFound { .. }) => Ok(s.decisions()),
+        other => Err(crate::report::violation(
+            crate::report::INV_OFFSETS,
+            format!("a group of a deleted group's id reads offset {other:?}"),
+        )),
+    }
+}
