@@ -6,7 +6,7 @@ use crate::error::{ClientError, ProtocolError};
 use crate::frame::{decode_reply, encode_request, Route, Sequence, DEFAULT_MAX_REPLY_BYTES};
 use bytes::Bytes;
 use cairn_engine::env::Env;
-use iggy_binary_protocol::requests::users::LoginRegisterRequest;
+use iggy_binary_protocol::requests::users::{LoginRegisterRequest, LoginRegisterWithPatRequest};
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
 use iggy_binary_protocol::{
     ClientVersionInfo, WireDecode, WireEncode, WireName, IGGY_PROTOCOL_VERSION,
@@ -22,20 +22,26 @@ pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const USERNAME_LEN: std::ops::RangeInclusive<usize> = 3..=50;
 /// Passwords the SDK accepts (bytes), checked before sending.
 pub const PASSWORD_LEN: std::ops::RangeInclusive<usize> = 3..=100;
+/// Tokens the Register body can carry (a one-byte length).
+pub const TOKEN_LEN: std::ops::RangeInclusive<usize> = 1..=255;
 
-/// A username and password.
+/// What a login presents: a username and password, or a personal access token.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
+pub enum Credentials {
+    Password { username: String, password: String },
+    Token(String),
 }
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
+        match self {
+            Credentials::Password { username, .. } => f
+                .debug_struct("Password")
+                .field("username", username)
+                .field("password", &"<redacted>")
+                .finish(),
+            Credentials::Token(_) => f.debug_tuple("Token").field(&"<redacted>").finish(),
+        }
     }
 }
 
@@ -72,10 +78,16 @@ impl ClientConfig {
     }
 
     pub fn with_credentials(mut self, username: &str, password: &str) -> ClientConfig {
-        self.credentials = Some(Credentials {
+        self.credentials = Some(Credentials::Password {
             username: username.to_string(),
             password: password.to_string(),
         });
+        self
+    }
+
+    /// Logs in (and back in after a reconnect) with the personal access token `token`.
+    pub fn with_token(mut self, token: &str) -> ClientConfig {
+        self.credentials = Some(Credentials::Token(token.to_string()));
         self
     }
 }
@@ -154,10 +166,20 @@ impl Client {
     /// Logs in as `username` (Register, `docs/wire.md` §2.2); logs out first when already logged
     /// in. The credentials are remembered for reconnects.
     pub async fn login(&mut self, username: &str, password: &str) -> Result<Session, ClientError> {
-        let credentials = Credentials {
+        self.login_as(Credentials::Password {
             username: username.to_string(),
             password: password.to_string(),
-        };
+        })
+        .await
+    }
+
+    /// Logs in with the personal access token `token` (Register with a token, `docs/wire.md`
+    /// §2.2), as [`Client::login`] does with a password.
+    pub async fn login_with_token(&mut self, token: &str) -> Result<Session, ClientError> {
+        self.login_as(Credentials::Token(token.to_string())).await
+    }
+
+    async fn login_as(&mut self, credentials: Credentials) -> Result<Session, ClientError> {
         login_body(&credentials)?; // validate before touching the connection
         if self.connection.is_none() {
             self.open().await?;
@@ -424,9 +446,33 @@ impl Client {
     }
 }
 
-/// The Register body: `ClientVersionInfo` + `LoginRegisterRequest` (`docs/wire.md` §2.2).
+/// The Register body: `ClientVersionInfo` + `LoginRegisterRequest`, or
+/// `LoginRegisterWithPatRequest` for a token (`docs/wire.md` §2.2).
 pub fn login_body(credentials: &Credentials) -> Result<Bytes, ClientError> {
-    let username = &credentials.username;
+    let version_info = ClientVersionInfo {
+        protocol_version: IGGY_PROTOCOL_VERSION,
+        sdk_name: WireName::new(SDK_NAME).expect("sdk name is a valid name"),
+        sdk_version: WireName::new(SDK_VERSION).expect("sdk version is a valid name"),
+    };
+    let (username, password) = match credentials {
+        Credentials::Password { username, password } => (username, password),
+        Credentials::Token(token) => {
+            if !TOKEN_LEN.contains(&token.len()) {
+                return Err(ClientError::InvalidRequest(format!(
+                    "token is {} bytes, must be {}..={}",
+                    token.len(),
+                    TOKEN_LEN.start(),
+                    TOKEN_LEN.end()
+                )));
+            }
+            let request = LoginRegisterWithPatRequest {
+                version_info,
+                token: secrecy::SecretString::from(token.clone()),
+                client_context: None,
+            };
+            return Ok(request.to_bytes());
+        }
+    };
     if !USERNAME_LEN.contains(&username.len()) {
         return Err(ClientError::InvalidRequest(format!(
             "username is {} bytes, must be {}..={}",
@@ -435,7 +481,6 @@ pub fn login_body(credentials: &Credentials) -> Result<Bytes, ClientError> {
             USERNAME_LEN.end()
         )));
     }
-    let password = &credentials.password;
     if !PASSWORD_LEN.contains(&password.len()) {
         return Err(ClientError::InvalidRequest(format!(
             "password is {} bytes, must be {}..={}",
@@ -445,11 +490,7 @@ pub fn login_body(credentials: &Credentials) -> Result<Bytes, ClientError> {
         )));
     }
     let request = LoginRegisterRequest {
-        version_info: ClientVersionInfo {
-            protocol_version: IGGY_PROTOCOL_VERSION,
-            sdk_name: WireName::new(SDK_NAME).expect("sdk name is a valid name"),
-            sdk_version: WireName::new(SDK_VERSION).expect("sdk version is a valid name"),
-        },
+        version_info,
         username: name(username, "username")?,
         password: secrecy::SecretString::from(password.clone()),
         client_context: None,

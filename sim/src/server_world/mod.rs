@@ -61,7 +61,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 45] = [
+pub const SERVER_COVERAGE: [(&str, &str); 47] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -205,6 +205,11 @@ pub const SERVER_COVERAGE: [(&str, &str); 45] = [
     ),
     ("TokenCreated", "CreatePersonalAccessToken answered a token"),
     ("TokenDeleted", "DeletePersonalAccessToken acknowledged"),
+    ("TokenLogin", "a login with a token just created: a session as root"),
+    (
+        "TokenLoginRefused",
+        "a login with a token whose deletion was acknowledged: refused",
+    ),
     (
         "TokensListed",
         "GetPersonalAccessTokens judged against the tokens created and deleted",

@@ -160,6 +160,10 @@ pub struct Oracle {
     /// The admin's personal access tokens by name: created (`Exists`), deleted, or in
     /// doubt (as scratch streams are).
     pub tokens: BTreeMap<String, StreamState>,
+    /// The raw tokens the admin holds, by name (until it deletes them).
+    pub token_secrets: BTreeMap<String, String>,
+    /// Logins with a deleted token tried, by server epoch.
+    pub refused_token_logins: BTreeMap<u64, u32>,
 }
 
 fn id_text(id: u128) -> String {

@@ -1,6 +1,6 @@
 //! The admin's account reads and tokens: GetUsers and GetUser judged against the users it
-//! created and deleted; personal access tokens of its own created, listed and deleted,
-//! each judged against the model of its tokens (in doubt after a lost reply until a list
+//! created and deleted; personal access tokens of its own created, logged in with (as root),
+//! listed, deleted and then refused at login, each judged against the model of its tokens (in doubt after a lost reply until a list
 //! after that server process is gone).
 
 use super::super::lock;
@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 const MAX_TOKENS: usize = 4;
 /// The root user's id, whose account the admin reads by id.
 const ROOT_ID: u32 = 0;
+/// Logins with a deleted token the admin tries per server process.
+const MAX_REFUSED_TOKEN_LOGINS: u32 = 2;
 
 /// One account command, picked at random: a token created or deleted, then listed; or the
 /// users listed, and root read by id.
@@ -74,9 +76,80 @@ async fn create_token(a: &mut Actor, name: &str) {
         if raw.is_empty() {
             return a.fail(violation(INV_META, format!("{op}: an empty token")));
         }
-        lock(&a.world).decision("TokenCreated");
+        let mut w = lock(&a.world);
+        w.decision("TokenCreated");
+        w.oracle.token_secrets.insert(name.to_string(), raw.clone());
     }
     settle(a, &begun, &op, outcome(&result), StreamState::Exists(0));
+    if let Ok(raw) = result {
+        token_login(a, name, &raw, true).await;
+    }
+}
+
+/// Logs in with token `name` (`raw`) on a connection of its own: as root while `valid`,
+/// refused once its deletion was acknowledged. Refused token logins count against the
+/// admin's address like wrong passwords, so at most [`MAX_REFUSED_TOKEN_LOGINS`] are tried
+/// per server process (below the server's limit of failed logins, which would lock the
+/// admin out of its own password).
+async fn token_login(a: &mut Actor, name: &str, raw: &str, valid: bool) {
+    let epoch = {
+        let mut w = lock(&a.world);
+        let epoch = w.oracle.epoch;
+        if !valid {
+            let tried = w.oracle.refused_token_logins.entry(epoch).or_default();
+            if *tried >= MAX_REFUSED_TOKEN_LOGINS {
+                return;
+            }
+            *tried += 1;
+        }
+        epoch
+    };
+    let mut config = a.config.clone().with_token(raw);
+    config.reconnect_retries = 0;
+    let op = format!("log in with token {name}");
+    let begun = a.begin(&op);
+    let result = cairn_client::Client::connect(a.env.clone(), config).await;
+    a.end(&begun, &result);
+    if lock(&a.world).oracle.epoch != epoch {
+        return;
+    }
+    let verdict = match (&result, valid) {
+        (Ok(client), true) => match client.session().map(|s| s.user_id) {
+            Some(ROOT_ID) => Ok("TokenLogin"),
+            other => Err(format!("logged in as user {other:?}, not root")),
+        },
+        (Ok(_), false) => Err("logged in, though the token's deletion was acknowledged".into()),
+        (Err(e), false) if token_refusal(e) => Ok("TokenLoginRefused"),
+        (Err(e), _) => match e.code() {
+            // Refused for a cause of the server's (a stopped node): the judge says.
+            Some(code) if !token_refusal(e) => {
+                a.refusal_in_doubt(&begun, code, &op, INV_META);
+                return;
+            }
+            Some(_) => Err(format!(
+                "refused ({e}), though the token was acknowledged created"
+            )),
+            None => return,
+        },
+    };
+    if let Ok(client) = result {
+        client.close().await;
+    }
+    let mut w = lock(&a.world);
+    match verdict {
+        Ok(row) => w.decision(row),
+        Err(why) => w.fail(violation(INV_META, format!("{op}: {why}"))),
+    }
+}
+
+/// Whether `e` refuses a login for its token (status 53 or 54, or an eviction naming it).
+fn token_refusal(e: &cairn_client::ClientError) -> bool {
+    match e {
+        cairn_client::ClientError::Evicted { reason } => {
+            cairn_client::codes::eviction_reason_name(*reason) == "InvalidToken"
+        }
+        e => matches!(e.code(), Some(53 | 54)),
+    }
 }
 
 async fn delete_token(a: &mut Actor, name: &str) {
@@ -89,6 +162,10 @@ async fn delete_token(a: &mut Actor, name: &str) {
         lock(&a.world).decision("TokenDeleted");
     }
     settle(a, &begun, &op, outcome(&result), StreamState::Absent);
+    let raw = lock(&a.world).oracle.token_secrets.remove(name);
+    if let (Ok(()), Some(raw)) = (result, raw) {
+        token_login(a, name, &raw, false).await;
+    }
 }
 
 /// GetPersonalAccessTokens: every token the model holds created is listed, every one it

@@ -11,7 +11,7 @@ use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use cairn_client::iggy_binary_protocol::{
     WireConsumer, WireGlobalPermissions, WireIdentifier, WirePermissions, WirePollingStrategy,
 };
-use cairn_client::{codes, Client, ClientError};
+use cairn_client::{codes, Client, ClientError, Credentials};
 use rand::Rng;
 
 /// Refusal codes (engine `NodeError::code`): no such user or a wrong password; an
@@ -230,12 +230,16 @@ impl Failures {
             return;
         };
         let refused = login_refusal(error).is_some();
-        let stale = a.config.credentials.as_ref().is_some_and(|c| {
-            let key = (c.username.clone(), c.password.clone());
-            w.oracle.users_in_doubt.contains(&c.username)
-                || w.oracle.refused_logins.contains_key(&key)
-                || w.oracle.live_users.get(&c.username) != Some(&c.password)
-        });
+        let stale = match &a.config.credentials {
+            Some(Credentials::Password { username, password }) => {
+                let key = (username.clone(), password.clone());
+                w.oracle.users_in_doubt.contains(username)
+                    || w.oracle.refused_logins.contains_key(&key)
+                    || w.oracle.live_users.get(username) != Some(password)
+            }
+            // The session logs in with passwords only.
+            Some(Credentials::Token(_)) | None => false,
+        };
         self.count += u32::from(refused);
         self.possible += match (stale, refused) {
             (true, _) => logins,
