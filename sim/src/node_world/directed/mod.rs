@@ -351,6 +351,11 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "a_tree_with_nothing_amiss_checks_clean",
+        expect: &["CheckedClean"],
+        run: tree::a_tree_with_nothing_amiss_checks_clean,
+    },
+    NodeDirected {
         name: "a_group_id_freed_in_a_batch_is_reused_only_by_the_next",
         expect: &["DirWorkRedone"],
         run: serving::a_group_id_freed_in_a_batch_is_reused_only_by_the_next,

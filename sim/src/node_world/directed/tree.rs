@@ -685,3 +685,35 @@ pub(super) fn a_late_refusal_in_a_batch_keeps_the_ops_before_it() -> Checked<Vec
     decisions.push("DirectoryInTheWay");
     Ok(decisions)
 }
+
+/// A node that served and stopped cleanly leaves a tree `cairn check` calls clean (it must
+/// not cry wolf: an operator acts on its verdict), and calls clean again after a crash
+/// whose boot finished the work.
+pub(super) fn a_tree_with_nothing_amiss_checks_clean() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0025);
+    s.with_persisted_topic(2)?;
+    s.produce_n(4)?;
+    s.perform(AdminOp::CreateGroup(0, 0, "g".into()))?;
+    s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    for power in [false, true] {
+        s.restart(power)?;
+        s.executor.kill_all();
+        let w = lock(&s.world);
+        let mut out = Vec::new();
+        let clean = cairn_server::check::report(&w.disk, Path::new(NODE_ROOT), &mut out);
+        w.disk.forgive_io_time();
+        if !matches!(clean, Ok(true)) {
+            return Err(crate::report::violation(
+                crate::report::INV_JUSTIFIED,
+                format!(
+                    "cairn check of a tree with nothing amiss answered {clean:?}:\n{}",
+                    String::from_utf8_lossy(&out)
+                ),
+            ));
+        }
+    }
+    s.restart(false)?;
+    let mut decisions = s.decisions();
+    decisions.push("CheckedClean");
+    Ok(decisions)
+}
