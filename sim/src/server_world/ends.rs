@@ -54,7 +54,11 @@ impl Oracle {
 
     /// The windows of every workload partition, for a read sent when `floors` were taken
     /// and answered now.
-    pub fn windows(&self, floors: &Floors, may_be_empty: bool) -> BTreeMap<PartKey, Window> {
+    pub fn windows(
+        &self,
+        floors: &Floors,
+        may_be_empty: impl Fn(PartKey) -> bool,
+    ) -> BTreeMap<PartKey, Window> {
         floors
             .iter()
             .map(|(part, at_least)| {
@@ -63,7 +67,7 @@ impl Oracle {
                 let window = Window {
                     at_least: *at_least,
                     at_most,
-                    may_be_empty,
+                    may_be_empty: may_be_empty(*part),
                 };
                 (*part, window)
             })

@@ -407,14 +407,29 @@ impl ServerWorld {
             .map(|(_, epoch)| *epoch)
     }
 
-    /// Whether a partition may report nothing now: the disk filled since this process
-    /// booted (a write refused for space fences its partition) or the node stopped.
-    pub fn may_be_empty(&self) -> bool {
+    /// Whether workload partition `part` (any of them, for `None`) may report nothing now:
+    /// a write under its directory was refused for space since this process booted (that
+    /// fences the partition), or the node stopped.
+    pub fn may_be_empty(&self, part: Option<PartKey>) -> bool {
+        let dir = |(t, p): PartKey| {
+            cairn_engine::partition::partition_dir(
+                std::path::Path::new(DATA_DIR),
+                self.ids.stream,
+                self.ids.topics[t],
+                p,
+            )
+        };
+        let fenced = |path: &std::path::Path| match part {
+            Some(part) => path.starts_with(dir(part)),
+            None => self.oracle.parts.keys().any(|k| path.starts_with(dir(*k))),
+        };
         let filled = self
             .disk
             .records_since(self.records_at_boot)
             .iter()
-            .any(|r| r.kind == cairn_faults::FaultKind::NoSpace);
+            .any(|r| {
+                r.kind == cairn_faults::FaultKind::NoSpace && r.path.as_deref().is_some_and(fenced)
+            });
         filled
             || self
                 .server

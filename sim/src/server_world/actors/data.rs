@@ -142,7 +142,13 @@ pub(crate) async fn producer(mut a: Actor) {
             }
             // Other refusals (I/O, space, a stop) may follow a write, and only those.
             Err(ClientError::Server { code, .. }) => {
-                if !a.partition_refusal_in_doubt(&begun, *code, &label, oracle::INV_ACKED) {
+                if !a.partition_refusal_in_doubt(
+                    &begun,
+                    Some(part),
+                    *code,
+                    &label,
+                    oracle::INV_ACKED,
+                ) {
                     return;
                 }
             }

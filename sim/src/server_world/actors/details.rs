@@ -27,7 +27,7 @@ fn windows(a: &Actor, begun: &Begun, floors: &Floors, epoch: u64) -> Option<Wind
     if epoch != begun.epoch || epoch != w.oracle.epoch || !w.running() {
         return None;
     }
-    Some(w.oracle.windows(floors, w.may_be_empty()))
+    Some(w.oracle.windows(floors, |p| w.may_be_empty(Some(p))))
 }
 
 fn judged(a: &Actor, row: &'static str, verdict: Result<(), crate::report::Violation>) {

@@ -15,7 +15,7 @@ mod scratch;
 mod users;
 
 use super::{
-    lock, Ids, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
+    lock, Ids, PartKey, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
 };
 use crate::timeline::{LaneKind, SpanOutcome, Timeline};
 use bytes::BytesMut;
@@ -348,13 +348,16 @@ impl Actor {
     fn partition_refusal_in_doubt(
         &self,
         begun: &Begun,
+        part: Option<PartKey>,
         code: u32,
         op: &str,
         invariant: &'static str,
     ) -> bool {
         let cause = {
             let w = lock(&self.world);
-            let fenced = w.may_be_empty().then_some("the disk filled this boot");
+            let fenced = w
+                .may_be_empty(part)
+                .then_some("the disk filled under the partition this boot");
             w.refusal_cause(begun.records, begun.epoch).or(fenced)
         };
         self.judge_refusal(cause, code, op, invariant)
@@ -371,7 +374,9 @@ impl Actor {
         invariant: &'static str,
     ) -> bool {
         match outcome(result) {
-            Outcome::Refused(code) => self.partition_refusal_in_doubt(begun, code, op, invariant),
+            Outcome::Refused(code) => {
+                self.partition_refusal_in_doubt(begun, None, code, op, invariant)
+            }
             Outcome::Ok | Outcome::Unknown | Outcome::NotSent => true,
         }
     }

@@ -125,7 +125,9 @@ fn changed(
         );
         // Nothing stored to delete is judged below; any other refusal only for a cause.
         let nothing_stored = *code == 3021 && value.is_none();
-        if !nothing_stored && !a.partition_refusal_in_doubt(begun, *code, &op, INV_OFFSETS) {
+        if !nothing_stored
+            && !a.partition_refusal_in_doubt(begun, Some(key.1), *code, &op, INV_OFFSETS)
+        {
             return;
         }
     }
@@ -169,7 +171,9 @@ fn judge_offset_reply(
                 format!("{what}: answered for partition {}", r.partition_id),
             ));
         }
-        let window = w.oracle.windows(&[(part, floor)].into(), w.may_be_empty())[&part];
+        let window = w
+            .oracle
+            .windows(&[(part, floor)].into(), |p| w.may_be_empty(Some(p)))[&part];
         ends::judge_current(&what, part, window, r.current_offset)?;
     }
     w.oracle
