@@ -61,7 +61,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 47] = [
+pub const SERVER_COVERAGE: [(&str, &str); 48] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -206,6 +206,10 @@ pub const SERVER_COVERAGE: [(&str, &str); 47] = [
     ("TokenCreated", "CreatePersonalAccessToken answered a token"),
     ("TokenDeleted", "DeletePersonalAccessToken acknowledged"),
     ("TokenLogin", "a login with a token just created: a session as root"),
+    (
+        "MemberLeft",
+        "a group member left (LeaveConsumerGroup) and joins again as a new member",
+    ),
     (
         "TokenLoginRefused",
         "a login with a token whose deletion was acknowledged: refused",

@@ -292,6 +292,35 @@ pub(crate) async fn consumer(mut a: Actor) {
     }
 }
 
+/// LeaveConsumerGroup: acknowledged, or refused only for a cause of the server's. After
+/// anything but an answer the connection is dropped, so the member starts afresh on a new
+/// session either way. False when the run failed.
+async fn leave(a: &mut Actor) -> bool {
+    let (stream, topic, group) = (sid(a.ids.stream), sid(a.ids.topics[1]), sid(a.ids.group));
+    let begun = a.begin("leave group");
+    let result = a
+        .client()
+        .leave_consumer_group(&stream, &topic, &group)
+        .await;
+    a.end(&begun, &result);
+    a.after(&begun);
+    match outcome(&result) {
+        Outcome::Ok => {
+            lock(&a.world).decision("MemberLeft");
+            return true;
+        }
+        Outcome::Refused(code) => {
+            if !a.refusal_in_doubt(&begun, code, "leave group", oracle::INV_GROUP) {
+                return false;
+            }
+        }
+        Outcome::Unknown | Outcome::NotSent => {}
+    }
+    a.client = None;
+    a.session = None;
+    true
+}
+
 pub(crate) async fn member(mut a: Actor) {
     // This session's membership, and its client id (from GetMe) once known.
     let mut at: Option<MemberSession> = None;
@@ -352,6 +381,14 @@ pub(crate) async fn member(mut a: Actor) {
                 member.polled = true;
                 at = Some(member);
                 offsets::after_poll(&mut a, member).await;
+                continue;
+            }
+            4 => {
+                if !leave(&mut a).await {
+                    return;
+                }
+                // Joined again on the next turn, as a new member: no current partition.
+                at = None;
                 continue;
             }
             _ => {}
