@@ -199,16 +199,7 @@ pub(super) fn a_group_deletion_cut_short_has_its_offsets_removed_at_boot(
     );
     s.restart(false)?;
     s.perform(AdminOp::CreateGroup(0, 0, "g2".into()))?;
-    let client = lock(&s.world).node.clone().expect("up").client(100);
-    let read = crate::node_world::block(&mut s.executor, async move {
-        let group = iggy_binary_protocol::WireConsumer {
-            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
-            id: iggy_binary_protocol::WireIdentifier::numeric(0),
-        };
-        let id = iggy_binary_protocol::WireIdentifier::numeric(0);
-        client.get_offset(&group, &id, &id, Some(0)).await
-    })
-    .expect("answered");
+    let read = group_zero_offset(&mut s);
     match read {
         Ok(None) => Ok(s.decisions()),
         other => Err(crate::report::violation(
@@ -267,16 +258,7 @@ pub(super) fn a_group_id_freed_in_a_batch_is_reused_only_by_the_next() -> Checke
         "the deletion's work crashed"
     );
     s.restart(false)?;
-    let client = lock(&s.world).node.clone().expect("up").client(100);
-    let read = crate::node_world::block(&mut s.executor, async move {
-        let group = iggy_binary_protocol::WireConsumer {
-            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
-            id: iggy_binary_protocol::WireIdentifier::numeric(0),
-        };
-        let id = iggy_binary_protocol::WireIdentifier::numeric(0);
-        client.get_offset(&group, &id, &id, Some(0)).await
-    })
-    .expect("answered");
+    let read = group_zero_offset(&mut s);
     match read {
         Ok(None) | Err(cairn_engine::node::NodeError::GroupNotFound { .. }) => Ok(s.decisions()),
         other => Err(crate::report::violation(
@@ -284,4 +266,18 @@ pub(super) fn a_group_id_freed_in_a_batch_is_reused_only_by_the_next() -> Checke
             format!("a group of a deleted group's id reads offset {other:?}"),
         )),
     }
+}
+
+/// Group 0's stored offset in partition 0 of topic 0 of stream 0, read by an admin.
+fn group_zero_offset(s: &mut Scenario) -> cairn_engine::node::NodeResult<Option<u64>> {
+    let client = lock(&s.world).node.clone().expect("up").client(100);
+    crate::node_world::block(&mut s.executor, async move {
+        let group = iggy_binary_protocol::WireConsumer {
+            kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+            id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        };
+        let id = iggy_binary_protocol::WireIdentifier::numeric(0);
+        client.get_offset(&group, &id, &id, Some(0)).await
+    })
+    .expect("answered")
 }

@@ -49,7 +49,13 @@ pub(crate) async fn accounts(a: &mut Actor, next: &mut u32) {
 
 /// The model's verdict after a create or delete of token `name` ended: its next state,
 /// or none when the run failed.
-fn settle(a: &Actor, begun: &super::Begun, op: &str, result: Outcome, done: StreamState) {
+fn settle(
+    a: &Actor,
+    begun: &super::Begun,
+    (name, op): (&str, &str),
+    result: Outcome,
+    done: StreamState,
+) {
     let epoch = lock(&a.world).oracle.epoch;
     let next = match result {
         Outcome::Ok => done,
@@ -62,8 +68,7 @@ fn settle(a: &Actor, begun: &super::Begun, op: &str, result: Outcome, done: Stre
         Outcome::Unknown => StreamState::InDoubt(epoch),
         Outcome::NotSent => return,
     };
-    let name = op.rsplit(' ').next().expect("a name").to_string();
-    lock(&a.world).oracle.tokens.insert(name, next);
+    lock(&a.world).oracle.tokens.insert(name.to_string(), next);
 }
 
 async fn create_token(a: &mut Actor, name: &str) {
@@ -80,7 +85,13 @@ async fn create_token(a: &mut Actor, name: &str) {
         w.decision("TokenCreated");
         w.oracle.token_secrets.insert(name.to_string(), raw.clone());
     }
-    settle(a, &begun, &op, outcome(&result), StreamState::Exists(0));
+    settle(
+        a,
+        &begun,
+        (name, &op),
+        outcome(&result),
+        StreamState::Exists(0),
+    );
     if let Ok(raw) = result {
         token_login(a, name, &raw, true).await;
     }
@@ -161,7 +172,13 @@ async fn delete_token(a: &mut Actor, name: &str) {
     if result.is_ok() {
         lock(&a.world).decision("TokenDeleted");
     }
-    settle(a, &begun, &op, outcome(&result), StreamState::Absent);
+    settle(
+        a,
+        &begun,
+        (name, &op),
+        outcome(&result),
+        StreamState::Absent,
+    );
     let raw = lock(&a.world).oracle.token_secrets.remove(name);
     if let (Ok(()), Some(raw)) = (result, raw) {
         token_login(a, name, &raw, false).await;
