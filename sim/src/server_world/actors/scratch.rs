@@ -70,20 +70,25 @@ pub(crate) async fn scratch(a: &mut Actor) {
         Err(_) => match outcome(&result) {
             // The topic holds no messages, so each partition has only its active segment,
             // which DeleteSegments never deletes: refused (code 1, as Iggy's Error).
+            // (With a cause of the server's the refusal may be that instead: the topic
+            // stays as it was either way, but the row counts only the rule's own refusals.)
             Outcome::Refused(1)
                 if matches!(command, Command::DeleteSegments)
                     && matches!(model, Some(ScratchTopic::Exists { .. })) =>
             {
-                lock(&a.world).decision(row(command));
+                let mut w = lock(&a.world);
+                if w.refusal_cause(begun.records, begun.epoch).is_none() {
+                    w.decision(row(command));
+                }
                 model
             }
             Outcome::Refused(code) => {
                 if !a.refusal_in_doubt(&begun, code, &label, INV_META) {
                     return;
                 }
-                Some(ScratchTopic::InDoubt(epoch))
+                reads_nothing(command, model, epoch)
             }
-            Outcome::Unknown => Some(ScratchTopic::InDoubt(epoch)),
+            Outcome::Unknown => reads_nothing(command, model, epoch),
             Outcome::Ok | Outcome::NotSent => return,
         },
     };
@@ -92,6 +97,19 @@ pub(crate) async fn scratch(a: &mut Actor) {
         Some(next) => w.oracle.scratch_topics.insert(stream, next),
         None => w.oracle.scratch_topics.remove(&stream),
     };
+}
+
+/// The model after `command` failed without an answer: a read changes nothing; any other
+/// command may have landed, so the topic is in doubt.
+fn reads_nothing(
+    command: Command,
+    model: Option<ScratchTopic>,
+    epoch: u64,
+) -> Option<ScratchTopic> {
+    match command {
+        Command::Read | Command::ReadGroup => model,
+        _ => Some(ScratchTopic::InDoubt(epoch)),
+    }
 }
 
 /// The coverage row of a command judged against a definite model.
