@@ -5,7 +5,7 @@
 use super::super::lock;
 use super::super::oracle::{INV_META, INV_REVOKED};
 use super::data::judge_poll;
-use super::{outcome, sid, Actor, Begun, Outcome};
+use super::{outcome, sid, Actor, Begun, Outcome, CODE_UNAVAILABLE};
 use crate::report::violation;
 use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use cairn_client::iggy_binary_protocol::{
@@ -345,6 +345,17 @@ fn judge_login(
             None => return Ok(()),
         },
     };
+    if code == Some(CODE_UNAVAILABLE) {
+        // The server could not check the credentials: that says nothing about them, but
+        // only a cause of the server's (a full disk, a stopped node, a restart) may say it.
+        return match w.refusal_cause(begun.records, begun.epoch) {
+            Some(_) => {
+                w.decision("RefusedWithCause");
+                Ok(())
+            }
+            None => Err(violation(INV_REVOKED, format!("log in as user {name} sent at {} ns: refused with code {CODE_UNAVAILABLE}, with no fault to blame (the disk did not fill, the server stayed up, the node runs)", begun.at))),
+        };
+    }
     match (forbidden, code) {
         (Some((at, expected)), Some(code)) if at <= begun.at && code == expected => {
             // Deactivation forbids the current password; a new one, the old.
