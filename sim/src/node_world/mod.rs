@@ -38,7 +38,7 @@
 
 mod debris;
 pub mod directed;
-mod judges;
+pub(crate) mod judges;
 mod lifecycle;
 mod model;
 mod oracle;

@@ -413,7 +413,7 @@ impl ServerWorld {
 
     /// Whether workload partition `part` (any of them, for `None`) may report nothing now:
     /// a write under its directory was refused for space since this process booted (that
-    /// fences the partition), or the node stopped.
+    /// fences the partition), or the node stopped for a fault of the world's.
     pub fn may_be_empty(&self, part: Option<PartKey>) -> bool {
         let dir = |(t, p): PartKey| {
             cairn_engine::partition::partition_dir(
@@ -434,11 +434,7 @@ impl ServerWorld {
             .any(|r| {
                 r.kind == cairn_faults::FaultKind::NoSpace && r.path.as_deref().is_some_and(fenced)
             });
-        filled
-            || self
-                .server
-                .as_ref()
-                .is_some_and(|s| s.node().failure().is_some())
+        filled || self.node_stopped() == Some(true)
     }
 
     /// The cause the world injected, from disk fault record `records` and epoch `epoch` on,
@@ -453,17 +449,34 @@ impl ServerWorld {
         if filled {
             return Some("the disk filled");
         }
-        if self
-            .server
-            .as_ref()
-            .is_some_and(|s| s.node().failure().is_some())
-        {
+        self.stop_cause(epoch)
+    }
+
+    /// The cause that may make the server refuse with code 1 a request that writes nothing
+    /// (a read of the metadata view, a logout): only the node stopping or the server going
+    /// down since epoch `epoch`; a full disk alone does not.
+    pub fn stop_cause(&self, epoch: u64) -> Option<&'static str> {
+        if self.node_stopped() == Some(true) {
             return Some("the node stopped");
         }
         if self.oracle.epoch != epoch || self.down.is_some() || self.phase == Phase::Done {
             return Some("the server went down");
         }
         None
+    }
+
+    /// Whether this process's node stopped (`None` when it runs), and then whether a fault
+    /// of the world's explains it: an I/O error returned to the engine since the process
+    /// booted, or the disk crashed under it. A node that stopped on its own is no cause.
+    pub fn node_stopped(&self) -> Option<bool> {
+        let server = self.server.as_ref()?;
+        server.node().failure()?;
+        let injected = self
+            .disk
+            .records_since(self.records_at_boot)
+            .iter()
+            .any(|r| crate::node_world::judges::IO_ERRORS.contains(&r.kind));
+        Some(injected || self.disk.is_crashed())
     }
 
     pub fn running(&self) -> bool {
@@ -753,12 +766,16 @@ fn liveness(world: &Shared, executor: &mut Executor) -> Result<(), Violation> {
             .records_since(w.records_at_boot)
             .iter()
             .any(|r| r.kind == cairn_faults::FaultKind::NoSpace);
-        let failed = w
-            .server
-            .as_ref()
-            .is_some_and(|s| s.node().failure().is_some());
-        (filled, failed)
+        (filled, w.node_stopped())
     };
+    if failed == Some(false) {
+        return Err(violation(
+            INV_LIVENESS,
+            "the node stopped, with no fault to blame (no I/O error, no disk crash this process)"
+                .into(),
+        ));
+    }
+    let failed = failed.is_some();
     if filled || failed {
         lock(world).event(format!(
             "liveness before the restart not judged: disk filled {filled}, node failed {failed}"

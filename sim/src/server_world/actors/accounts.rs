@@ -284,10 +284,11 @@ async fn users(a: &mut Actor) {
     }
 }
 
-/// A read that ended in an error: a refusal needs a cause of the server's (else the run
-/// fails there); a lost reply tells nothing.
+/// A read of the metadata view that ended in an error: a refusal needs the node stopped or
+/// the server down (a full disk does not stop a read; else the run fails there); a lost
+/// reply tells nothing.
 fn refused(a: &Actor, begun: &super::Begun, op: &str, e: &cairn_client::ClientError) {
     if let Some(code) = e.code() {
-        a.refusal_in_doubt(begun, code, op, INV_META);
+        a.read_refusal_in_doubt(begun, code, op, INV_META);
     }
 }

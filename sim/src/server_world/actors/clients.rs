@@ -116,10 +116,10 @@ async fn cluster_metadata(a: &mut Actor) {
                 ),
             )),
         },
-        // Refused only for a cause of the server's (a stopped node); any other refusal
-        // fails the run there.
+        // Refused only for a stopped node or a server going down (a full disk does not stop
+        // a read); any other refusal fails the run there.
         Err(cairn_client::ClientError::Server { code, .. }) => {
-            a.refusal_in_doubt(&begun, *code, "get cluster metadata", INV_CLIENTS);
+            a.read_refusal_in_doubt(&begun, *code, "get cluster metadata", INV_CLIENTS);
             return;
         }
         Err(_) => return,

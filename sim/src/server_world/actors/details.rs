@@ -132,7 +132,7 @@ fn answered<T>(
     a.end(begun, result);
     let epoch = a.after(begun);
     if result.is_err() {
-        a.error_in_doubt(begun, result, op, INV_ENDS);
+        a.error_in_doubt((begun, None), result, op, INV_ENDS);
         return None;
     }
     windows(a, begun, floors, epoch)

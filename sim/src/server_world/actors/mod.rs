@@ -343,6 +343,19 @@ impl Actor {
         self.judge_refusal(cause, code, op, invariant)
     }
 
+    /// As [`Actor::refusal_in_doubt`], for a request that writes nothing (a read of the
+    /// metadata view, a logout): only the node stopping or the server going down excuses it.
+    fn read_refusal_in_doubt(
+        &self,
+        begun: &Begun,
+        code: u32,
+        op: &str,
+        invariant: &'static str,
+    ) -> bool {
+        let cause = lock(&self.world).stop_cause(begun.epoch);
+        self.judge_refusal(cause, code, op, invariant)
+    }
+
     /// As [`Actor::refusal_in_doubt`], for a request to a partition: a partition fenced
     /// when the disk filled earlier in this boot also answers code 1.
     fn partition_refusal_in_doubt(
@@ -363,19 +376,20 @@ impl Actor {
         self.judge_refusal(cause, code, op, invariant)
     }
 
-    /// Judges a request to a partition that ended in an error: a refusal is in doubt only
-    /// as [`Actor::partition_refusal_in_doubt`] says (nothing but a cause of the server's
-    /// excuses it); a lost reply or one never sent tells nothing. False when the run failed.
+    /// Judges a request to partition `part` (any, for `None`) that ended in an error: a
+    /// refusal is in doubt only as [`Actor::partition_refusal_in_doubt`] says (nothing but
+    /// a cause of the server's excuses it); a lost reply or one never sent tells nothing.
+    /// False when the run failed.
     fn error_in_doubt<T>(
         &self,
-        begun: &Begun,
+        (begun, part): (&Begun, Option<PartKey>),
         result: &Result<T, ClientError>,
         op: &str,
         invariant: &'static str,
     ) -> bool {
         match outcome(result) {
             Outcome::Refused(code) => {
-                self.partition_refusal_in_doubt(begun, None, code, op, invariant)
+                self.partition_refusal_in_doubt(begun, part, code, op, invariant)
             }
             Outcome::Ok | Outcome::Unknown | Outcome::NotSent => true,
         }

@@ -98,7 +98,7 @@ pub(crate) async fn consumer_offsets(a: &mut Actor, me: u32) {
         return;
     }
     let Ok(reply) = result else {
-        a.error_in_doubt(&begun, &result, &op, INV_OFFSETS);
+        a.error_in_doubt((&begun, Some(part)), &result, &op, INV_OFFSETS);
         return;
     };
     let judged = judge_offset_reply(a, part, &begun, floor, epoch, key, reply.as_ref());
@@ -247,7 +247,7 @@ pub(crate) async fn before_first_poll(a: &mut Actor, at: MemberSession) {
         r.as_ref()
             .map_or(MemberAnswer::Done, |r| MemberAnswer::Named(r.partition_id))
     }) else {
-        a.error_in_doubt(&begun, &result, op, INV_OFFSETS);
+        a.error_in_doubt((&begun, None), &result, op, INV_OFFSETS);
         return;
     };
     let what = format!("{}: get group offset before its first poll", a.name);
@@ -316,7 +316,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
             return false;
         }
         let Some(answer) = member_answer(&result, |()| MemberAnswer::Done) else {
-            a.error_in_doubt(&begun, &result, &op, INV_OFFSETS);
+            a.error_in_doubt((&begun, None), &result, &op, INV_OFFSETS);
             return false;
         };
         stored = (answer == MemberAnswer::Done).then_some(offset);
@@ -343,7 +343,7 @@ pub(crate) async fn after_poll(a: &mut Actor, at: MemberSession) -> bool {
         r.as_ref()
             .map_or(MemberAnswer::Done, |r| MemberAnswer::Named(r.partition_id))
     }) else {
-        a.error_in_doubt(&begun, &result, op, INV_OFFSETS);
+        a.error_in_doubt((&begun, None), &result, op, INV_OFFSETS);
         return false;
     };
     let after = sync(a, &ids, at.session).await;

@@ -415,7 +415,8 @@ pub(crate) async fn user_session(mut a: Actor) {
     }
 }
 
-/// Logs the session out: answered, or refused only for a cause of the server's.
+/// Logs the session out: answered, or refused only for the node stopping or the server
+/// going down (a logout writes nothing, so a full disk does not excuse it).
 async fn logout(a: &mut Actor, name: &str) {
     let begun = a.begin(&format!("log out user {name}"));
     let result = a.client().logout().await;
@@ -424,7 +425,7 @@ async fn logout(a: &mut Actor, name: &str) {
     match outcome(&result) {
         Outcome::Ok => lock(&a.world).decision("Logout"),
         Outcome::Refused(code) => {
-            a.refusal_in_doubt(&begun, code, "log out", INV_META);
+            a.read_refusal_in_doubt(&begun, code, "log out", INV_META);
         }
         Outcome::Unknown | Outcome::NotSent => {}
     }
