@@ -211,12 +211,20 @@ impl TestNode {
         block_on(self.client.login(username, password))
     }
 
-    pub fn create_token(&self, user: Login, name: &str, expiry: TokenExpiry) -> NodeResult<String> {
-        block_on(self.client.create_personal_access_token(user, name, expiry))
+    pub fn create_token(
+        &self,
+        user: &Login,
+        name: &str,
+        expiry: TokenExpiry,
+    ) -> NodeResult<String> {
+        block_on(
+            self.client
+                .create_personal_access_token(user.clone(), name, expiry),
+        )
     }
 
-    pub fn delete_token(&self, user: Login, name: &str) -> NodeResult<()> {
-        block_on(self.client.delete_personal_access_token(user, name))
+    pub fn delete_token(&self, user: &Login, name: &str) -> NodeResult<()> {
+        block_on(self.client.delete_personal_access_token(user.clone(), name))
     }
 
     pub fn login_with_token(&self, raw: &str) -> NodeResult<Login> {

@@ -21,11 +21,15 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use std::sync::{Arc, OnceLock};
 
 /// Who logged in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login {
     pub user_id: u32,
     /// The op that created the user: a session is bound to it, not only to the id.
     pub incarnation: u64,
+    /// The password hash the login was checked against (for a token, the user's hash when
+    /// the token was checked): a session is bound to it, so a password change that lands
+    /// while the login completes still ends the session.
+    pub password_hash: String,
 }
 
 pub(crate) struct Auth {
@@ -151,6 +155,8 @@ impl Auth {
         Ok(Login {
             user_id: current.id,
             incarnation: current.created_op,
+            // The hash the password was verified against (equal to the current one here).
+            password_hash: user.password_hash.clone(),
         })
     }
 }
@@ -172,5 +178,6 @@ pub fn token_login(state: &MetaState, raw: &str, now: u64) -> NodeResult<Login> 
     Ok(Login {
         user_id: user.id,
         incarnation: user.created_op,
+        password_hash: user.password_hash.clone(),
     })
 }

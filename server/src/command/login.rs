@@ -123,7 +123,10 @@ pub async fn with_token(
     bind(cx, client, node, login, Some(hash)).ok_or_else(LoginRefused::token)
 }
 
-/// The session of `login` as the view holds its user now (`None` if the user is gone).
+/// The session of `login`, bound to the incarnation and password hash the login was
+/// checked against: `None` if the view no longer holds that user with that password (it
+/// was deleted, or its password changed, after the check and before this bind; taking the
+/// view's hash instead would give the old password a session the change did not end).
 fn bind(
     cx: &Context,
     client: u128,
@@ -132,15 +135,14 @@ fn bind(
     token: Option<TokenHash>,
 ) -> Option<Session> {
     let view = cx.node.view();
-    let user = view
-        .user(login.user_id)
-        .filter(|u| u.created_op == login.incarnation)?;
+    view.user(login.user_id)
+        .filter(|u| u.created_op == login.incarnation && u.password_hash == login.password_hash)?;
     Some(Session {
         client,
         session: cx.next_session(),
         user_id: login.user_id,
         incarnation: login.incarnation,
-        password_hash: user.password_hash.clone(),
+        password_hash: login.password_hash,
         token,
         node,
     })

@@ -19,6 +19,7 @@ fn login_of(call: &Call<'_>) -> Login {
     Login {
         user_id: session.user_id,
         incarnation: session.incarnation,
+        password_hash: session.password_hash.clone(),
     }
 }
 

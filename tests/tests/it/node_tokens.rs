@@ -66,10 +66,10 @@ fn tokens_survive_restarts_from_the_journal_and_a_snapshot_and_no_raw_token_reac
     let node = boot(root).node;
     let alice = user(&node, "alice");
     let forever = node
-        .create_token(alice, "forever", TokenExpiry::Never)
+        .create_token(&alice, "forever", TokenExpiry::Never)
         .unwrap();
     let hour = node
-        .create_token(alice, "an-hour", TokenExpiry::After(3_600_000_000))
+        .create_token(&alice, "an-hour", TokenExpiry::After(3_600_000_000))
         .unwrap();
     assert_eq!(node.login_with_token(&forever).unwrap(), alice);
     let before = node.view();
@@ -91,9 +91,9 @@ fn tokens_survive_restarts_from_the_journal_and_a_snapshot_and_no_raw_token_reac
     settings.meta.checkpoint_bytes = 1;
     let node = start(&real_env(), root, settings).unwrap().node;
     let later = node
-        .create_token(alice, "after-snapshot", TokenExpiry::Never)
+        .create_token(&alice, "after-snapshot", TokenExpiry::Never)
         .unwrap();
-    node.delete_token(alice, "an-hour").unwrap();
+    node.delete_token(&alice, "an-hour").unwrap();
     assert!(root.join("metadata/snapshot.bin").exists());
     let before = node.view();
     node.halt();
@@ -119,7 +119,7 @@ fn an_expired_token_is_refused_by_the_environments_wall_clock() {
     let node = start(&env, tmp.path(), node_settings()).unwrap().node;
     let alice = user(&node, "alice");
     let raw = node
-        .create_token(alice, "ten-seconds", TokenExpiry::After(10_000_000))
+        .create_token(&alice, "ten-seconds", TokenExpiry::After(10_000_000))
         .unwrap();
     assert_eq!(node.login_with_token(&raw).unwrap(), alice);
     clock.ahead.store(10_000_000, Ordering::SeqCst);
@@ -136,7 +136,7 @@ fn an_expired_token_is_refused_by_the_environments_wall_clock() {
         "an expired token is listed until it is deleted"
     );
     assert_eq!(
-        node.create_token(alice, "zero", TokenExpiry::After(0))
+        node.create_token(&alice, "zero", TokenExpiry::After(0))
             .unwrap_err()
             .code(),
         56
@@ -149,7 +149,7 @@ fn a_token_never_logs_in_as_a_later_user_of_the_same_id_nor_for_an_inactive_one(
     let tmp = tempfile::tempdir().unwrap();
     let node = boot(tmp.path()).node;
     let bob = user(&node, "bob");
-    let raw = node.create_token(bob, "bobs", TokenExpiry::Never).unwrap();
+    let raw = node.create_token(&bob, "bobs", TokenExpiry::Never).unwrap();
     let bob_id = WireIdentifier::numeric(bob.user_id);
 
     node.update_user(&bob_id, None, Some(USER_INACTIVE))
@@ -167,14 +167,14 @@ fn a_token_never_logs_in_as_a_later_user_of_the_same_id_nor_for_an_inactive_one(
     assert!(node.view().user_tokens(carol.user_id).unwrap().is_empty());
     // Bob's login, held across the deletion, makes or deletes nothing of carol's.
     assert_eq!(
-        node.create_token(bob, "stale", TokenExpiry::Never)
+        node.create_token(&bob, "stale", TokenExpiry::Never)
             .unwrap_err()
             .code(),
         20
     );
-    node.create_token(carol, "bobs", TokenExpiry::Never)
+    node.create_token(&carol, "bobs", TokenExpiry::Never)
         .unwrap();
-    assert_eq!(node.delete_token(bob, "bobs").unwrap_err().code(), 20);
+    assert_eq!(node.delete_token(&bob, "bobs").unwrap_err().code(), 20);
     assert_eq!(node.view().user_tokens(carol.user_id).unwrap().len(), 1);
     node.halt();
 }

@@ -450,23 +450,34 @@ async fn poll(a: &mut Actor, name: &str, failures: &mut Failures) -> bool {
     // A login when the request finds no connection, then each reconnect attempt.
     let logins = 1 + a.config.reconnect_retries;
     failures.note(a, &begun, logins, result.as_ref().err());
-    let (deleted_at, revoked_at, judged) = {
+    // The password the session logged in with (its client logs in again with it).
+    let password = match &a.config.credentials {
+        Some(Credentials::Password { username, password }) if username == name => {
+            Some((username.clone(), password.clone()))
+        }
+        _ => None,
+    };
+    let (deleted_at, revoked_at, changed_at, judged) = {
         let w = lock(&a.world);
         let judged =
             !w.oracle.users_in_doubt.contains(name) && w.oracle.live_users.contains_key(name);
+        // A deactivation or a new password ends the session of the password it forbids,
+        // even one that logged in while the change was in flight.
+        let changed_at = password.and_then(|key| w.oracle.refused_logins.get(&key).map(|f| f.0));
         (
             w.oracle.deleted_users.get(name).copied(),
             w.oracle.revoked_users.get(name).copied(),
+            changed_at,
             judged,
         )
     };
-    let forbidden = [deleted_at, revoked_at]
+    let forbidden = [deleted_at, revoked_at, changed_at]
         .into_iter()
         .flatten()
         .find(|at| *at <= begun.at);
     match (&result, forbidden) {
         (Ok(polled), Some(at)) => {
-            a.fail(violation(INV_REVOKED, format!("user {name} was deleted or lost its permission to poll (answered at {at} ns); its session's poll sent at {} ns was answered with {} messages", begun.at, polled.count)));
+            a.fail(violation(INV_REVOKED, format!("user {name} was deleted, deactivated, given a new password or lost its permission to poll (answered at {at} ns); its session's poll sent at {} ns was answered with {} messages", begun.at, polled.count)));
             false
         }
         (Ok(polled), None) => {
