@@ -516,6 +516,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: serving::a_segment_exactly_as_old_as_the_expiry_is_kept,
     },
     NodeDirected {
+        name: "a_topic_over_its_size_and_without_an_expiry_is_cut_to_size",
+        expect: &["RetentionDeletion"],
+        run: serving::a_topic_over_its_size_and_without_an_expiry_is_cut_to_size,
+    },
+    NodeDirected {
         name: "another_entry_at_the_durable_end_refuses_boot",
         expect: &["BootRefused", "meta:JournalChainBroken"],
         run: journal::another_entry_at_the_durable_end_refuses_boot,

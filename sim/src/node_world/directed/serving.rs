@@ -60,6 +60,58 @@ pub(super) fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'
     Ok(s.decisions())
 }
 
+/// A topic with a size limit and no expiry: once its sealed bytes pass the partition's
+/// budget (`max_topic_size`, never below one segment plus one batch), a cleaner pass must
+/// delete its oldest sealed segments, each deletion judged against the size rule.
+pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0026);
+    {
+        // Only the scenario's pass: the shards' own timers stay out of the way.
+        let mut w = lock(&s.world);
+        w.profile.max_payload = 64 * 1024;
+        w.profile.cleaner_every_nanos = 24 * 3600 * 1_000_000_000;
+    }
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions: 1,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        // Below the floor: the budget is one segment plus one batch.
+        max_size: 1,
+    })?;
+    let budget = crate::node_world::model::SEGMENT_SIZE + lock(&s.world).profile.max_batch_bytes;
+    let mut over = false;
+    for _ in 0..1024 {
+        s.produce()?;
+        let info = s.info((0, 0, 0))?;
+        if info.sealed.iter().map(|(_, bytes, _)| bytes).sum::<u64>() > budget {
+            over = true;
+            break;
+        }
+    }
+    assert!(over, "the sealed bytes passed the budget");
+    let node = lock(&s.world).node.clone().expect("up");
+    let deleted = crate::node_world::block(&mut s.executor, async move { node.clean(None).await })
+        .expect("answered")
+        .expect("a pass");
+    let mut w = lock(&s.world);
+    w.drain_deletions()?;
+    w.judge_deletions(&deleted)?;
+    if deleted.is_empty() {
+        return Err(crate::report::violation(
+            crate::node_world::INV_RETENTION,
+            format!("a pass over a partition whose sealed bytes passed its budget of {budget} bytes (no expiry) deleted nothing"),
+        ));
+    }
+    drop(w);
+    Ok(s.decisions())
+}
+
 /// Two topics of one stream each have a group of id 0 whose members polled with
 /// auto-commit (persisted offsets). The superblock records of the deletion of topic 0's
 /// group are lost at a power loss, so boot redoes its removal of that group's offsets: it
