@@ -547,3 +547,98 @@ async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
     })
     .await
 }
+
+/// Three ops in one batch while the disk has no room: a create of a stream whose name
+/// exists (refused on its own merits), a partition added over a directory an operator left
+/// at its path (refused: the directory is in the way), and a create of a new stream, which
+/// is accepted and whose journal write fails for space. The owner cuts the journal back and
+/// keeps serving: each refusal, judged against the state before the batch, keeps its own
+/// answer; the create is told there was no room; after a restart the new stream never
+/// appears (the restart's boot compares the node with the model, which holds none of it).
+pub(super) fn refusals_before_a_journal_write_without_room_keep_their_answers(
+) -> Checked<Vec<&'static str>> {
+    use cairn_engine::node::NodeError;
+    use iggy_binary_protocol::requests::{partitions, streams};
+    let mut s = Scenario::new(0x4e0d_0027);
+    // Room in the metadata inbox for the batch's three ops.
+    lock(&s.world).profile.meta_inbox = 4;
+    s.with_persisted_topic(1)?;
+    s.produce_n(2)?;
+    {
+        let mut w = lock(&s.world);
+        let source = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+        let next = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 1);
+        copy_tree(&w, &source, &next);
+        w.planted.insert(next);
+        let mut faults = w.disk.faults();
+        faults.capacity = Some(w.disk.used_bytes());
+        w.disk.set_faults(faults);
+        w.disk_full_until = Some(u32::MAX);
+    }
+    let node = lock(&s.world).node.clone().expect("up");
+    let before = node.stats();
+    let create = |name: &str| {
+        cairn_engine::node::ops::MetaOp::CreateStream(streams::CreateStreamRequest {
+            name: iggy_binary_protocol::WireName::new(name).expect("a name"),
+            options: iggy_binary_protocol::WireOptions::empty(),
+        })
+    };
+    let add =
+        cairn_engine::node::ops::MetaOp::CreatePartitions(partitions::CreatePartitionsRequest {
+            stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            partitions_count: 1,
+        });
+    let answers = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let ops: Vec<cairn_engine::env::BoxFuture<'static, ()>> = [create("s"), add, create("u")]
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let (client, answers) = (node.client(100 + i as u128), answers.clone());
+            let future: cairn_engine::env::BoxFuture<'static, ()> = Box::pin(async move {
+                let answer = client.execute(op).await.map(|_| ());
+                answers.lock().expect("lock").push((i, answer));
+            });
+            future
+        })
+        .collect();
+    crate::node_world::block(&mut s.executor, every(ops)).expect("answered");
+    let after = node.stats();
+    assert_eq!(
+        (
+            after.meta_batches - before.meta_batches,
+            after.meta_no_space - before.meta_no_space
+        ),
+        (1, 1),
+        "the three ops were staged in one batch, whose journal write found no room"
+    );
+    assert!(node.failure().is_none(), "the node keeps serving");
+    let mut answers = std::mem::take(&mut *answers.lock().expect("lock"));
+    answers.sort_by_key(|(i, _)| *i);
+    let right = matches!(
+        answers.as_slice(),
+        [
+            (0, Err(NodeError::StreamNameExists(_))),
+            (1, Err(NodeError::DirectoryInTheWay(_))),
+            (2, Err(NodeError::MetadataNoSpace)),
+        ]
+    );
+    if !right {
+        return Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("a create of an existing name, a partition over a planted directory and a create without room, in one batch, answered {answers:?}: not the name's refusal, the directory's, and no room"),
+        ));
+    }
+    {
+        let mut w = lock(&s.world);
+        let mut faults = w.disk.faults();
+        faults.capacity = None;
+        w.disk.set_faults(faults);
+        w.disk_full_until = None;
+    }
+    s.restart(false)?;
+    s.perform(AdminOp::CreateStream("v".into()))?;
+    let mut decisions = s.decisions();
+    decisions.push("MetaWriteNoSpace");
+    Ok(decisions)
+}

@@ -521,6 +521,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: serving::a_topic_over_its_size_and_without_an_expiry_is_cut_to_size,
     },
     NodeDirected {
+        name: "refusals_before_a_journal_write_without_room_keep_their_answers",
+        expect: &["MetaWriteNoSpace"],
+        run: journal::refusals_before_a_journal_write_without_room_keep_their_answers,
+    },
+    NodeDirected {
         name: "another_entry_at_the_durable_end_refuses_boot",
         expect: &["BootRefused", "meta:JournalChainBroken"],
         run: journal::another_entry_at_the_durable_end_refuses_boot,
