@@ -520,6 +520,9 @@ fn a_stream_deletion_keeping_data_removes_its_emptied_topics(
         let log = cairn_engine::partition::segment::log_name(0);
         plant_file(&w, &part_dir(0, 7).join(log), &[7; 64]);
         w.planted.insert(part_dir(0, 7));
+        // Beside the topics, a directory that is no topic's (its name is no id).
+        plant_file(&w, &notes().join("readme"), b"an operator's notes");
+        w.planted.insert(notes());
         if crash {
             w.disk.script(cairn_faults::Scripted::CrashOn(
                 "topics/1/partitions/0".into(),
@@ -550,7 +553,28 @@ fn a_stream_deletion_keeping_data_removes_its_emptied_topics(
     }
     s.restart(false)?;
     kept_and_reported(&s, &part_dir(0, 7))?;
+    if !cairn_engine::env::Disk::exists(&lock(&s.world).disk, &notes().join("readme"))
+        .unwrap_or(false)
+    {
+        return Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!(
+                "{} (no topic's: its name is no id) was removed with its stream's emptied topics",
+                notes().display()
+            ),
+        ));
+    }
     Ok(s.decisions())
+}
+
+/// A directory an operator left among stream 0's topic directories, named as no topic is.
+fn notes() -> std::path::PathBuf {
+    part_dir(0, 0)
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("the topics directory")
+        .join("notes")
 }
 
 /// [`a_stream_deletion_keeping_data_removes_its_emptied_topics`], the work done whole.
