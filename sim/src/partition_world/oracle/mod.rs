@@ -19,7 +19,11 @@
 //!   one. Never after a process crash. Under `persisted` nothing above the durable end is
 //!   shown.
 //! - **2 prefix**: gapless from 0, an offset never changes its message, losses are a suffix.
-//!   After a process crash flushed `replicated` data survives, unless damage seen by recovery
+//!   One exception, after a power loss: an offset above the durable end may hold the message
+//!   acknowledged there before the last recovery rewound it, when a lying sync of one of the
+//!   partition's logs since that recovery began (its truncation's sync) was undone by the
+//!   power loss and brought the truncated batch back (`reads::adopt_resurrected`). After a
+//!   process crash flushed `replicated` data survives, unless damage seen by recovery
 //!   lies in the file and bytes that held the first lost offset (located by the oracle's own
 //!   walk at the crash). A runtime reply may stop short only at the byte budget, or where the
 //!   oracle's walk of the file stops too, on a fault present that reads see.
@@ -149,6 +153,14 @@ pub struct Model {
     pub rewind_floor: Option<u64>,
     /// A power loss happened since the last recovery.
     pub power_lost: bool,
+    /// Acks the last rewind at a recovery forgot (offset → id), and the count of fault
+    /// records before that recovery began: a lying sync of one of this partition's logs
+    /// since then (the recovery's own truncation sync among them), undone by a later power
+    /// loss, may bring such a batch back whole above the durable end.
+    pub rewound: BTreeMap<u64, u128>,
+    pub rewound_since: usize,
+    /// Fault records counted when the last recovery's full check ended.
+    pub checked_records: usize,
     pub offsets: BTreeMap<ConsumerId, OffsetModel>,
     /// The first offset the log holds: retention deleted everything below.
     pub log_start: u64,
@@ -189,6 +201,9 @@ impl Model {
             lost_names_seen: BTreeSet::new(),
             rewind_floor: None,
             power_lost: false,
+            rewound: BTreeMap::new(),
+            rewound_since: 0,
+            checked_records: 0,
             offsets: BTreeMap::new(),
             log_start: 0,
             log_start_pending: None,

@@ -6,7 +6,7 @@ use super::super::walk::{self, View};
 use super::{damage_in, Model, ReadMessage, Sent};
 use crate::report::{violation, Checked, INV_EXACT, INV_NO_LOSS, INV_PREFIX};
 use cairn_engine::partition::PollFrom;
-use cairn_faults::{Damage, SimDisk};
+use cairn_faults::{Damage, FaultKind, SimDisk};
 use std::collections::{BTreeMap, BTreeSet};
 
 // ---------------------------------------------------------------------------------------
@@ -333,6 +333,9 @@ pub fn check_full(
             ));
         }
     }
+    if after_restart && model.power_lost {
+        adopt_resurrected(model, all, disk);
+    }
     check_exact(model, all, sent, u32::MAX, disk)?;
     let mut ids = BTreeSet::new();
     for m in all {
@@ -371,11 +374,18 @@ pub fn check_full(
     }
     // What is gone is a suffix: forget it, learn what the unknown outcomes became.
     let lost: Vec<u64> = model.log.range(end..).map(|(o, _)| *o).collect();
+    let mut rewound = BTreeMap::new();
     for offset in lost {
         if let Some(id) = model.log.remove(&offset) {
             model.positions.remove(&id);
+            rewound.insert(offset, id);
         }
     }
+    if !rewound.is_empty() {
+        model.rewound = rewound;
+        model.rewound_since = model.checked_records;
+    }
+    model.checked_records = disk.record_count();
     model
         .batches
         .retain(|base, b| base + u64::from(b.count) <= end);
@@ -396,6 +406,39 @@ pub fn check_full(
     model.crash_walk = None;
     model.rewind_floor = None;
     Ok(())
+}
+
+/// After a power loss: the messages of `all` above the durable end that the model knows at
+/// their offset as another message, where the last recovery's rewind forgot exactly this one
+/// at this offset and a lying sync of one of the partition's logs since that recovery began
+/// was undone by the power loss (the recovery's truncation did not last: the truncated batch
+/// came back whole, and nothing can tell it from a new one). The model adopts each: the
+/// message acknowledged there since (never durable) is lost, as a power loss may lose it.
+fn adopt_resurrected(model: &mut Model, all: &[ReadMessage], disk: &SimDisk) {
+    let lied = disk.records().iter().skip(model.rewound_since).any(|r| {
+        r.kind == FaultKind::LyingSync
+            && r.path.as_deref().is_some_and(|path| {
+                path.starts_with(&model.dir) && path.extension().is_some_and(|e| e == "log")
+            })
+    });
+    if !lied {
+        return;
+    }
+    for m in all {
+        let stale = m.offset >= model.durable_end
+            && model.rewound.get(&m.offset) == Some(&m.id)
+            && model.log.get(&m.offset).is_some_and(|known| *known != m.id);
+        if !stale {
+            continue;
+        }
+        if let Some(known) = model.log.insert(m.offset, m.id) {
+            model.positions.remove(&known);
+        }
+        model.positions.insert(m.id, m.offset);
+        model
+            .batches
+            .retain(|base, b| !(*base..base + u64::from(b.count)).contains(&m.offset));
+    }
 }
 
 /// Damage seen since the crash in the log that held offset `lost` (at or after the batch
