@@ -9,24 +9,7 @@ use super::*;
 /// shards' own.
 pub(super) fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'static str>> {
     const EXPIRY: u64 = 10_000_000;
-    let mut s = Scenario::new(0x4e0d_000e);
-    {
-        // Only the scenario's passes: the shards' own timers stay out of the way.
-        let mut w = lock(&s.world);
-        w.profile.max_payload = 64 * 1024;
-        w.profile.cleaner_every_nanos = 24 * 3600 * 1_000_000_000;
-    }
-    s.setup()?;
-    s.perform(AdminOp::CreateStream("s".into()))?;
-    s.perform(AdminOp::CreateTopic {
-        stream: 0,
-        name: "t".into(),
-        partitions: 1,
-        persisted: true,
-        offsets_persisted: true,
-        expiry: EXPIRY,
-        max_size: 0,
-    })?;
+    let mut s = retention_topic(0x4e0d_000e, EXPIRY, 0)?;
     let mut newest = None;
     for _ in 0..64 {
         s.produce()?;
@@ -65,25 +48,8 @@ pub(super) fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'
 /// delete its oldest sealed segments, each deletion judged against the size rule.
 pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
 ) -> Checked<Vec<&'static str>> {
-    let mut s = Scenario::new(0x4e0d_0026);
-    {
-        // Only the scenario's pass: the shards' own timers stay out of the way.
-        let mut w = lock(&s.world);
-        w.profile.max_payload = 64 * 1024;
-        w.profile.cleaner_every_nanos = 24 * 3600 * 1_000_000_000;
-    }
-    s.setup()?;
-    s.perform(AdminOp::CreateStream("s".into()))?;
-    s.perform(AdminOp::CreateTopic {
-        stream: 0,
-        name: "t".into(),
-        partitions: 1,
-        persisted: true,
-        offsets_persisted: true,
-        expiry: 0,
-        // Below the floor: the budget is one segment plus one batch.
-        max_size: 1,
-    })?;
+    // Below the floor: the budget is one segment plus one batch.
+    let mut s = retention_topic(0x4e0d_0026, 0, 1)?;
     let budget = crate::node_world::model::SEGMENT_SIZE + lock(&s.world).profile.max_batch_bytes;
     let mut over = false;
     for _ in 0..1024 {
@@ -110,6 +76,30 @@ pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
     }
     drop(w);
     Ok(s.decisions())
+}
+
+/// A scenario of seed `seed` with one `persisted` topic of one partition, `expiry` and
+/// `max_size`, and large payloads; only the scenario's cleaner passes run (the shards' own
+/// timers stay out of the way).
+fn retention_topic(seed: u64, expiry: u64, max_size: u64) -> Checked<Scenario> {
+    let mut s = Scenario::new(seed);
+    {
+        let mut w = lock(&s.world);
+        w.profile.max_payload = 64 * 1024;
+        w.profile.cleaner_every_nanos = 24 * 3600 * 1_000_000_000;
+    }
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "t".into(),
+        partitions: 1,
+        persisted: true,
+        offsets_persisted: true,
+        expiry,
+        max_size,
+    })?;
+    Ok(s)
 }
 
 /// Two topics of one stream each have a group of id 0 whose members polled with
