@@ -311,6 +311,7 @@ pub fn plan(
             _ => {}
         }
     }
+    touch_deleted_dirs(root, &listed, &deleted_topics, &deleted_streams, &mut plan);
     let wanted: BTreeMap<PartitionKey, PartitionIdentity> = state
         .partitions()
         .into_iter()
@@ -381,6 +382,30 @@ pub fn plan(
         }
     }
     Ok(plan)
+}
+
+/// The directories inside a deleted topic or stream whose entries its work may have changed
+/// without a partition of the metadata's beneath them: an operator's empty directory removed
+/// from a `partitions/`, an emptied topic removed from a kept stream's `topics/`. A crash
+/// between such a removal and its sync leaves it only in the cache, where boot's survey no
+/// longer sees it; synced at boot whatever is found, or a power loss brings it back after
+/// the record says the work is done.
+fn touch_deleted_dirs(
+    root: &Path,
+    listed: &Listed,
+    deleted_topics: &BTreeSet<(u32, u32)>,
+    deleted_streams: &BTreeSet<u32>,
+    plan: &mut TreePlan,
+) {
+    for &s in deleted_streams {
+        plan.touched_dirs.push(stream_dir(root, s).join("topics"));
+    }
+    for &(s, t) in &listed.topics {
+        if deleted_streams.contains(&s) || deleted_topics.contains(&(s, t)) {
+            plan.touched_dirs
+                .push(topic_dir(root, s, t).join("partitions"));
+        }
+    }
 }
 
 #[cfg(test)]

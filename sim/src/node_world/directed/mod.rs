@@ -466,6 +466,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: tree::a_stream_deletion_keeping_data_removes_its_emptied_topics_redone,
     },
     NodeDirected {
+        name: "an_operators_directory_removed_before_a_crash_stays_removed",
+        expect: &["DirWorkRedone"],
+        run: tree::an_operators_directory_removed_before_a_crash_stays_removed,
+    },
+    NodeDirected {
         name: "an_empty_topic_directory_under_a_deleted_stream_is_removed",
         expect: &["DirWorkRedone"],
         run: tree::an_empty_topic_directory_under_a_deleted_stream_is_removed,

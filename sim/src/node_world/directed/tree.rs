@@ -589,6 +589,61 @@ pub(super) fn a_stream_deletion_keeping_data_removes_its_emptied_topics_redone(
     a_stream_deletion_keeping_data_removes_its_emptied_topics(0x4e0d_0023, true)
 }
 
+/// While the node serves, an operator leaves an empty directory and one with data in topic 2
+/// (a topic with no partitions, so none of the metadata's partitions' directories is synced
+/// at boot beneath it); stream 0 is then deleted, keeping the data and the directories
+/// holding it. Its work removes the empty directory and the node crashes before that
+/// removal's sync: the boot after no longer
+/// sees the directory, though its removal is only in the cache, and records the work done.
+/// A power loss after that boot must not bring the directory back (seed 0x3f5489253): boot
+/// syncs every directory a journaled deletion may have changed, whatever it finds there.
+pub(super) fn an_operators_directory_removed_before_a_crash_stays_removed(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0029);
+    s.with_two_persisted_topics()?;
+    s.perform(AdminOp::CreateTopic {
+        stream: 0,
+        name: "c".into(),
+        partitions: 0,
+        persisted: true,
+        offsets_persisted: true,
+        expiry: 0,
+        max_size: 0,
+    })?;
+    s.produce_n(3)?;
+    let empty = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 2, 3);
+    {
+        let mut w = lock(&s.world);
+        let log = cairn_engine::partition::segment::log_name(0);
+        plant_file(&w, &part_dir(2, 7).join(log), &[7; 64]);
+        w.planted.insert(part_dir(2, 7));
+        // Not among `planted`: once removed, nothing may make it again.
+        plant_dir(&w, &empty);
+        w.disk.script(cairn_faults::Scripted::CrashOnCall {
+            call: cairn_faults::Call::Sync,
+            part: "topics/2/partitions".into(),
+        });
+    }
+    s.perform(AdminOp::DeleteStream(0))?;
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the deletion's work crashed before syncing the removal"
+    );
+    s.restart(false)?;
+    s.restart_after(true, |_| {})?;
+    kept_and_reported(&s, &part_dir(2, 7))?;
+    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &empty).unwrap_or(true) {
+        return Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!(
+                "{} came back at a power loss after the boot that recorded its removal done",
+                empty.display()
+            ),
+        ));
+    }
+    Ok(s.decisions())
+}
+
 /// While the node is down an operator replaces partition 0's directory with a copy of
 /// partition 1's. No journaled op touched that path, so boot opens what it finds and fences
 /// partition 0, whose superblock names another identity (`SuperblockIdentity`): the copy is
