@@ -27,6 +27,7 @@ use iggy_binary_protocol::requests::users::{
 };
 use iggy_binary_protocol::{WireIdentifier, WireName, WireOptions};
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
 pub(crate) fn sid(id: u32) -> WireIdentifier {
     WireIdentifier::numeric(id)
@@ -352,10 +353,20 @@ impl NodeWorld {
     }
 
     pub(crate) fn batch(&mut self, count: usize) -> (BytesMut, Vec<u128>) {
+        let max = self.profile.max_payload;
+        self.batch_sized(count, |rng| rng.gen_range(0..=max))
+    }
+
+    /// A batch of `count` messages, each payload `size` bytes long (random bytes).
+    pub(crate) fn batch_sized(
+        &mut self,
+        count: usize,
+        size: impl Fn(&mut ChaCha8Rng) -> usize,
+    ) -> (BytesMut, Vec<u128>) {
         let mut builder = BatchBuilder::new(self.clock.now_nanos() / 1000);
         let mut ids = Vec::with_capacity(count);
         for _ in 0..count {
-            let size = self.rng.gen_range(0..=self.profile.max_payload);
+            let size = size(&mut self.rng);
             let mut payload = vec![0u8; size];
             self.rng.fill(&mut payload[..]);
             let id = self.next_id;

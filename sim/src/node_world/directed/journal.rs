@@ -536,18 +536,6 @@ pub(super) fn a_flood_of_metadata_ops_is_journaled_in_bounded_batches() -> Check
     Ok(s.decisions())
 }
 
-/// Awaits every future, all polled on each wake.
-async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
-    std::future::poll_fn(move |cx| {
-        futures.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-        match futures.is_empty() {
-            true => std::task::Poll::Ready(()),
-            false => std::task::Poll::Pending,
-        }
-    })
-    .await
-}
-
 /// Three ops in one batch while the disk has no room: a create of a stream whose name
 /// exists (refused on its own merits), a partition added over a directory an operator left
 /// at its path (refused: the directory is in the way), and a create of a new stream, which

@@ -291,6 +291,18 @@ async fn both(
 }
 
 /// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
+/// Awaits every future, all polled on each wake.
+async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
+    std::future::poll_fn(move |cx| {
+        futures.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        match futures.is_empty() {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await
+}
+
 fn persisted_topic(partitions: u32) -> AdminOp {
     AdminOp::CreateTopic {
         stream: 0,
@@ -519,6 +531,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "a_segment_exactly_as_old_as_the_expiry_is_kept",
         expect: &["RetentionDeletion"],
         run: serving::a_segment_exactly_as_old_as_the_expiry_is_kept,
+    },
+    NodeDirected {
+        name: "a_send_a_failed_persist_sealed_is_acknowledged",
+        expect: &[],
+        run: serving::a_send_a_failed_persist_sealed_is_acknowledged,
     },
     NodeDirected {
         name: "a_topic_over_its_size_and_without_an_expiry_is_cut_to_size",

@@ -323,3 +323,127 @@ fn group_zero_offset(s: &mut Scenario) -> cairn_engine::node::NodeResult<Option<
     })
     .expect("answered")
 }
+
+/// What a directed send was answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Acked { base: u64, durable: bool },
+    NoSpace,
+    Other(String),
+}
+
+/// A batch of `count` messages of `size` payload bytes each, for partition (0, 0, 0).
+fn sized_batch(s: &Scenario, count: usize, size: usize) -> (bytes::BytesMut, Vec<u128>) {
+    lock(&s.world).batch_sized(count, |_| size)
+}
+
+/// Sends `batches` to partition (0, 0, 0) at once (each from its own client, all in the
+/// shard's inbox before it runs), each answer judged by the oracle; returns the answers.
+fn send_at_once(
+    s: &mut Scenario,
+    batches: Vec<(bytes::BytesMut, Vec<u128>)>,
+) -> Checked<Vec<Answer>> {
+    use cairn_engine::node::NodeError;
+    use cairn_engine::partition::PartitionError;
+    use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
+    let (node, started) = {
+        let w = lock(&s.world);
+        (w.node.clone().expect("up"), w.start())
+    };
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let sends: Vec<cairn_engine::env::BoxFuture<'static, ()>> = batches
+        .into_iter()
+        .enumerate()
+        .map(|(i, (batch, ids))| {
+            let (client, world, answers) = (
+                node.client(400 + i as u128),
+                s.world.clone(),
+                answers.clone(),
+            );
+            let send: cairn_engine::env::BoxFuture<'static, ()> = Box::pin(async move {
+                let id = WireIdentifier::numeric(0);
+                let result = client
+                    .send(&id, &id, &WirePartitioning::PartitionId(0), batch)
+                    .await;
+                let answer = match &result {
+                    Ok(sent) => Answer::Acked {
+                        base: sent.ack.base_offset,
+                        durable: sent.ack.durable,
+                    },
+                    Err(NodeError::Partition(PartitionError::NoSpace)) => Answer::NoSpace,
+                    Err(e) => Answer::Other(e.to_string()),
+                };
+                let mut w = lock(&world);
+                if let Err(v) = w.judge_send(0, 0, &ids, started, result) {
+                    w.fail(v);
+                }
+                answers.lock().expect("lock").push((i, answer));
+            });
+            send
+        })
+        .collect();
+    crate::node_world::block(&mut s.executor, every(sends)).expect("answered");
+    s.violation()?;
+    let mut answers = std::mem::take(&mut *answers.lock().expect("lock"));
+    answers.sort_by_key(|(i, _)| *i);
+    Ok(answers.into_iter().map(|(_, a)| a).collect())
+}
+
+/// One persist of two sends to a `persisted` topic: the first crosses the segment size, so
+/// the persist seals the segment (synced: durable) and records the next one active; the
+/// second's write into the new segment finds no room. The persist fails and rolls the
+/// second back, which is told there was no room; the first must still be acknowledged as
+/// durable (the shard acknowledges, after a failed persist, every send below the durable
+/// end it left). After a power loss the boot reads the first back where it was
+/// acknowledged, and the next send takes the offsets the second was refused.
+pub(super) fn a_send_a_failed_persist_sealed_is_acknowledged() -> Checked<Vec<&'static str>> {
+    const KIB: usize = 1024;
+    let mut s = Scenario::new(0x4e0d_002a);
+    s.with_persisted_topic(1)?;
+    // Two persists (each superblock slot written once) leave the first segment some 64
+    // KiB short of its size.
+    let fill = (crate::node_world::model::SEGMENT_SIZE as usize - 64 * KIB) / 16;
+    for _ in 0..2 {
+        let batch = sized_batch(&s, 8, fill);
+        let answers = send_at_once(&mut s, vec![batch])?;
+        assert!(
+            matches!(answers[..], [Answer::Acked { durable: true, .. }]),
+            "a send with room is acknowledged: {answers:?}"
+        );
+    }
+    let (sealing, rolled_back) = (sized_batch(&s, 1, 100 * KIB), sized_batch(&s, 1, 100 * KIB));
+    {
+        // Room for the sealing batch and its index entry, not for the next batch.
+        let mut w = lock(&s.world);
+        let mut faults = w.disk.faults();
+        faults.capacity = Some(w.disk.used_bytes() + sealing.0.len() as u64 + 16 + 8 * KIB as u64);
+        w.disk.set_faults(faults);
+        w.disk_full_until = Some(u32::MAX);
+    }
+    let answers = send_at_once(&mut s, vec![sealing, rolled_back])?;
+    let end = match answers[..] {
+        [Answer::Acked { base, durable: true }, Answer::NoSpace] => base + 1,
+        _ => {
+            return Err(crate::report::violation(
+                crate::node_world::INV_CALLERS,
+                format!("two sends in one persist, the first sealing its segment and the second finding no room in the next, answered {answers:?}: not the first acknowledged durable and the second refused for space"),
+            ))
+        }
+    };
+    {
+        let mut w = lock(&s.world);
+        let mut faults = w.disk.faults();
+        faults.capacity = None;
+        w.disk.set_faults(faults);
+        w.disk_full_until = None;
+    }
+    s.restart_after(true, |_| {})?;
+    let next = sized_batch(&s, 1, KIB);
+    match send_at_once(&mut s, vec![next])?[..] {
+        [Answer::Acked { base, .. }] if base == end => Ok(s.decisions()),
+        ref other => Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("the send after a persist that refused offsets from {end} on was answered {other:?}"),
+        )),
+    }
+}
