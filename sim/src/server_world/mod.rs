@@ -61,7 +61,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 48] = [
+pub const SERVER_COVERAGE: [(&str, &str); 49] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -198,6 +198,10 @@ pub const SERVER_COVERAGE: [(&str, &str); 48] = [
     (
         "ScratchGroup",
         "CreateConsumerGroup, GetConsumerGroup or DeleteConsumerGroup in a scratch topic judged",
+    ),
+    (
+        "StreamRenamed",
+        "UpdateStream of a scratch stream acknowledged: the old name freed, the new one names its id",
     ),
     (
         "ScratchTopicDeleted",

@@ -22,7 +22,8 @@ pub(crate) async fn admin(mut a: Actor) {
                 next += 1;
                 create_stream(&mut a, format!("x{next}")).await;
             }
-            25..=39 => delete_stream(&mut a).await,
+            25..=36 => delete_stream(&mut a).await,
+            37..=39 => rename_stream(&mut a).await,
             40..=47 => super::details::stats(&mut a).await,
             48..=52 => super::clients::clients(&mut a).await,
             53..=57 => read_streams(&mut a).await,
@@ -147,21 +148,8 @@ async fn replay_create(
 
 async fn delete_stream(a: &mut Actor) {
     // By name: ids are reused, so a lost delete landing late could hit a newer stream.
-    let name = {
-        let mut w = lock(&a.world);
-        let existing: Vec<String> = w
-            .oracle
-            .streams
-            .iter()
-            .filter(|(n, s)| {
-                matches!(s, StreamState::Exists(_)) && !w.oracle.pending.contains_key(*n)
-            })
-            .map(|(n, _)| n.clone())
-            .collect();
-        if existing.is_empty() {
-            return;
-        }
-        existing[w.rng.gen_range(0..existing.len())].clone()
+    let Some(name) = existing_stream(a) else {
+        return;
     };
     for attempt in 0..2 {
         let begun = a.begin(&format!(
@@ -211,6 +199,97 @@ async fn delete_stream(a: &mut Actor) {
             Outcome::NotSent => {
                 w.oracle.streams.insert(name.clone(), before);
                 return;
+            }
+        }
+    }
+}
+
+/// A scratch stream acknowledged and not in flight, by name (none: there is none).
+fn existing_stream(a: &Actor) -> Option<String> {
+    let mut w = lock(&a.world);
+    let existing: Vec<String> = w
+        .oracle
+        .streams
+        .iter()
+        .filter(|(n, s)| matches!(s, StreamState::Exists(_)) && !w.oracle.pending.contains_key(*n))
+        .map(|(n, _)| n.clone())
+        .collect();
+    (!existing.is_empty()).then(|| existing[w.rng.gen_range(0..existing.len())].clone())
+}
+
+/// UpdateStream: a scratch stream renamed (`x5` to `x5-r`, and back). Acknowledged, the old
+/// name is free and the new one names the stream's id, with its topic; refused with a cause
+/// of the server's or lost, both names are in doubt (and the topic under either) until a
+/// read after that server process is gone. Any other refusal is wrong: the model holds the
+/// stream under the old name and nothing under the new one.
+async fn rename_stream(a: &mut Actor) {
+    let Some(old) = existing_stream(a) else {
+        return;
+    };
+    let new = match old.strip_suffix("-r") {
+        Some(base) => base.to_string(),
+        None => format!("{old}-r"),
+    };
+    let (id, free) = {
+        let w = lock(&a.world);
+        let free = matches!(w.oracle.streams.get(&new), None | Some(StreamState::Absent))
+            && !w.oracle.pending.contains_key(&new);
+        (w.oracle.streams[&old], free)
+    };
+    let StreamState::Exists(id) = id else {
+        unreachable!("picked as existing")
+    };
+    if !free {
+        return;
+    }
+    let label = format!("rename stream {old} to {new}");
+    let begun = a.begin(&label);
+    lock(&a.world)
+        .oracle
+        .streams
+        .insert(new.clone(), StreamState::Absent);
+    let before = in_flight(a, &old, begun.epoch);
+    in_flight(a, &new, begun.epoch);
+    let result = a
+        .client()
+        .update_stream(&WireIdentifier::named(&old).expect("a valid name"), &new)
+        .await;
+    a.end(&begun, &result);
+    a.after(&begun);
+    let kind = outcome(&result);
+    let in_doubt = match kind {
+        Outcome::Ok => {
+            let mut w = lock(&a.world);
+            w.oracle.streams.insert(old.clone(), StreamState::Absent);
+            w.oracle
+                .streams
+                .insert(new.clone(), StreamState::Exists(id));
+            match w.oracle.scratch_topics.remove(&old) {
+                Some(topic) => w.oracle.scratch_topics.insert(new, topic),
+                None => w.oracle.scratch_topics.remove(&new),
+            };
+            w.decision("StreamRenamed");
+            return;
+        }
+        Outcome::Refused(code) => a.refusal_in_doubt(&begun, code, &label, INV_META),
+        Outcome::Unknown => true,
+        Outcome::NotSent => {
+            let mut w = lock(&a.world);
+            w.oracle.streams.insert(old, before);
+            w.oracle.streams.insert(new, StreamState::Absent);
+            return;
+        }
+    };
+    if in_doubt {
+        let mut w = lock(&a.world);
+        let epoch = w.oracle.epoch;
+        let topic = w.oracle.scratch_topics.remove(&old);
+        for name in [old, new] {
+            w.oracle.lost_attempt(&name);
+            if topic.is_some() {
+                w.oracle
+                    .scratch_topics
+                    .insert(name, super::super::oracle::ScratchTopic::InDoubt(epoch));
             }
         }
     }
