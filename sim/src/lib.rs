@@ -21,6 +21,7 @@ pub mod report;
 pub mod run;
 pub mod server_world;
 pub mod timeline;
+pub mod wire;
 
 // The partition world's modules at their old paths (`cairn_sim::directed::SCENARIOS`).
 pub use partition_world::directed;

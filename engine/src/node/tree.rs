@@ -123,7 +123,8 @@ pub struct PathPlan {
 #[derive(Debug, Clone, Default)]
 pub struct TreePlan {
     /// Directories whose entries a journaled op after the applied one changed (a removed
-    /// topic's or stream's parent): synced at boot whatever is found there.
+    /// topic's or stream's parent, and the `topics/` and `partitions/` directories inside
+    /// it): synced at boot whatever is found there.
     pub touched_dirs: Vec<PathBuf>,
     /// Every partition path the metadata, the journal tail or the disk names.
     pub paths: Vec<PathPlan>,

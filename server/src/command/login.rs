@@ -123,10 +123,11 @@ pub async fn with_token(
     bind(cx, client, node, login, Some(hash)).ok_or_else(LoginRefused::token)
 }
 
-/// The session of `login`, bound to the incarnation and password hash the login was
-/// checked against: `None` if the view no longer holds that user with that password (it
-/// was deleted, or its password changed, after the check and before this bind; taking the
-/// view's hash instead would give the old password a session the change did not end).
+/// The session of `login`, bound to what the login was checked against: `None` if the view
+/// no longer holds that user incarnation, or (a password login) holds it with another
+/// password, or (a token login) no longer holds the token — each changed after the check
+/// and before this bind. (Taking the view's hash instead would give an old password a
+/// session the change did not end; a password change does not end a token's session.)
 fn bind(
     cx: &Context,
     client: u128,
@@ -135,8 +136,18 @@ fn bind(
     token: Option<TokenHash>,
 ) -> Option<Session> {
     let view = cx.node.view();
-    view.user(login.user_id)
-        .filter(|u| u.created_op == login.incarnation && u.password_hash == login.password_hash)?;
+    let user = view
+        .user(login.user_id)
+        .filter(|u| u.created_op == login.incarnation)?;
+    let still_checked = match &token {
+        Some(hash) => view
+            .token_by_hash(hash)
+            .is_some_and(|(owner, _, _)| owner.id == user.id),
+        None => user.password_hash == login.password_hash,
+    };
+    if !still_checked {
+        return None;
+    }
     Some(Session {
         client,
         session: cx.next_session(),

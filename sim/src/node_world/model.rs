@@ -5,7 +5,6 @@
 //! formula). After every boot the whole recovered state is compared with it, field by
 //! field ([`compare`]).
 
-use bytes::BytesMut;
 use cairn_engine::config::Durability;
 use cairn_engine::node::state::MetaState;
 use cairn_engine::node::PartitionKey;
@@ -575,24 +574,14 @@ pub fn create_options(
         ("message_expiry", 12, expiry.to_le_bytes().to_vec()),
         ("max_topic_size", 12, max_size.to_le_bytes().to_vec()),
     ];
-    tlv(&entries)
+    crate::wire::options(&entries)
 }
 
 pub fn update_options(expiry: u64, max_size: u64) -> WireOptions {
-    tlv(&[
+    crate::wire::options(&[
         ("message_expiry", 12, expiry.to_le_bytes().to_vec()),
         ("max_topic_size", 12, max_size.to_le_bytes().to_vec()),
     ])
-}
-
-fn tlv(entries: &[(&str, u8, Vec<u8>)]) -> WireOptions {
-    let tlv: Vec<(u8, &[u8], u8, &[u8])> = entries
-        .iter()
-        .map(|(k, kind, v)| (2u8, k.as_bytes(), *kind, v.as_slice()))
-        .collect();
-    let mut buf = BytesMut::new();
-    iggy_binary_protocol::encode_user_headers(&tlv, &mut buf);
-    WireOptions::from_bytes(buf.freeze()).expect("valid options")
 }
 
 fn within(value: u64, window: Window) -> bool {

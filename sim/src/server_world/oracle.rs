@@ -153,6 +153,9 @@ pub struct Oracle {
     /// Scratch streams with a lost create or delete that may still land, by the epoch of
     /// the server process that may apply it: not judged, not deleted, until it is gone.
     pub pending: BTreeMap<String, u64>,
+    /// Renames of a scratch stream in doubt, (old name, new name, id): the stream exists
+    /// under exactly one of the names, with its id, until a read resolves the pair.
+    pub renames: Vec<(String, String, u32)>,
     /// Stored consumer offsets and group members' current partitions.
     pub offsets: super::offsets::Offsets,
     /// The topic of each scratch stream that has (or may have) one, by stream name.
@@ -473,11 +476,20 @@ impl Oracle {
     pub fn scratch_counts(&self) -> [std::ops::RangeInclusive<u32>; 3] {
         let (mut low, mut high) = ([0u32; 3], [0u32; 3]);
         for (name, topic) in &self.scratch_topics {
-            let stream = self
+            let mut stream = self
                 .streams
                 .get(name)
                 .copied()
                 .unwrap_or(StreamState::Absent);
+            // A rename in doubt: the stream exists, its topic counted once (under the old
+            // name).
+            for (old, new, id) in self.renames_in_doubt() {
+                if name == new {
+                    stream = StreamState::Absent;
+                } else if name == old {
+                    stream = StreamState::Exists(*id);
+                }
+            }
             let counts = match topic {
                 ScratchTopic::Exists {
                     partitions, group, ..
@@ -528,7 +540,33 @@ impl Oracle {
             }
             *state = found.map_or(StreamState::Absent, StreamState::Exists);
         }
+        self.renames_read(listed)
+    }
+
+    /// A read after the process that might apply a rename in doubt: the stream is listed
+    /// under exactly one of its two names, with its id.
+    fn renames_read(&mut self, listed: &BTreeMap<String, u32>) -> Checked<()> {
+        let epoch = self.epoch;
+        let (pending, resolved): (Vec<_>, Vec<_>) = std::mem::take(&mut self.renames)
+            .into_iter()
+            .partition(|(old, _, _)| self.streams.get(old) == Some(&StreamState::InDoubt(epoch)));
+        self.renames = pending;
+        for (old, new, id) in resolved {
+            let found = [&old, &new].map(|n| listed.get(n).copied());
+            if !matches!(found, [Some(got), None] | [None, Some(got)] if got == id) {
+                return Err(violation(INV_META, format!("stream {id} renamed from {old} to {new} (in doubt): a read lists {old} as {:?} and {new} as {:?}, not exactly one of them with its id", found[0], found[1])));
+            }
+        }
         Ok(())
+    }
+
+    /// Renames in doubt and unresolved: each pair of names is one stream that exists.
+    pub fn renames_in_doubt(&self) -> impl Iterator<Item = &(String, String, u32)> {
+        self.renames.iter().filter(|(old, new, _)| {
+            [old, new]
+                .iter()
+                .all(|n| matches!(self.streams.get(*n), Some(StreamState::InDoubt(_))))
+        })
     }
 }
 

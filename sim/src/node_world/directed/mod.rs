@@ -290,7 +290,6 @@ async fn both(
     .await
 }
 
-/// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
 /// Awaits every future, all polled on each wake.
 async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
     std::future::poll_fn(move |cx| {
@@ -303,6 +302,7 @@ async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
     .await
 }
 
+/// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
 fn persisted_topic(partitions: u32) -> AdminOp {
     AdminOp::CreateTopic {
         stream: 0,

@@ -132,9 +132,10 @@ async fn token_login(a: &mut Actor, name: &str, raw: &str, valid: bool) {
         (Ok(_), false) => Err("logged in, though the token's deletion was acknowledged".into()),
         (Err(e), false) if token_refusal(e) => Ok("TokenLoginRefused"),
         (Err(e), _) => match e.code() {
-            // Refused for a cause of the server's (a stopped node): the judge says.
+            // Refused for a cause of the server's (a stopped node, a restart; a login writes
+            // nothing, so a full disk alone is none): the judge says.
             Some(code) if !token_refusal(e) => {
-                a.refusal_in_doubt(&begun, code, &op, INV_META);
+                a.read_refusal_in_doubt(&begun, code, &op, INV_META);
                 return;
             }
             Some(_) => Err(format!(
@@ -186,7 +187,7 @@ async fn delete_token(a: &mut Actor, name: &str) {
 }
 
 /// GetPersonalAccessTokens: every token the model holds created is listed, every one it
-/// holds deleted is not, and none it never sent a create of; a token in doubt is adopted as
+/// holds deleted is not, and none it does not hold (never created, or gone); a token in doubt is adopted as
 /// listed once the process that might still apply its command is gone.
 async fn list_tokens(a: &mut Actor) {
     let begun = a.begin("get tokens");
@@ -220,11 +221,15 @@ async fn list_tokens(a: &mut Actor) {
             false => StreamState::Absent,
         };
     }
-    // Names are never reused, and a deleted one stays in the model: a token listed that
-    // the model does not hold was never created, or came back after its deletion.
+    // Names are never reused, and a name leaves the model only once a read after its
+    // deletion (or lost create) found it gone: a token listed that the model does not hold
+    // was never created, or came back after it was gone.
     for name in listed.iter().filter(|n| !w.oracle.tokens.contains_key(*n)) {
-        wrong.push(format!("{name} is listed, though no create of it was sent"));
+        wrong.push(format!(
+            "{name} is listed, though never created or already gone"
+        ));
     }
+    w.oracle.tokens.retain(|_, s| *s != StreamState::Absent);
     match wrong.is_empty() {
         true => w.decision("TokensListed"),
         false => w.fail(violation(

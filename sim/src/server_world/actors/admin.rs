@@ -281,17 +281,17 @@ async fn rename_stream(a: &mut Actor) {
         }
     };
     if in_doubt {
+        // A rename changes no topic: its model holds under whichever name the stream has.
         let mut w = lock(&a.world);
-        let epoch = w.oracle.epoch;
-        let topic = w.oracle.scratch_topics.remove(&old);
-        for name in [old, new] {
-            w.oracle.lost_attempt(&name);
-            if topic.is_some() {
-                w.oracle
-                    .scratch_topics
-                    .insert(name, super::super::oracle::ScratchTopic::InDoubt(epoch));
-            }
+        let topic = w.oracle.scratch_topics.get(&old).copied();
+        for name in [&old, &new] {
+            w.oracle.lost_attempt(name);
+            match topic {
+                Some(topic) => w.oracle.scratch_topics.insert(name.clone(), topic),
+                None => w.oracle.scratch_topics.remove(name),
+            };
         }
+        w.oracle.renames.push((old, new, id));
     }
 }
 

@@ -319,7 +319,9 @@ fn judge_stats(
         let doubt = states
             .filter(|s| matches!(s, StreamState::InDoubt(_)))
             .count();
-        (exists, doubt)
+        // A rename in doubt holds two names in doubt and one stream that exists.
+        let renames = w.oracle.renames_in_doubt().count();
+        (exists + renames, doubt - 2 * renames)
     };
     let streams = (1 + exists) as u32..=(1 + exists + doubt) as u32;
     if !streams.contains(&stats.streams_count) {

@@ -18,7 +18,6 @@ use super::{
     lock, Ids, PartKey, Phase, Shared, GROUP, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR, STREAM, TOPICS,
 };
 use crate::timeline::{LaneKind, SpanOutcome, Timeline};
-use bytes::BytesMut;
 use cairn_client::iggy_binary_protocol::{WireIdentifier, WireOptions};
 use cairn_client::{Client, ClientConfig, ClientError};
 use cairn_engine::env::{Env, Tasks};
@@ -452,18 +451,12 @@ pub async fn create_topology(env: Env, partitions: u32) -> Result<Ids, ClientErr
 
 /// A topic's options: both durability policies.
 fn topic_options(persisted: bool) -> WireOptions {
-    let policy: &[u8] = if persisted {
-        b"persisted"
-    } else {
-        b"replicated"
-    };
-    let entries: Vec<(u8, &[u8], u8, &[u8])> = vec![
-        (2, b"consumer_offset_durability", 2, policy),
-        (2, b"durability", 2, policy),
-    ];
-    let mut buf = BytesMut::new();
-    cairn_client::iggy_binary_protocol::encode_user_headers(&entries, &mut buf);
-    WireOptions::from_bytes(buf.freeze()).expect("valid options")
+    use crate::wire::{options, KIND_STRING};
+    let policy = if persisted { "persisted" } else { "replicated" };
+    options(&[
+        ("consumer_offset_durability", KIND_STRING, policy.into()),
+        ("durability", KIND_STRING, policy.into()),
+    ])
 }
 
 /// Spawns every client of the profile on the clients' process.

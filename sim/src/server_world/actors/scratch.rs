@@ -10,7 +10,6 @@ use super::super::lock;
 use super::super::oracle::{ScratchTopic, StreamState, INV_META, MAX_SCRATCH_PARTITIONS};
 use super::{outcome, Actor, Outcome};
 use crate::report::violation;
-use bytes::BytesMut;
 use cairn_client::iggy_binary_protocol::{WireIdentifier, WireOptions};
 use cairn_client::ClientError;
 use rand::Rng;
@@ -289,14 +288,8 @@ fn described(
 
 /// Options setting only `message_expiry` (µs).
 fn expiry_option(expiry: u64) -> WireOptions {
-    const KIND_STRING: u8 = 2;
-    const KIND_UINT64: u8 = 12;
-    let value = expiry.to_le_bytes();
-    let entries: Vec<(u8, &[u8], u8, &[u8])> =
-        vec![(KIND_STRING, b"message_expiry", KIND_UINT64, &value)];
-    let mut buf = BytesMut::new();
-    cairn_client::iggy_binary_protocol::encode_user_headers(&entries, &mut buf);
-    WireOptions::from_bytes(buf.freeze()).expect("valid options")
+    use crate::wire::{options, KIND_UINT64};
+    options(&[("message_expiry", KIND_UINT64, expiry.to_le_bytes().to_vec())])
 }
 
 /// A definite model's verdict on an answered command: the topic's next model.

@@ -347,13 +347,14 @@ fn judge_login(
     };
     if code == Some(CODE_UNAVAILABLE) {
         // The server could not check the credentials: that says nothing about them, but
-        // only a cause of the server's (a full disk, a stopped node, a restart) may say it.
-        return match w.refusal_cause(begun.records, begun.epoch) {
+        // only the node stopping or the server going down may say it (a login writes
+        // nothing, so a full disk alone does not).
+        return match w.stop_cause(begun.epoch) {
             Some(_) => {
                 w.decision("RefusedWithCause");
                 Ok(())
             }
-            None => Err(violation(INV_REVOKED, format!("log in as user {name} sent at {} ns: refused with code {CODE_UNAVAILABLE}, with no fault to blame (the disk did not fill, the server stayed up, the node runs)", begun.at))),
+            None => Err(violation(INV_REVOKED, format!("log in as user {name} sent at {} ns: refused with code {CODE_UNAVAILABLE}, with no fault to blame (the server stayed up, the node runs)", begun.at))),
         };
     }
     match (forbidden, code) {
@@ -415,8 +416,8 @@ pub(crate) async fn user_session(mut a: Actor) {
     }
 }
 
-/// Logs the session out: answered, or refused only for the node stopping or the server
-/// going down (a logout writes nothing, so a full disk does not excuse it).
+/// Logs the session out: answered, or the connection evicted (a logout without a session);
+/// never refused with a code (the server answers it itself, asking the node nothing).
 async fn logout(a: &mut Actor, name: &str) {
     let begun = a.begin(&format!("log out user {name}"));
     let result = a.client().logout().await;
@@ -424,9 +425,12 @@ async fn logout(a: &mut Actor, name: &str) {
     a.after(&begun);
     match outcome(&result) {
         Outcome::Ok => lock(&a.world).decision("Logout"),
-        Outcome::Refused(code) => {
-            a.read_refusal_in_doubt(&begun, code, "log out", INV_META);
-        }
+        Outcome::Refused(code) => a.fail(violation(
+            INV_META,
+            format!(
+                "log out user {name}: refused with code {code}; a logout is answered or evicted"
+            ),
+        )),
         Outcome::Unknown | Outcome::NotSent => {}
     }
 }
