@@ -326,6 +326,36 @@ fn a_failed_fsync_is_learned_from_the_device_and_cut() -> Outcome {
     repairs_stick(&s)
 }
 
+/// Flushed batches above the durable end reach the device (the kernel wrote the pages back),
+/// and a sector among them goes bad while the node is down: recovery cuts the log there,
+/// and the cut's sync fails (EIO), so recovery fails. The retry in the same boot finds the
+/// log already cut in the cache, with nothing left to repair, though the cut is not
+/// durable: recovery syncs the last log every boot, so the power loss that follows does not
+/// bring the cut batches back above the durable end (where they would be read as new).
+fn a_cut_whose_sync_failed_is_made_durable_by_the_retry() -> Outcome {
+    let s = one(Durability::Replicated);
+    s.produce(0, 2)?;
+    s.operate(0, World::persist)?;
+    s.produce(0, 3)?; // flushed, never synced by the engine
+    let durable = s.durable(0).position;
+    let log = s.file(0, &log_name(0));
+    s.disk()
+        .open(&log, OpenMode::ReadWrite)
+        .and_then(|f| f.sync_data())
+        .expect("the kernel's write-back");
+    s.restart_with(None, |disk| {
+        disk.add_bad_sector_at(&log, durable + 600);
+        disk.script(Scripted::FailSync(log_name(0)));
+    })?;
+    let failed = s.world().models[0].fenced.is_none() && !s.world().is_open(0);
+    assert!(failed, "the first recovery failed at its sync");
+    let retried = s.world().recover(0);
+    s.checked(retried)?;
+    assert!(s.world().is_open(0), "the retry recovered");
+    s.power_loss(Fates::DropAll)?;
+    Ok(s.decision_log())
+}
+
 fn a_torn_write_above_the_durable_end_is_cut() -> Outcome {
     let s = one(Durability::Persisted);
     s.produce(0, 2)?;
@@ -612,7 +642,9 @@ fn a_trusted_record_still_in_the_page_cache_is_synced_before_recovery_serves() -
     s.produce(0, 1)?;
     assert!(disk.is_crashed());
     // Recovery trusts the record in flight; without syncing it, a power loss would take it
-    // and the lied log pages together, and the log would silently rewind.
+    // and the lied log pages together, and the log would silently rewind. (Recovery's own
+    // sync of the last log lies too: else it would make the pages durable after all.)
+    disk.script(Scripted::LieOnSync(log_name(0)));
     s.crash()?;
     s.power_loss(Fates::DropAll)?;
     Ok(s.decision_log())
@@ -840,6 +872,12 @@ pub const SCENARIOS: &[Directed] = &[
         name: "an_interrupted_index_rebuild_leaves_a_temp_that_is_removed_and_other_files_are_kept",
         expect: &["RewriteIndex", "RemoveTemp"],
         run: an_interrupted_index_rebuild_leaves_a_temp_that_is_removed_and_other_files_are_kept,
+    },
+    Directed {
+        name: "a_cut_whose_sync_failed_is_made_durable_by_the_retry",
+        // The failed attempt's cut is logged by no plan that served; the scenario asserts it.
+        expect: &[],
+        run: a_cut_whose_sync_failed_is_made_durable_by_the_retry,
     },
     Directed {
         name: "a_torn_index_entry_is_rewritten",

@@ -86,7 +86,7 @@ impl Scenario {
         self.dir(p).join(name)
     }
 
-    fn checked(&self, result: Checked<()>) -> Result<(), Violation> {
+    pub(super) fn checked(&self, result: Checked<()>) -> Result<(), Violation> {
         let mut w = self.world();
         if let Err(v) = result {
             w.fail(v);

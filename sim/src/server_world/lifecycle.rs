@@ -259,6 +259,13 @@ fn check_metadata(w: &mut ServerWorld, node: &Node) -> Result<(), Violation> {
 /// process crash (they close), its tasks die, the disk keeps what the fault keeps.
 pub(crate) fn go_down(world: &Shared, executor: &mut Executor, down: Down) {
     let mut w = lock(world);
+    // The restart would erase a stop's evidence: judged before it, as liveness judges it.
+    if w.node_stopped() == Some(false) {
+        w.fail(violation(
+            INV_LIVENESS,
+            "the node stopped, with no fault to blame (no I/O error, no disk crash this process), before the server went down".into(),
+        ));
+    }
     w.restarts += 1;
     w.report.restarts += 1;
     let power = down == Down::PowerLoss;

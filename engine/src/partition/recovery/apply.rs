@@ -1,5 +1,6 @@
 //! Carrying out a recovery plan. Every repair is durable before apply returns, whatever the
-//! topic's policy: a truncation is synced, a rebuilt index is written aside, synced and
+//! topic's policy (and what an earlier failed attempt repaired is made durable first): a
+//! truncation is synced, a rebuilt index is written aside, synced and
 //! renamed over, an offset repair is synced with its directory, created and removed names
 //! have their directory synced, and the superblock record comes last, after the syncs of
 //! every byte it names.
@@ -25,6 +26,7 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
     if let Some(slot) = &plan.sync_slot {
         disk.open(slot, OpenMode::ReadWrite)?.sync_data()?;
     }
+    sync_what_an_earlier_attempt_changed(disk, plan)?;
     // A store interrupted between its rename and its directory sync may be visible: what
     // recovery serves must stay served, so the offsets directories are synced every boot.
     let mut unsynced_dirs: BTreeSet<PathBuf> = ConsumerKind::ALL
@@ -39,6 +41,30 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
         disk.sync_dir(&dir)?;
     }
     Ok(record)
+}
+
+/// An earlier attempt at this recovery in the same boot may have cut the last log (or removed
+/// the segments after it) and then failed at the sync (EIO): this attempt finds nothing to
+/// repair in the cache, though the cut is not durable, and a power loss would bring the cut
+/// batches back above a durable end that moved on. What recovery serves must stay served, so
+/// the last log and the directory are synced every boot, before any record is written (each
+/// a no-op when nothing is dirty). A last log this plan cuts is synced by its cut instead
+/// (synced first, the torn bytes the cut removes would be made durable for nothing).
+fn sync_what_an_earlier_attempt_changed(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<()> {
+    if let Some(last) = plan.segments.last() {
+        let cut_here = plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Truncate { path, .. } if *path == last.log_path));
+        if !cut_here && disk.exists(&last.log_path)? {
+            disk.open(&last.log_path, OpenMode::ReadWrite)?
+                .sync_data()?;
+        }
+    }
+    match disk.exists(&plan.dir)? {
+        true => disk.sync_dir(&plan.dir),
+        false => Ok(()),
+    }
 }
 
 fn apply_action(

@@ -20,9 +20,9 @@
 //!   shown.
 //! - **2 prefix**: gapless from 0, an offset never changes its message, losses are a suffix.
 //!   One exception, after a power loss: an offset above the durable end may hold the message
-//!   acknowledged there before the last recovery rewound it, when a lying sync of one of the
-//!   partition's logs since that recovery began (its truncation's sync) was undone by the
-//!   power loss and brought the truncated batch back (`reads::adopt_resurrected`). After a
+//!   acknowledged there before the last recovery rewound it, when a lying sync of the log
+//!   holding that offset since that recovery began (its truncation's sync) was undone by
+//!   the power loss and brought the truncated batch back (`reads::adopt_resurrected`). After a
 //!   process crash flushed `replicated` data survives, unless damage seen by recovery
 //!   lies in the file and bytes that held the first lost offset (located by the oracle's own
 //!   walk at the crash). A runtime reply may stop short only at the byte budget, or where the

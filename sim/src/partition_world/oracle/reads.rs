@@ -8,6 +8,7 @@ use crate::report::{violation, Checked, INV_EXACT, INV_NO_LOSS, INV_PREFIX};
 use cairn_engine::partition::PollFrom;
 use cairn_faults::{Damage, FaultKind, SimDisk};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 // ---------------------------------------------------------------------------------------
 // Invariant 3: no phantoms, exact bytes.
@@ -410,22 +411,35 @@ pub fn check_full(
 
 /// After a power loss: the messages of `all` above the durable end that the model knows at
 /// their offset as another message, where the last recovery's rewind forgot exactly this one
-/// at this offset and a lying sync of one of the partition's logs since that recovery began
+/// at this offset and a lying sync of the log holding that offset since that recovery began
 /// was undone by the power loss (the recovery's truncation did not last: the truncated batch
 /// came back whole, and nothing can tell it from a new one). The model adopts each: the
 /// message acknowledged there since (never durable) is lost, as a power loss may lose it.
 fn adopt_resurrected(model: &mut Model, all: &[ReadMessage], disk: &SimDisk) {
-    let lied = disk.records().iter().skip(model.rewound_since).any(|r| {
-        r.kind == FaultKind::LyingSync
-            && r.path.as_deref().is_some_and(|path| {
-                path.starts_with(&model.dir) && path.extension().is_some_and(|e| e == "log")
-            })
-    });
-    if !lied {
+    let start_of = |path: &Path| -> Option<u64> {
+        let in_dir = path.starts_with(&model.dir) && path.extension().is_some_and(|e| e == "log");
+        in_dir.then(|| path.file_stem()?.to_str()?.parse().ok())?
+    };
+    let lied: BTreeSet<u64> = disk
+        .records()
+        .iter()
+        .skip(model.rewound_since)
+        .filter(|r| r.kind == FaultKind::LyingSync)
+        .filter_map(|r| start_of(r.path.as_deref()?))
+        .collect();
+    if lied.is_empty() {
         return;
     }
+    // The log holding an offset: the one starting last at or below it.
+    let starts: BTreeSet<u64> = disk
+        .paths_under(&model.dir)
+        .iter()
+        .filter_map(|p| start_of(p))
+        .collect();
     for m in all {
+        let holder = starts.range(..=m.offset).next_back();
         let stale = m.offset >= model.durable_end
+            && holder.is_some_and(|start| lied.contains(start))
             && model.rewound.get(&m.offset) == Some(&m.id)
             && model.log.get(&m.offset).is_some_and(|known| *known != m.id);
         if !stale {

@@ -223,25 +223,9 @@ fn existing_stream(a: &Actor) -> Option<String> {
 /// read after that server process is gone. Any other refusal is wrong: the model holds the
 /// stream under the old name and nothing under the new one.
 async fn rename_stream(a: &mut Actor) {
-    let Some(old) = existing_stream(a) else {
+    let Some((old, new, id)) = rename_target(a) else {
         return;
     };
-    let new = match old.strip_suffix("-r") {
-        Some(base) => base.to_string(),
-        None => format!("{old}-r"),
-    };
-    let (id, free) = {
-        let w = lock(&a.world);
-        let free = matches!(w.oracle.streams.get(&new), None | Some(StreamState::Absent))
-            && !w.oracle.pending.contains_key(&new);
-        (w.oracle.streams[&old], free)
-    };
-    let StreamState::Exists(id) = id else {
-        unreachable!("picked as existing")
-    };
-    if !free {
-        return;
-    }
     let label = format!("rename stream {old} to {new}");
     let begun = a.begin(&label);
     lock(&a.world)
@@ -256,21 +240,8 @@ async fn rename_stream(a: &mut Actor) {
         .await;
     a.end(&begun, &result);
     a.after(&begun);
-    let kind = outcome(&result);
-    let in_doubt = match kind {
-        Outcome::Ok => {
-            let mut w = lock(&a.world);
-            w.oracle.streams.insert(old.clone(), StreamState::Absent);
-            w.oracle
-                .streams
-                .insert(new.clone(), StreamState::Exists(id));
-            match w.oracle.scratch_topics.remove(&old) {
-                Some(topic) => w.oracle.scratch_topics.insert(new, topic),
-                None => w.oracle.scratch_topics.remove(&new),
-            };
-            w.decision("StreamRenamed");
-            return;
-        }
+    let in_doubt = match outcome(&result) {
+        Outcome::Ok => return renamed(a, &old, new, id),
         Outcome::Refused(code) => a.refusal_in_doubt(&begun, code, &label, INV_META),
         Outcome::Unknown => true,
         Outcome::NotSent => {
@@ -293,6 +264,40 @@ async fn rename_stream(a: &mut Actor) {
         }
         w.oracle.renames.push((old, new, id));
     }
+}
+
+/// A scratch stream to rename, its new name (`-r` added, or taken off) and its id: `None`
+/// when no stream exists or its new name is not free in the model.
+fn rename_target(a: &Actor) -> Option<(String, String, u32)> {
+    let old = existing_stream(a)?;
+    let new = match old.strip_suffix("-r") {
+        Some(base) => base.to_string(),
+        None => format!("{old}-r"),
+    };
+    let w = lock(&a.world);
+    let free = matches!(w.oracle.streams.get(&new), None | Some(StreamState::Absent))
+        && !w.oracle.pending.contains_key(&new);
+    match w.oracle.streams[&old] {
+        StreamState::Exists(id) if free => Some((old, new, id)),
+        _ => None,
+    }
+}
+
+/// An acknowledged rename: the old name is free, the new one names the stream, with its
+/// topic.
+fn renamed(a: &Actor, old: &str, new: String, id: u32) {
+    let mut w = lock(&a.world);
+    w.oracle
+        .streams
+        .insert(old.to_string(), StreamState::Absent);
+    w.oracle
+        .streams
+        .insert(new.clone(), StreamState::Exists(id));
+    match w.oracle.scratch_topics.remove(old) {
+        Some(topic) => w.oracle.scratch_topics.insert(new, topic),
+        None => w.oracle.scratch_topics.remove(&new),
+    };
+    w.decision("StreamRenamed");
 }
 
 async fn read_streams(a: &mut Actor) {
