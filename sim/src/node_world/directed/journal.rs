@@ -558,11 +558,8 @@ pub(super) fn refusals_before_a_journal_write_without_room_keep_their_answers(
         let next = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 1);
         copy_tree(&w, &source, &next);
         w.planted.insert(next);
-        let mut faults = w.disk.faults();
-        faults.capacity = Some(w.disk.used_bytes());
-        w.disk.set_faults(faults);
-        w.disk_full_until = Some(u32::MAX);
     }
+    s.fill_disk(Some(0));
     let node = lock(&s.world).node.clone().expect("up");
     let before = node.stats();
     let create = |name: &str| {
@@ -617,13 +614,7 @@ pub(super) fn refusals_before_a_journal_write_without_room_keep_their_answers(
             format!("a create of an existing name, a partition over a planted directory and a create without room, in one batch, answered {answers:?}: not the name's refusal, the directory's, and no room"),
         ));
     }
-    {
-        let mut w = lock(&s.world);
-        let mut faults = w.disk.faults();
-        faults.capacity = None;
-        w.disk.set_faults(faults);
-        w.disk_full_until = None;
-    }
+    s.fill_disk(None);
     s.restart(false)?;
     s.perform(AdminOp::CreateStream("v".into()))?;
     Ok(s.decisions())

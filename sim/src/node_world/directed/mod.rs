@@ -244,6 +244,16 @@ impl Scenario {
         Ok(())
     }
 
+    /// The disk holds at most `room` more bytes than it uses now (`None`: no limit again),
+    /// and the world knows it is full (so answers of no room are excused).
+    fn fill_disk(&mut self, room: Option<u64>) {
+        let mut w = lock(&self.world);
+        let mut faults = w.disk.faults();
+        faults.capacity = room.map(|room| w.disk.used_bytes() + room);
+        w.disk.set_faults(faults);
+        w.disk_full_until = room.map(|_| u32::MAX);
+    }
+
     fn decisions(&self) -> Vec<&'static str> {
         lock(&self.world).report.decisions.keys().copied().collect()
     }

@@ -412,14 +412,8 @@ pub(super) fn a_send_a_failed_persist_sealed_is_acknowledged() -> Checked<Vec<&'
         );
     }
     let (sealing, rolled_back) = (sized_batch(&s, 1, 100 * KIB), sized_batch(&s, 1, 100 * KIB));
-    {
-        // Room for the sealing batch and its index entry, not for the next batch.
-        let mut w = lock(&s.world);
-        let mut faults = w.disk.faults();
-        faults.capacity = Some(w.disk.used_bytes() + sealing.0.len() as u64 + 16 + 8 * KIB as u64);
-        w.disk.set_faults(faults);
-        w.disk_full_until = Some(u32::MAX);
-    }
+    // Room for the sealing batch and its index entry, not for the next batch.
+    s.fill_disk(Some(sealing.0.len() as u64 + 16 + 8 * KIB as u64));
     let answers = send_at_once(&mut s, vec![sealing, rolled_back])?;
     let end = match answers[..] {
         [Answer::Acked { base, durable: true }, Answer::NoSpace] => base + 1,
@@ -430,13 +424,7 @@ pub(super) fn a_send_a_failed_persist_sealed_is_acknowledged() -> Checked<Vec<&'
             ))
         }
     };
-    {
-        let mut w = lock(&s.world);
-        let mut faults = w.disk.faults();
-        faults.capacity = None;
-        w.disk.set_faults(faults);
-        w.disk_full_until = None;
-    }
+    s.fill_disk(None);
     s.restart_after(true, |_| {})?;
     let next = sized_batch(&s, 1, KIB);
     match send_at_once(&mut s, vec![next])?[..] {
