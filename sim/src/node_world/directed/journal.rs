@@ -287,6 +287,8 @@ enum HeaderRule {
     OpZero,
     /// A size above a header and the largest body.
     Size,
+    /// A parent other than the checksum of the op before (the op number right).
+    Parent,
 }
 
 /// The bytes of an entry that follows `last` and breaks `rule`, its header checksum (and
@@ -329,6 +331,10 @@ fn forged_entry(last: &cairn_engine::metadata::journal::Entry, rule: HeaderRule)
         HeaderRule::Group => put(
             std::mem::offset_of!(PrepareHeader, group),
             &(iggy_binary_protocol::namespace::METADATA_GROUP + 1).to_le_bytes(),
+        ),
+        HeaderRule::Parent => put(
+            std::mem::offset_of!(PrepareHeader, parent),
+            &(last.checksum ^ 1).to_le_bytes(),
         ),
         HeaderRule::OpZero => {
             put(std::mem::offset_of!(PrepareHeader, op), &0u64.to_le_bytes());
@@ -403,6 +409,55 @@ pub(super) fn a_header_of_op_zero_is_a_torn_tail() -> Checked<Vec<&'static str>>
 
 pub(super) fn a_header_sized_beyond_any_body_is_a_torn_tail() -> Checked<Vec<&'static str>> {
     a_header_breaking(0x4e0d_0021, HeaderRule::Size)
+}
+
+/// As [`a_header_breaking`], an entry whose op follows the last one but whose parent is not
+/// that op's checksum: whole, yet not of this chain (a stale entry of an earlier write), so
+/// boot refuses (`JournalChainBroken`) rather than replay it or guess it torn.
+pub(super) fn an_entry_of_another_chain_refuses_boot() -> Checked<Vec<&'static str>> {
+    a_header_breaking(0x4e0d_002b, HeaderRule::Parent)
+}
+
+/// While the node is down two entries are appended after the last op, as a write of two new
+/// ops leaves them when its first entry is torn: the first's body damaged, the second whole,
+/// committing only the ops before the first (as every entry of such a write does). The
+/// second proves nothing of the first (its commit is below the first's op): a torn tail,
+/// cut off with both (`TruncateJournal`), never a refusal.
+pub(super) fn a_torn_entry_before_one_committing_below_it_is_a_torn_tail(
+) -> Checked<Vec<&'static str>> {
+    use cairn_engine::metadata::journal;
+    use iggy_binary_protocol::PrepareHeader;
+    let mut s = Scenario::new(0x4e0d_002c);
+    s.with_persisted_topic(1)?;
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    s.restart_after(false, |w| {
+        let path = metadata(cairn_engine::metadata::JOURNAL);
+        let bytes = w.disk.contents(&path).expect("a journal");
+        let last = journal::scan(&bytes, w.cluster)
+            .entries
+            .pop()
+            .expect("the rename's entry");
+        let entry = |op: u64, parent: u128| {
+            journal::encode(
+                op,
+                last.op,
+                parent,
+                last.cluster,
+                last.operation,
+                last.origin,
+                &last.body,
+            )
+        };
+        let mut first = entry(last.op + 1, last.checksum);
+        let at = std::mem::offset_of!(PrepareHeader, checksum);
+        let checksum = u128::from_le_bytes(first[at..at + 16].try_into().expect("16 bytes"));
+        let second = entry(last.op + 2, checksum);
+        let end = first.len() - 1;
+        first[end] ^= 0xff;
+        first.extend_from_slice(&second);
+        w.disk.overwrite(&path, bytes.len() as u64, &first);
+    })?;
+    Ok(s.decisions())
 }
 
 /// Every copy of both superblock slots holds a record whose format version is not this

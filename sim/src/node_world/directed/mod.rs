@@ -458,6 +458,16 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: journal::a_header_of_op_zero_is_a_torn_tail,
     },
     NodeDirected {
+        name: "an_entry_of_another_chain_refuses_boot",
+        expect: &["BootRefused", "meta:JournalChainBroken"],
+        run: journal::an_entry_of_another_chain_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_torn_entry_before_one_committing_below_it_is_a_torn_tail",
+        expect: &["TruncateJournal"],
+        run: journal::a_torn_entry_before_one_committing_below_it_is_a_torn_tail,
+    },
+    NodeDirected {
         name: "a_header_sized_beyond_any_body_is_a_torn_tail",
         expect: &["TruncateJournal"],
         run: journal::a_header_sized_beyond_any_body_is_a_torn_tail,
