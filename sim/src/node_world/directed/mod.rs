@@ -478,6 +478,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: tree::identityless_data_at_a_removed_partitions_path_is_kept,
     },
     NodeDirected {
+        name: "an_index_alone_at_a_removed_partitions_path_is_removed",
+        expect: &[],
+        run: tree::an_index_alone_at_a_removed_partitions_path_is_removed,
+    },
+    NodeDirected {
         name: "an_empty_directory_at_an_unused_id_is_reported",
         expect: &[],
         run: tree::an_empty_directory_at_an_unused_id_is_reported,

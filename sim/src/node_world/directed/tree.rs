@@ -397,6 +397,35 @@ pub(super) fn identityless_data_at_a_removed_partitions_path_is_kept() -> Checke
     Ok(s.decisions())
 }
 
+/// As [`identityless_data_at_a_removed_partitions_path_is_kept`], but all the operator
+/// leaves at the removed partition's path is a non-empty index: a file the engine makes and
+/// never data (only segment logs and offset files are). The directory holds nothing to keep,
+/// and boot's redone removal takes it away.
+pub(super) fn an_index_alone_at_a_removed_partitions_path_is_removed() -> Checked<Vec<&'static str>>
+{
+    let mut s = Scenario::new(0x4e0d_002d);
+    s.with_persisted_topic(2)?;
+    s.produce_n(4)?;
+    s.lie_on_metadata_records(1);
+    s.perform(AdminOp::DeletePartitions(0, 0, 1))?;
+    let dir = part_dir(0, 1);
+    s.restart_after(true, |w| {
+        assert!(!holds_a_log(w, &dir), "the removal was done");
+        let index = cairn_engine::partition::segment::index_name(0);
+        plant_file(w, &dir.join(index), &[7; 32]);
+    })?;
+    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &dir).unwrap_or(true) {
+        return Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!(
+                "{} holding only an index outlived the removal boot redid",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(s.decisions())
+}
+
 /// While the node is down an operator makes an empty directory at a partition id no op
 /// used, and an empty stream directory at an unused stream id. Boot keeps and reports
 /// both: nothing accounts for them, and removing what nothing accounts for is never boot's.
