@@ -460,6 +460,43 @@ pub(super) fn a_torn_entry_before_one_committing_below_it_is_a_torn_tail(
     Ok(s.decisions())
 }
 
+/// While the node is down the snapshot is rewritten as one of a later op (its anchor and
+/// cluster the same), and the newest record is rewritten to name the new bytes (their
+/// length and checksum), every checksum right: the snapshot holds another op than the
+/// record says it does, and boot refuses (`SnapshotContradicts`) rather than replay the
+/// journal onto a state it cannot place.
+pub(super) fn a_snapshot_of_another_op_than_its_record_refuses_boot() -> Checked<Vec<&'static str>>
+{
+    use cairn_engine::metadata::{record::MetaRecord, snapshot};
+    use cairn_engine::slots::{MIRROR_OFFSET, RECORD_LEN};
+    let mut s = Scenario::new(0x4e0d_002e);
+    lock(&s.world).profile.checkpoint_bytes = 1;
+    s.with_persisted_topic(1)?;
+    s.restart_after(false, |w| {
+        let path = metadata("snapshot.bin");
+        let bytes = w.disk.contents(&path).expect("a checkpoint was taken");
+        let taken = snapshot::Snapshot::decode(&bytes).expect("a whole snapshot");
+        let forged = snapshot::encode(taken.cluster, taken.op + 1, taken.anchor, &taken.state);
+        w.disk.overwrite(&path, 0, &forged);
+        let newest = cairn_engine::metadata::record::SLOT_NAMES
+            .iter()
+            .map(|slot| metadata(slot))
+            .filter_map(|slot| {
+                let bytes = w.disk.contents(&slot)?;
+                let copy: [u8; RECORD_LEN] = bytes[..RECORD_LEN].try_into().ok()?;
+                Some((MetaRecord::decode(&copy).ok()?, slot))
+            })
+            .max_by_key(|(record, _)| record.sequence);
+        let (mut record, slot) = newest.expect("a record");
+        record.snapshot.len = forged.len() as u64;
+        record.snapshot.checksum = snapshot::checksum(&forged);
+        for copy in [0, MIRROR_OFFSET] {
+            w.disk.overwrite(&slot, copy, &record.encode());
+        }
+    })?;
+    Ok(s.decisions())
+}
+
 /// Every copy of both superblock slots holds a record whose format version is not this
 /// build's (a newer cairn wrote it, its checksum correct): boot refuses (`NoSuperblock`)
 /// rather than read fields whose meaning it does not know.

@@ -398,6 +398,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: journal::an_io_error_in_a_checkpoint_stops_the_node,
     },
     NodeDirected {
+        name: "a_snapshot_of_another_op_than_its_record_refuses_boot",
+        expect: &["BootRefused", "meta:SnapshotContradicts"],
+        run: journal::a_snapshot_of_another_op_than_its_record_refuses_boot,
+    },
+    NodeDirected {
         name: "records_of_another_format_version_refuse_boot",
         expect: &["BootRefused", "meta:NoSuperblock"],
         run: journal::records_of_another_format_version_refuse_boot,
