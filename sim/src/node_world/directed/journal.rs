@@ -497,6 +497,50 @@ pub(super) fn a_snapshot_of_another_op_than_its_record_refuses_boot() -> Checked
     Ok(s.decisions())
 }
 
+/// A checkpoint empties the journal; while the node is down an entry is appended: the op
+/// after the snapshot's, every checksum right, but its parent is not the snapshot's anchor
+/// (a stale entry of another chain). Boot refuses (`JournalChainBroken`) rather than
+/// replay it onto the snapshot.
+pub(super) fn an_entry_not_chained_to_the_snapshot_refuses_boot() -> Checked<Vec<&'static str>> {
+    use cairn_engine::metadata::{journal, snapshot};
+    let mut s = Scenario::new(0x4e0d_002f);
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
+    let path = metadata(cairn_engine::metadata::JOURNAL);
+    let rename = {
+        let w = lock(&s.world);
+        let bytes = w.disk.contents(&path).expect("a journal");
+        journal::scan(&bytes, w.cluster)
+            .entries
+            .pop()
+            .expect("the rename's entry")
+    };
+    // The threshold counts from the next boot on.
+    lock(&s.world).profile.checkpoint_bytes = 1;
+    s.restart(false)?;
+    s.perform(AdminOp::RenameStream(0, "checkpointed".into()))?;
+    assert_eq!(s.journal_len(), 0, "the checkpoint emptied the journal");
+    s.restart_after(false, |w| {
+        let taken = w
+            .disk
+            .contents(&metadata("snapshot.bin"))
+            .expect("a snapshot");
+        let taken = snapshot::Snapshot::decode(&taken).expect("a whole snapshot");
+        let forged = journal::encode(
+            taken.op + 1,
+            taken.op,
+            taken.anchor ^ 1,
+            rename.cluster,
+            rename.operation,
+            rename.origin,
+            &rename.body,
+        );
+        w.disk.overwrite(&path, 0, &forged);
+    })?;
+    Ok(s.decisions())
+}
+
 /// Every copy of both superblock slots holds a record whose format version is not this
 /// build's (a newer cairn wrote it, its checksum correct): boot refuses (`NoSuperblock`)
 /// rather than read fields whose meaning it does not know.

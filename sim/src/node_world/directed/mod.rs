@@ -403,6 +403,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: journal::a_snapshot_of_another_op_than_its_record_refuses_boot,
     },
     NodeDirected {
+        name: "an_entry_not_chained_to_the_snapshot_refuses_boot",
+        expect: &["BootRefused", "meta:JournalChainBroken"],
+        run: journal::an_entry_not_chained_to_the_snapshot_refuses_boot,
+    },
+    NodeDirected {
         name: "records_of_another_format_version_refuse_boot",
         expect: &["BootRefused", "meta:NoSuperblock"],
         run: journal::records_of_another_format_version_refuse_boot,
