@@ -124,12 +124,7 @@ pub(super) fn another_entry_at_the_durable_end_refuses_boot() -> Checked<Vec<&'s
     s.with_persisted_topic(1)?;
     s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
     s.restart_after(false, |w| {
-        let path = metadata(cairn_engine::metadata::JOURNAL);
-        let bytes = w.disk.contents(&path).expect("a journal");
-        let last = journal::scan(&bytes, w.cluster)
-            .entries
-            .pop()
-            .expect("the rename's entry");
+        let (path, _, last) = journal_tail(w);
         let mut body = last.body.clone();
         let at = body
             .windows(7)
@@ -291,6 +286,23 @@ enum HeaderRule {
     Parent,
 }
 
+/// The journal's path, its length, and its last whole entry.
+fn journal_tail(
+    w: &NodeWorld,
+) -> (
+    std::path::PathBuf,
+    u64,
+    cairn_engine::metadata::journal::Entry,
+) {
+    let path = metadata(cairn_engine::metadata::JOURNAL);
+    let bytes = w.disk.contents(&path).expect("a journal");
+    let last = cairn_engine::metadata::journal::scan(&bytes, w.cluster)
+        .entries
+        .pop()
+        .expect("an entry");
+    (path, bytes.len() as u64, last)
+}
+
 /// The bytes of an entry that follows `last` and breaks `rule`, its header checksum (and
 /// its body checksum) correct, so only the rule can tell it from an entry: a rename of
 /// stream 0 to a name no caller asked for.
@@ -374,19 +386,13 @@ fn forged_entry(last: &cairn_engine::metadata::journal::Entry, rule: HeaderRule)
 /// after it, a torn tail boot cuts off (`TruncateJournal`). Read as an entry it would be
 /// replayed, an op no caller asked for, or refuse boot.
 fn a_header_breaking(seed: u64, rule: HeaderRule) -> Checked<Vec<&'static str>> {
-    use cairn_engine::metadata::journal;
     let mut s = Scenario::new(seed);
     s.with_persisted_topic(1)?;
     s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
     s.restart_after(false, |w| {
-        let path = metadata(cairn_engine::metadata::JOURNAL);
-        let bytes = w.disk.contents(&path).expect("a journal");
-        let last = journal::scan(&bytes, w.cluster)
-            .entries
-            .pop()
-            .expect("the rename's entry");
+        let (path, len, last) = journal_tail(w);
         let forged = forged_entry(&last, rule);
-        w.disk.overwrite(&path, bytes.len() as u64, &forged);
+        w.disk.overwrite(&path, len, &forged);
     })?;
     Ok(s.decisions())
 }
@@ -431,12 +437,7 @@ pub(super) fn a_torn_entry_before_one_committing_below_it_is_a_torn_tail(
     s.with_persisted_topic(1)?;
     s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
     s.restart_after(false, |w| {
-        let path = metadata(cairn_engine::metadata::JOURNAL);
-        let bytes = w.disk.contents(&path).expect("a journal");
-        let last = journal::scan(&bytes, w.cluster)
-            .entries
-            .pop()
-            .expect("the rename's entry");
+        let (path, len, last) = journal_tail(w);
         let entry = |op: u64, parent: u128| {
             journal::encode(
                 op,
@@ -455,7 +456,7 @@ pub(super) fn a_torn_entry_before_one_committing_below_it_is_a_torn_tail(
         let end = first.len() - 1;
         first[end] ^= 0xff;
         first.extend_from_slice(&second);
-        w.disk.overwrite(&path, bytes.len() as u64, &first);
+        w.disk.overwrite(&path, len, &first);
     })?;
     Ok(s.decisions())
 }
@@ -507,15 +508,7 @@ pub(super) fn an_entry_not_chained_to_the_snapshot_refuses_boot() -> Checked<Vec
     s.setup()?;
     s.perform(AdminOp::CreateStream("s".into()))?;
     s.perform(AdminOp::RenameStream(0, "renamed".into()))?;
-    let path = metadata(cairn_engine::metadata::JOURNAL);
-    let rename = {
-        let w = lock(&s.world);
-        let bytes = w.disk.contents(&path).expect("a journal");
-        journal::scan(&bytes, w.cluster)
-            .entries
-            .pop()
-            .expect("the rename's entry")
-    };
+    let (path, _, rename) = journal_tail(&lock(&s.world));
     // The threshold counts from the next boot on.
     lock(&s.world).profile.checkpoint_bytes = 1;
     s.restart(false)?;

@@ -302,6 +302,17 @@ fn part_dir(t: u32, p: u32) -> std::path::PathBuf {
     cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, t, p)
 }
 
+/// `dir` is not on the disk; if it is, a violation saying it `outlived` (what happened).
+fn gone(s: &Scenario, dir: &Path, outlived: &str) -> Checked<()> {
+    match cairn_engine::env::Disk::exists(&lock(&s.world).disk, dir).unwrap_or(true) {
+        true => Err(crate::report::violation(
+            crate::report::INV_JUSTIFIED,
+            format!("{} {outlived}", dir.display()),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// An operator makes directory `dir` (with its parents), durably.
 fn plant_dir(w: &NodeWorld, dir: &Path) {
     use cairn_engine::env::Disk;
@@ -414,15 +425,11 @@ pub(super) fn an_index_alone_at_a_removed_partitions_path_is_removed() -> Checke
         let index = cairn_engine::partition::segment::index_name(0);
         plant_file(w, &dir.join(index), &[7; 32]);
     })?;
-    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &dir).unwrap_or(true) {
-        return Err(crate::report::violation(
-            crate::report::INV_JUSTIFIED,
-            format!(
-                "{} holding only an index outlived the removal boot redid",
-                dir.display()
-            ),
-        ));
-    }
+    gone(
+        &s,
+        &dir,
+        "holding only an index outlived the removal boot redid",
+    )?;
     Ok(s.decisions())
 }
 
@@ -509,12 +516,7 @@ fn an_empty_topic_directory_under_a_deleted_stream(
         "the deletion's work crashed only when scripted to"
     );
     s.restart(false)?;
-    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &stream).unwrap_or(true) {
-        return Err(crate::report::violation(
-            crate::report::INV_JUSTIFIED,
-            format!("{} outlived its stream's deletion", stream.display()),
-        ));
-    }
+    gone(&s, &stream, "outlived its stream's deletion")?;
     s.perform(AdminOp::CreateStream("again".into()))?;
     s.perform(persisted_topic(1))?;
     s.produce_n(2)?;
@@ -571,15 +573,11 @@ fn a_stream_deletion_keeping_data_removes_its_emptied_topics(
         .and_then(Path::parent)
         .expect("topic")
         .to_path_buf();
-    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &emptied).unwrap_or(true) {
-        return Err(crate::report::violation(
-            crate::report::INV_JUSTIFIED,
-            format!(
-                "{} outlived its stream's deletion, though every partition directory in it was removed",
-                emptied.display()
-            ),
-        ));
-    }
+    gone(
+        &s,
+        &emptied,
+        "outlived its stream's deletion, though every partition directory in it was removed",
+    )?;
     s.restart(false)?;
     kept_and_reported(&s, &part_dir(0, 7))?;
     if !cairn_engine::env::Disk::exists(&lock(&s.world).disk, &notes().join("readme"))
@@ -661,15 +659,11 @@ pub(super) fn an_operators_directory_removed_before_a_crash_stays_removed(
     s.restart(false)?;
     s.restart_after(true, |_| {})?;
     kept_and_reported(&s, &part_dir(2, 7))?;
-    if cairn_engine::env::Disk::exists(&lock(&s.world).disk, &empty).unwrap_or(true) {
-        return Err(crate::report::violation(
-            crate::report::INV_JUSTIFIED,
-            format!(
-                "{} came back at a power loss after the boot that recorded its removal done",
-                empty.display()
-            ),
-        ));
-    }
+    gone(
+        &s,
+        &empty,
+        "came back at a power loss after the boot that recorded its removal done",
+    )?;
     Ok(s.decisions())
 }
 
