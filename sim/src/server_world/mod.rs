@@ -457,7 +457,7 @@ impl ServerWorld {
     }
 
     /// The cause that may make the server refuse with code 1 a request that writes nothing
-    /// (a read of the metadata view, a logout): only the node stopping or the server going
+    /// (a read of the metadata view, a login): only the node stopping or the server going
     /// down since epoch `epoch`; a full disk alone does not.
     pub fn stop_cause(&self, epoch: u64) -> Option<&'static str> {
         if self.node_stopped() == Some(true) {

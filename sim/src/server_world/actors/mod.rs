@@ -343,7 +343,7 @@ impl Actor {
     }
 
     /// As [`Actor::refusal_in_doubt`], for a request that writes nothing (a read of the
-    /// metadata view, a logout): only the node stopping or the server going down excuses it.
+    /// metadata view, a login): only the node stopping or the server going down excuses it.
     fn read_refusal_in_doubt(
         &self,
         begun: &Begun,
