@@ -374,11 +374,18 @@ impl Client {
         let view = self.view();
         let id = view.user_id(user)?;
         let username = view.user(id).expect("resolved").username.clone();
-        self.login(&username, current).await?;
+        let checked = self.login(&username, current).await?;
+        if checked.user_id != id {
+            // Renamed while the password was checked: the password verified is another
+            // user's than the one the request named (and was authorized for).
+            return Err(NodeError::InvalidCredentials);
+        }
         let hash = self.node.inner.auth.hash(&self.node.inner.env, new).await?;
+        // The op names the hash `current` was verified against: it applies only to that
+        // user while it still has that password (review S13).
         self.execute(MetaOp::ChangePassword(ChangePasswordRequest {
-            user_id: WireIdentifier::numeric(id),
-            current_password: String::new(),
+            user_id: WireIdentifier::numeric(checked.user_id),
+            current_password: checked.password_hash,
             new_password: hash,
         }))
         .await

@@ -2,6 +2,7 @@
 //! resolve → validate → limits → mutate, so a refusal returns before anything changed.
 //! The name indexes are kept in the same mutation step as the maps they index.
 
+use super::grants::check_permissions;
 use super::ops::{MetaOp, MAX_BODY_LEN};
 use super::options;
 use super::tokens::{
@@ -23,8 +24,7 @@ use iggy_binary_protocol::requests::topics::{CreateTopicRequest, UpdateTopicRequ
 use iggy_binary_protocol::requests::users::{
     ChangePasswordRequest, CreateUserRequest, UpdatePermissionsRequest, UpdateUserRequest,
 };
-use iggy_binary_protocol::{WireEncode, WirePermissions, MAX_PARTITIONS_PER_REQUEST};
-use std::collections::BTreeSet;
+use iggy_binary_protocol::{WireEncode, MAX_PARTITIONS_PER_REQUEST};
 
 /// The longest password hash a user may hold (the wire's password field is 255 bytes).
 pub const MAX_PASSWORD_HASH_LEN: usize = 255;
@@ -138,6 +138,7 @@ impl MetaState {
             .collect();
         let stream = self.streams.remove(&s).expect("resolved");
         self.names.streams.remove(&stream.name);
+        self.forget_grants(s, None);
         let mut effects = Vec::new();
         for topic in stream.topics.values() {
             self.unindex_topic(s, topic);
@@ -223,6 +224,7 @@ impl MetaState {
             .remove(&t)
             .expect("resolved");
         self.unindex_topic(s, &topic);
+        self.forget_grants(s, Some(t));
         let mut effects = group_deletions(s, &topic);
         effects.push(Effect::TopicDeleted {
             stream: s,
@@ -521,10 +523,19 @@ impl MetaState {
         })
     }
 
+    /// Sets a user's password hash. A `current_password` names the hash the caller's
+    /// current password was verified against: the change lands only while the user still
+    /// has it, never on a user who took the id meanwhile or changed it since. An empty one
+    /// sets the hash unconditionally (an administrator's set; entries journaled before the
+    /// check was).
     fn change_password(&mut self, r: &ChangePasswordRequest) -> NodeResult<Applied> {
         let id = self.user_id(&r.user_id)?;
         check_hash(&r.new_password)?;
-        self.users.get_mut(&id).expect("resolved").password_hash = r.new_password.clone();
+        let user = self.users.get_mut(&id).expect("resolved");
+        if !r.current_password.is_empty() && r.current_password != user.password_hash {
+            return Err(NodeError::InvalidCredentials);
+        }
+        user.password_hash = r.new_password.clone();
         Ok(Applied::effect(Effect::UserChanged { user: id }))
     }
 
@@ -668,41 +679,6 @@ fn check_hash(hash: &str) -> NodeResult<()> {
     Ok(())
 }
 
-/// Permissions name only streams and topics that exist, each at most once.
-pub fn check_permissions(state: &MetaState, permissions: &WirePermissions) -> NodeResult<()> {
-    let mut streams = BTreeSet::new();
-    for stream in &permissions.streams {
-        let Some(st) = state.streams.get(&stream.stream_id) else {
-            return Err(NodeError::InvalidPermissions(format!(
-                "stream {} does not exist",
-                stream.stream_id
-            )));
-        };
-        if !streams.insert(stream.stream_id) {
-            return Err(NodeError::InvalidPermissions(format!(
-                "stream {} is listed twice",
-                stream.stream_id
-            )));
-        }
-        let mut topics = BTreeSet::new();
-        for topic in &stream.topics {
-            if !st.topics.contains_key(&topic.topic_id) {
-                return Err(NodeError::InvalidPermissions(format!(
-                    "topic {} of stream {} does not exist",
-                    topic.topic_id, stream.stream_id
-                )));
-            }
-            if !topics.insert(topic.topic_id) {
-                return Err(NodeError::InvalidPermissions(format!(
-                    "topic {} of stream {} is listed twice",
-                    topic.topic_id, stream.stream_id
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 fn check_partitions_count(count: u32, existing: usize, zero_ok: bool) -> NodeResult<()> {
     if count == 0 && !zero_ok {
         return Err(NodeError::InvalidPartitionsCount {
@@ -730,7 +706,7 @@ fn room_for(held: usize, what: &'static str, limit: usize) -> NodeResult<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tokens::{hash_token, mint, TokenHash};
     use super::*;
     use crate::node::token_login;
@@ -739,7 +715,7 @@ mod tests {
 
     const NOW: u64 = 1_000_000;
 
-    fn ctx(op: u64) -> OpContext {
+    pub(in crate::state) fn ctx(op: u64) -> OpContext {
         OpContext {
             op,
             timestamp: NOW,
@@ -748,7 +724,7 @@ mod tests {
     }
 
     /// A state with the root user (op 1) and user 1 (op 2); the next op is 3.
-    fn state() -> MetaState {
+    pub(in crate::state) fn state() -> MetaState {
         let mut state = MetaState::default();
         for (op, name) in [(1, "root"), (2, "alice")] {
             state
@@ -956,5 +932,35 @@ mod tests {
         let snapshot = crate::metadata::snapshot::Snapshot::decode(&bytes).unwrap();
         assert_eq!(snapshot.state, state);
         assert!(snapshot.state.token_by_hash(&raw(1).1).is_some());
+    }
+
+    /// Review S13: a password change names the hash its current password was checked
+    /// against, and lands only while the user still has it.
+    #[test]
+    fn a_password_change_lands_only_on_the_hash_it_was_checked_against() {
+        let mut state = state();
+        let change = |current: &str, new: &str| {
+            MetaOp::ChangePassword(ChangePasswordRequest {
+                user_id: WireIdentifier::numeric(1),
+                current_password: current.into(),
+                new_password: new.into(),
+            })
+        };
+        refused(
+            &mut state,
+            &change("$argon2id$someone-else", "$argon2id$new"),
+            42,
+        );
+        state
+            .apply(&change("$argon2id$stand-in", "$argon2id$new"), ctx(3))
+            .unwrap();
+        assert_eq!(state.user(1).unwrap().password_hash, "$argon2id$new");
+        refused(
+            &mut state,
+            &change("$argon2id$stand-in", "$argon2id$again"),
+            42,
+        );
+        state.apply(&change("", "$argon2id$set"), ctx(4)).unwrap();
+        assert_eq!(state.user(1).unwrap().password_hash, "$argon2id$set");
     }
 }

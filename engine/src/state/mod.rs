@@ -21,9 +21,11 @@ pub mod options;
 pub mod tokens;
 
 mod apply;
+mod grants;
 
 pub use crate::error::{Named, NodeError, NodeResult};
-pub use apply::{check_permissions, MAX_PASSWORD_HASH_LEN};
+pub use apply::MAX_PASSWORD_HASH_LEN;
+pub use grants::check_permissions;
 
 use crate::partition::PartitionIdentity;
 use iggy_binary_protocol::WireIdentifier;
@@ -91,6 +93,7 @@ impl From<StoredState> for MetaState {
             names: Names::default(),
         };
         state.names = Names::of(&state);
+        state.forget_stale_grants();
         state
     }
 }

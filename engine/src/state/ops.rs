@@ -46,7 +46,9 @@ pub enum MetaOp {
     CreateUser(CreateUserRequest),
     UpdateUser(UpdateUserRequest),
     DeleteUser(DeleteUserRequest),
-    /// `new_password` holds the hash; `current_password` is empty (checked before journaling).
+    /// `new_password` holds the hash; `current_password` the hash the caller's current password
+    /// was verified against before journaling (the change lands only while the user has it),
+    /// or empty for an unconditional set.
     ChangePassword(ChangePasswordRequest),
     UpdatePermissions(UpdatePermissionsRequest),
     /// Holds the token's hash, never the token.

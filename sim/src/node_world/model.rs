@@ -52,7 +52,7 @@ pub struct MUser {
     pub name: String,
     pub password: String,
     pub status: u8,
-    pub permissions: Option<Vec<u8>>,
+    pub permissions: Option<MPermissions>,
     pub created: Window,
     pub created_op: u64,
 }
@@ -334,6 +334,14 @@ impl Model {
                     .filter_map(|k| self.identity(cluster, k))
                     .collect();
                 self.streams.remove(s);
+                // A grant goes with what it was given on (ids are reused).
+                for p in self
+                    .users
+                    .values_mut()
+                    .filter_map(|u| u.permissions.as_mut())
+                {
+                    p.retain(|(granted, _)| granted != s);
+                }
             }
             AdminOp::PurgeStream(s) => {
                 self.streams.get(s).ok_or(())?;
@@ -409,6 +417,15 @@ impl Model {
                     .filter_map(|k| self.identity(cluster, k))
                     .collect();
                 self.streams.get_mut(s).expect("found").topics.remove(t);
+                for p in self
+                    .users
+                    .values_mut()
+                    .filter_map(|u| u.permissions.as_mut())
+                {
+                    for (_, topics) in p.iter_mut().filter(|(granted, _)| granted == s) {
+                        topics.retain(|granted| granted != t);
+                    }
+                }
             }
             AdminOp::PurgeTopic(s, t) => {
                 self.topic(*s, *t).ok_or(())?;
@@ -484,7 +501,7 @@ impl Model {
                         name: name.clone(),
                         password: password.clone(),
                         status: *status,
-                        permissions: permissions.as_ref().map(encode_permissions),
+                        permissions: permissions.clone(),
                         created: window,
                         created_op: number,
                     },
@@ -537,8 +554,7 @@ impl Model {
                 {
                     return Err(());
                 }
-                self.users.get_mut(user).expect("checked").permissions =
-                    permissions.as_ref().map(encode_permissions);
+                self.users.get_mut(user).expect("checked").permissions = permissions.clone();
             }
             AdminOp::OversizeUser(..) => return Err(()),
         }
@@ -648,7 +664,8 @@ pub fn compare(
             &user.permissions,
             user.created_op,
         );
-        let expected = (&m.name, m.status, &m.permissions, m.created_op);
+        let permissions = m.permissions.as_ref().map(encode_permissions);
+        let expected = (&m.name, m.status, &permissions, m.created_op);
         if fields != expected {
             return Err(format!("user {id}: {fields:?}, the model has {expected:?}"));
         }
