@@ -150,6 +150,39 @@ fn http_settings(
     }
 }
 
+/// Warns of each entry of the data directory (itself, its top level, `metadata/` and what
+/// it holds) that gives more access than the node would create it with: others (or, without
+/// `node.data_group_access`, the group) may read the journal's password hashes or the
+/// messages. Reported, not changed: the modes are the operator's.
+#[allow(clippy::disallowed_methods)] // at process start, before the node's disk exists
+fn report_wide_modes(data_dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let (file_mode, dir_mode) = cairn_engine::env::real::created_modes();
+    let children = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    let mut paths = vec![data_dir.to_path_buf()];
+    paths.extend(children(data_dir));
+    paths.extend(children(&data_dir.join("metadata")));
+    for path in paths {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let allowed = if meta.is_dir() { dir_mode } else { file_mode };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & !allowed != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format_args!("{mode:04o}"),
+                expected = format_args!("{allowed:04o}"),
+                "a data path gives more access than the node would create it with"
+            );
+        }
+    }
+}
+
 /// Runs the server until a signal or a failure.
 pub fn run(config: ServerConfig) -> ExitCode {
     init_logging(config.log.format, &config.log.level);
@@ -191,6 +224,8 @@ async fn serve(
         .clone()
         .unwrap_or_else(|| generated_password(&env));
     let root_password = settings.root_password.clone();
+    cairn_engine::env::real::set_group_read(config.node.data_group_access);
+    report_wide_modes(&config.data_dir);
     let booted = match Node::start(&env, &config.data_dir, settings).await {
         Ok(booted) => booted,
         Err(e) => {

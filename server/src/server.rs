@@ -3,7 +3,7 @@
 //! the request it is serving, then the node flushes and syncs every committed message.
 
 use crate::command::hooks::CommandHooks;
-use crate::command::registry::LoginLimiter;
+use crate::command::login_limit::LoginLimiter;
 use crate::command::{Context, TopicDefaults};
 use crate::tcp::dedup::DedupHitHook;
 use crate::tcp::{self, Listener, ServerLimits};

@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,9 +109,27 @@ fn write_all_vectored(
     Ok(())
 }
 
-/// The real file system.
+/// The real file system. What it creates is its owner's alone (files `0600`, directories
+/// `0700`: the journal holds password hashes, the segments every message), or also its
+/// group's to read (`0640`, `0750`) once [`set_group_read`] says so; the umask may narrow
+/// either, never widen it.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealDisk;
+
+static GROUP_READ: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether files and directories created from now on are readable by their group.
+pub fn set_group_read(on: bool) {
+    GROUP_READ.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The modes new files and directories get: (file, directory).
+pub fn created_modes() -> (u32, u32) {
+    match GROUP_READ.load(std::sync::atomic::Ordering::Relaxed) {
+        false => (0o600, 0o700),
+        true => (0o640, 0o750),
+    }
+}
 
 struct RealFile {
     file: File,
@@ -206,13 +224,17 @@ impl Disk for RealDisk {
             OpenMode::CreateNew => options.read(true).write(true).create_new(true),
             OpenMode::CreateOrOpen => options.read(true).write(true).create(true),
         };
+        options.mode(created_modes().0);
         Ok(Box::new(RealFile {
             file: options.open(path)?,
         }))
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(path)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(created_modes().1)
+            .create(path)
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {

@@ -1,9 +1,11 @@
 //! Logins: a session from a username and password, or from a personal access token, for any
 //! adapter. Both are checked by the node (argon2 on its blocking pool; a token by its hash)
-//! and counted by the failed-login limit of the caller's address. A session is bound to its
+//! and counted, before the check, by the login limit ([`super::login_limit`]). A session is bound to its
 //! user's incarnation and password, or to the token (see [`super::session`]); it is not
 //! bound to any connection yet: the adapter does that.
 
+use super::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
+use super::login_limit::{Account, Attempt, Refusal};
 use super::session::Session;
 use super::status::{codes, Status};
 use super::Context;
@@ -50,34 +52,17 @@ pub async fn with_password(
     username: &str,
     password: &str,
 ) -> Result<Session, LoginRefused> {
-    let now = cx.env.clock.monotonic_nanos() / 1000;
-    if !cx.logins.may_try(peer, now) {
-        tracing::warn!(%peer, "login refused: too many failed logins from this address");
-        return Err(LoginRefused::Credentials);
-    }
+    let attempt = begin(cx, peer, Account::User(username))?;
     let node = cx.node.client(client);
     let login = match node.login(username, password).await {
         Ok(login) => login,
         Err(e) => {
-            // Only a wrong password (or an inactive user's) is a failed login: a node that
-            // stopped or a busy hashing pool says nothing about the credentials, and counting
-            // it would lock the address out of its right password once the node is back.
-            if matches!(
-                e,
-                NodeError::InvalidCredentials | NodeError::UserInactive(_)
-            ) {
-                cx.logins.failed(peer, now);
-            }
-            tracing::info!(%peer, user = %username, error = %e, "login refused");
-            return Err(match e {
-                NodeError::InvalidCredentials | NodeError::UserInactive(_) => {
-                    LoginRefused::Credentials
-                }
-                other => LoginRefused::Failed(other.into()),
-            });
+            tracing::info!(%peer, user = ?username, error = %e, "login refused");
+            return Err(judged(attempt, e, LoginRefused::Credentials));
         }
     };
-    bind(cx, client, node, login, None).ok_or(LoginRefused::Credentials)
+    attempt.succeeded();
+    bind(cx, client, peer, node, login, None).ok_or(LoginRefused::Credentials)
 }
 
 /// A session for the raw personal access token `raw`, for the login client id `client`
@@ -91,36 +76,66 @@ pub async fn with_token(
     peer: IpAddr,
     raw: &str,
 ) -> Result<Session, LoginRefused> {
-    let now = cx.env.clock.monotonic_nanos() / 1000;
-    if !cx.logins.may_try(peer, now) {
-        tracing::warn!(%peer, "token login refused: too many failed logins from this address");
-        return Err(LoginRefused::token());
-    }
+    let attempt = begin(cx, peer, Account::Token)?;
     let node = cx.node.client(client);
     let login = match node.login_with_token(raw).await {
         Ok(login) => login,
         Err(e) => {
-            // As for a password: only a token refused on its own merits counts.
-            if matches!(
-                e,
-                NodeError::InvalidToken
-                    | NodeError::TokenExpired { .. }
-                    | NodeError::UserInactive(_)
-            ) {
-                cx.logins.failed(peer, now);
-            }
             tracing::info!(%peer, error = %e, "token login refused");
-            return Err(match e {
-                NodeError::InvalidToken | NodeError::TokenExpired { .. } => {
-                    LoginRefused::Token(Status::of(e.code()))
-                }
+            let refused = match &e {
                 NodeError::UserInactive(_) => LoginRefused::Inactive(Status::of(e.code())),
-                other => LoginRefused::Failed(other.into()),
-            });
+                _ => LoginRefused::Token(Status::of(e.code())),
+            };
+            return Err(judged(attempt, e, refused));
         }
     };
+    attempt.succeeded();
     let hash = cairn_engine::state::tokens::hash_token(raw);
-    bind(cx, client, node, login, Some(hash)).ok_or_else(LoginRefused::token)
+    bind(cx, client, peer, node, login, Some(hash)).ok_or_else(LoginRefused::token)
+}
+
+/// Begins a counted attempt from `peer` at `account`, or says why it may not begin: the
+/// account is locked for this address (refused as bad credentials would be, status 42 or
+/// 53), or too many verifications are in flight (busy: the caller may try again).
+pub(super) fn begin<'c>(
+    cx: &'c Context,
+    peer: IpAddr,
+    account: Account<'_>,
+) -> Result<Attempt<'c>, LoginRefused> {
+    let now = cx.env.clock.monotonic_nanos() / 1000;
+    cx.logins.begin(peer, account, now).map_err(|refusal| {
+        static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
+        if let Some(left_out) = REFUSED.admit(now.saturating_mul(1000)) {
+            tracing::warn!(%peer, ?account, ?refusal, left_out, "login refused before its check");
+        }
+        match (refusal, account) {
+            (Refusal::Busy, _) => {
+                LoginRefused::Failed(NodeError::Busy("logins being checked").into())
+            }
+            (Refusal::LockedOut, Account::User(_)) => LoginRefused::Credentials,
+            (Refusal::LockedOut, Account::Token) => LoginRefused::token(),
+        }
+    })
+}
+
+/// What a refused check answers, `refused` for credentials refused on their own merits
+/// (which stay counted as a failure); a node that could not judge them (stopped, its pool
+/// busy) says nothing about the credentials, and counting it would lock the address out
+/// of its right password once the node is back.
+pub(super) fn judged(attempt: Attempt<'_>, e: NodeError, refused: LoginRefused) -> LoginRefused {
+    match e {
+        NodeError::InvalidCredentials
+        | NodeError::UserInactive(_)
+        | NodeError::InvalidToken
+        | NodeError::TokenExpired { .. } => {
+            drop(attempt);
+            refused
+        }
+        other => {
+            attempt.not_judged();
+            LoginRefused::Failed(other.into())
+        }
+    }
 }
 
 /// The session of `login`, bound to what the login was checked against: `None` if the view
@@ -131,6 +146,7 @@ pub async fn with_token(
 fn bind(
     cx: &Context,
     client: u128,
+    peer: IpAddr,
     node: cairn_engine::node::Client,
     login: Login,
     token: Option<TokenHash>,
@@ -151,6 +167,7 @@ fn bind(
     Some(Session {
         client,
         session: cx.next_session(),
+        peer,
         user_id: login.user_id,
         incarnation: login.incarnation,
         password_hash: login.password_hash,

@@ -2,6 +2,8 @@
 //! The node journals each op before it applies, publishes or answers it; a create answers
 //! with what it created, read from the view the op published.
 
+use super::login::LoginRefused;
+use super::login_limit::Account;
 use super::responses::{self, Numbers};
 use super::status::{codes, undecodable, Status};
 use super::{Call, Reply, Target};
@@ -135,14 +137,35 @@ pub async fn change_password(
     let super::Resolved::User(user) = call.target else {
         unreachable!("a password change names a user")
     };
-    call.session()
+    // The current password is a password check like a login's, counted by the same limit
+    // (review S8): a session or bearer token alone must not guess its user's password.
+    let username = call
+        .view
+        .user(user)
+        .map(|u| u.username.clone())
+        .unwrap_or_default();
+    let session = call.session();
+    let attempt = super::login::begin(call.cx, session.peer, Account::User(&username))
+        .map_err(|refused| refused.status())?;
+    let changed = session
         .node
         .change_password(
             &WireIdentifier::numeric(user),
             &request.current_password,
             &request.new_password,
         )
-        .await?;
+        .await;
+    match changed {
+        Ok(()) => attempt.succeeded(),
+        Err(e @ NodeError::InvalidCredentials) => {
+            return Err(super::login::judged(attempt, e, LoginRefused::Credentials).status())
+        }
+        // A new password refused, a stopped node: nothing said about the current one.
+        Err(e) => {
+            attempt.not_judged();
+            return Err(e.into());
+        }
+    }
     Ok(Reply::Done)
 }
 

@@ -20,7 +20,9 @@
 //! acknowledgement promises is decided in one place, [`messages`].
 
 pub mod hooks;
+pub mod log_throttle;
 pub mod login;
+pub mod login_limit;
 pub mod messages;
 pub mod metrics;
 pub mod permissions;
@@ -90,8 +92,8 @@ pub struct Context {
     pub topic_defaults: TopicDefaults,
     /// The live binary-protocol connections (GetClients, GetMe).
     pub registry: registry::Registry,
-    /// Failed logins per address.
-    pub logins: registry::LoginLimiter,
+    /// Login attempts: failed ones per address and account, verifications in flight.
+    pub logins: login_limit::LoginLimiter,
     /// The address the binary listener is bound to (reported by GetClusterMetadata).
     pub local_addr: SocketAddr,
     /// Wall-clock µs at start.
@@ -112,7 +114,7 @@ impl Context {
     pub fn new(
         node: Node,
         topic_defaults: TopicDefaults,
-        logins: registry::LoginLimiter,
+        logins: login_limit::LoginLimiter,
         local_addr: SocketAddr,
         hooks: hooks::CommandHooks,
     ) -> Context {
@@ -270,6 +272,9 @@ async fn run(
     session::check(cx, caller.session, view)?;
     let target = match resolve(view, command.target()) {
         Ok(target) => target,
+        Err(_) if !may_see_missing(cx, caller.session, view, command.target()) => {
+            return Err(Status::of(status::codes::UNAUTHORIZED))
+        }
         Err(_) if row.missing == Missing::NotFound => return Ok(Reply::NotFound),
         Err(e) => return Err(e.into()),
     };
@@ -281,6 +286,24 @@ async fn run(
     };
     permissions::check(&call, row.rule)?;
     dispatch(&call, command).await
+}
+
+/// Whether `session` may learn that a name of `target` does not exist: it may read the
+/// space the name was looked up in (every stream, the topics of the stream that resolved,
+/// every user). Otherwise a missing name is answered as forbidden, as one that exists
+/// would be, so that "not found" never tells what exists (review S16).
+fn may_see_missing(cx: &Context, session: &Session, view: &MetaView, target: Target<'_>) -> bool {
+    use permissions::Action;
+    let space = match target {
+        Target::Nothing | Target::Client(_) => return true,
+        Target::Stream(_) => Action::ReadStreams,
+        Target::Topic(stream, _) => match view.stream_id(stream) {
+            Ok(s) => Action::ReadTopics(s),
+            Err(_) => Action::ReadStreams,
+        },
+        Target::User(_) => Action::ReadUsers,
+    };
+    permissions::require(cx, session, view, space).is_ok()
 }
 
 /// A command's names, resolved on `view`.

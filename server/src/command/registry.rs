@@ -1,9 +1,8 @@
 //! What the server knows about its live connections (for `GetClients`, `GetClient`, `GetMe`
-//! and stats), and the per-address limit on failed logins. Both are bounded: connections by
-//! [`crate::ServerLimits::max_connections`], addresses by [`MAX_TRACKED_ADDRESSES`].
+//! and stats), bounded by [`crate::ServerLimits::max_connections`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 
 /// One live connection as `GetClients` shows it.
@@ -107,65 +106,9 @@ impl Registry {
     }
 }
 
-/// Most addresses whose failed logins are remembered; past it the oldest window is dropped.
-pub const MAX_TRACKED_ADDRESSES: usize = 65_536;
-
-/// Failed logins per remote address in a window: past `max` failures, logins from that
-/// address are refused without checking the password until the window passes. A successful
-/// login does not clear the count (else any account's login would reset an attacker's
-/// guesses at another's).
-pub struct LoginLimiter {
-    max: u32,
-    window_micros: u64,
-    failures: Mutex<BTreeMap<IpAddr, (u64, u32)>>,
-}
-
-impl LoginLimiter {
-    pub fn new(max: u32, window: std::time::Duration) -> LoginLimiter {
-        LoginLimiter {
-            max,
-            window_micros: u64::try_from(window.as_micros()).unwrap_or(u64::MAX),
-            failures: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<IpAddr, (u64, u32)>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether a login from `ip` may be checked at `now` (µs, monotonic).
-    pub fn may_try(&self, ip: IpAddr, now: u64) -> bool {
-        match self.lock().get(&ip) {
-            Some(&(since, count)) => {
-                count < self.max || now.saturating_sub(since) >= self.window_micros
-            }
-            None => true,
-        }
-    }
-
-    pub fn failed(&self, ip: IpAddr, now: u64) {
-        let mut failures = self.lock();
-        if failures.len() >= MAX_TRACKED_ADDRESSES && !failures.contains_key(&ip) {
-            let oldest = failures
-                .iter()
-                .min_by_key(|(_, (since, _))| *since)
-                .map(|(ip, _)| *ip);
-            if let Some(oldest) = oldest {
-                failures.remove(&oldest);
-            }
-        }
-        let entry = failures.entry(ip).or_insert((now, 0));
-        if now.saturating_sub(entry.0) >= self.window_micros {
-            *entry = (now, 0);
-        }
-        entry.1 = entry.1.saturating_add(1);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn entry() -> ClientEntry {
         ClientEntry {
@@ -189,19 +132,5 @@ mod tests {
         assert_eq!(registry.get(renewed).unwrap().user_id, Some(3));
         registry.remove(b);
         assert_eq!(registry.len(), 1);
-    }
-
-    #[test]
-    fn failed_logins_lock_an_address_out_for_the_window() {
-        let limiter = LoginLimiter::new(2, Duration::from_secs(10));
-        let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        let other: IpAddr = "10.0.0.2".parse().unwrap();
-        assert!(limiter.may_try(ip, 0));
-        limiter.failed(ip, 0);
-        assert!(limiter.may_try(ip, 1));
-        limiter.failed(ip, 1);
-        assert!(!limiter.may_try(ip, 2));
-        assert!(limiter.may_try(other, 2));
-        assert!(limiter.may_try(ip, 10_000_000));
     }
 }

@@ -16,6 +16,9 @@ pub struct Session {
     /// The protocol client id of this login (header.client of the Register).
     pub client: u128,
     pub session: u64,
+    /// The address it logged in from: a password it checks later (ChangePassword) is
+    /// counted by the login limit of that address.
+    pub peer: std::net::IpAddr,
     pub user_id: u32,
     /// The op that created the user this session acts as.
     pub incarnation: u64,

@@ -2,7 +2,7 @@
 //! reply only (never journaled, never kept for a retried request); the node keeps its
 //! BLAKE3 hash.
 
-use super::status::Status;
+use super::status::{codes, Status};
 use super::{Call, Reply};
 use cairn_engine::node::{Login, TokenExpiry};
 use iggy_binary_protocol::requests::personal_access_tokens::{
@@ -38,10 +38,19 @@ pub fn list(call: &Call<'_>) -> Reply {
     Reply::Tokens(GetPersonalAccessTokensResponse { tokens })
 }
 
+/// Creates a token for the session's user. A session that logged in with a token may not:
+/// a token it minted would outlive the token's expiry and deletion, so a leaked token could
+/// not be contained (review S9).
 pub async fn create(
     call: &Call<'_>,
     request: CreatePersonalAccessTokenRequest,
 ) -> Result<Reply, Status> {
+    if call.session().token.is_some() {
+        return Err(Status::because(
+            codes::UNAUTHORIZED,
+            "a session that logged in with a personal access token cannot create tokens",
+        ));
+    }
     let raw = call
         .session()
         .node

@@ -285,11 +285,32 @@ fn from_figment(
             origin,
             expected: expected.iter().map(|s| s.to_string()).collect(),
         },
-        kind => ConfigError::Invalid {
-            key,
-            origin,
-            message: kind.to_string(),
-        },
+        kind => {
+            let message = if SECRET_KEYS.contains(&key.as_str()) {
+                secret_message(&kind)
+            } else {
+                kind.to_string()
+            };
+            ConfigError::Invalid {
+                key,
+                origin,
+                message,
+            }
+        }
+    }
+}
+
+/// Keys whose values no error ever shows (the error goes to stderr, and from there to a
+/// log others may read).
+const SECRET_KEYS: [&str; 1] = ["root.password"];
+
+/// What was wrong with a secret's value, without the value.
+fn secret_message(kind: &figment::error::Kind) -> String {
+    match kind {
+        figment::error::Kind::InvalidType(_, expected) => {
+            format!("invalid type: expected {expected} (the value is not shown: it is a secret)")
+        }
+        _ => "invalid value (not shown: it is a secret)".into(),
     }
 }
 

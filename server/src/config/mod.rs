@@ -172,8 +172,8 @@ pub struct HttpConfig {
     /// How long a bearer token from a login is valid.
     #[serde(with = "duration")]
     pub token_expiry: Duration,
-    /// Who may scrape `/metrics`: `open`, `open_on_loopback` (callers from a loopback
-    /// address need no token; others need one) or `authenticated`.
+    /// Who may scrape `/metrics`: `authenticated` (the default: a bearer token),
+    /// `open_on_loopback` (callers from a loopback address need none) or `open`.
     pub metrics_access: crate::http::MetricsAccess,
     /// `[http.tls]`: HTTPS, off by default (the same keys as `[tcp.tls]`).
     pub tls: TlsConfig,
@@ -201,7 +201,7 @@ impl Default for HttpConfig {
             max_body_bytes: 64 * MIB,
             max_concurrent_requests: 1024,
             token_expiry: Duration::from_secs(3600),
-            metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
+            metrics_access: crate::http::MetricsAccess::Authenticated,
             tls: TlsConfig::default(),
         }
     }
@@ -244,6 +244,9 @@ pub struct NodeConfig {
     pub shards: usize,
     /// Re-hash every batch a disk poll reads.
     pub validate_checksum: bool,
+    /// Files and directories the node creates are readable by their group too (`0640` and
+    /// `0750`), not only by their owner (`0600` and `0700`).
+    pub data_group_access: bool,
     /// How often each shard's retention cleaner runs.
     #[serde(with = "duration")]
     pub cleaner_interval: Duration,
@@ -268,6 +271,7 @@ impl Default for NodeConfig {
         NodeConfig {
             shards: 0,
             validate_checksum: PartitionSettings::default().validate_checksum,
+            data_group_access: false,
             cleaner_interval: Duration::from_secs(60),
             journal_bytes: limits.journal_bytes,
             in_flight_per_client: limits.in_flight_per_client,

@@ -68,6 +68,7 @@ fn everything_changed() -> ServerConfig {
         node: NodeConfig {
             shards: 3,
             validate_checksum: false,
+            data_group_access: false,
             cleaner_interval: Duration::from_secs(3600 + 1800),
             journal_bytes: 2 * GIB,
             in_flight_per_client: 8,
@@ -769,4 +770,14 @@ fn tls_enabled_needs_both_files_readable_and_matching_naming_the_key() {
         config.validate().unwrap_err().to_string(),
         "tcp.tls.cert_file: must be set when tcp.tls.enabled is true"
     );
+}
+
+/// Review S19: a secret of the wrong type is refused without echoing its value.
+#[test]
+fn a_secrets_value_is_never_in_an_error() {
+    let (result, _) = from_file("[root]\npassword = 987654321\n", &[]);
+    let message = error(result);
+    assert!(message.contains("root.password"), "{message}");
+    assert!(message.contains("expected a string"), "{message}");
+    assert!(!message.contains("987654321"), "{message}");
 }

@@ -10,7 +10,7 @@ use crate::command::login::{self, LoginRefused};
 use crate::command::{self, Caller, Command, Context, Reply, Session};
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// Client ids of HTTP sessions have the top bit set: they never meet a binary client's.
@@ -66,7 +66,7 @@ impl FromRequestParts<Arc<Api>> for Authed {
                 "no bearer token: log in at POST /users/login first",
             ));
         };
-        let (claims, session) = api.authenticate(token)?;
+        let (claims, session) = api.authenticate(token, peer(parts).ip())?;
         tracing::trace!(peer = %peer(parts), user = session.user_id, "authenticated");
         Ok(Authed {
             cx: api.cx.clone(),
@@ -80,9 +80,9 @@ impl Api {
     /// A token's claims and the session they stand for, checked as every command checks a
     /// session (the user still active, a personal access token unexpired): for every route,
     /// a send, a scrape, a logout and a refresh included.
-    fn authenticate(&self, token: &str) -> Result<(Claims, Session), ApiError> {
+    fn authenticate(&self, token: &str, peer: IpAddr) -> Result<(Claims, Session), ApiError> {
         let claims = self.verify(token)?;
-        let session = self.session_for(&claims)?;
+        let session = self.session_for(&claims, peer)?;
         command::session::check(&self.cx, &session, &self.cx.node.view())?;
         Ok((claims, session))
     }
@@ -105,7 +105,7 @@ impl Api {
     /// The session a token's claims stand for, if its user still holds as it did at login
     /// (and, for a token issued for a personal access token, that token still exists; the
     /// session check then judges its expiry, as it does for a TCP session).
-    fn session_for(&self, claims: &Claims) -> Result<Session, ApiError> {
+    fn session_for(&self, claims: &Claims, peer: IpAddr) -> Result<Session, ApiError> {
         let view = self.cx.node.view();
         let revoked = || ApiError::unauthenticated("the access token's user no longer holds it");
         let user = view
@@ -130,6 +130,7 @@ impl Api {
         Ok(Session {
             client,
             session: 0,
+            peer,
             user_id: claims.user_id,
             incarnation: claims.incarnation,
             password_hash: user.password_hash.clone(),
@@ -254,9 +255,10 @@ pub struct RefreshToken {
 /// stays valid until it expires, as Iggy's stateless server does; a logout ends both).
 pub async fn refresh(
     State(api): State<Arc<Api>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     super::body::Json(request): super::body::Json<RefreshToken>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let (claims, _) = api.authenticate(&request.token)?;
+    let (claims, _) = api.authenticate(&request.token, peer.ip())?;
     let issued = api.issue_for(
         claims.token_id,
         claims.user_id,

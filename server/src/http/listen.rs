@@ -3,6 +3,7 @@
 //! [`HEADER_READ_TIMEOUT`], a graceful stop that lets requests in flight finish (at most
 //! [`DRAIN_TIMEOUT`]). TLS, when configured, wraps each accepted stream in its own task.
 
+use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -39,6 +40,7 @@ pub async fn serve(
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let builder = Arc::new(builder);
     let mut stopping = std::pin::pin!(stopping);
+    let started = std::time::Instant::now();
     loop {
         let (stream, peer) = tokio::select! {
             () = &mut stopping => break,
@@ -52,7 +54,11 @@ pub async fn serve(
             },
         };
         let Ok(slot) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = how.max_connections, "http connection refused: too many connections");
+            static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
+            let now = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            if let Some(left_out) = REFUSED.admit(now) {
+                tracing::warn!(%peer, limit = how.max_connections, left_out, "http connection refused: too many connections");
+            }
             continue;
         };
         let app = app.clone();

@@ -2,8 +2,9 @@
 //! command layer's counters are registered as they are; the node's and the process's
 //! figures are read at scrape time by collectors, so a scrape never waits on an owner.
 //!
-//! Who may scrape is [`MetricsAccess`]: by default callers from a loopback address need no
-//! token, others need a bearer token of a user who may read the server's state.
+//! Who may scrape is [`MetricsAccess`]: by default every caller needs a bearer token of a
+//! user who may read the server's state (a loopback address proves nothing behind a reverse
+//! proxy on the same host); an operator may open it to loopback callers or to everyone.
 
 use super::auth::Authed;
 use super::error::ApiError;
@@ -541,16 +542,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn by_default_only_loopback_scrapes_without_a_token() {
+    fn by_default_every_scrape_needs_a_token() {
         let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         let v6_loopback: std::net::IpAddr = "::1".parse().unwrap();
         let lan: std::net::IpAddr = "10.1.2.3".parse().unwrap();
         let default = crate::config::HttpConfig::default().metrics_access;
-        assert_eq!(default, MetricsAccess::OpenOnLoopback);
-        assert!(!needs_token(default, loopback));
-        assert!(!needs_token(default, v6_loopback));
+        assert_eq!(default, MetricsAccess::Authenticated);
+        assert!(needs_token(default, loopback));
         assert!(needs_token(default, lan));
+        assert!(!needs_token(MetricsAccess::OpenOnLoopback, loopback));
+        assert!(!needs_token(MetricsAccess::OpenOnLoopback, v6_loopback));
+        assert!(needs_token(MetricsAccess::OpenOnLoopback, lan));
         assert!(!needs_token(MetricsAccess::Open, lan));
-        assert!(needs_token(MetricsAccess::Authenticated, loopback));
     }
 }

@@ -15,6 +15,7 @@
 use super::answer::{self, Answer, Conn};
 use super::frame::{self, FrameError};
 use super::Listener;
+use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
 use crate::command::registry::ClientEntry;
 use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
@@ -60,7 +61,10 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
     };
     let limit = listener.limits.max_connections;
     let Some(id) = listener.cx.registry.add(entry, limit) else {
-        tracing::warn!(%peer, limit, "connection refused: too many connections");
+        static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
+        if let Some(left_out) = REFUSED.admit(listener.cx.env.clock.monotonic_nanos()) {
+            tracing::warn!(%peer, limit, left_out, "connection refused: too many connections");
+        }
         return;
     };
     listener.live.fetch_add(1, Ordering::SeqCst);

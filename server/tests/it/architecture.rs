@@ -620,7 +620,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
     use cairn_engine::node::{self, groups, NodeLimits};
     use cairn_engine::partition::segment;
     use cairn_engine::state::{self, ops, tokens};
-    use cairn_server::command::{messages, registry};
+    use cairn_server::command::{login_limit, messages};
     use cairn_server::config::ServerConfig;
     use cairn_server::tcp::{connection, dedup};
     use cairn_server::ServerLimits;
@@ -718,9 +718,14 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             "auth.failed_login_window",
             config.auth.failed_login_window.as_secs(),
         ),
+        ("login_limit::MAX_TRACKED", n(login_limit::MAX_TRACKED)),
         (
-            "registry::MAX_TRACKED_ADDRESSES",
-            n(registry::MAX_TRACKED_ADDRESSES),
+            "login_limit::MAX_IN_FLIGHT_PER_ADDRESS",
+            login_limit::MAX_IN_FLIGHT_PER_ADDRESS.into(),
+        ),
+        (
+            "login_limit::MAX_IN_FLIGHT",
+            login_limit::MAX_IN_FLIGHT.into(),
         ),
         (
             "ServerLimits::drain_timeout",

@@ -16,4 +16,5 @@ mod http_api;
 mod http_compat;
 mod personal_access_tokens;
 mod sdk_compat;
+mod tenants;
 mod tls;

@@ -27,6 +27,8 @@ pub struct Cairn {
     pub data: PathBuf,
     /// Lines of its stdout and stderr seen so far arrive here.
     pub output: mpsc::Receiver<String>,
+    /// The lines it wrote before it listened.
+    pub startup: Vec<String>,
 }
 
 impl Cairn {
@@ -86,6 +88,7 @@ impl Cairn {
                     http,
                     data: data.to_path_buf(),
                     output,
+                    startup: seen,
                 };
             }
             seen.push(line);
