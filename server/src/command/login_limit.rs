@@ -1,8 +1,11 @@
 //! The limit on login attempts: how many may fail, and how many may be checked at once.
 //!
-//! An attempt is counted when it begins, before its password is verified, and refunded
-//! only when it succeeds (or the node could not judge it): a burst of logins sent at once
-//! is held to the limit like a slow series, however long each verification takes.
+//! An attempt is counted when it begins, before its password is verified: while the
+//! window's failures and the attempts being checked could together reach the limit, the
+//! next is refused as busy, so a burst of logins sent at once is held to the limit like a
+//! slow series, however long each verification takes. An attempt that ends without success
+//! (and that the node could judge) is a failure; past the limit the account is locked out
+//! for that address until the window passes.
 //!
 //! Failures are counted per (address, account): one shared address (a NAT, a reverse
 //! proxy, every loopback client) locks out only the account it guesses at, never the
@@ -61,9 +64,19 @@ pub enum Refusal {
     Busy,
 }
 
+/// One (address, account)'s attempts in its current window.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// When the window began (µs, monotonic).
+    since: u64,
+    /// Attempts refused on their merits in the window.
+    failures: u32,
+    /// Attempts being checked now (each may still fail).
+    in_flight: u32,
+}
+
 struct Counts {
-    /// (address, account key) → (window start µs, attempts counted in it).
-    attempts: BTreeMap<(IpAddr, String), (u64, u32)>,
+    attempts: BTreeMap<(IpAddr, String), Entry>,
     in_flight: BTreeMap<IpAddr, u32>,
     in_flight_total: u32,
 }
@@ -74,15 +87,15 @@ pub struct LoginLimiter {
     counts: Mutex<Counts>,
 }
 
-/// One login attempt under way: it holds an in-flight slot until dropped, and stays
-/// counted as a failure unless [`Attempt::succeeded`] or [`Attempt::not_judged`] says
-/// otherwise.
+/// One login attempt under way: it holds its slots until dropped, and is counted as a
+/// failure then unless [`Attempt::succeeded`] or [`Attempt::not_judged`] settled it.
 pub struct Attempt<'l> {
     limiter: &'l LoginLimiter,
     ip: IpAddr,
     key: String,
     /// The window the attempt was counted in.
     since: u64,
+    failed: bool,
 }
 
 impl LoginLimiter {
@@ -103,50 +116,71 @@ impl LoginLimiter {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Begins an attempt from `ip` at `account` at `now` (µs, monotonic), counted at once.
+    /// Begins an attempt from `ip` at `account` at `now` (µs, monotonic), counted at once:
+    /// refused as locked out once the window's failures reached the limit, and as busy while
+    /// the failures and the attempts in flight together would (an attempt in flight may
+    /// fail), or past the checks in flight an address or the server may have.
     pub fn begin(
         &self,
         ip: IpAddr,
         account: Account<'_>,
         now: u64,
     ) -> Result<Attempt<'_>, Refusal> {
-        let key = account.key();
+        let key = (ip, account.key());
+        let (max, window) = (self.max_failures, self.window_micros);
         let mut counts = self.lock();
-        let window = self.window_micros;
-        if let Some(&(since, count)) = counts.attempts.get(&(ip, key.clone())) {
-            if count >= self.max_failures && now.saturating_sub(since) < window {
+        if let Some(entry) = counts.attempts.get_mut(&key) {
+            if now.saturating_sub(entry.since) >= window {
+                *entry = Entry {
+                    since: now,
+                    failures: 0,
+                    in_flight: entry.in_flight,
+                };
+            }
+            if entry.failures >= max {
                 return Err(Refusal::LockedOut);
+            }
+            if entry.failures + entry.in_flight >= max {
+                return Err(Refusal::Busy);
             }
         }
         let from_ip = counts.in_flight.get(&ip).copied().unwrap_or(0);
         if from_ip >= MAX_IN_FLIGHT_PER_ADDRESS || counts.in_flight_total >= MAX_IN_FLIGHT {
             return Err(Refusal::Busy);
         }
-        if counts.attempts.len() >= MAX_TRACKED && !counts.attempts.contains_key(&(ip, key.clone()))
-        {
-            let oldest = counts
+        if counts.attempts.len() >= MAX_TRACKED && !counts.attempts.contains_key(&key) {
+            // Only an entry that locks nobody out and has nothing in flight may go, oldest
+            // first: forgetting a lockout would give its guesser a fresh window.
+            let evictable = counts
                 .attempts
                 .iter()
-                .min_by_key(|(_, (since, _))| *since)
+                .filter(|(_, e)| {
+                    e.in_flight == 0 && (e.failures < max || now.saturating_sub(e.since) >= window)
+                })
+                .min_by_key(|(_, e)| e.since)
                 .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                counts.attempts.remove(&oldest);
-            }
+            let Some(evicted) = evictable else {
+                return Err(Refusal::Busy);
+            };
+            counts.attempts.remove(&evicted);
         }
-        let entry = counts.attempts.entry((ip, key.clone())).or_insert((now, 0));
-        if now.saturating_sub(entry.0) >= window {
-            *entry = (now, 0);
-        }
-        entry.1 += 1;
-        let since = entry.0;
+        let entry = counts.attempts.entry(key.clone()).or_insert(Entry {
+            since: now,
+            failures: 0,
+            in_flight: 0,
+        });
+        entry.in_flight += 1;
+        let since = entry.since;
         *counts.in_flight.entry(ip).or_insert(0) += 1;
         counts.in_flight_total += 1;
         assert!(counts.attempts.len() <= MAX_TRACKED);
+        assert!(counts.in_flight_total <= MAX_IN_FLIGHT);
         Ok(Attempt {
             limiter: self,
             ip,
-            key,
+            key: key.1,
             since,
+            failed: true,
         })
     }
 
@@ -158,30 +192,30 @@ impl LoginLimiter {
 
 impl Attempt<'_> {
     /// The credentials were right: the attempt is not a failure.
-    pub fn succeeded(self) {
-        self.refund();
+    pub fn succeeded(mut self) {
+        self.failed = false;
     }
 
     /// The node could not judge the credentials (stopped, busy): a failure of the server,
     /// not of the caller, so it does not count.
-    pub fn not_judged(self) {
-        self.refund();
-    }
-
-    fn refund(&self) {
-        let mut counts = self.limiter.lock();
-        if let Some(entry) = counts.attempts.get_mut(&(self.ip, self.key.clone())) {
-            // Only the window it was counted in holds it.
-            if entry.0 == self.since {
-                entry.1 = entry.1.saturating_sub(1);
-            }
-        }
+    pub fn not_judged(mut self) {
+        self.failed = false;
     }
 }
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         let mut counts = self.limiter.lock();
+        let key = (self.ip, std::mem::take(&mut self.key));
+        let entry = counts
+            .attempts
+            .get_mut(&key)
+            .expect("an entry with an attempt in flight is never evicted");
+        entry.in_flight -= 1;
+        // A failure counts in the window it began in, not in a later one.
+        if self.failed && entry.since == self.since {
+            entry.failures += 1;
+        }
         let from_ip = counts
             .in_flight
             .get_mut(&self.ip)
@@ -212,8 +246,8 @@ mod tests {
         let c = limiter.begin(ip(1), Account::User("root"), 0).unwrap();
         assert_eq!(
             limiter.begin(ip(1), Account::User("root"), 0).err(),
-            Some(Refusal::LockedOut),
-            "three attempts in flight already use the window's three"
+            Some(Refusal::Busy),
+            "three attempts in flight may use the window's three failures"
         );
         drop((a, b));
         c.succeeded();
@@ -310,5 +344,28 @@ mod tests {
             .succeeded();
         drop(others);
         assert_eq!(limiter.in_flight(), 0);
+    }
+
+    /// A full table never forgets a lockout to make room: a guesser cannot flood it with
+    /// names to win a fresh window.
+    #[test]
+    fn a_full_table_keeps_its_lockouts() {
+        let limiter = LoginLimiter::new(2, Duration::from_secs(3600));
+        for _ in 0..2 {
+            drop(limiter.begin(ip(1), Account::User("root"), 0).unwrap());
+        }
+        for n in 0..MAX_TRACKED {
+            let name = format!("u{n}");
+            limiter
+                .begin(ip(2), Account::User(&name), 1 + n as u64)
+                .unwrap()
+                .succeeded();
+        }
+        assert_eq!(
+            limiter
+                .begin(ip(1), Account::User("root"), 2 + MAX_TRACKED as u64)
+                .err(),
+            Some(Refusal::LockedOut)
+        );
     }
 }

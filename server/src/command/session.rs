@@ -16,8 +16,8 @@ pub struct Session {
     /// The protocol client id of this login (header.client of the Register).
     pub client: u128,
     pub session: u64,
-    /// The address it logged in from: a password it checks later (ChangePassword) is
-    /// counted by the login limit of that address.
+    /// The caller's address (TCP: the one it logged in from; HTTP: the current request's):
+    /// a password it checks later (ChangePassword) is counted by the login limit there.
     pub peer: std::net::IpAddr,
     pub user_id: u32,
     /// The op that created the user this session acts as.

@@ -284,7 +284,8 @@ impl Default for NodeConfig {
     }
 }
 
-/// `[auth]`: failed logins allowed per remote address within a window.
+/// `[auth]`: failed logins allowed per remote address and account within a window (token
+/// logins: per address), counted before the password is checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {

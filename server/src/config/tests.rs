@@ -58,7 +58,7 @@ fn everything_changed() -> ServerConfig {
             max_body_bytes: 4 * MIB,
             max_concurrent_requests: 16,
             token_expiry: Duration::from_secs(600),
-            metrics_access: crate::http::MetricsAccess::Authenticated,
+            metrics_access: crate::http::MetricsAccess::OpenOnLoopback,
             tls: TlsConfig::default(),
         },
         root: RootConfig {
@@ -68,7 +68,7 @@ fn everything_changed() -> ServerConfig {
         node: NodeConfig {
             shards: 3,
             validate_checksum: false,
-            data_group_access: false,
+            data_group_access: true,
             cleaner_interval: Duration::from_secs(3600 + 1800),
             journal_bytes: 2 * GIB,
             in_flight_per_client: 8,

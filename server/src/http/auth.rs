@@ -199,21 +199,39 @@ impl Issued {
     }
 }
 
+/// Runs a login to its end on a task of its own: a client that goes away mid-login drops
+/// the handler, not the check, so the check's slot in the login limit stays held until the
+/// password hashing it queued is done (else a login and a reset, repeated, would queue
+/// checks past the limit's bound on those in flight).
+async fn to_the_end<T: Send + 'static>(
+    cx: &Context,
+    login: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let (answer, answered) = cairn_engine::env::chan::oneshot();
+    // Dropping the handle leaves the task running.
+    let _detached = cx.env.tasks.spawn(Box::pin(async move {
+        answer.send(login.await);
+    }));
+    answered.await.map_err(|_| {
+        ApiError::from(crate::command::status::Status::because(
+            crate::command::status::codes::ERROR,
+            "the login's task ended without an answer",
+        ))
+    })
+}
+
 /// `POST /users/login`: the same password check (and failed-login limit) as a TCP login.
 pub async fn login(
     State(api): State<Arc<Api>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     super::body::Json(request): super::body::Json<iggy_common::login_user::LoginUser>,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let password = secrecy::ExposeSecret::expose_secret(&request.password);
-    let session = login::with_password(
-        &api.cx,
-        HTTP_CLIENT_BIT,
-        peer.ip(),
-        &request.username,
-        password,
-    )
-    .await
+    let password = secrecy::ExposeSecret::expose_secret(&request.password).to_owned();
+    let (cx, username) = (api.cx.clone(), request.username.clone());
+    let session = to_the_end(&api.cx, async move {
+        login::with_password(&cx, HTTP_CLIENT_BIT, peer.ip(), &username, &password).await
+    })
+    .await?
     .map_err(|refused| ApiError::from(refused.status()))?;
     tracing::debug!(user = session.user_id, "http login");
     Ok(axum::Json(api.issue(&session).identity()))
@@ -228,17 +246,20 @@ pub async fn login_with_personal_access_token(
         iggy_common::login_with_personal_access_token::LoginWithPersonalAccessToken,
     >,
 ) -> Result<axum::Json<iggy_common::IdentityInfo>, ApiError> {
-    let raw = secrecy::ExposeSecret::expose_secret(&request.token);
-    let session = login::with_token(&api.cx, HTTP_CLIENT_BIT, peer.ip(), raw)
-        .await
-        .map_err(|refused| match refused {
-            // An inactive user's token reads as no token (as Iggy answers it over HTTP).
-            LoginRefused::Inactive(_) => ApiError::client(
-                codes::INVALID_PERSONAL_ACCESS_TOKEN,
-                "invalid personal access token",
-            ),
-            other => ApiError::from(other.status()),
-        })?;
+    let raw = secrecy::ExposeSecret::expose_secret(&request.token).to_owned();
+    let cx = api.cx.clone();
+    let session = to_the_end(&api.cx, async move {
+        login::with_token(&cx, HTTP_CLIENT_BIT, peer.ip(), &raw).await
+    })
+    .await?
+    .map_err(|refused| match refused {
+        // An inactive user's token reads as no token (as Iggy answers it over HTTP).
+        LoginRefused::Inactive(_) => ApiError::client(
+            codes::INVALID_PERSONAL_ACCESS_TOKEN,
+            "invalid personal access token",
+        ),
+        other => ApiError::from(other.status()),
+    })?;
     tracing::debug!(
         user = session.user_id,
         "http login with a personal access token"

@@ -99,9 +99,9 @@ async fn create_token(a: &mut Actor, name: &str) {
 
 /// Logs in with token `name` (`raw`) on a connection of its own: as root while `valid`,
 /// refused once its deletion was acknowledged. Refused token logins count against the
-/// admin's address like wrong passwords, so at most [`MAX_REFUSED_TOKEN_LOGINS`] are tried
-/// per server process (below the server's limit of failed logins, which would lock the
-/// admin out of its own password).
+/// admin's address (one count for every token), so at most [`MAX_REFUSED_TOKEN_LOGINS`] are
+/// tried per server process (below the server's limit of failed logins, which would refuse
+/// the admin's valid tokens too).
 async fn token_login(a: &mut Actor, name: &str, raw: &str, valid: bool) {
     let epoch = {
         let mut w = lock(&a.world);

@@ -20,8 +20,10 @@ const INVALID_CREDENTIALS: u32 = 42;
 const USER_INACTIVE: u32 = 47;
 const UNAUTHORIZED: u32 = 41;
 /// Failed logins from one address the server checks in a window (its default
-/// `max_failed_logins`; the count lives in the server process's memory): past it, every
-/// login from there is refused with 42, so the session attempts a login it expects refused
+/// `max_failed_logins`, counted per address and account; the count lives in the server
+/// process's memory). The session counts its address's failures over every account it
+/// tries, which is never fewer than any one account's: past the limit a login from there
+/// may be refused with 42, so the session attempts a login it expects refused
 /// only below [`MAX_FAILED_LOGINS`] - 1 failures in an epoch, and a refused login it expects
 /// answered is excused only at the limit.
 const MAX_FAILED_LOGINS: u32 = 5;
