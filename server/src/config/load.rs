@@ -40,7 +40,7 @@ pub(super) fn load_layers(
         if let Some(text) = read_file(&path, required)? {
             let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
                 path: path.clone(),
-                message: e.to_string().trim_end().to_string(),
+                message: syntax_message(&text, &e),
             })?;
             let dict = Value::serialize(&table)
                 .ok()
@@ -263,6 +263,21 @@ fn env_value(schema: &Dict, name: &str, raw: String) -> Result<(String, Value), 
         _ => Value::from(raw),
     };
     Ok((key, value))
+}
+
+/// Where a TOML syntax error is and what it is, never the text around it: the line may
+/// hold a secret (review S19).
+fn syntax_message(text: &str, error: &toml::de::Error) -> String {
+    let what = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {what}")
+        }
+        None => what.to_string(),
+    }
 }
 
 fn from_figment(

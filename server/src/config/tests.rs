@@ -781,3 +781,12 @@ fn a_secrets_value_is_never_in_an_error() {
     assert!(message.contains("expected a string"), "{message}");
     assert!(!message.contains("987654321"), "{message}");
 }
+
+/// Review S19: a syntax error says where, never quotes the line (it may hold a secret).
+#[test]
+fn a_syntax_error_never_quotes_its_line() {
+    let (result, _) = from_file("[root]\npassword = \"hunter2\\q\"\n", &[]);
+    let message = error(result);
+    assert!(message.contains("line 2"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+}
