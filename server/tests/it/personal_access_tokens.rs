@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{id, Cairn, PASSWORD};
+use common::{anonymous, id, Cairn, PASSWORD};
 use iggy::prelude::*;
 use std::time::Duration;
 
@@ -17,17 +17,6 @@ async fn client(cairn: &Cairn, user: &str, password: &str) -> IggyClient {
     let client =
         IggyClient::from_connection_string(&cairn.connection_string(user, password)).unwrap();
     client.connect().await.expect("logs in");
-    client
-}
-
-/// A connected client that has not logged in.
-async fn anonymous(cairn: &Cairn) -> IggyClient {
-    let client = IggyClient::builder()
-        .with_tcp()
-        .with_server_address(cairn.address.to_string())
-        .build()
-        .unwrap();
-    client.connect().await.expect("connects");
     client
 }
 

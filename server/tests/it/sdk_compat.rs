@@ -4,16 +4,12 @@
 
 use crate::common;
 
-use common::{id, messages, payloads, topic_option, topic_options, Cairn, PASSWORD};
+use common::{
+    id, messages, payloads, sdk_client as client, topic_option, topic_options, Cairn, PASSWORD,
+};
 use futures::StreamExt;
 use iggy::prelude::*;
 use std::time::Duration;
-
-async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient, IggyError> {
-    let client = IggyClient::from_connection_string(&cairn.connection_string(user, password))?;
-    client.connect().await?;
-    Ok(client)
-}
 
 async fn root(cairn: &Cairn) -> IggyClient {
     client(cairn, "iggy", PASSWORD).await.expect("root logs in")

@@ -1,17 +1,14 @@
-//! One tenant never reaches another's data, through Iggy's own SDK against the real binary
-//! (the security review's findings, `wave3-security.md`): grants bound to what they were
-//! given on.
+//! One tenant never reaches another's data or credentials, through Iggy's own SDK against
+//! the real binary (the security review's findings, `wave3-security.md`): grants bound to
+//! what they were given on, logins counted before they are checked, forbidden before not
+//! found, data its owner's alone.
 
 use crate::common;
 
-use common::{id, messages, payloads, topic_options, Cairn, PASSWORD};
+use common::{
+    anonymous, id, messages, payloads, sdk_client as client, topic_options, Cairn, PASSWORD,
+};
 use iggy::prelude::*;
-
-async fn client(cairn: &Cairn, user: &str, password: &str) -> Result<IggyClient, IggyError> {
-    let client = IggyClient::from_connection_string(&cairn.connection_string(user, password))?;
-    client.connect().await?;
-    Ok(client)
-}
 
 /// Every per-stream right on stream `stream`, nothing else.
 fn grants_on(stream: u32) -> Permissions {
@@ -124,17 +121,6 @@ async fn refused_everything(who: &str, bob: &IggyClient, stream: u32) {
             "{who}: bob deletes {stream}: {deleted:?}"
         );
     }
-}
-
-/// A connected client that has not logged in.
-async fn anonymous(cairn: &Cairn) -> IggyClient {
-    let client = IggyClient::builder()
-        .with_tcp()
-        .with_server_address(cairn.address.to_string())
-        .build()
-        .unwrap();
-    client.connect().await.expect("connects");
-    client
 }
 
 /// A user named `name` (password `name-password`) with no permission at all.

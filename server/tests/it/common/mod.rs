@@ -169,6 +169,32 @@ pub fn payloads(polled: &iggy::prelude::PolledMessages) -> Vec<String> {
 }
 
 /// A stream, topic or group named `name`, as the SDK addresses it.
+/// An SDK client connected to `cairn` and logged in as `user`.
+pub async fn sdk_client(
+    cairn: &Cairn,
+    user: &str,
+    password: &str,
+) -> Result<iggy::prelude::IggyClient, iggy::prelude::IggyError> {
+    use iggy::prelude::Client;
+    let client = iggy::prelude::IggyClient::from_connection_string(
+        &cairn.connection_string(user, password),
+    )?;
+    client.connect().await?;
+    Ok(client)
+}
+
+/// An SDK client connected to `cairn` that has not logged in.
+pub async fn anonymous(cairn: &Cairn) -> iggy::prelude::IggyClient {
+    use iggy::prelude::Client;
+    let client = iggy::prelude::IggyClient::builder()
+        .with_tcp()
+        .with_server_address(cairn.address.to_string())
+        .build()
+        .unwrap();
+    client.connect().await.expect("connects");
+    client
+}
+
 pub fn id(name: &str) -> iggy::prelude::Identifier {
     iggy::prelude::Identifier::named(name).unwrap()
 }
