@@ -301,3 +301,37 @@ async fn the_data_is_its_owners_alone_and_wider_modes_are_reported() {
         "{output}"
     );
 }
+
+/// Review S15: a refused username is logged escaped, so it cannot forge a log line or send
+/// escape sequences to a terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_username_is_logged_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let forged = "nobody\nFORGED-LINE \u{1b}[31m";
+    assert!(anonymous(&cairn)
+        .await
+        .login_user(forged, "wrong")
+        .await
+        .is_err());
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.iter().any(|l: &String| l.contains("login refused")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal logged: {seen:#?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        seen.extend(cairn.drain_output());
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.starts_with("FORGED-LINE") || l.contains('\u{1b}')),
+        "a raw newline or escape reached the log: {seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|l| l.contains("nobody\\nFORGED-LINE")),
+        "{seen:#?}"
+    );
+}
