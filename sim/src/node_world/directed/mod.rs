@@ -533,6 +533,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: serving::a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets,
     },
     NodeDirected {
+        name: "a_poll_racing_its_groups_deletion_leaves_no_offset",
+        expect: &["AutoCommitRacedGroupDeletion", "QuiescentCompared"],
+        run: serving::a_poll_racing_its_groups_deletion_leaves_no_offset,
+    },
+    NodeDirected {
         name: "a_group_deletion_cut_short_has_its_offsets_removed_at_boot",
         expect: &["DirWorkRedone"],
         run: serving::a_group_deletion_cut_short_has_its_offsets_removed_at_boot,

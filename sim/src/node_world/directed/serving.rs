@@ -251,6 +251,101 @@ pub(super) fn a_group_deletion_cut_short_has_its_offsets_removed_at_boot(
     }
 }
 
+/// A member polls with auto-commit, over and over, while its group is deleted, in several
+/// rounds (the group created again under its id each time). The deletion removes the
+/// group's offsets on the partition's shard before its view is published, so a poll that
+/// named the group in the older view can reach the shard after the removal: its commit must
+/// be dropped, else the next group of that id starts from the deleted group's offset. The
+/// auto-commit judge checks that no poll judged after the deletion left an offset file
+/// (the [`RACE_ROUNDS`] rounds reach such a poll), each new group's stored offset (read
+/// before it polls) must be none, and a boot at the end compares the node with the model.
+/// Found by a mutant (`<` → `==` in `Shard::is_retired`) that only seed luck caught.
+pub(super) fn a_poll_racing_its_groups_deletion_leaves_no_offset() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0030);
+    s.with_persisted_topic(1)?;
+    s.produce_n(64)?;
+    for round in 0..RACE_ROUNDS {
+        s.perform(AdminOp::CreateGroup(0, 0, format!("g{round}")))?;
+        match group_zero_offset(&mut s) {
+            Ok(None) => {}
+            other => {
+                return Err(crate::report::violation(
+                    crate::report::INV_OFFSETS,
+                    format!("round {round}: a group created under a deleted group's id reads offset {other:?}"),
+                ))
+            }
+        }
+        join_and_commit(&mut s, 0, 0)?;
+        poll_while_deleted(&mut s)?;
+    }
+    s.perform(AdminOp::CreateGroup(0, 0, "last".into()))?;
+    match group_zero_offset(&mut s) {
+        Ok(None) => {}
+        other => {
+            return Err(crate::report::violation(
+                crate::report::INV_OFFSETS,
+                format!("a group created under a deleted group's id reads offset {other:?}"),
+            ))
+        }
+    }
+    s.restart(false)?;
+    Ok(s.decisions())
+}
+
+/// Rounds of [`a_poll_racing_its_groups_deletion_leaves_no_offset`].
+const RACE_ROUNDS: usize = 8;
+
+/// Member 0 of group 0 (topic 0 of stream 0) polls with auto-commit, each poll judged,
+/// until an admin's deletion of the group has been answered and judged.
+fn poll_while_deleted(s: &mut Scenario) -> Checked<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let world = s.world.clone();
+    let (node, incarnation) = {
+        let w = lock(&world);
+        let topic = w.model.topic(0, 0).expect("the scenario made it");
+        (w.node.clone().expect("up"), topic.groups[&0].1)
+    };
+    let members: Vec<_> = (1..=MEMBERS).map(|c| node.client(c)).collect();
+    let deleter = node.client(100);
+    let deleted = Arc::new(AtomicBool::new(false));
+    let (wd, wp, done) = (world.clone(), world.clone(), deleted.clone());
+    crate::node_world::block(&mut s.executor, async move {
+        both(
+            async move {
+                run_meta(&wd, &deleter, 100, AdminOp::DeleteGroup(0, 0, 0)).await;
+                done.store(true, Ordering::Relaxed);
+            },
+            async move {
+                // Bounded: the deletion is answered after a few disk calls.
+                for _ in 0..10_000 {
+                    if deleted.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    group_move(&wp, &members, (0, 0, 0, incarnation), 0, GroupMove::Poll).await;
+                    // A move the world skips awaits nothing: let the deletion run.
+                    yield_now().await;
+                }
+            },
+        )
+        .await
+    });
+    s.violation()
+}
+
+/// Pending once, so that the executor runs another ready task.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| match yielded {
+        true => std::task::Poll::Ready(()),
+        false => {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// One member of a group over a topic of three partitions polls it seven times: with no
 /// rebalance between, each poll reads the partition after the last one's in the member's
 /// assignment (round robin), the round-robin judge checks every pair.
