@@ -110,6 +110,9 @@ fn server_settings(
             max_frame_bytes: u32::try_from(config.tcp.max_frame_bytes)
                 .expect("the configuration bounds frames at 1 GiB"),
             max_connections: config.tcp.max_connections,
+            connections_per_address: config.connection_caps().0,
+            anonymous_connections: config.connection_caps().1,
+            buffered_bytes: config.buffered_bytes(),
             handshake_timeout: config.tcp.handshake_timeout,
             idle_timeout: config.tcp.idle_timeout,
             max_failed_logins: config.auth.max_failed_logins,

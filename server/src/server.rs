@@ -57,6 +57,7 @@ impl Server {
             settings.topic_defaults,
             logins,
             local_addr,
+            limits.buffered_bytes,
             hooks.command,
         );
         let listener = Arc::new(Listener {

@@ -436,6 +436,130 @@ impl Drop for Permit {
     }
 }
 
+// Byte budget -------------------------------------------------------------------------------
+
+struct BudgetState {
+    /// Bytes not held; below zero after [`ByteBudget::charge`] overdrew it.
+    available: i64,
+    total: u64,
+    waiters: Waiters,
+}
+
+/// A bound on bytes held at once (buffers of requests being read, replies not yet sent),
+/// shared by everyone who buffers: a holder waits for room before it reads more, so a full
+/// budget stops reading (back-pressure) instead of growing memory. Taken all at once, never
+/// in parts, so two waiters never each hold part of what the other needs.
+#[derive(Clone)]
+pub struct ByteBudget {
+    state: Arc<Mutex<BudgetState>>,
+}
+
+/// Bytes held of a [`ByteBudget`]; given back when dropped.
+pub struct Charge {
+    state: Arc<Mutex<BudgetState>>,
+    bytes: u64,
+}
+
+impl ByteBudget {
+    pub fn new(total: u64) -> ByteBudget {
+        assert!(total > 0, "a budget of no bytes never lets anyone in");
+        ByteBudget {
+            state: Arc::new(Mutex::new(BudgetState {
+                available: i64::try_from(total).expect("a budget below 8 EiB"),
+                total,
+                waiters: Waiters::default(),
+            })),
+        }
+    }
+
+    /// `bytes` (at most the whole budget), waiting until they fit.
+    pub fn acquire(&self, bytes: u64) -> AcquireBytes<'_> {
+        AcquireBytes {
+            budget: self,
+            bytes,
+        }
+    }
+
+    /// `bytes` at once, if they fit now.
+    pub fn try_acquire(&self, bytes: u64) -> Option<Charge> {
+        let mut state = lock(&self.state);
+        let wanted = bytes.min(state.total) as i64;
+        if state.available < wanted {
+            return None;
+        }
+        state.available -= wanted;
+        Some(self.charge_of(wanted as u64))
+    }
+
+    /// `bytes` held now, past the budget if need be: for memory already taken (a reply
+    /// built before its size was known). Later acquirers wait until it is given back.
+    pub fn charge(&self, bytes: u64) -> Charge {
+        let bytes = bytes.min(i64::MAX as u64 / 2);
+        lock(&self.state).available -= bytes as i64;
+        self.charge_of(bytes)
+    }
+
+    fn charge_of(&self, bytes: u64) -> Charge {
+        Charge {
+            state: self.state.clone(),
+            bytes,
+        }
+    }
+
+    /// Bytes held now (above the total after an overdraft).
+    pub fn held(&self) -> u64 {
+        let state = lock(&self.state);
+        (state.total as i64 - state.available).max(0) as u64
+    }
+
+    pub fn total(&self) -> u64 {
+        lock(&self.state).total
+    }
+}
+
+pub struct AcquireBytes<'a> {
+    budget: &'a ByteBudget,
+    bytes: u64,
+}
+
+impl Future for AcquireBytes<'_> {
+    type Output = Charge;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Charge> {
+        match self.budget.try_acquire(self.bytes) {
+            Some(charge) => Poll::Ready(charge),
+            None => {
+                let mut state = lock(&self.budget.state);
+                // Given back between the try and this lock: try again at once.
+                if state.available >= self.bytes.min(state.total) as i64 {
+                    cx.waker().wake_by_ref();
+                } else {
+                    state.waiters.register(cx.waker());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Charge {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        state.available += self.bytes as i64;
+        debug_assert!(
+            state.available <= state.total as i64,
+            "a budget never gets back more than was taken"
+        );
+        state.waiters.wake_all();
+    }
+}
+
 // Latch -------------------------------------------------------------------------------------
 
 struct LatchState<T> {
@@ -566,6 +690,36 @@ mod tests {
         let (reply, mut pending) = oneshot::<u8>();
         reply.send(9);
         assert_eq!(poll_once(&mut pending, &waker), Poll::Ready(Ok(9)));
+    }
+
+    #[test]
+    fn a_full_byte_budget_holds_readers_back_until_bytes_come_back() {
+        let budget = ByteBudget::new(100);
+        let first = budget.try_acquire(60).expect("room");
+        assert!(budget.try_acquire(41).is_none(), "60 + 41 > 100");
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let mut waiting = budget.acquire(50);
+        assert!(poll_once(&mut waiting, &waker).is_pending());
+        // A reply already built is charged past the budget: everyone else waits longer.
+        let reply = budget.charge(80);
+        assert_eq!(budget.held(), 140);
+        drop(first);
+        assert_eq!(waker.0.load(Ordering::SeqCst), 1, "a giver wakes waiters");
+        assert!(
+            poll_once(&mut waiting, &waker).is_pending(),
+            "80 held: 50 do not fit"
+        );
+        drop(reply);
+        let Poll::Ready(charge) = poll_once(&mut waiting, &waker) else {
+            panic!("50 of 100 fit once all else came back");
+        };
+        assert_eq!((charge.bytes(), budget.held()), (50, 50));
+        // More than the whole budget asks for all of it, never forever.
+        drop(charge);
+        let all = budget.try_acquire(1_000).expect("the whole budget");
+        assert_eq!((all.bytes(), budget.held()), (100, 100));
+        drop(all);
+        assert_eq!(budget.held(), 0);
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct Context {
     pub metrics: metrics::CommandMetrics,
     /// Bytes of dispatched (`ack=none`) sends not yet appended.
     pub dispatch_budget: messages::DispatchBudget,
+    /// Bytes of request bodies being read and replies not yet sent, by every adapter
+    /// ([`crate::ServerLimits::buffered_bytes`]).
+    pub buffers: cairn_engine::env::chan::ByteBudget,
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
     pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
@@ -116,6 +119,7 @@ impl Context {
         topic_defaults: TopicDefaults,
         logins: login_limit::LoginLimiter,
         local_addr: SocketAddr,
+        buffered_bytes: u64,
         hooks: hooks::CommandHooks,
     ) -> Context {
         let env = node.env().clone();
@@ -133,6 +137,7 @@ impl Context {
             local_addr,
             metrics: metrics::CommandMetrics::default(),
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
+            buffers: cairn_engine::env::chan::ByteBudget::new(buffered_bytes),
             figures: std::sync::OnceLock::new(),
             hooks,
         }

@@ -134,6 +134,20 @@ pub fn allowed(user: u32, permissions: Option<&WirePermissions>, action: Action)
     }
 }
 
+/// Whether `user` may send to some topic: a send's frame (or body) may then be as large
+/// as the server takes; anyone else's is refused unread past a command's size.
+pub fn may_send_somewhere(user: u32, permissions: Option<&WirePermissions>) -> bool {
+    if user == ROOT_USER {
+        return true;
+    }
+    permissions.is_some_and(|p| {
+        p.global.send_messages
+            || p.streams
+                .iter()
+                .any(|s| s.send_messages || s.topics.iter().any(|t| t.send_messages))
+    })
+}
+
 /// Whether the call's session may run a command whose row says `rule`, on what its names
 /// resolved to.
 pub fn check(call: &Call<'_>, rule: Rule) -> Result<(), Status> {

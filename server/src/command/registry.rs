@@ -1,8 +1,10 @@
 //! What the server knows about its live connections (for `GetClients`, `GetClient`, `GetMe`
-//! and stats), bounded by [`crate::ServerLimits::max_connections`].
+//! and stats), bounded by [`Caps`]: connections in all, from one address, and not logged in
+//! (anonymous). Indexed by address (the per-address cap) and by login (`id_of`, which maps
+//! each member of a consumer group to its connection: a lookup, not a scan).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 
 /// One live connection as `GetClients` shows it.
@@ -17,6 +19,38 @@ pub struct ClientEntry {
     pub groups: BTreeSet<(u32, u32, u32)>,
 }
 
+/// How many connections may be live: in all, from one IP address, and not logged in (a
+/// new connection is anonymous until its login, so the anonymous cap bounds sockets opened
+/// and left idle by anyone; the others keep the rest of the slots for clients that log in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub total: usize,
+    pub per_address: usize,
+    pub anonymous: usize,
+}
+
+impl Caps {
+    /// `total` for each: no cap but the total.
+    pub fn only(total: usize) -> Caps {
+        Caps {
+            total,
+            per_address: total,
+            anonymous: total,
+        }
+    }
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("too many connections")]
+    Total,
+    #[error("too many connections from this address")]
+    PerAddress,
+    #[error("too many connections not logged in")]
+    Anonymous,
+}
+
 /// The live connections by their numeric client id, minted at connect and again at each
 /// login (Iggy's ids are per login, trap T12).
 #[derive(Default)]
@@ -28,6 +62,74 @@ pub struct Registry {
 struct RegistryInner {
     next_id: u32,
     clients: BTreeMap<u32, ClientEntry>,
+    /// Live connections per IP address (no entry at zero).
+    per_address: BTreeMap<IpAddr, usize>,
+    /// Live connections with no login.
+    anonymous: usize,
+    /// The connection of each logged-in protocol client id.
+    by_client: BTreeMap<u128, u32>,
+}
+
+impl RegistryInner {
+    /// Adds (`true`) or takes away what `entry`, registered under `id`, counts in the indexes.
+    fn index(&mut self, id: u32, entry: &ClientEntry, add: bool) {
+        let ip = entry.address.ip();
+        let count = self.per_address.entry(ip).or_default();
+        match add {
+            true => *count += 1,
+            false => *count -= 1,
+        }
+        if *count == 0 {
+            self.per_address.remove(&ip);
+        }
+        match (entry.user_id.is_some(), add) {
+            (false, true) => self.anonymous += 1,
+            (false, false) => self.anonymous -= 1,
+            (true, true) => {
+                self.by_client.insert(entry.client, id);
+            }
+            (true, false) => {
+                if self.by_client.get(&entry.client) == Some(&id) {
+                    self.by_client.remove(&entry.client);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, entry: ClientEntry) -> u32 {
+        loop {
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+            let id = self.next_id;
+            if !self.clients.contains_key(&id) {
+                self.index(id, &entry, true);
+                self.clients.insert(id, entry);
+                return id;
+            }
+        }
+    }
+
+    fn take(&mut self, id: u32) -> Option<ClientEntry> {
+        let entry = self.clients.remove(&id)?;
+        self.index(id, &entry, false);
+        Some(entry)
+    }
+
+    /// The indexes agree with the entries (checked in tests and debug builds' changes).
+    fn check(&self) {
+        debug_assert_eq!(
+            self.anonymous,
+            self.clients
+                .values()
+                .filter(|e| e.user_id.is_none())
+                .count(),
+            "the anonymous count is the entries without a login"
+        );
+        debug_assert_eq!(
+            self.per_address.values().sum::<usize>(),
+            self.clients.len(),
+            "every connection is counted under its address once"
+        );
+    }
 }
 
 impl Registry {
@@ -35,45 +137,53 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a connection under a fresh id, or `None` when `limit` are live.
-    pub fn add(&self, entry: ClientEntry, limit: usize) -> Option<u32> {
+    /// Registers a connection (not logged in yet) under a fresh id, unless a cap is reached.
+    pub fn add(&self, entry: ClientEntry, caps: Caps) -> Result<u32, Refused> {
+        debug_assert!(entry.user_id.is_none(), "a connection starts with no login");
         let mut inner = self.lock();
-        if inner.clients.len() >= limit {
-            return None;
+        let from_address = inner
+            .per_address
+            .get(&entry.address.ip())
+            .copied()
+            .unwrap_or(0);
+        if inner.clients.len() >= caps.total {
+            return Err(Refused::Total);
         }
-        Some(Self::insert(&mut inner, entry))
-    }
-
-    fn insert(inner: &mut RegistryInner, entry: ClientEntry) -> u32 {
-        loop {
-            inner.next_id = inner.next_id.wrapping_add(1).max(1);
-            let id = inner.next_id;
-            if let std::collections::btree_map::Entry::Vacant(slot) = inner.clients.entry(id) {
-                slot.insert(entry);
-                return id;
-            }
+        if from_address >= caps.per_address {
+            return Err(Refused::PerAddress);
         }
+        if inner.anonymous >= caps.anonymous {
+            return Err(Refused::Anonymous);
+        }
+        let id = inner.insert(entry);
+        inner.check();
+        Ok(id)
     }
 
     /// Moves a connection to a fresh id (a new login), with `change` applied.
     pub fn renew(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) -> u32 {
         let mut inner = self.lock();
-        let mut entry = inner
-            .clients
-            .remove(&id)
-            .expect("a live connection is registered");
+        let mut entry = inner.take(id).expect("a live connection is registered");
         change(&mut entry);
-        Self::insert(&mut inner, entry)
+        let id = inner.insert(entry);
+        inner.check();
+        id
     }
 
     pub fn update(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) {
-        if let Some(entry) = self.lock().clients.get_mut(&id) {
-            change(entry);
+        let mut inner = self.lock();
+        if let Some(mut entry) = inner.take(id) {
+            change(&mut entry);
+            inner.index(id, &entry, true);
+            inner.clients.insert(id, entry);
         }
+        inner.check();
     }
 
     pub fn remove(&self, id: u32) {
-        self.lock().clients.remove(&id);
+        let mut inner = self.lock();
+        inner.take(id);
+        inner.check();
     }
 
     pub fn get(&self, id: u32) -> Option<ClientEntry> {
@@ -96,13 +206,14 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Live connections not logged in.
+    pub fn anonymous(&self) -> usize {
+        self.lock().anonymous
+    }
+
     /// The numeric id of the connection whose login is `client`.
     pub fn id_of(&self, client: u128) -> Option<u32> {
-        self.lock()
-            .clients
-            .iter()
-            .find(|(_, e)| e.client == client && e.user_id.is_some())
-            .map(|(id, _)| *id)
+        self.lock().by_client.get(&client).copied()
     }
 }
 
@@ -122,15 +233,60 @@ mod tests {
     #[test]
     fn the_registry_is_bounded_and_a_login_mints_a_new_id() {
         let registry = Registry::default();
-        let a = registry.add(entry(), 2).unwrap();
-        let b = registry.add(entry(), 2).unwrap();
+        let a = registry.add(entry(), Caps::only(2)).unwrap();
+        let b = registry.add(entry(), Caps::only(2)).unwrap();
         assert_ne!(a, b);
-        assert_eq!(registry.add(entry(), 2), None);
+        assert_eq!(registry.add(entry(), Caps::only(2)), Err(Refused::Total));
         let renewed = registry.renew(a, |e| e.user_id = Some(3));
         assert_ne!(renewed, a);
         assert_eq!(registry.get(a), None);
         assert_eq!(registry.get(renewed).unwrap().user_id, Some(3));
         registry.remove(b);
         assert_eq!(registry.len(), 1);
+    }
+
+    #[test]
+    fn an_address_and_the_anonymous_get_only_their_share_and_a_login_frees_an_anonymous_slot() {
+        let registry = Registry::default();
+        let caps = Caps {
+            total: 4,
+            per_address: 2,
+            anonymous: 3,
+        };
+        let from = |ip: &str| ClientEntry {
+            address: format!("{ip}:5000").parse().unwrap(),
+            ..entry()
+        };
+        let a = registry.add(from("10.0.0.1"), caps).unwrap();
+        registry.add(from("10.0.0.1"), caps).unwrap();
+        assert_eq!(
+            registry.add(from("10.0.0.1"), caps),
+            Err(Refused::PerAddress)
+        );
+        registry.add(from("10.0.0.2"), caps).unwrap();
+        assert_eq!(
+            registry.add(from("10.0.0.3"), caps),
+            Err(Refused::Anonymous)
+        );
+        // A login takes its connection out of the anonymous share, and indexes its client.
+        let logged = registry.renew(a, |e| {
+            e.user_id = Some(7);
+            e.client = 99;
+        });
+        assert_eq!(registry.id_of(99), Some(logged));
+        assert_eq!(registry.anonymous(), 2);
+        registry.add(from("10.0.0.3"), caps).unwrap();
+        assert_eq!(registry.add(from("10.0.0.4"), caps), Err(Refused::Total));
+        // A logout makes it anonymous again; a removal frees its address's slot.
+        registry.update(logged, |e| e.user_id = None);
+        assert_eq!((registry.id_of(99), registry.anonymous()), (None, 4));
+        registry.remove(logged);
+        assert_eq!(
+            registry.add(from("10.0.0.5"), caps),
+            Err(Refused::Anonymous)
+        );
+        let b = registry.list()[0].0;
+        registry.update(b, |e| e.user_id = Some(8));
+        registry.add(from("10.0.0.1"), caps).unwrap();
     }
 }

@@ -62,6 +62,8 @@ pub const MAX_REPLY_BYTES: u64 = GIB;
 /// Most bytes of a username or a password (Iggy's wire strings have a one-byte length).
 pub const MAX_CREDENTIAL_BYTES: usize = 255;
 pub const MAX_SHARDS: usize = 1024;
+/// Most bytes `limits.buffered_bytes` may be.
+pub const MAX_BUFFERED_BYTES: u64 = 64 * GIB;
 /// The node journal must hold at least one batch of the largest size the format allows,
 /// or a send of such a batch would be refused forever.
 pub const MIN_JOURNAL_BYTES: u64 = Limits::MAX_BATCH_BYTES;
@@ -85,6 +87,7 @@ pub struct ServerConfig {
     pub node: NodeConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
+    pub limits: LimitsConfig,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +100,7 @@ impl Default for ServerConfig {
             node: NodeConfig::default(),
             auth: AuthConfig::default(),
             log: LogConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -138,6 +142,32 @@ impl Default for TcpConfig {
             idle_timeout: limits.idle_timeout,
             max_reply_bytes: 64 * MIB,
             tls: TlsConfig::default(),
+        }
+    }
+}
+
+/// `[limits]`: what every client shares, bounded server-wide.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Bytes of request bodies being read and replies not yet sent, over every TCP and
+    /// HTTP connection: past it, connections stop reading until bytes come back. Never
+    /// below the largest request and its reply (`max_frame_bytes` or `max_body_bytes`,
+    /// plus `max_reply_bytes`).
+    pub buffered_bytes: u64,
+    /// Binary-protocol connections one IP address may hold (at most `tcp.max_connections`).
+    pub connections_per_address: usize,
+    /// Binary-protocol connections not logged in, at once (at most `tcp.max_connections`).
+    pub anonymous_connections: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let limits = crate::ServerLimits::default();
+        LimitsConfig {
+            buffered_bytes: limits.buffered_bytes,
+            connections_per_address: limits.connections_per_address,
+            anonymous_connections: limits.anonymous_connections,
         }
     }
 }

@@ -85,6 +85,11 @@ fn everything_changed() -> ServerConfig {
             format: LogFormat::Json,
             level: "warn,cairn_server=debug".into(),
         },
+        limits: LimitsConfig {
+            buffered_bytes: 512 * MIB,
+            connections_per_address: 64,
+            anonymous_connections: 32,
+        },
     }
 }
 
@@ -256,14 +261,14 @@ fn unknown_keys_in_the_file_are_refused_with_the_expected_ones() {
     assert_eq!(
         error(result),
         format!(
-            "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log)",
+            "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log, limits)",
             path.display()
         )
     );
     let (result, path) = from_file("[metrics]\nport = 1\n", &[]);
     assert!(error(result).starts_with(&format!("unknown key metrics in {} ", path.display())));
     // Every section refuses keys it does not have.
-    for section in ["tcp", "root", "node", "auth", "log"] {
+    for section in ["tcp", "root", "node", "auth", "log", "limits"] {
         let (result, path) = from_file(&format!("[{section}]\nbogus = 1\n"), &[]);
         let message = error(result);
         assert!(
@@ -307,7 +312,7 @@ fn unknown_variables_are_refused_naming_the_variable() {
     assert_eq!(
         message,
         "unknown key datadir in environment variable CAIRN_DATADIR (expected one of: \
-         data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*)"
+         data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*, limits.*)"
     );
     let message = error(from_env(&[("CAIRN_NODE_SHARD", "2")]));
     assert!(

@@ -7,8 +7,8 @@
 
 use super::{
     AuthConfig, ConfigError, HttpConfig, LogConfig, NodeConfig, Origin, RootConfig, ServerConfig,
-    TcpConfig, TlsConfig, MAX_CONNECTIONS, MAX_CREDENTIAL_BYTES, MAX_DURATION, MAX_FAILED_LOGINS,
-    MAX_FRAME_BYTES, MAX_IN_FLIGHT_PER_CLIENT, MAX_PASSWORD_HASH_ITERATIONS,
+    TcpConfig, TlsConfig, MAX_BUFFERED_BYTES, MAX_CONNECTIONS, MAX_CREDENTIAL_BYTES, MAX_DURATION,
+    MAX_FAILED_LOGINS, MAX_FRAME_BYTES, MAX_IN_FLIGHT_PER_CLIENT, MAX_PASSWORD_HASH_ITERATIONS,
     MAX_PASSWORD_HASH_MEMORY_KIB, MAX_REPLY_BYTES, MAX_SHARDS, MIN_FRAME_BYTES, MIN_JOURNAL_BYTES,
     MIN_REPLY_BYTES, PASSWORD_MASK,
 };
@@ -122,11 +122,53 @@ impl ServerConfig {
         self.node.check(&rules)?;
         self.auth.check(&rules)?;
         self.log.check(&rules)?;
+        self.check_limits(&rules)?;
         // Last, as it reads files: both paths set, both files readable PEM, the key the
         // certificate's.
         self.tcp.tls.server_config_with("tcp", origin_of)?;
         self.http.tls.server_config_with("http", origin_of)?;
         Ok(())
+    }
+
+    /// The budget's and the caps' ranges (what they become beside the other settings:
+    /// [`ServerConfig::buffered_bytes`], [`ServerConfig::connection_caps`]).
+    fn check_limits(&self, rules: &Rules<'_>) -> Result<(), ConfigError> {
+        rules.range(
+            "limits.buffered_bytes",
+            self.limits.buffered_bytes,
+            MIN_FRAME_BYTES,
+            MAX_BUFFERED_BYTES,
+        )?;
+        for (key, value) in [
+            (
+                "limits.connections_per_address",
+                self.limits.connections_per_address,
+            ),
+            (
+                "limits.anonymous_connections",
+                self.limits.anonymous_connections,
+            ),
+        ] {
+            rules.range(key, count(value), 1, count(MAX_CONNECTIONS))?;
+        }
+        Ok(())
+    }
+
+    /// The byte budget: `limits.buffered_bytes`, never below the largest request and its
+    /// reply on either listener (such a request would otherwise wait for room forever).
+    pub fn buffered_bytes(&self) -> u64 {
+        let largest =
+            self.tcp.max_frame_bytes.max(self.http.max_body_bytes) + self.tcp.max_reply_bytes;
+        self.limits.buffered_bytes.max(largest)
+    }
+
+    /// Connections per address and anonymous ones, each at most `tcp.max_connections`.
+    pub fn connection_caps(&self) -> (usize, usize) {
+        let total = self.tcp.max_connections;
+        (
+            self.limits.connections_per_address.min(total),
+            self.limits.anonymous_connections.min(total),
+        )
     }
 
     /// The HTTP listener and the binary one cannot share an address (port 0 asks the

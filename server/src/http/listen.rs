@@ -17,6 +17,104 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A request must be answered (its response head ready) within this long of its headers:
+/// its body's read ([`super::admit::BODY_READ_TIMEOUT`]) and its handler included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// A connection whose peer takes none of a response's bytes for this long is closed (the
+/// response's bytes count in the server's budget until written).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn request_timed_out() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    super::error::ApiError::client(
+        super::error::codes::ERROR,
+        format!("the request was not answered within {REQUEST_TIMEOUT:?}"),
+    )
+    .with_status(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+    .into_response()
+}
+
+/// A stream whose writes fail once one has made no progress for `limit`: a peer that
+/// stops reading its response cannot hold the connection (and the response) forever.
+struct WriteDeadline<S> {
+    stream: S,
+    limit: Duration,
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    fn new(stream: S, limit: Duration) -> Self {
+        WriteDeadline {
+            stream,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// `poll` of a write: progress clears the deadline; no progress starts it, and past
+    /// it the write fails.
+    // The HTTP adapter's timers are tokio's (outside the `Env` seam).
+    #[allow(clippy::disallowed_methods)]
+    fn deadline<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        poll: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match std::future::Future::poll(sleep.as_mut(), cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the peer took no response bytes for {limit:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.deadline(cx, poll)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let poll = std::pin::Pin::new(&mut self.stream).poll_flush(cx);
+        self.deadline(cx, poll)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
 /// How the loop runs: its bound on connections, and TLS if any.
 pub struct Listening {
     pub max_connections: usize,
@@ -66,7 +164,13 @@ pub async fn serve(
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let mut request = request.map(axum::body::Body::new);
                 request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(request)
+                let served = app.clone().oneshot(request);
+                async move {
+                    match tokio::time::timeout(REQUEST_TIMEOUT, served).await {
+                        Ok(response) => response,
+                        Err(_) => Ok(request_timed_out()),
+                    }
+                }
             });
         let builder = builder.clone();
         let watcher = graceful.watcher();
@@ -74,6 +178,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let served = match tls {
                 None => {
+                    let stream = WriteDeadline::new(stream, REPLY_TIMEOUT);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }
@@ -91,6 +196,7 @@ pub async fn serve(
                             return;
                         }
                     };
+                    let stream = WriteDeadline::new(stream, REPLY_TIMEOUT);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }

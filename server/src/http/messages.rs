@@ -4,6 +4,7 @@
 //! replicated` or `persisted` saying which; with `?ack=none`, `202 Accepted` and
 //! `Iggy-Durability: none` once the partition's owner queued the batch.
 
+use super::admit;
 use super::auth::Authed;
 use super::body::{self, Query};
 use super::error::{codes, ApiError};
@@ -12,8 +13,10 @@ use super::resource::{done, id, invalid, number, reply};
 use super::send_body::{self, SendBody, Stamp};
 use super::Api;
 use crate::command::messages::DURABILITY_HEADER;
+use crate::command::permissions::{self, Action};
+use crate::command::status::{self, Status};
 use crate::command::{Ack, Command, Send};
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -22,13 +25,11 @@ use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_common::wire_conversions as wire;
 use std::sync::Arc;
 
-pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
+pub fn routes() -> Router<Arc<Api>> {
     Router::new()
         .route(
             "/streams/{stream_id}/topics/{topic_id}/messages",
-            get(poll)
-                .post(send)
-                .layer(axum::extract::DefaultBodyLimit::max(max_body_bytes)),
+            get(poll).post(send),
         )
         .route(
             "/streams/{stream_id}/topics/{topic_id}/messages/flush/{partition_id}/{fsync}",
@@ -51,10 +52,12 @@ enum AckQuery {
 }
 
 async fn send(
+    State(api): State<Arc<Api>>,
     a: Authed,
     Path((stream_id, topic_id)): Path<(String, String)>,
     Query(query): Query<SendQuery>,
-    raw: axum::body::Bytes,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let ack = match query.ack {
         Some(AckQuery::None) => Ack::Dispatched,
@@ -62,11 +65,16 @@ async fn send(
     };
     let stream = id("stream_id", &stream_id)?;
     let topic = id("topic_id", &topic_id)?;
+    // The body is read only for a session that may send there (review S5), then a slot.
+    may_send(&api, &a, &stream, &topic)?;
+    let limit = api.settings.max_body_bytes;
+    let raw = admit::read_body(&api, body, admit::announced(&headers), limit).await?;
+    let _slot = api.slots.acquire().await;
     let SendBody {
         partitioning,
         count,
         batch,
-    } = decode_send(&a, &raw)?;
+    } = decode_send(&a, &raw.bytes)?;
     drop(raw);
     if count == 0 {
         return Err(ApiError::field(
@@ -103,6 +111,27 @@ async fn send(
         HeaderValue::from_static(sent.durability()),
     );
     Ok(response)
+}
+
+/// Refuses, before a body is read, a session that may not send to the named topic (to any
+/// topic, when the names do not resolve: the command answers those after the read).
+fn may_send(
+    api: &Api,
+    a: &Authed,
+    stream: &iggy_binary_protocol::WireIdentifier,
+    topic: &iggy_binary_protocol::WireIdentifier,
+) -> Result<(), ApiError> {
+    let view = api.cx.node.view();
+    let user = a.session.user_id;
+    let permissions = a.session.permissions(&view, &api.cx.hooks);
+    let may = match view.topic_ids(stream, topic) {
+        Ok((s, t)) => permissions::allowed(user, permissions.as_ref(), Action::Send(s, t)),
+        Err(_) => permissions::may_send_somewhere(user, permissions.as_ref()),
+    };
+    match may {
+        true => Ok(()),
+        false => Err(Status::of(status::codes::UNAUTHORIZED).into()),
+    }
 }
 
 /// The send body as a batch: message ids the body leaves out are drawn from the server's

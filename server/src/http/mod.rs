@@ -17,6 +17,7 @@
 //!
 //! - [`bearer`]: signed, expiring bearer tokens and the bounded logout list (sans-IO);
 //! - [`auth`]: token → session, login, refresh, logout;
+//! - [`admit`]: bodies read within the byte budget and a timeout, then a slot;
 //! - [`body`]: bounded JSON bodies and queries, refused with the field at fault (unknown
 //!   fields included);
 //! - [`error`]: Iggy's error JSON and the status table;
@@ -28,6 +29,7 @@
 //! Unlike the binary listener this runs on tokio directly (axum), not on the `Env` seam: the
 //! simulator drives the binary protocol only.
 
+pub mod admit;
 pub mod auth;
 pub mod bearer;
 pub mod body;
@@ -94,6 +96,8 @@ pub struct Api {
     pub metrics: metrics::Metrics,
     key: SigningKey,
     revoked: Revocations,
+    /// Requests served at once (`max_concurrent_requests`), taken once a body is read.
+    pub slots: cairn_engine::env::chan::Semaphore,
 }
 
 /// A running HTTP listener.
@@ -115,19 +119,17 @@ impl HttpServer {
 
 /// The router, for a server's shared state.
 pub fn router(api: Arc<Api>) -> Router {
-    let limit = api.settings.max_body_bytes;
-    let concurrent = api.settings.max_concurrent_requests;
-    routes::routes(limit)
+    routes::routes()
+        // Bodies read (within the budget and the body timeout), then a slot: after routing,
+        // so that a send's body waits for its handler's permission check.
+        .layer(axum::middleware::from_fn_with_state(
+            api.clone(),
+            admit::admit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             api.clone(),
             metrics::count,
         ))
-        // Every body but a send's is small (a login, a create): anonymous and slow clients
-        // cannot park `max_body_bytes` in each of the concurrent slots.
-        .layer(axum::extract::DefaultBodyLimit::max(
-            SMALL_BODY_BYTES.min(limit),
-        ))
-        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(concurrent))
         .with_state(api)
 }
 
@@ -145,6 +147,7 @@ pub fn start(
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
     let key = settings.key.clone();
+    let settings_slots = settings.max_concurrent_requests.max(1);
     let env = cx.env.clone();
     let api = Arc::new(Api {
         metrics: metrics::Metrics::new(cx.clone()),
@@ -152,6 +155,7 @@ pub fn start(
         settings,
         key,
         revoked: Revocations::default(),
+        slots: cairn_engine::env::chan::Semaphore::new(settings_slots),
     });
     let how = listen::Listening {
         max_connections: api.settings.max_connections,

@@ -11,8 +11,8 @@ use axum::routing::{delete, get, post, put};
 use axum::Router;
 use std::sync::Arc;
 
-/// Every route; a send's body may be up to `max_body_bytes`.
-pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
+/// Every route (bodies are read and bounded by [`super::admit`]).
+pub fn routes() -> Router<Arc<Api>> {
     use super::{consumers, streams, system, users};
     Router::new()
         .route("/", get(|| async { "cairn" }))
@@ -99,7 +99,7 @@ pub fn routes(max_body_bytes: usize) -> Router<Arc<Api>> {
             "/streams/{stream_id}/topics/{topic_id}/consumer-groups/{group_id}",
             get(consumers::group).delete(consumers::delete_group),
         )
-        .merge(super::messages::routes(max_body_bytes))
+        .merge(super::messages::routes())
         .merge(super::personal_tokens::routes())
         .merge(super::metrics::routes())
         .fallback(|| async { ApiError::not_found("no such resource").into_response() })

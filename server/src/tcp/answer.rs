@@ -76,6 +76,16 @@ pub async fn answer(conn: &mut Conn, header: &[u8; HEADER_SIZE], body: BytesMut)
         .await
 }
 
+/// The answer to a frame larger than its session may send (its body was dropped unread):
+/// refused as a send without the permission is, naming the size.
+pub fn oversized(conn: &Conn, header: &[u8; HEADER_SIZE], body_len: usize) -> Answer {
+    tracing::debug!(
+        body_len,
+        "a frame larger than its session may send was dropped unread"
+    );
+    reply(conn, Echo::of(header), Err(Status::of(codes::UNAUTHORIZED)))
+}
+
 async fn answer_request(
     conn: &mut Conn,
     echo: Echo,

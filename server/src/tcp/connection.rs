@@ -16,7 +16,7 @@ use super::answer::{self, Answer, Conn};
 use super::frame::{self, FrameError};
 use super::Listener;
 use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
-use crate::command::registry::ClientEntry;
+use crate::command::registry::{Caps, ClientEntry};
 use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::{race, ByteStream, Either};
@@ -38,6 +38,8 @@ enum Ended {
     HandshakeTimeout(Duration),
     #[error("idle for {0:?}")]
     Idle(Duration),
+    #[error("a reply not taken within {0:?}")]
+    Unread(Duration),
     #[error("the server is stopping")]
     Stopping,
     #[error(transparent)]
@@ -59,13 +61,21 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
         client: 0,
         groups: BTreeSet::new(),
     };
-    let limit = listener.limits.max_connections;
-    let Some(id) = listener.cx.registry.add(entry, limit) else {
-        static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
-        if let Some(left_out) = REFUSED.admit(listener.cx.env.clock.monotonic_nanos()) {
-            tracing::warn!(%peer, limit, left_out, "connection refused: too many connections");
+    let limits = &listener.limits;
+    let caps = Caps {
+        total: limits.max_connections,
+        per_address: limits.connections_per_address,
+        anonymous: limits.anonymous_connections,
+    };
+    let id = match listener.cx.registry.add(entry, caps) {
+        Ok(id) => id,
+        Err(refused) => {
+            static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
+            if let Some(left_out) = REFUSED.admit(listener.cx.env.clock.monotonic_nanos()) {
+                tracing::warn!(%peer, ?caps, left_out, "connection refused: {refused}");
+            }
+            return;
         }
-        return;
     };
     listener.live.fetch_add(1, Ordering::SeqCst);
     let env = listener.cx.env.clone();
@@ -132,38 +142,40 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         if let Err(ended) = read_request_start(conn, stream, &mut header).await {
             return ended;
         }
-        // Before a login a frame is small (a Register body is tens of bytes): an anonymous
-        // connection cannot make the server hold a large body.
-        let limit = if conn.login.is_some() {
-            conn.listener.limits.max_frame_bytes
-        } else {
-            conn.listener
-                .limits
-                .max_frame_bytes
-                .min(MAX_ANONYMOUS_FRAME)
-        };
-        let body_len = match frame::body_len(&header, limit) {
+        let body_len = match frame::body_len(&header, framing_limit(conn)) {
             Ok(len) => len,
             Err(e) => return e.into(),
         };
-        let mut body = BytesMut::zeroed(body_len);
-        let (wait, on_timeout) = wait_for_request(conn);
-        match timed(conn, read_exact(stream, &mut body), wait).await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return e,
-            None => return on_timeout,
-        }
-        let answer = answer::answer(conn, &header, body).await;
+        let answer = if HEADER_SIZE + body_len > permitted_frame(conn, &header) {
+            // Larger than anything this session may send: read and dropped, never held.
+            let (wait, on_timeout) = wait_for_request(conn);
+            match timed(conn, discard(stream, body_len), wait).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return e,
+                None => return on_timeout,
+            }
+            answer::oversized(conn, &header, body_len)
+        } else {
+            match read_and_answer(conn, stream, &header, body_len).await {
+                Ok(answer) => answer,
+                Err(ended) => return ended,
+            }
+        };
         let (pieces, close) = match answer {
             Answer::Frame(pieces) => (pieces, false),
             Answer::Evict(frame) => (vec![frame], true),
         };
-        let (wait, on_timeout) = wait_for_request(conn);
+        // The reply counts in the server's budget until it is written (built already: it
+        // may overdraw the budget, and later reads wait until it is back).
+        let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
+        let charge = conn.listener.cx.buffers.charge(reply_bytes);
+        let (wait, on_timeout) = reply_wait(conn);
         match timed(conn, write_pieces(stream, &pieces), wait).await {
             Some(Ok(())) => {}
             Some(Err(e)) => return e.into(),
             None => return on_timeout,
         }
+        drop(charge);
         if close {
             return Ended::Evicted;
         }
@@ -191,6 +203,89 @@ async fn read_request_start(
 
 /// Most bytes a frame may have before its connection logged in.
 pub const MAX_ANONYMOUS_FRAME: u32 = 64 * 1024;
+
+/// Most bytes of a frame that is not a send (a create, a login, permissions for thousands
+/// of topics): only a send's batch is large.
+pub const MAX_COMMAND_FRAME: usize = 1024 * 1024;
+
+/// A frame above this closes the connection: the framing is broken (or an anonymous
+/// connection announces more than a login needs).
+fn framing_limit(conn: &Conn) -> u32 {
+    let limit = conn.listener.limits.max_frame_bytes;
+    match conn.login {
+        Some(_) => limit,
+        None => limit.min(MAX_ANONYMOUS_FRAME),
+    }
+}
+
+/// The largest frame this session may have read: a send's from a user who may send to
+/// some topic, else [`MAX_COMMAND_FRAME`]. A larger one is dropped unread and refused
+/// (anyone logged in cannot park `max_frame_bytes` per connection).
+fn permitted_frame(conn: &Conn, header: &[u8; HEADER_SIZE]) -> usize {
+    let max = conn.listener.limits.max_frame_bytes as usize;
+    let may_send = || {
+        conn.login.as_ref().is_some_and(|login| {
+            let cx = &conn.listener.cx;
+            let permissions = login.session.permissions(&cx.node.view(), &cx.hooks);
+            crate::command::permissions::may_send_somewhere(
+                login.session.user_id,
+                permissions.as_ref(),
+            )
+        })
+    };
+    if frame::Echo::of(header).operation == iggy_binary_protocol::consensus::Operation::SendMessages
+        && may_send()
+    {
+        max
+    } else {
+        max.min(MAX_COMMAND_FRAME)
+    }
+}
+
+/// Reads the body once the server's byte budget has room for it (waiting, the connection
+/// reads nothing: back-pressure), and answers it; the body's bytes count until answered.
+async fn read_and_answer(
+    conn: &mut Conn,
+    stream: &mut dyn ByteStream,
+    header: &[u8; HEADER_SIZE],
+    body_len: usize,
+) -> Result<Answer, Ended> {
+    let (wait, on_timeout) = wait_for_request(conn);
+    let budget = conn.listener.cx.buffers.clone();
+    let read = async {
+        let charge = budget.acquire(body_len as u64).await;
+        let mut body = BytesMut::zeroed(body_len);
+        read_exact(stream, &mut body).await.map(|()| (charge, body))
+    };
+    let (charge, body) = match timed(conn, read, wait).await {
+        Some(read) => read?,
+        None => return Err(on_timeout),
+    };
+    let answer = answer::answer(conn, header, body).await;
+    drop(charge);
+    Ok(answer)
+}
+
+/// Reads and drops `len` bytes, a chunk at a time.
+async fn discard(stream: &mut dyn ByteStream, mut len: usize) -> Result<(), Ended> {
+    let mut chunk = [0u8; 4096];
+    while len > 0 {
+        let n = len.min(chunk.len());
+        read_exact(stream, &mut chunk[..n]).await?;
+        len -= n;
+    }
+    Ok(())
+}
+
+/// How long a reply may take to be written: [`REPLY_TIMEOUT`] (the client reads what it
+/// asked for, or the connection and its reply go), never longer than the idle timeout.
+fn reply_wait(conn: &Conn) -> (Duration, Ended) {
+    let wait = REPLY_TIMEOUT.min(conn.listener.limits.idle_timeout);
+    (wait, Ended::Unread(wait))
+}
+
+/// Longest a reply may wait to be written (its bytes count in the budget meanwhile).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the connection may take over its next request: the idle timeout after a login,
 /// what remains of the handshake timeout before one.

@@ -40,6 +40,14 @@ pub struct ServerLimits {
     /// closes.
     pub max_frame_bytes: u32,
     pub max_connections: usize,
+    /// Connections one IP address may hold (of `max_connections`).
+    pub connections_per_address: usize,
+    /// Connections not logged in at once (of `max_connections`): sockets opened and left
+    /// idle, by any number of addresses, never take every slot.
+    pub anonymous_connections: usize,
+    /// Bytes of request bodies being read and replies not yet sent, over every connection
+    /// (the server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget), HTTP's included).
+    pub buffered_bytes: u64,
     /// A connection must log in within this long of connecting.
     pub handshake_timeout: Duration,
     /// A connection with no request for this long is closed (the SDK pings every 5 s), and
@@ -56,6 +64,9 @@ impl Default for ServerLimits {
         ServerLimits {
             max_frame_bytes: 64 * 1024 * 1024,
             max_connections: 4096,
+            connections_per_address: 1024,
+            anonymous_connections: 1024,
+            buffered_bytes: 256 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             max_failed_logins: 5,

@@ -622,6 +622,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
     use cairn_engine::state::{self, ops, tokens};
     use cairn_server::command::{login_limit, messages};
     use cairn_server::config::ServerConfig;
+    use cairn_server::http::{admit, listen};
     use cairn_server::tcp::{connection, dedup};
     use cairn_server::ServerLimits;
     let n = |value: usize| value as u64;
@@ -702,6 +703,29 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             "connection::MAX_ANONYMOUS_FRAME",
             connection::MAX_ANONYMOUS_FRAME.into(),
         ),
+        (
+            "connection::MAX_COMMAND_FRAME",
+            n(connection::MAX_COMMAND_FRAME),
+        ),
+        (
+            "connection::REPLY_TIMEOUT",
+            connection::REPLY_TIMEOUT.as_secs(),
+        ),
+        ("limits.buffered_bytes", config.limits.buffered_bytes),
+        (
+            "limits.connections_per_address",
+            n(config.limits.connections_per_address),
+        ),
+        (
+            "limits.anonymous_connections",
+            n(config.limits.anonymous_connections),
+        ),
+        (
+            "admit::BODY_READ_TIMEOUT",
+            admit::BODY_READ_TIMEOUT.as_secs(),
+        ),
+        ("listen::REQUEST_TIMEOUT", listen::REQUEST_TIMEOUT.as_secs()),
+        ("listen::REPLY_TIMEOUT", listen::REPLY_TIMEOUT.as_secs()),
         ("tcp.max_reply_bytes", config.tcp.max_reply_bytes),
         ("tcp.max_connections", n(config.tcp.max_connections)),
         (

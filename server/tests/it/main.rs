@@ -9,6 +9,7 @@ mod common;
 
 mod architecture;
 mod bad_input;
+mod budgets;
 mod check_cli;
 mod cli_e2e;
 mod crash_restart;

@@ -1,0 +1,165 @@
+//! What a request must get before it is served: its body, read within
+//! [`BODY_READ_TIMEOUT`] once the server's byte budget has room for it (a full budget stops
+//! reading: back-pressure), then a concurrency slot. A slot is never held while a client
+//! trickles its body, so slow bodies cannot keep every request waiting (review S3); the
+//! budget bounds the bytes of all bodies being read and replies not yet sent, with the
+//! binary listener's (S5). A send's body is read by its handler, after the permission
+//! check ([`messages`](super::messages)), so a user who may not send never has one read.
+//!
+//! ```text
+//! request ──► send route?  yes ──► handler: authenticate, may send? ──► read_body ──► slot
+//!                          no  ──► read_body (≤ SMALL_BODY_BYTES) ──► slot ──► handler
+//! response ──► its bytes count in the budget until hyper has written them (Charged)
+//! ```
+
+use super::error::{codes, ApiError};
+use super::Api;
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use cairn_engine::env::chan::Charge;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A body must arrive whole within this long of its request's headers.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The route whose POST is a send (its body read by the handler, after the permission
+/// check).
+pub const SEND_ROUTE: &str = "/streams/{stream_id}/topics/{topic_id}/messages";
+
+/// A body read whole, counted in the server's budget while held.
+pub struct Held {
+    pub bytes: Bytes,
+    _charge: Charge,
+}
+
+/// Reads `body` (at most `limit` bytes; `announced` is its Content-Length, if any) once the
+/// budget has room, within [`BODY_READ_TIMEOUT`].
+pub async fn read_body(
+    api: &Api,
+    body: Body,
+    announced: Option<u64>,
+    limit: usize,
+) -> Result<Held, ApiError> {
+    if announced.is_some_and(|len| len > limit as u64) {
+        return Err(too_large(limit));
+    }
+    let wanted = announced.unwrap_or(limit as u64);
+    let read = async {
+        let charge = api.cx.buffers.acquire(wanted).await;
+        let limited = http_body_util::Limited::new(body, limit);
+        let collected = http_body_util::BodyExt::collect(limited).await;
+        match collected {
+            Ok(collected) => Ok(Held {
+                bytes: http_body_util::Collected::to_bytes(collected),
+                _charge: charge,
+            }),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
+            Err(e) => Err(ApiError::client(
+                codes::INVALID_COMMAND,
+                format!("the request body could not be read: {e}"),
+            )),
+        }
+    };
+    timed(BODY_READ_TIMEOUT, read).await.unwrap_or_else(|| {
+        Err(ApiError::client(
+            codes::ERROR,
+            format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"),
+        )
+        .with_status(StatusCode::REQUEST_TIMEOUT))
+    })
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::client(
+        codes::INVALID_COMMAND,
+        format!("the request body is larger than the {limit} bytes this request may have"),
+    )
+    .with_status(StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+// The HTTP adapter's timers are tokio's (outside the `Env` seam).
+#[allow(clippy::disallowed_methods)]
+async fn timed<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(limit, future).await.ok()
+}
+
+/// The Content-Length a request announces, if any and well formed.
+pub fn announced(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The middleware of every route: a request's body (but a send's) read first, then a
+/// concurrency slot, then the handler; the response counted until written.
+pub async fn admit(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    let is_send = request.method() == Method::POST
+        && request
+            .extensions()
+            .get::<MatchedPath>()
+            .is_some_and(|p| p.as_str() == SEND_ROUTE);
+    if is_send {
+        // The handler reads the body after its permission check, then takes a slot.
+        return charged(&api, next.run(request).await);
+    }
+    let (parts, body) = request.into_parts();
+    let held = match read_body(&api, body, announced(&parts.headers), small_limit(&api)).await {
+        Ok(held) => held,
+        Err(e) => return e.into_response(),
+    };
+    let request = Request::from_parts(parts, Body::from(held.bytes.clone()));
+    let _slot = api.slots.acquire().await;
+    let response = next.run(request).await;
+    drop(held);
+    charged(&api, response)
+}
+
+/// The most bytes of a body that is not a send's.
+pub fn small_limit(api: &Api) -> usize {
+    super::SMALL_BODY_BYTES.min(api.settings.max_body_bytes)
+}
+
+/// `response`, its body's bytes counted in the budget until hyper has written them (or
+/// dropped them with the connection).
+pub fn charged(api: &Api, response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let bytes = http_body::Body::size_hint(&body).lower();
+    let charge = api.cx.buffers.charge(bytes);
+    Response::from_parts(parts, Body::new(Charged { body, charge }))
+}
+
+/// A response body that holds its charge until it is dropped.
+struct Charged {
+    body: Body,
+    #[allow(dead_code)] // held for its Drop
+    charge: Charge,
+}
+
+impl http_body::Body for Charged {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -1,0 +1,197 @@
+//! Shared resources stay shared (review `wave3-security.md` S3, S5, S6): slow request
+//! bodies hold no request slot, a body is read only for a session that may send it,
+//! an address gets only its share of the connections, and a frame larger than its session
+//! may send is dropped unread, the connection still serving.
+
+use crate::common;
+
+use common::{id, messages, sdk_client as client, topic_options, Cairn, PASSWORD};
+use iggy::prelude::*;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Writes a request's head (and `body_start` of its body) and leaves it unfinished.
+async fn unfinished(address: std::net::SocketAddr, head: &str, body_start: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body_start.as_bytes()).await.unwrap();
+    stream
+}
+
+/// The status line of the response `stream` gets within `within`, if any.
+async fn status_line(stream: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut read = Vec::new();
+    let mut buf = [0u8; 1024];
+    let reading = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+            if read.windows(2).any(|w| w == b"\r\n") {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, reading).await;
+    let text = String::from_utf8_lossy(&read).into_owned();
+    text.split("\r\n")
+        .next()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+}
+
+/// Review S3: twice as many anonymous logins as there are request slots, each stalled
+/// inside its body, and `/ping` and a real login are still answered at once (before, each
+/// stalled body held a slot and every request waited until the sockets closed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_hold_no_request_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start_with(dir.path(), &[("CAIRN_HTTP_MAX_CONCURRENT_REQUESTS", "2")]);
+    let address = cairn.http.expect("the HTTP API is on");
+    let head = format!(
+        "POST /users/login HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n"
+    );
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(unfinished(address, &head, "{\"username\": ").await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut ping = unfinished(
+        address,
+        &format!("GET /ping HTTP/1.1\r\nhost: {address}\r\n\r\n"),
+        "",
+    )
+    .await;
+    let answered = status_line(&mut ping, Duration::from_secs(5)).await;
+    assert_eq!(answered.as_deref(), Some("HTTP/1.1 200 OK"));
+    let login = reqwest::Client::new()
+        .post(format!("{}/users/login", cairn.http_url()))
+        .json(&serde_json::json!({"username": "iggy", "password": PASSWORD}))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("a login is answered beside the stalled bodies");
+    assert_eq!(login.status(), reqwest::StatusCode::OK);
+    drop(stalled);
+}
+
+/// Review S5: a user with no right to send announces a 32 MiB send body and sends none of
+/// it: refused (403) at once, the body never read; one who may send gets hers read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_body_is_read_only_for_a_session_that_may_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    root.create_stream("s").await.unwrap();
+    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
+        .await
+        .unwrap();
+    root.create_user("eve", "eve-password", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let token = |user: &'static str, password: &'static str| {
+        let url = format!("{}/users/login", cairn.http_url());
+        async move {
+            let identity: serde_json::Value = reqwest::Client::new()
+                .post(url)
+                .json(&serde_json::json!({"username": user, "password": password}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            identity["access_token"]["token"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let address = cairn.http.expect("the HTTP API is on");
+    let send_head = |token: &str| {
+        format!(
+            "POST /streams/s/topics/t/messages HTTP/1.1\r\nhost: {address}\r\n\
+             authorization: Bearer {token}\r\ncontent-type: application/json\r\n\
+             content-length: 33554432\r\n\r\n"
+        )
+    };
+    let eve = token("eve", "eve-password").await;
+    let mut refused = unfinished(address, &send_head(&eve), "{\"partitioning\"").await;
+    let answered = status_line(&mut refused, Duration::from_secs(5)).await;
+    assert_eq!(answered.as_deref(), Some("HTTP/1.1 403 Forbidden"));
+    // Root may send: the server waits for the body it announced.
+    let root_token = token("iggy", PASSWORD).await;
+    let mut reading = unfinished(address, &send_head(&root_token), "{\"partitioning\"").await;
+    let answered = status_line(&mut reading, Duration::from_secs(1)).await;
+    assert_eq!(answered, None, "a body the sender may send is waited for");
+}
+
+/// Review S6: an address holds at most its share of the connections (here 4 of 8): sockets
+/// opened from 127.0.0.2 and left idle past it are closed at once, and a client from
+/// another address still connects and logs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_gets_only_its_share_of_the_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start_with(
+        dir.path(),
+        &[
+            ("CAIRN_TCP_MAX_CONNECTIONS", "8"),
+            ("CAIRN_LIMITS_CONNECTIONS_PER_ADDRESS", "4"),
+        ],
+    );
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        idle.push(socket.connect(cairn.address).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut closed = 0;
+    for stream in &mut idle {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await;
+        if matches!(read, Ok(Ok(0)) | Ok(Err(_))) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 4, "the four past the address's share are closed");
+    let root = client(&cairn, "iggy", PASSWORD)
+        .await
+        .expect("another address connects and logs in");
+    root.ping().await.unwrap();
+    drop(idle);
+}
+
+/// A send frame larger than a command's (1 MiB) from a user with no right to send is
+/// dropped unread and refused as unauthorized; the connection keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_larger_than_its_session_may_send_is_refused_and_the_connection_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    root.create_stream("s").await.unwrap();
+    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
+        .await
+        .unwrap();
+    root.create_user("eve", "eve-password", UserStatus::Active, None)
+        .await
+        .unwrap();
+    let eve = client(&cairn, "eve", "eve-password").await.unwrap();
+    let mut big = messages(&"x".repeat(64 * 1024), 32);
+    let refused = eve
+        .send_messages(&id("s"), &id("t"), &Partitioning::partition_id(0), &mut big)
+        .await
+        .expect_err("eve may not send");
+    assert!(
+        matches!(refused, IggyError::Unauthorized),
+        "refused as unauthorized: {refused:?}"
+    );
+    eve.get_me().await.expect("the connection serves on");
+    let mut big = messages(&"x".repeat(64 * 1024), 32);
+    root.send_messages(&id("s"), &id("t"), &Partitioning::partition_id(0), &mut big)
+        .await
+        .expect("root's large send is read");
+}
