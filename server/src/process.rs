@@ -108,3 +108,39 @@ fn disk_space(dir: &Path) -> (u64, u64) {
     let unit = stat.f_frsize as u64;
     (stat.f_bavail as u64 * unit, stat.f_blocks as u64 * unit)
 }
+
+/// Most open files the server asks for (Linux's default `fs.nr_open`).
+pub const MAX_OPEN_FILES: u64 = 1 << 20;
+
+/// The open-file limit: (soft, hard).
+pub fn open_file_limit() -> std::io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid out-parameter getrlimit fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Raises the soft open-file limit to the hard one (at most [`MAX_OPEN_FILES`]): systemd and
+/// most shells start services at a soft 1024, a handful of topics' worth of partitions.
+/// Returns the soft limit before and after.
+pub fn raise_open_file_limit() -> std::io::Result<(u64, u64)> {
+    let (before, hard) = open_file_limit()?;
+    let wanted = hard.min(MAX_OPEN_FILES);
+    if wanted <= before {
+        return Ok((before, before));
+    }
+    let limit = libc::rlimit {
+        rlim_cur: wanted as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: `limit` is a valid rlimit whose soft value is at most its hard one.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((before, wanted))
+}

@@ -112,6 +112,7 @@ fn server_settings(
             max_connections: config.tcp.max_connections,
             connections_per_address: config.connection_caps().0,
             anonymous_connections: config.connection_caps().1,
+            anonymous_per_address: config.connection_caps().2,
             buffered_bytes: config.buffered_bytes(),
             handshake_timeout: config.tcp.handshake_timeout,
             idle_timeout: config.tcp.idle_timeout,
@@ -149,6 +150,7 @@ fn http_settings(
         key,
         metrics: http.metrics_access,
         max_connections: config.tcp.max_connections,
+        max_connections_per_address: config.connection_caps().0,
         tls,
     }
 }
@@ -186,9 +188,70 @@ fn report_wide_modes(data_dir: &std::path::Path) {
     }
 }
 
+/// The binary listener and, when enabled, the HTTP one, bound; `None` (reported) when an
+/// address cannot be had.
+#[allow(clippy::disallowed_types)] // the HTTP listener is tokio's (outside the `Env` seam)
+async fn bind_listeners(
+    env: &Env,
+    config: &ServerConfig,
+) -> Option<(
+    Box<dyn cairn_engine::env::Listener>,
+    Option<std::net::TcpListener>,
+)> {
+    let socket = match env.net.listen(config.tcp.address).await {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::error!(address = %config.tcp.address, error = %e, "cannot listen");
+            eprintln!("cairn: cannot listen on {}: {e}", config.tcp.address);
+            return None;
+        }
+    };
+    if !config.http.enabled {
+        return Some((socket, None));
+    }
+    match crate::http::bind(config.http.address) {
+        Ok(listener) => Some((socket, Some(listener))),
+        Err(e) => {
+            tracing::error!(address = %config.http.address, error = %e, "cannot listen for HTTP");
+            eprintln!(
+                "cairn: cannot listen on {} (HTTP): {e}",
+                config.http.address
+            );
+            None
+        }
+    }
+}
+
+/// The partitions the process's open-file limit leaves room for (none when the limit
+/// cannot be read: nothing is refused then).
+fn descriptor_budget(
+    config: &ServerConfig,
+    sealed_handles: u64,
+) -> Option<crate::command::descriptors::DescriptorBudget> {
+    let (limit, _) = crate::process::open_file_limit().ok()?;
+    let listeners = if config.http.enabled { 2 } else { 1 };
+    let connections = listeners * config.tcp.max_connections as u64;
+    Some(crate::command::descriptors::DescriptorBudget::new(
+        limit,
+        sealed_handles,
+        connections,
+    ))
+}
+
 /// Runs the server until a signal or a failure.
 pub fn run(config: ServerConfig) -> ExitCode {
     init_logging(config.log.format, &config.log.level);
+    match crate::process::raise_open_file_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::info!(
+                before,
+                after,
+                "raised the open-file limit to its hard limit"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "the open-file limit could not be raised"),
+    }
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let env = match cairn_engine::env::real::env_with_workers(workers) {
         Ok(env) => env,
@@ -227,8 +290,14 @@ async fn serve(
         .clone()
         .unwrap_or_else(|| generated_password(&env));
     let root_password = settings.root_password.clone();
+    let sealed_handles = settings.limits.sealed_handles as u64;
     cairn_engine::env::real::set_group_read(config.node.data_group_access);
     report_wide_modes(&config.data_dir);
+    // The listeners first: a taken port is reported as such before a long boot, and a boot
+    // that opens every partition's files cannot leave no descriptor for them.
+    let Some((socket, http_listener)) = bind_listeners(&env, &config).await else {
+        return ExitCode::from(exit::NOT_STARTED);
+    };
     let booted = match Node::start(&env, &config.data_dir, settings).await {
         Ok(booted) => booted,
         Err(e) => {
@@ -251,7 +320,7 @@ async fn serve(
         );
     }
     let node = booted.node;
-    let server = match Server::start(node.clone(), server_settings(&config, tls)).await {
+    let server = match Server::start_on(node.clone(), server_settings(&config, tls), socket) {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(address = %config.tcp.address, error = %e, "cannot listen");
@@ -261,9 +330,17 @@ async fn serve(
         }
     };
     let _ = server.context().figures.set(crate::process::read);
-    let http = if config.http.enabled {
+    if let Some(budget) = descriptor_budget(&config, sealed_handles) {
+        tracing::info!(
+            open_files = budget.limit,
+            partitions = budget.partitions,
+            "the open-file limit leaves room for this many partitions"
+        );
+        let _ = server.context().descriptors.set(budget);
+    }
+    let http = if let Some(listener) = http_listener {
         let settings = http_settings(&config, &env, https);
-        match crate::http::start(server.context(), server.stopping(), settings) {
+        match crate::http::start_on(listener, server.context(), server.stopping(), settings) {
             Ok(http) => Some(http),
             Err(e) => {
                 tracing::error!(address = %config.http.address, error = %e, "cannot listen for HTTP");

@@ -8,7 +8,7 @@ use crate::command::{Context, TopicDefaults};
 use crate::tcp::dedup::DedupHitHook;
 use crate::tcp::{self, Listener, ServerLimits};
 use cairn_engine::env::chan::Latch;
-use cairn_engine::env::TaskHandle;
+use cairn_engine::env::{Listener as NetListener, TaskHandle};
 use cairn_engine::node::Node;
 use std::io;
 use std::net::SocketAddr;
@@ -46,8 +46,18 @@ pub struct Server {
 impl Server {
     /// Binds the listener and starts accepting.
     pub async fn start(node: Node, settings: ServerSettings) -> io::Result<Server> {
+        let socket = node.env().net.listen(settings.address).await?;
+        Self::start_on(node, settings, socket)
+    }
+
+    /// Starts accepting on `socket`, bound before the node booted (`cairn serve` binds
+    /// first: a boot problem is never taken for a port problem, nor the other way round).
+    pub fn start_on(
+        node: Node,
+        settings: ServerSettings,
+        socket: Box<dyn NetListener>,
+    ) -> io::Result<Server> {
         let env = node.env().clone();
-        let socket = env.net.listen(settings.address).await?;
         let local_addr = socket.local_addr()?;
         let limits = settings.limits;
         let logins = LoginLimiter::new(limits.max_failed_logins, limits.failed_login_window);

@@ -480,8 +480,11 @@ impl ByteBudget {
         }
     }
 
-    /// `bytes` at once, if they fit now.
+    /// `bytes` at once, if they fit now (nothing always fits, even past an overdraft).
     pub fn try_acquire(&self, bytes: u64) -> Option<Charge> {
+        if bytes == 0 {
+            return Some(self.charge_of(0));
+        }
         let mut state = lock(&self.state);
         let wanted = bytes.min(state.total) as i64;
         if state.available < wanted {
@@ -714,6 +717,10 @@ mod tests {
             panic!("50 of 100 fit once all else came back");
         };
         assert_eq!((charge.bytes(), budget.held()), (50, 50));
+        // Nothing fits even past an overdraft (an empty body never waits).
+        let overdraft = budget.charge(200);
+        assert!(budget.try_acquire(0).is_some());
+        drop(overdraft);
         // More than the whole budget asks for all of it, never forever.
         drop(charge);
         let all = budget.try_acquire(1_000).expect("the whole budget");

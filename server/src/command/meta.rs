@@ -72,6 +72,20 @@ pub async fn execute(call: &Call<'_>, mut op: MetaOp) -> Result<Reply, Status> {
         }
         _ => {}
     }
+    let more = match &op {
+        MetaOp::CreateTopic(r) => u64::from(r.partitions_count),
+        MetaOp::CreatePartitions(r) => u64::from(r.partitions_count),
+        _ => 0,
+    };
+    let _creating = match (more, call.cx.descriptors.get()) {
+        (1.., Some(budget)) => {
+            let held = call.cx.partition_creates.acquire().await;
+            let now = call.cx.node.view().partitions().len() as u64;
+            budget.admit(now, more)?;
+            Some(held)
+        }
+        _ => None,
+    };
     let session = call.session();
     let executed = session.node.execute_as(op.clone(), session.user_id).await?;
     let Some(created) = executed.applied.created else {

@@ -19,6 +19,7 @@
 //! only through [`login`]), so the adapters cannot disagree on a check. What an
 //! acknowledgement promises is decided in one place, [`messages`].
 
+pub mod descriptors;
 pub mod hooks;
 pub mod log_throttle;
 pub mod login;
@@ -106,6 +107,12 @@ pub struct Context {
     /// Bytes of request bodies being read and replies not yet sent, by every adapter
     /// ([`crate::ServerLimits::buffered_bytes`]).
     pub buffers: cairn_engine::env::chan::ByteBudget,
+    /// The partitions the open-file limit leaves room for: set by `cairn serve`, never by
+    /// the simulator (whose disk has no descriptors).
+    pub descriptors: std::sync::OnceLock<descriptors::DescriptorBudget>,
+    /// Held by a create of partitions from its budget check until it is journaled, so two
+    /// at once cannot both pass the check.
+    pub partition_creates: cairn_engine::env::chan::Semaphore,
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
     pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
@@ -138,6 +145,8 @@ impl Context {
             metrics: metrics::CommandMetrics::default(),
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
             buffers: cairn_engine::env::chan::ByteBudget::new(buffered_bytes),
+            descriptors: std::sync::OnceLock::new(),
+            partition_creates: cairn_engine::env::chan::Semaphore::new(1),
             figures: std::sync::OnceLock::new(),
             hooks,
         }

@@ -27,6 +27,9 @@ pub struct Caps {
     pub total: usize,
     pub per_address: usize,
     pub anonymous: usize,
+    /// Connections not logged in from one address: far below `anonymous`, so that no one
+    /// address (an IPv6 /64 counts as one) fills the anonymous share.
+    pub anonymous_per_address: usize,
 }
 
 impl Caps {
@@ -36,7 +39,20 @@ impl Caps {
             total,
             per_address: total,
             anonymous: total,
+            anonymous_per_address: total,
         }
+    }
+}
+
+/// The address a connection counts under: an IPv4 address, or an IPv6 /64 (one host may
+/// take any address of its /64).
+pub fn address_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
     }
 }
 
@@ -62,37 +78,44 @@ pub struct Registry {
 struct RegistryInner {
     next_id: u32,
     clients: BTreeMap<u32, ClientEntry>,
-    /// Live connections per IP address (no entry at zero).
-    per_address: BTreeMap<IpAddr, usize>,
+    /// Live connections per address ([`address_of`]), and those not logged in (no entry
+    /// at zero).
+    per_address: BTreeMap<IpAddr, (usize, usize)>,
     /// Live connections with no login.
     anonymous: usize,
-    /// The connection of each logged-in protocol client id.
-    by_client: BTreeMap<u128, u32>,
+    /// The connections of each logged-in protocol client id (the client picks it: two
+    /// connections may share one).
+    by_client: BTreeMap<u128, BTreeSet<u32>>,
 }
 
 impl RegistryInner {
     /// Adds (`true`) or takes away what `entry`, registered under `id`, counts in the indexes.
     fn index(&mut self, id: u32, entry: &ClientEntry, add: bool) {
-        let ip = entry.address.ip();
-        let count = self.per_address.entry(ip).or_default();
+        let address = address_of(entry.address.ip());
+        let anonymous = entry.user_id.is_none();
+        let counts = self.per_address.entry(address).or_default();
+        let step = |n: &mut usize| match add {
+            true => *n += 1,
+            false => *n -= 1,
+        };
+        step(&mut counts.0);
+        if anonymous {
+            step(&mut counts.1);
+            step(&mut self.anonymous);
+        }
+        if counts.0 == 0 {
+            self.per_address.remove(&address);
+        }
+        if anonymous {
+            return;
+        }
+        let ids = self.by_client.entry(entry.client).or_default();
         match add {
-            true => *count += 1,
-            false => *count -= 1,
-        }
-        if *count == 0 {
-            self.per_address.remove(&ip);
-        }
-        match (entry.user_id.is_some(), add) {
-            (false, true) => self.anonymous += 1,
-            (false, false) => self.anonymous -= 1,
-            (true, true) => {
-                self.by_client.insert(entry.client, id);
-            }
-            (true, false) => {
-                if self.by_client.get(&entry.client) == Some(&id) {
-                    self.by_client.remove(&entry.client);
-                }
-            }
+            true => ids.insert(id),
+            false => ids.remove(&id),
+        };
+        if ids.is_empty() {
+            self.by_client.remove(&entry.client);
         }
     }
 
@@ -125,9 +148,14 @@ impl RegistryInner {
             "the anonymous count is the entries without a login"
         );
         debug_assert_eq!(
-            self.per_address.values().sum::<usize>(),
+            self.per_address.values().map(|c| c.0).sum::<usize>(),
             self.clients.len(),
             "every connection is counted under its address once"
+        );
+        debug_assert_eq!(
+            self.per_address.values().map(|c| c.1).sum::<usize>(),
+            self.anonymous,
+            "every connection not logged in is counted under its address once"
         );
     }
 }
@@ -141,18 +169,19 @@ impl Registry {
     pub fn add(&self, entry: ClientEntry, caps: Caps) -> Result<u32, Refused> {
         debug_assert!(entry.user_id.is_none(), "a connection starts with no login");
         let mut inner = self.lock();
-        let from_address = inner
+        let (from_address, anonymous_from_address) = inner
             .per_address
-            .get(&entry.address.ip())
+            .get(&address_of(entry.address.ip()))
             .copied()
-            .unwrap_or(0);
+            .unwrap_or_default();
         if inner.clients.len() >= caps.total {
             return Err(Refused::Total);
         }
         if from_address >= caps.per_address {
             return Err(Refused::PerAddress);
         }
-        if inner.anonymous >= caps.anonymous {
+        if inner.anonymous >= caps.anonymous || anonymous_from_address >= caps.anonymous_per_address
+        {
             return Err(Refused::Anonymous);
         }
         let id = inner.insert(entry);
@@ -211,9 +240,12 @@ impl Registry {
         self.lock().anonymous
     }
 
-    /// The numeric id of the connection whose login is `client`.
+    /// The numeric id of the (first) connection whose login is `client`.
     pub fn id_of(&self, client: u128) -> Option<u32> {
-        self.lock().by_client.get(&client).copied()
+        self.lock()
+            .by_client
+            .get(&client)
+            .and_then(|ids| ids.first().copied())
     }
 }
 
@@ -252,6 +284,7 @@ mod tests {
             total: 4,
             per_address: 2,
             anonymous: 3,
+            anonymous_per_address: 2,
         };
         let from = |ip: &str| ClientEntry {
             address: format!("{ip}:5000").parse().unwrap(),
@@ -288,5 +321,43 @@ mod tests {
         let b = registry.list()[0].0;
         registry.update(b, |e| e.user_id = Some(8));
         registry.add(from("10.0.0.1"), caps).unwrap();
+    }
+
+    #[test]
+    fn one_address_fills_only_its_anonymous_share_and_an_ipv6_slash_64_is_one_address() {
+        let registry = Registry::default();
+        let caps = Caps {
+            total: 100,
+            per_address: 50,
+            anonymous: 10,
+            anonymous_per_address: 2,
+        };
+        let from = |ip: &str| ClientEntry {
+            address: std::net::SocketAddr::new(ip.parse().unwrap(), 5000),
+            ..entry()
+        };
+        registry.add(from("2001:db8::1"), caps).unwrap();
+        registry.add(from("2001:db8::2"), caps).unwrap();
+        assert_eq!(
+            registry.add(from("2001:db8::ffff:3"), caps),
+            Err(Refused::Anonymous)
+        );
+        registry.add(from("2001:db8:0:1::1"), caps).unwrap();
+        // Logged in, an address may hold its whole share.
+        let first = registry.list()[0].0;
+        registry.update(first, |e| {
+            e.user_id = Some(1);
+            e.client = 5;
+        });
+        registry.add(from("2001:db8::4"), caps).unwrap();
+        // Two connections of one client id: each found while it lives.
+        let second = registry.list()[1].0;
+        registry.update(second, |e| {
+            e.user_id = Some(1);
+            e.client = 5;
+        });
+        assert_eq!(registry.id_of(5), Some(first.min(second)));
+        registry.remove(first.min(second));
+        assert_eq!(registry.id_of(5), Some(first.max(second)));
     }
 }

@@ -24,6 +24,7 @@ pub mod codes {
     pub const CLIENT_NOT_FOUND: u32 = 100;
     pub const STREAM_ID_NOT_FOUND: u32 = 1009;
     pub const TOPIC_ID_NOT_FOUND: u32 = 2010;
+    pub const TOO_MANY_PARTITIONS: u32 = 2015;
     pub const INVALID_MESSAGES_COUNT: u32 = 4009;
     pub const INVALID_BATCH_CHECKSUM: u32 = 4039;
     pub const CONSUMER_GROUP_ID_NOT_FOUND: u32 = 5000;

@@ -159,6 +159,9 @@ pub struct LimitsConfig {
     pub connections_per_address: usize,
     /// Binary-protocol connections not logged in, at once (at most `tcp.max_connections`).
     pub anonymous_connections: usize,
+    /// Binary-protocol connections not logged in from one address (an IPv6 /64 counts as
+    /// one), so that no address fills the anonymous share.
+    pub anonymous_per_address: usize,
 }
 
 impl Default for LimitsConfig {
@@ -168,6 +171,7 @@ impl Default for LimitsConfig {
             buffered_bytes: limits.buffered_bytes,
             connections_per_address: limits.connections_per_address,
             anonymous_connections: limits.anonymous_connections,
+            anonymous_per_address: limits.anonymous_per_address,
         }
     }
 }

@@ -89,6 +89,7 @@ fn everything_changed() -> ServerConfig {
             buffered_bytes: 512 * MIB,
             connections_per_address: 64,
             anonymous_connections: 32,
+            anonymous_per_address: 4,
         },
     }
 }

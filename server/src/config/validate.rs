@@ -148,6 +148,10 @@ impl ServerConfig {
                 "limits.anonymous_connections",
                 self.limits.anonymous_connections,
             ),
+            (
+                "limits.anonymous_per_address",
+                self.limits.anonymous_per_address,
+            ),
         ] {
             rules.range(key, count(value), 1, count(MAX_CONNECTIONS))?;
         }
@@ -162,12 +166,14 @@ impl ServerConfig {
         self.limits.buffered_bytes.max(largest)
     }
 
-    /// Connections per address and anonymous ones, each at most `tcp.max_connections`.
-    pub fn connection_caps(&self) -> (usize, usize) {
+    /// Connections per address, not logged in, and not logged in per address, each at
+    /// most `tcp.max_connections`.
+    pub fn connection_caps(&self) -> (usize, usize, usize) {
         let total = self.tcp.max_connections;
         (
             self.limits.connections_per_address.min(total),
             self.limits.anonymous_connections.min(total),
+            self.limits.anonymous_per_address.min(total),
         )
     }
 

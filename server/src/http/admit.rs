@@ -9,6 +9,8 @@
 //! ```text
 //! request ──► send route?  yes ──► handler: authenticate, may send? ──► read_body ──► slot
 //!                          no  ──► read_body (≤ SMALL_BODY_BYTES) ──► slot ──► handler
+//!             (the read and the slot within ADMISSION_TIMEOUT; the body within
+//!              body_timeout(its length); a handler admitted runs to its end)
 //! response ──► its bytes count in the budget until hyper has written them (Charged)
 //! ```
 
@@ -25,8 +27,20 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// A body must arrive whole within this long of its request's headers.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A body must arrive whole within this long of its request's headers, plus a second per
+/// [`MIN_BODY_RATE`] bytes it announces (a 64 MiB send gets 74 s; a login, 10 s).
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The slowest body rate a request's body is waited for at.
+pub const MIN_BODY_RATE: u64 = 1024 * 1024;
+/// A request must be admitted (its body read, a slot taken) within this long of its
+/// headers. A request admitted runs to its end: a send cut off after its append would be
+/// appended again by the client's retry.
+pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a body of `bytes` is waited for.
+pub fn body_timeout(bytes: u64) -> Duration {
+    BODY_READ_TIMEOUT + Duration::from_secs(bytes / MIN_BODY_RATE)
+}
 
 /// The route whose POST is a send (its body read by the handler, after the permission
 /// check).
@@ -46,10 +60,12 @@ pub async fn read_body(
     announced: Option<u64>,
     limit: usize,
 ) -> Result<Held, ApiError> {
-    if announced.is_some_and(|len| len > limit as u64) {
+    let exact = http_body::Body::size_hint(&body).exact().or(announced);
+    if exact.is_some_and(|len| len > limit as u64) {
         return Err(too_large(limit));
     }
-    let wanted = announced.unwrap_or(limit as u64);
+    // An empty body takes nothing; one of no announced length, as much as it may have.
+    let wanted = exact.unwrap_or(limit as u64);
     let read = async {
         let charge = api.cx.buffers.acquire(wanted).await;
         let limited = http_body_util::Limited::new(body, limit);
@@ -66,10 +82,11 @@ pub async fn read_body(
             )),
         }
     };
-    timed(BODY_READ_TIMEOUT, read).await.unwrap_or_else(|| {
+    let within = body_timeout(wanted);
+    timed(within, read).await.unwrap_or_else(|| {
         Err(ApiError::client(
             codes::ERROR,
-            format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"),
+            format!("the request body did not arrive within {within:?}"),
         )
         .with_status(StatusCode::REQUEST_TIMEOUT))
     })
@@ -112,15 +129,31 @@ pub async fn admit(State(api): State<Arc<Api>>, request: Request, next: Next) ->
         return charged(&api, next.run(request).await);
     }
     let (parts, body) = request.into_parts();
-    let held = match read_body(&api, body, announced(&parts.headers), small_limit(&api)).await {
-        Ok(held) => held,
+    let admitted = admission(async {
+        let held = read_body(&api, body, announced(&parts.headers), small_limit(&api)).await?;
+        Ok((held, api.slots.acquire().await))
+    });
+    let (held, slot) = match admitted.await {
+        Ok(admitted) => admitted,
         Err(e) => return e.into_response(),
     };
     let request = Request::from_parts(parts, Body::from(held.bytes.clone()));
-    let _slot = api.slots.acquire().await;
     let response = next.run(request).await;
-    drop(held);
+    drop((held, slot));
     charged(&api, response)
+}
+
+/// `admit` within [`ADMISSION_TIMEOUT`], else a 503.
+pub async fn admission<T>(
+    admit: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    timed(ADMISSION_TIMEOUT, admit).await.unwrap_or_else(|| {
+        Err(ApiError::client(
+            codes::ERROR,
+            format!("the request was not admitted within {ADMISSION_TIMEOUT:?}"),
+        )
+        .with_status(StatusCode::SERVICE_UNAVAILABLE))
+    })
 }
 
 /// The most bytes of a body that is not a send's.

@@ -4,6 +4,7 @@
 //! [`DRAIN_TIMEOUT`]). TLS, when configured, wraps each accepted stream in its own task.
 
 use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
+use crate::command::registry::address_of;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -17,22 +18,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A request must be answered (its response head ready) within this long of its headers:
-/// its body's read ([`super::admit::BODY_READ_TIMEOUT`]) and its handler included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// A connection whose peer takes none of a response's bytes for this long is closed (the
 /// response's bytes count in the server's budget until written).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn request_timed_out() -> axum::response::Response {
-    use axum::response::IntoResponse;
-    super::error::ApiError::client(
-        super::error::codes::ERROR,
-        format!("the request was not answered within {REQUEST_TIMEOUT:?}"),
-    )
-    .with_status(axum::http::StatusCode::SERVICE_UNAVAILABLE)
-    .into_response()
-}
 
 /// A stream whose writes fail once one has made no progress for `limit`: a peer that
 /// stops reading its response cannot hold the connection (and the response) forever.
@@ -107,17 +95,75 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S
         self.deadline(cx, poll)
     }
 
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.deadline(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+        // A TLS close to a peer that reads nothing gives up too.
+        let poll = std::pin::Pin::new(&mut self.stream).poll_shutdown(cx);
+        self.deadline(cx, poll)
+    }
+}
+
+/// Live HTTP connections per address ([`address_of`]); no entry at zero.
+type Addresses = Arc<std::sync::Mutex<std::collections::BTreeMap<std::net::IpAddr, usize>>>;
+
+/// One connection counted under its address until dropped.
+struct PerAddress {
+    addresses: Addresses,
+    address: std::net::IpAddr,
+}
+
+impl PerAddress {
+    /// A count under `ip`'s address, unless it holds `cap` already.
+    fn take(addresses: &Addresses, ip: std::net::IpAddr, cap: usize) -> Option<PerAddress> {
+        let address = address_of(ip);
+        let mut counts = addresses.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(address).or_default();
+        if *count >= cap {
+            if *count == 0 {
+                counts.remove(&address);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(PerAddress {
+            addresses: addresses.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for PerAddress {
+    fn drop(&mut self) {
+        let mut counts = self.addresses.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.address);
+            }
+        }
     }
 }
 
 /// How the loop runs: its bound on connections, and TLS if any.
 pub struct Listening {
     pub max_connections: usize,
+    /// Connections one address may hold (an IPv6 /64 is one).
+    pub per_address: usize,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
@@ -132,6 +178,7 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let connections = Arc::new(tokio::sync::Semaphore::new(how.max_connections.max(1)));
+    let addresses = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -151,6 +198,14 @@ pub async fn serve(
                 }
             },
         };
+        let Some(from_address) = PerAddress::take(&addresses, peer.ip(), how.per_address) else {
+            static REFUSED_ADDRESS: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
+            let now = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            if let Some(left_out) = REFUSED_ADDRESS.admit(now) {
+                tracing::warn!(%peer, limit = how.per_address, left_out, "http connection refused: too many connections from this address");
+            }
+            continue;
+        };
         let Ok(slot) = connections.clone().try_acquire_owned() else {
             static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
             let now = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -164,13 +219,7 @@ pub async fn serve(
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let mut request = request.map(axum::body::Body::new);
                 request.extensions_mut().insert(ConnectInfo(peer));
-                let served = app.clone().oneshot(request);
-                async move {
-                    match tokio::time::timeout(REQUEST_TIMEOUT, served).await {
-                        Ok(response) => response,
-                        Err(_) => Ok(request_timed_out()),
-                    }
-                }
+                app.clone().oneshot(request)
             });
         let builder = builder.clone();
         let watcher = graceful.watcher();
@@ -204,7 +253,7 @@ pub async fn serve(
             if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "http connection ended with an error");
             }
-            drop(slot);
+            drop((slot, from_address));
         });
     }
     drop(listener);

@@ -68,8 +68,11 @@ async fn send(
     // The body is read only for a session that may send there (review S5), then a slot.
     may_send(&api, &a, &stream, &topic)?;
     let limit = api.settings.max_body_bytes;
-    let raw = admit::read_body(&api, body, admit::announced(&headers), limit).await?;
-    let _slot = api.slots.acquire().await;
+    let (raw, _slot) = admit::admission(async {
+        let raw = admit::read_body(&api, body, admit::announced(&headers), limit).await?;
+        Ok((raw, api.slots.acquire().await))
+    })
+    .await?;
     let SendBody {
         partitioning,
         count,

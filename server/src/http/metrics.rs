@@ -218,6 +218,13 @@ impl prometheus_client::collector::Collector for NodeCollector {
             "Binary-protocol connections open",
             open,
         )?;
+        let buffered = i64::try_from(cx.buffers.held()).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "cairn_buffered_bytes",
+            "Bytes of request bodies being read and replies not yet sent (limits.buffered_bytes)",
+            buffered,
+        )?;
         let stats = cx.node.stats();
         let counters: [(&str, &str, u64); 8] = [
             (

@@ -85,6 +85,8 @@ pub struct HttpSettings {
     pub metrics: MetricsAccess,
     /// HTTP connections open at once; more are closed at once.
     pub max_connections: usize,
+    /// HTTP connections one address may hold.
+    pub max_connections_per_address: usize,
     /// TLS for every connection, when configured.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
@@ -143,8 +145,26 @@ pub fn start(
     stopping: Latch<()>,
     settings: HttpSettings,
 ) -> io::Result<HttpServer> {
-    let listener = std::net::TcpListener::bind(settings.address)?;
+    let listener = bind(settings.address)?;
+    start_on(listener, cx, stopping, settings)
+}
+
+/// The HTTP listener bound at `address` (`cairn serve` binds it before the node boots).
+#[allow(clippy::disallowed_types)]
+pub fn bind(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address)?;
     listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Serves on `listener` (bound by [`bind`]).
+#[allow(clippy::disallowed_types)]
+pub fn start_on(
+    listener: std::net::TcpListener,
+    cx: Arc<Context>,
+    stopping: Latch<()>,
+    settings: HttpSettings,
+) -> io::Result<HttpServer> {
     let local_addr = listener.local_addr()?;
     let key = settings.key.clone();
     let settings_slots = settings.max_concurrent_requests.max(1);
@@ -159,6 +179,7 @@ pub fn start(
     });
     let how = listen::Listening {
         max_connections: api.settings.max_connections,
+        per_address: api.settings.max_connections_per_address,
         tls: api
             .settings
             .tls

@@ -77,13 +77,19 @@ pub async fn answer(conn: &mut Conn, header: &[u8; HEADER_SIZE], body: BytesMut)
 }
 
 /// The answer to a frame larger than its session may send (its body was dropped unread):
-/// refused as a send without the permission is, naming the size.
-pub fn oversized(conn: &Conn, header: &[u8; HEADER_SIZE], body_len: usize) -> Answer {
+/// a send's is refused as a send without the permission is; any other command's body is
+/// never that large.
+pub fn oversized(conn: &Conn, header: &[u8; HEADER_SIZE], body_len: usize, send: bool) -> Answer {
     tracing::debug!(
         body_len,
+        send,
         "a frame larger than its session may send was dropped unread"
     );
-    reply(conn, Echo::of(header), Err(Status::of(codes::UNAUTHORIZED)))
+    let code = match send {
+        true => codes::UNAUTHORIZED,
+        false => codes::INVALID_COMMAND,
+    };
+    reply(conn, Echo::of(header), Err(Status::of(code)))
 }
 
 async fn answer_request(

@@ -38,7 +38,7 @@ enum Ended {
     HandshakeTimeout(Duration),
     #[error("idle for {0:?}")]
     Idle(Duration),
-    #[error("a reply not taken within {0:?}")]
+    #[error("a reply's next bytes not taken within {0:?}")]
     Unread(Duration),
     #[error("the server is stopping")]
     Stopping,
@@ -66,6 +66,7 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
         total: limits.max_connections,
         per_address: limits.connections_per_address,
         anonymous: limits.anonymous_connections,
+        anonymous_per_address: limits.anonymous_per_address,
     };
     let id = match listener.cx.registry.add(entry, caps) {
         Ok(id) => id,
@@ -154,7 +155,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
                 Some(Err(e)) => return e,
                 None => return on_timeout,
             }
-            answer::oversized(conn, &header, body_len)
+            answer::oversized(conn, &header, body_len, is_send(&header))
         } else {
             match read_and_answer(conn, stream, &header, body_len).await {
                 Ok(answer) => answer,
@@ -169,11 +170,8 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         // may overdraw the budget, and later reads wait until it is back).
         let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
         let charge = conn.listener.cx.buffers.charge(reply_bytes);
-        let (wait, on_timeout) = reply_wait(conn);
-        match timed(conn, write_pieces(stream, &pieces), wait).await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return e.into(),
-            None => return on_timeout,
+        if let Err(ended) = write_reply(conn, stream, &pieces).await {
+            return ended;
         }
         drop(charge);
         if close {
@@ -233,13 +231,15 @@ fn permitted_frame(conn: &Conn, header: &[u8; HEADER_SIZE]) -> usize {
             )
         })
     };
-    if frame::Echo::of(header).operation == iggy_binary_protocol::consensus::Operation::SendMessages
-        && may_send()
-    {
+    if is_send(header) && may_send() {
         max
     } else {
         max.min(MAX_COMMAND_FRAME)
     }
+}
+
+fn is_send(header: &[u8; HEADER_SIZE]) -> bool {
+    frame::Echo::of(header).operation == iggy_binary_protocol::consensus::Operation::SendMessages
 }
 
 /// Reads the body once the server's byte budget has room for it (waiting, the connection
@@ -277,15 +277,38 @@ async fn discard(stream: &mut dyn ByteStream, mut len: usize) -> Result<(), Ende
     Ok(())
 }
 
-/// How long a reply may take to be written: [`REPLY_TIMEOUT`] (the client reads what it
-/// asked for, or the connection and its reply go), never longer than the idle timeout.
-fn reply_wait(conn: &Conn) -> (Duration, Ended) {
+/// Writes a reply a chunk at a time, each chunk taken by the peer within [`REPLY_TIMEOUT`]
+/// (never longer than the idle timeout): a client that stops reading loses the connection
+/// and frees the reply; a slow one keeps it as long as it makes progress.
+async fn write_reply(
+    conn: &Conn,
+    stream: &mut dyn ByteStream,
+    pieces: &[Bytes],
+) -> Result<(), Ended> {
     let wait = REPLY_TIMEOUT.min(conn.listener.limits.idle_timeout);
-    (wait, Ended::Unread(wait))
+    // An index, not an iterator: a slice iterator held across the await makes the task's
+    // future not `Send` for every lifetime (a compiler limitation).
+    let mut i = 0;
+    while i < pieces.len() {
+        let mut at = 0;
+        while at < pieces[i].len() {
+            let end = (at + REPLY_CHUNK).min(pieces[i].len());
+            match timed(conn, stream.write_all(&pieces[i][at..end]), wait).await {
+                Some(Ok(())) => at = end,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(Ended::Unread(wait)),
+            }
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
-/// Longest a reply may wait to be written (its bytes count in the budget meanwhile).
+/// Longest a reply's next chunk may wait to be taken (the reply counts in the budget
+/// meanwhile).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// What the peer must take within [`REPLY_TIMEOUT`] to keep its connection.
+const REPLY_CHUNK: usize = 64 * 1024;
 
 /// How long the connection may take over its next request: the idle timeout after a login,
 /// what remains of the handshake timeout before one.
@@ -329,17 +352,6 @@ async fn read_exact(stream: &mut dyn ByteStream, mut buf: &mut [u8]) -> Result<(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
-    }
-    Ok(())
-}
-
-async fn write_pieces(stream: &mut dyn ByteStream, pieces: &[Bytes]) -> io::Result<()> {
-    // An index, not an iterator: a slice iterator held across the await makes the task's
-    // future not `Send` for every lifetime (a compiler limitation).
-    let mut i = 0;
-    while i < pieces.len() {
-        stream.write_all(&pieces[i]).await?;
-        i += 1;
     }
     Ok(())
 }

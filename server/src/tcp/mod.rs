@@ -45,6 +45,8 @@ pub struct ServerLimits {
     /// Connections not logged in at once (of `max_connections`): sockets opened and left
     /// idle, by any number of addresses, never take every slot.
     pub anonymous_connections: usize,
+    /// Connections not logged in from one address (an IPv6 /64 is one).
+    pub anonymous_per_address: usize,
     /// Bytes of request bodies being read and replies not yet sent, over every connection
     /// (the server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget), HTTP's included).
     pub buffered_bytes: u64,
@@ -66,6 +68,7 @@ impl Default for ServerLimits {
             max_connections: 4096,
             connections_per_address: 1024,
             anonymous_connections: 1024,
+            anonymous_per_address: 16,
             buffered_bytes: 256 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

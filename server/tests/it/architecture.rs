@@ -721,10 +721,18 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             n(config.limits.anonymous_connections),
         ),
         (
+            "limits.anonymous_per_address",
+            n(config.limits.anonymous_per_address),
+        ),
+        (
             "admit::BODY_READ_TIMEOUT",
             admit::BODY_READ_TIMEOUT.as_secs(),
         ),
-        ("listen::REQUEST_TIMEOUT", listen::REQUEST_TIMEOUT.as_secs()),
+        ("admit::MIN_BODY_RATE", admit::MIN_BODY_RATE),
+        (
+            "admit::ADMISSION_TIMEOUT",
+            admit::ADMISSION_TIMEOUT.as_secs(),
+        ),
         ("listen::REPLY_TIMEOUT", listen::REPLY_TIMEOUT.as_secs()),
         ("tcp.max_reply_bytes", config.tcp.max_reply_bytes),
         ("tcp.max_connections", n(config.tcp.max_connections)),

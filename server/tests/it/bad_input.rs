@@ -8,7 +8,7 @@ use crate::common;
 
 use common::{snapshot, Cairn, PASSWORD};
 use iggy_binary_protocol::requests::streams::CreateStreamRequest;
-use iggy_binary_protocol::requests::users::LoginRegisterRequest;
+use iggy_binary_protocol::requests::users::{CreateUserRequest, LoginRegisterRequest};
 use iggy_binary_protocol::{
     ClientVersionInfo, Command, Operation, RequestHeader, WireEncode, WireName, WireOptions,
     HEADER_SIZE,
@@ -115,11 +115,11 @@ impl Raw {
     /// Logs in as root on this socket (a Register); the session the reply names becomes
     /// this connection's. Any other answer comes back as the error.
     fn register(&mut self) -> Result<(), Back> {
-        let body = login_body(
-            iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
-            "iggy",
-            PASSWORD,
-        );
+        self.register_as("iggy", PASSWORD)
+    }
+
+    fn register_as(&mut self, user: &str, password: &str) -> Result<(), Back> {
+        let body = login_body(iggy_binary_protocol::IGGY_PROTOCOL_VERSION, user, password);
         let frame = header(self.client, Operation::Register, 0, 0, 0, &body);
         match self.exchange(&frame, &body) {
             Back::Reply {
@@ -548,5 +548,103 @@ fn a_connection_that_logs_out_may_log_in_again_on_the_same_socket() {
     assert!(
         matches!(idle.read_back(), Back::Closed),
         "closed at the handshake timeout"
+    );
+}
+
+/// The server's buffered bytes, as `/metrics` (scraped as root) says.
+fn buffered_bytes(cairn: &Cairn) -> u64 {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let identity: serde_json::Value = http
+            .post(format!("{}/users/login", cairn.http_url()))
+            .json(&serde_json::json!({"username": "iggy", "password": PASSWORD}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = identity["access_token"]["token"].as_str().unwrap();
+        let text = http
+            .get(format!("{}/metrics", cairn.http_url()))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("cairn_buffered_bytes "))
+            .unwrap_or_else(|| panic!("no cairn_buffered_bytes in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    })
+}
+
+/// Review S5: a user who may send nowhere announces a 48 MiB send and writes 8 MiB of it:
+/// the server buffers none of it (it reads and drops the frame, then refuses it as
+/// unauthorized, the connection serving on). Root's frame of the same size is held, counted
+/// in the server's byte budget while it arrives.
+#[test]
+fn a_frame_its_session_may_not_send_is_never_buffered() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let mut root = Raw::login(&cairn);
+    let mut user = CreateUserRequest {
+        username: WireName::new("eve").unwrap(),
+        password: "eve-password".to_string(),
+        status: 1,
+        permissions: None,
+        options: WireOptions::empty(),
+    }
+    .to_bytes()
+    .to_vec();
+    root.request += 1;
+    let frame = header(
+        root.client,
+        Operation::CreateUser,
+        0,
+        root.request,
+        root.session,
+        &user,
+    );
+    assert_eq!(status_of(root.exchange(&frame, &user)), 0);
+    user.clear();
+    let mut eve = Raw::connect(&cairn);
+    eve.client = 0xe7e;
+    eve.register_as("eve", "eve-password").expect("eve logs in");
+    let body = vec![0u8; 48 * 1024 * 1024];
+    let announce = |raw: &mut Raw| {
+        raw.request += 1;
+        let frame = header(
+            raw.client,
+            Operation::SendMessages,
+            0,
+            raw.request,
+            raw.session,
+            &body,
+        );
+        raw.stream.write_all(&frame).unwrap();
+        raw.stream.write_all(&body[..8 * 1024 * 1024]).unwrap();
+    };
+    announce(&mut eve);
+    std::thread::sleep(Duration::from_millis(300));
+    let held = buffered_bytes(&cairn);
+    assert!(
+        held < 1024 * 1024,
+        "eve's frame is not buffered: {held} bytes held"
+    );
+    eve.stream.write_all(&body[8 * 1024 * 1024..]).unwrap();
+    assert_eq!(status_of(eve.read_back()), 41, "refused as unauthorized");
+    eve.ping_ok();
+    announce(&mut root);
+    std::thread::sleep(Duration::from_millis(300));
+    let held = buffered_bytes(&cairn);
+    assert!(
+        held >= body.len() as u64,
+        "root's frame is held while it arrives: {held}"
     );
 }

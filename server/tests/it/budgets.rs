@@ -129,19 +129,8 @@ async fn a_send_body_is_read_only_for_a_session_that_may_send() {
     assert_eq!(answered, None, "a body the sender may send is waited for");
 }
 
-/// Review S6: an address holds at most its share of the connections (here 4 of 8): sockets
-/// opened from 127.0.0.2 and left idle past it are closed at once, and a client from
-/// another address still connects and logs in.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_gets_only_its_share_of_the_connections() {
-    let dir = tempfile::tempdir().unwrap();
-    let cairn = Cairn::start_with(
-        dir.path(),
-        &[
-            ("CAIRN_TCP_MAX_CONNECTIONS", "8"),
-            ("CAIRN_LIMITS_CONNECTIONS_PER_ADDRESS", "4"),
-        ],
-    );
+/// Opens 8 sockets from 127.0.0.2 that never log in; how many the server closed at once.
+async fn idle_sockets_closed(cairn: &Cairn) -> (usize, Vec<TcpStream>) {
     let mut idle = Vec::new();
     for _ in 0..8 {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
@@ -157,12 +146,37 @@ async fn an_address_gets_only_its_share_of_the_connections() {
             closed += 1;
         }
     }
-    assert_eq!(closed, 4, "the four past the address's share are closed");
-    let root = client(&cairn, "iggy", PASSWORD)
-        .await
-        .expect("another address connects and logs in");
-    root.ping().await.unwrap();
-    drop(idle);
+    (closed, idle)
+}
+
+/// Review S6: an address holds at most its share of the connections (here 4 of 8), and of
+/// those not logged in (here 4 of 1024): sockets opened from 127.0.0.2 and left idle past
+/// it are closed at once, and a client from another address still connects and logs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_gets_only_its_share_of_the_connections() {
+    for share in [
+        [
+            ("CAIRN_TCP_MAX_CONNECTIONS", "8"),
+            ("CAIRN_LIMITS_CONNECTIONS_PER_ADDRESS", "4"),
+        ],
+        [
+            ("CAIRN_TCP_MAX_CONNECTIONS", "1024"),
+            ("CAIRN_LIMITS_ANONYMOUS_PER_ADDRESS", "4"),
+        ],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cairn = Cairn::start_with(dir.path(), &share);
+        let (closed, idle) = idle_sockets_closed(&cairn).await;
+        assert_eq!(
+            closed, 4,
+            "{share:?}: the four past the address's share are closed"
+        );
+        let root = client(&cairn, "iggy", PASSWORD)
+            .await
+            .expect("another address connects and logs in");
+        root.ping().await.unwrap();
+        drop(idle);
+    }
 }
 
 /// A send frame larger than a command's (1 MiB) from a user with no right to send is
@@ -194,4 +208,70 @@ async fn a_frame_larger_than_its_session_may_send_is_refused_and_the_connection_
     root.send_messages(&id("s"), &id("t"), &Partitioning::partition_id(0), &mut big)
         .await
         .expect("root's large send is read");
+}
+
+/// Review S4: under an open-file limit of 1100 (soft and hard), a topic of 600 partitions
+/// (1200 files) is refused before it is journaled, naming the limit, and the server serves
+/// on (before, its directory work hit EMFILE and stopped the node, and every restart after);
+/// what fits is created, and a kill -9 and a restart under the same limit boot and serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_past_the_open_file_limit_is_refused_and_the_server_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || Cairn::start_with_open_files(dir.path(), &[], 1100, 1100);
+    let cairn = start();
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    root.create_stream("s").await.unwrap();
+    let refused = root
+        .create_topic(&id("s"), "big", &topic_options(600, Durability::Replicated))
+        .await
+        .expect_err("600 partitions do not fit in 1100 descriptors");
+    assert!(
+        matches!(refused, IggyError::TooManyPartitions),
+        "refused as too many partitions: {refused:?}"
+    );
+    root.create_topic(&id("s"), "t", &topic_options(100, Durability::Replicated))
+        .await
+        .expect("100 partitions fit");
+    let more = root.create_partitions(&id("s"), &id("t"), 100).await;
+    assert!(
+        matches!(more, Err(IggyError::TooManyPartitions)),
+        "100 more do not: {more:?}"
+    );
+    root.send_messages(
+        &id("s"),
+        &id("t"),
+        &Partitioning::partition_id(7),
+        &mut messages("m", 3),
+    )
+    .await
+    .expect("the server serves on");
+    drop(root);
+    cairn.kill9();
+    let cairn = start();
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    let topic = root.get_topic(&id("s"), &id("t")).await.unwrap().unwrap();
+    assert_eq!(topic.partitions_count, 100);
+    assert!(root
+        .get_topic(&id("s"), &id("big"))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// At start the soft open-file limit is raised to the hard one, and said so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start_with_open_files(dir.path(), &[], 1100, 4096);
+    let said = cairn
+        .startup
+        .iter()
+        .any(|line| line.contains("raised the open-file limit") && line.contains("after=4096"));
+    assert!(said, "{:#?}", cairn.startup);
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    root.create_stream("s").await.unwrap();
+    // 1100 descriptors would leave room for 131 partitions; 4096 for more.
+    root.create_topic(&id("s"), "t", &topic_options(600, Durability::Replicated))
+        .await
+        .expect("600 partitions fit under the raised limit");
 }

@@ -39,7 +39,34 @@ impl Cairn {
     }
 
     pub fn start_with(data: &Path, env: &[(&str, &str)]) -> Cairn {
+        Self::start_command(data, env, |_| {})
+    }
+
+    /// Starts it with the open-file limit (soft, hard) set for its process.
+    pub fn start_with_open_files(data: &Path, env: &[(&str, &str)], soft: u64, hard: u64) -> Cairn {
+        Self::start_command(data, env, move |command| {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: soft as libc::rlim_t,
+                rlim_max: hard as libc::rlim_t,
+            };
+            // SAFETY: setrlimit is async-signal-safe; it runs in the child before exec.
+            unsafe {
+                command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+        })
+    }
+
+    fn start_command(
+        data: &Path,
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Cairn {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+        prepare(&mut command);
         command
             .arg("serve")
             .env_clear()
