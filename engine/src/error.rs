@@ -68,7 +68,7 @@ pub enum NodeError {
     #[error("invalid value for option {key:?}: {why}")]
     InvalidOptionValue { key: String, why: String },
     #[error("too many {what}: the limit is {limit}")]
-    TooMany { what: &'static str, limit: usize },
+    TooMany { what: Capacity, limit: usize },
     #[error("user {0} not found")]
     UserNotFound(Named),
     #[error("a user named {0:?} already exists")]
@@ -188,6 +188,57 @@ impl WorkError {
     }
 }
 
+/// What a [`NodeError::TooMany`] ran out of: a bound on a shared resource, answered with a
+/// code that says the limit was reached (Iggy's own where it has one), never as a malformed
+/// request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    Streams,
+    TopicsInStream,
+    GroupsInTopic,
+    Users,
+    TokensOfUser,
+    MembersInGroup,
+    MembershipsInNode,
+    MembershipsOfUser,
+    OffsetsInPartition,
+}
+
+impl Capacity {
+    /// The Iggy status code a client gets.
+    pub fn code(self) -> u32 {
+        match self {
+            Capacity::Streams => 1020,            // TooManyStreams
+            Capacity::TopicsInStream => 2021,     // TooManyTopics
+            Capacity::Users => 55,                // UsersLimitReached
+            Capacity::TokensOfUser => 52,         // PersonalAccessTokensLimitReached
+            Capacity::OffsetsInPartition => 3024, // TooManyConsumerOffsets
+            // Iggy bounds neither: the consumer-group code for a group or member that cannot
+            // be made (CannotCreateConsumerGroupInfo).
+            Capacity::GroupsInTopic
+            | Capacity::MembersInGroup
+            | Capacity::MembershipsInNode
+            | Capacity::MembershipsOfUser => 5007,
+        }
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Capacity::Streams => "streams",
+            Capacity::TopicsInStream => "topics in a stream",
+            Capacity::GroupsInTopic => "consumer groups in a topic",
+            Capacity::Users => "users",
+            Capacity::TokensOfUser => "personal access tokens of a user",
+            Capacity::MembersInGroup => "members in a consumer group",
+            Capacity::MembershipsInNode => "consumer group memberships in the node",
+            Capacity::MembershipsOfUser => "consumer group memberships of one user",
+            Capacity::OffsetsInPartition => "consumer offsets in a partition",
+        })
+    }
+}
+
 impl NodeError {
     /// The Iggy 0.11 error code (`iggy_common` `IggyError`).
     pub fn code(&self) -> u32 {
@@ -223,7 +274,7 @@ impl NodeError {
             InvalidName { .. } => 4,
             UnsupportedOptionKey { .. } => 4041,
             InvalidOptionValue { .. } => 4042,
-            TooMany { .. } => 3,
+            TooMany { what, .. } => what.code(),
             UserNotFound(_) => 20,
             UserExists(_) => 46,
             InvalidUsername(_) => 43,
@@ -247,6 +298,8 @@ impl NodeError {
             OffsetNotFound(_) => 3021,
             InvalidRequest(_) => 3,
             Partition(PartitionError::InvalidBatch(_)) => 4027,
+            // TooManyConsumerOffsets
+            Partition(PartitionError::TooManyOffsets { .. }) => 3024,
             Partition(_) => 1,
             MetadataNoSpace => 1,
             Busy(_) => 1,

@@ -62,7 +62,7 @@ impl Server {
         let limits = settings.limits;
         let logins = LoginLimiter::new(limits.max_failed_logins, limits.failed_login_window);
         let hooks = settings.hooks;
-        let cx = Context::new(
+        let mut cx = Context::new(
             node,
             settings.topic_defaults,
             logins,
@@ -70,6 +70,7 @@ impl Server {
             limits.buffered_bytes,
             hooks.command,
         );
+        cx.memberships_per_user = limits.memberships_per_user;
         let listener = Arc::new(Listener {
             cx: Arc::new(cx),
             limits,

@@ -14,7 +14,7 @@
 
 use super::view::ViewCell;
 use crate::env::chan::{Receiver, Reply};
-use crate::error::{NodeError, NodeResult};
+use crate::error::{Capacity, NodeError, NodeResult};
 use crate::state::{Effect, GroupKey};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -491,11 +491,11 @@ impl GroupsOwner {
                         .join(key, incarnation, client, partitions)
                         .map_err(|refused| match refused {
                             Refused::GroupFull => NodeError::TooMany {
-                                what: "members in a consumer group",
+                                what: Capacity::MembersInGroup,
                                 limit: MAX_MEMBERS,
                             },
                             _ => NodeError::TooMany {
-                                what: "consumer group memberships in the node",
+                                what: Capacity::MembershipsInNode,
                                 limit: MAX_MEMBERSHIPS,
                             },
                         })

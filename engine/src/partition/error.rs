@@ -212,6 +212,10 @@ pub enum PartitionError {
     NodeJournalFull { bytes: u64, limit: u64 },
     #[error("offset {offset} is beyond the partition's last offset {last:?}")]
     OffsetBeyondEnd { offset: u64, last: Option<u64> },
+    /// A new consumer's offset past [`crate::partition::offsets::MAX_CONSUMER_OFFSETS`]
+    /// (each is a file, read at every boot); consumers with one may still store theirs.
+    #[error("too many consumer offsets in the partition: the limit is {limit}; delete unused consumers' offsets")]
+    TooManyOffsets { limit: usize },
     #[error("stored offset of {consumer:?} is damaged: {why} ({path})")]
     OffsetDamaged {
         consumer: ConsumerId,
@@ -254,6 +258,7 @@ impl PartitionError {
                 offset: *offset,
                 last: *last,
             },
+            TooManyOffsets { limit } => TooManyOffsets { limit: *limit },
             OffsetDamaged {
                 consumer,
                 path,

@@ -234,6 +234,10 @@ pub struct ConsumerOffsets {
     entries: BTreeMap<ConsumerId, StoredOffset>,
 }
 
+/// Most consumers (single consumers and groups together) with a stored offset in one
+/// partition: each is a file and a map entry, read again at every boot.
+pub const MAX_CONSUMER_OFFSETS: usize = 10_000;
+
 impl ConsumerOffsets {
     /// The offsets of the partition in `dir`, as recovery left them.
     pub fn new(dir: &Path, owner: u64, entries: BTreeMap<ConsumerId, StoredOffset>) -> Self {
@@ -246,6 +250,15 @@ impl ConsumerOffsets {
 
     pub fn get(&self, consumer: ConsumerId) -> Option<&StoredOffset> {
         self.entries.get(&consumer)
+    }
+
+    /// Consumers with a stored offset (damaged ones included).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&ConsumerId, &StoredOffset)> {

@@ -814,6 +814,11 @@ impl OpenLog {
         }
         let durability = self.config.consumer_offset_durability;
         let new_member = self.offsets.get(consumer).is_none();
+        if new_member && self.offsets.len() >= super::offsets::MAX_CONSUMER_OFFSETS {
+            return Err(PartitionError::TooManyOffsets {
+                limit: super::offsets::MAX_CONSUMER_OFFSETS,
+            });
+        }
         self.offsets
             .store(self.env.disk.as_ref(), consumer, offset, durability)
             .map_err(|source| {

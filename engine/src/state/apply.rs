@@ -14,7 +14,7 @@ use super::{
     PartitionMeta, Stream, Topic, User, MAX_GROUPS_PER_TOPIC, MAX_PARTITIONS_PER_TOPIC,
     MAX_STREAMS, MAX_TOPICS_PER_STREAM, MAX_USERS, ROOT_USER_ID, USER_ACTIVE, USER_INACTIVE,
 };
-use crate::error::{Named, RootAction};
+use crate::error::{Capacity, Named, RootAction};
 use crate::partition::PartitionIdentity;
 use iggy_binary_protocol::requests::consumer_groups::{
     CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
@@ -104,7 +104,7 @@ impl MetaState {
 
     fn create_stream(&mut self, name: &str, ctx: OpContext) -> NodeResult<Applied> {
         self.check_stream_name(name, None)?;
-        room_for(self.streams.len(), "streams", MAX_STREAMS)?;
+        room_for(self.streams.len(), Capacity::Streams, MAX_STREAMS)?;
         let id = lowest_free(&self.streams);
         self.names.streams.insert(name.into(), id);
         self.streams.insert(
@@ -177,7 +177,7 @@ impl MetaState {
         let stream = &self.streams[&s];
         room_for(
             stream.topics.len(),
-            "topics in a stream",
+            Capacity::TopicsInStream,
             MAX_TOPICS_PER_STREAM,
         )?;
         let id = lowest_free(&stream.topics);
@@ -401,7 +401,7 @@ impl MetaState {
         let topic = self.topic(s, t);
         room_for(
             topic.groups.len(),
-            "consumer groups in a topic",
+            Capacity::GroupsInTopic,
             MAX_GROUPS_PER_TOPIC,
         )?;
         let id = lowest_free(&topic.groups);
@@ -469,7 +469,7 @@ impl MetaState {
         if let Some(permissions) = &r.permissions {
             check_permissions(self, permissions)?;
         }
-        room_for(self.users.len(), "users", MAX_USERS)?;
+        room_for(self.users.len(), Capacity::Users, MAX_USERS)?;
         let id = lowest_free(&self.users);
         self.names.users.insert(name.into(), id);
         self.users.insert(
@@ -570,7 +570,7 @@ impl MetaState {
         // The limit before the name, in Iggy's order: a full user is told it is full.
         room_for(
             user.tokens.len(),
-            "personal access tokens of a user",
+            Capacity::TokensOfUser,
             MAX_TOKENS_PER_USER,
         )
         .map_err(|_| NodeError::TooManyTokens {
@@ -698,7 +698,7 @@ fn check_partitions_count(count: u32, existing: usize, zero_ok: bool) -> NodeRes
 }
 
 /// One more of `what` fits under its limit.
-fn room_for(held: usize, what: &'static str, limit: usize) -> NodeResult<()> {
+fn room_for(held: usize, what: Capacity, limit: usize) -> NodeResult<()> {
     if held >= limit {
         return Err(NodeError::TooMany { what, limit });
     }

@@ -156,6 +156,26 @@ pub async fn leave_group(call: &Call<'_>, group: &WireIdentifier) -> Result<Repl
     change_membership(call, group, false).await
 }
 
+/// Records the join in the registry before the node's, within the user's share; whether it
+/// was recorded now (not a member already).
+fn join_recorded(call: &Call<'_>, key: (u32, u32, u32)) -> Result<bool, Status> {
+    let user = call.session().user_id;
+    let cap = match user {
+        super::permissions::ROOT_USER => usize::MAX,
+        _ => call.cx.memberships_per_user,
+    };
+    call.cx
+        .registry
+        .join(call.caller.client_id, key, cap)
+        .map_err(|_| {
+            NodeError::TooMany {
+                what: cairn_engine::error::Capacity::MembershipsOfUser,
+                limit: cap,
+            }
+            .into()
+        })
+}
+
 /// The session joins (or leaves) the group; the registry keeps what GetMe shows.
 async fn change_membership(
     call: &Call<'_>,
@@ -167,7 +187,16 @@ async fn change_membership(
     let group = WireIdentifier::numeric(g);
     let node = &call.session().node;
     if join {
-        node.join_group(&to.stream, &to.topic, &group).await?;
+        let key = (to.s, to.t, g);
+        let recorded = join_recorded(call, key)?;
+        if let Err(e) = node.join_group(&to.stream, &to.topic, &group).await {
+            if recorded {
+                call.cx
+                    .registry
+                    .update(call.caller.client_id, |e| _ = e.groups.remove(&key));
+            }
+            return Err(e.into());
+        }
     } else {
         node.leave_group(&to.stream, &to.topic, &group).await?;
     }

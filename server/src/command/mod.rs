@@ -110,6 +110,8 @@ pub struct Context {
     /// The partitions the open-file limit leaves room for: set by `cairn serve`, never by
     /// the simulator (whose disk has no descriptors).
     pub descriptors: std::sync::OnceLock<descriptors::DescriptorBudget>,
+    /// Consumer-group memberships one user's connections may hold (root's uncounted).
+    pub memberships_per_user: usize,
     /// Held by a create of partitions from its budget check until it is journaled, so two
     /// at once cannot both pass the check.
     pub partition_creates: cairn_engine::env::chan::Semaphore,
@@ -146,6 +148,7 @@ impl Context {
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
             buffers: cairn_engine::env::chan::ByteBudget::new(buffered_bytes),
             descriptors: std::sync::OnceLock::new(),
+            memberships_per_user: usize::MAX,
             partition_creates: cairn_engine::env::chan::Semaphore::new(1),
             figures: std::sync::OnceLock::new(),
             hooks,

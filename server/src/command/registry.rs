@@ -86,6 +86,8 @@ struct RegistryInner {
     /// The connections of each logged-in protocol client id (the client picks it: two
     /// connections may share one).
     by_client: BTreeMap<u128, BTreeSet<u32>>,
+    /// Group memberships held through each user's connections (no entry at zero).
+    memberships: BTreeMap<u32, usize>,
 }
 
 impl RegistryInner {
@@ -108,6 +110,16 @@ impl RegistryInner {
         }
         if anonymous {
             return;
+        }
+        if let Some(user) = entry.user_id.filter(|_| !entry.groups.is_empty()) {
+            let held = self.memberships.entry(user).or_default();
+            match add {
+                true => *held += entry.groups.len(),
+                false => *held -= entry.groups.len(),
+            }
+            if *held == 0 {
+                self.memberships.remove(&user);
+            }
         }
         let ids = self.by_client.entry(entry.client).or_default();
         match add {
@@ -156,6 +168,15 @@ impl RegistryInner {
             self.per_address.values().map(|c| c.1).sum::<usize>(),
             self.anonymous,
             "every connection not logged in is counted under its address once"
+        );
+        debug_assert_eq!(
+            self.memberships.values().sum::<usize>(),
+            self.clients
+                .values()
+                .filter(|e| e.user_id.is_some())
+                .map(|e| e.groups.len())
+                .sum::<usize>(),
+            "every membership is counted under its user once"
         );
     }
 }
@@ -233,6 +254,33 @@ impl Registry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Records that connection `id` joins `group`, unless its user holds `cap` memberships
+    /// already (then the number it holds): taken before the node's join, so that joins at
+    /// once from one user's connections cannot pass the cap together. `Ok(false)`: it was a
+    /// member already (or the connection is gone).
+    pub fn join(&self, id: u32, group: (u32, u32, u32), cap: usize) -> Result<bool, usize> {
+        let mut inner = self.lock();
+        let Some(entry) = inner.clients.get(&id) else {
+            return Ok(false);
+        };
+        if entry.groups.contains(&group) {
+            return Ok(false);
+        }
+        let held = entry
+            .user_id
+            .and_then(|user| inner.memberships.get(&user).copied())
+            .unwrap_or(0);
+        if held >= cap {
+            return Err(held);
+        }
+        let mut entry = inner.take(id).expect("looked up");
+        entry.groups.insert(group);
+        inner.index(id, &entry, true);
+        inner.clients.insert(id, entry);
+        inner.check();
+        Ok(true)
     }
 
     /// Live connections not logged in.
@@ -359,5 +407,33 @@ mod tests {
         assert_eq!(registry.id_of(5), Some(first.min(second)));
         registry.remove(first.min(second));
         assert_eq!(registry.id_of(5), Some(first.max(second)));
+    }
+
+    #[test]
+    fn a_users_memberships_are_counted_over_its_connections_and_capped_at_a_join() {
+        let registry = Registry::default();
+        let logged = |client: u128| ClientEntry {
+            user_id: Some(4),
+            client,
+            ..entry()
+        };
+        let a = registry.add(entry(), Caps::only(8)).unwrap();
+        let a = registry.renew(a, |e| *e = logged(1));
+        let b = registry.add(entry(), Caps::only(8)).unwrap();
+        let b = registry.renew(b, |e| *e = logged(2));
+        assert_eq!(registry.join(a, (0, 0, 0), 2), Ok(true));
+        assert_eq!(
+            registry.join(a, (0, 0, 0), 2),
+            Ok(false),
+            "a member already"
+        );
+        assert_eq!(registry.join(b, (0, 0, 1), 2), Ok(true));
+        assert_eq!(
+            registry.join(b, (0, 0, 2), 2),
+            Err(2),
+            "two held over both connections"
+        );
+        registry.remove(a);
+        assert_eq!(registry.join(b, (0, 0, 2), 2), Ok(true), "a's went with it");
     }
 }

@@ -102,6 +102,7 @@ fn fault_of(e: &NodeError) -> Fault {
             | PartitionError::AlreadyExists(_) => Fault::Server,
             PartitionError::InvalidBatch(_)
             | PartitionError::OffsetBeyondEnd { .. }
+            | PartitionError::TooManyOffsets { .. }
             | PartitionError::InvalidConfig(_)
             | PartitionError::ZeroCount
             | PartitionError::ActiveSegment { .. } => Fault::Client,

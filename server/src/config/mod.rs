@@ -162,6 +162,9 @@ pub struct LimitsConfig {
     /// Binary-protocol connections not logged in from one address (an IPv6 /64 counts as
     /// one), so that no address fills the anonymous share.
     pub anonymous_per_address: usize,
+    /// Consumer-group memberships one user's connections may hold at once (root's are not
+    /// counted), so that no one tenant takes the node's 65,536.
+    pub memberships_per_user: usize,
 }
 
 impl Default for LimitsConfig {
@@ -172,6 +175,7 @@ impl Default for LimitsConfig {
             connections_per_address: limits.connections_per_address,
             anonymous_connections: limits.anonymous_connections,
             anonymous_per_address: limits.anonymous_per_address,
+            memberships_per_user: limits.memberships_per_user,
         }
     }
 }

@@ -90,6 +90,7 @@ fn everything_changed() -> ServerConfig {
             connections_per_address: 64,
             anonymous_connections: 32,
             anonymous_per_address: 4,
+            memberships_per_user: 100,
         },
     }
 }

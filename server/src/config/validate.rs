@@ -155,7 +155,12 @@ impl ServerConfig {
         ] {
             rules.range(key, count(value), 1, count(MAX_CONNECTIONS))?;
         }
-        Ok(())
+        rules.range(
+            "limits.memberships_per_user",
+            count(self.limits.memberships_per_user),
+            1,
+            count(cairn_engine::node::groups::MAX_MEMBERSHIPS),
+        )
     }
 
     /// The byte budget: `limits.buffered_bytes`, never below the largest request and its

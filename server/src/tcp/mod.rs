@@ -47,6 +47,8 @@ pub struct ServerLimits {
     pub anonymous_connections: usize,
     /// Connections not logged in from one address (an IPv6 /64 is one).
     pub anonymous_per_address: usize,
+    /// Consumer-group memberships one user's connections may hold (root's are not counted).
+    pub memberships_per_user: usize,
     /// Bytes of request bodies being read and replies not yet sent, over every connection
     /// (the server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget), HTTP's included).
     pub buffered_bytes: u64,
@@ -69,6 +71,8 @@ impl Default for ServerLimits {
             connections_per_address: 1024,
             anonymous_connections: 1024,
             anonymous_per_address: 16,
+            // A sixteenth of the node's: no one tenant takes them all.
+            memberships_per_user: cairn_engine::node::groups::MAX_MEMBERSHIPS / 16,
             buffered_bytes: 256 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

@@ -725,6 +725,14 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             n(config.limits.anonymous_per_address),
         ),
         (
+            "limits.memberships_per_user",
+            n(config.limits.memberships_per_user),
+        ),
+        (
+            "offsets::MAX_CONSUMER_OFFSETS",
+            n(cairn_engine::partition::offsets::MAX_CONSUMER_OFFSETS),
+        ),
+        (
             "admit::BODY_READ_TIMEOUT",
             admit::BODY_READ_TIMEOUT.as_secs(),
         ),

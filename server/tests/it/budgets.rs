@@ -275,3 +275,64 @@ async fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
         .await
         .expect("600 partitions fit under the raised limit");
 }
+
+/// Review S7: one user's connections hold at most `limits.memberships_per_user` group
+/// memberships (here 2), over all its connections, answered with a consumer-group capacity
+/// code (5007), not InvalidCommand; root (uncounted) still joins, and a leave makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_holds_only_its_share_of_group_memberships() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start_with(dir.path(), &[("CAIRN_LIMITS_MEMBERSHIPS_PER_USER", "2")]);
+    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
+    let stream = root.create_stream("s").await.unwrap();
+    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
+        .await
+        .unwrap();
+    for g in ["g0", "g1", "g2"] {
+        root.create_consumer_group(&id("s"), &id("t"), g)
+            .await
+            .unwrap();
+    }
+    let every = StreamPermissions {
+        manage_stream: true,
+        read_stream: true,
+        manage_topics: true,
+        read_topics: true,
+        poll_messages: true,
+        send_messages: true,
+        topics: None,
+    };
+    let permissions = Permissions {
+        global: GlobalPermissions::default(),
+        streams: Some([(stream.id as usize, every)].into_iter().collect()),
+    };
+    root.create_user("eve", "eve-password", UserStatus::Active, Some(permissions))
+        .await
+        .unwrap();
+    let eve = client(&cairn, "eve", "eve-password").await.unwrap();
+    let eve2 = client(&cairn, "eve", "eve-password").await.unwrap();
+    eve.join_consumer_group(&id("s"), &id("t"), &id("g0"))
+        .await
+        .unwrap();
+    eve2.join_consumer_group(&id("s"), &id("t"), &id("g1"))
+        .await
+        .unwrap();
+    let refused = eve
+        .join_consumer_group(&id("s"), &id("t"), &id("g2"))
+        .await
+        .expect_err("eve's share is 2, over both her connections");
+    assert_eq!(refused.as_code(), 5007, "a capacity code: {refused:?}");
+    // Joining a group it is in already takes nothing more.
+    eve.join_consumer_group(&id("s"), &id("t"), &id("g0"))
+        .await
+        .expect("a member already");
+    root.join_consumer_group(&id("s"), &id("t"), &id("g2"))
+        .await
+        .expect("root is not counted");
+    eve2.leave_consumer_group(&id("s"), &id("t"), &id("g1"))
+        .await
+        .unwrap();
+    eve.join_consumer_group(&id("s"), &id("t"), &id("g2"))
+        .await
+        .expect("a leave made room");
+}

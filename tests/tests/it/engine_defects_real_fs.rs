@@ -850,3 +850,45 @@ fn a_rotation_without_space_cuts_the_synced_batch_back_to_the_durable_end() {
     let mut partition = open(&real_env(), &dir, cfg).partition;
     assert_eq!(ids(&mut partition), expected);
 }
+
+/// Review S10: a partition keeps at most `MAX_CONSUMER_OFFSETS` consumers' offsets (each a
+/// file read at every boot). The next new consumer, single or group, is refused (Iggy's
+/// TooManyConsumerOffsets, 3024) while those with an offset still store theirs; a deletion
+/// makes room, and a reopen finds exactly what was kept.
+#[test]
+fn a_partition_keeps_a_bounded_number_of_consumer_offsets() {
+    use cairn_engine::partition::offsets::MAX_CONSUMER_OFFSETS;
+    let (_tmp, dir) = scratch_dir();
+    let env = real_env();
+    let cfg = config(Durability::Replicated);
+    let mut partition = create(&env, &dir, cfg);
+    append_acked(&mut partition, batch(1, 10, 10));
+    for id in 0..MAX_CONSUMER_OFFSETS as u32 {
+        partition.store_offset(ConsumerId::consumer(id), 3).unwrap();
+    }
+    let next = ConsumerId::consumer(MAX_CONSUMER_OFFSETS as u32);
+    for refused in [next, ConsumerId::group(0)] {
+        let e = partition.store_offset(refused, 3).unwrap_err();
+        assert!(
+            matches!(e, PartitionError::TooManyOffsets { limit } if limit == MAX_CONSUMER_OFFSETS),
+            "{e}"
+        );
+        let code = cairn_engine::error::NodeError::Partition(e).code();
+        assert_eq!(code, 3024, "Iggy's TooManyConsumerOffsets");
+    }
+    partition.store_offset(ConsumerId::consumer(7), 5).unwrap();
+    assert!(partition.delete_offset(ConsumerId::consumer(0)).unwrap());
+    partition.store_offset(next, 4).unwrap();
+    partition.close().unwrap();
+    let mut partition = open(&env, &dir, cfg).partition;
+    assert_eq!(partition.get_offset(next).unwrap(), Some(4));
+    assert_eq!(
+        partition.get_offset(ConsumerId::consumer(7)).unwrap(),
+        Some(5)
+    );
+    assert_eq!(partition.get_offset(ConsumerId::consumer(0)).unwrap(), None);
+    let e = partition
+        .store_offset(ConsumerId::consumer(0), 3)
+        .unwrap_err();
+    assert!(matches!(e, PartitionError::TooManyOffsets { .. }), "{e}");
+}

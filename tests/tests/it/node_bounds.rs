@@ -225,7 +225,10 @@ fn a_topic_refuses_one_group_more_than_its_limit() {
         Err(NodeError::TooMany { what, limit }) => {
             assert_eq!(
                 (what, limit),
-                ("consumer groups in a topic", MAX_GROUPS_PER_TOPIC)
+                (
+                    cairn_engine::error::Capacity::GroupsInTopic,
+                    MAX_GROUPS_PER_TOPIC
+                )
             )
         }
         other => panic!("{other:?}"),
