@@ -49,6 +49,55 @@ const _: () = assert!(
     "a batch holds at least one op of the largest body"
 );
 
+/// Directory work a batch keeps queued per shard at once: a large create's work goes out a
+/// few at a time, so another tenant's send to the same shard waits behind at most this many
+/// items, not the whole create (review S11).
+pub const WORK_PER_SHARD: usize = 4;
+
+/// Work sent to the shards and not yet answered, at most `limit` at once (oldest first).
+struct InFlight {
+    pending: std::collections::VecDeque<Pending<Result<(), WorkError>>>,
+    limit: usize,
+}
+
+impl InFlight {
+    fn new(limit: usize) -> InFlight {
+        assert!(limit > 0, "work goes out at least one at a time");
+        InFlight {
+            pending: std::collections::VecDeque::with_capacity(limit),
+            limit,
+        }
+    }
+
+    /// Waits for the oldest answers until one more may go out.
+    async fn room(&mut self) -> Result<(), WorkError> {
+        while self.pending.len() >= self.limit {
+            self.settle_oldest().await?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, answer: Pending<Result<(), WorkError>>) {
+        debug_assert!(self.pending.len() < self.limit, "room was made first");
+        self.pending.push_back(answer);
+    }
+
+    /// Waits for every answer.
+    async fn drain(&mut self) -> Result<(), WorkError> {
+        while !self.pending.is_empty() {
+            self.settle_oldest().await?;
+        }
+        Ok(())
+    }
+
+    async fn settle_oldest(&mut self) -> Result<(), WorkError> {
+        let answer = self.pending.pop_front().expect("an answer is pending");
+        answer
+            .await
+            .map_err(|_| WorkError::Io(io::Error::other("a shard stopped")))?
+    }
+}
+
 /// What the metadata owner answers: the op's result, and where it sits in the journal (its
 /// own op number when accepted; the last op of the state it was checked against when
 /// refused).
@@ -497,7 +546,7 @@ impl MetaOwner {
         work: &[DirWork],
         dirs: &mut BTreeSet<PathBuf>,
     ) -> Result<(), WorkError> {
-        let mut pending: Vec<Pending<Result<(), WorkError>>> = Vec::new();
+        let mut pending = InFlight::new(WORK_PER_SHARD * self.shards.len().max(1));
         let mut trees: Vec<(PathBuf, Vec<crate::partition::PartitionIdentity>)> = Vec::new();
         for w in work {
             let config = |s: u32, t: u32| {
@@ -558,6 +607,7 @@ impl MetaOwner {
                     partitions,
                 } => {
                     for shard in 0..self.shards.len() {
+                        pending.room().await?;
                         pending.push(
                             self.ask(
                                 shard,
@@ -574,6 +624,7 @@ impl MetaOwner {
                 }
                 DirWork::RemoveStream { stream, partitions } => {
                     for shard in 0..self.shards.len() {
+                        pending.room().await?;
                         pending.push(
                             self.ask(shard, ShardWork::DropStream { stream: *stream })
                                 .await,
@@ -584,13 +635,10 @@ impl MetaOwner {
                 }
             };
             let shard = shard_of(key, self.shards.len());
+            pending.room().await?;
             pending.push(self.ask(shard, request).await);
         }
-        for answer in pending {
-            answer
-                .await
-                .map_err(|_| WorkError::Io(io::Error::other("a shard stopped")))??;
-        }
+        pending.drain().await?;
         for (dir, partitions) in trees {
             let removal = remove_deleted_tree(self.env.disk.as_ref(), &dir, &partitions)?;
             for (kept, found) in removal.kept {

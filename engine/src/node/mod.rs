@@ -43,7 +43,7 @@ pub use boot::{
 };
 pub use client::Client;
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
-pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS};
+pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
 pub use shard::{shard_of, MAX_DRAIN, MAX_PARKED};

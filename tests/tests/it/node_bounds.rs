@@ -6,7 +6,7 @@
 
 use cairn_engine::node::NodeError;
 use cairn_engine::partition::PartitionError;
-use cairn_tests::node::{read_node, start, TestNode};
+use cairn_tests::node::{node_with_topic, read_node, start, TestNode};
 use cairn_tests::*;
 use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
 
@@ -239,4 +239,48 @@ fn a_topic_refuses_one_group_more_than_its_limit() {
     node.create_group(&id(0), &id(0), "one-more").unwrap();
     assert_eq!(node.view().topic(0, 0).groups.len(), MAX_GROUPS_PER_TOPIC);
     node.halt();
+}
+
+/// Review S11: a create of 1000 partitions queues its directory work on the shards a few
+/// items at a time (`meta_owner::WORK_PER_SHARD` each), so a send to another topic that
+/// arrives once that work has begun is answered while most of the create is still to do
+/// (before, it waited on its shard behind every partition of the create the shard held).
+#[test]
+fn a_large_creates_work_runs_beside_other_tenants_sends() {
+    let root = tempfile::tempdir().unwrap();
+    let node = node_with_topic(root.path(), 1, iggy_binary_protocol::WireOptions::empty());
+    let partitions = cairn_engine::partition::partition_dir(root.path(), 0, 1, 0)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let made = || std::fs::read_dir(&partitions).map_or(0, |d| d.count());
+    let creator = node.as_client(7);
+    let create = std::thread::spawn(move || {
+        creator.create_topic(
+            &id(0),
+            "big",
+            1000,
+            iggy_binary_protocol::WireOptions::empty(),
+        )
+    });
+    let waited = std::time::Instant::now();
+    while made() == 0 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the create's work began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    node.send_to(0, batch(1, 1, 10));
+    let made_by_then = made();
+    assert_eq!(create.join().unwrap().unwrap(), 1);
+    assert_eq!(made(), 1000);
+    // Ahead of the send on its shard: at most WORK_PER_SHARD items per shard (2 shards),
+    // and what the other shard did meanwhile; all of its shard's share before (191 of the
+    // 1000 made when the send was answered, measured before the fix; 5 after).
+    let bound = 8 * cairn_engine::node::WORK_PER_SHARD;
+    assert!(
+        made_by_then <= bound,
+        "the send waited for {made_by_then} of the create's 1000 partitions (bound {bound})"
+    );
 }
