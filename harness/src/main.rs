@@ -37,6 +37,9 @@ enum Command {
     /// Benchmark a server (one started in this process, or --address) with iggy-bench's
     /// workload shapes; report MB/s, msg/s and latency percentiles.
     Bench(bench::BenchArgs),
+    /// The real `cairn` binary under 4096 connections, half of them misbehaving, beside a
+    /// well-behaved workload: its p99 against the workload alone, the server's memory.
+    Hostile(bench::hostile::HostileArgs),
 }
 
 #[derive(clap::Args)]
@@ -323,5 +326,6 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Swarm(args) => swarm(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Hostile(args) => bench::hostile::hostile(args),
     }
 }

@@ -114,6 +114,7 @@ fn server_settings(
             anonymous_connections: config.connection_caps().1,
             anonymous_per_address: config.connection_caps().2,
             memberships_per_user: config.limits.memberships_per_user,
+            max_reply_bytes: config.tcp.max_reply_bytes,
             buffered_bytes: config.buffered_bytes(),
             handshake_timeout: config.tcp.handshake_timeout,
             idle_timeout: config.tcp.idle_timeout,

@@ -71,6 +71,11 @@ impl Server {
             hooks.command,
         );
         cx.memberships_per_user = limits.memberships_per_user;
+        cx.replies = crate::command::replies::ReplyShares::new(
+            limits.buffered_bytes,
+            crate::command::replies::USERS_SHARING,
+            limits.max_reply_bytes,
+        );
         let listener = Arc::new(Listener {
             cx: Arc::new(cx),
             limits,

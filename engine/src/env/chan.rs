@@ -472,6 +472,15 @@ impl ByteBudget {
         }
     }
 
+    /// `bytes`: charged at once when at most `small` (bounded elsewhere, by connections:
+    /// a small request is never held back), else waited for ([`ByteBudget::acquire`]).
+    pub async fn admit(&self, bytes: u64, small: u64) -> Charge {
+        match bytes <= small {
+            true => self.charge(bytes),
+            false => self.acquire(bytes).await,
+        }
+    }
+
     /// `bytes` (at most the whole budget), waiting until they fit.
     pub fn acquire(&self, bytes: u64) -> AcquireBytes<'_> {
         AcquireBytes {

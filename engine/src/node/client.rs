@@ -631,6 +631,16 @@ impl Client {
 
     /// Polls messages. `None` when a group member holds no partition.
     pub async fn poll(&self, request: &PollMessagesRequest) -> NodeResult<Option<Polled>> {
+        self.poll_within(request, u64::MAX).await
+    }
+
+    /// [`Client::poll`], the reply carrying at most `max_bytes` of batches (a first batch
+    /// always whole).
+    pub async fn poll_within(
+        &self,
+        request: &PollMessagesRequest,
+        max_bytes: u64,
+    ) -> NodeResult<Option<Polled>> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         let view = self.view();
@@ -661,6 +671,7 @@ impl Client {
             key,
             from,
             count: request.count,
+            max_bytes,
             commit: request.auto_commit.then_some(consumer_id),
             resolved_at: view.op,
             ticket: self.node.ticket(),

@@ -381,7 +381,13 @@ impl Partition {
     }
 
     pub fn poll(&mut self, from: PollFrom, count: u32) -> Result<Polled> {
-        self.guarded(|log| log.poll(from, count))
+        self.poll_within(from, count, u64::MAX)
+    }
+
+    /// [`Partition::poll`], with at most `max_bytes` of batches (a first batch always
+    /// whole): what a server that reserved room for the reply lets it take.
+    pub fn poll_within(&mut self, from: PollFrom, count: u32, max_bytes: u64) -> Result<Polled> {
+        self.guarded(|log| log.poll(from, count, max_bytes))
     }
 
     pub fn store_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {

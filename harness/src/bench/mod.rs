@@ -24,6 +24,7 @@
 //! `bench <kind> mb_per_s=<x> msg_per_s=<x> p50_ms=<x> p99_ms=<x>`.
 
 mod actors;
+pub mod hostile;
 mod report;
 
 use actors::{run_phase, ConsumerPlan, Goal, Place, ProducerPlan, Work};

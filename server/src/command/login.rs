@@ -52,7 +52,7 @@ pub async fn with_password(
     username: &str,
     password: &str,
 ) -> Result<Session, LoginRefused> {
-    let attempt = begin(cx, peer, Account::User(username))?;
+    let attempt = begin(cx, peer, Account::User(username)).await?;
     let node = cx.node.client(client);
     let login = match node.login(username, password).await {
         Ok(login) => login,
@@ -76,7 +76,7 @@ pub async fn with_token(
     peer: IpAddr,
     raw: &str,
 ) -> Result<Session, LoginRefused> {
-    let attempt = begin(cx, peer, Account::Token)?;
+    let attempt = begin(cx, peer, Account::Token).await?;
     let node = cx.node.client(client);
     let login = match node.login_with_token(raw).await {
         Ok(login) => login,
@@ -94,16 +94,42 @@ pub async fn with_token(
     bind(cx, client, peer, node, login, Some(hash)).ok_or_else(LoginRefused::token)
 }
 
-/// Begins a counted attempt from `peer` at `account`, or says why it may not begin: the
-/// account is locked for this address (refused as bad credentials would be, status 42 or
-/// 53), or too many verifications are in flight (busy: the caller may try again).
-pub(super) fn begin<'c>(
+/// How long a login waits for its turn while the checks in flight are at their bounds (a
+/// burst of connections from one host logs in a few at a time), before it is answered busy.
+pub const LOGIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often a waiting login tries again.
+const LOGIN_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Begins a counted attempt from `peer` at `account`, waiting its turn (at most
+/// [`LOGIN_WAIT`]) while the checks in flight are at their bounds, or says why it may not
+/// begin: the account is locked for this address (refused as bad credentials would be,
+/// status 42 or 53), or its turn did not come (busy: the caller may try again). A waiting
+/// login holds its connection, so the connection caps bound the waiters.
+pub(super) async fn begin<'c>(
     cx: &'c Context,
     peer: IpAddr,
     account: Account<'_>,
 ) -> Result<Attempt<'c>, LoginRefused> {
-    let now = cx.env.clock.monotonic_nanos() / 1000;
-    cx.logins.begin(peer, account, now).map_err(|refusal| {
+    let started = cx.env.clock.monotonic_nanos();
+    loop {
+        let now = cx.env.clock.monotonic_nanos();
+        match cx.logins.begin(peer, account, now / 1000) {
+            Err(Refusal::Busy) if now.saturating_sub(started) < LOGIN_WAIT.as_nanos() as u64 => {
+                cx.env.clock.sleep(LOGIN_RETRY).await;
+            }
+            result => return begun(peer, account, now / 1000, result),
+        }
+    }
+}
+
+/// The attempt, or what a refusal before the check answers (logged, a line a second).
+fn begun<'c>(
+    peer: IpAddr,
+    account: Account<'_>,
+    now: u64,
+    result: Result<Attempt<'c>, Refusal>,
+) -> Result<Attempt<'c>, LoginRefused> {
+    result.map_err(|refusal| {
         static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
         if let Some(left_out) = REFUSED.admit(now.saturating_mul(1000)) {
             tracing::warn!(%peer, ?account, ?refusal, left_out, "login refused before its check");

@@ -79,6 +79,8 @@ struct Counts {
     attempts: BTreeMap<(IpAddr, String), Entry>,
     in_flight: BTreeMap<IpAddr, u32>,
     in_flight_total: u32,
+    /// Attempts begun (checks run), ever.
+    begun: u64,
 }
 
 pub struct LoginLimiter {
@@ -108,6 +110,7 @@ impl LoginLimiter {
                 attempts: BTreeMap::new(),
                 in_flight: BTreeMap::new(),
                 in_flight_total: 0,
+                begun: 0,
             }),
         }
     }
@@ -173,6 +176,7 @@ impl LoginLimiter {
         let since = entry.since;
         *counts.in_flight.entry(ip).or_insert(0) += 1;
         counts.in_flight_total += 1;
+        counts.begun += 1;
         assert!(counts.attempts.len() <= MAX_TRACKED);
         assert!(counts.in_flight_total <= MAX_IN_FLIGHT);
         Ok(Attempt {
@@ -187,6 +191,11 @@ impl LoginLimiter {
     /// Verifications in flight from every address (for tests and figures).
     pub fn in_flight(&self) -> u32 {
         self.lock().in_flight_total
+    }
+
+    /// Attempts begun since start: the credentials checks run (`/metrics`).
+    pub fn begun(&self) -> u64 {
+        self.lock().begun
     }
 }
 

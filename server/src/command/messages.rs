@@ -180,7 +180,11 @@ pub async fn poll(call: &Call<'_>, mut request: PollMessagesRequest) -> Result<R
     let (s, t) = topic(call);
     request.stream_id = WireIdentifier::numeric(s);
     request.topic_id = WireIdentifier::numeric(t);
-    let polled = call.session().node.poll(&request).await?;
+    let polled = call
+        .session()
+        .node
+        .poll_within(&request, call.caller.reply_room)
+        .await?;
     let polled = match polled {
         Some(p) => Polled {
             partition_id: u32::try_from(p.partition_id).expect("partition ids are u32"),

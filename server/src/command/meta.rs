@@ -160,6 +160,7 @@ pub async fn change_password(
         .unwrap_or_default();
     let session = call.session();
     let attempt = super::login::begin(call.cx, session.peer, Account::User(&username))
+        .await
         .map_err(|refused| refused.status())?;
     let changed = session
         .node

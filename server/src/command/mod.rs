@@ -28,6 +28,7 @@ pub mod messages;
 pub mod metrics;
 pub mod permissions;
 pub mod registry;
+pub mod replies;
 pub mod responses;
 pub mod session;
 pub mod status;
@@ -104,9 +105,12 @@ pub struct Context {
     pub metrics: metrics::CommandMetrics,
     /// Bytes of dispatched (`ack=none`) sends not yet appended.
     pub dispatch_budget: messages::DispatchBudget,
-    /// Bytes of request bodies being read and replies not yet sent, by every adapter
-    /// ([`crate::ServerLimits::buffered_bytes`]).
+    /// Bytes of request bodies being read, by every adapter
+    /// (`limits.buffered_bytes`): a large body waits for room.
     pub buffers: cairn_engine::env::chan::ByteBudget,
+    /// Poll replies built and not yet written, by every adapter: reserved before they are
+    /// built, within each user's share ([`replies`]).
+    pub replies: replies::ReplyShares,
     /// The partitions the open-file limit leaves room for: set by `cairn serve`, never by
     /// the simulator (whose disk has no descriptors).
     pub descriptors: std::sync::OnceLock<descriptors::DescriptorBudget>,
@@ -147,6 +151,11 @@ impl Context {
             metrics: metrics::CommandMetrics::default(),
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
             buffers: cairn_engine::env::chan::ByteBudget::new(buffered_bytes),
+            replies: replies::ReplyShares::new(
+                buffered_bytes,
+                replies::USERS_SHARING,
+                cairn_engine::config::PartitionSettings::default().max_poll_bytes,
+            ),
             descriptors: std::sync::OnceLock::new(),
             memberships_per_user: usize::MAX,
             partition_creates: cairn_engine::env::chan::Semaphore::new(1),
@@ -166,6 +175,9 @@ pub struct Caller<'a> {
     pub session: &'a Session,
     /// Its connection's numeric client id (0: not a listed connection, as HTTP's callers).
     pub client_id: u32,
+    /// The most batch bytes a poll's reply may carry: the room its adapter reserved for it
+    /// ([`replies::ReplyShares`]), `u64::MAX` when nothing was reserved.
+    pub reply_room: u64,
 }
 
 /// Every command the layer serves. Journaled metadata operations travel as the engine's

@@ -3,6 +3,7 @@
 //! (anonymous). Indexed by address (the per-address cap) and by login (`id_of`, which maps
 //! each member of a consumer group to its connection: a lookup, not a scan).
 
+use cairn_engine::env::chan::Latch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
@@ -17,7 +18,13 @@ pub struct ClientEntry {
     pub client: u128,
     /// Consumer groups joined through it: (stream, topic, group).
     pub groups: BTreeSet<(u32, u32, u32)>,
+    /// Monotonic ns since when it has been without a login (its connect, or its logout).
+    pub since: u64,
 }
+
+/// A connection not logged in may be closed to make room for a new one once it has been
+/// so for this long: an honest client logs in within milliseconds.
+pub const MIN_ANONYMOUS_AGE_NANOS: u64 = 1_000_000_000;
 
 /// How many connections may be live: in all, from one IP address, and not logged in (a
 /// new connection is anonymous until its login, so the anonymous cap bounds sockets opened
@@ -88,6 +95,10 @@ struct RegistryInner {
     by_client: BTreeMap<u128, BTreeSet<u32>>,
     /// Group memberships held through each user's connections (no entry at zero).
     memberships: BTreeMap<u32, usize>,
+    /// The connections not logged in, oldest first: (since, id).
+    by_age: BTreeSet<(u64, u32)>,
+    /// What closes each connection the registry evicts (set when it registered).
+    evictors: BTreeMap<u32, Latch<()>>,
 }
 
 impl RegistryInner {
@@ -104,6 +115,10 @@ impl RegistryInner {
         if anonymous {
             step(&mut counts.1);
             step(&mut self.anonymous);
+            match add {
+                true => self.by_age.insert((entry.since, id)),
+                false => self.by_age.remove(&(entry.since, id)),
+            };
         }
         if counts.0 == 0 {
             self.per_address.remove(&address);
@@ -149,6 +164,25 @@ impl RegistryInner {
         Some(entry)
     }
 
+    /// Closes the oldest connection not logged in for at least [`MIN_ANONYMOUS_AGE_NANOS`]
+    /// (from `address`, if given) to make room; whether there was one.
+    fn evict_oldest_anonymous(&mut self, now: u64, address: Option<IpAddr>) -> bool {
+        let oldest = self
+            .by_age
+            .iter()
+            .take_while(|(since, _)| now.saturating_sub(*since) >= MIN_ANONYMOUS_AGE_NANOS)
+            .find(|(_, id)| address.is_none_or(|a| address_of(self.clients[id].address.ip()) == a))
+            .map(|&(_, id)| id);
+        let Some(id) = oldest else {
+            return false;
+        };
+        self.take(id);
+        if let Some(evictor) = self.evictors.remove(&id) {
+            evictor.set(());
+        }
+        true
+    }
+
     /// The indexes agree with the entries (checked in tests and debug builds' changes).
     fn check(&self) {
         debug_assert_eq!(
@@ -170,6 +204,11 @@ impl RegistryInner {
             "every connection not logged in is counted under its address once"
         );
         debug_assert_eq!(
+            self.by_age.len(),
+            self.anonymous,
+            "every anonymous one by age"
+        );
+        debug_assert_eq!(
             self.memberships.values().sum::<usize>(),
             self.clients
                 .values()
@@ -186,26 +225,35 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a connection (not logged in yet) under a fresh id, unless a cap is reached.
-    pub fn add(&self, entry: ClientEntry, caps: Caps) -> Result<u32, Refused> {
+    /// Registers a connection (not logged in yet, since `entry.since`) under a fresh id,
+    /// unless a cap is reached. When the address's share, its anonymous share, the
+    /// anonymous share or the total is full, the oldest connection that has stayed without
+    /// a login for [`MIN_ANONYMOUS_AGE_NANOS`] (of that address, for its shares) is closed to
+    /// make room (its `evictor` set): sockets opened and left idle hold slots only until
+    /// newcomers need them.
+    pub fn add(&self, entry: ClientEntry, caps: Caps, evictor: Latch<()>) -> Result<u32, Refused> {
         debug_assert!(entry.user_id.is_none(), "a connection starts with no login");
+        let (now, address) = (entry.since, address_of(entry.address.ip()));
         let mut inner = self.lock();
-        let (from_address, anonymous_from_address) = inner
-            .per_address
-            .get(&address_of(entry.address.ip()))
-            .copied()
-            .unwrap_or_default();
-        if inner.clients.len() >= caps.total {
+        let counts =
+            |inner: &RegistryInner| inner.per_address.get(&address).copied().unwrap_or_default();
+        if inner.clients.len() >= caps.total && !inner.evict_oldest_anonymous(now, None) {
             return Err(Refused::Total);
         }
-        if from_address >= caps.per_address {
+        if counts(&inner).0 >= caps.per_address && !inner.evict_oldest_anonymous(now, Some(address))
+        {
             return Err(Refused::PerAddress);
         }
-        if inner.anonymous >= caps.anonymous || anonymous_from_address >= caps.anonymous_per_address
+        if counts(&inner).1 >= caps.anonymous_per_address
+            && !inner.evict_oldest_anonymous(now, Some(address))
         {
             return Err(Refused::Anonymous);
         }
+        if inner.anonymous >= caps.anonymous && !inner.evict_oldest_anonymous(now, None) {
+            return Err(Refused::Anonymous);
+        }
         let id = inner.insert(entry);
+        inner.evictors.insert(id, evictor);
         inner.check();
         Ok(id)
     }
@@ -214,10 +262,14 @@ impl Registry {
     pub fn renew(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) -> u32 {
         let mut inner = self.lock();
         let mut entry = inner.take(id).expect("a live connection is registered");
+        let evictor = inner.evictors.remove(&id);
         change(&mut entry);
-        let id = inner.insert(entry);
+        let renewed = inner.insert(entry);
+        if let Some(evictor) = evictor {
+            inner.evictors.insert(renewed, evictor);
+        }
         inner.check();
-        id
+        renewed
     }
 
     pub fn update(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) {
@@ -233,6 +285,7 @@ impl Registry {
     pub fn remove(&self, id: u32) {
         let mut inner = self.lock();
         inner.take(id);
+        inner.evictors.remove(&id);
         inner.check();
     }
 
@@ -307,16 +360,24 @@ mod tests {
             user_id: None,
             client: 1,
             groups: BTreeSet::new(),
+            since: 0,
         }
     }
 
     #[test]
     fn the_registry_is_bounded_and_a_login_mints_a_new_id() {
         let registry = Registry::default();
-        let a = registry.add(entry(), Caps::only(2)).unwrap();
-        let b = registry.add(entry(), Caps::only(2)).unwrap();
+        let a = registry
+            .add(entry(), Caps::only(2), Latch::default())
+            .unwrap();
+        let b = registry
+            .add(entry(), Caps::only(2), Latch::default())
+            .unwrap();
         assert_ne!(a, b);
-        assert_eq!(registry.add(entry(), Caps::only(2)), Err(Refused::Total));
+        assert_eq!(
+            registry.add(entry(), Caps::only(2), Latch::default()),
+            Err(Refused::Total)
+        );
         let renewed = registry.renew(a, |e| e.user_id = Some(3));
         assert_ne!(renewed, a);
         assert_eq!(registry.get(a), None);
@@ -338,15 +399,21 @@ mod tests {
             address: format!("{ip}:5000").parse().unwrap(),
             ..entry()
         };
-        let a = registry.add(from("10.0.0.1"), caps).unwrap();
-        registry.add(from("10.0.0.1"), caps).unwrap();
+        let a = registry
+            .add(from("10.0.0.1"), caps, Latch::default())
+            .unwrap();
+        registry
+            .add(from("10.0.0.1"), caps, Latch::default())
+            .unwrap();
         assert_eq!(
-            registry.add(from("10.0.0.1"), caps),
+            registry.add(from("10.0.0.1"), caps, Latch::default()),
             Err(Refused::PerAddress)
         );
-        registry.add(from("10.0.0.2"), caps).unwrap();
+        registry
+            .add(from("10.0.0.2"), caps, Latch::default())
+            .unwrap();
         assert_eq!(
-            registry.add(from("10.0.0.3"), caps),
+            registry.add(from("10.0.0.3"), caps, Latch::default()),
             Err(Refused::Anonymous)
         );
         // A login takes its connection out of the anonymous share, and indexes its client.
@@ -356,19 +423,26 @@ mod tests {
         });
         assert_eq!(registry.id_of(99), Some(logged));
         assert_eq!(registry.anonymous(), 2);
-        registry.add(from("10.0.0.3"), caps).unwrap();
-        assert_eq!(registry.add(from("10.0.0.4"), caps), Err(Refused::Total));
+        registry
+            .add(from("10.0.0.3"), caps, Latch::default())
+            .unwrap();
+        assert_eq!(
+            registry.add(from("10.0.0.4"), caps, Latch::default()),
+            Err(Refused::Total)
+        );
         // A logout makes it anonymous again; a removal frees its address's slot.
         registry.update(logged, |e| e.user_id = None);
         assert_eq!((registry.id_of(99), registry.anonymous()), (None, 4));
         registry.remove(logged);
         assert_eq!(
-            registry.add(from("10.0.0.5"), caps),
+            registry.add(from("10.0.0.5"), caps, Latch::default()),
             Err(Refused::Anonymous)
         );
         let b = registry.list()[0].0;
         registry.update(b, |e| e.user_id = Some(8));
-        registry.add(from("10.0.0.1"), caps).unwrap();
+        registry
+            .add(from("10.0.0.1"), caps, Latch::default())
+            .unwrap();
     }
 
     #[test]
@@ -384,20 +458,28 @@ mod tests {
             address: std::net::SocketAddr::new(ip.parse().unwrap(), 5000),
             ..entry()
         };
-        registry.add(from("2001:db8::1"), caps).unwrap();
-        registry.add(from("2001:db8::2"), caps).unwrap();
+        registry
+            .add(from("2001:db8::1"), caps, Latch::default())
+            .unwrap();
+        registry
+            .add(from("2001:db8::2"), caps, Latch::default())
+            .unwrap();
         assert_eq!(
-            registry.add(from("2001:db8::ffff:3"), caps),
+            registry.add(from("2001:db8::ffff:3"), caps, Latch::default()),
             Err(Refused::Anonymous)
         );
-        registry.add(from("2001:db8:0:1::1"), caps).unwrap();
+        registry
+            .add(from("2001:db8:0:1::1"), caps, Latch::default())
+            .unwrap();
         // Logged in, an address may hold its whole share.
         let first = registry.list()[0].0;
         registry.update(first, |e| {
             e.user_id = Some(1);
             e.client = 5;
         });
-        registry.add(from("2001:db8::4"), caps).unwrap();
+        registry
+            .add(from("2001:db8::4"), caps, Latch::default())
+            .unwrap();
         // Two connections of one client id: each found while it lives.
         let second = registry.list()[1].0;
         registry.update(second, |e| {
@@ -417,9 +499,13 @@ mod tests {
             client,
             ..entry()
         };
-        let a = registry.add(entry(), Caps::only(8)).unwrap();
+        let a = registry
+            .add(entry(), Caps::only(8), Latch::default())
+            .unwrap();
         let a = registry.renew(a, |e| *e = logged(1));
-        let b = registry.add(entry(), Caps::only(8)).unwrap();
+        let b = registry
+            .add(entry(), Caps::only(8), Latch::default())
+            .unwrap();
         let b = registry.renew(b, |e| *e = logged(2));
         assert_eq!(registry.join(a, (0, 0, 0), 2), Ok(true));
         assert_eq!(
@@ -435,5 +521,56 @@ mod tests {
         );
         registry.remove(a);
         assert_eq!(registry.join(b, (0, 0, 2), 2), Ok(true), "a's went with it");
+    }
+
+    #[test]
+    fn a_newcomer_closes_the_oldest_idle_anonymous_connection_when_a_share_is_full() {
+        let registry = Registry::default();
+        let caps = Caps {
+            total: 3,
+            per_address: 3,
+            anonymous: 2,
+            anonymous_per_address: 2,
+        };
+        let at = |ip: &str, since: u64| ClientEntry {
+            address: format!("{ip}:5000").parse().unwrap(),
+            since,
+            ..entry()
+        };
+        let (old, older) = (Latch::default(), Latch::default());
+        let a = registry
+            .add(at("10.0.0.1", 5), caps, older.clone())
+            .unwrap();
+        registry.add(at("10.0.0.2", 7), caps, old.clone()).unwrap();
+        // Not a second old yet: refused.
+        let fresh = MIN_ANONYMOUS_AGE_NANOS;
+        assert_eq!(
+            registry.add(at("10.0.0.3", fresh), caps, Latch::default()),
+            Err(Refused::Anonymous)
+        );
+        // A second later the oldest goes, and its connection is told.
+        let later = 5 + MIN_ANONYMOUS_AGE_NANOS;
+        registry
+            .add(at("10.0.0.3", later), caps, Latch::default())
+            .unwrap();
+        assert!(older.get().is_some() && old.get().is_none());
+        assert_eq!(registry.get(a), None);
+        assert_eq!(registry.anonymous(), 2);
+        // Logged in, a connection is never evicted.
+        let b = registry.list()[0].0;
+        registry.update(b, |e| e.user_id = Some(1));
+        let c = registry.list()[1].0;
+        registry.update(c, |e| e.user_id = Some(1));
+        registry
+            .add(at("10.0.0.4", later), caps, Latch::default())
+            .unwrap();
+        assert_eq!(
+            registry.add(at("10.0.0.5", later + 1), caps, Latch::default()),
+            Err(Refused::Total),
+            "only the one not logged in may go, and it is too young"
+        );
+        registry
+            .add(at("10.0.0.5", 2 * later), caps, Latch::default())
+            .expect("once it has waited a second, it goes");
     }
 }

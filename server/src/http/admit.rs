@@ -1,9 +1,10 @@
-//! What a request must get before it is served: its body, read within
-//! [`BODY_READ_TIMEOUT`] once the server's byte budget has room for it (a full budget stops
-//! reading: back-pressure), then a concurrency slot. A slot is never held while a client
-//! trickles its body, so slow bodies cannot keep every request waiting (review S3); the
-//! budget bounds the bytes of all bodies being read and replies not yet sent, with the
-//! binary listener's (S5). A send's body is read by its handler, after the permission
+//! What a request must get before it is served: its body, read within its timeout once the
+//! server's byte budget has room for it (a full budget stops reading large bodies:
+//! back-pressure; a small one never waits), then a concurrency slot. A slot is never held
+//! while a client trickles its body, so slow bodies cannot keep every request waiting
+//! (review S3); the budget bounds the bytes of all bodies being read, with the binary
+//! listener's (S5). A poll's response holds its reply's share until written
+//! ([`holding`]). A send's body is read by its handler, after the permission
 //! check ([`messages`](super::messages)), so a user who may not send never has one read.
 //!
 //! ```text
@@ -11,7 +12,7 @@
 //!                          no  ──► read_body (≤ SMALL_BODY_BYTES) ──► slot ──► handler
 //!             (the read and the slot within ADMISSION_TIMEOUT; the body within
 //!              body_timeout(its length); a handler admitted runs to its end)
-//! response ──► its bytes count in the budget until hyper has written them (Charged)
+//! a poll's response ──► its user's reply share held until hyper has written it
 //! ```
 
 use super::error::{codes, ApiError};
@@ -67,7 +68,11 @@ pub async fn read_body(
     // An empty body takes nothing; one of no announced length, as much as it may have.
     let wanted = exact.unwrap_or(limit as u64);
     let read = async {
-        let charge = api.cx.buffers.acquire(wanted).await;
+        let charge = api
+            .cx
+            .buffers
+            .admit(wanted, super::SMALL_BODY_BYTES as u64)
+            .await;
         let limited = http_body_util::Limited::new(body, limit);
         let collected = http_body_util::BodyExt::collect(limited).await;
         match collected {
@@ -126,7 +131,7 @@ pub async fn admit(State(api): State<Arc<Api>>, request: Request, next: Next) ->
             .is_some_and(|p| p.as_str() == SEND_ROUTE);
     if is_send {
         // The handler reads the body after its permission check, then takes a slot.
-        return charged(&api, next.run(request).await);
+        return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
     let admitted = admission(async {
@@ -140,7 +145,7 @@ pub async fn admit(State(api): State<Arc<Api>>, request: Request, next: Next) ->
     let request = Request::from_parts(parts, Body::from(held.bytes.clone()));
     let response = next.run(request).await;
     drop((held, slot));
-    charged(&api, response)
+    response
 }
 
 /// `admit` within [`ADMISSION_TIMEOUT`], else a 503.
@@ -161,20 +166,18 @@ pub fn small_limit(api: &Api) -> usize {
     super::SMALL_BODY_BYTES.min(api.settings.max_body_bytes)
 }
 
-/// `response`, its body's bytes counted in the budget until hyper has written them (or
-/// dropped them with the connection).
-pub fn charged(api: &Api, response: Response) -> Response {
+/// `response`, holding `held` (a poll reply's share) until hyper has written its body (or
+/// dropped it with the connection).
+pub fn holding(response: Response, held: crate::command::replies::Held) -> Response {
     let (parts, body) = response.into_parts();
-    let bytes = http_body::Body::size_hint(&body).lower();
-    let charge = api.cx.buffers.charge(bytes);
-    Response::from_parts(parts, Body::new(Charged { body, charge }))
+    Response::from_parts(parts, Body::new(Charged { body, held }))
 }
 
-/// A response body that holds its charge until it is dropped.
+/// A response body that holds its reply's share until it is dropped.
 struct Charged {
     body: Body,
     #[allow(dead_code)] // held for its Drop
-    charge: Charge,
+    held: crate::command::replies::Held,
 }
 
 impl http_body::Body for Charged {

@@ -31,9 +31,15 @@ pub struct Authed {
 impl Authed {
     /// Runs `command` as this request's session (HTTP callers are not listed connections).
     pub async fn run(&self, command: Command) -> Result<Reply, ApiError> {
+        self.run_within(command, u64::MAX).await
+    }
+
+    /// [`Authed::run`], a poll's reply carrying at most `reply_room` batch bytes.
+    pub async fn run_within(&self, command: Command, reply_room: u64) -> Result<Reply, ApiError> {
         let caller = Caller {
             session: &self.session,
             client_id: 0,
+            reply_room,
         };
         Ok(command::execute(&self.cx, &caller, command).await?)
     }

@@ -151,10 +151,21 @@ fn decode_send(a: &Authed, raw: &[u8]) -> Result<SendBody, ApiError> {
 }
 
 async fn poll(
+    State(api): State<Arc<Api>>,
     a: Authed,
     Path((stream_id, topic_id)): Path<(String, String)>,
     Query(q): Query<iggy_common::PollMessages>,
 ) -> Result<Response, ApiError> {
+    // The reply is reserved before it is built, within the user's share (review S5).
+    let reserved = api
+        .cx
+        .replies
+        .reserve(&api.cx.env, a.session.user_id, admit::ADMISSION_TIMEOUT)
+        .await
+        .ok_or_else(|| {
+            ApiError::client(codes::ERROR, "no room for the poll's reply; retry later")
+                .with_status(StatusCode::SERVICE_UNAVAILABLE)
+        })?;
     let command = Command::PollMessages(PollMessagesRequest {
         consumer: wire::consumer_to_wire(&q.consumer).map_err(invalid)?,
         stream_id: id("stream_id", &stream_id)?,
@@ -164,18 +175,19 @@ async fn poll(
         count: q.count,
         auto_commit: q.auto_commit,
     });
-    let polled = reply!(a.run(command).await?, Polled);
+    let polled = reply!(a.run_within(command, reserved.bytes()).await?, Polled);
     let json = serde_json::to_vec(&PolledJson(&polled)).map_err(|e| {
         tracing::error!(error = %e, "a poll's batches do not encode");
         ApiError::client(codes::ERROR, format!("a poll's batches do not encode: {e}"))
             .with_status(StatusCode::INTERNAL_SERVER_ERROR)
     })?;
+    let held = api.cx.replies.settle(reserved, json.len() as u64);
     let mut response = json.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    Ok(response)
+    Ok(admit::holding(response, held))
 }
 
 async fn flush(

@@ -218,12 +218,25 @@ impl prometheus_client::collector::Collector for NodeCollector {
             "Binary-protocol connections open",
             open,
         )?;
+        counter(
+            &mut encoder,
+            "cairn_login_checks",
+            "Credential checks run (password or token; both protocols and ChangePassword), each counted before it ran",
+            cx.logins.begun(),
+        )?;
         let buffered = i64::try_from(cx.buffers.held()).unwrap_or(i64::MAX);
         gauge(
             &mut encoder,
             "cairn_buffered_bytes",
-            "Bytes of request bodies being read and replies not yet sent (limits.buffered_bytes)",
+            "Bytes of request bodies being read (limits.buffered_bytes bounds them)",
             buffered,
+        )?;
+        let unsent = i64::try_from(cx.replies.held()).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "cairn_unsent_reply_bytes",
+            "Bytes of poll replies reserved or built and not yet written to their clients",
+            unsent,
         )?;
         let stats = cx.node.stats();
         let counters: [(&str, &str, u64); 8] = [

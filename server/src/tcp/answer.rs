@@ -39,6 +39,10 @@ pub struct Conn {
     /// Monotonic ns when it connected, or when its last login ended: the handshake timeout
     /// counts from there.
     pub(crate) connected_at: u64,
+    /// Set when the registry closes the connection to make room for a new one.
+    pub(crate) evicted: cairn_engine::env::chan::Latch<()>,
+    /// The batch bytes the request being answered may reply with (what was reserved).
+    pub(crate) reply_room: u64,
 }
 
 /// A login bound to the connection: its session and its duplicate table.
@@ -139,6 +143,7 @@ async fn run(conn: &mut Conn, echo: Echo, code: u32, body: BytesMut) -> Answer {
             let caller = Caller {
                 session: &login(conn).session,
                 client_id: conn.id,
+                reply_room: conn.reply_room,
             };
             command::execute(&cx, &caller, command).await
         }
@@ -333,12 +338,14 @@ pub async fn end_session(conn: &mut Conn) {
             tracing::debug!(error = %e, "leaving the session's groups failed");
         }
         let cx = &conn.listener.cx;
-        cx.registry.update(conn.id, |entry| {
-            entry.user_id = None;
-            entry.groups.clear();
-        });
         // A connection without a login must log in again within the handshake timeout,
         // counted from now (the SDK logs out and in again on one socket).
         conn.connected_at = cx.env.clock.monotonic_nanos();
+        let since = conn.connected_at;
+        cx.registry.update(conn.id, |entry| {
+            entry.user_id = None;
+            entry.groups.clear();
+            entry.since = since;
+        });
     }
 }

@@ -19,6 +19,7 @@ use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
 use crate::command::registry::{Caps, ClientEntry};
 use crate::tls::TlsStream;
 use bytes::{Bytes, BytesMut};
+use cairn_engine::env::chan::Latch;
 use cairn_engine::env::{race, ByteStream, Either};
 use iggy_binary_protocol::HEADER_SIZE;
 use std::collections::BTreeSet;
@@ -55,12 +56,15 @@ enum Ended {
 /// Registers the connection and spawns its task; refuses it (closes at once) past the
 /// connection limit.
 pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketAddr) {
+    let connected_at = listener.cx.env.clock.monotonic_nanos();
     let entry = ClientEntry {
         address: peer,
         user_id: None,
         client: 0,
         groups: BTreeSet::new(),
+        since: connected_at,
     };
+    let evicted = Latch::default();
     let limits = &listener.limits;
     let caps = Caps {
         total: limits.max_connections,
@@ -68,7 +72,7 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
         anonymous: limits.anonymous_connections,
         anonymous_per_address: limits.anonymous_per_address,
     };
-    let id = match listener.cx.registry.add(entry, caps) {
+    let id = match listener.cx.registry.add(entry, caps, evicted.clone()) {
         Ok(id) => id,
         Err(refused) => {
             static REFUSED: Throttle = Throttle::new(LOG_INTERVAL_NANOS);
@@ -81,7 +85,9 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
     listener.live.fetch_add(1, Ordering::SeqCst);
     let env = listener.cx.env.clone();
     let conn = Conn {
-        connected_at: env.clock.monotonic_nanos(),
+        connected_at,
+        evicted,
+        reply_room: u64::MAX,
         listener,
         peer,
         id,
@@ -147,6 +153,12 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Ok(len) => len,
             Err(e) => return e.into(),
         };
+        // A poll's reply is reserved before it is built, within its user's share.
+        let reservation = match reply_room(conn, &header).await {
+            Ok(reservation) => reservation,
+            Err(ended) => return ended,
+        };
+        conn.reply_room = reservation.as_ref().map_or(u64::MAX, |held| held.bytes());
         let answer = if HEADER_SIZE + body_len > permitted_frame(conn, &header) {
             // Larger than anything this session may send: read and dropped, never held.
             let (wait, on_timeout) = wait_for_request(conn);
@@ -166,10 +178,11 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Answer::Frame(pieces) => (pieces, false),
             Answer::Evict(frame) => (vec![frame], true),
         };
-        // The reply counts in the server's budget until it is written (built already: it
-        // may overdraw the budget, and later reads wait until it is back).
-        let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
-        let charge = conn.listener.cx.buffers.charge(reply_bytes);
+        // A poll's reply holds its user's share until it is written.
+        let charge = reservation.map(|held| {
+            let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
+            conn.listener.cx.replies.settle(held, reply_bytes)
+        });
         if let Err(ended) = write_reply(conn, stream, &pieces).await {
             return ended;
         }
@@ -238,12 +251,36 @@ fn permitted_frame(conn: &Conn, header: &[u8; HEADER_SIZE]) -> usize {
     }
 }
 
+/// Room for the reply of a logged-in session's poll (waiting, at most the idle timeout,
+/// while its user's share or the server's reply budget is full); none for other requests.
+async fn reply_room(
+    conn: &Conn,
+    header: &[u8; HEADER_SIZE],
+) -> Result<Option<crate::command::replies::Held>, Ended> {
+    let poll =
+        frame::non_replicated_code(header) == Some(iggy_binary_protocol::codes::POLL_MESSAGES_CODE);
+    let (Some(login), true) = (&conn.login, poll) else {
+        return Ok(None);
+    };
+    let cx = &conn.listener.cx;
+    let wait = conn.listener.limits.idle_timeout;
+    match cx
+        .replies
+        .reserve(&cx.env, login.session.user_id, wait)
+        .await
+    {
+        Some(held) => Ok(Some(held)),
+        None => Err(Ended::Idle(wait)),
+    }
+}
+
 fn is_send(header: &[u8; HEADER_SIZE]) -> bool {
     frame::Echo::of(header).operation == iggy_binary_protocol::consensus::Operation::SendMessages
 }
 
 /// Reads the body once the server's byte budget has room for it (waiting, the connection
-/// reads nothing: back-pressure), and answers it; the body's bytes count until answered.
+/// reads nothing: back-pressure; a body of at most 64 KiB, a login's or a poll's, never
+/// waits), and answers it; the body's bytes count until answered.
 async fn read_and_answer(
     conn: &mut Conn,
     stream: &mut dyn ByteStream,
@@ -253,7 +290,9 @@ async fn read_and_answer(
     let (wait, on_timeout) = wait_for_request(conn);
     let budget = conn.listener.cx.buffers.clone();
     let read = async {
-        let charge = budget.acquire(body_len as u64).await;
+        let charge = budget
+            .admit(body_len as u64, u64::from(MAX_ANONYMOUS_FRAME))
+            .await;
         let mut body = BytesMut::zeroed(body_len);
         read_exact(stream, &mut body).await.map(|()| (charge, body))
     };
@@ -332,15 +371,17 @@ fn wait_for_request(conn: &Conn) -> (Duration, Ended) {
     )
 }
 
-/// `future`, or `None` once `limit` passed.
+/// `future`, or `None` once `limit` passed (or the registry closed the connection to make
+/// room: it stayed too long without a login).
 async fn timed<T>(
     conn: &Conn,
     future: impl std::future::Future<Output = T>,
     limit: Duration,
 ) -> Option<T> {
-    match race(future, conn.listener.cx.env.clock.sleep(limit)).await {
+    let ends = race(conn.listener.cx.env.clock.sleep(limit), conn.evicted.wait());
+    match race(future, ends).await {
         Either::Left(value) => Some(value),
-        Either::Right(()) => None,
+        Either::Right(_) => None,
     }
 }
 

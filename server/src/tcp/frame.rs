@@ -116,6 +116,12 @@ impl Echo {
     }
 }
 
+/// The command code of a `NonReplicated` request's header, if it decodes as one.
+pub fn non_replicated_code(header: &[u8; HEADER_SIZE]) -> Option<u32> {
+    let decoded: RequestHeader = bytemuck::checked::try_pod_read_unaligned(header).ok()?;
+    (decoded.operation == Operation::NonReplicated).then(|| wire_code(&decoded))
+}
+
 /// The command code a `NonReplicated` request carries at header bytes 196..200.
 fn wire_code(header: &RequestHeader) -> u32 {
     u32::from_le_bytes(header.reserved[..4].try_into().expect("4 bytes"))

@@ -49,6 +49,9 @@ pub struct ServerLimits {
     pub anonymous_per_address: usize,
     /// Consumer-group memberships one user's connections may hold (root's are not counted).
     pub memberships_per_user: usize,
+    /// The most batch bytes one poll reply carries (`tcp.max_reply_bytes`): what a poll
+    /// reserves of the reply budget before it is built.
+    pub max_reply_bytes: u64,
     /// Bytes of request bodies being read and replies not yet sent, over every connection
     /// (the server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget), HTTP's included).
     pub buffered_bytes: u64,
@@ -70,9 +73,12 @@ impl Default for ServerLimits {
             max_connections: 4096,
             connections_per_address: 1024,
             anonymous_connections: 1024,
-            anonymous_per_address: 16,
+            // A host opening this many connections at once (a bench, a pool) still logs
+            // them all in; one address cannot take the whole anonymous share.
+            anonymous_per_address: 256,
             // A sixteenth of the node's: no one tenant takes them all.
             memberships_per_user: cairn_engine::node::groups::MAX_MEMBERSHIPS / 16,
+            max_reply_bytes: 64 * 1024 * 1024,
             buffered_bytes: 256 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

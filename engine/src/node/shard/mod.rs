@@ -304,6 +304,7 @@ impl Shard {
                 key,
                 from,
                 count,
+                max_bytes,
                 commit,
                 resolved_at,
                 ticket,
@@ -311,7 +312,7 @@ impl Shard {
             } => {
                 self.note_window(key, ticket, &self.stats.polls_during_persist);
                 let commit = commit.filter(|c| !self.is_retired(key, *c, resolved_at));
-                let result = self.poll(key, from, count, commit);
+                let result = self.poll(key, from, count, max_bytes, commit);
                 settle(&self.env).await;
                 reply.send(result);
             }
@@ -579,10 +580,11 @@ impl Shard {
         key: PartitionKey,
         from: PollFrom,
         count: u32,
+        max_bytes: u64,
         commit: Option<ConsumerId>,
     ) -> NodeResult<Polled> {
         let partition = self.open(key)?;
-        let polled = partition.poll(from, count)?;
+        let polled = partition.poll_within(from, count, max_bytes)?;
         if let Some(consumer) = commit {
             if let Some(last) = last_offset(&polled) {
                 partition.store_offset(consumer, last)?;

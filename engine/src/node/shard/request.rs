@@ -21,6 +21,8 @@ pub(crate) enum ShardRequest {
         key: PartitionKey,
         from: PollFrom,
         count: u32,
+        /// The most batch bytes the reply may carry (a first batch always whole).
+        max_bytes: u64,
         /// Store the last polled offset for this consumer (auto-commit).
         commit: Option<ConsumerId>,
         /// The op of the metadata view that named the consumer (see [`Shard::retired`]).

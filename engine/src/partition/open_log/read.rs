@@ -93,7 +93,14 @@ impl Reply {
 }
 
 impl OpenLog {
-    pub(in crate::partition) fn poll(&mut self, from: PollFrom, count: u32) -> Result<Polled> {
+    /// At most `count` messages from `from`, and at most `max_bytes` of batches (and of the
+    /// partition's `max_poll_bytes`), but always a whole first batch.
+    pub(in crate::partition) fn poll(
+        &mut self,
+        from: PollFrom,
+        count: u32,
+        max_bytes: u64,
+    ) -> Result<Polled> {
         if count == 0 {
             return Err(PartitionError::ZeroCount);
         }
@@ -121,7 +128,7 @@ impl OpenLog {
             next: 0,
             end: 0,
             bytes: 0,
-            max_bytes: self.settings.max_poll_bytes,
+            max_bytes: self.settings.max_poll_bytes.min(max_bytes),
         };
         if let Some(start) = start.filter(|&s| s < visible) {
             reply.next = start;

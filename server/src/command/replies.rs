@@ -1,0 +1,169 @@
+//! Replies built and not yet written, bounded before they are built (review S5): a poll
+//! reserves what its reply may take (the node's poll bound, `tcp.max_reply_bytes`, at most
+//! a user's share) from its user's share and from the server's reply budget, waiting while
+//! either is full; once built the reservation becomes the reply's real size, given back when
+//! the reply is written. A reader that takes none of its replies so stalls its own polls,
+//! never another user's, and the replies in memory stay within the budget (plus, per user
+//! building, what a reply may exceed its reservation by).
+
+use cairn_engine::env::chan::{ByteBudget, Charge};
+use cairn_engine::env::Env;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A user's share of the reply budget is this fraction of it.
+pub const USERS_SHARING: u64 = 8;
+
+/// A poll reserves at most this fraction of its user's share, so that this many of the
+/// user's polls build at once (a larger reply is cut at it, as at `tcp.max_reply_bytes`).
+pub const POLLS_PER_SHARE: u64 = 8;
+
+/// The least room a poll waits for: a reply of fewer bytes than this is not worth cutting
+/// (a first batch always goes whole anyway).
+pub const MIN_ROOM: u64 = 64 * 1024;
+
+/// How often a poll waiting for room tries again.
+const RETRY: Duration = Duration::from_millis(5);
+
+/// Each user's share of the reply budget, and what each holds.
+pub struct ReplyShares {
+    budget: ByteBudget,
+    share: u64,
+    reply_max: u64,
+    held: Arc<Mutex<BTreeMap<u32, u64>>>,
+}
+
+/// Bytes of a user's share (and of the budget) a reply holds; given back when dropped.
+pub struct Held {
+    held: Arc<Mutex<BTreeMap<u32, u64>>>,
+    user: u32,
+    bytes: u64,
+    _budget: Charge,
+}
+
+impl ReplyShares {
+    /// `total` bytes of replies at once, a user at most `total / users_sharing`; a poll
+    /// reserves up to `reply_max`.
+    pub fn new(total: u64, users_sharing: u64, reply_max: u64) -> ReplyShares {
+        assert!(total > 0 && users_sharing > 0 && reply_max > 0);
+        ReplyShares {
+            budget: ByteBudget::new(total),
+            share: (total / users_sharing).max(1),
+            reply_max,
+            held: Arc::default(),
+        }
+    }
+
+    /// Room for one reply of `user`'s: as much of `tcp.max_reply_bytes` as its share and
+    /// the budget have free, at least [`MIN_ROOM`] (waiting for that, at most `limit`, while
+    /// either is full; `None` when the wait ran out). The poll then carries at most
+    /// [`Held::bytes`] of batches.
+    pub async fn reserve(&self, env: &Env, user: u32, limit: Duration) -> Option<Held> {
+        let started = env.clock.monotonic_nanos();
+        loop {
+            if let Some(held) = self.try_reserve_free(user) {
+                return Some(held);
+            }
+            if env.clock.monotonic_nanos().saturating_sub(started) >= limit.as_nanos() as u64 {
+                return None;
+            }
+            env.clock.sleep(RETRY).await;
+        }
+    }
+
+    /// What [`ReplyShares::reserve`] tries each time.
+    fn try_reserve_free(&self, user: u32) -> Option<Held> {
+        let mine = {
+            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.get(&user).copied().unwrap_or(0)
+        };
+        let free = self
+            .share
+            .saturating_sub(mine)
+            .min(self.budget.total().saturating_sub(self.budget.held()))
+            .min(self.reply_max)
+            .min(self.share / POLLS_PER_SHARE);
+        self.try_reserve(user, free.max(MIN_ROOM.min(self.reply_max)))
+    }
+
+    fn try_reserve(&self, user: u32, bytes: u64) -> Option<Held> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = held.get(&user).copied().unwrap_or(0);
+        if mine + bytes > self.share.max(bytes) {
+            return None;
+        }
+        let budget = self.budget.try_acquire(bytes)?;
+        held.insert(user, mine + bytes);
+        Some(Held {
+            held: self.held.clone(),
+            user,
+            bytes,
+            _budget: budget,
+        })
+    }
+
+    /// Bytes of replies held now.
+    pub fn held(&self) -> u64 {
+        self.budget.held()
+    }
+
+    /// `reservation` becomes `bytes`, the built reply's size (more than reserved: the
+    /// budget is overdrawn until it is written).
+    pub fn settle(&self, reservation: Held, bytes: u64) -> Held {
+        let user = reservation.user;
+        let budget = self.budget.charge(bytes);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        *held.entry(user).or_default() += bytes;
+        drop(held);
+        drop(reservation);
+        Held {
+            held: self.held.clone(),
+            user,
+            bytes,
+            _budget: budget,
+        }
+    }
+}
+
+impl Held {
+    /// The batch bytes the reply may carry.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = held.get_mut(&self.user).expect("a holder's user is held");
+        *mine -= self.bytes;
+        if *mine == 0 {
+            held.remove(&self.user);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_holds_at_most_its_share_and_a_settled_reply_holds_its_size() {
+        let shares = ReplyShares::new(100, 4, 20);
+        // A share of 25: one reservation of 20 fits, a second does not.
+        let first = shares.try_reserve(1, 20).expect("room");
+        assert!(shares.try_reserve(1, 20).is_none(), "20 + 20 > 25");
+        let other = shares.try_reserve(2, 20).expect("another user's share");
+        let built = shares.settle(first, 3);
+        assert_eq!(shares.held(), 23);
+        let second = shares.try_reserve(1, 20).expect("3 + 20 ≤ 25");
+        drop((built, second, other));
+        assert_eq!(shares.held(), 0);
+        assert!(shares.held.lock().unwrap().is_empty());
+        // The budget bounds every user together.
+        let held: Vec<_> = (10..15).filter_map(|u| shares.try_reserve(u, 20)).collect();
+        assert_eq!(held.len(), 5, "100 bytes: five reservations of 20");
+        assert!(shares.try_reserve(99, 20).is_none());
+    }
+}
