@@ -537,7 +537,8 @@ impl MetaOwner {
         );
     }
 
-    /// Op `op`'s directory work: its partitions' work on their shards, all at once; the
+    /// Op `op`'s directory work: its partitions' work on their shards, a few items at a time
+    /// ([`WORK_PER_SHARD`] per shard of the node, in all); the
     /// directories of deleted topics and streams after their partitions were closed.
     async fn do_work(
         &mut self,

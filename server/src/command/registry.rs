@@ -23,7 +23,8 @@ pub struct ClientEntry {
 }
 
 /// A connection not logged in may be closed to make room for a new one once it has been
-/// so for this long: an honest client logs in within milliseconds.
+/// so for this long: an honest client logs in within milliseconds (one whose login waits
+/// its turn past this may be closed; its login is then answered 1, busy).
 pub const MIN_ANONYMOUS_AGE_NANOS: u64 = 1_000_000_000;
 
 /// How many connections may be live: in all, from one IP address, and not logged in (a
@@ -259,9 +260,11 @@ impl Registry {
     }
 
     /// Moves a connection to a fresh id (a new login), with `change` applied.
-    pub fn renew(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) -> u32 {
+    /// `None` when the connection is no longer registered (it was closed to make room
+    /// while its login ran).
+    pub fn renew(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) -> Option<u32> {
         let mut inner = self.lock();
-        let mut entry = inner.take(id).expect("a live connection is registered");
+        let mut entry = inner.take(id)?;
         let evictor = inner.evictors.remove(&id);
         change(&mut entry);
         let renewed = inner.insert(entry);
@@ -269,7 +272,7 @@ impl Registry {
             inner.evictors.insert(renewed, evictor);
         }
         inner.check();
-        renewed
+        Some(renewed)
     }
 
     pub fn update(&self, id: u32, change: impl FnOnce(&mut ClientEntry)) {
@@ -378,7 +381,7 @@ mod tests {
             registry.add(entry(), Caps::only(2), Latch::default()),
             Err(Refused::Total)
         );
-        let renewed = registry.renew(a, |e| e.user_id = Some(3));
+        let renewed = registry.renew(a, |e| e.user_id = Some(3)).unwrap();
         assert_ne!(renewed, a);
         assert_eq!(registry.get(a), None);
         assert_eq!(registry.get(renewed).unwrap().user_id, Some(3));
@@ -417,10 +420,12 @@ mod tests {
             Err(Refused::Anonymous)
         );
         // A login takes its connection out of the anonymous share, and indexes its client.
-        let logged = registry.renew(a, |e| {
-            e.user_id = Some(7);
-            e.client = 99;
-        });
+        let logged = registry
+            .renew(a, |e| {
+                e.user_id = Some(7);
+                e.client = 99;
+            })
+            .unwrap();
         assert_eq!(registry.id_of(99), Some(logged));
         assert_eq!(registry.anonymous(), 2);
         registry
@@ -502,11 +507,11 @@ mod tests {
         let a = registry
             .add(entry(), Caps::only(8), Latch::default())
             .unwrap();
-        let a = registry.renew(a, |e| *e = logged(1));
+        let a = registry.renew(a, |e| *e = logged(1)).unwrap();
         let b = registry
             .add(entry(), Caps::only(8), Latch::default())
             .unwrap();
-        let b = registry.renew(b, |e| *e = logged(2));
+        let b = registry.renew(b, |e| *e = logged(2)).unwrap();
         assert_eq!(registry.join(a, (0, 0, 0), 2), Ok(true));
         assert_eq!(
             registry.join(a, (0, 0, 0), 2),
@@ -555,6 +560,8 @@ mod tests {
             .unwrap();
         assert!(older.get().is_some() && old.get().is_none());
         assert_eq!(registry.get(a), None);
+        // A login that ends after its connection was closed finds nothing to renew.
+        assert_eq!(registry.renew(a, |e| e.user_id = Some(1)), None);
         assert_eq!(registry.anonymous(), 2);
         // Logged in, a connection is never evicted.
         let b = registry.list()[0].0;

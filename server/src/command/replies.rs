@@ -108,11 +108,12 @@ impl ReplyShares {
         self.budget.held()
     }
 
-    /// `reservation` becomes `bytes`, the built reply's size (more than reserved: the
-    /// budget is overdrawn until it is written).
+    /// `reservation` becomes `bytes`, the built reply's size. The budget keeps at most the
+    /// reservation (a first batch larger than it goes whole: the excess counts in the
+    /// user's share alone, so it stalls that user's polls, never another's).
     pub fn settle(&self, reservation: Held, bytes: u64) -> Held {
         let user = reservation.user;
-        let budget = self.budget.charge(bytes);
+        let budget = self.budget.charge(bytes.min(reservation.bytes));
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         *held.entry(user).or_default() += bytes;
         drop(held);

@@ -156,11 +156,12 @@ async fn poll(
     Path((stream_id, topic_id)): Path<(String, String)>,
     Query(q): Query<iggy_common::PollMessages>,
 ) -> Result<Response, ApiError> {
-    // The reply is reserved before it is built, within the user's share (review S5).
+    // The reply is reserved before it is built, within the user's share (review S5); tried
+    // once, not waited for: the request holds one of the server's request slots.
     let reserved = api
         .cx
         .replies
-        .reserve(&api.cx.env, a.session.user_id, admit::ADMISSION_TIMEOUT)
+        .reserve(&api.cx.env, a.session.user_id, std::time::Duration::ZERO)
         .await
         .ok_or_else(|| {
             ApiError::client(codes::ERROR, "no room for the poll's reply; retry later")

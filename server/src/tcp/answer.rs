@@ -300,11 +300,19 @@ async fn register(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         server_protocol_version: iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
         server_version: WireName::new(SERVER_VERSION).expect("a valid name"),
     };
-    conn.id = cx.registry.renew(conn.id, |entry| {
+    let renewed = cx.registry.renew(conn.id, |entry| {
         entry.user_id = Some(session.user_id);
         entry.client = session.client;
         entry.groups.clear();
     });
+    let Some(renewed) = renewed else {
+        // Closed to make room while the login ran (it waited its turn too long): the
+        // session ends here, and the connection with it.
+        let _ = session.node.disconnect().await;
+        conn.evicted.set(());
+        return reply(conn, echo, Err(Status::of(codes::ERROR)));
+    };
+    conn.id = renewed;
     tracing::debug!(
         user = session.user_id,
         client_id = conn.id,
