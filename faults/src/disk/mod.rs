@@ -451,6 +451,23 @@ impl SimDisk {
         );
     }
 
+    /// Deletes `path` durably (something outside the node removed the file), recorded as
+    /// [`FaultKind::Overwritten`] damage and as a lost name (boot may refuse over it).
+    pub fn remove_by_operator(&self, path: &Path) {
+        use cairn_engine::env::Disk;
+        self.remove_file(path).expect("the file exists");
+        self.sync_dir(path.parent().expect("a parent"))
+            .expect("the directory syncs");
+        let mut s = self.lock();
+        let record = s.record(
+            FaultKind::Overwritten,
+            Some(path),
+            None,
+            "removed by an operator".into(),
+        );
+        s.lost_synced_names.push((path.to_path_buf(), record));
+    }
+
     /// Replaces bytes of `path` at `position`, in every layer (something outside the node
     /// rewrote the file), recorded as [`FaultKind::Overwritten`] damage.
     pub fn overwrite(&self, path: &Path, position: u64, bytes: &[u8]) {

@@ -748,3 +748,19 @@ pub(super) fn refusals_before_a_journal_write_without_room_keep_their_answers(
     s.perform(AdminOp::CreateStream("v".into()))?;
     Ok(s.decisions())
 }
+
+/// Both superblock records are gone but the journal holds committed ops (a stream, and no
+/// topic, so no partition directory either): the records were lost, it is not a first boot,
+/// and boot must refuse rather than start empty over the journal. Found by a mutant
+/// (`journal_is_empty` → `Ok(true)`) under which such a boot started afresh.
+pub(super) fn a_journal_without_its_records_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0031);
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.restart_after(false, |w| {
+        for slot in cairn_engine::metadata::record::SLOT_NAMES {
+            w.disk.remove_by_operator(&metadata(slot));
+        }
+    })?;
+    Ok(s.decisions())
+}

@@ -533,6 +533,16 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: serving::a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets,
     },
     NodeDirected {
+        name: "a_journal_without_its_records_refuses_boot",
+        expect: &["BootRefused", "meta:NoSuperblock"],
+        run: journal::a_journal_without_its_records_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_freed_group_id_above_zero_is_reused_only_by_the_next",
+        expect: &["DirWorkRedone"],
+        run: serving::a_freed_group_id_above_zero_is_reused_only_by_the_next,
+    },
+    NodeDirected {
         name: "a_poll_racing_its_groups_deletion_leaves_no_offset",
         expect: &["AutoCommitRacedGroupDeletion", "QuiescentCompared"],
         run: serving::a_poll_racing_its_groups_deletion_leaves_no_offset,

@@ -369,24 +369,41 @@ pub(super) fn a_lone_member_reads_its_partitions_in_turn() -> Checked<Vec<&'stat
 /// old offsets for the new group's and keep them.)
 pub(super) fn a_group_id_freed_in_a_batch_is_reused_only_by_the_next() -> Checked<Vec<&'static str>>
 {
-    let mut s = Scenario::new(0x4e0d_0024);
+    freed_group_id_reused_only_by_the_next(0x4e0d_0024, 0)
+}
+
+/// The same with group id 1 (group 0 stays): the id the creation would take is the lowest
+/// free one, not 0. Found by a mutant (`lowest_free_group` → 0) that saw no reuse then.
+pub(super) fn a_freed_group_id_above_zero_is_reused_only_by_the_next() -> Checked<Vec<&'static str>>
+{
+    freed_group_id_reused_only_by_the_next(0x4e0d_0032, 1)
+}
+
+/// Groups `0..=g` exist; group `g`'s deletion and a creation that reuses its id arrive
+/// together; the deletion's work crashes; after the boot group `g` reads no offset.
+fn freed_group_id_reused_only_by_the_next(seed: u64, g: u32) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(seed);
     // Room in the metadata inbox for both ops at once.
     lock(&s.world).profile.meta_inbox = 4;
     s.with_persisted_topic(1)?;
     s.produce_n(4)?;
-    s.perform(AdminOp::CreateGroup(0, 0, "g".into()))?;
-    join_and_commit(&mut s, 0, 0)?;
+    for id in 0..=g {
+        s.perform(AdminOp::CreateGroup(0, 0, format!("g{id}")))?;
+    }
+    join_and_commit(&mut s, g, 0)?;
     lock(&s.world)
         .disk
-        .script(cairn_faults::Scripted::CrashOn("offsets/groups/0".into()));
+        .script(cairn_faults::Scripted::CrashOn(format!(
+            "offsets/groups/{g}"
+        )));
     let world = s.world.clone();
     let node = lock(&world).node.clone().expect("up");
     let (deleter, creator) = (node.client(100), node.client(101));
     let (wd, wc) = (world.clone(), world.clone());
     crate::node_world::block(&mut s.executor, async move {
         both(
-            async move { run_meta(&wd, &deleter, 100, AdminOp::DeleteGroup(0, 0, 0)).await },
-            async move { run_meta(&wc, &creator, 101, AdminOp::CreateGroup(0, 0, "g2".into())).await },
+            async move { run_meta(&wd, &deleter, 100, AdminOp::DeleteGroup(0, 0, g)).await },
+            async move { run_meta(&wc, &creator, 101, AdminOp::CreateGroup(0, 0, "new".into())).await },
         )
         .await
     });
@@ -395,23 +412,28 @@ pub(super) fn a_group_id_freed_in_a_batch_is_reused_only_by_the_next() -> Checke
         "the deletion's work crashed"
     );
     s.restart(false)?;
-    let read = group_zero_offset(&mut s);
+    let read = stored_group_offset(&mut s, g);
     match read {
         Ok(None) | Err(cairn_engine::node::NodeError::GroupNotFound { .. }) => Ok(s.decisions()),
         other => Err(crate::report::violation(
             crate::report::INV_OFFSETS,
-            format!("a group of a deleted group's id reads offset {other:?}"),
+            format!("a group of deleted group {g}'s id reads offset {other:?}"),
         )),
     }
 }
 
 /// Group 0's stored offset in partition 0 of topic 0 of stream 0, read by an admin.
 fn group_zero_offset(s: &mut Scenario) -> cairn_engine::node::NodeResult<Option<u64>> {
+    stored_group_offset(s, 0)
+}
+
+/// Group `g`'s stored offset in partition 0 of topic 0 of stream 0, read by an admin.
+fn stored_group_offset(s: &mut Scenario, g: u32) -> cairn_engine::node::NodeResult<Option<u64>> {
     let client = lock(&s.world).node.clone().expect("up").client(100);
     crate::node_world::block(&mut s.executor, async move {
         let group = iggy_binary_protocol::WireConsumer {
             kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
-            id: iggy_binary_protocol::WireIdentifier::numeric(0),
+            id: iggy_binary_protocol::WireIdentifier::numeric(g),
         };
         let id = iggy_binary_protocol::WireIdentifier::numeric(0);
         client.get_offset(&group, &id, &id, Some(0)).await
