@@ -9,7 +9,8 @@
 //! - logged-in readers who ask for 1 MiB-message polls and never read a reply;
 //! - HTTP logins whose body trickles a byte at a time;
 //!
-//! and the other half log in and ping every 5 s. Each hostile connection comes from its own
+//! and the other half arrive over 10 s, log in and ping every 5 s (a failure of one counts
+//! as a failure of the run). Each hostile connection comes from its own
 //! loopback address (127.1.x.y, 8 per address), as a crowd of hosts would. The server's
 //! resident memory is sampled every 50 ms. The last line is
 //! `hostile connections=… p99_ms_alone=… p99_ms_hostile=… ratio=… rss_max_mib=…
@@ -240,6 +241,10 @@ struct Crowd {
     /// A poll of topic `big` (1 MiB messages) of stream `hostile`.
     poll: Vec<u8>,
     stop: Arc<AtomicBool>,
+    /// Well-behaved connections (the half that logs in and pings) that failed.
+    idle_failures: Arc<AtomicU64>,
+    /// Why they failed, counted (the first words of each error).
+    idle_errors: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 async fn run(env: Env, args: HostileArgs) -> Result<bool, String> {
@@ -269,11 +274,16 @@ async fn run(env: Env, args: HostileArgs) -> Result<bool, String> {
     crowd.stop.store(true, Ordering::Relaxed);
     drop(tasks);
     let rss_max = watch.stop();
+    let idle_failures = crowd.idle_failures.load(Ordering::Relaxed);
+    if idle_failures > 0 {
+        let errors = crowd.idle_errors.lock().unwrap_or_else(|p| p.into_inner());
+        eprintln!("hostile: {idle_failures} well-behaved idle connections failed: {errors:?}");
+    }
     let (beside, failures) = match beside {
-        Ok((phases, _)) => (p99(&phases), 0),
+        Ok((phases, _)) => (p99(&phases), idle_failures),
         Err(e) => {
             eprintln!("hostile: a well-behaved request failed: {e}");
-            (f64::NAN, 1)
+            (f64::NAN, 1 + idle_failures)
         }
     };
     let ratio = beside / alone.max(1e-3);
@@ -399,6 +409,8 @@ async fn setup(env: &Env, served: &Served, config: &ClientConfig) -> Result<Crow
         reader,
         poll,
         stop: Arc::new(AtomicBool::new(false)),
+        idle_failures: Arc::new(AtomicU64::new(0)),
+        idle_errors: Arc::default(),
     })
 }
 
@@ -420,7 +432,15 @@ fn start_crowd(
             let crowd = crowd.clone();
             let kind = if i < connections / 2 { i % 5 } else { 5 };
             let env2 = env.clone();
+            // The well-behaved half arrives over 10 s, as clients of many hosts would.
+            let arrival = match kind {
+                5 => Duration::from_millis(
+                    u64::from(i - connections / 2) * 10_000 / u64::from(connections / 2).max(1),
+                ),
+                _ => Duration::ZERO,
+            };
             env.tasks.spawn(Box::pin(async move {
+                env2.clock.sleep(arrival).await;
                 while !crowd.stop.load(Ordering::Relaxed) {
                     // Each misbehaviour runs until the server ends it (or the run does).
                     let _ = match kind {
@@ -429,7 +449,16 @@ fn start_crowd(
                         2 => unpermitted_big_send(&crowd, source).await,
                         3 => unread_polls(&crowd, source).await,
                         4 => trickled_http_login(&crowd, source).await,
-                        _ => idle(&crowd, source).await,
+                        _ => {
+                            let ended = idle(&crowd, source).await;
+                            if let (Err(e), false) = (&ended, crowd.stop.load(Ordering::Relaxed)) {
+                                crowd.idle_failures.fetch_add(1, Ordering::Relaxed);
+                                let mut errors =
+                                    crowd.idle_errors.lock().unwrap_or_else(|p| p.into_inner());
+                                *errors.entry(e.to_string()).or_default() += 1;
+                            }
+                            ended
+                        }
                     };
                     env2.clock.sleep(Duration::from_millis(500)).await;
                 }

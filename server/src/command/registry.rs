@@ -96,8 +96,11 @@ struct RegistryInner {
     by_client: BTreeMap<u128, BTreeSet<u32>>,
     /// Group memberships held through each user's connections (no entry at zero).
     memberships: BTreeMap<u32, usize>,
-    /// The connections not logged in, oldest first: (since, id).
+    /// The connections not logged in and not answering a request (a login waiting its turn
+    /// or being checked), oldest first: (since, id). Only these may be evicted.
     by_age: BTreeSet<(u64, u32)>,
+    /// Connections answering a request now (left out of `by_age`).
+    answering: BTreeSet<u32>,
     /// What closes each connection the registry evicts (set when it registered).
     evictors: BTreeMap<u32, Latch<()>>,
 }
@@ -116,10 +119,12 @@ impl RegistryInner {
         if anonymous {
             step(&mut counts.1);
             step(&mut self.anonymous);
-            match add {
-                true => self.by_age.insert((entry.since, id)),
-                false => self.by_age.remove(&(entry.since, id)),
-            };
+            if !self.answering.contains(&id) {
+                match add {
+                    true => self.by_age.insert((entry.since, id)),
+                    false => self.by_age.remove(&(entry.since, id)),
+                };
+            }
         }
         if counts.0 == 0 {
             self.per_address.remove(&address);
@@ -205,9 +210,14 @@ impl RegistryInner {
             "every connection not logged in is counted under its address once"
         );
         debug_assert_eq!(
-            self.by_age.len(),
+            self.by_age.len()
+                + self
+                    .answering
+                    .iter()
+                    .filter(|id| self.clients.get(id).is_some_and(|e| e.user_id.is_none()))
+                    .count(),
             self.anonymous,
-            "every anonymous one by age"
+            "every anonymous one by age, or answering"
         );
         debug_assert_eq!(
             self.memberships.values().sum::<usize>(),
@@ -266,10 +276,18 @@ impl Registry {
         let mut inner = self.lock();
         let mut entry = inner.take(id)?;
         let evictor = inner.evictors.remove(&id);
+        let answering = inner.answering.remove(&id);
         change(&mut entry);
+        let (since, anonymous) = (entry.since, entry.user_id.is_none());
         let renewed = inner.insert(entry);
         if let Some(evictor) = evictor {
             inner.evictors.insert(renewed, evictor);
+        }
+        if answering {
+            inner.answering.insert(renewed);
+            if anonymous {
+                inner.by_age.remove(&(since, renewed));
+            }
         }
         inner.check();
         Some(renewed)
@@ -288,7 +306,32 @@ impl Registry {
     pub fn remove(&self, id: u32) {
         let mut inner = self.lock();
         inner.take(id);
+        inner.answering.remove(&id);
         inner.evictors.remove(&id);
+        inner.check();
+    }
+
+    /// Marks connection `id` as answering a request (`true`: it may not be evicted until
+    /// marked `false`), as a login waits its turn or is checked.
+    pub fn answering(&self, id: u32, answering: bool) {
+        let mut inner = self.lock();
+        let Some(entry) = inner.clients.get(&id).cloned() else {
+            return;
+        };
+        let key = (entry.since, id);
+        let anonymous = entry.user_id.is_none();
+        match answering {
+            true => {
+                if inner.answering.insert(id) && anonymous {
+                    inner.by_age.remove(&key);
+                }
+            }
+            false => {
+                if inner.answering.remove(&id) && anonymous {
+                    inner.by_age.insert(key);
+                }
+            }
+        }
         inner.check();
     }
 
@@ -579,5 +622,30 @@ mod tests {
         registry
             .add(at("10.0.0.5", 2 * later), caps, Latch::default())
             .expect("once it has waited a second, it goes");
+    }
+
+    #[test]
+    fn a_connection_answering_a_request_is_never_evicted() {
+        let registry = Registry::default();
+        let caps = Caps {
+            total: 8,
+            per_address: 8,
+            anonymous: 1,
+            anonymous_per_address: 8,
+        };
+        let at = |since: u64| ClientEntry { since, ..entry() };
+        let a = registry.add(at(0), caps, Latch::default()).unwrap();
+        registry.answering(a, true);
+        let later = 10 * MIN_ANONYMOUS_AGE_NANOS;
+        assert_eq!(
+            registry.add(at(later), caps, Latch::default()),
+            Err(Refused::Anonymous),
+            "its login is being answered: it stays"
+        );
+        // Logged in while answering, it leaves the anonymous share under its new id.
+        let a = registry.renew(a, |e| e.user_id = Some(1)).unwrap();
+        registry.answering(a, false);
+        registry.add(at(later), caps, Latch::default()).unwrap();
+        assert!(registry.lock().answering.is_empty());
     }
 }

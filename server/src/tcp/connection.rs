@@ -300,7 +300,10 @@ async fn read_and_answer(
         Some(read) => read?,
         None => return Err(on_timeout),
     };
+    // Answering, it is not an idle socket: never closed to make room meanwhile.
+    conn.listener.cx.registry.answering(conn.id, true);
     let answer = answer::answer(conn, header, body).await;
+    conn.listener.cx.registry.answering(conn.id, false);
     drop(charge);
     Ok(answer)
 }
