@@ -113,7 +113,9 @@ pub(super) async fn begin<'c>(
     let started = cx.env.clock.monotonic_nanos();
     loop {
         let now = cx.env.clock.monotonic_nanos();
-        match cx.logins.begin(peer, account, now / 1000) {
+        // An IPv6 /64 is one address, as the connection caps count it.
+        let address = super::registry::address_of(peer);
+        match cx.logins.begin(address, account, now / 1000) {
             Err(Refusal::Busy) if now.saturating_sub(started) < LOGIN_WAIT.as_nanos() as u64 => {
                 cx.env.clock.sleep(LOGIN_RETRY).await;
             }

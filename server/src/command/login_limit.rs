@@ -12,8 +12,8 @@
 //! others behind it. Token logins, which name no account, share one count per address.
 //!
 //! Verifications in flight are bounded per address and overall, ahead of the hashing pool:
-//! a flood of logins is refused at once ([`Refusal::Busy`]) instead of queueing every
-//! other address's login behind it.
+//! past them an attempt is refused ([`Refusal::Busy`]) instead of queueing on the pool;
+//! the command layer's `login::begin` then waits its turn (bounded) before answering busy.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -23,8 +23,8 @@ pub struct ClientEntry {
 }
 
 /// A connection not logged in may be closed to make room for a new one once it has been
-/// so for this long: an honest client logs in within milliseconds (one whose login waits
-/// its turn past this may be closed; its login is then answered 1, busy).
+/// so for this long, while it answers no request: an honest client logs in within
+/// milliseconds (a login being answered, or waiting its turn, is never closed).
 pub const MIN_ANONYMOUS_AGE_NANOS: u64 = 1_000_000_000;
 
 /// How many connections may be live: in all, from one IP address, and not logged in (a

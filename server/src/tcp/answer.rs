@@ -306,7 +306,7 @@ async fn register(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         entry.groups.clear();
     });
     let Some(renewed) = renewed else {
-        // Closed to make room while the login ran (it waited its turn too long): the
+        // The connection is gone from the registry (removed while the login ran): the
         // session ends here, and the connection with it.
         let _ = session.node.disconnect().await;
         conn.evicted.set(());

@@ -300,10 +300,16 @@ async fn read_and_answer(
         Some(read) => read?,
         None => return Err(on_timeout),
     };
-    // Answering, it is not an idle socket: never closed to make room meanwhile.
-    conn.listener.cx.registry.answering(conn.id, true);
+    // Answering, a connection not logged in is not an idle socket: never closed to make
+    // room meanwhile (one logged in never is).
+    let anonymous = conn.login.is_none();
+    if anonymous {
+        conn.listener.cx.registry.answering(conn.id, true);
+    }
     let answer = answer::answer(conn, header, body).await;
-    conn.listener.cx.registry.answering(conn.id, false);
+    if anonymous {
+        conn.listener.cx.registry.answering(conn.id, false);
+    }
     drop(charge);
     Ok(answer)
 }

@@ -52,8 +52,9 @@ pub struct ServerLimits {
     /// The most batch bytes one poll reply carries (`tcp.max_reply_bytes`): what a poll
     /// reserves of the reply budget before it is built.
     pub max_reply_bytes: u64,
-    /// Bytes of request bodies being read and replies not yet sent, over every connection
-    /// (the server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget), HTTP's included).
+    /// Bytes of request bodies being read over every connection, HTTP's included (the
+    /// server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget)); poll replies have a
+    /// budget of the same size (`command::replies`).
     pub buffered_bytes: u64,
     /// A connection must log in within this long of connecting.
     pub handshake_timeout: Duration,

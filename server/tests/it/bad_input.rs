@@ -173,6 +173,13 @@ impl Raw {
         self.exchange(&frame, body)
     }
 
+    /// A replicated request of this session (its request number advanced).
+    fn replicated(&mut self, operation: Operation, body: &[u8]) -> Back {
+        self.request += 1;
+        let frame = header(self.client, operation, 0, self.request, self.session, body);
+        self.exchange(&frame, body)
+    }
+
     fn ping_ok(&mut self) {
         assert!(
             matches!(self.read(1, &[]), Back::Reply { status: 0, .. }),
@@ -553,34 +560,9 @@ fn a_connection_that_logs_out_may_log_in_again_on_the_same_socket() {
 
 /// The server's buffered bytes, as `/metrics` (scraped as root) says.
 fn buffered_bytes(cairn: &Cairn) -> u64 {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::new();
-        let identity: serde_json::Value = http
-            .post(format!("{}/users/login", cairn.http_url()))
-            .json(&serde_json::json!({"username": "iggy", "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let token = identity["access_token"]["token"].as_str().unwrap();
-        let text = http
-            .get(format!("{}/metrics", cairn.http_url()))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("cairn_buffered_bytes "))
-            .unwrap_or_else(|| panic!("no cairn_buffered_bytes in:\n{text}"))
-            .trim()
-            .parse()
-            .unwrap()
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let token = common::http_token(cairn, "iggy", PASSWORD).await;
+        common::metric(cairn, &token, "cairn_buffered_bytes").await
     })
 }
 
@@ -602,16 +584,7 @@ fn a_frame_its_session_may_not_send_is_never_buffered() {
     }
     .to_bytes()
     .to_vec();
-    root.request += 1;
-    let frame = header(
-        root.client,
-        Operation::CreateUser,
-        0,
-        root.request,
-        root.session,
-        &user,
-    );
-    assert_eq!(status_of(root.exchange(&frame, &user)), 0);
+    assert_eq!(status_of(root.replicated(Operation::CreateUser, &user)), 0);
     user.clear();
     let mut eve = Raw::connect(&cairn);
     eve.client = 0xe7e;

@@ -5,11 +5,27 @@
 
 use crate::common;
 
-use common::{id, messages, sdk_client as client, topic_options, Cairn, PASSWORD};
+use common::{
+    every_right_on, http_token, id, messages, sdk_client as client, topic_options, Cairn, PASSWORD,
+};
 use iggy::prelude::*;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Root's client, after it made stream `s` with topic `t` (one partition) and user `eve`
+/// with no permission.
+async fn topic_and_eve(cairn: &Cairn) -> IggyClient {
+    let root = client(cairn, "iggy", PASSWORD).await.unwrap();
+    root.create_stream("s").await.unwrap();
+    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
+        .await
+        .unwrap();
+    root.create_user("eve", "eve-password", UserStatus::Active, None)
+        .await
+        .unwrap();
+    root
+}
 
 /// Writes a request's head (and `body_start` of its body) and leaves it unfinished.
 async fn unfinished(address: std::net::SocketAddr, head: &str, body_start: &str) -> TcpStream {
@@ -84,32 +100,7 @@ async fn stalled_bodies_hold_no_request_slot() {
 async fn a_send_body_is_read_only_for_a_session_that_may_send() {
     let dir = tempfile::tempdir().unwrap();
     let cairn = Cairn::start(dir.path());
-    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
-    root.create_stream("s").await.unwrap();
-    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
-        .await
-        .unwrap();
-    root.create_user("eve", "eve-password", UserStatus::Active, None)
-        .await
-        .unwrap();
-    let token = |user: &'static str, password: &'static str| {
-        let url = format!("{}/users/login", cairn.http_url());
-        async move {
-            let identity: serde_json::Value = reqwest::Client::new()
-                .post(url)
-                .json(&serde_json::json!({"username": user, "password": password}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            identity["access_token"]["token"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
+    let _root = topic_and_eve(&cairn).await;
     let address = cairn.http.expect("the HTTP API is on");
     let send_head = |token: &str| {
         format!(
@@ -118,12 +109,12 @@ async fn a_send_body_is_read_only_for_a_session_that_may_send() {
              content-length: 33554432\r\n\r\n"
         )
     };
-    let eve = token("eve", "eve-password").await;
+    let eve = http_token(&cairn, "eve", "eve-password").await;
     let mut refused = unfinished(address, &send_head(&eve), "{\"partitioning\"").await;
     let answered = status_line(&mut refused, Duration::from_secs(5)).await;
     assert_eq!(answered.as_deref(), Some("HTTP/1.1 403 Forbidden"));
     // Root may send: the server waits for the body it announced.
-    let root_token = token("iggy", PASSWORD).await;
+    let root_token = http_token(&cairn, "iggy", PASSWORD).await;
     let mut reading = unfinished(address, &send_head(&root_token), "{\"partitioning\"").await;
     let answered = status_line(&mut reading, Duration::from_secs(1)).await;
     assert_eq!(answered, None, "a body the sender may send is waited for");
@@ -180,19 +171,13 @@ async fn an_address_gets_only_its_share_of_the_connections() {
 }
 
 /// A send frame larger than a command's (1 MiB) from a user with no right to send is
-/// dropped unread and refused as unauthorized; the connection keeps serving.
+/// dropped unread and refused as unauthorized, through Iggy's SDK; the connection keeps
+/// serving. (That it is never buffered is `bad_input::a_frame_its_session_may_not_send_is_never_buffered`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_larger_than_its_session_may_send_is_refused_and_the_connection_serves_on() {
     let dir = tempfile::tempdir().unwrap();
     let cairn = Cairn::start(dir.path());
-    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
-    root.create_stream("s").await.unwrap();
-    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
-        .await
-        .unwrap();
-    root.create_user("eve", "eve-password", UserStatus::Active, None)
-        .await
-        .unwrap();
+    let root = topic_and_eve(&cairn).await;
     let eve = client(&cairn, "eve", "eve-password").await.unwrap();
     let mut big = messages(&"x".repeat(64 * 1024), 32);
     let refused = eve
@@ -293,19 +278,7 @@ async fn a_user_holds_only_its_share_of_group_memberships() {
             .await
             .unwrap();
     }
-    let every = StreamPermissions {
-        manage_stream: true,
-        read_stream: true,
-        manage_topics: true,
-        read_topics: true,
-        poll_messages: true,
-        send_messages: true,
-        topics: None,
-    };
-    let permissions = Permissions {
-        global: GlobalPermissions::default(),
-        streams: Some([(stream.id as usize, every)].into_iter().collect()),
-    };
+    let permissions = every_right_on(stream.id);
     root.create_user("eve", "eve-password", UserStatus::Active, Some(permissions))
         .await
         .unwrap();

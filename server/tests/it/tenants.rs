@@ -6,26 +6,10 @@
 use crate::common;
 
 use common::{
-    anonymous, id, messages, payloads, sdk_client as client, topic_options, Cairn, PASSWORD,
+    anonymous, every_right_on, http_token, id, messages, metric, payloads, sdk_client as client,
+    topic_options, Cairn, PASSWORD,
 };
 use iggy::prelude::*;
-
-/// Every per-stream right on stream `stream`, nothing else.
-fn grants_on(stream: u32) -> Permissions {
-    let every = StreamPermissions {
-        manage_stream: true,
-        read_stream: true,
-        manage_topics: true,
-        read_topics: true,
-        poll_messages: true,
-        send_messages: true,
-        topics: None,
-    };
-    Permissions {
-        global: GlobalPermissions::default(),
-        streams: Some([(stream as usize, every)].into_iter().collect()),
-    }
-}
 
 /// Review S1: bob, granted every right on his stream, reaches nothing of the stream that
 /// reuses its id after his is deleted: not by name, not by id, not with the session he
@@ -40,7 +24,7 @@ async fn a_grant_never_reaches_the_next_stream_with_its_id() {
         "bob",
         "bob-password",
         UserStatus::Active,
-        Some(grants_on(created.id)),
+        Some(every_right_on(created.id)),
     )
     .await
     .unwrap();
@@ -140,8 +124,8 @@ async fn a_burst_of_logins_is_bounded_and_locks_out_only_the_account_it_guessed(
     let cairn = Cairn::start(dir.path());
     let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
     plain_user(&root, "alice").await;
-    let token = http_token(&cairn).await;
-    let checks_before = login_checks(&cairn, &token).await;
+    let token = http_token(&cairn, "iggy", PASSWORD).await;
+    let checks_before = metric(&cairn, &token, "cairn_login_checks_total").await;
     let mut burst = Vec::new();
     for _ in 0..16 {
         burst.push(anonymous(&cairn).await);
@@ -155,7 +139,7 @@ async fn a_burst_of_logins_is_bounded_and_locks_out_only_the_account_it_guessed(
     )
     .await;
     assert!(answers.iter().all(Result::is_err), "{answers:?}");
-    let checked = login_checks(&cairn, &token).await - checks_before;
+    let checked = metric(&cairn, &token, "cairn_login_checks_total").await - checks_before;
     assert_eq!(
         checked, 5,
         "of a burst of 16 guesses, only the limit's 5 are checked: {answers:?}"
@@ -325,40 +309,4 @@ async fn a_refused_username_is_logged_escaped() {
         seen.iter().any(|l| l.contains("nobody\\nFORGED-LINE")),
         "{seen:#?}"
     );
-}
-
-/// A bearer token of root's.
-async fn http_token(cairn: &Cairn) -> String {
-    let identity: serde_json::Value = reqwest::Client::new()
-        .post(format!("{}/users/login", cairn.http_url()))
-        .json(&serde_json::json!({"username": "iggy", "password": PASSWORD}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    identity["access_token"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-/// Credential checks the server ran (`cairn_login_checks` in `/metrics`).
-async fn login_checks(cairn: &Cairn, token: &str) -> u64 {
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", cairn.http_url()))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cairn_login_checks_total "))
-        .unwrap_or_else(|| panic!("no cairn_login_checks_total in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
 }

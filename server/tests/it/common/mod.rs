@@ -210,6 +210,60 @@ pub async fn sdk_client(
     Ok(client)
 }
 
+/// A bearer token of `user`'s, from an HTTP login.
+pub async fn http_token(cairn: &Cairn, user: &str, password: &str) -> String {
+    let identity: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/users/login", cairn.http_url()))
+        .json(&serde_json::json!({"username": user, "password": password}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    identity["access_token"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{user} logs in over HTTP: {identity}"))
+        .to_owned()
+}
+
+/// The value of `/metrics`' sample `name` (a counter's name ends in `_total`), scraped with
+/// `token`.
+pub async fn metric(cairn: &Cairn, token: &str, name: &str) -> u64 {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", cairn.http_url()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Every per-stream right on stream `stream`, nothing else.
+pub fn every_right_on(stream: u32) -> iggy::prelude::Permissions {
+    let every = iggy::prelude::StreamPermissions {
+        manage_stream: true,
+        read_stream: true,
+        manage_topics: true,
+        read_topics: true,
+        poll_messages: true,
+        send_messages: true,
+        topics: None,
+    };
+    iggy::prelude::Permissions {
+        global: iggy::prelude::GlobalPermissions::default(),
+        streams: Some([(stream as usize, every)].into_iter().collect()),
+    }
+}
+
 /// An SDK client connected to `cairn` that has not logged in.
 pub async fn anonymous(cairn: &Cairn) -> iggy::prelude::IggyClient {
     use iggy::prelude::Client;

@@ -241,14 +241,8 @@ pub(super) fn a_group_deletion_cut_short_has_its_offsets_removed_at_boot(
     );
     s.restart(false)?;
     s.perform(AdminOp::CreateGroup(0, 0, "g2".into()))?;
-    let read = group_zero_offset(&mut s);
-    match read {
-        Ok(None) => Ok(s.decisions()),
-        other => Err(crate::report::violation(
-            crate::report::INV_OFFSETS,
-            format!("a group created after a deleted one of its id reads offset {other:?}"),
-        )),
-    }
+    group_zero_reads_no_offset(&mut s)?;
+    Ok(s.decisions())
 }
 
 /// A member polls with auto-commit, over and over, while its group is deleted, in several
@@ -266,30 +260,25 @@ pub(super) fn a_poll_racing_its_groups_deletion_leaves_no_offset() -> Checked<Ve
     s.produce_n(64)?;
     for round in 0..RACE_ROUNDS {
         s.perform(AdminOp::CreateGroup(0, 0, format!("g{round}")))?;
-        match group_zero_offset(&mut s) {
-            Ok(None) => {}
-            other => {
-                return Err(crate::report::violation(
-                    crate::report::INV_OFFSETS,
-                    format!("round {round}: a group created under a deleted group's id reads offset {other:?}"),
-                ))
-            }
-        }
+        group_zero_reads_no_offset(&mut s)?;
         join_and_commit(&mut s, 0, 0)?;
         poll_while_deleted(&mut s)?;
     }
     s.perform(AdminOp::CreateGroup(0, 0, "last".into()))?;
-    match group_zero_offset(&mut s) {
-        Ok(None) => {}
-        other => {
-            return Err(crate::report::violation(
-                crate::report::INV_OFFSETS,
-                format!("a group created under a deleted group's id reads offset {other:?}"),
-            ))
-        }
-    }
+    group_zero_reads_no_offset(&mut s)?;
     s.restart(false)?;
     Ok(s.decisions())
+}
+
+/// Group 0, just created under a deleted group's id, has no stored offset.
+fn group_zero_reads_no_offset(s: &mut Scenario) -> Checked<()> {
+    match group_zero_offset(s) {
+        Ok(None) => Ok(()),
+        other => Err(crate::report::violation(
+            crate::report::INV_OFFSETS,
+            format!("a group created under a deleted group's id reads offset {other:?}"),
+        )),
+    }
 }
 
 /// Rounds of [`a_poll_racing_its_groups_deletion_leaves_no_offset`].
