@@ -436,6 +436,120 @@ impl Drop for Permit {
     }
 }
 
+// Turns: a first-come first-served semaphore ---------------------------------------------
+
+struct TurnsState {
+    available: usize,
+    /// The next ticket handed out.
+    next: u64,
+    /// Tickets of whoever waits, in arrival order, each with its waker once it has one.
+    waiting: std::collections::BTreeMap<u64, Option<Waker>>,
+}
+
+impl TurnsState {
+    /// Wakes the first waiter, if a permit is free for it (it wakes the next when served).
+    fn wake_first(&mut self) {
+        if self.available == 0 {
+            return;
+        }
+        if let Some(waker) = self.waiting.values_mut().next().and_then(Option::take) {
+            waker.wake();
+        }
+    }
+}
+
+/// A counting semaphore that serves its waiters in arrival order: a permit freed goes to
+/// whoever has waited longest, never to a newcomer polling at the right moment, so a
+/// crowd of waiters cannot starve one of them (login checks: an honest login queues
+/// behind the guesses ahead of it, not behind every guess that arrives after it).
+#[derive(Clone)]
+pub struct Turns {
+    state: Arc<Mutex<TurnsState>>,
+}
+
+/// One turn; the next waiter's when dropped.
+pub struct Turn {
+    state: Arc<Mutex<TurnsState>>,
+}
+
+impl Turns {
+    pub fn new(permits: usize) -> Turns {
+        assert!(permits > 0, "turns with no permits never serve anyone");
+        Turns {
+            state: Arc::new(Mutex::new(TurnsState {
+                available: permits,
+                next: 0,
+                waiting: std::collections::BTreeMap::new(),
+            })),
+        }
+    }
+
+    /// A turn, after everyone who asked before (who are still waiting).
+    pub fn take(&self) -> TakeTurn<'_> {
+        TakeTurn {
+            turns: self,
+            ticket: None,
+        }
+    }
+
+    /// Waiters in line now.
+    pub fn waiting(&self) -> usize {
+        lock(&self.state).waiting.len()
+    }
+}
+
+pub struct TakeTurn<'a> {
+    turns: &'a Turns,
+    /// Its place in the line, from its first poll until it is served.
+    ticket: Option<u64>,
+}
+
+impl Future for TakeTurn<'_> {
+    type Output = Turn;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Turn> {
+        let this = self.get_mut();
+        let mut state = lock(&this.turns.state);
+        let ticket = *this.ticket.get_or_insert_with(|| {
+            let ticket = state.next;
+            state.next += 1;
+            state.waiting.insert(ticket, None);
+            ticket
+        });
+        let first = state.waiting.keys().next() == Some(&ticket);
+        if first && state.available > 0 {
+            state.waiting.remove(&ticket);
+            state.available -= 1;
+            this.ticket = None;
+            state.wake_first();
+            return Poll::Ready(Turn {
+                state: this.turns.state.clone(),
+            });
+        }
+        state.waiting.insert(ticket, Some(cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl Drop for TakeTurn<'_> {
+    /// A waiter that gives up leaves the line; the one behind it may be first now.
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let mut state = lock(&self.turns.state);
+            state.waiting.remove(&ticket);
+            state.wake_first();
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        state.available += 1;
+        state.wake_first();
+    }
+}
+
 // Byte budget -------------------------------------------------------------------------------
 
 struct BudgetState {
@@ -755,5 +869,45 @@ mod tests {
         assert_eq!(latch.get(), Some("first"));
         let mut wait = latch.wait();
         assert_eq!(poll_once(&mut wait, &waker), Poll::Ready("first"));
+    }
+
+    #[test]
+    fn turns_are_served_in_arrival_order_and_a_waiter_who_leaves_gives_up_its_place() {
+        let turns = Turns::new(1);
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let mut first = turns.take();
+        let held = match poll_once(&mut first, &waker) {
+            Poll::Ready(turn) => turn,
+            Poll::Pending => panic!("a free permit is taken at once"),
+        };
+        let (mut second, mut third, mut fourth) = (turns.take(), turns.take(), turns.take());
+        for waiter in [&mut second, &mut third, &mut fourth] {
+            assert!(poll_once(waiter, &waker).is_pending());
+        }
+        assert_eq!(turns.waiting(), 3);
+        drop(held);
+        assert_eq!(
+            waker.0.load(Ordering::SeqCst),
+            1,
+            "only the first waiter is woken"
+        );
+        // A newcomer, and a later waiter polled first, do not jump the line.
+        let mut late = turns.take();
+        assert!(poll_once(&mut late, &waker).is_pending());
+        assert!(poll_once(&mut third, &waker).is_pending());
+        drop(second);
+        let turn = match poll_once(&mut third, &waker) {
+            Poll::Ready(turn) => turn,
+            Poll::Pending => panic!("the second left: the third is first"),
+        };
+        assert!(poll_once(&mut fourth, &waker).is_pending());
+        drop(turn);
+        let held = poll_once(&mut fourth, &waker);
+        assert!(held.is_ready());
+        assert!(
+            poll_once(&mut late, &waker).is_pending(),
+            "fourth holds the permit"
+        );
+        assert_eq!(turns.waiting(), 1);
     }
 }

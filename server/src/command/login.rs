@@ -9,6 +9,7 @@ use super::login_limit::{Account, Attempt, Refusal};
 use super::session::Session;
 use super::status::{codes, Status};
 use super::Context;
+use cairn_engine::env::Either;
 use cairn_engine::node::{Login, NodeError};
 use cairn_engine::state::tokens::TokenHash;
 use std::net::IpAddr;
@@ -94,34 +95,49 @@ pub async fn with_token(
     bind(cx, client, peer, node, login, Some(hash)).ok_or_else(LoginRefused::token)
 }
 
-/// How long a login waits for its turn while the checks in flight are at their bounds (a
-/// burst of connections from one host logs in a few at a time), before it is answered busy.
+/// How long a login waits for its turn (its address's bound, then the line of password
+/// checks) before it is answered busy.
 pub const LOGIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How often a waiting login tries again.
+/// How often a login refused busy by its address's bound tries again.
 const LOGIN_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Begins a counted attempt from `peer` at `account`, waiting its turn (at most
-/// [`LOGIN_WAIT`]) while the checks in flight are at their bounds, or says why it may not
-/// begin: the account is locked for this address (refused as bad credentials would be,
-/// status 42 or 53), or its turn did not come (busy: the caller may try again). A waiting
-/// login holds its connection, so the connection caps bound the waiters.
+/// [`LOGIN_WAIT`] in all): while its address's attempts are at their bound, then (a
+/// password) in the line of password checks, served in arrival order. Or says why it may
+/// not begin: the account is locked for this address (refused as bad credentials would
+/// be, status 42 or 53), or its turn did not come (busy: the caller may try again). A
+/// waiting login holds its connection, so the connection caps bound the waiters.
 pub(super) async fn begin<'c>(
     cx: &'c Context,
     peer: IpAddr,
     account: Account<'_>,
 ) -> Result<Attempt<'c>, LoginRefused> {
     let started = cx.env.clock.monotonic_nanos();
-    loop {
+    let wait = LOGIN_WAIT.as_nanos() as u64;
+    // An IPv6 /64 is one address, as the connection caps count it.
+    let address = super::registry::address_of(peer);
+    let mut attempt = loop {
         let now = cx.env.clock.monotonic_nanos();
-        // An IPv6 /64 is one address, as the connection caps count it.
-        let address = super::registry::address_of(peer);
         match cx.logins.begin(address, account, now / 1000) {
-            Err(Refusal::Busy) if now.saturating_sub(started) < LOGIN_WAIT.as_nanos() as u64 => {
+            Err(Refusal::Busy) if now.saturating_sub(started) < wait => {
                 cx.env.clock.sleep(LOGIN_RETRY).await;
             }
-            result => return begun(peer, account, now / 1000, result),
+            result => break begun(peer, account, now / 1000, result)?,
+        }
+    };
+    if let Account::User(_) = account {
+        let left = wait.saturating_sub(cx.env.clock.monotonic_nanos().saturating_sub(started));
+        let timeout = cx.env.clock.sleep(std::time::Duration::from_nanos(left));
+        match cairn_engine::env::race(cx.logins.turn(), timeout).await {
+            Either::Left(turn) => attempt.hold(turn),
+            Either::Right(()) => {
+                attempt.not_judged();
+                let now = cx.env.clock.monotonic_nanos() / 1000;
+                return begun(peer, account, now, Err(Refusal::Busy));
+            }
         }
     }
+    Ok(attempt)
 }
 
 /// The attempt, or what a refusal before the check answers (logged, a line a second).

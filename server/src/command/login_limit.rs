@@ -11,10 +11,14 @@
 //! proxy, every loopback client) locks out only the account it guesses at, never the
 //! others behind it. Token logins, which name no account, share one count per address.
 //!
-//! Verifications in flight are bounded per address and overall, ahead of the hashing pool:
-//! past them an attempt is refused ([`Refusal::Busy`]) instead of queueing on the pool;
-//! the command layer's `login::begin` then waits its turn (bounded) before answering busy.
+//! Password verifications (argon2, the costly ones) are bounded per address and overall,
+//! ahead of the hashing pool. Past its address's bound an attempt is refused
+//! ([`Refusal::Busy`]) and the command layer's `login::begin` tries again (bounded); the
+//! overall bound is a line served in arrival order ([`LoginLimiter::turn`]), so a crowd of
+//! guessers from many addresses delays an honest login by the guesses queued before it,
+//! never starves it. A token is checked by its hash, cheaply: it waits for neither bound.
 
+use cairn_engine::env::chan::{TakeTurn, Turn, Turns};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -22,9 +26,9 @@ use std::sync::Mutex;
 /// Most (address, account) pairs whose attempts are remembered; past it the oldest window
 /// is dropped.
 pub const MAX_TRACKED: usize = 65_536;
-/// Verifications in flight from one address.
+/// Password verifications begun (in flight or in line for a turn) from one address.
 pub const MAX_IN_FLIGHT_PER_ADDRESS: u32 = 4;
-/// Verifications in flight from every address together.
+/// Password verifications in flight from every address together (turns).
 pub const MAX_IN_FLIGHT: u32 = 64;
 /// Account names longer than this are counted under their first bytes (a username is at
 /// most 50 bytes; anything longer fails anyway).
@@ -60,7 +64,8 @@ impl Account<'_> {
 pub enum Refusal {
     /// This address failed too often at this account within the window.
     LockedOut,
-    /// Too many verifications in flight, from this address or overall.
+    /// Too many attempts at this account, or password verifications from this address,
+    /// in flight.
     Busy,
 }
 
@@ -77,6 +82,7 @@ struct Entry {
 
 struct Counts {
     attempts: BTreeMap<(IpAddr, String), Entry>,
+    /// Password attempts begun and not ended, per address and in all.
     in_flight: BTreeMap<IpAddr, u32>,
     in_flight_total: u32,
     /// Attempts begun (checks run), ever.
@@ -87,6 +93,9 @@ pub struct LoginLimiter {
     max_failures: u32,
     window_micros: u64,
     counts: Mutex<Counts>,
+    /// The turns of password verifications: [`MAX_IN_FLIGHT`] at once, first come first
+    /// served.
+    turns: Turns,
 }
 
 /// One login attempt under way: it holds its slots until dropped, and is counted as a
@@ -98,6 +107,10 @@ pub struct Attempt<'l> {
     /// The window the attempt was counted in.
     since: u64,
     failed: bool,
+    /// A password attempt: counted at its address.
+    costly: bool,
+    /// Its turn to be verified, once it has it.
+    turn: Option<Turn>,
 }
 
 impl LoginLimiter {
@@ -112,6 +125,7 @@ impl LoginLimiter {
                 in_flight_total: 0,
                 begun: 0,
             }),
+            turns: Turns::new(MAX_IN_FLIGHT as usize),
         }
     }
 
@@ -122,7 +136,8 @@ impl LoginLimiter {
     /// Begins an attempt from `ip` at `account` at `now` (µs, monotonic), counted at once:
     /// refused as locked out once the window's failures reached the limit, and as busy while
     /// the failures and the attempts in flight together would (an attempt in flight may
-    /// fail), or past the checks in flight an address or the server may have.
+    /// fail), or (a password) past the verifications its address may have begun. A password
+    /// attempt is then verified only in its [`LoginLimiter::turn`].
     pub fn begin(
         &self,
         ip: IpAddr,
@@ -147,8 +162,9 @@ impl LoginLimiter {
                 return Err(Refusal::Busy);
             }
         }
+        let costly = matches!(account, Account::User(_));
         let from_ip = counts.in_flight.get(&ip).copied().unwrap_or(0);
-        if from_ip >= MAX_IN_FLIGHT_PER_ADDRESS || counts.in_flight_total >= MAX_IN_FLIGHT {
+        if costly && from_ip >= MAX_IN_FLIGHT_PER_ADDRESS {
             return Err(Refusal::Busy);
         }
         if counts.attempts.len() >= MAX_TRACKED && !counts.attempts.contains_key(&key) {
@@ -174,21 +190,30 @@ impl LoginLimiter {
         });
         entry.in_flight += 1;
         let since = entry.since;
-        *counts.in_flight.entry(ip).or_insert(0) += 1;
-        counts.in_flight_total += 1;
+        if costly {
+            *counts.in_flight.entry(ip).or_insert(0) += 1;
+            counts.in_flight_total += 1;
+        }
         counts.begun += 1;
         assert!(counts.attempts.len() <= MAX_TRACKED);
-        assert!(counts.in_flight_total <= MAX_IN_FLIGHT);
+        assert!(counts.in_flight.get(&ip).copied().unwrap_or(0) <= MAX_IN_FLIGHT_PER_ADDRESS);
         Ok(Attempt {
             limiter: self,
             ip,
             key: key.1,
             since,
             failed: true,
+            costly,
+            turn: None,
         })
     }
 
-    /// Verifications in flight from every address (for tests and figures).
+    /// A turn to verify a password: at most [`MAX_IN_FLIGHT`] at once, in arrival order.
+    pub fn turn(&self) -> TakeTurn<'_> {
+        self.turns.take()
+    }
+
+    /// Password attempts begun and not ended, from every address (for tests and figures).
     pub fn in_flight(&self) -> u32 {
         self.lock().in_flight_total
     }
@@ -200,6 +225,12 @@ impl LoginLimiter {
 }
 
 impl Attempt<'_> {
+    /// Holds `turn` (from [`LoginLimiter::turn`]) until the attempt ends.
+    pub fn hold(&mut self, turn: Turn) {
+        debug_assert!(self.costly, "only a password waits for a turn");
+        self.turn = Some(turn);
+    }
+
     /// The credentials were right: the attempt is not a failure.
     pub fn succeeded(mut self) {
         self.failed = false;
@@ -224,6 +255,9 @@ impl Drop for Attempt<'_> {
         // A failure counts in the window it began in, not in a later one.
         if self.failed && entry.since == self.since {
             entry.failures += 1;
+        }
+        if !self.costly {
+            return;
         }
         let from_ip = counts
             .in_flight
@@ -317,7 +351,7 @@ mod tests {
     }
 
     #[test]
-    fn verifications_in_flight_are_bounded_per_address_and_overall() {
+    fn password_checks_are_bounded_per_address_and_token_checks_are_not() {
         let limiter = LoginLimiter::new(u32::MAX, Duration::from_secs(10));
         let mine: Vec<_> = (0..MAX_IN_FLIGHT_PER_ADDRESS)
             .map(|n| {
@@ -330,28 +364,22 @@ mod tests {
             limiter.begin(ip(1), Account::User("other"), 0).err(),
             Some(Refusal::Busy)
         );
-        let mut others = Vec::new();
-        let mut n = 0u32;
-        while limiter.in_flight() < MAX_IN_FLIGHT {
-            let from = IpAddr::from((n + 2).to_be_bytes());
-            others.push(limiter.begin(from, Account::Token, 0).unwrap());
-            n += 1;
-        }
-        assert_eq!(
-            limiter.begin(ip(200), Account::Token, 0).err(),
-            Some(Refusal::Busy),
-            "every slot is held"
-        );
+        limiter
+            .begin(ip(2), Account::User("other"), 0)
+            .expect("another address has its own bound")
+            .succeeded();
+        // A token is checked by its hash: as many as come, and none counts as a password.
+        let tokens: Vec<_> = (0..2 * MAX_IN_FLIGHT)
+            .map(|_| limiter.begin(ip(1), Account::Token, 0).unwrap())
+            .collect();
+        assert_eq!(limiter.in_flight(), MAX_IN_FLIGHT_PER_ADDRESS);
         drop(mine);
-        assert_eq!(
-            limiter.in_flight(),
-            MAX_IN_FLIGHT - MAX_IN_FLIGHT_PER_ADDRESS
-        );
+        assert_eq!(limiter.in_flight(), 0);
         limiter
             .begin(ip(1), Account::User("u0"), 0)
             .unwrap()
             .succeeded();
-        drop(others);
+        drop(tokens);
         assert_eq!(limiter.in_flight(), 0);
     }
 

@@ -22,11 +22,6 @@ pub struct ClientEntry {
     pub since: u64,
 }
 
-/// A connection not logged in may be closed to make room for a new one once it has been
-/// so for this long, while it answers no request: an honest client logs in within
-/// milliseconds (a login being answered, or waiting its turn, is never closed).
-pub const MIN_ANONYMOUS_AGE_NANOS: u64 = 1_000_000_000;
-
 /// How many connections may be live: in all, from one IP address, and not logged in (a
 /// new connection is anonymous until its login, so the anonymous cap bounds sockets opened
 /// and left idle by anyone; the others keep the rest of the slots for clients that log in).
@@ -170,13 +165,17 @@ impl RegistryInner {
         Some(entry)
     }
 
-    /// Closes the oldest connection not logged in for at least [`MIN_ANONYMOUS_AGE_NANOS`]
-    /// (from `address`, if given) to make room; whether there was one.
-    fn evict_oldest_anonymous(&mut self, now: u64, address: Option<IpAddr>) -> bool {
+    /// Closes the oldest connection not logged in and answering no request (from
+    /// `address`, if given) to make room; whether there was one.
+    ///
+    /// Its age does not matter: the newest of C such connections is evicted only after the
+    /// C - 1 before it, so under a flood of R connections a second an honest client has
+    /// C / R seconds to send its login (then it is answering, and stays). Refusing newcomers
+    /// while every such connection is young would give it no chance at all.
+    fn evict_oldest_anonymous(&mut self, address: Option<IpAddr>) -> bool {
         let oldest = self
             .by_age
             .iter()
-            .take_while(|(since, _)| now.saturating_sub(*since) >= MIN_ANONYMOUS_AGE_NANOS)
             .find(|(_, id)| address.is_none_or(|a| address_of(self.clients[id].address.ip()) == a))
             .map(|&(_, id)| id);
         let Some(id) = oldest else {
@@ -238,29 +237,28 @@ impl Registry {
 
     /// Registers a connection (not logged in yet, since `entry.since`) under a fresh id,
     /// unless a cap is reached. When the address's share, its anonymous share, the
-    /// anonymous share or the total is full, the oldest connection that has stayed without
-    /// a login for [`MIN_ANONYMOUS_AGE_NANOS`] (of that address, for its shares) is closed to
-    /// make room (its `evictor` set): sockets opened and left idle hold slots only until
-    /// newcomers need them.
+    /// anonymous share or the total is full, the oldest connection without a login that
+    /// answers no request (of that address, for its shares) is closed to make room (its
+    /// `evictor` set): sockets opened and left idle hold slots only until newcomers need
+    /// them.
     pub fn add(&self, entry: ClientEntry, caps: Caps, evictor: Latch<()>) -> Result<u32, Refused> {
         debug_assert!(entry.user_id.is_none(), "a connection starts with no login");
-        let (now, address) = (entry.since, address_of(entry.address.ip()));
+        let address = address_of(entry.address.ip());
         let mut inner = self.lock();
         let counts =
             |inner: &RegistryInner| inner.per_address.get(&address).copied().unwrap_or_default();
-        if inner.clients.len() >= caps.total && !inner.evict_oldest_anonymous(now, None) {
+        if inner.clients.len() >= caps.total && !inner.evict_oldest_anonymous(None) {
             return Err(Refused::Total);
         }
-        if counts(&inner).0 >= caps.per_address && !inner.evict_oldest_anonymous(now, Some(address))
-        {
+        if counts(&inner).0 >= caps.per_address && !inner.evict_oldest_anonymous(Some(address)) {
             return Err(Refused::PerAddress);
         }
         if counts(&inner).1 >= caps.anonymous_per_address
-            && !inner.evict_oldest_anonymous(now, Some(address))
+            && !inner.evict_oldest_anonymous(Some(address))
         {
             return Err(Refused::Anonymous);
         }
-        if inner.anonymous >= caps.anonymous && !inner.evict_oldest_anonymous(now, None) {
+        if inner.anonymous >= caps.anonymous && !inner.evict_oldest_anonymous(None) {
             return Err(Refused::Anonymous);
         }
         let id = inner.insert(entry);
@@ -410,15 +408,19 @@ mod tests {
         }
     }
 
+    /// Registers a connection that answers a request (a login being checked), so no
+    /// newcomer may evict it: the caps then refuse.
+    fn held(registry: &Registry, entry: ClientEntry, caps: Caps) -> u32 {
+        let id = registry.add(entry, caps, Latch::default()).unwrap();
+        registry.answering(id, true);
+        id
+    }
+
     #[test]
     fn the_registry_is_bounded_and_a_login_mints_a_new_id() {
         let registry = Registry::default();
-        let a = registry
-            .add(entry(), Caps::only(2), Latch::default())
-            .unwrap();
-        let b = registry
-            .add(entry(), Caps::only(2), Latch::default())
-            .unwrap();
+        let a = held(&registry, entry(), Caps::only(2));
+        let b = held(&registry, entry(), Caps::only(2));
         assert_ne!(a, b);
         assert_eq!(
             registry.add(entry(), Caps::only(2), Latch::default()),
@@ -445,19 +447,13 @@ mod tests {
             address: format!("{ip}:5000").parse().unwrap(),
             ..entry()
         };
-        let a = registry
-            .add(from("10.0.0.1"), caps, Latch::default())
-            .unwrap();
-        registry
-            .add(from("10.0.0.1"), caps, Latch::default())
-            .unwrap();
+        let a = held(&registry, from("10.0.0.1"), caps);
+        held(&registry, from("10.0.0.1"), caps);
         assert_eq!(
             registry.add(from("10.0.0.1"), caps, Latch::default()),
             Err(Refused::PerAddress)
         );
-        registry
-            .add(from("10.0.0.2"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("10.0.0.2"), caps);
         assert_eq!(
             registry.add(from("10.0.0.3"), caps, Latch::default()),
             Err(Refused::Anonymous)
@@ -471,9 +467,7 @@ mod tests {
             .unwrap();
         assert_eq!(registry.id_of(99), Some(logged));
         assert_eq!(registry.anonymous(), 2);
-        registry
-            .add(from("10.0.0.3"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("10.0.0.3"), caps);
         assert_eq!(
             registry.add(from("10.0.0.4"), caps, Latch::default()),
             Err(Refused::Total)
@@ -488,9 +482,7 @@ mod tests {
         );
         let b = registry.list()[0].0;
         registry.update(b, |e| e.user_id = Some(8));
-        registry
-            .add(from("10.0.0.1"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("10.0.0.1"), caps);
     }
 
     #[test]
@@ -506,28 +498,20 @@ mod tests {
             address: std::net::SocketAddr::new(ip.parse().unwrap(), 5000),
             ..entry()
         };
-        registry
-            .add(from("2001:db8::1"), caps, Latch::default())
-            .unwrap();
-        registry
-            .add(from("2001:db8::2"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("2001:db8::1"), caps);
+        held(&registry, from("2001:db8::2"), caps);
         assert_eq!(
             registry.add(from("2001:db8::ffff:3"), caps, Latch::default()),
             Err(Refused::Anonymous)
         );
-        registry
-            .add(from("2001:db8:0:1::1"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("2001:db8:0:1::1"), caps);
         // Logged in, an address may hold its whole share.
         let first = registry.list()[0].0;
         registry.update(first, |e| {
             e.user_id = Some(1);
             e.client = 5;
         });
-        registry
-            .add(from("2001:db8::4"), caps, Latch::default())
-            .unwrap();
+        held(&registry, from("2001:db8::4"), caps);
         // Two connections of one client id: each found while it lives.
         let second = registry.list()[1].0;
         registry.update(second, |e| {
@@ -590,16 +574,9 @@ mod tests {
             .add(at("10.0.0.1", 5), caps, older.clone())
             .unwrap();
         registry.add(at("10.0.0.2", 7), caps, old.clone()).unwrap();
-        // Not a second old yet: refused.
-        let fresh = MIN_ANONYMOUS_AGE_NANOS;
-        assert_eq!(
-            registry.add(at("10.0.0.3", fresh), caps, Latch::default()),
-            Err(Refused::Anonymous)
-        );
-        // A second later the oldest goes, and its connection is told.
-        let later = 5 + MIN_ANONYMOUS_AGE_NANOS;
+        // However young, the oldest goes, and its connection is told.
         registry
-            .add(at("10.0.0.3", later), caps, Latch::default())
+            .add(at("10.0.0.3", 8), caps, Latch::default())
             .unwrap();
         assert!(older.get().is_some() && old.get().is_none());
         assert_eq!(registry.get(a), None);
@@ -607,21 +584,25 @@ mod tests {
         assert_eq!(registry.renew(a, |e| e.user_id = Some(1)), None);
         assert_eq!(registry.anonymous(), 2);
         // Logged in, a connection is never evicted.
-        let b = registry.list()[0].0;
-        registry.update(b, |e| e.user_id = Some(1));
-        let c = registry.list()[1].0;
-        registry.update(c, |e| e.user_id = Some(1));
+        for n in 0..2 {
+            let id = registry.list()[n].0;
+            registry.update(id, |e| e.user_id = Some(1));
+        }
+        let fourth = Latch::default();
         registry
-            .add(at("10.0.0.4", later), caps, Latch::default())
+            .add(at("10.0.0.4", 9), caps, fourth.clone())
             .unwrap();
-        assert_eq!(
-            registry.add(at("10.0.0.5", later + 1), caps, Latch::default()),
-            Err(Refused::Total),
-            "only the one not logged in may go, and it is too young"
-        );
         registry
-            .add(at("10.0.0.5", 2 * later), caps, Latch::default())
-            .expect("once it has waited a second, it goes");
+            .add(at("10.0.0.5", 10), caps, Latch::default())
+            .expect("the total is full: the one not logged in goes");
+        assert!(fourth.get().is_some());
+        let fifth = registry.list()[2].0;
+        registry.update(fifth, |e| e.user_id = Some(1));
+        assert_eq!(
+            registry.add(at("10.0.0.6", 11), caps, Latch::default()),
+            Err(Refused::Total),
+            "every connection is logged in: none may go"
+        );
     }
 
     #[test]
@@ -636,7 +617,7 @@ mod tests {
         let at = |since: u64| ClientEntry { since, ..entry() };
         let a = registry.add(at(0), caps, Latch::default()).unwrap();
         registry.answering(a, true);
-        let later = 10 * MIN_ANONYMOUS_AGE_NANOS;
+        let later = 10_000_000_000;
         assert_eq!(
             registry.add(at(later), caps, Latch::default()),
             Err(Refused::Anonymous),

@@ -620,7 +620,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
     use cairn_engine::node::{self, groups, NodeLimits};
     use cairn_engine::partition::segment;
     use cairn_engine::state::{self, ops, tokens};
-    use cairn_server::command::{login, login_limit, messages, registry, replies};
+    use cairn_server::command::{login, login_limit, messages, replies};
     use cairn_server::config::ServerConfig;
     use cairn_server::http::{admit, listen};
     use cairn_server::tcp::{connection, dedup};
@@ -716,10 +716,6 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
         ("replies::USERS_SHARING", replies::USERS_SHARING),
         ("replies::POLLS_PER_SHARE", replies::POLLS_PER_SHARE),
         ("replies::MIN_ROOM", replies::MIN_ROOM),
-        (
-            "registry::MIN_ANONYMOUS_AGE_NANOS",
-            registry::MIN_ANONYMOUS_AGE_NANOS / 1_000_000_000,
-        ),
         ("login::LOGIN_WAIT", login::LOGIN_WAIT.as_secs()),
         (
             "limits.connections_per_address",
