@@ -108,6 +108,11 @@ impl ReplyShares {
         self.budget.held()
     }
 
+    /// The reply budget.
+    pub fn total(&self) -> u64 {
+        self.budget.total()
+    }
+
     /// `reservation` becomes `bytes`, the built reply's size. The budget keeps at most the
     /// reservation (a first batch larger than it goes whole: the excess counts in the
     /// user's share alone, so it stalls that user's polls, never another's).

@@ -44,6 +44,10 @@ fn server_settings(profile: &ServerProfile) -> ServerSettings {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(5),
+            buffered_bytes: match profile.hostile.buffered_bytes {
+                0 => ServerLimits::default().buffered_bytes,
+                small => small,
+            },
             ..ServerLimits::default()
         },
         topic_defaults: TopicDefaults {
@@ -323,7 +327,12 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Result<(), Viola
         let env = w.client_env(actors::ADMIN_IP);
         (env, w.profile.partitions, w.clients.clone())
     };
-    let made = block(executor, &handle, actors::create_topology(env, partitions));
+    let stalled_user = lock(world).profile.hostile.stalled_user();
+    let made = block(
+        executor,
+        &handle,
+        actors::create_topology(env, partitions, stalled_user),
+    );
     let ids = match made {
         Some(Ok(ids)) => ids,
         Some(Err(e)) => return Err(violation(INV_LIVENESS, format!("setup failed: {e}"))),

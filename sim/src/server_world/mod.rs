@@ -52,6 +52,8 @@ pub const ROOT_PASSWORD: &str = "sim-root-password";
 pub const STREAM: &str = "sim";
 pub const TOPICS: [(&str, bool); 2] = [("persisted", true), ("replicated", false)];
 pub const GROUP: &str = "members";
+/// The budget invariant ([`ServerWorld::check_budgets`]).
+pub const INV_BUDGET: &str = "S11 the server's buffered bytes stay within its budget";
 /// Restarts a run may take.
 const MAX_RESTARTS: u32 = 24;
 /// Boot attempts (an armed crash may strike inside one) before the run gives up.
@@ -61,7 +63,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 49] = [
+pub const SERVER_COVERAGE: [(&str, &str); 54] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -231,6 +233,26 @@ pub const SERVER_COVERAGE: [(&str, &str); 49] = [
         "Logout",
         "the user's session logged out (then logs in afresh)",
     ),
+    (
+        "HostileGuessRefused",
+        "a misbehaving client's wrong password for root: refused",
+    ),
+    (
+        "HostileTricklerClosed",
+        "a login frame trickled a byte at a time: the server closed its connection",
+    ),
+    (
+        "HostileStalledReaderClosed",
+        "a reader that never takes its poll replies: the server closed its connection",
+    ),
+    (
+        "HostileSlowSendRefused",
+        "a send frame trickled in (its bytes within the byte budget): read, then refused",
+    ),
+    (
+        "BudgetHeld",
+        "the server held request bodies or replies while misbehaving clients ran: within its budgets",
+    ),
 ];
 
 /// What one server-scope seed does.
@@ -265,6 +287,8 @@ pub struct ServerProfile {
     pub reconnect_interval: Duration,
     /// The replicated topic's flush threshold (messages).
     pub messages_required_to_save: u32,
+    /// The misbehaving clients beside the workload, and the byte budget they meet.
+    pub hostile: actors::hostile::Hostile,
 }
 
 impl ServerProfile {
@@ -309,6 +333,7 @@ impl ServerProfile {
             reconnect_retries: rng.gen_range(1..=5),
             reconnect_interval: Duration::from_millis([50, 500][rng.gen_range(0..2)]),
             messages_required_to_save: [1, 16, 1000][rng.gen_range(0..3)],
+            hostile: actors::hostile::Hostile::from_seed(seed),
         }
     }
 }
@@ -542,6 +567,7 @@ impl ServerWorld {
     /// The faults after every request while the server is up in the safety phase.
     pub fn nemesis(&mut self) {
         self.observe();
+        self.check_budgets();
         if self.phase != Phase::Safety || self.server.is_none() || self.down.is_some() {
             return;
         }
@@ -586,6 +612,32 @@ impl ServerWorld {
             let n = self.rng.gen_range(0..8);
             self.disk.arm_crash(n);
             self.event(format!("fault crash armed at mutating call +{n}"));
+        }
+    }
+
+    /// The budget invariant: the request bodies the server holds stay within its byte
+    /// budget (plus what a body of at most the small size, charged without waiting so
+    /// that logins and polls are never held back by large bodies, may overdraw: one per
+    /// connection), and the poll replies it holds within the reply budget.
+    fn check_budgets(&mut self) {
+        let Some(server) = &self.server else {
+            return;
+        };
+        let cx = server.context();
+        let small = u64::from(cairn_server::tcp::connection::MAX_ANONYMOUS_FRAME);
+        let (bodies, bodies_total) = (cx.buffers.held(), cx.buffers.total());
+        let overdraw = small * cx.registry.len() as u64;
+        let (replies, replies_total) = (cx.replies.held(), cx.replies.total());
+        if bodies > bodies_total + overdraw {
+            let why = format!("request bodies hold {bodies} bytes, past the budget {bodies_total} and the {overdraw} small bodies may overdraw");
+            return self.fail(violation(INV_BUDGET, why));
+        }
+        if replies > replies_total {
+            let why = format!("poll replies hold {replies} bytes, past the budget {replies_total}");
+            return self.fail(violation(INV_BUDGET, why));
+        }
+        if (bodies > 0 || replies > 0) && !self.profile.hostile.clients.is_empty() {
+            self.decision("BudgetHeld");
         }
     }
 

@@ -10,6 +10,7 @@ mod clients;
 mod data;
 mod details;
 mod groups;
+pub mod hostile;
 mod offsets;
 mod scratch;
 mod users;
@@ -424,7 +425,11 @@ impl Actor {
 }
 
 /// Creates the workload's stream, topics and group as root.
-pub async fn create_topology(env: Env, partitions: u32) -> Result<Ids, ClientError> {
+pub async fn create_topology(
+    env: Env,
+    partitions: u32,
+    stalled_user: bool,
+) -> Result<Ids, ClientError> {
     let config = ClientConfig::new(SERVER_ADDR).with_credentials(ROOT_USER, ROOT_PASSWORD);
     let mut client = Client::connect(env, config).await?;
     let stream = client.create_stream(STREAM).await?;
@@ -445,6 +450,17 @@ pub async fn create_topology(env: Env, partitions: u32) -> Result<Ids, ClientErr
             ClientError::InvalidRequest("the group's creation returned nothing".into())
         })?;
     ids.group = group.group.id;
+    if stalled_user {
+        let permissions = users::permissions(true);
+        client
+            .create_user(
+                hostile::STALLED_USER,
+                hostile::STALLED_PASSWORD,
+                true,
+                Some(permissions),
+            )
+            .await?;
+    }
     client.close().await;
     Ok(ids)
 }
@@ -477,6 +493,7 @@ pub fn spawn(world: &Shared) {
             }
         }));
     }
+    hostile::spawn(world);
 }
 
 /// The spans a violation's evidence names: by message id (`0x1:5`) or entity name (`x3`,

@@ -41,7 +41,7 @@ enum Change {
 
 /// The session user's permissions: reads and polls while `poll`, nothing otherwise (reading
 /// a stream or its topics allows polling them too, as in Iggy).
-fn permissions(poll: bool) -> WirePermissions {
+pub(super) fn permissions(poll: bool) -> WirePermissions {
     WirePermissions {
         global: WireGlobalPermissions {
             manage_servers: false,
