@@ -71,7 +71,7 @@ impl Server {
             hooks.command,
         );
         cx.memberships_per_user = limits.memberships_per_user;
-        cx.replies = crate::command::replies::ReplyShares::new(
+        cx.replies = crate::command::replies::Shares::new(
             limits.buffered_bytes,
             crate::command::replies::USERS_SHARING,
             limits.max_reply_bytes,

@@ -17,7 +17,7 @@ const SWARM_START: u64 = 5_000_000;
 
 /// The server's canaries, and the invariant each must be caught by: any violation would
 /// do for "caught", but one from another cause would mean the oracle misfires.
-const EXPECTED: [(&str, &str); 3] = [
+const EXPECTED: [(&str, &str); 4] = [
     (
         "ack-send-before-shard",
         cairn_sim::server_world::oracle::INV_ACKED,
@@ -30,6 +30,7 @@ const EXPECTED: [(&str, &str); 3] = [
         "session-outlives-user",
         cairn_sim::server_world::oracle::INV_REVOKED,
     ),
+    ("bodies-unbudgeted", cairn_sim::server_world::INV_BUDGET),
 ];
 
 /// What caught one canary: (directed scenario or seed, invariant).

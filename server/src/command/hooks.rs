@@ -28,12 +28,17 @@ pub type SessionCheckHook = fn(Result<(), Revoked>) -> Result<(), Revoked>;
 /// whether the user is in the view at all.
 pub type PermissionsHook = fn(Option<WirePermissions>, bool) -> Option<WirePermissions>;
 
+/// Whether a request body of this many bytes is read without taking its room in the
+/// byte budget first (`true`: charged as it comes, never waiting).
+pub type BodyRoomHook = fn(u64) -> bool;
+
 /// The command layer's hooks; [`Default`] is production (none).
 #[derive(Clone, Copy, Default)]
 pub struct CommandHooks {
     pub send: Option<SendHook>,
     pub session_check: Option<SessionCheckHook>,
     pub permissions: Option<PermissionsHook>,
+    pub body_room: Option<BodyRoomHook>,
 }
 
 impl std::fmt::Debug for CommandHooks {
@@ -42,6 +47,7 @@ impl std::fmt::Debug for CommandHooks {
             .field("send", &self.send.is_some())
             .field("session_check", &self.session_check.is_some())
             .field("permissions", &self.permissions.is_some())
+            .field("body_room", &self.body_room.is_some())
             .finish()
     }
 }
@@ -53,6 +59,11 @@ impl CommandHooks {
             Some(hook) => hook(judged),
             None => judged,
         }
+    }
+
+    /// Whether a body of `bytes` skips its room in the budget (never, without a hook).
+    pub fn body_skips_room(&self, bytes: u64) -> bool {
+        self.body_room.is_some_and(|hook| hook(bytes))
     }
 
     /// The permissions a session acts with, as the hook (if any) rewrites them.

@@ -108,9 +108,12 @@ pub struct Context {
     /// Bytes of request bodies being read, by every adapter
     /// (`limits.buffered_bytes`): a large body waits for room.
     pub buffers: cairn_engine::env::chan::ByteBudget,
+    /// Each user's share of `buffers`: a logged-in session's body larger than a login's
+    /// takes its size from it, so one tenant's sends hold at most its share.
+    pub bodies: replies::Shares,
     /// Poll replies built and not yet written, by every adapter: reserved before they are
     /// built, within each user's share ([`replies`]).
-    pub replies: replies::ReplyShares,
+    pub replies: replies::Shares,
     /// The partitions the open-file limit leaves room for: set by `cairn serve`, never by
     /// the simulator (whose disk has no descriptors).
     pub descriptors: std::sync::OnceLock<descriptors::DescriptorBudget>,
@@ -137,6 +140,7 @@ impl Context {
     ) -> Context {
         let env = node.env().clone();
         let now = env.clock.wall_micros();
+        let buffers = cairn_engine::env::chan::ByteBudget::new(buffered_bytes);
         Context {
             started_at: now,
             // Session numbers grow across restarts too: a session from before one never
@@ -150,8 +154,9 @@ impl Context {
             local_addr,
             metrics: metrics::CommandMetrics::default(),
             dispatch_budget: messages::DispatchBudget::new(messages::DISPATCH_BUDGET_UNITS),
-            buffers: cairn_engine::env::chan::ByteBudget::new(buffered_bytes),
-            replies: replies::ReplyShares::new(
+            buffers: buffers.clone(),
+            bodies: replies::Shares::over(buffers, replies::USERS_SHARING, u64::MAX),
+            replies: replies::Shares::new(
                 buffered_bytes,
                 replies::USERS_SHARING,
                 cairn_engine::config::PartitionSettings::default().max_poll_bytes,
@@ -176,7 +181,7 @@ pub struct Caller<'a> {
     /// Its connection's numeric client id (0: not a listed connection, as HTTP's callers).
     pub client_id: u32,
     /// The most batch bytes a poll's reply may carry: the room its adapter reserved for it
-    /// ([`replies::ReplyShares`]), `u64::MAX` when nothing was reserved.
+    /// ([`replies::Shares`]), `u64::MAX` when nothing was reserved.
     pub reply_room: u64,
 }
 

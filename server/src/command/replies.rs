@@ -1,10 +1,16 @@
-//! Replies built and not yet written, bounded before they are built (review S5): a poll
+//! Each user's share of a byte budget ([`Shares`]), for replies and for request bodies.
+//!
+//! Replies built and not yet written are bounded before they are built (review S5): a poll
 //! reserves what its reply may take (the node's poll bound, `tcp.max_reply_bytes`, at most
 //! a user's share) from its user's share and from the server's reply budget, waiting while
 //! either is full; once built the reservation becomes the reply's real size, given back when
 //! the reply is written. A reader that takes none of its replies so stalls its own polls,
 //! never another user's, and the replies in memory stay within the budget (plus, per user
 //! building, what a reply may exceed its reservation by).
+//!
+//! Request bodies larger than a login's or a poll's take their exact size from their user's
+//! share of the bodies' budget ([`Shares::reserve_exact`]; `Context::bodies`), so one
+//! tenant's slow or huge sends hold at most its share beside everyone else's.
 
 use cairn_engine::env::chan::{ByteBudget, Charge};
 use cairn_engine::env::Env;
@@ -26,8 +32,8 @@ pub const MIN_ROOM: u64 = 64 * 1024;
 /// How often a poll waiting for room tries again.
 const RETRY: Duration = Duration::from_millis(5);
 
-/// Each user's share of the reply budget, and what each holds.
-pub struct ReplyShares {
+/// Each user's share of a byte budget (replies, or request bodies), and what each holds.
+pub struct Shares {
     budget: ByteBudget,
     share: u64,
     reply_max: u64,
@@ -42,13 +48,20 @@ pub struct Held {
     _budget: Charge,
 }
 
-impl ReplyShares {
+impl Shares {
     /// `total` bytes of replies at once, a user at most `total / users_sharing`; a poll
     /// reserves up to `reply_max`.
-    pub fn new(total: u64, users_sharing: u64, reply_max: u64) -> ReplyShares {
+    pub fn new(total: u64, users_sharing: u64, reply_max: u64) -> Shares {
+        Shares::over(ByteBudget::new(total), users_sharing, reply_max)
+    }
+
+    /// Shares of `budget` (shared with whoever else holds it), a user at most
+    /// `budget.total() / users_sharing`; a poll reserves up to `reply_max`.
+    pub fn over(budget: ByteBudget, users_sharing: u64, reply_max: u64) -> Shares {
+        let total = budget.total();
         assert!(total > 0 && users_sharing > 0 && reply_max > 0);
-        ReplyShares {
-            budget: ByteBudget::new(total),
+        Shares {
+            budget,
             share: (total / users_sharing).max(1),
             reply_max,
             held: Arc::default(),
@@ -72,7 +85,19 @@ impl ReplyShares {
         }
     }
 
-    /// What [`ReplyShares::reserve`] tries each time.
+    /// Exactly `bytes` of `user`'s share and of the budget, waiting while either is full
+    /// (a size above the share is taken only while the user holds nothing else). The
+    /// caller bounds the wait.
+    pub async fn reserve_exact(&self, env: &Env, user: u32, bytes: u64) -> Held {
+        loop {
+            if let Some(held) = self.try_reserve(user, bytes) {
+                return held;
+            }
+            env.clock.sleep(RETRY).await;
+        }
+    }
+
+    /// What [`Shares::reserve`] tries each time.
     fn try_reserve_free(&self, user: u32) -> Option<Held> {
         let mine = {
             let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_user_holds_at_most_its_share_and_a_settled_reply_holds_its_size() {
-        let shares = ReplyShares::new(100, 4, 20);
+        let shares = Shares::new(100, 4, 20);
         // A share of 25: one reservation of 20 fits, a second does not.
         let first = shares.try_reserve(1, 20).expect("room");
         assert!(shares.try_reserve(1, 20).is_none(), "20 + 20 > 25");
@@ -171,5 +196,32 @@ mod tests {
         let held: Vec<_> = (10..15).filter_map(|u| shares.try_reserve(u, 20)).collect();
         assert_eq!(held.len(), 5, "100 bytes: five reservations of 20");
         assert!(shares.try_reserve(99, 20).is_none());
+    }
+
+    /// Review S5, per tenant: bodies take their size from their user's share of the
+    /// bodies' budget, which others charge too; a body above the share goes only alone.
+    #[test]
+    fn shares_over_a_shared_budget_count_what_others_hold() {
+        let budget = ByteBudget::new(100);
+        let shares = Shares::over(budget.clone(), 4, u64::MAX);
+        let small = budget.charge(30);
+        assert!(
+            shares.try_reserve(1, 80).is_none(),
+            "30 are charged elsewhere"
+        );
+        let alone = shares
+            .try_reserve(1, 70)
+            .expect("above the share of 25, alone");
+        assert!(
+            shares.try_reserve(1, 1).is_none(),
+            "its user holds 70 already"
+        );
+        assert!(shares.try_reserve(2, 1).is_none(), "and the budget is full");
+        drop((small, alone));
+        let first = shares.try_reserve(1, 20).unwrap();
+        assert!(shares.try_reserve(1, 20).is_none(), "20 + 20 > 25");
+        let other = shares.try_reserve(2, 25).expect("another user's share");
+        drop((first, other));
+        assert_eq!(budget.held(), 0);
     }
 }

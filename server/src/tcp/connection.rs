@@ -288,11 +288,10 @@ async fn read_and_answer(
     body_len: usize,
 ) -> Result<Answer, Ended> {
     let (wait, on_timeout) = wait_for_request(conn);
-    let budget = conn.listener.cx.buffers.clone();
+    let cx = conn.listener.cx.clone();
+    let user = conn.login.as_ref().map(|l| l.session.user_id);
     let read = async {
-        let charge = budget
-            .admit(body_len as u64, u64::from(MAX_ANONYMOUS_FRAME))
-            .await;
+        let charge = body_room(&cx, user, body_len as u64).await;
         let mut body = BytesMut::zeroed(body_len);
         read_exact(stream, &mut body).await.map(|()| (charge, body))
     };
@@ -312,6 +311,30 @@ async fn read_and_answer(
     }
     drop(charge);
     Ok(answer)
+}
+
+/// The bytes a request body holds while it is read and answered.
+enum BodyRoom {
+    /// Of the server's byte budget alone (a small body, or one not logged in).
+    Budget(#[allow(dead_code)] cairn_engine::env::chan::Charge),
+    /// Of its user's share of that budget.
+    Share(#[allow(dead_code)] crate::command::replies::Held),
+}
+
+/// Room for a body of `bytes` (waiting, the connection reads nothing: back-pressure): a
+/// logged-in `user`'s body larger than a login's takes its size from the user's share of
+/// the budget; a smaller one (a login, a poll) is charged and never waits.
+async fn body_room(cx: &crate::command::Context, user: Option<u32>, bytes: u64) -> BodyRoom {
+    let small = u64::from(MAX_ANONYMOUS_FRAME);
+    if cx.hooks.body_skips_room(bytes) {
+        return BodyRoom::Budget(cx.buffers.charge(bytes));
+    }
+    match user {
+        Some(user) if bytes > small => {
+            BodyRoom::Share(cx.bodies.reserve_exact(&cx.env, user, bytes).await)
+        }
+        _ => BodyRoom::Budget(cx.buffers.admit(bytes, small).await),
+    }
 }
 
 /// Reads and drops `len` bytes, a chunk at a time.

@@ -42,6 +42,8 @@
 //!   another request of the session;
 //! - `session-outlives-user`: a session keeps its access (as it had at login) after its
 //!   user is deleted.
+//! - `bodies-unbudgeted`: request bodies are read without taking their room in the byte
+//!   budget (the budget invariant, beside the slow senders of `actors::hostile`).
 
 pub mod disk;
 pub mod metadata;
@@ -56,8 +58,9 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "ack-send-before-shard",
+    "bodies-unbudgeted",
     "dedup-wrong-reply",
     "session-outlives-user",
     "skip-meta-slot-rewrite",
@@ -130,6 +133,7 @@ pub fn server_hooks() -> ServerHooks {
             send: name.and_then(server::send_hook),
             session_check: name.and_then(server::session_check_hook),
             permissions: name.and_then(server::permissions_hook),
+            body_room: name.and_then(server::body_room_hook),
         },
         dedup_hit: name.and_then(server::dedup_hit_hook),
     }

@@ -1,11 +1,11 @@
 //! The server's canaries, through its hooks: an awaited send answered before the shard's
 //! reply, a retried request answered with another request's reply, a session that outlives
-//! its user.
+//! its user, request bodies read without their room in the byte budget.
 
 use bytes::{Bytes, BytesMut};
 use cairn_engine::env::Tasks;
 use cairn_engine::node::{Client, NodeResult};
-use cairn_server::command::hooks::{PermissionsHook, SendHook, SessionCheckHook};
+use cairn_server::command::hooks::{BodyRoomHook, PermissionsHook, SendHook, SessionCheckHook};
 use cairn_server::command::{Landed, Revoked};
 use cairn_server::tcp::dedup::{Dedup, DedupHitHook, DedupKey};
 use iggy_binary_protocol::HEADER_SIZE;
@@ -17,6 +17,15 @@ use iggy_binary_protocol::{
 pub fn send_hook(name: &str) -> Option<SendHook> {
     match name {
         "ack-send-before-shard" => Some(send_in_background),
+        _ => None,
+    }
+}
+
+/// `bodies-unbudgeted` reads every request body without taking its room in the byte
+/// budget first: bodies are charged as they come, however many (the budget invariant).
+pub fn body_room_hook(name: &str) -> Option<BodyRoomHook> {
+    match name {
+        "bodies-unbudgeted" => Some(|_| true),
         _ => None,
     }
 }

@@ -327,11 +327,11 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Result<(), Viola
         let env = w.client_env(actors::ADMIN_IP);
         (env, w.profile.partitions, w.clients.clone())
     };
-    let stalled_user = lock(world).profile.hostile.stalled_user();
+    let hostile_users = lock(world).profile.hostile.users();
     let made = block(
         executor,
         &handle,
-        actors::create_topology(env, partitions, stalled_user),
+        actors::create_topology(env, partitions, hostile_users),
     );
     let ids = match made {
         Some(Ok(ids)) => ids,

@@ -8,13 +8,16 @@
 //!   a refusal, and the lockout it earns must lock out its own host only.
 //! - A **stalled reader** logs in as its own user and sends polls whose replies it never
 //!   reads: the server must cut it off, and its replies may use its user's share only.
-//! - A **slow sender** logs in as root and trickles a large send frame (its body invalid):
-//!   the body holds its share of the byte budget while it arrives, then is refused.
+//! - A **slow sender** logs in as its own user and trickles a send frame of three quarters
+//!   of the byte budget (its body invalid): the body holds its room while it arrives, then
+//!   is refused. Two or three at once would hold more than the budget were bodies not
+//!   budgeted (the canary `bodies-unbudgeted`); budgeted, they hold one user's share, one
+//!   body at a time, and the workload's sends go on beside them.
 //!
 //! None of them is judged for liveness; the well-behaved clients are, beside them. Each
 //! draws from a random stream of its own, so the world's does not depend on what they do.
 
-use super::super::{lock, Shared, ROOT_PASSWORD, ROOT_USER, SERVER_ADDR};
+use super::super::{lock, Shared, ROOT_USER, SERVER_ADDR};
 use crate::report::violation;
 use bytes::Bytes;
 use cairn_client::client::login_body;
@@ -38,6 +41,10 @@ use std::time::Duration;
 /// poll everything, and is no tenant of the workload's.
 pub const STALLED_USER: &str = "stalled";
 pub const STALLED_PASSWORD: &str = "stalled-password";
+/// The user the slow senders log in as (made by the setup when a seed has one): it may
+/// send everywhere, so its frames are read, and it is no tenant of the workload's.
+pub const SLOW_USER: &str = "slow";
+pub const SLOW_PASSWORD: &str = "slow-password";
 
 /// The most reply bytes a misbehaving client reads of one reply (it reads only logins'
 /// and refusals).
@@ -76,7 +83,8 @@ impl Hostile {
             Kind::StalledReader,
             Kind::SlowSender,
         ] {
-            for _ in 0..rng.gen_range(0..=2) {
+            let most = if kind == Kind::SlowSender { 3 } else { 2 };
+            for _ in 0..rng.gen_range(0..=most) {
                 clients.push(kind);
             }
         }
@@ -87,8 +95,16 @@ impl Hostile {
         }
     }
 
-    pub fn stalled_user(&self) -> bool {
-        self.clients.contains(&Kind::StalledReader)
+    /// The users the setup makes for them: (name, password, may send).
+    pub fn users(&self) -> Vec<(&'static str, &'static str, bool)> {
+        let mut users = Vec::new();
+        if self.clients.contains(&Kind::StalledReader) {
+            users.push((STALLED_USER, STALLED_PASSWORD, false));
+        }
+        if self.clients.contains(&Kind::SlowSender) {
+            users.push((SLOW_USER, SLOW_PASSWORD, true));
+        }
+        users
     }
 }
 
@@ -250,23 +266,24 @@ impl Misbehaving {
         Ok(())
     }
 
-    /// Logs in as root and trickles a send frame a quarter of the byte budget long (its body
-    /// zeros: no valid request), then reads the answer, which must refuse it.
+    /// Logs in as [`SLOW_USER`] and trickles a send frame three quarters of the byte budget
+    /// long (its body zeros: no valid request), then reads the answer, which must refuse it.
     async fn slow_send(&mut self) -> Ended {
         let mut stream = self.connect().await?;
         let credentials = Credentials::Password {
-            username: ROOT_USER.into(),
-            password: ROOT_PASSWORD.into(),
+            username: SLOW_USER.into(),
+            password: SLOW_PASSWORD.into(),
         };
         let client = self.client_id();
         let Some(mut sequence) = login(&mut stream, client, &credentials).await? else {
             return Ok(());
         };
-        let len = usize::try_from(self.budget.max(1 << 20) / 4).expect("small");
+        let len = usize::try_from(self.budget.max(1 << 20) / 4 * 3).expect("small");
         stream
             .write_all(&frame(&mut sequence, SEND_MESSAGES_CODE, &[], len))
             .await?;
-        self.trickle(&mut stream, len, 16 * 1024, Duration::from_millis(100))
+        // Slow beside the simulated network, quick beside a run (seconds of virtual time).
+        self.trickle(&mut stream, len, 32 * 1024, Duration::from_millis(5))
             .await?;
         if !self.running() {
             return Ok(());

@@ -428,7 +428,7 @@ impl Actor {
 pub async fn create_topology(
     env: Env,
     partitions: u32,
-    stalled_user: bool,
+    hostile_users: Vec<(&'static str, &'static str, bool)>,
 ) -> Result<Ids, ClientError> {
     let config = ClientConfig::new(SERVER_ADDR).with_credentials(ROOT_USER, ROOT_PASSWORD);
     let mut client = Client::connect(env, config).await?;
@@ -450,15 +450,11 @@ pub async fn create_topology(
             ClientError::InvalidRequest("the group's creation returned nothing".into())
         })?;
     ids.group = group.group.id;
-    if stalled_user {
-        let permissions = users::permissions(true);
+    for (name, password, may_send) in hostile_users {
+        let mut permissions = users::permissions(true);
+        permissions.global.send_messages = may_send;
         client
-            .create_user(
-                hostile::STALLED_USER,
-                hostile::STALLED_PASSWORD,
-                true,
-                Some(permissions),
-            )
+            .create_user(name, password, true, Some(permissions))
             .await?;
     }
     client.close().await;
