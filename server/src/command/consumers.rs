@@ -164,16 +164,24 @@ fn join_recorded(call: &Call<'_>, key: (u32, u32, u32)) -> Result<bool, Status> 
         super::permissions::ROOT_USER => usize::MAX,
         _ => call.cx.memberships_per_user,
     };
-    call.cx
-        .registry
-        .join(call.caller.client_id, key, cap)
-        .map_err(|_| {
-            NodeError::TooMany {
-                what: cairn_engine::error::Capacity::MembershipsOfUser,
-                limit: cap,
-            }
-            .into()
-        })
+    let registry = &call.cx.registry;
+    let joined = registry.join(call.caller.client_id, key, cap).or_else(|_| {
+        // Memberships in groups deleted since (with their topic or stream) count until
+        // their connections leave: forget those, then judge again.
+        let view = &call.view;
+        registry.prune_memberships(user, |(s, t, g)| {
+            view.find_topic(s, t)
+                .is_some_and(|topic| topic.groups.contains_key(&g))
+        });
+        registry.join(call.caller.client_id, key, cap)
+    });
+    joined.map_err(|_| {
+        NodeError::TooMany {
+            what: cairn_engine::error::Capacity::MembershipsOfUser,
+            limit: cap,
+        }
+        .into()
+    })
 }
 
 /// The session joins (or leaves) the group; the registry keeps what GetMe shows.

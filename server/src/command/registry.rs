@@ -380,6 +380,27 @@ impl Registry {
         Ok(true)
     }
 
+    /// Forgets the memberships of `user`'s connections in groups that `alive` says are gone
+    /// (deleted, or with their topic or stream): the count the cap checks is then what the
+    /// user holds. O(connections); run only when the user is at its cap.
+    pub fn prune_memberships(&self, user: u32, alive: impl Fn((u32, u32, u32)) -> bool) {
+        let mut inner = self.lock();
+        let stale: Vec<(u32, (u32, u32, u32))> = inner
+            .clients
+            .iter()
+            .filter(|(_, e)| e.user_id == Some(user))
+            .flat_map(|(id, e)| e.groups.iter().map(move |g| (*id, *g)))
+            .filter(|(_, g)| !alive(*g))
+            .collect();
+        for (id, group) in stale {
+            let mut entry = inner.take(id).expect("listed above");
+            entry.groups.remove(&group);
+            inner.index(id, &entry, true);
+            inner.clients.insert(id, entry);
+        }
+        inner.check();
+    }
+
     /// Live connections not logged in.
     pub fn anonymous(&self) -> usize {
         self.lock().anonymous
@@ -553,6 +574,10 @@ mod tests {
         );
         registry.remove(a);
         assert_eq!(registry.join(b, (0, 0, 2), 2), Ok(true), "a's went with it");
+        // A group deleted with its members still counted: pruned, it counts no more.
+        assert_eq!(registry.join(b, (0, 0, 3), 2), Err(2));
+        registry.prune_memberships(4, |g| g != (0, 0, 2));
+        assert_eq!(registry.join(b, (0, 0, 3), 2), Ok(true));
     }
 
     #[test]

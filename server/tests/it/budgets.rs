@@ -308,4 +308,14 @@ async fn a_user_holds_only_its_share_of_group_memberships() {
     eve.join_consumer_group(&id("s"), &id("t"), &id("g2"))
         .await
         .expect("a leave made room");
+    // A deleted group's memberships no longer count, though their connections never left.
+    root.create_consumer_group(&id("s"), &id("t"), "g3")
+        .await
+        .unwrap();
+    root.delete_consumer_group(&id("s"), &id("t"), &id("g0"))
+        .await
+        .unwrap();
+    eve2.join_consumer_group(&id("s"), &id("t"), &id("g3"))
+        .await
+        .expect("g0, deleted, holds no room of eve's");
 }
