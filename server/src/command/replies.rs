@@ -1,5 +1,8 @@
 //! Each user's share of a byte budget ([`Shares`]), for replies and for request bodies.
 //!
+//! Every reply to a logged-in session is reserved before it is built: a poll's as much as
+//! it may carry, any other's [`OTHER_ROOM`].
+//!
 //! Replies built and not yet written are bounded before they are built (review S5): a poll
 //! reserves what its reply may take (the node's poll bound, `tcp.max_reply_bytes`, at most
 //! a user's share) from its user's share and from the server's reply budget, waiting while
@@ -28,6 +31,10 @@ pub const POLLS_PER_SHARE: u64 = 8;
 /// The least room a poll waits for: a reply of fewer bytes than this is not worth cutting
 /// (a first batch always goes whole anyway).
 pub const MIN_ROOM: u64 = 64 * 1024;
+
+/// What any other request's reply reserves (most answers are a few bytes; a list that
+/// grows past it counts in full in its user's share once built).
+pub const OTHER_ROOM: u64 = 4 * 1024;
 
 /// How often a poll waiting for room tries again.
 const RETRY: Duration = Duration::from_millis(5);
@@ -76,6 +83,23 @@ impl Shares {
         let started = env.clock.monotonic_nanos();
         loop {
             if let Some(held) = self.try_reserve_free(user) {
+                return Some(held);
+            }
+            if env.clock.monotonic_nanos().saturating_sub(started) >= limit.as_nanos() as u64 {
+                return None;
+            }
+            env.clock.sleep(RETRY).await;
+        }
+    }
+
+    /// Room for the reply of any request but a poll: [`OTHER_ROOM`], waiting (at most
+    /// `limit`) while `user`'s share or the budget is full; `None` when the wait ran out.
+    /// Settled to the reply's size once built, it holds its user's share until written,
+    /// so a reader that takes none of its replies stalls its own requests only.
+    pub async fn reserve_other(&self, env: &Env, user: u32, limit: Duration) -> Option<Held> {
+        let started = env.clock.monotonic_nanos();
+        loop {
+            if let Some(held) = self.try_reserve(user, OTHER_ROOM) {
                 return Some(held);
             }
             if env.clock.monotonic_nanos().saturating_sub(started) >= limit.as_nanos() as u64 {

@@ -153,12 +153,17 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Ok(len) => len,
             Err(e) => return e.into(),
         };
-        // A poll's reply is reserved before it is built, within its user's share.
+        // A reply is reserved before it is built, within its user's share.
         let reservation = match reply_room(conn, &header).await {
             Ok(reservation) => reservation,
             Err(ended) => return ended,
         };
-        conn.reply_room = reservation.as_ref().map_or(u64::MAX, |held| held.bytes());
+        let poll = frame::non_replicated_code(&header)
+            == Some(iggy_binary_protocol::codes::POLL_MESSAGES_CODE);
+        conn.reply_room = match (&reservation, poll) {
+            (Some(held), true) => held.bytes(),
+            _ => u64::MAX,
+        };
         let answer = if HEADER_SIZE + body_len > permitted_frame(conn, &header) {
             // Larger than anything this session may send: read and dropped, never held.
             let (wait, on_timeout) = wait_for_request(conn);
@@ -178,7 +183,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Answer::Frame(pieces) => (pieces, false),
             Answer::Evict(frame) => (vec![frame], true),
         };
-        // A poll's reply holds its user's share until it is written.
+        // A reply holds its user's share until it is written.
         let charge = reservation.map(|held| {
             let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
             conn.listener.cx.replies.settle(held, reply_bytes)
@@ -251,27 +256,26 @@ fn permitted_frame(conn: &Conn, header: &[u8; HEADER_SIZE]) -> usize {
     }
 }
 
-/// Room for the reply of a logged-in session's poll (waiting, at most the idle timeout,
-/// while its user's share or the server's reply budget is full); none for other requests.
+/// Room for the reply of a logged-in session's request (waiting, at most the idle timeout,
+/// while its user's share or the server's reply budget is full): a poll's as much as it may
+/// carry, any other's [`replies::OTHER_ROOM`](crate::command::replies::OTHER_ROOM) (a list
+/// may grow past it: the excess counts in its user's share). None before a login.
 async fn reply_room(
     conn: &Conn,
     header: &[u8; HEADER_SIZE],
 ) -> Result<Option<crate::command::replies::Held>, Ended> {
     let poll =
         frame::non_replicated_code(header) == Some(iggy_binary_protocol::codes::POLL_MESSAGES_CODE);
-    let (Some(login), true) = (&conn.login, poll) else {
+    let Some(login) = &conn.login else {
         return Ok(None);
     };
-    let cx = &conn.listener.cx;
+    let (cx, user) = (&conn.listener.cx, login.session.user_id);
     let wait = conn.listener.limits.idle_timeout;
-    match cx
-        .replies
-        .reserve(&cx.env, login.session.user_id, wait)
-        .await
-    {
-        Some(held) => Ok(Some(held)),
-        None => Err(Ended::Idle(wait)),
-    }
+    let reserved = match poll {
+        true => cx.replies.reserve(&cx.env, user, wait).await,
+        false => cx.replies.reserve_other(&cx.env, user, wait).await,
+    };
+    reserved.map(Some).ok_or(Ended::Idle(wait))
 }
 
 fn is_send(header: &[u8; HEADER_SIZE]) -> bool {

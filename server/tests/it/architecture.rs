@@ -716,6 +716,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
         ("replies::USERS_SHARING", replies::USERS_SHARING),
         ("replies::POLLS_PER_SHARE", replies::POLLS_PER_SHARE),
         ("replies::MIN_ROOM", replies::MIN_ROOM),
+        ("replies::OTHER_ROOM", replies::OTHER_ROOM),
         ("login::LOGIN_WAIT", login::LOGIN_WAIT.as_secs()),
         (
             "limits.connections_per_address",

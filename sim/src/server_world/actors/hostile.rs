@@ -6,8 +6,9 @@
 //!   beyond the frame's.
 //! - A **guesser** logs in as root with wrong passwords, over and over: every answer must be
 //!   a refusal, and the lockout it earns must lock out its own host only.
-//! - A **stalled reader** logs in as its own user and sends polls whose replies it never
-//!   reads: the server must cut it off, and its replies may use its user's share only.
+//! - A **stalled reader** logs in as its own user and sends polls, pings and lists of
+//!   streams whose replies it never reads: the server must cut it off, and its replies may
+//!   use its user's share only.
 //! - A **slow sender** logs in as its own user and trickles a send frame of three quarters
 //!   of the byte budget (its body invalid): the body holds its room while it arrives, then
 //!   is refused. Two or three at once would hold more than the budget were bodies not
@@ -23,7 +24,7 @@ use bytes::Bytes;
 use cairn_client::client::login_body;
 use cairn_client::frame::{decode_reply, encode_request, Route, Sequence};
 use cairn_client::iggy_binary_protocol::codes::{
-    LOGIN_REGISTER_CODE, PING_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE,
+    GET_STREAMS_CODE, LOGIN_REGISTER_CODE, PING_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE,
 };
 use cairn_client::iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use cairn_client::iggy_binary_protocol::responses::users::LoginRegisterResponse;
@@ -256,8 +257,10 @@ impl Misbehaving {
                 .await?;
         }
         while self.running() {
-            let ping = frame(&mut sequence, PING_CODE, &[], 0);
-            if stream.write_all(&ping).await.is_err() {
+            // Pings, and lists of streams (replies that are not polls), never read either.
+            let code = [PING_CODE, GET_STREAMS_CODE][self.rng.gen_range(0..2)];
+            let request = frame(&mut sequence, code, &[], 0);
+            if stream.write_all(&request).await.is_err() {
                 lock(&self.world).decision("HostileStalledReaderClosed");
                 return Ok(());
             }
