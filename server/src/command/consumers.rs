@@ -2,10 +2,11 @@
 //! and assignments), and the explicit deletion of a partition's oldest segments.
 
 use super::reads::count;
+use super::registry::GroupKey;
 use super::responses;
 use super::status::Status;
 use super::{Call, Reply, Resolved};
-use cairn_engine::node::NodeError;
+use cairn_engine::node::{MetaView, NodeError};
 use iggy_binary_protocol::requests::consumer_groups::{
     GetConsumerGroupRequest, GetConsumerGroupsRequest, SyncConsumerGroupRequest,
 };
@@ -156,24 +157,31 @@ pub async fn leave_group(call: &Call<'_>, group: &WireIdentifier) -> Result<Repl
     change_membership(call, group, false).await
 }
 
+/// Whether the membership of incarnation `incarnation` of group `key` is of a group that
+/// exists on `view` (not deleted, with its topic or stream, nor replaced at its ids).
+pub fn membership_alive(view: &MetaView, (s, t, g): GroupKey, incarnation: u64) -> bool {
+    view.find_topic(s, t)
+        .and_then(|topic| topic.groups.get(&g))
+        .is_some_and(|group| group.created_op == incarnation)
+}
+
 /// Records the join in the registry before the node's, within the user's share; whether it
 /// was recorded now (not a member already).
-fn join_recorded(call: &Call<'_>, key: (u32, u32, u32)) -> Result<bool, Status> {
+fn join_recorded(call: &Call<'_>, key: GroupKey, incarnation: u64) -> Result<bool, Status> {
     let user = call.session().user_id;
     let cap = match user {
         super::permissions::ROOT_USER => usize::MAX,
         _ => call.cx.memberships_per_user,
     };
     let registry = &call.cx.registry;
-    let joined = registry.join(call.caller.client_id, key, cap).or_else(|_| {
+    let id = call.caller.client_id;
+    let joined = registry.join(id, key, incarnation, cap).or_else(|_| {
         // Memberships in groups deleted since (with their topic or stream) count until
-        // their connections leave: forget those, then judge again.
-        let view = &call.view;
-        registry.prune_memberships(user, |(s, t, g)| {
-            view.find_topic(s, t)
-                .is_some_and(|topic| topic.groups.contains_key(&g))
-        });
-        registry.join(call.caller.client_id, key, cap)
+        // their connections leave: forget those, then judge again. The newest view: a group
+        // created after this request's view is alive.
+        let view = call.cx.node.view();
+        registry.prune_memberships(user, |g, i| membership_alive(&view, g, i));
+        registry.join(id, key, incarnation, cap)
     });
     joined.map_err(|_| {
         NodeError::TooMany {
@@ -194,9 +202,10 @@ async fn change_membership(
     let g = call.view.group_id(to.s, to.t, group)?;
     let group = WireIdentifier::numeric(g);
     let node = &call.session().node;
+    let key = (to.s, to.t, g);
+    let incarnation = call.view.topic(to.s, to.t).groups[&g].created_op;
     if join {
-        let key = (to.s, to.t, g);
-        let recorded = join_recorded(call, key)?;
+        let recorded = join_recorded(call, key, incarnation)?;
         if let Err(e) = node.join_group(&to.stream, &to.topic, &group).await {
             if recorded {
                 call.cx
@@ -210,9 +219,9 @@ async fn change_membership(
     }
     call.cx.registry.update(call.caller.client_id, |e| {
         if join {
-            e.groups.insert((to.s, to.t, g));
+            e.groups.insert(key, incarnation);
         } else {
-            e.groups.remove(&(to.s, to.t, g));
+            e.groups.remove(&key);
         }
     });
     Ok(Reply::Done)

@@ -2,7 +2,8 @@
 //! the cluster's roster. Entities come from the request's view; the partitions' numbers
 //! (offsets, sizes, segments) are asked of their shards.
 
-use super::registry::ClientEntry;
+use super::consumers::membership_alive;
+use super::registry::{ClientEntry, GroupKey};
 use super::responses::{self, Numbers, PartitionNumbers};
 use super::status::Status;
 use super::{Call, Reply, Resolved, SERVER_VERSION};
@@ -119,14 +120,27 @@ pub fn users(call: &Call<'_>) -> Reply {
     })
 }
 
-fn client_response(id: u32, entry: &ClientEntry) -> ClientResponse {
+fn client_response(id: u32, entry: &ClientEntry, view: &MetaView) -> ClientResponse {
     ClientResponse {
         client_id: id,
         user_id: entry.user_id.unwrap_or(u32::MAX),
         transport: 1,
         address: entry.address.to_string(),
-        consumer_groups_count: count(entry.groups.len()),
+        consumer_groups_count: count(alive_groups(entry, view).count()),
     }
+}
+
+/// The groups `entry` joined that still exist as joined on `view` (a group deleted since,
+/// or replaced at its ids, is not shown: Iggy forgets memberships at a delete).
+fn alive_groups<'e>(
+    entry: &'e ClientEntry,
+    view: &'e MetaView,
+) -> impl Iterator<Item = GroupKey> + 'e {
+    entry
+        .groups
+        .iter()
+        .filter(|(key, incarnation)| membership_alive(view, **key, **incarnation))
+        .map(|(key, _)| *key)
 }
 
 /// A listed connection's details (GetMe, GetClient), or nothing for an id not listed.
@@ -135,12 +149,10 @@ pub fn client(call: &Call<'_>, id: u32) -> Reply {
         return Reply::NotFound;
     };
     Reply::Client(ClientDetailsResponse {
-        client: client_response(id, &entry),
-        consumer_groups: entry
-            .groups
-            .iter()
+        client: client_response(id, &entry, call.view),
+        consumer_groups: alive_groups(&entry, call.view)
             .map(
-                |&(stream_id, topic_id, group_id)| ConsumerGroupInfoResponse {
+                |(stream_id, topic_id, group_id)| ConsumerGroupInfoResponse {
                     stream_id,
                     topic_id,
                     group_id,
@@ -157,7 +169,7 @@ pub fn clients(call: &Call<'_>) -> Reply {
             .registry
             .list()
             .iter()
-            .map(|(id, e)| client_response(*id, e))
+            .map(|(id, e)| client_response(*id, e, call.view))
             .collect(),
     })
 }

@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 
+/// A consumer group by ids: (stream, topic, group).
+pub type GroupKey = (u32, u32, u32);
+
 /// One live connection as `GetClients` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientEntry {
@@ -16,8 +19,10 @@ pub struct ClientEntry {
     pub user_id: Option<u32>,
     /// The protocol client id of its current login (memberships are keyed by it).
     pub client: u128,
-    /// Consumer groups joined through it: (stream, topic, group).
-    pub groups: BTreeSet<(u32, u32, u32)>,
+    /// Consumer groups joined through it, each with the incarnation joined (the op that
+    /// created the group: ids are reused, so a membership of a deleted group never passes
+    /// for one of the group that took its id).
+    pub groups: BTreeMap<GroupKey, u64>,
     /// Monotonic ns since when it has been without a login (its connect, or its logout).
     pub since: u64,
 }
@@ -353,17 +358,33 @@ impl Registry {
         self.len() == 0
     }
 
-    /// Records that connection `id` joins `group`, unless its user holds `cap` memberships
-    /// already (then the number it holds): taken before the node's join, so that joins at
-    /// once from one user's connections cannot pass the cap together. `Ok(false)`: it was a
-    /// member already (or the connection is gone).
-    pub fn join(&self, id: u32, group: (u32, u32, u32), cap: usize) -> Result<bool, usize> {
+    /// Records that connection `id` joins incarnation `incarnation` of `group`, unless its
+    /// user holds `cap` memberships already (then the number it holds): taken before the
+    /// node's join, so that joins at once from one user's connections cannot pass the cap
+    /// together. `Ok(false)`: it was a member already (or the connection is gone). A
+    /// membership of an older incarnation at the same ids is replaced (it counts once).
+    pub fn join(
+        &self,
+        id: u32,
+        group: GroupKey,
+        incarnation: u64,
+        cap: usize,
+    ) -> Result<bool, usize> {
         let mut inner = self.lock();
         let Some(entry) = inner.clients.get(&id) else {
             return Ok(false);
         };
-        if entry.groups.contains(&group) {
-            return Ok(false);
+        match entry.groups.get(&group) {
+            Some(&joined) if joined == incarnation => return Ok(false),
+            Some(_) => {
+                let mut entry = inner.take(id).expect("looked up");
+                entry.groups.insert(group, incarnation);
+                inner.index(id, &entry, true);
+                inner.clients.insert(id, entry);
+                inner.check();
+                return Ok(true);
+            }
+            None => {}
         }
         let held = entry
             .user_id
@@ -373,24 +394,26 @@ impl Registry {
             return Err(held);
         }
         let mut entry = inner.take(id).expect("looked up");
-        entry.groups.insert(group);
+        entry.groups.insert(group, incarnation);
         inner.index(id, &entry, true);
         inner.clients.insert(id, entry);
         inner.check();
         Ok(true)
     }
 
-    /// Forgets the memberships of `user`'s connections in groups that `alive` says are gone
-    /// (deleted, or with their topic or stream): the count the cap checks is then what the
-    /// user holds. O(connections); run only when the user is at its cap.
-    pub fn prune_memberships(&self, user: u32, alive: impl Fn((u32, u32, u32)) -> bool) {
+    /// Forgets the memberships of `user`'s connections that `alive` says are gone (their
+    /// group deleted, with its topic or stream, or its ids taken by a later group): the
+    /// count the cap checks is then what the user holds. O(connections); run only when the
+    /// user is at its cap.
+    pub fn prune_memberships(&self, user: u32, alive: impl Fn(GroupKey, u64) -> bool) {
         let mut inner = self.lock();
-        let stale: Vec<(u32, (u32, u32, u32))> = inner
+        let stale: Vec<(u32, GroupKey)> = inner
             .clients
             .iter()
             .filter(|(_, e)| e.user_id == Some(user))
-            .flat_map(|(id, e)| e.groups.iter().map(move |g| (*id, *g)))
-            .filter(|(_, g)| !alive(*g))
+            .flat_map(|(id, e)| e.groups.iter().map(move |(g, i)| (*id, *g, *i)))
+            .filter(|(_, g, i)| !alive(*g, *i))
+            .map(|(id, g, _)| (id, g))
             .collect();
         for (id, group) in stale {
             let mut entry = inner.take(id).expect("listed above");
@@ -424,7 +447,7 @@ mod tests {
             address: "127.0.0.1:5000".parse().unwrap(),
             user_id: None,
             client: 1,
-            groups: BTreeSet::new(),
+            groups: BTreeMap::new(),
             since: 0,
         }
     }
@@ -560,24 +583,43 @@ mod tests {
             .add(entry(), Caps::only(8), Latch::default())
             .unwrap();
         let b = registry.renew(b, |e| *e = logged(2)).unwrap();
-        assert_eq!(registry.join(a, (0, 0, 0), 2), Ok(true));
+        assert_eq!(registry.join(a, (0, 0, 0), 1, 2), Ok(true));
         assert_eq!(
-            registry.join(a, (0, 0, 0), 2),
+            registry.join(a, (0, 0, 0), 1, 2),
             Ok(false),
             "a member already"
         );
-        assert_eq!(registry.join(b, (0, 0, 1), 2), Ok(true));
+        assert_eq!(registry.join(b, (0, 0, 1), 1, 2), Ok(true));
         assert_eq!(
-            registry.join(b, (0, 0, 2), 2),
+            registry.join(b, (0, 0, 2), 1, 2),
             Err(2),
             "two held over both connections"
         );
         registry.remove(a);
-        assert_eq!(registry.join(b, (0, 0, 2), 2), Ok(true), "a's went with it");
+        assert_eq!(
+            registry.join(b, (0, 0, 2), 1, 2),
+            Ok(true),
+            "a's went with it"
+        );
         // A group deleted with its members still counted: pruned, it counts no more.
-        assert_eq!(registry.join(b, (0, 0, 3), 2), Err(2));
-        registry.prune_memberships(4, |g| g != (0, 0, 2));
-        assert_eq!(registry.join(b, (0, 0, 3), 2), Ok(true));
+        assert_eq!(registry.join(b, (0, 0, 3), 1, 2), Err(2));
+        registry.prune_memberships(4, |g, _| g != (0, 0, 2));
+        assert_eq!(registry.join(b, (0, 0, 3), 1, 2), Ok(true));
+        // The ids of (0, 0, 3) taken by a later group: its membership is replaced, not
+        // added; pruned as the older incarnation, it counts no more.
+        assert_eq!(
+            registry.join(b, (0, 0, 3), 9, 2),
+            Ok(true),
+            "a new incarnation"
+        );
+        assert_eq!(registry.get(b).unwrap().groups[&(0, 0, 3)], 9);
+        assert_eq!(
+            registry.join(b, (0, 0, 4), 1, 2),
+            Err(2),
+            "replaced, not added"
+        );
+        registry.prune_memberships(4, |g, incarnation| g != (0, 0, 3) || incarnation != 9);
+        assert_eq!(registry.join(b, (0, 0, 4), 1, 2), Ok(true));
     }
 
     #[test]

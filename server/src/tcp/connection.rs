@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 use cairn_engine::env::chan::Latch;
 use cairn_engine::env::{race, ByteStream, Either};
 use iggy_binary_protocol::HEADER_SIZE;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -61,7 +61,7 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
         address: peer,
         user_id: None,
         client: 0,
-        groups: BTreeSet::new(),
+        groups: BTreeMap::new(),
         since: connected_at,
     };
     let evicted = Latch::default();

@@ -273,10 +273,13 @@ async fn a_user_holds_only_its_share_of_group_memberships() {
     root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
         .await
         .unwrap();
+    let mut groups = Vec::new();
     for g in ["g0", "g1", "g2"] {
-        root.create_consumer_group(&id("s"), &id("t"), g)
+        let group = root
+            .create_consumer_group(&id("s"), &id("t"), g)
             .await
             .unwrap();
+        groups.push(group.id);
     }
     let permissions = every_right_on(stream.id);
     root.create_user("eve", "eve-password", UserStatus::Active, Some(permissions))
@@ -308,14 +311,38 @@ async fn a_user_holds_only_its_share_of_group_memberships() {
     eve.join_consumer_group(&id("s"), &id("t"), &id("g2"))
         .await
         .expect("a leave made room");
-    // A deleted group's memberships no longer count, though their connections never left.
-    root.create_consumer_group(&id("s"), &id("t"), "g3")
-        .await
-        .unwrap();
+    // A deleted group's memberships no longer count, though their connections never left,
+    // nor do they pass for memberships of the group that takes its id.
     root.delete_consumer_group(&id("s"), &id("t"), &id("g0"))
         .await
         .unwrap();
+    let g3 = root
+        .create_consumer_group(&id("s"), &id("t"), "g3")
+        .await
+        .unwrap();
+    assert_eq!(g3.id, groups[0], "g3 takes the lowest free id, g0's");
+    let shown = |me: ClientInfoDetails| -> Vec<u32> {
+        me.consumer_groups.iter().map(|g| g.group_id).collect()
+    };
+    assert_eq!(
+        shown(eve.get_me().await.unwrap()),
+        vec![groups[2]],
+        "eve's connection was in g0, never in g3"
+    );
     eve2.join_consumer_group(&id("s"), &id("t"), &id("g3"))
         .await
         .expect("g0, deleted, holds no room of eve's");
+    eve.leave_consumer_group(&id("s"), &id("t"), &id("g2"))
+        .await
+        .unwrap();
+    eve.join_consumer_group(&id("s"), &id("t"), &id("g3"))
+        .await
+        .expect("a join of g3, not a membership of g0's id");
+    assert_eq!(shown(eve.get_me().await.unwrap()), vec![g3.id]);
+    let g3 = root
+        .get_consumer_group(&id("s"), &id("t"), &id("g3"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(g3.members_count, 2, "both of eve's connections joined g3");
 }
