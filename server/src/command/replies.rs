@@ -18,6 +18,7 @@
 use cairn_engine::env::chan::{ByteBudget, Charge};
 use cairn_engine::env::Env;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ pub struct Shares {
     share: u64,
     reply_max: u64,
     held: Arc<Mutex<BTreeMap<u32, u64>>>,
+    /// Bytes settled replies hold past what they reserved (see [`Shares::overdrawn`]).
+    overdrawn: Arc<AtomicU64>,
 }
 
 /// Bytes of a user's share (and of the budget) a reply holds; given back when dropped.
@@ -52,6 +55,9 @@ pub struct Held {
     held: Arc<Mutex<BTreeMap<u32, u64>>>,
     user: u32,
     bytes: u64,
+    /// Of `bytes`, those past the reservation it was settled from.
+    over: u64,
+    overdrawn: Arc<AtomicU64>,
     _budget: Charge,
 }
 
@@ -72,6 +78,7 @@ impl Shares {
             share: (total / users_sharing).max(1),
             reply_max,
             held: Arc::default(),
+            overdrawn: Arc::default(),
         }
     }
 
@@ -148,8 +155,18 @@ impl Shares {
             held: self.held.clone(),
             user,
             bytes,
+            over: 0,
+            overdrawn: self.overdrawn.clone(),
             _budget: budget,
         })
+    }
+
+    /// Bytes the settled replies hold past what they reserved: a poll's first batch goes
+    /// whole, and a list is built at its size. Each is at most one reply's excess, taken
+    /// by a request that had room when it began; while they are held the budget is that
+    /// much fuller, so no new reply begins until they are written.
+    pub fn overdrawn(&self) -> u64 {
+        self.overdrawn.load(Ordering::Relaxed)
     }
 
     /// Bytes of replies held now.
@@ -162,20 +179,25 @@ impl Shares {
         self.budget.total()
     }
 
-    /// `reservation` becomes `bytes`, the built reply's size. The budget keeps at most the
-    /// reservation (a first batch larger than it goes whole: the excess counts in the
-    /// user's share alone, so it stalls that user's polls, never another's).
+    /// `reservation` becomes `bytes`, the built reply's size, in its user's share and in
+    /// the budget: a reply larger than its reservation (a poll's first batch goes whole; a
+    /// list is built at its size) overdraws both, so its user's and everyone's next
+    /// replies wait until it is written ([`Shares::overdrawn`]).
     pub fn settle(&self, reservation: Held, bytes: u64) -> Held {
         let user = reservation.user;
-        let budget = self.budget.charge(bytes.min(reservation.bytes));
+        let over = bytes.saturating_sub(reservation.bytes);
+        let budget = self.budget.charge(bytes);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         *held.entry(user).or_default() += bytes;
         drop(held);
+        self.overdrawn.fetch_add(over, Ordering::Relaxed);
         drop(reservation);
         Held {
             held: self.held.clone(),
             user,
             bytes,
+            over,
+            overdrawn: self.overdrawn.clone(),
             _budget: budget,
         }
     }
@@ -190,6 +212,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        self.overdrawn.fetch_sub(self.over, Ordering::Relaxed);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let mine = held.get_mut(&self.user).expect("a holder's user is held");
         *mine -= self.bytes;
@@ -212,6 +235,7 @@ mod tests {
         let other = shares.try_reserve(2, 20).expect("another user's share");
         let built = shares.settle(first, 3);
         assert_eq!(shares.held(), 23);
+        assert_eq!(shares.overdrawn(), 0);
         let second = shares.try_reserve(1, 20).expect("3 + 20 ≤ 25");
         drop((built, second, other));
         assert_eq!(shares.held(), 0);
@@ -220,6 +244,19 @@ mod tests {
         let held: Vec<_> = (10..15).filter_map(|u| shares.try_reserve(u, 20)).collect();
         assert_eq!(held.len(), 5, "100 bytes: five reservations of 20");
         assert!(shares.try_reserve(99, 20).is_none());
+        drop(held);
+        // A reply built past its reservation counts whole, in the budget too (review of
+        // S5: a list charged only its reservation let lists grow past the budget).
+        let list = shares.try_reserve(1, 4).unwrap();
+        let list = shares.settle(list, 90);
+        assert_eq!((shares.held(), shares.overdrawn()), (90, 86));
+        assert!(
+            shares.try_reserve(2, 20).is_none(),
+            "the budget is overdrawn"
+        );
+        drop(list);
+        assert_eq!((shares.held(), shares.overdrawn()), (0, 0));
+        assert!(shares.try_reserve(2, 20).is_some());
     }
 
     /// Review S5, per tenant: bodies take their size from their user's share of the

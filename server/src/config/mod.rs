@@ -152,7 +152,7 @@ impl Default for TcpConfig {
 pub struct LimitsConfig {
     /// Bytes of request bodies being read over every TCP and HTTP connection (past it, a
     /// body above 64 KiB waits before it is read), and, as a second budget of the same
-    /// size, of poll replies reserved or not yet written (each user an eighth). Never
+    /// size, of replies reserved or not yet written (each user an eighth). Never
     /// below the largest request and its reply (`max_frame_bytes` or `max_body_bytes`,
     /// plus `max_reply_bytes`).
     pub buffered_bytes: u64,

@@ -235,7 +235,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
         gauge(
             &mut encoder,
             "cairn_unsent_reply_bytes",
-            "Bytes of poll replies reserved or built and not yet written to their clients",
+            "Bytes of replies reserved or built and not yet written to their clients",
             unsent,
         )?;
         let stats = cx.node.stats();

@@ -53,7 +53,7 @@ pub struct ServerLimits {
     /// reserves of the reply budget before it is built.
     pub max_reply_bytes: u64,
     /// Bytes of request bodies being read over every connection, HTTP's included (the
-    /// server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget)); poll replies have a
+    /// server's [`ByteBudget`](cairn_engine::env::chan::ByteBudget)); replies have a
     /// budget of the same size (`command::replies`).
     pub buffered_bytes: u64,
     /// A connection must log in within this long of connecting.

@@ -618,7 +618,8 @@ impl ServerWorld {
     /// The budget invariant: the request bodies the server holds stay within its byte
     /// budget (plus what a body of at most the small size, charged without waiting so
     /// that logins and polls are never held back by large bodies, may overdraw: one per
-    /// connection), and the poll replies it holds within the reply budget.
+    /// connection), and the replies it holds within the reply budget (plus what replies
+    /// built past their reservations overdraw: [`cairn_server::command::replies::Shares::overdrawn`]).
     fn check_budgets(&mut self) {
         let Some(server) = &self.server else {
             return;
@@ -628,12 +629,13 @@ impl ServerWorld {
         let (bodies, bodies_total) = (cx.buffers.held(), cx.buffers.total());
         let overdraw = small * cx.registry.len() as u64;
         let (replies, replies_total) = (cx.replies.held(), cx.replies.total());
+        let overdrawn = cx.replies.overdrawn();
         if bodies > bodies_total + overdraw {
             let why = format!("request bodies hold {bodies} bytes, past the budget {bodies_total} and the {overdraw} small bodies may overdraw");
             return self.fail(violation(INV_BUDGET, why));
         }
-        if replies > replies_total {
-            let why = format!("poll replies hold {replies} bytes, past the budget {replies_total}");
+        if replies > replies_total + overdrawn {
+            let why = format!("replies hold {replies} bytes, past the budget {replies_total} and the {overdrawn} built past their reservations");
             return self.fail(violation(INV_BUDGET, why));
         }
         if (bodies > 0 || replies > 0) && !self.profile.hostile.clients.is_empty() {
