@@ -45,15 +45,27 @@ impl LoginRefused {
     }
 }
 
+/// Who keeps a login waiting for its turn (and so bounds the waiters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiter {
+    /// Its connection, which serves nothing else meanwhile (TCP): the connection caps
+    /// bound the waiters, so a login waits while its address is at its bound.
+    Connection,
+    /// A task of its own that outlives its client (HTTP runs a login to its end): nothing
+    /// else bounds such waiters, so a login whose address is at its bound is answered
+    /// busy at once; only the few the bound lets in wait, in the line of checks.
+    Detached,
+}
+
 /// A session for `username` and `password`, for the login client id `client` from `peer`.
 pub async fn with_password(
     cx: &Context,
-    client: u128,
+    (client, waiter): (u128, Waiter),
     peer: IpAddr,
     username: &str,
     password: &str,
 ) -> Result<Session, LoginRefused> {
-    let attempt = begin(cx, peer, Account::User(username)).await?;
+    let attempt = begin(cx, peer, waiter, Account::User(username)).await?;
     let node = cx.node.client(client);
     let login = match node.login(username, password).await {
         Ok(login) => login,
@@ -73,11 +85,11 @@ pub async fn with_password(
 /// expired, the session's next request is refused.
 pub async fn with_token(
     cx: &Context,
-    client: u128,
+    (client, waiter): (u128, Waiter),
     peer: IpAddr,
     raw: &str,
 ) -> Result<Session, LoginRefused> {
-    let attempt = begin(cx, peer, Account::Token).await?;
+    let attempt = begin(cx, peer, waiter, Account::Token).await?;
     let node = cx.node.client(client);
     let login = match node.login_with_token(raw).await {
         Ok(login) => login,
@@ -105,21 +117,26 @@ const LOGIN_RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 /// [`LOGIN_WAIT`] in all): while its address's attempts are at their bound, then (a
 /// password) in the line of password checks, served in arrival order. Or says why it may
 /// not begin: the account is locked for this address (refused as bad credentials would
-/// be, status 42 or 53), or its turn did not come (busy: the caller may try again). A
-/// waiting login holds its connection, so the connection caps bound the waiters.
+/// be, status 42 or 53), or its turn did not come (busy: the caller may try again). Only a
+/// login its connection holds waits at its address's bound ([`Waiter`]).
 pub(super) async fn begin<'c>(
     cx: &'c Context,
     peer: IpAddr,
+    waiter: Waiter,
     account: Account<'_>,
 ) -> Result<Attempt<'c>, LoginRefused> {
     let started = cx.env.clock.monotonic_nanos();
     let wait = LOGIN_WAIT.as_nanos() as u64;
+    let address_wait = match waiter {
+        Waiter::Connection => wait,
+        Waiter::Detached => 0,
+    };
     // An IPv6 /64 is one address, as the connection caps count it.
     let address = super::registry::address_of(peer);
     let mut attempt = loop {
         let now = cx.env.clock.monotonic_nanos();
         match cx.logins.begin(address, account, now / 1000) {
-            Err(Refusal::Busy) if now.saturating_sub(started) < wait => {
+            Err(Refusal::Busy) if now.saturating_sub(started) < address_wait => {
                 cx.env.clock.sleep(LOGIN_RETRY).await;
             }
             result => break begun(peer, account, now / 1000, result)?,

@@ -159,7 +159,9 @@ pub async fn change_password(
         .map(|u| u.username.clone())
         .unwrap_or_default();
     let session = call.session();
-    let attempt = super::login::begin(call.cx, session.peer, Account::User(&username))
+    // The request's connection (or HTTP request slot) holds the wait.
+    let waiter = super::login::Waiter::Connection;
+    let attempt = super::login::begin(call.cx, session.peer, waiter, Account::User(&username))
         .await
         .map_err(|refused| refused.status())?;
     let changed = session

@@ -16,6 +16,9 @@ use std::sync::Arc;
 /// Client ids of HTTP sessions have the top bit set: they never meet a binary client's.
 const HTTP_CLIENT_BIT: u128 = 1 << 127;
 
+/// An HTTP login's client id, and who waits for it: a task that outlives its client.
+const DETACHED: (u128, login::Waiter) = (HTTP_CLIENT_BIT, login::Waiter::Detached);
+
 /// A 64-bit fingerprint of a personal access token's stored hash (never 0).
 fn token_fingerprint(hash: &cairn_engine::state::tokens::TokenHash) -> u64 {
     u64::from_le_bytes(hash[..8].try_into().expect("8 bytes")).max(1)
@@ -235,7 +238,7 @@ pub async fn login(
     let password = secrecy::ExposeSecret::expose_secret(&request.password).to_owned();
     let (cx, username) = (api.cx.clone(), request.username.clone());
     let session = to_the_end(&api.cx, async move {
-        login::with_password(&cx, HTTP_CLIENT_BIT, peer.ip(), &username, &password).await
+        login::with_password(&cx, DETACHED, peer.ip(), &username, &password).await
     })
     .await?
     .map_err(|refused| ApiError::from(refused.status()))?;
@@ -255,7 +258,7 @@ pub async fn login_with_personal_access_token(
     let raw = secrecy::ExposeSecret::expose_secret(&request.token).to_owned();
     let cx = api.cx.clone();
     let session = to_the_end(&api.cx, async move {
-        login::with_token(&cx, HTTP_CLIENT_BIT, peer.ip(), &raw).await
+        login::with_token(&cx, DETACHED, peer.ip(), &raw).await
     })
     .await?
     .map_err(|refused| match refused {

@@ -11,7 +11,7 @@ use super::dedup::Dedup;
 use super::encode::{encode, Encoded};
 use super::frame::{self, Echo, ReplyMeta};
 use super::Listener;
-use crate::command::login::{self, LoginRefused};
+use crate::command::login::{self, LoginRefused, Waiter};
 use crate::command::{self, codes, table, Caller, Session, Status, SERVER_VERSION};
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::codes::{
@@ -281,10 +281,23 @@ async fn register(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
         Credentials::Password(request) => {
             let (username, password) =
                 (request.username.as_str(), request.password.expose_secret());
-            login::with_password(&cx, echo.client, peer, username, password).await
+            login::with_password(
+                &cx,
+                (echo.client, Waiter::Connection),
+                peer,
+                username,
+                password,
+            )
+            .await
         }
         Credentials::Token(request) => {
-            login::with_token(&cx, echo.client, peer, request.token.expose_secret()).await
+            login::with_token(
+                &cx,
+                (echo.client, Waiter::Connection),
+                peer,
+                request.token.expose_secret(),
+            )
+            .await
         }
     };
     let session = match session {

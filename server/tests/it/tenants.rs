@@ -156,6 +156,35 @@ async fn a_burst_of_logins_is_bounded_and_locks_out_only_the_account_it_guessed(
         .expect("another account behind the same address logs in");
 }
 
+/// Review S2 over HTTP: an HTTP login runs on a task of its own that outlives its client,
+/// so nothing but the address's bound on checks in flight bounds the logins waiting; past
+/// that bound a burst from one address is answered busy (503) at once instead of queueing
+/// tasks, and the server answers the address's next login as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_login_burst_past_the_address_bound_is_answered_busy_not_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    let url = format!("{}/users/login", cairn.http_url());
+    let http = reqwest::Client::new();
+    let statuses = futures::future::join_all((0..32).map(|n| {
+        let body = serde_json::json!({"username": format!("nobody-{n}"), "password": "guess"});
+        let request = http.post(&url).json(&body).send();
+        async move { request.await.expect("answered").status().as_u16() }
+    }))
+    .await;
+    let busy = statuses.iter().filter(|s| **s == 503).count();
+    assert!(
+        busy > 0 && statuses.iter().all(|s| *s == 503 || *s == 400),
+        "32 checks at once from one address: those past its 4 in flight are busy, the \
+         rest refused as bad credentials: {statuses:?}"
+    );
+    let token = http_token(&cairn, "iggy", PASSWORD).await;
+    assert!(
+        !token.is_empty(),
+        "the address logs in once the burst is over"
+    );
+}
+
 /// Review S8: the current password a ChangePassword checks is counted like a login's, so a
 /// session alone cannot guess its user's password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
