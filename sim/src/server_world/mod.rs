@@ -63,7 +63,7 @@ pub const LIVENESS_REQUESTS: u32 = 3;
 pub const LIVENESS_BUDGET: Duration = Duration::from_secs(120);
 
 /// The server scope's coverage rows: decision name, and what reaching it means.
-pub const SERVER_COVERAGE: [(&str, &str); 54] = [
+pub const SERVER_COVERAGE: [(&str, &str); 55] = [
     (
         "RefusedWithCause",
         "a request refused with code 1 while the world injected a cause (disk full, crash, stop): in doubt",
@@ -236,6 +236,10 @@ pub const SERVER_COVERAGE: [(&str, &str); 54] = [
     (
         "HostileGuessRefused",
         "a misbehaving client's wrong password for root: refused",
+    ),
+    (
+        "HostileFloodRefused",
+        "a burst of logins with wrong passwords, sent at once from one host: each refused",
     ),
     (
         "HostileTricklerClosed",

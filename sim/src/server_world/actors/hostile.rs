@@ -6,6 +6,10 @@
 //!   beyond the frame's.
 //! - A **guesser** logs in as root with wrong passwords, over and over: every answer must be
 //!   a refusal, and the lockout it earns must lock out its own host only.
+//! - A **flooder** opens up to 24 connections and sends a login on each before it reads
+//!   any answer (wrong passwords, for root or for users nobody made): the checks its host
+//!   has in flight are bounded, and every answer must be a refusal (bad credentials, the
+//!   lockout, or busy).
 //! - A **stalled reader** logs in as its own user and sends polls, pings and lists of
 //!   streams whose replies it never reads: the server must cut it off, and its replies may
 //!   use its user's share only.
@@ -56,6 +60,7 @@ const MAX_REPLY: usize = 1 << 20;
 pub enum Kind {
     Trickler,
     Guesser,
+    Flooder,
     StalledReader,
     SlowSender,
 }
@@ -81,6 +86,7 @@ impl Hostile {
         for kind in [
             Kind::Trickler,
             Kind::Guesser,
+            Kind::Flooder,
             Kind::StalledReader,
             Kind::SlowSender,
         ] {
@@ -133,6 +139,7 @@ pub fn spawn(world: &Shared) {
                 let _ = match kind {
                     Kind::Trickler => actor.trickled_login().await,
                     Kind::Guesser => actor.guess().await,
+                    Kind::Flooder => actor.flood().await,
                     Kind::StalledReader => actor.stalled_reader().await,
                     Kind::SlowSender => actor.slow_send().await,
                 };
@@ -221,6 +228,43 @@ impl Misbehaving {
                 return Ok(());
             }
             w.decision("HostileGuessRefused");
+        }
+        Ok(())
+    }
+
+    /// A burst of logins with wrong passwords, one per connection, all sent before any
+    /// answer is read; each answer must be a refusal.
+    async fn flood(&mut self) -> Ended {
+        let mut burst = Vec::new();
+        for _ in 0..self.rng.gen_range(8..=24) {
+            let username = match self.rng.gen_bool(0.5) {
+                true => ROOT_USER.to_owned(),
+                false => format!("nobody-{}", self.rng.gen_range(0..4)),
+            };
+            let credentials = Credentials::Password {
+                username: username.clone(),
+                password: format!("guess-{}", self.rng.gen::<u32>()),
+            };
+            let body = login_body(&credentials).map_err(std::io::Error::other)?;
+            let mut sequence = Sequence::unbound(self.client_id());
+            let request = frame(&mut sequence, LOGIN_REGISTER_CODE, &body, body.len());
+            let mut stream = self.connect().await?;
+            stream.write_all(&request).await?;
+            burst.push((stream, username));
+        }
+        for (mut stream, username) in burst {
+            let answer = reply(&mut stream, &Route::REGISTER).await?;
+            let mut w = lock(&self.world);
+            if answer.is_ok_and(|payload| logged_in(&payload)) {
+                w.fail(violation(
+                    INV_HOSTILE,
+                    format!(
+                        "a flood's login as {username:?} with a wrong password answered a session"
+                    ),
+                ));
+                return Ok(());
+            }
+            w.decision("HostileFloodRefused");
         }
         Ok(())
     }
@@ -366,4 +410,9 @@ async fn login(
         .ok()
         .filter(|(r, _)| r.session != 0)
         .map(|(r, _)| Sequence::bound(client, r.session)))
+}
+
+/// Whether a login's answer `payload` is a session.
+fn logged_in(payload: &[u8]) -> bool {
+    LoginRegisterResponse::decode(payload).is_ok_and(|(r, _)| r.session != 0)
 }
