@@ -50,16 +50,27 @@ pub const SEND_ROUTE: &str = "/streams/{stream_id}/topics/{topic_id}/messages";
 /// A body read whole, counted in the server's budget while held.
 pub struct Held {
     pub bytes: Bytes,
-    _charge: Charge,
+    _room: Room,
+}
+
+/// The bytes a body holds while it is read and used.
+enum Room {
+    /// Of the server's byte budget alone (a small body, or one read for no user yet).
+    Budget(#[allow(dead_code)] Charge),
+    /// Of its user's share of that budget (`Context::bodies`), as over TCP.
+    Share(#[allow(dead_code)] crate::command::replies::Held),
 }
 
 /// Reads `body` (at most `limit` bytes; `announced` is its Content-Length, if any) once the
-/// budget has room, within [`BODY_READ_TIMEOUT`].
+/// budget has room, within [`BODY_READ_TIMEOUT`]. A body larger than a small one read for
+/// `user` (a send's, once its permission is checked) takes its size from that user's
+/// share of the budget, so one tenant's slow or large sends wait on its own share.
 pub async fn read_body(
     api: &Api,
     body: Body,
     announced: Option<u64>,
     limit: usize,
+    user: Option<u32>,
 ) -> Result<Held, ApiError> {
     let exact = http_body::Body::size_hint(&body).exact().or(announced);
     if exact.is_some_and(|len| len > limit as u64) {
@@ -67,18 +78,20 @@ pub async fn read_body(
     }
     // An empty body takes nothing; one of no announced length, as much as it may have.
     let wanted = exact.unwrap_or(limit as u64);
+    let small = super::SMALL_BODY_BYTES as u64;
     let read = async {
-        let charge = api
-            .cx
-            .buffers
-            .admit(wanted, super::SMALL_BODY_BYTES as u64)
-            .await;
+        let room = match user {
+            Some(user) if wanted > small => {
+                Room::Share(api.cx.bodies.reserve_exact(&api.cx.env, user, wanted).await)
+            }
+            _ => Room::Budget(api.cx.buffers.admit(wanted, small).await),
+        };
         let limited = http_body_util::Limited::new(body, limit);
         let collected = http_body_util::BodyExt::collect(limited).await;
         match collected {
             Ok(collected) => Ok(Held {
                 bytes: http_body_util::Collected::to_bytes(collected),
-                _charge: charge,
+                _room: room,
             }),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
             Err(e) => Err(ApiError::client(
@@ -135,7 +148,8 @@ pub async fn admit(State(api): State<Arc<Api>>, request: Request, next: Next) ->
     }
     let (parts, body) = request.into_parts();
     let admitted = admission(async {
-        let held = read_body(&api, body, announced(&parts.headers), small_limit(&api)).await?;
+        let limit = small_limit(&api);
+        let held = read_body(&api, body, announced(&parts.headers), limit, None).await?;
         Ok((held, api.slots.acquire().await))
     });
     let (held, slot) = match admitted.await {

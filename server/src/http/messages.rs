@@ -69,7 +69,8 @@ async fn send(
     may_send(&api, &a, &stream, &topic)?;
     let limit = api.settings.max_body_bytes;
     let (raw, _slot) = admit::admission(async {
-        let raw = admit::read_body(&api, body, admit::announced(&headers), limit).await?;
+        let (announced, user) = (admit::announced(&headers), Some(a.session.user_id));
+        let raw = admit::read_body(&api, body, announced, limit, user).await?;
         Ok((raw, api.slots.acquire().await))
     })
     .await?;
