@@ -140,6 +140,20 @@ pub trait ByteStream: Send {
     fn shutdown(&mut self) -> BoxFuture<'_, io::Result<()>>;
 }
 
+/// Reads exactly `buf.len()` bytes from `stream`: an early end of stream is
+/// `UnexpectedEof`.
+pub async fn read_exact(stream: &mut dyn ByteStream, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match stream.read(buf).await {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// A listening socket.
 pub trait Listener: Send {
     fn accept(&mut self) -> BoxFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>>;

@@ -1,7 +1,7 @@
 //! The simulated network under the deterministic executor: in-order exactly-once delivery
 //! under delays and spikes, partitions, resets, and determinism.
 
-use cairn_engine::env::{ByteStream, Clock, Net, Tasks};
+use cairn_engine::env::{read_exact, ByteStream, Clock, Net, Tasks};
 use cairn_faults::{NetEvent, NetFaults, SimClock, SimNet};
 use cairn_sim::executor::{Executor, Stop};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,17 +12,6 @@ const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
 fn addr() -> SocketAddr {
     SocketAddr::new(SERVER, 9000)
-}
-
-async fn read_exact(stream: &mut Box<dyn ByteStream>, mut buf: &mut [u8]) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        let n = stream.read(buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf = &mut buf[n..];
-    }
-    Ok(())
 }
 
 /// Starts an echo server; returns the client results and the virtual time at the end.
@@ -74,7 +63,7 @@ fn echo(
             let result = async {
                 stream.write_all(&message).await?;
                 let mut back = vec![0u8; message.len()];
-                read_exact(&mut stream, &mut back).await?;
+                read_exact(stream.as_mut(), &mut back).await?;
                 Ok(back)
             }
             .await;

@@ -36,7 +36,7 @@ use cairn_client::iggy_binary_protocol::{
     WireConsumer, WireDecode, WireEncode, WireIdentifier, WirePollingStrategy, HEADER_SIZE,
 };
 use cairn_client::{ClientError, Credentials};
-use cairn_engine::env::{ByteStream, Env, Tasks};
+use cairn_engine::env::{read_exact, ByteStream, Env, Tasks};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::{IpAddr, Ipv4Addr};
@@ -245,9 +245,7 @@ impl Misbehaving {
                 username: username.clone(),
                 password: format!("guess-{}", self.rng.gen::<u32>()),
             };
-            let body = login_body(&credentials).map_err(std::io::Error::other)?;
-            let mut sequence = Sequence::unbound(self.client_id());
-            let request = frame(&mut sequence, LOGIN_REGISTER_CODE, &body, body.len());
+            let request = login_frame(self.client_id(), &credentials)?;
             let mut stream = self.connect().await?;
             stream.write_all(&request).await?;
             burst.push((stream, username));
@@ -360,17 +358,6 @@ fn frame(sequence: &mut Sequence, code: u32, body: &[u8], announced: usize) -> V
     frame
 }
 
-async fn read_exact(stream: &mut Box<dyn ByteStream>, mut buf: &mut [u8]) -> Ended {
-    while !buf.is_empty() {
-        let n = stream.read(buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf = &mut buf[n..];
-    }
-    Ok(())
-}
-
 /// Reads one reply to a request on `route` and judges it as the client does: the payload,
 /// or the refusal (a nonzero status, a result code, an eviction).
 async fn reply(
@@ -378,10 +365,10 @@ async fn reply(
     route: &Route,
 ) -> std::io::Result<Result<Bytes, ClientError>> {
     let mut header = [0u8; HEADER_SIZE];
-    read_exact(stream, &mut header).await?;
+    read_exact(stream.as_mut(), &mut header).await?;
     let size = u32::from_le_bytes(header[48..52].try_into().expect("4 bytes")) as usize;
     let mut body = vec![0u8; size.saturating_sub(HEADER_SIZE).min(MAX_REPLY)];
-    read_exact(stream, &mut body).await?;
+    read_exact(stream.as_mut(), &mut body).await?;
     Ok(decode_reply(&header, body.into(), route, MAX_REPLY as u32))
 }
 
@@ -392,16 +379,8 @@ async fn login(
     client: u128,
     credentials: &Credentials,
 ) -> std::io::Result<Option<Sequence>> {
-    let body = login_body(credentials).map_err(std::io::Error::other)?;
-    let mut sequence = Sequence::unbound(client);
-    stream
-        .write_all(&frame(
-            &mut sequence,
-            LOGIN_REGISTER_CODE,
-            &body,
-            body.len(),
-        ))
-        .await?;
+    let request = login_frame(client, credentials)?;
+    stream.write_all(&request).await?;
     let payload = match reply(stream, &Route::REGISTER).await? {
         Ok(payload) => payload,
         Err(_) => return Ok(None),
@@ -410,6 +389,13 @@ async fn login(
         .ok()
         .filter(|(r, _)| r.session != 0)
         .map(|(r, _)| Sequence::bound(client, r.session)))
+}
+
+/// A login frame for `credentials` from login client id `client`.
+fn login_frame(client: u128, credentials: &Credentials) -> std::io::Result<Vec<u8>> {
+    let body = login_body(credentials).map_err(std::io::Error::other)?;
+    let mut sequence = Sequence::unbound(client);
+    Ok(frame(&mut sequence, LOGIN_REGISTER_CODE, &body, body.len()))
 }
 
 /// Whether a login's answer `payload` is a session.
