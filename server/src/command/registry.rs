@@ -374,23 +374,16 @@ impl Registry {
         let Some(entry) = inner.clients.get(&id) else {
             return Ok(false);
         };
-        match entry.groups.get(&group) {
+        let replacing = match entry.groups.get(&group) {
             Some(&joined) if joined == incarnation => return Ok(false),
-            Some(_) => {
-                let mut entry = inner.take(id).expect("looked up");
-                entry.groups.insert(group, incarnation);
-                inner.index(id, &entry, true);
-                inner.clients.insert(id, entry);
-                inner.check();
-                return Ok(true);
-            }
-            None => {}
-        }
+            Some(_) => true,
+            None => false,
+        };
         let held = entry
             .user_id
             .and_then(|user| inner.memberships.get(&user).copied())
             .unwrap_or(0);
-        if held >= cap {
+        if held >= cap && !replacing {
             return Err(held);
         }
         let mut entry = inner.take(id).expect("looked up");

@@ -16,12 +16,18 @@ use tokio::net::TcpStream;
 /// Root's client, after it made stream `s` with topic `t` (one partition) and user `eve`
 /// with no permission.
 async fn topic_and_eve(cairn: &Cairn) -> IggyClient {
+    topic_and_eve_with(cairn, false).await
+}
+
+/// [`topic_and_eve`], eve with every right on stream `s` when `rights`.
+async fn topic_and_eve_with(cairn: &Cairn, rights: bool) -> IggyClient {
     let root = client(cairn, "iggy", PASSWORD).await.unwrap();
-    root.create_stream("s").await.unwrap();
+    let stream = root.create_stream("s").await.unwrap();
     root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
         .await
         .unwrap();
-    root.create_user("eve", "eve-password", UserStatus::Active, None)
+    let permissions = rights.then(|| every_right_on(stream.id));
+    root.create_user("eve", "eve-password", UserStatus::Active, permissions)
         .await
         .unwrap();
     root
@@ -145,15 +151,7 @@ async fn an_http_send_body_waits_on_its_users_share_only() {
             ("CAIRN_TCP_MAX_REPLY_BYTES", &mib),
         ],
     );
-    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
-    let stream = root.create_stream("s").await.unwrap();
-    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
-        .await
-        .unwrap();
-    let permissions = every_right_on(stream.id);
-    root.create_user("eve", "eve-password", UserStatus::Active, Some(permissions))
-        .await
-        .unwrap();
+    let _root = topic_and_eve_with(&cairn, true).await;
     let address = cairn.http.expect("the HTTP API is on");
     const BODY: usize = 768 * 1024;
     let send_head = |token: &str| {
@@ -341,11 +339,7 @@ async fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
 async fn a_user_holds_only_its_share_of_group_memberships() {
     let dir = tempfile::tempdir().unwrap();
     let cairn = Cairn::start_with(dir.path(), &[("CAIRN_LIMITS_MEMBERSHIPS_PER_USER", "2")]);
-    let root = client(&cairn, "iggy", PASSWORD).await.unwrap();
-    let stream = root.create_stream("s").await.unwrap();
-    root.create_topic(&id("s"), "t", &topic_options(1, Durability::Replicated))
-        .await
-        .unwrap();
+    let root = topic_and_eve_with(&cairn, true).await;
     let mut groups = Vec::new();
     for g in ["g0", "g1", "g2"] {
         let group = root
@@ -354,10 +348,6 @@ async fn a_user_holds_only_its_share_of_group_memberships() {
             .unwrap();
         groups.push(group.id);
     }
-    let permissions = every_right_on(stream.id);
-    root.create_user("eve", "eve-password", UserStatus::Active, Some(permissions))
-        .await
-        .unwrap();
     let eve = client(&cairn, "eve", "eve-password").await.unwrap();
     let eve2 = client(&cairn, "eve", "eve-password").await.unwrap();
     eve.join_consumer_group(&id("s"), &id("t"), &id("g0"))
