@@ -8,8 +8,8 @@
 //! a user's share) from its user's share and from the server's reply budget, waiting while
 //! either is full; once built the reservation becomes the reply's real size, given back when
 //! the reply is written. A reader that takes none of its replies so stalls its own polls,
-//! never another user's, and the replies in memory stay within the budget (plus, per user
-//! building, what a reply may exceed its reservation by).
+//! never another user's, and the replies in memory stay within the budget (plus, per connection
+//! with a reply, what it may exceed its reservation by: `Shares::overdrawn`).
 //!
 //! Request bodies larger than a login's or a poll's take their exact size from their user's
 //! share of the bodies' budget ([`Shares::reserve_exact`]; `Context::bodies`), so one
@@ -162,9 +162,10 @@ impl Shares {
     }
 
     /// Bytes the settled replies hold past what they reserved: a poll's first batch goes
-    /// whole, and a list is built at its size. Each is at most one reply's excess, taken
-    /// by a request that had room when it began; while they are held the budget is that
-    /// much fuller, so no new reply begins until they are written.
+    /// whole, and a list is built at its size. The excess counts in its user's share (so
+    /// that user's next replies wait) but not in the budget others reserve from (so one
+    /// tenant's large replies never stall another's): it is memory beside the budget, at
+    /// most one reply's excess per connection.
     pub fn overdrawn(&self) -> u64 {
         self.overdrawn.load(Ordering::Relaxed)
     }
@@ -179,14 +180,15 @@ impl Shares {
         self.budget.total()
     }
 
-    /// `reservation` becomes `bytes`, the built reply's size, in its user's share and in
-    /// the budget: a reply larger than its reservation (a poll's first batch goes whole; a
-    /// list is built at its size) overdraws both, so its user's and everyone's next
-    /// replies wait until it is written ([`Shares::overdrawn`]).
+    /// `reservation` becomes `bytes`, the built reply's size, in its user's share; the budget
+    /// keeps at most the reservation. A reply larger than its reservation (a poll's first
+    /// batch goes whole; a list is built at its size) overdraws its user's share only, so
+    /// its user's next replies wait until it is written, never another's
+    /// ([`Shares::overdrawn`] counts the excess).
     pub fn settle(&self, reservation: Held, bytes: u64) -> Held {
         let user = reservation.user;
         let over = bytes.saturating_sub(reservation.bytes);
-        let budget = self.budget.charge(bytes);
+        let budget = self.budget.charge(bytes.min(reservation.bytes));
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         *held.entry(user).or_default() += bytes;
         drop(held);
@@ -245,18 +247,19 @@ mod tests {
         assert_eq!(held.len(), 5, "100 bytes: five reservations of 20");
         assert!(shares.try_reserve(99, 20).is_none());
         drop(held);
-        // A reply built past its reservation counts whole, in the budget too (review of
-        // S5: a list charged only its reservation let lists grow past the budget).
+        // A reply built past its reservation counts whole in its user's share, and its
+        // excess is counted apart: that user waits, another does not.
         let list = shares.try_reserve(1, 4).unwrap();
         let list = shares.settle(list, 90);
-        assert_eq!((shares.held(), shares.overdrawn()), (90, 86));
+        assert_eq!((shares.held(), shares.overdrawn()), (4, 86));
         assert!(
-            shares.try_reserve(2, 20).is_none(),
-            "the budget is overdrawn"
+            shares.try_reserve(1, 1).is_none(),
+            "user 1's share is overdrawn"
         );
-        drop(list);
+        let other = shares.try_reserve(2, 20).expect("user 2 is not held back");
+        drop((list, other));
         assert_eq!((shares.held(), shares.overdrawn()), (0, 0));
-        assert!(shares.try_reserve(2, 20).is_some());
+        assert!(shares.try_reserve(1, 20).is_some());
     }
 
     /// Review S5, per tenant: bodies take their size from their user's share of the

@@ -622,8 +622,10 @@ impl ServerWorld {
     /// The budget invariant: the request bodies the server holds stay within its byte
     /// budget (plus what a body of at most the small size, charged without waiting so
     /// that logins and polls are never held back by large bodies, may overdraw: one per
-    /// connection), and the replies it holds within the reply budget (plus what replies
-    /// built past their reservations overdraw: [`cairn_server::command::replies::Shares::overdrawn`]).
+    /// connection), the replies it holds within the reply budget, and what replies were
+    /// built past their reservations (counted in their users' shares only:
+    /// [`cairn_server::command::replies::Shares::overdrawn`]) within one frame per
+    /// connection.
     fn check_budgets(&mut self) {
         let Some(server) = &self.server else {
             return;
@@ -638,8 +640,10 @@ impl ServerWorld {
             let why = format!("request bodies hold {bodies} bytes, past the budget {bodies_total} and the {overdraw} small bodies may overdraw");
             return self.fail(violation(INV_BUDGET, why));
         }
-        if replies > replies_total + overdrawn {
-            let why = format!("replies hold {replies} bytes, past the budget {replies_total} and the {overdrawn} built past their reservations");
+        let frame = u64::from(cairn_server::tcp::ServerLimits::default().max_frame_bytes);
+        let excess = frame * cx.registry.len() as u64;
+        if replies > replies_total || overdrawn > excess {
+            let why = format!("replies hold {replies} bytes of the budget {replies_total}, and {overdrawn} built past their reservations (at most {excess}: a frame per connection)");
             return self.fail(violation(INV_BUDGET, why));
         }
         if (bodies > 0 || replies > 0) && !self.profile.hostile.clients.is_empty() {
