@@ -1,8 +1,8 @@
 //! Operator debris: what an operator leaves under the data root while the node is down (the
 //! `debris` knob of [`super::NodeProfile`]) — an empty directory at an unused partition,
 //! topic or stream id, a directory holding a segment log's bytes and no identity at an
-//! unused partition id, and stray files in the entity tree and inside a live partition's
-//! directory — and the checks that every boot keeps each piece byte for byte and reports it,
+//! unused partition id, stray files and directories in the entity tree, and stray files
+//! inside a live partition's directory — and the checks that every boot keeps each piece byte for byte and reports it,
 //! and that `cairn check` (`cairn_server::check::report`, run on the simulated disk after
 //! the boot that first sees a piece) reports it too.
 //!
@@ -40,6 +40,9 @@ pub(crate) enum Kind {
     DataDir,
     /// A file the engine does not know.
     StrayFile,
+    /// A directory the engine does not know beside an entity directory's one child
+    /// (`streams/s/<name>/`, `streams/s/topics/t/<name>/`), holding a file.
+    StrayDir,
 }
 
 /// The entity whose directory held a piece when it was planted.
@@ -170,8 +173,16 @@ impl NodeWorld {
                     (3, Some((s, t))) => (topic_path(s, t).join("partitions"), Within::Topic(s, t)),
                     _ => (streams_root(), Within::Root),
                 };
-                let file = dir.join(&note);
-                (file.clone(), within, Kind::StrayFile, vec![(file, bytes)])
+                let beside_a_child = matches!(within, Within::Stream(_))
+                    || (matches!(within, Within::Topic(..)) && !dir.ends_with("partitions"));
+                if beside_a_child && self.rng.gen_bool(0.5) {
+                    let stray = dir.join(format!("notes-{n}"));
+                    let file = stray.join("readme");
+                    (stray, within, Kind::StrayDir, vec![(file, bytes)])
+                } else {
+                    let file = dir.join(&note);
+                    (file.clone(), within, Kind::StrayFile, vec![(file, bytes)])
+                }
             }
             _ => match self.live_partition() {
                 Some((dir, identity)) => {
@@ -190,7 +201,7 @@ impl NodeWorld {
         assert!(!self.debris.contains_key(&path), "each piece its own id");
         match kind {
             Kind::EmptyDir => self.make_dir(&path),
-            Kind::DataDir | Kind::StrayFile => {
+            Kind::DataDir | Kind::StrayFile | Kind::StrayDir => {
                 for (file, bytes) in &files {
                     self.make_file(file, bytes);
                 }
@@ -353,6 +364,33 @@ impl NodeWorld {
         if seen {
             self.decision("OperatorDebris");
         }
+        self.notes_only_what_an_operator_made(report)
+    }
+
+    /// Every entry boot's tree notes as unknown is one an operator made (debris, or a
+    /// directed scenario's planted copy) or lies inside one: the engine's own directories
+    /// (`topics/`, `partitions/`, the entity ids) are never unknown to it.
+    fn notes_only_what_an_operator_made(&self, report: &BootReport) -> Checked<()> {
+        let prefix = "ignored unknown entry ";
+        for note in &report.tree.notes {
+            let Some(path) = note.strip_prefix(prefix).map(Path::new) else {
+                continue;
+            };
+            let operators = self
+                .planted
+                .iter()
+                .chain(self.debris.keys())
+                .any(|made| path.starts_with(made));
+            if !operators {
+                return Err(violation(
+                    INV_JUSTIFIED,
+                    format!(
+                        "boot notes {} as unknown, though no operator made it",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -389,7 +427,9 @@ impl NodeWorld {
         for (path, piece) in self.debris.iter_mut().filter(|(_, p)| !p.checked) {
             let line = match piece.kind {
                 Kind::EmptyDir | Kind::DataDir => format!("{}: KEPT (unaccounted)", path.display()),
-                Kind::StrayFile => format!("note: ignored unknown entry {}", path.display()),
+                Kind::StrayFile | Kind::StrayDir => {
+                    format!("note: ignored unknown entry {}", path.display())
+                }
             };
             if !out.lines().any(|l| l.trim_start().starts_with(&line)) {
                 return Err(violation(
@@ -424,6 +464,6 @@ fn reported_by_boot(report: &BootReport, path: &Path, piece: &Debris) -> bool {
             *key == super::key(&id)
                 && matches!(boot, PartitionBoot::Opened(plan) if plan.notes.contains(&note))
         }),
-        (Kind::StrayFile, _) => report.tree.notes.contains(&note),
+        (Kind::StrayFile | Kind::StrayDir, _) => report.tree.notes.contains(&note),
     }
 }

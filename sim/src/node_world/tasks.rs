@@ -260,7 +260,7 @@ async fn login_step(world: &Shared, client: &Client) {
     let result = client.login(&username, &password).await;
     let mut w = lock(world);
     let after = w.login_expectation(&username, &password);
-    if let Err(v) = w.judge_login(&username, before, after, result) {
+    if let Err(v) = w.judge_login((&username, &password), before, after, result) {
         w.fail(v);
     }
 }

@@ -764,3 +764,30 @@ pub(super) fn a_journal_without_its_records_refuses_boot() -> Checked<Vec<&'stat
     })?;
     Ok(s.decisions())
 }
+
+/// Every op checkpoints, so the journal is empty and the snapshot holds everything; while
+/// the node is down both superblock copies are removed. Something was committed (a snapshot
+/// is there), so boot refuses (`NoSuperblock`) rather than take the directory for a first
+/// boot's and start empty, losing the stream.
+pub(super) fn a_snapshot_without_its_records_refuses_boot() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0032);
+    lock(&s.world).profile.checkpoint_bytes = 1;
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.restart_after(false, |w| {
+        assert!(
+            w.disk.contents(&metadata("snapshot.bin")).is_some(),
+            "the op's batch checkpointed"
+        );
+        let journal = w.disk.contents(&metadata(cairn_engine::metadata::JOURNAL));
+        assert_eq!(
+            journal.map_or(0, |j| j.len()),
+            0,
+            "the checkpoint emptied the journal"
+        );
+        for slot in cairn_engine::metadata::record::SLOT_NAMES {
+            w.disk.remove_by_operator(&metadata(slot));
+        }
+    })?;
+    Ok(s.decisions())
+}

@@ -513,6 +513,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: tree::a_stream_deletion_keeping_data_removes_its_emptied_topics_redone,
     },
     NodeDirected {
+        name: "a_deleted_stream_goes_whole_beside_another_streams_debris",
+        expect: &["DirWorkRedone"],
+        run: tree::a_deleted_stream_goes_whole_beside_another_streams_debris,
+    },
+    NodeDirected {
         name: "an_operators_directory_removed_before_a_crash_stays_removed",
         expect: &["DirWorkRedone"],
         run: tree::an_operators_directory_removed_before_a_crash_stays_removed,
@@ -528,6 +533,16 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: tree::an_empty_topic_directory_under_a_stream_deleted_whole_is_removed,
     },
     NodeDirected {
+        name: "polls_past_a_full_parking_are_answered_busy",
+        expect: &["ParkingFull"],
+        run: serving::polls_past_a_full_parking_are_answered_busy,
+    },
+    NodeDirected {
+        name: "a_login_outlived_by_its_password_refuses",
+        expect: &["LoginOutlivedUserChange"],
+        run: serving::a_login_outlived_by_its_password_refuses,
+    },
+    NodeDirected {
         name: "a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets",
         expect: &["DirWorkRedone", "EntityDeleted"],
         run: serving::a_group_re_created_after_a_lost_deletion_keeps_its_new_offsets,
@@ -536,6 +551,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "a_journal_without_its_records_refuses_boot",
         expect: &["BootRefused", "meta:NoSuperblock"],
         run: journal::a_journal_without_its_records_refuses_boot,
+    },
+    NodeDirected {
+        name: "a_snapshot_without_its_records_refuses_boot",
+        expect: &["BootRefused", "meta:NoSuperblock"],
+        run: journal::a_snapshot_without_its_records_refuses_boot,
     },
     NodeDirected {
         name: "a_freed_group_id_above_zero_is_reused_only_by_the_next",
@@ -637,6 +657,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "a_create_redone_after_a_lost_record_keeps_its_messages",
         expect: &["DirWorkRedone"],
         run: tree::a_create_redone_after_a_lost_record_keeps_its_messages,
+    },
+    NodeDirected {
+        name: "a_purge_redone_after_a_lost_record_keeps_its_messages",
+        expect: &["DirWorkRedone"],
+        run: tree::a_purge_redone_after_a_lost_record_keeps_its_messages,
     },
     NodeDirected {
         name: "a_removal_superseded_by_a_re_creation_is_not_redone",

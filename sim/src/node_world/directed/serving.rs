@@ -1,5 +1,6 @@
 //! Directed scenarios of a serving node: retention at the expiry's edge, consumer groups
-//! across deletions and boots.
+//! across deletions and boots, a login outlived by its user's password, requests for a
+//! partition being replaced past a full parking.
 
 use super::*;
 
@@ -44,8 +45,9 @@ pub(super) fn a_segment_exactly_as_old_as_the_expiry_is_kept() -> Checked<Vec<&'
 }
 
 /// A topic with a size limit and no expiry: once its sealed bytes pass the partition's
-/// budget (`max_topic_size`, never below one segment plus one batch), a cleaner pass must
-/// delete its oldest sealed segments, each deletion judged against the size rule.
+/// budget (`max_topic_size`, never below one segment plus one batch) by more than two
+/// segments, one cleaner pass must delete its oldest sealed segments until within the
+/// budget (more than one), each deletion and the pass judged against the size rule.
 pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
 ) -> Checked<Vec<&'static str>> {
     // Below the floor: the budget is one segment plus one batch.
@@ -55,7 +57,7 @@ pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
     for _ in 0..1024 {
         s.produce()?;
         let info = s.info((0, 0, 0))?;
-        if info.sealed.iter().map(|(_, bytes, _)| bytes).sum::<u64>() > budget {
+        if info.sealed.iter().map(|(_, bytes, _)| bytes).sum::<u64>() > 3 * budget {
             over = true;
             break;
         }
@@ -68,10 +70,10 @@ pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
     let mut w = lock(&s.world);
     w.drain_deletions()?;
     w.judge_deletions(&deleted)?;
-    if deleted.is_empty() {
+    if deleted.len() < 2 {
         return Err(crate::report::violation(
             crate::node_world::INV_RETENTION,
-            format!("a pass over a partition whose sealed bytes passed its budget of {budget} bytes (no expiry) deleted nothing"),
+            format!("a pass over a partition whose sealed bytes passed three times its budget of {budget} bytes (no expiry) deleted {} segments", deleted.len()),
         ));
     }
     drop(w);
@@ -540,4 +542,155 @@ pub(super) fn a_send_a_failed_persist_sealed_is_acknowledged() -> Checked<Vec<&'
             format!("the send after a persist that refused offsets from {end} on was answered {other:?}"),
         )),
     }
+}
+
+/// A login checks the old password while a change of that password commits: the login's
+/// hash costs a virtual second, the change's nothing, so the change is acknowledged while
+/// the login still hashes. The login looks at the user again after its check and refuses
+/// (`InvalidCredentials`): a replaced password never opens a session.
+pub(super) fn a_login_outlived_by_its_password_refuses() -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0035);
+    s.setup()?;
+    s.perform(AdminOp::CreateUser {
+        name: "outlived".into(),
+        password: "old-password".into(),
+        status: 1,
+        permissions: None,
+    })?;
+    let (world, hash_nanos) = (s.world.clone(), lock(&s.world).profile.hash_nanos);
+    let user = lock(&world)
+        .model
+        .users
+        .iter()
+        .find(|(_, u)| u.name == "outlived")
+        .map(|(id, _)| *id)
+        .expect("created");
+    let node = lock(&world).node.clone().expect("up");
+    let (login, admin) = (node.client(300), node.client(100));
+    let tasks = s.executor.handle();
+    tasks.set_blocking_cost(std::time::Duration::from_secs(1));
+    let answer = Arc::new(Mutex::new(None));
+    let (slot, changer) = (answer.clone(), world.clone());
+    super::super::block(&mut s.executor, async move {
+        both(
+            async move {
+                let got = login.login("outlived", "old-password").await;
+                *slot.lock().expect("slot") = Some(got);
+            },
+            async move {
+                tasks.set_blocking_cost(std::time::Duration::ZERO);
+                let change = AdminOp::ChangePassword {
+                    user,
+                    password: "new-password".into(),
+                };
+                run_meta(&changer, &admin, 100, change).await;
+            },
+        )
+        .await;
+    });
+    s.executor
+        .handle()
+        .set_blocking_cost(std::time::Duration::from_nanos(hash_nanos));
+    s.violation()?;
+    let changed = lock(&world).model.users[&user].password == "new-password";
+    assert!(changed, "the change was acknowledged");
+    let got = answer.lock().expect("slot").take().expect("answered");
+    match got {
+        Err(cairn_engine::node::NodeError::InvalidCredentials) => {
+            lock(&world).decision("LoginOutlivedUserChange");
+            Ok(s.decisions())
+        }
+        other => Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("a login with a password replaced while it hashed answered {other:?}"),
+        )),
+    }
+}
+
+/// A purge replaces topic 0's partition; once its shard made the new incarnation, and
+/// while the purge's applied record is written (each disk call a virtual millisecond),
+/// more polls of that partition arrive than the shard parks ([`MAX_PARKED`]). Every poll
+/// is answered: the parked ones once the purge is applied, the rest at once with `Busy` —
+/// never `Stopped` from a node that serves on.
+///
+/// [`MAX_PARKED`]: cairn_engine::node::MAX_PARKED
+pub(super) fn polls_past_a_full_parking_are_answered_busy() -> Checked<Vec<&'static str>> {
+    use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+    use iggy_binary_protocol::{WireConsumer, WirePollingStrategy};
+    const POLLS: usize = cairn_engine::node::MAX_PARKED + 64;
+    let mut s = Scenario::new(0x4e0d_0036);
+    s.with_persisted_topic(1)?;
+    s.produce_n(2)?;
+    let world = s.world.clone();
+    let (node, clock, superblock) = {
+        let w = lock(&world);
+        w.disk.set_latency_debt(1_000_000, 1_000_000);
+        let dir = cairn_engine::partition::partition_dir(Path::new(NODE_ROOT), 0, 0, 0);
+        (
+            w.node.clone().expect("up"),
+            w.clock.clone(),
+            dir.join("superblock.a"),
+        )
+    };
+    let before = lock(&world).disk.contents(&superblock);
+    let admin = node.client(100);
+    let pollers: Vec<_> = (0..POLLS).map(|i| node.client(1_000 + i as u128)).collect();
+    let answers = Arc::new(Mutex::new(Vec::with_capacity(POLLS)));
+    let (purger, watcher, into) = (world.clone(), world.clone(), answers.clone());
+    super::super::block(&mut s.executor, async move {
+        both(
+            async move { run_meta(&purger, &admin, 100, AdminOp::PurgeTopic(0, 0)).await },
+            async move {
+                // The new incarnation's superblock is written: the shard holds the partition
+                // until the purge is applied.
+                while lock(&watcher).disk.contents(&superblock) == before {
+                    cairn_engine::env::Clock::sleep(&clock, std::time::Duration::from_micros(10))
+                        .await;
+                }
+                let polls = pollers.into_iter().map(|client| {
+                    let into = into.clone();
+                    Box::pin(async move {
+                        let request = PollMessagesRequest {
+                            consumer: WireConsumer::consumer(super::super::workload::sid(0)),
+                            stream_id: super::super::workload::sid(0),
+                            topic_id: super::super::workload::sid(0),
+                            partition_id: Some(0),
+                            strategy: WirePollingStrategy { kind: 3, value: 0 },
+                            count: 1,
+                            auto_commit: false,
+                        };
+                        let got = client.poll(&request).await.map(|_| ());
+                        into.lock().expect("answers").push(got);
+                    }) as cairn_engine::env::BoxFuture<'static, ()>
+                });
+                every(polls.collect()).await;
+            },
+        )
+        .await;
+    });
+    lock(&world).disk.set_latency_debt(0, 0);
+    s.violation()?;
+    let answers = std::mem::take(&mut *answers.lock().expect("answers"));
+    assert_eq!(answers.len(), POLLS, "every poll answered");
+    let busy = answers
+        .iter()
+        .filter(|a| matches!(a, Err(cairn_engine::node::NodeError::Busy(_))))
+        .count();
+    if let Some(wrong) = answers
+        .iter()
+        .find(|a| !matches!(a, Ok(()) | Err(cairn_engine::node::NodeError::Busy(_))))
+    {
+        return Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("a poll of a partition being replaced answered {wrong:?}"),
+        ));
+    }
+    if busy == 0 {
+        return Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("{POLLS} polls of a held partition, and none found the parking full"),
+        ));
+    }
+    lock(&world).decision("ParkingFull");
+    Ok(s.decisions())
 }

@@ -17,6 +17,22 @@ pub(super) fn a_create_redone_after_a_lost_record_keeps_its_messages() -> Checke
     s.produce_then_lose_power(4)
 }
 
+/// The superblock records of a purge are lost (their syncs lied, then the power failed)
+/// after the purged partition's new incarnation took acknowledged messages: boot replays
+/// the purge, whose tree plan finds the new incarnation there already and keeps it (never
+/// replacing it again), so its messages stay and it serves.
+pub(super) fn a_purge_redone_after_a_lost_record_keeps_its_messages() -> Checked<Vec<&'static str>>
+{
+    let mut s = Scenario::new(0x4e0d_0033);
+    s.with_persisted_topic(1)?;
+    s.produce_n(2)?;
+    s.lie_on_metadata_records(1);
+    s.perform(AdminOp::PurgeTopic(0, 0))?;
+    s.produce_then_lose_power(4)?;
+    s.produce()?;
+    Ok(s.decisions())
+}
+
 /// The records of a partition's removal and of its re-creation are both lost, after the
 /// re-created partition took acknowledged messages: boot must not redo the removal.
 pub(super) fn a_removal_superseded_by_a_re_creation_is_not_redone() -> Checked<Vec<&'static str>> {
@@ -602,6 +618,54 @@ fn notes() -> std::path::PathBuf {
         .and_then(Path::parent)
         .expect("the topics directory")
         .join("notes")
+}
+
+/// While the node serves, an operator leaves a directory with data and no identity at an
+/// unused partition id of stream 1's topic; stream 0 is then deleted, and the node crashes
+/// inside its directory work. Boot redoes the deletion: stream 0's directory goes whole (the
+/// operator's data is another stream's, and keeps only its own stream's directory), and
+/// the operator's directory is kept and reported.
+pub(super) fn a_deleted_stream_goes_whole_beside_another_streams_debris(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0034);
+    s.setup()?;
+    for (stream, name) in [(0, "a"), (1, "b")] {
+        s.perform(AdminOp::CreateStream(name.into()))?;
+        s.perform(AdminOp::CreateTopic {
+            stream,
+            name: "t".into(),
+            partitions: 1,
+            persisted: true,
+            offsets_persisted: true,
+            expiry: 0,
+            max_size: 0,
+        })?;
+    }
+    s.produce_n(4)?;
+    let root = Path::new(NODE_ROOT);
+    let planted = cairn_engine::partition::partition_dir(root, 1, 0, 7);
+    {
+        let mut w = lock(&s.world);
+        let log = cairn_engine::partition::segment::log_name(0);
+        plant_file(&w, &planted.join(log), &[7; 64]);
+        w.planted.insert(planted.clone());
+        w.disk.script(cairn_faults::Scripted::CrashOn(
+            "streams/0/topics/0/partitions/0".into(),
+        ));
+    }
+    s.perform(AdminOp::DeleteStream(0))?;
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the deletion's work crashed"
+    );
+    s.restart(false)?;
+    kept_and_reported(&s, &planted)?;
+    gone(
+        &s,
+        &cairn_engine::node::tree::stream_dir(root, 0),
+        "outlived its deletion, though nothing in it was kept",
+    )?;
+    Ok(s.decisions())
 }
 
 /// [`a_stream_deletion_keeping_data_removes_its_emptied_topics`], the work done whole.

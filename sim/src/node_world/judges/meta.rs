@@ -355,7 +355,7 @@ impl NodeWorld {
     /// user ops gets an error, or succeeds as a user that existed under that name.
     pub(crate) fn judge_login(
         &mut self,
-        username: &str,
+        (username, password): (&str, &str),
         before: LoginExpectation,
         after: LoginExpectation,
         result: NodeResult<cairn_engine::node::Login>,
@@ -400,6 +400,30 @@ impl NodeWorld {
                     before.answer, after.answer
                 ),
             ));
+        }
+        // A login's last look at the view is after its hash check, with no wait before it
+        // answers, and a user op is published before it is acknowledged. So once the model
+        // holds a change of the user (none in flight now), a success is that user as it is
+        // now: the incarnation, the password and the status it verified, never ones a
+        // change replaced. (A rename does not revoke: the login may answer for the user
+        // its name named when it began.)
+        if let (Ok((id, incarnation)), false) = (got, after.racing) {
+            let now = self.model.users.get(&id);
+            let holds = now.is_some_and(|u| {
+                u.created_op == incarnation && u.password == password && u.status == 1
+            });
+            if !holds {
+                return Err(violation(
+                    INV_CALLERS,
+                    format!(
+                        "login of {username:?} answered user {id} (incarnation {incarnation}), which no longer has that password, incarnation or status: {:?}",
+                        now.map(|u| (&u.name, &u.password, u.created_op, u.status))
+                    ),
+                ));
+            }
+        }
+        if before.answer.is_ok() && after.answer != before.answer && !after.racing {
+            self.decision("LoginOutlivedUserChange");
         }
         Ok(())
     }

@@ -139,10 +139,11 @@ impl NodeWorld {
     /// Each deletion, in order, against its rule and the deletions before it: a prefix of
     /// sealed segments (it starts at the log start the model knows), the expiry judged by
     /// the stamps producers were acknowledged with, the size by the sealed bytes left after
-    /// the deletions before it in the same pass.
+    /// the deletions before it in the same pass; and each cleaner pass as a whole, which
+    /// leaves no more sealed bytes than its budget (it deletes until within it).
     pub(crate) fn judge_deletions(&mut self, deleted: &[Deletion]) -> Checked<()> {
         let mut pass: Option<(PartitionKey, u64, u64)> = None;
-        for d in deleted {
+        for (i, d) in deleted.iter().enumerate() {
             self.decision("RetentionDeletion");
             self.trace.event(format!(
                 "deleted {:?} segment {}..{} ({:?})",
@@ -166,7 +167,18 @@ impl NodeWorld {
                 Some((k, now, left)) if k == key && now == d.now => left,
                 _ => d.sealed_bytes,
             };
-            pass = Some((key, d.now, left.saturating_sub(d.segment.bytes)));
+            let after = left.saturating_sub(d.segment.bytes);
+            pass = Some((key, d.now, after));
+            let pass_ends = deleted
+                .get(i + 1)
+                .is_none_or(|next| (next.partition, next.now) != (key, d.now));
+            if pass_ends
+                && d.reason != Reason::Requested
+                && d.policy.budget > 0
+                && after > d.policy.budget
+            {
+                return Err(violation(INV_RETENTION, format!("partition {key:?}: a cleaner pass ended with {after} B sealed, over its budget of {} B (its last deletion {}..{}, {:?})", d.policy.budget, d.segment.start_offset, d.end, d.reason)));
+            }
             let part = self.parts.entry(identity).or_default();
             if d.segment.start_offset != part.log_start && !part.log_start_unknown {
                 return Err(violation(INV_RETENTION, format!("partition {key:?}: deleted segment {}..{} while the log starts at {}: not a prefix", d.segment.start_offset, d.end, part.log_start)));
