@@ -319,6 +319,9 @@ impl NodeWorld {
     /// After a boot: every piece is there byte for byte (or went with the entity holding it)
     /// and the boot reported it.
     pub(crate) fn judge_debris(&mut self, report: &BootReport) -> Checked<()> {
+        // Before any piece this boot removed is forgotten: the tree's notes are of what it
+        // listed, before its redone deletions.
+        self.notes_only_what_an_operator_made(report)?;
         let mut seen = false;
         let mut gone = Vec::new();
         for (path, piece) in &self.debris {
@@ -364,7 +367,7 @@ impl NodeWorld {
         if seen {
             self.decision("OperatorDebris");
         }
-        self.notes_only_what_an_operator_made(report)
+        Ok(())
     }
 
     /// Every entry boot's tree notes as unknown is one an operator made (debris, or a
