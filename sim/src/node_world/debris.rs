@@ -2,9 +2,10 @@
 //! `debris` knob of [`super::NodeProfile`]) — an empty directory at an unused partition,
 //! topic or stream id, a directory holding a segment log's bytes and no identity at an
 //! unused partition id, stray files and directories in the entity tree, and stray files
-//! inside a live partition's directory — and the checks that every boot keeps each piece byte for byte and reports it,
-//! and that `cairn check` (`cairn_server::check::report`, run on the simulated disk after
-//! the boot that first sees a piece) reports it too.
+//! inside a live partition's directory — and the checks that every boot keeps each piece
+//! byte for byte and reports it, notes as unknown nothing an operator did not make, and that
+//! `cairn check` (`cairn_server::check::report`, run on the simulated disk after the boot
+//! that first sees a piece) reports it too.
 //!
 //! The rule is the entity tree's (`engine/src/node/tree.rs` and `work.rs`): what no op
 //! accounts for is never removed, and an unknown file is reported and left alone. The one
@@ -24,6 +25,9 @@ use cairn_engine::node::{BootReport, PartitionBoot, PartitionKey};
 use cairn_engine::partition::{partition_dir, PartitionIdentity};
 use rand::Rng;
 use std::path::{Path, PathBuf};
+
+/// How the entity tree's notes name an entry it does not know (`engine/src/node/tree.rs`).
+const UNKNOWN_ENTRY: &str = "ignored unknown entry ";
 
 /// Most pieces one run plants (each one is judged at every boot).
 pub(crate) const MAX_DEBRIS: usize = 8;
@@ -111,10 +115,13 @@ impl NodeWorld {
 
     /// Whether anything an operator made lies at or under `dir`.
     pub(crate) fn operator_made_under(&self, dir: &Path) -> bool {
-        self.planted
-            .iter()
-            .chain(self.debris.keys())
-            .any(|p| p.starts_with(dir))
+        self.operator_paths().any(|p| p.starts_with(dir))
+    }
+
+    /// Every directory or file an operator made: a directed scenario's planted copies and
+    /// the debris.
+    fn operator_paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.planted.iter().chain(self.debris.keys())
     }
 
     /// While the node is down, an operator leaves one piece of debris (durably). Only once
@@ -374,16 +381,11 @@ impl NodeWorld {
     /// directed scenario's planted copy) or lies inside one: the engine's own directories
     /// (`topics/`, `partitions/`, the entity ids) are never unknown to it.
     fn notes_only_what_an_operator_made(&self, report: &BootReport) -> Checked<()> {
-        let prefix = "ignored unknown entry ";
         for note in &report.tree.notes {
-            let Some(path) = note.strip_prefix(prefix).map(Path::new) else {
+            let Some(path) = note.strip_prefix(UNKNOWN_ENTRY).map(Path::new) else {
                 continue;
             };
-            let operators = self
-                .planted
-                .iter()
-                .chain(self.debris.keys())
-                .any(|made| path.starts_with(made));
+            let operators = self.operator_paths().any(|made| path.starts_with(made));
             if !operators {
                 return Err(violation(
                     INV_JUSTIFIED,
@@ -431,7 +433,7 @@ impl NodeWorld {
             let line = match piece.kind {
                 Kind::EmptyDir | Kind::DataDir => format!("{}: KEPT (unaccounted)", path.display()),
                 Kind::StrayFile | Kind::StrayDir => {
-                    format!("note: ignored unknown entry {}", path.display())
+                    format!("note: {UNKNOWN_ENTRY}{}", path.display())
                 }
             };
             if !out.lines().any(|l| l.trim_start().starts_with(&line)) {
@@ -455,7 +457,7 @@ impl NodeWorld {
 /// unaccounted, an entity directory as kept, a file inside a partition as its recovery's
 /// note, any other file as the tree's note.
 fn reported_by_boot(report: &BootReport, path: &Path, piece: &Debris) -> bool {
-    let note = format!("ignored unknown entry {}", path.display());
+    let note = format!("{UNKNOWN_ENTRY}{}", path.display());
     match (piece.kind, piece.within) {
         (Kind::EmptyDir | Kind::DataDir, _) if at_partition_path(path) => report
             .tree

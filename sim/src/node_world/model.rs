@@ -19,6 +19,12 @@ use std::collections::BTreeMap;
 pub const MAX_BODY: usize = 256 * 1024;
 /// Segment size, flush count and other options every simulated topic is created with.
 pub const SEGMENT_SIZE: u64 = 1 << 20;
+
+/// The least size budget a partition has (the spec's `max_topic_size` share never falls
+/// below one sealed segment's ceiling: its size plus one batch).
+pub fn size_floor(profile: &super::NodeProfile) -> u64 {
+    SEGMENT_SIZE + profile.max_batch_bytes
+}
 pub const MESSAGES_TO_SAVE: u32 = 16;
 
 /// When an op ran, in wall-clock microseconds: its timestamps lie inside (`None` when the

@@ -48,11 +48,15 @@ fn node_failures(s: &cairn_sim::node_world::NodeDirected) -> Vec<String> {
 fn every_directed_node_scenario_reaches_its_decisions_with_the_oracle_satisfied() {
     // `CAIRN_NODE_SCENARIO=<part of a name>` runs only the scenarios so named (to debug one).
     let only = std::env::var("CAIRN_NODE_SCENARIO").unwrap_or_default();
-    let failures: Vec<String> = cairn_sim::node_world::NODE_SCENARIOS
+    let chosen: Vec<_> = cairn_sim::node_world::NODE_SCENARIOS
         .iter()
         .filter(|s| s.name.contains(only.as_str()))
-        .flat_map(node_failures)
         .collect();
+    assert!(
+        !chosen.is_empty(),
+        "no directed node scenario is named like {only:?}"
+    );
+    let failures: Vec<String> = chosen.into_iter().flat_map(node_failures).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

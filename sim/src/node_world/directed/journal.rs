@@ -758,9 +758,7 @@ pub(super) fn a_journal_without_its_records_refuses_boot() -> Checked<Vec<&'stat
     s.setup()?;
     s.perform(AdminOp::CreateStream("s".into()))?;
     s.restart_after(false, |w| {
-        for slot in cairn_engine::metadata::record::SLOT_NAMES {
-            w.disk.remove_by_operator(&metadata(slot));
-        }
+        remove_both_records(w);
     })?;
     Ok(s.decisions())
 }
@@ -785,9 +783,14 @@ pub(super) fn a_snapshot_without_its_records_refuses_boot() -> Checked<Vec<&'sta
             0,
             "the checkpoint emptied the journal"
         );
-        for slot in cairn_engine::metadata::record::SLOT_NAMES {
-            w.disk.remove_by_operator(&metadata(slot));
-        }
+        remove_both_records(w);
     })?;
     Ok(s.decisions())
+}
+
+/// An operator removes both superblock copies of the metadata (the slot files).
+fn remove_both_records(w: &NodeWorld) {
+    for slot in cairn_engine::metadata::record::SLOT_NAMES {
+        w.disk.remove_by_operator(&metadata(slot));
+    }
 }

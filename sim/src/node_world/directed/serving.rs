@@ -52,7 +52,7 @@ pub(super) fn a_topic_over_its_size_and_without_an_expiry_is_cut_to_size(
 ) -> Checked<Vec<&'static str>> {
     // Below the floor: the budget is one segment plus one batch.
     let mut s = retention_topic(0x4e0d_0026, 0, 1)?;
-    let budget = crate::node_world::model::SEGMENT_SIZE + lock(&s.world).profile.max_batch_bytes;
+    let budget = crate::node_world::model::size_floor(&lock(&s.world).profile);
     let mut over = false;
     for _ in 0..1024 {
         s.produce()?;
@@ -668,7 +668,11 @@ pub(super) fn polls_past_a_full_parking_are_answered_busy() -> Checked<Vec<&'sta
         )
         .await;
     });
-    lock(&world).disk.set_latency_debt(0, 0);
+    {
+        let w = lock(&world);
+        let (min, max) = w.profile.disk_latency_nanos;
+        w.disk.set_latency_debt(min, max);
+    }
     s.violation()?;
     let answers = std::mem::take(&mut *answers.lock().expect("answers"));
     assert_eq!(answers.len(), POLLS, "every poll answered");

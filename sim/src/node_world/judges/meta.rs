@@ -352,7 +352,9 @@ impl NodeWorld {
     }
 
     /// A quiet login (no user op ran meanwhile) gets exactly the model's answer; one racing
-    /// user ops gets an error, or succeeds as a user that existed under that name.
+    /// user ops gets an error, or succeeds as a user that existed under that name; and a
+    /// success with no user op in flight when it answers is the user as it is then (its
+    /// incarnation, password and status).
     pub(crate) fn judge_login(
         &mut self,
         (username, password): (&str, &str),

@@ -1,5 +1,5 @@
 //! Judging the cleaners: each deletion against its rule (expiry or size) and the deletions
-//! before it, and the cleaners' liveness (a segment due for expiry is deleted within a few
+//! before it, each pass ending within its size budget, and the cleaners' liveness (a segment due for expiry is deleted within a few
 //! cleaner intervals of the oracle first seeing it due).
 
 use super::super::model;
@@ -188,7 +188,7 @@ impl NodeWorld {
             // The budget as the spec words it, computed here rather than by the engine's own
             // `Policy::for_topic`: `max_topic_size` shared equally by the partitions, never
             // below one sealed segment's ceiling (its size plus one batch).
-            let floor = model::SEGMENT_SIZE + self.profile.max_batch_bytes;
+            let floor = model::size_floor(&self.profile);
             let policy_of = |t: &model::MTopic| Policy {
                 message_expiry: t.expiry,
                 budget: match t.max_size {
