@@ -231,15 +231,18 @@ impl Scenario {
         self.setup()?;
         self.perform(AdminOp::CreateStream("s".into()))?;
         for name in ["a", "b"] {
-            self.perform(AdminOp::CreateTopic {
-                stream: 0,
-                name: name.into(),
-                partitions: 1,
-                persisted: true,
-                offsets_persisted: true,
-                expiry: 0,
-                max_size: 0,
-            })?;
+            self.perform(persisted_topic_in(0, name, 1))?;
+        }
+        Ok(())
+    }
+
+    /// Streams 0 ("a") and 1 ("b"), each with topic 0 ("t") of `partitions` `persisted`
+    /// partitions.
+    fn with_two_streams(&mut self, partitions: u32) -> Checked<()> {
+        self.setup()?;
+        for (stream, name) in [(0, "a"), (1, "b")] {
+            self.perform(AdminOp::CreateStream(name.into()))?;
+            self.perform(persisted_topic_in(stream, "t", partitions))?;
         }
         Ok(())
     }
@@ -314,9 +317,14 @@ async fn every(mut futures: Vec<cairn_engine::env::BoxFuture<'static, ()>>) {
 
 /// Creating topic "t" in stream 0: `persisted` messages and offsets, no retention.
 fn persisted_topic(partitions: u32) -> AdminOp {
+    persisted_topic_in(0, "t", partitions)
+}
+
+/// Creating topic `name` in `stream`: `persisted` messages and offsets, no retention.
+fn persisted_topic_in(stream: u32, name: &str, partitions: u32) -> AdminOp {
     AdminOp::CreateTopic {
-        stream: 0,
-        name: "t".into(),
+        stream,
+        name: name.into(),
         partitions,
         persisted: true,
         offsets_persisted: true,

@@ -150,18 +150,8 @@ pub(super) fn a_redone_group_deletion_keeps_another_topics_group_of_that_id(
 /// generation are judged after the deletion.
 pub(super) fn deleting_a_stream_keeps_the_other_streams_members() -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0008);
-    s.setup()?;
-    for (stream, name) in [(0, "a"), (1, "b")] {
-        s.perform(AdminOp::CreateStream(name.into()))?;
-        s.perform(AdminOp::CreateTopic {
-            stream,
-            name: "t".into(),
-            partitions: 2,
-            persisted: true,
-            offsets_persisted: true,
-            expiry: 0,
-            max_size: 0,
-        })?;
+    s.with_two_streams(2)?;
+    for stream in [0, 1] {
         s.perform(AdminOp::CreateGroup(stream, 0, "g".into()))?;
         for member in 0..2 {
             s.group((stream, 0, 0), member, GroupMove::Join)?;

@@ -628,19 +628,7 @@ fn notes() -> std::path::PathBuf {
 pub(super) fn a_deleted_stream_goes_whole_beside_another_streams_debris(
 ) -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0034);
-    s.setup()?;
-    for (stream, name) in [(0, "a"), (1, "b")] {
-        s.perform(AdminOp::CreateStream(name.into()))?;
-        s.perform(AdminOp::CreateTopic {
-            stream,
-            name: "t".into(),
-            partitions: 1,
-            persisted: true,
-            offsets_persisted: true,
-            expiry: 0,
-            max_size: 0,
-        })?;
-    }
+    s.with_two_streams(1)?;
     s.produce_n(4)?;
     let root = Path::new(NODE_ROOT);
     let planted = cairn_engine::partition::partition_dir(root, 1, 0, 7);
