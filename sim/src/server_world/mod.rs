@@ -320,7 +320,7 @@ impl ServerProfile {
             members: [0, 2, 3][rng.gen_range(0..3)],
             user_session: rng.gen_bool(0.6),
             replay: [0.0, 0.3, 0.8][rng.gen_range(0..3)],
-            shards: rng.gen_range(1..=3),
+            shards: [1, 2, 3, 5, 8][rng.gen_range(0..5)],
             partitions: rng.gen_range(1..=3),
             max_payload: [64, 1024, 16 * 1024][rng.gen_range(0..3)],
             max_batch: rng.gen_range(1..=8),
