@@ -1,6 +1,17 @@
-//! cairn's cluster: openraft on the `Env` seam.
+//! cairn's cluster: openraft on the `Env` seam, and the metadata consensus group.
 //!
 //! - [`rt`]: openraft's runtime implemented on `Env`, so the same Raft code runs on tokio and
 //!   on the simulator's seeded executor.
+//! - [`types`]: the group's type configuration: a command is a journaled metadata operation.
+//! - [`log`]: the group's Raft log and vote on the `Env` disk (boot's table in its doc).
+//! - [`sm`]: the state machine, today's `MetaState`, and its snapshots.
+//! - [`net`]: peer traffic on the `Env` network (sans-IO frames, a client per peer, the
+//!   listener).
+//! - [`group`]: one replica: the above assembled, bootstrapped and proposed to.
 
+pub mod group;
+pub mod log;
+pub mod net;
 pub mod rt;
+pub mod sm;
+pub mod types;

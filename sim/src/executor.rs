@@ -108,6 +108,12 @@ impl ExecutorHandle {
             .store(cost.as_nanos() as u64, Ordering::SeqCst);
     }
 
+    /// Drops the tasks of `group` from inside a running task (a world whose director crashes
+    /// one simulated process while the others run on).
+    pub fn kill_group(&self, group: u32) {
+        kill_group(&self.shared, &self.ready, group);
+    }
+
     /// A handle whose tasks, and the tasks they spawn through it, belong to `group`: one
     /// simulated process, which [`Executor::kill_group`] kills while the others run on.
     pub fn in_group(&self, group: u32) -> ExecutorHandle {
@@ -116,6 +122,27 @@ impl ExecutorHandle {
             ..self.clone()
         }
     }
+}
+
+fn kill_group(shared: &Mutex<Shared>, ready: &Ready, group: u32) {
+    let killed: Vec<Slot> = {
+        let mut shared = shared.lock().expect("executor");
+        let ids: Vec<u64> = shared
+            .tasks
+            .iter()
+            .filter(|(_, slot)| slot.group == group)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut ready = ready.0.lock().expect("ready");
+        ids.iter()
+            .filter_map(|id| {
+                ready.remove(id);
+                shared.tasks.remove(id)
+            })
+            .collect()
+    };
+    // Dropped outside the locks: a future's drop may wake or spawn.
+    drop(killed);
 }
 
 /// Counts a queued blocking job until it ran (or was dropped with a killed task).
@@ -237,24 +264,7 @@ impl Executor {
 
     /// Drops the tasks of `group` (one simulated process's crash); the others run on.
     pub fn kill_group(&self, group: u32) {
-        let killed: Vec<Slot> = {
-            let mut shared = self.shared.lock().expect("executor");
-            let ids: Vec<u64> = shared
-                .tasks
-                .iter()
-                .filter(|(_, slot)| slot.group == group)
-                .map(|(id, _)| *id)
-                .collect();
-            let mut ready = self.ready.0.lock().expect("ready");
-            ids.iter()
-                .filter_map(|id| {
-                    ready.remove(id);
-                    shared.tasks.remove(id)
-                })
-                .collect()
-        };
-        // Dropped outside the locks: a future's drop may wake or spawn.
-        drop(killed);
+        kill_group(&self.shared, &self.ready, group);
     }
 
     /// Runs until no task is left, nothing can progress, `max_steps` polls were made, or

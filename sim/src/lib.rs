@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod canary;
+pub mod cluster_world;
 pub mod env;
 pub mod executor;
 pub mod node_world;

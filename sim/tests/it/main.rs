@@ -3,6 +3,7 @@
 // One test binary for the crate: one link, and the tests of every file share the
 // harness's threads (cargo runs test binaries one after another).
 
+mod cluster;
 mod directed;
 mod metrics;
 mod net;

@@ -1,0 +1,720 @@
+//! The metadata group's Raft log and vote, on the `Env` disk.
+//!
+//! A group directory holds:
+//! - `state`: one 128-byte record kept in ping-pong slots (`cairn_engine::slots`): the
+//!   vote, the last committed and purged log ids, this replica's identity (cluster id and
+//!   node id) and the **synced position**: the segment being appended to and how many of its
+//!   bytes are synced. It is rewritten after every append, truncation, purge and rotation.
+//! - `log-<first index, 20 digits>`: segments of entries, each
+//!   `[length u32][xxh3 u64 of index ++ body][index u64][body: the entry, MessagePack]`.
+//!
+//! Boot ([`LogStore::open`]) follows the partition log's rule (DESIGN §5): synced bytes that
+//! fail verification are damage and refuse the boot; only bytes past the synced position
+//! may be a torn tail, and whole valid records there (written and synced, the crash came
+//! before the state record said so) are kept, the rest cut. Entries chain: consecutive
+//! indexes, terms never decreasing.
+//!
+//! | found at boot | what it is | decision |
+//! |---|---|---|
+//! | no `state`, no segment | a new replica | empty log |
+//! | no `state`, segments | the record was lost | refuse |
+//! | `state` unreadable in both copies | damage | refuse |
+//! | `state` of another cluster or node | not this replica's | refuse |
+//! | a sealed segment (before the synced one) that does not verify whole | damage | refuse |
+//! | the synced segment's first `synced` bytes do not verify | damage | refuse |
+//! | bytes past `synced` | a tail | keep whole chained records, cut the rest |
+//! | segments after the synced one | left by a truncation or rotation the crash cut short | remove |
+//! | segments whose every entry is purged | left by a purge | remove |
+//!
+//! Ordering that makes the table hold: a truncation records the shorter synced position
+//! before it cuts (a crash between keeps the longer log, a state the replica had synced);
+//! a rotation creates the next segment and syncs the directory before the record names it;
+//! a purge records the purged id before it removes segments.
+
+use crate::types::{Entry, LogId, MetaConfig, Vote};
+use cairn_engine::env::{self, Env, OpenMode};
+use cairn_engine::slots;
+use openraft::entry::RaftEntry;
+use openraft::storage::IOFlushed;
+use openraft::{LogState, RaftLogReader};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use xxhash_rust::xxh3::xxh3_64;
+
+type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+
+pub const STATE_FILE: &str = "state";
+const SEGMENT_PREFIX: &str = "log-";
+/// A segment is sealed and the next one begun once it holds this many bytes.
+pub const SEGMENT_BYTES: u64 = 4 << 20;
+/// The longest entry body: a metadata operation's body is at most 256 KiB.
+pub const MAX_ENTRY_LEN: usize = 1 << 20;
+const RECORD_HEADER: usize = 20;
+const STATE_MAGIC: &[u8; 4] = b"CRFT";
+const STATE_VERSION: u16 = 1;
+
+/// The durable facts of the state record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Durable {
+    sequence: u64,
+    cluster: u128,
+    node: u64,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    purged: Option<LogId>,
+    /// The segment appended to (its first index) and its synced length.
+    segment: u64,
+    synced: u64,
+}
+
+fn put_log_id(out: &mut Vec<u8>, id: Option<LogId>) {
+    let id = id.unwrap_or_else(|| {
+        LogId::new(
+            LeaderId {
+                term: 0,
+                node_id: 0,
+            },
+            0,
+        )
+    });
+    out.extend_from_slice(&id.leader_id.term.to_le_bytes());
+    out.extend_from_slice(&id.leader_id.node_id.to_le_bytes());
+    out.extend_from_slice(&id.index.to_le_bytes());
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Durable {
+    /// `magic 4 | version u16 | flags u16 | sequence u64 | cluster u128 | node u64 |
+    /// vote term u64 | vote node u64 | committed (term, node, index) | purged (term, node,
+    /// index) | segment u64 | synced u64 | xxh3 u64 of the 120 bytes before`.
+    fn encode(&self) -> [u8; slots::RECORD_LEN] {
+        let flags = u16::from(self.vote.is_some())
+            | u16::from(self.vote.is_some_and(|v| v.committed)) << 1
+            | u16::from(self.committed.is_some()) << 2
+            | u16::from(self.purged.is_some()) << 3;
+        let mut out = Vec::with_capacity(slots::RECORD_LEN);
+        out.extend_from_slice(STATE_MAGIC);
+        out.extend_from_slice(&STATE_VERSION.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&self.sequence.to_le_bytes());
+        out.extend_from_slice(&self.cluster.to_le_bytes());
+        out.extend_from_slice(&self.node.to_le_bytes());
+        let vote = self
+            .vote
+            .map_or((0, 0), |v| (v.leader_id.term, v.leader_id.node_id));
+        out.extend_from_slice(&vote.0.to_le_bytes());
+        out.extend_from_slice(&vote.1.to_le_bytes());
+        put_log_id(&mut out, self.committed);
+        put_log_id(&mut out, self.purged);
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.synced.to_le_bytes());
+        assert_eq!(
+            out.len(),
+            slots::RECORD_LEN - 8,
+            "the state record's layout"
+        );
+        let checksum = xxh3_64(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out.try_into().expect("128 bytes")
+    }
+
+    fn decode(b: &[u8; slots::RECORD_LEN]) -> Result<Durable, String> {
+        if &b[..4] != STATE_MAGIC {
+            return Err("not a Raft state record (magic)".into());
+        }
+        if xxh3_64(&b[..120]) != u64_at(b, 120) {
+            return Err("checksum mismatch".into());
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != STATE_VERSION {
+            return Err(format!("version {version}, expected {STATE_VERSION}"));
+        }
+        let flags = u16::from_le_bytes([b[6], b[7]]);
+        let log_id = |at: usize| {
+            LogId::new(
+                LeaderId {
+                    term: u64_at(b, at),
+                    node_id: u64_at(b, at + 8),
+                },
+                u64_at(b, at + 16),
+            )
+        };
+        let vote = (flags & 1 != 0).then(|| {
+            let mut v = Vote::new(u64_at(b, 40), u64_at(b, 48));
+            v.committed = flags & 2 != 0;
+            v
+        });
+        Ok(Durable {
+            sequence: u64_at(b, 8),
+            cluster: u128::from_le_bytes(b[16..32].try_into().expect("16 bytes")),
+            node: u64_at(b, 32),
+            vote,
+            committed: (flags & 4 != 0).then(|| log_id(56)),
+            purged: (flags & 8 != 0).then(|| log_id(80)),
+            segment: u64_at(b, 104),
+            synced: u64_at(b, 112),
+        })
+    }
+}
+
+/// Why a group's log refused to open.
+#[derive(Debug, thiserror::Error)]
+pub enum LogOpenError {
+    #[error("the Raft state record {path} is missing, but log segments exist")]
+    StateMissing { path: PathBuf },
+    #[error("the Raft state record {path} is unreadable: {why}")]
+    StateDamaged { path: PathBuf, why: String },
+    #[error("the Raft state in {path} belongs to cluster {found_cluster:032x} node {found_node}, not cluster {cluster:032x} node {node}")]
+    NotThisReplica {
+        path: PathBuf,
+        cluster: u128,
+        node: u64,
+        found_cluster: u128,
+        found_node: u64,
+    },
+    #[error("synced log bytes of {path} fail verification at offset {offset}: {why}")]
+    Damaged {
+        path: PathBuf,
+        offset: u64,
+        why: String,
+    },
+    #[error("I/O on {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// One entry's place on disk.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    segment: u64,
+    offset: u64,
+}
+
+struct Inner {
+    env: Env,
+    dir: PathBuf,
+    durable: Durable,
+    /// Every entry not purged, in memory (the snapshot policy purges, which bounds it).
+    entries: BTreeMap<u64, Entry>,
+    places: BTreeMap<u64, Place>,
+    /// The segments on disk, by first index.
+    segments: Vec<u64>,
+}
+
+/// The group's log storage ([`openraft::storage::RaftLogStorage`]); clones share it.
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn segment_name(first: u64) -> String {
+    format!("{SEGMENT_PREFIX}{first:020}")
+}
+
+/// Encodes one entry as a record.
+fn encode_record(entry: &Entry) -> io::Result<Vec<u8>> {
+    let body = rmp_serde::to_vec(entry).map_err(io::Error::other)?;
+    if body.len() > MAX_ENTRY_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a log entry of {} bytes (at most {MAX_ENTRY_LEN})",
+                body.len()
+            ),
+        ));
+    }
+    let index = entry.index();
+    let mut summed = Vec::with_capacity(8 + body.len());
+    summed.extend_from_slice(&index.to_le_bytes());
+    summed.extend_from_slice(&body);
+    let mut out = Vec::with_capacity(RECORD_HEADER + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&xxh3_64(&summed).to_le_bytes());
+    out.extend_from_slice(&summed);
+    Ok(out)
+}
+
+/// Where the records of a segment stop decoding, and why.
+type Stop = Option<(u64, String)>;
+
+/// The records of `bytes` from the start, each `(offset, entry)`, up to the first that does
+/// not decode, with why it did not (`None` when the bytes end on a record boundary).
+fn decode_records(bytes: &[u8]) -> (Vec<(u64, Entry)>, Stop) {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let fail = |why: &str| Some((at as u64, why.to_owned()));
+        if bytes.len() - at < RECORD_HEADER {
+            return (out, fail("a partial record header"));
+        }
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4")) as usize;
+        if len > MAX_ENTRY_LEN || bytes.len() - at - RECORD_HEADER < len {
+            return (out, fail("a record longer than what follows it"));
+        }
+        let summed = &bytes[at + 12..at + RECORD_HEADER + len];
+        if xxh3_64(summed) != u64_at(bytes, at + 4) {
+            return (out, fail("a record whose checksum does not match"));
+        }
+        let index = u64_at(bytes, at + 12);
+        let entry: Entry = match rmp_serde::from_slice(&summed[8..]) {
+            Ok(e) => e,
+            Err(_) => return (out, fail("a record whose entry does not decode")),
+        };
+        if entry.index() != index {
+            return (out, fail("a record whose entry is not at its index"));
+        }
+        out.push((at as u64, entry));
+        at += RECORD_HEADER + len;
+    }
+    (out, None)
+}
+
+impl LogStore {
+    /// Opens (or creates) the log of replica `node` of cluster `cluster` in `dir`, by the
+    /// table in the module doc.
+    pub async fn open(
+        env: &Env,
+        dir: &Path,
+        cluster: u128,
+        node: u64,
+    ) -> Result<LogStore, LogOpenError> {
+        let span = tracing::info_span!("open_raft_log", dir = %dir.display());
+        let _entered = span.enter();
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| LogOpenError::Io { path, source }
+        };
+        env.disk.create_dir_all(dir).map_err(io(dir))?;
+        // Every name down to the group's directory durable: a power loss must not take the
+        // directory (and the replica's vote with it) back to before it existed.
+        for ancestor in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            env.disk.sync_dir(ancestor).map_err(io(ancestor))?;
+        }
+        let listing = env.disk.read_dir(dir).map_err(io(dir))?;
+        let mut segments: Vec<u64> = listing
+            .iter()
+            .filter_map(|e| e.name.strip_prefix(SEGMENT_PREFIX)?.parse().ok())
+            .collect();
+        segments.sort_unstable();
+        let state_path = dir.join(STATE_FILE);
+        let durable = match slots::read(&*env.disk, dir, &listing, STATE_FILE) {
+            slots::SlotBytes::Missing if segments.is_empty() => {
+                let fresh = Durable {
+                    cluster,
+                    node,
+                    ..Durable::default()
+                };
+                slots::create(&*env.disk, &state_path, &fresh.encode()).map_err(io(&state_path))?;
+                env.disk.sync_dir(dir).map_err(io(dir))?;
+                fresh
+            }
+            slots::SlotBytes::Missing => {
+                return Err(LogOpenError::StateMissing { path: state_path })
+            }
+            slots::SlotBytes::Unreadable(why) => {
+                return Err(LogOpenError::StateDamaged {
+                    path: state_path,
+                    why,
+                })
+            }
+            slots::SlotBytes::Oversized { len } => {
+                return Err(LogOpenError::StateDamaged {
+                    path: state_path,
+                    why: format!("{len} bytes"),
+                })
+            }
+            slots::SlotBytes::Copies(copies) => {
+                let decoded: Vec<_> = copies
+                    .iter()
+                    .map(|c| c.as_ref().map_err(Clone::clone).and_then(Durable::decode))
+                    .collect();
+                match decoded
+                    .iter()
+                    .filter_map(|d| d.as_ref().ok())
+                    .max_by_key(|d| d.sequence)
+                {
+                    Some(d) => *d,
+                    None => {
+                        let why = decoded
+                            .iter()
+                            .filter_map(|d| d.as_ref().err().cloned())
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        return Err(LogOpenError::StateDamaged {
+                            path: state_path,
+                            why,
+                        });
+                    }
+                }
+            }
+        };
+        if (durable.cluster, durable.node) != (cluster, node) {
+            return Err(LogOpenError::NotThisReplica {
+                path: state_path,
+                cluster,
+                node,
+                found_cluster: durable.cluster,
+                found_node: durable.node,
+            });
+        }
+        let mut inner = Inner {
+            env: env.clone(),
+            dir: dir.to_owned(),
+            durable,
+            entries: BTreeMap::new(),
+            places: BTreeMap::new(),
+            segments: Vec::new(),
+        };
+        inner.load(&segments)?;
+        drop(_entered);
+        env::settle(env).await;
+        Ok(LogStore {
+            inner: Arc::new(Mutex::new(inner)),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn settle(&self) {
+        let env = self.lock().env.clone();
+        env::settle(&env).await;
+    }
+
+    /// The vote and the log's ends, as stored (the simulator's checks read them).
+    pub fn summary(&self) -> (Option<Vote>, Option<LogId>, Option<LogId>) {
+        let inner = self.lock();
+        let last = inner.entries.values().next_back().map(|e| e.log_id());
+        (
+            inner.durable.vote,
+            inner.durable.purged,
+            last.or(inner.durable.purged),
+        )
+    }
+}
+
+impl Inner {
+    fn segment_path(&self, first: u64) -> PathBuf {
+        self.dir.join(segment_name(first))
+    }
+
+    /// Loads the segments by the module doc's table.
+    fn load(&mut self, segments: &[u64]) -> Result<(), LogOpenError> {
+        let disk = self.env.disk.clone();
+        let purged_index = self.durable.purged.map(|p| p.index);
+        for (i, &first) in segments.iter().enumerate() {
+            let path = self.segment_path(first);
+            let io = |source| LogOpenError::Io {
+                path: path.clone(),
+                source,
+            };
+            let next_first = segments.get(i + 1).copied();
+            let all_purged = matches!((next_first, purged_index), (Some(n), Some(p)) if n <= p + 1);
+            if first > self.durable.segment || all_purged {
+                disk.remove_file(&path).map_err(io)?;
+                continue;
+            }
+            let file = disk.open(&path, OpenMode::ReadWrite).map_err(io)?;
+            let len = file.len().map_err(io)?;
+            let mut bytes = vec![0u8; len as usize];
+            file.read_exact_at(&mut bytes, 0).map_err(io)?;
+            let synced = if first == self.durable.segment {
+                self.durable.synced
+            } else {
+                len
+            };
+            if synced > len {
+                return Err(LogOpenError::Damaged {
+                    path,
+                    offset: len,
+                    why: format!("{synced} bytes were synced, the file has {len}"),
+                });
+            }
+            let (records, stop) = decode_records(&bytes);
+            let mut end = len;
+            if let Some((offset, why)) = stop {
+                if offset < synced {
+                    return Err(LogOpenError::Damaged { path, offset, why });
+                }
+                end = offset;
+            }
+            for (offset, entry) in records {
+                if offset >= end {
+                    break;
+                }
+                if purged_index.is_some_and(|p| entry.index() <= p) {
+                    continue;
+                }
+                if let Some(why) = self.breaks_chain(&entry) {
+                    if offset < synced {
+                        return Err(LogOpenError::Damaged { path, offset, why });
+                    }
+                    end = offset;
+                    break;
+                }
+                self.places.insert(
+                    entry.index(),
+                    Place {
+                        segment: first,
+                        offset,
+                    },
+                );
+                self.entries.insert(entry.index(), entry);
+            }
+            if end < len {
+                tracing::info!(path = %path.display(), from = end, to = len, "cut the log's torn tail");
+                file.set_len(end).map_err(io)?;
+                file.sync_data().map_err(io)?;
+            }
+            if first == self.durable.segment {
+                // Whole records past the synced position were synced too (the crash came
+                // before the record said so): appends go after them.
+                self.durable.synced = end;
+            }
+            self.segments.push(first);
+        }
+        if self.segments.last() != Some(&self.durable.segment) {
+            // The synced segment is missing: only a log that never had an entry has none.
+            let first = self.durable.segment;
+            self.create_segment(first)
+                .map_err(|source| LogOpenError::Io {
+                    path: self.segment_path(first),
+                    source,
+                })?;
+        }
+        disk.sync_dir(&self.dir)
+            .map_err(|source| LogOpenError::Io {
+                path: self.dir.clone(),
+                source,
+            })?;
+        self.write_state().map_err(|source| LogOpenError::Io {
+            path: self.dir.join(STATE_FILE),
+            source,
+        })
+    }
+
+    /// Why `entry` cannot follow the loaded entries: not the next index, or an older term.
+    fn breaks_chain(&self, entry: &Entry) -> Option<String> {
+        let last = self
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id())
+            .or(self.durable.purged);
+        let expected = last.map_or(entry.index(), |l| l.index + 1);
+        if entry.index() != expected {
+            return Some(format!(
+                "entry {} where {expected} was expected",
+                entry.index()
+            ));
+        }
+        let term = entry.log_id().leader_id.term;
+        match last {
+            Some(l) if l.leader_id.term > term => Some(format!(
+                "entry {} of term {term} after term {}",
+                entry.index(),
+                l.leader_id.term
+            )),
+            _ => None,
+        }
+    }
+
+    fn create_segment(&mut self, first: u64) -> io::Result<()> {
+        let path = self.segment_path(first);
+        self.env
+            .disk
+            .open(&path, OpenMode::CreateOrOpen)?
+            .set_len(0)?;
+        self.env.disk.sync_dir(&self.dir)?;
+        if !self.segments.contains(&first) {
+            self.segments.push(first);
+        }
+        Ok(())
+    }
+
+    fn write_state(&mut self) -> io::Result<()> {
+        self.durable.sequence += 1;
+        slots::write(
+            &*self.env.disk,
+            &self.dir.join(STATE_FILE),
+            &self.durable.encode(),
+        )
+    }
+
+    fn append(&mut self, entries: Vec<Entry>) -> io::Result<()> {
+        for entry in entries {
+            assert!(
+                self.breaks_chain(&entry).is_none(),
+                "openraft appends the next index: {:?}",
+                self.breaks_chain(&entry)
+            );
+            if self.durable.synced >= SEGMENT_BYTES {
+                let first = entry.index();
+                self.create_segment(first)?;
+                self.durable.segment = first;
+                self.durable.synced = 0;
+                self.write_state()?;
+            }
+            let record = encode_record(&entry)?;
+            let path = self.segment_path(self.durable.segment);
+            let file = self.env.disk.open(&path, OpenMode::ReadWrite)?;
+            file.write_all_at(&[io::IoSlice::new(&record)], self.durable.synced)?;
+            file.sync_data()?;
+            let place = Place {
+                segment: self.durable.segment,
+                offset: self.durable.synced,
+            };
+            self.durable.synced += record.len() as u64;
+            self.places.insert(entry.index(), place);
+            self.entries.insert(entry.index(), entry);
+        }
+        self.write_state()
+    }
+
+    fn truncate_after(&mut self, last: Option<LogId>) -> io::Result<()> {
+        let from = last.map_or(0, |l| l.index + 1);
+        let Some(&place) = self.places.get(&from) else {
+            return Ok(());
+        };
+        // Record the shorter log first (module doc: a crash keeps the longer one).
+        self.durable.segment = place.segment;
+        self.durable.synced = place.offset;
+        self.write_state()?;
+        let file = self
+            .env
+            .disk
+            .open(&self.segment_path(place.segment), OpenMode::ReadWrite)?;
+        file.set_len(place.offset)?;
+        file.sync_data()?;
+        for later in self
+            .segments
+            .clone()
+            .into_iter()
+            .filter(|&s| s > place.segment)
+        {
+            self.env.disk.remove_file(&self.segment_path(later))?;
+            self.segments.retain(|&s| s != later);
+        }
+        self.entries.split_off(&from);
+        self.places.split_off(&from);
+        Ok(())
+    }
+
+    fn purge(&mut self, upto: LogId) -> io::Result<()> {
+        assert!(
+            self.durable.purged.is_none_or(|p| p.index <= upto.index),
+            "purges only move forward"
+        );
+        self.durable.purged = Some(upto);
+        self.write_state()?;
+        self.entries = self.entries.split_off(&(upto.index + 1));
+        self.places = self.places.split_off(&(upto.index + 1));
+        // A segment goes once the next one begins at or before the first kept index.
+        let segments = self.segments.clone();
+        for pair in segments.windows(2) {
+            if pair[1] <= upto.index + 1 {
+                self.env.disk.remove_file(&self.segment_path(pair[0]))?;
+                self.segments.retain(|&s| s != pair[0]);
+            }
+        }
+        Ok(())
+    }
+
+    fn range(&self, range: (Bound<u64>, Bound<u64>)) -> Vec<Entry> {
+        self.entries.range(range).map(|(_, e)| e.clone()).collect()
+    }
+}
+
+fn bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
+    (range.start_bound().cloned(), range.end_bound().cloned())
+}
+
+impl RaftLogReader<MetaConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        Ok(self.lock().range(bounds(&range)))
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        Ok(self.lock().durable.vote)
+    }
+}
+
+impl openraft::storage::RaftLogStorage<MetaConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> io::Result<LogState<MetaConfig>> {
+        let inner = self.lock();
+        let last = inner.entries.values().next_back().map(|e| e.log_id());
+        Ok(LogState {
+            last_purged_log_id: inner.durable.purged,
+            last_log_id: last.or(inner.durable.purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        let written = {
+            let mut inner = self.lock();
+            inner.durable.vote = Some(*vote);
+            inner.write_state()
+        };
+        self.settle().await;
+        written
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        // Kept in memory and recorded with the next state write: a committed id that lags
+        // the truth only makes boot re-apply less before the leader says more.
+        self.lock().durable.committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(self.lock().durable.committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<MetaConfig>) -> io::Result<()>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let written = self.lock().append(entries);
+        self.settle().await;
+        match written {
+            Ok(()) => {
+                callback.io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate_after(&mut self, last: Option<LogId>) -> io::Result<()> {
+        let done = self.lock().truncate_after(last);
+        self.settle().await;
+        done
+    }
+
+    async fn purge(&mut self, upto: LogId) -> io::Result<()> {
+        let done = self.lock().purge(upto);
+        self.settle().await;
+        done
+    }
+}

@@ -1,0 +1,278 @@
+//! The metadata group's state machine: today's `MetaState`, applied on every replica.
+//!
+//! Each committed command is decoded to the `MetaOp` it carries and applied with the same
+//! context on every replica (the entry's index as the op, the leader's timestamp, the
+//! cluster id), so replicas that applied the same log hold equal states. The state lives in
+//! memory; what makes it durable is the log (up to the committed index) and the last
+//! snapshot, a file in the group's directory written whole before it counts
+//! (`snapshot.tmp`, synced, renamed, the directory synced). openraft rebuilds the state at
+//! boot from that snapshot plus the committed entries after it.
+//!
+//! A snapshot's data is the single node's snapshot format (`metadata::snapshot::encode`).
+
+use crate::types::{
+    Entry, LogId, MetaCommand, MetaConfig, MetaOutcome, Snapshot, SnapshotMeta, StoredMembership,
+};
+use cairn_engine::env::{Disk, OpenMode};
+use cairn_engine::metadata::snapshot as meta_snapshot;
+use cairn_engine::state::ops::MetaOp;
+use cairn_engine::state::{MetaState, OpContext};
+use futures_util::StreamExt;
+use iggy_binary_protocol::Operation;
+use openraft::entry::RaftEntry;
+use openraft::storage::EntryResponder;
+use openraft::{EntryPayload, RaftSnapshotBuilder};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The snapshot file in the group's directory, and its temporary name.
+pub const SNAPSHOT_FILE: &str = "snapshot";
+const SNAPSHOT_TEMP: &str = "snapshot.tmp";
+/// The largest snapshot file read back (the metadata state's own limits keep it far below).
+pub const MAX_SNAPSHOT_LEN: u64 = 256 << 20;
+
+/// Told of every entry a replica applies, in order (the simulator's check that replicas
+/// agree on every committed entry). Production sets none.
+pub type ApplyObserver = Arc<dyn Fn(&Entry) + Send + Sync>;
+
+/// The replicated state and where its snapshots live.
+#[derive(Clone)]
+pub struct MetaMachine {
+    inner: Arc<Mutex<Inner>>,
+}
+
+struct Inner {
+    disk: Arc<dyn Disk>,
+    dir: PathBuf,
+    cluster: u128,
+    state: MetaState,
+    applied: Option<LogId>,
+    membership: StoredMembership,
+    /// The last snapshot, as stored.
+    snapshot: Option<StoredSnapshot>,
+    observer: Option<ApplyObserver>,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    #[serde(with = "crate::types::bytes_serde")]
+    data: Vec<u8>,
+}
+
+impl MetaMachine {
+    /// The state machine of the group stored under `dir`: empty, or the last snapshot found
+    /// there (a damaged snapshot file is an error: the log before it may be purged).
+    pub fn open(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        cluster: u128,
+        observer: Option<ApplyObserver>,
+    ) -> io::Result<MetaMachine> {
+        let snapshot = read_snapshot(&*disk, &dir.join(SNAPSHOT_FILE))?;
+        Ok(MetaMachine {
+            inner: Arc::new(Mutex::new(Inner {
+                disk,
+                dir: dir.to_owned(),
+                cluster,
+                state: MetaState::default(),
+                applied: None,
+                membership: StoredMembership::default(),
+                snapshot,
+                observer,
+            })),
+        })
+    }
+
+    /// The state as applied so far, and the last entry applied.
+    pub fn state(&self) -> (MetaState, Option<LogId>) {
+        let inner = self.lock();
+        (inner.state.clone(), inner.applied)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Applies one command to `state` as op `index`.
+pub fn apply_command(
+    state: &mut MetaState,
+    cluster: u128,
+    index: u64,
+    command: &MetaCommand,
+) -> MetaOutcome {
+    let Some(operation) = Operation::from_command_code(command.operation) else {
+        return MetaOutcome::Undecodable;
+    };
+    let Ok(op) = MetaOp::decode(operation, &command.body) else {
+        return MetaOutcome::Undecodable;
+    };
+    let ctx = OpContext {
+        op: index,
+        timestamp: command.timestamp,
+        cluster,
+    };
+    match state.apply(&op, ctx) {
+        Ok(applied) => MetaOutcome::Applied {
+            created: applied.created,
+        },
+        Err(e) => MetaOutcome::Refused {
+            code: e.code(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+impl Inner {
+    fn apply_entry(&mut self, entry: &Entry) -> MetaOutcome {
+        let log_id = entry.log_id();
+        assert!(
+            self.applied.as_ref().is_none_or(|a| a.index < log_id.index),
+            "entries apply in index order, each once"
+        );
+        type Payload = EntryPayload<MetaCommand, crate::types::NodeId, crate::types::Peer>;
+        let outcome = match &entry.payload {
+            Payload::Blank => MetaOutcome::Applied { created: None },
+            Payload::Normal(command) => {
+                apply_command(&mut self.state, self.cluster, log_id.index, command)
+            }
+            Payload::Membership(m) => {
+                self.membership = StoredMembership::new(Some(log_id), m.clone());
+                MetaOutcome::Applied { created: None }
+            }
+        };
+        self.applied = Some(log_id);
+        if let Some(observer) = &self.observer {
+            observer(entry);
+        }
+        outcome
+    }
+
+    fn build(&mut self) -> io::Result<Snapshot> {
+        let last = self.applied;
+        let data = meta_snapshot::encode(self.cluster, last.map_or(0, |l| l.index), 0, &self.state);
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: self.membership.clone(),
+        };
+        let stored = StoredSnapshot { meta, data };
+        write_snapshot(&*self.disk, &self.dir, &stored)?;
+        self.snapshot = Some(stored.clone());
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: stored.data,
+        })
+    }
+
+    fn install(&mut self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
+        let decoded = meta_snapshot::Snapshot::decode(&data)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        write_snapshot(&*self.disk, &self.dir, &stored)?;
+        self.state = decoded.state;
+        self.applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.snapshot = Some(stored);
+        Ok(())
+    }
+}
+
+/// `[checksum u64][length u64][rmp of the snapshot]`: written to the temporary name, synced,
+/// renamed, and the directory synced, so the name holds a whole snapshot or the last one.
+fn write_snapshot(disk: &dyn Disk, dir: &Path, snapshot: &StoredSnapshot) -> io::Result<()> {
+    let _span = tracing::debug_span!("write_raft_snapshot", dir = %dir.display()).entered();
+    let body = rmp_serde::to_vec_named(snapshot).map_err(io::Error::other)?;
+    let mut bytes = Vec::with_capacity(16 + body.len());
+    bytes.extend_from_slice(&xxh3_64(&body).to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    let temp = dir.join(SNAPSHOT_TEMP);
+    let file = disk.open(&temp, OpenMode::CreateOrOpen)?;
+    file.set_len(0)?;
+    file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
+    file.sync_data()?;
+    drop(file);
+    disk.rename(&temp, &dir.join(SNAPSHOT_FILE))?;
+    disk.sync_dir(dir)
+}
+
+fn read_snapshot(disk: &dyn Disk, path: &Path) -> io::Result<Option<StoredSnapshot>> {
+    if !disk.exists(path)? {
+        return Ok(None);
+    }
+    let damaged = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the group's snapshot {} is damaged: {why}", path.display()),
+        )
+    };
+    let file = disk.open(path, OpenMode::Read)?;
+    let len = file.len()?;
+    if !(16..=MAX_SNAPSHOT_LEN).contains(&len) {
+        return Err(damaged(format!("{len} bytes")));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    let checksum = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    let body_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let body = &bytes[16..];
+    if body_len != body.len() as u64 || xxh3_64(body) != checksum {
+        return Err(damaged("its checksum or length does not match".into()));
+    }
+    let stored: StoredSnapshot = rmp_serde::from_slice(body).map_err(|e| damaged(e.to_string()))?;
+    Ok(Some(stored))
+}
+
+impl RaftSnapshotBuilder<MetaConfig> for MetaMachine {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        self.lock().build()
+    }
+}
+
+impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = MetaMachine;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        let inner = self.lock();
+        Ok((inner.applied, inner.membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
+    where
+        S: futures_util::Stream<Item = io::Result<EntryResponder<MetaConfig>>> + Unpin + Send,
+    {
+        while let Some(next) = entries.next().await {
+            let (entry, responder) = next?;
+            let outcome = self.lock().apply_entry(&entry);
+            if let Some(responder) = responder {
+                responder.send(outcome);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> MetaMachine {
+        self.clone()
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
+        self.lock().install(meta, data)
+    }
+
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        Ok(self.lock().snapshot.clone().map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: s.data,
+        }))
+    }
+}

@@ -1,0 +1,122 @@
+//! The types the metadata consensus group is instantiated with.
+//!
+//! An entry's command is a journaled metadata operation as the single node journals it
+//! (Iggy's request code and wire body, `cairn_engine::state::ops`), with the leader's clock
+//! reading and the acting user: every replica applies the same bytes with the same context,
+//! so every replica reaches the same `MetaState` and draws the same partition nonces.
+
+use crate::rt::EnvRuntime;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A node of the cluster, as configured (`[cluster]`): never 0 (Raft's ids are the
+/// operator's).
+pub type NodeId = u64;
+
+/// How to reach a node: its replication address (peers) and its client address (what
+/// `GetClusterMetadata` tells clients).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub raft: String,
+    pub client: String,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raft {} client {}", self.raft, self.client)
+    }
+}
+
+/// One metadata operation proposed to the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaCommand {
+    /// Iggy's request code of the operation (`MetaOp::operation`).
+    pub operation: u32,
+    /// The request's wire body (`MetaOp::body`).
+    #[serde(with = "bytes_serde")]
+    pub body: Vec<u8>,
+    /// The proposing leader's wall clock, microseconds: the op's timestamp on every replica.
+    pub timestamp: u64,
+    /// The acting user (0 for the node itself).
+    pub user_id: u32,
+}
+
+impl fmt::Display for MetaCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "op {} ({} bytes) by user {}",
+            self.operation,
+            self.body.len(),
+            self.user_id
+        )
+    }
+}
+
+/// What applying a command did, as every replica computed it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum MetaOutcome {
+    /// Accepted; the id of what it created, if it created something.
+    Applied { created: Option<u32> },
+    /// Refused by the state machine with Iggy's error code (deterministic: every replica
+    /// refuses it the same way, and nothing changed).
+    Refused { code: u32, reason: String },
+    /// A command that is not a journaled operation (a code or body that does not decode):
+    /// nothing changed.
+    #[default]
+    Undecodable,
+}
+
+/// Bytes as a MessagePack `bin`, not an array of integers.
+pub mod bytes_serde {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = a.next_element()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_bytes(Visitor)
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The metadata group's type configuration.
+    pub MetaConfig:
+        D = MetaCommand,
+        R = MetaOutcome,
+        NodeId = NodeId,
+        Node = Peer,
+        AsyncRuntime = EnvRuntime,
+);
+
+pub type LogId = openraft::alias::LogIdOf<MetaConfig>;
+pub type Vote = openraft::alias::VoteOf<MetaConfig>;
+pub type Entry = openraft::alias::EntryOf<MetaConfig>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<MetaConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<MetaConfig>;
+pub type Snapshot = openraft::alias::SnapshotOf<MetaConfig, Vec<u8>>;
+pub type Raft = openraft::Raft<MetaConfig, crate::sm::MetaMachine>;

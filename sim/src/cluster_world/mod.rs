@@ -1,0 +1,633 @@
+//! The cluster world: the metadata consensus group (`cairn_cluster::group`) of 3 or 5
+//! replicas, each with its own simulated disk, host on the simulated network and task group
+//! on the seeded executor, driven by a client that proposes metadata operations to whoever
+//! leads, while a nemesis crashes replicas (a process crash, or a power loss that takes the
+//! unsynced page cache and the host's connections), partitions pairs of hosts and heals.
+//!
+//! Judged:
+//! - **agreement**: every replica that applies an entry at an index applies the same entry
+//!   there (an observer on each replica's state machine, checked as it applies);
+//! - **no acknowledged op lost**: once every replica is up and the network healed, each
+//!   replica's state holds every stream whose creation was acknowledged, and only streams
+//!   the client asked for;
+//! - **convergence**: the replicas then hold equal states at the same applied index;
+//! - **liveness**: with a majority up and connected, proposals keep being acknowledged; the
+//!   run fails if the final round cannot get one through within its virtual deadline.
+//!
+//! Only a minority is ever down at once, so every seed must make progress.
+
+use crate::executor::{Executor, ExecutorHandle};
+use crate::report::Violation;
+use cairn_cluster::group::{GroupConfig, MetaGroup, ProposeError};
+use cairn_cluster::types::{Entry, MetaCommand, MetaOutcome, NodeId, Peer};
+use cairn_engine::env::{Entropy, Env};
+use cairn_engine::state::ops::MetaOp;
+use cairn_faults::{NetFaults, SimClock, SimDisk, SimNet};
+use iggy_binary_protocol::requests::streams::CreateStreamRequest;
+use iggy_binary_protocol::{WireName, WireOptions};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The director's task group; replica `i`'s is `NODE_GROUP_BASE + i`.
+const DIRECTOR_GROUP: u32 = 900;
+const NODE_GROUP_BASE: u32 = 1000;
+/// Polls the whole run may take.
+const MAX_POLLS: u64 = 20_000_000;
+/// How long one proposal may take before the client counts it in doubt.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the final round (all up, healed) has to get a proposal through.
+const FINAL_DEADLINE: Duration = Duration::from_secs(30);
+const CLUSTER_ID: u128 = 0xc1a5_7e70_0000_0000_0000_0000_0000_0001;
+
+pub const INV_AGREEMENT: &str = "replicas agree on every applied entry";
+pub const INV_ACKED_PRESENT: &str = "an acknowledged metadata op is never lost";
+pub const INV_CONVERGED: &str = "replicas converge to one state";
+pub const INV_LIVENESS: &str = "a healed cluster with every replica up makes progress";
+pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
+
+/// What a seed draws for the cluster world.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClusterProfile {
+    pub replicas: usize,
+    /// Streams the client creates (each acknowledged, or in doubt and resolved).
+    pub ops: usize,
+    /// Per nemesis step: a replica crashes (if a minority stays down at most).
+    pub crash: f64,
+    /// Of crashes, the share that are power losses.
+    pub power_loss: f64,
+    /// Per nemesis step: two hosts are partitioned.
+    pub partition: f64,
+    /// Per nemesis step: everything heals and every down replica restarts.
+    pub heal: f64,
+    /// Of crashes, the share aimed at the leader.
+    pub crash_leader: f64,
+    /// Per client step: the nemesis acts.
+    pub nemesis: f64,
+    /// Entries between snapshots (small, so snapshots, purges and snapshot installs happen).
+    pub snapshot_every: u64,
+}
+
+impl ClusterProfile {
+    pub fn from_seed(seed: u64) -> ClusterProfile {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc1a5);
+        ClusterProfile {
+            replicas: if rng.gen_bool(0.7) { 3 } else { 5 },
+            ops: rng.gen_range(30..150),
+            crash: rng.gen_range(0.0..0.5),
+            power_loss: rng.gen_range(0.0..1.0),
+            partition: rng.gen_range(0.0..0.4),
+            heal: rng.gen_range(0.05..0.4),
+            crash_leader: rng.gen_range(0.0..1.0),
+            nemesis: rng.gen_range(0.05..0.5),
+            snapshot_every: rng.gen_range(4..64),
+        }
+    }
+}
+
+/// How a cluster seed ended.
+#[derive(Debug, Clone)]
+pub struct ClusterReport {
+    pub seed: u64,
+    pub profile: ClusterProfile,
+    pub violation: Option<Violation>,
+    /// Everything that happened, in order: two runs of a seed match line for line.
+    pub events: Vec<String>,
+    pub acknowledged: usize,
+    pub crashes: usize,
+    pub elections: usize,
+}
+
+impl ClusterReport {
+    /// A hash of the run's events: equal for two runs of the same seed.
+    pub fn trace_hash(&self) -> u64 {
+        xxhash::xxh3::xxh3_64(self.events.join("\n").as_bytes())
+    }
+}
+
+/// One replica's machine: its disk and host survive its crashes.
+struct Replica {
+    id: NodeId,
+    disk: SimDisk,
+    ip: IpAddr,
+    env: Env,
+    group: Option<Arc<MetaGroup>>,
+    /// The starts of this replica so far (each start is a new process).
+    starts: u32,
+}
+
+struct Shared {
+    events: Vec<String>,
+    violation: Option<Violation>,
+    /// index → (term, the entry's rendering), as the first replica applied it.
+    applied: BTreeMap<u64, (u64, String)>,
+}
+
+impl Shared {
+    fn fail(&mut self, invariant: &'static str, evidence: String) {
+        if self.violation.is_none() {
+            self.events
+                .push(format!("VIOLATION {invariant}: {evidence}"));
+            self.violation = Some(Violation {
+                invariant,
+                evidence,
+            });
+        }
+    }
+}
+
+struct World {
+    seed: u64,
+    verbose: bool,
+    profile: ClusterProfile,
+    clock: SimClock,
+    net: SimNet,
+    executor: ExecutorHandle,
+    replicas: Vec<Replica>,
+    shared: Arc<Mutex<Shared>>,
+    rng: ChaCha8Rng,
+    acked: BTreeMap<String, u64>,
+    in_doubt: BTreeSet<String>,
+    crashes: usize,
+    leaders_seen: BTreeSet<(NodeId, u64)>,
+}
+
+struct SeededEntropy(Mutex<ChaCha8Rng>);
+
+impl Entropy for SeededEntropy {
+    fn next_u64(&self) -> u64 {
+        self.0.lock().expect("entropy").gen()
+    }
+}
+
+fn members(replicas: usize) -> BTreeMap<NodeId, Peer> {
+    (1..=replicas as u64)
+        .map(|id| {
+            let ip = host(id);
+            (
+                id,
+                Peer {
+                    raft: SocketAddr::new(ip, 7000).to_string(),
+                    client: SocketAddr::new(ip, 8090).to_string(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn host(id: NodeId) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 1, id as u8))
+}
+
+fn create_stream(name: &str) -> MetaCommand {
+    let op = MetaOp::CreateStream(CreateStreamRequest {
+        name: WireName::new(name).expect("a stream name"),
+        options: WireOptions::empty(),
+    });
+    MetaCommand {
+        operation: op.operation().to_command_code().expect("a command"),
+        body: op.body().to_vec(),
+        timestamp: 0,
+        user_id: 0,
+    }
+}
+
+/// Runs one cluster seed.
+pub fn run(seed: u64, verbose: bool) -> ClusterReport {
+    let profile = ClusterProfile::from_seed(seed);
+    if verbose {
+        println!("seed {seed} cluster {profile:?}");
+    }
+    let clock = SimClock::new();
+    let mut executor = Executor::new(seed ^ 0xe8ec, clock.clone());
+    let net = SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default());
+    let shared = Arc::new(Mutex::new(Shared {
+        events: vec![format!("profile {profile:?}")],
+        violation: None,
+        applied: BTreeMap::new(),
+    }));
+    let replicas = (1..=profile.replicas as u64)
+        .map(|id| {
+            let disk = SimDisk::new(seed ^ (0xd15c + id), Default::default());
+            disk.set_latency(clock.clone(), 20_000, 400_000);
+            let ip = host(id);
+            let env = Env {
+                disk: Arc::new(disk.clone()),
+                clock: Arc::new(clock.clone()),
+                net: Arc::new(net.host(ip)),
+                tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id as u32)),
+                entropy: Arc::new(SeededEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
+                    seed ^ (0xe27 + id),
+                )))),
+            };
+            Replica {
+                id,
+                disk,
+                ip,
+                env,
+                group: None,
+                starts: 0,
+            }
+        })
+        .collect();
+    let world = World {
+        seed,
+        verbose,
+        profile,
+        clock: clock.clone(),
+        net,
+        executor: executor.handle(),
+        replicas,
+        shared: shared.clone(),
+        rng: ChaCha8Rng::seed_from_u64(seed ^ 0xd12ec),
+        acked: BTreeMap::new(),
+        in_doubt: BTreeSet::new(),
+        crashes: 0,
+        leaders_seen: BTreeSet::new(),
+    };
+    let director = executor.handle().in_group(DIRECTOR_GROUP);
+    let finished = executor.block_on(&director, MAX_POLLS, direct(world));
+    executor.kill_all();
+    let mut shared = shared.lock().expect("shared");
+    let (acknowledged, crashes, elections) = match finished {
+        Some(counts) => counts,
+        None => {
+            shared.fail(
+                INV_LIVENESS,
+                format!("the run did not finish within {MAX_POLLS} polls (stalled or looping)"),
+            );
+            (0, 0, 0)
+        }
+    };
+    if verbose {
+        if let Some(v) = &shared.violation {
+            println!("{v}");
+        }
+    }
+    ClusterReport {
+        seed,
+        profile,
+        violation: shared.violation.clone(),
+        events: std::mem::take(&mut shared.events),
+        acknowledged,
+        crashes,
+        elections,
+    }
+}
+
+impl World {
+    fn event(&self, line: String) {
+        let at = self.clock.now_nanos() / 1_000_000;
+        let line = format!("{at}ms {line}");
+        if self.verbose {
+            println!("{line}");
+        }
+        self.shared.lock().expect("shared").events.push(line);
+    }
+
+    fn failed(&self) -> bool {
+        self.shared.lock().expect("shared").violation.is_some()
+    }
+
+    fn fail(&self, invariant: &'static str, evidence: String) {
+        self.shared
+            .lock()
+            .expect("shared")
+            .fail(invariant, evidence);
+    }
+
+    fn observer(&self, id: NodeId) -> cairn_cluster::sm::ApplyObserver {
+        let shared = self.shared.clone();
+        Arc::new(move |entry: &Entry| {
+            let rendering = format!("{:?}", entry.payload);
+            let term = entry.log_id.leader_id.term;
+            let index = entry.log_id.index;
+            let mut shared = shared.lock().expect("shared");
+            match shared.applied.get(&index) {
+                None => {
+                    shared.applied.insert(index, (term, rendering));
+                }
+                Some((t, r)) if (*t, r) == (term, &rendering) => {}
+                Some((t, r)) => {
+                    let evidence = format!(
+                        "replica {id} applied at index {index} term {term} {rendering}, another replica term {t} {r}"
+                    );
+                    shared.fail(INV_AGREEMENT, evidence);
+                }
+            }
+        })
+    }
+
+    async fn start(&mut self, at: usize) {
+        let id = self.replicas[at].id;
+        let mut config = GroupConfig::new(
+            CLUSTER_ID,
+            id,
+            members(self.profile.replicas),
+            PathBuf::from(format!("/data/{id}/cluster/metadata")),
+        );
+        config.observer = Some(self.observer(id));
+        config.bootstrap = self.replicas[at].starts == 0;
+        config.snapshot_every = self.profile.snapshot_every;
+        let env = self.replicas[at].env.clone();
+        self.replicas[at].starts += 1;
+        match MetaGroup::start(&env, config).await {
+            Ok(group) => {
+                let (vote, purged, last) = group.log().summary();
+                let show = |l: Option<cairn_cluster::types::LogId>| {
+                    l.map_or("-".to_owned(), |l| {
+                        format!("{}.{}", l.leader_id.term, l.index)
+                    })
+                };
+                let vote = vote.map_or("-".to_owned(), |v| v.to_string());
+                self.event(format!(
+                    "replica {id} started: vote {vote}, purged {}, last {}",
+                    show(purged),
+                    show(last)
+                ));
+                self.replicas[at].group = Some(Arc::new(group));
+            }
+            Err(e) => {
+                // With a minority of replicas ever down and no disk damage injected, every
+                // boot must succeed.
+                self.fail(INV_LIVENESS, format!("replica {id} did not start: {e}"));
+            }
+        }
+    }
+
+    fn crash(&mut self, at: usize) {
+        let power = self.rng.gen_bool(self.profile.power_loss);
+        let replica = &mut self.replicas[at];
+        replica.group = None;
+        self.executor
+            .kill_group(NODE_GROUP_BASE + replica.id as u32);
+        if power {
+            replica.disk.power_loss();
+            self.net.power_off(replica.ip);
+        } else {
+            replica.disk.process_crash();
+        }
+        self.crashes += 1;
+        let kind = if power { "power loss" } else { "process crash" };
+        let id = replica.id;
+        self.event(format!("replica {id}: {kind}"));
+    }
+
+    async fn restart_all(&mut self) {
+        self.net.heal();
+        for at in 0..self.replicas.len() {
+            if self.replicas[at].group.is_none() {
+                self.net.power_on(self.replicas[at].ip);
+                self.start(at).await;
+            }
+        }
+    }
+
+    fn up(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&at| self.replicas[at].group.is_some())
+            .collect()
+    }
+
+    /// One nemesis step: crash, partition, heal, or nothing.
+    async fn nemesis(&mut self) {
+        let down = self.replicas.len() - self.up().len();
+        let minority = (self.replicas.len() - 1) / 2;
+        if self.rng.gen_bool(self.profile.heal) {
+            self.event("heal".into());
+            self.restart_all().await;
+        } else if down < minority && self.rng.gen_bool(self.profile.crash) {
+            let up = self.up();
+            let leader = self.leader_at();
+            let at = match leader {
+                Some(at) if self.rng.gen_bool(self.profile.crash_leader) => at,
+                _ => up[self.rng.gen_range(0..up.len())],
+            };
+            self.crash(at);
+        } else if self.rng.gen_bool(self.profile.partition) {
+            let a = self.rng.gen_range(0..self.replicas.len());
+            let b = (a + self.rng.gen_range(1..self.replicas.len())) % self.replicas.len();
+            self.net.partition(self.replicas[a].ip, self.replicas[b].ip);
+            let (a, b) = (self.replicas[a].id, self.replicas[b].id);
+            self.event(format!("partition {a} | {b}"));
+        }
+    }
+
+    /// Where the leader some up replica names is, if it is up.
+    fn leader_at(&self) -> Option<usize> {
+        let leader = self
+            .up()
+            .into_iter()
+            .find_map(|at| self.replicas[at].group.as_ref()?.leader())?;
+        let at = self.replicas.iter().position(|r| r.id == leader)?;
+        self.replicas[at].group.is_some().then_some(at)
+    }
+
+    /// The group a client would send to: the leader some replica names, if it is up.
+    fn target(&mut self) -> Option<Arc<MetaGroup>> {
+        let up = self.up();
+        if up.is_empty() {
+            return None;
+        }
+        let asked = up[self.rng.gen_range(0..up.len())];
+        let group = self.replicas[asked].group.clone()?;
+        let leader = group.leader();
+        leader
+            .and_then(|l| self.replicas.iter().find(|r| r.id == l)?.group.clone())
+            .or(Some(group))
+    }
+
+    /// Proposes the creation of `name` once; `true` when the outcome is known.
+    async fn propose(&mut self, name: &str) -> bool {
+        let Some(group) = self.target() else {
+            return false;
+        };
+        let to = group.id();
+        let proposal = {
+            let group = group.clone();
+            let command = create_stream(name);
+            async move { group.propose(command).await }
+        };
+        let env_clock = self.clock.clone();
+        let answer = match cairn_engine::env::race(
+            proposal,
+            cairn_engine::env::Clock::sleep(&env_clock, PROPOSE_TIMEOUT),
+        )
+        .await
+        {
+            cairn_engine::env::Either::Left(answer) => answer,
+            cairn_engine::env::Either::Right(()) => Err(ProposeError::InDoubt),
+        };
+        match answer {
+            Ok((index, MetaOutcome::Applied { .. })) => {
+                self.event(format!("{name} acknowledged by {to} at index {index}"));
+                if let Some(leader) = group.leader() {
+                    self.leaders_seen.insert((leader, index));
+                }
+                self.acked.insert(name.to_owned(), index);
+                self.in_doubt.remove(name);
+                true
+            }
+            Ok((index, MetaOutcome::Refused { code, reason })) => {
+                if self.in_doubt.remove(name) {
+                    // An earlier attempt landed: the retry found the name taken.
+                    self.event(format!(
+                        "{name} found applied by {to} at index {index} ({code})"
+                    ));
+                    self.acked.insert(name.to_owned(), index);
+                } else {
+                    self.fail(
+                        INV_UNASKED,
+                        format!("{name}, proposed once, was refused at index {index}: {reason}"),
+                    );
+                }
+                true
+            }
+            Ok((index, MetaOutcome::Undecodable)) => {
+                self.fail(
+                    INV_UNASKED,
+                    format!("{name} did not decode at index {index}"),
+                );
+                true
+            }
+            Err(ProposeError::NotLeader { .. }) => false,
+            Err(e) => {
+                self.event(format!("{name} in doubt at {to}: {e}"));
+                self.in_doubt.insert(name.to_owned());
+                false
+            }
+        }
+    }
+
+    /// Waits until every replica has applied the same last index, then compares states.
+    async fn judge_final(&mut self) {
+        let deadline = self.clock.now_nanos() + FINAL_DEADLINE.as_nanos() as u64;
+        // A last proposal through the healed cluster: liveness, and it commits everything
+        // before it.
+        let mut through = false;
+        while !through && self.clock.now_nanos() < deadline {
+            through = self.propose("final").await;
+            if !through {
+                cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
+            }
+        }
+        if !through {
+            self.fail(INV_LIVENESS, "the final proposal never went through".into());
+            return;
+        }
+        let target = self.acked.get("final").copied().unwrap_or(0);
+        loop {
+            let states: Vec<_> = self
+                .replicas
+                .iter()
+                .filter_map(|r| Some((r.id, r.group.as_ref()?.machine().state())))
+                .collect();
+            if states
+                .iter()
+                .all(|(_, (_, applied))| applied.is_some_and(|a| a.index >= target))
+            {
+                self.compare(states);
+                return;
+            }
+            if self.clock.now_nanos() >= deadline {
+                self.fail(
+                    INV_LIVENESS,
+                    format!("not every replica applied index {target} by the deadline"),
+                );
+                return;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(20)).await;
+        }
+    }
+
+    fn compare(
+        &mut self,
+        states: Vec<(
+            NodeId,
+            (
+                cairn_engine::state::MetaState,
+                Option<cairn_cluster::types::LogId>,
+            ),
+        )>,
+    ) {
+        // Wait-free comparison at whatever each applied: bring them to one index first.
+        let top = states
+            .iter()
+            .filter_map(|(_, (_, a))| a.map(|a| a.index))
+            .max();
+        let (first_id, (first, _)) = &states[0];
+        for (id, (state, applied)) in &states {
+            if applied.map(|a| a.index) != top {
+                continue;
+            }
+            if state != first && states[0].1 .1.map(|a| a.index) == top {
+                self.fail(
+                    INV_CONVERGED,
+                    format!("replica {id} and replica {first_id} differ at index {top:?}"),
+                );
+                return;
+            }
+        }
+        for (id, (state, _)) in &states {
+            let names: BTreeSet<String> =
+                state.streams().values().map(|s| s.name.clone()).collect();
+            if let Some(lost) = self.acked.keys().find(|n| !names.contains(*n)) {
+                self.fail(
+                    INV_ACKED_PRESENT,
+                    format!(
+                        "replica {id} lacks stream {lost}, acknowledged at index {}",
+                        self.acked[lost]
+                    ),
+                );
+                return;
+            }
+            let asked = |n: &String| self.acked.contains_key(n) || self.in_doubt.contains(n);
+            if let Some(extra) = names.iter().find(|n| !asked(n)) {
+                self.fail(
+                    INV_UNASKED,
+                    format!("replica {id} holds stream {extra} nobody asked for"),
+                );
+                return;
+            }
+        }
+        self.event(format!(
+            "final: {} replicas at index {top:?}, {} streams acknowledged, {} in doubt",
+            states.len(),
+            self.acked.len(),
+            self.in_doubt.len()
+        ));
+    }
+}
+
+/// The director: starts every replica, runs the client and the nemesis, then heals and
+/// judges. Returns (acknowledged ops, crashes, distinct leaders).
+async fn direct(mut world: World) -> (usize, usize, usize) {
+    for at in 0..world.replicas.len() {
+        world.start(at).await;
+    }
+    let mut next = 0;
+    while next < world.profile.ops && !world.failed() {
+        let name = format!("s{next}");
+        if world.propose(&name).await {
+            next += 1;
+        } else {
+            let wait = world.rng.gen_range(10..200);
+            cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(wait)).await;
+        }
+        if world.rng.gen_bool(world.profile.nemesis) {
+            world.nemesis().await;
+        }
+    }
+    if !world.failed() {
+        world.event("final heal".into());
+        world.restart_all().await;
+        world.judge_final().await;
+    }
+    let leaders: BTreeSet<NodeId> = world.leaders_seen.iter().map(|(l, _)| *l).collect();
+    let _ = world.seed;
+    (world.acked.len(), world.crashes, leaders.len())
+}
