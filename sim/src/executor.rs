@@ -65,6 +65,11 @@ pub struct Executor {
     clock: SimClock,
     blocking_cost: Arc<AtomicU64>,
     blocking_jobs: Arc<AtomicUsize>,
+    /// Whether a task's panic ends only that task (as tokio's runtime does) instead of the
+    /// run; off unless a test injects a panic and judges what follows ([`Executor::catch_panics`]).
+    catch_panics: bool,
+    /// The messages of the panics caught, in order.
+    panics: Vec<String>,
 }
 
 /// Most blocking jobs queued or running at once before the simulated pool is busy.
@@ -122,6 +127,15 @@ impl ExecutorHandle {
             ..self.clone()
         }
     }
+}
+
+/// A panic's message, whatever its payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 fn kill_group(shared: &Mutex<Shared>, ready: &Ready, group: u32) {
@@ -217,7 +231,22 @@ impl Executor {
             clock,
             blocking_cost: Arc::new(AtomicU64::new(0)),
             blocking_jobs: Arc::new(AtomicUsize::new(0)),
+            catch_panics: false,
+            panics: Vec::new(),
         }
+    }
+
+    /// From now on a task that panics ends alone, as under tokio (the production runtime
+    /// catches a task's panic, drops the task and runs the others on), and its message is
+    /// kept for [`Executor::take_panics`]. Only for tests that inject a panic: otherwise
+    /// every panic is an assertion that fails the run.
+    pub fn catch_panics(&mut self) {
+        self.catch_panics = true;
+    }
+
+    /// The panics caught since the last call.
+    pub fn take_panics(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.panics)
     }
 
     pub fn handle(&self) -> ExecutorHandle {
@@ -336,7 +365,21 @@ impl Executor {
                 continue;
             }
             let mut cx = Context::from_waker(&waker);
-            match future.as_mut().poll(&mut cx) {
+            let polled = match self.catch_panics {
+                false => future.as_mut().poll(&mut cx),
+                true => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    future.as_mut().poll(&mut cx)
+                })) {
+                    Ok(polled) => polled,
+                    Err(panic) => {
+                        self.panics.push(panic_message(&*panic));
+                        finished.store(true, Ordering::SeqCst);
+                        self.shared.lock().expect("executor").tasks.remove(&id);
+                        continue;
+                    }
+                },
+            };
+            match polled {
                 Poll::Ready(()) => {
                     finished.store(true, Ordering::SeqCst);
                     self.shared.lock().expect("executor").tasks.remove(&id);

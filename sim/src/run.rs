@@ -70,11 +70,7 @@ pub fn run_seed_with(seed: u64, options: RunOptions) -> RunReport {
     match std::panic::catch_unwind(|| run_seed_inner(seed, scope, options)) {
         Ok(report) => report,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic without a message".into());
+            let message = crate::executor::panic_message(&*panic);
             let mut report = RunReport::new(Profile::from_seed_in(seed, scope));
             report.violation = Some(Violation {
                 invariant: INV_ASSERTION,

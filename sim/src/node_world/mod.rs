@@ -42,6 +42,7 @@ pub(crate) mod judges;
 mod lifecycle;
 mod model;
 mod oracle;
+mod owner_panic;
 mod tasks;
 mod workload;
 

@@ -381,6 +381,11 @@ fn holds_a_log(w: &NodeWorld, dir: &Path) -> bool {
 /// Every directed node scenario.
 pub const NODE_SCENARIOS: &[NodeDirected] = &[
     NodeDirected {
+        name: "a_large_create_sends_its_work_a_few_items_at_a_time",
+        expect: &["QuiescentCompared"],
+        run: tree::a_large_create_sends_its_work_a_few_items_at_a_time,
+    },
+    NodeDirected {
         name: "a_tree_with_nothing_amiss_checks_clean",
         expect: &["CheckedClean"],
         run: tree::a_tree_with_nothing_amiss_checks_clean,

@@ -871,3 +871,24 @@ pub(super) fn a_tree_with_nothing_amiss_checks_clean() -> Checked<Vec<&'static s
     decisions.push("CheckedClean");
     Ok(decisions)
 }
+
+/// A node of one shard creates a topic of more partitions than the metadata owner keeps
+/// queued on a shard (`WORK_PER_SHARD`): the partitions' work goes out a few items at a
+/// time (the owner waits for the oldest answers before it sends more; review S11's bound on
+/// how long another tenant's send waits behind a large create), every partition is made
+/// and serves. With the bound not kept, the owner's own assertion that it made room before
+/// sending fires (a survivor of mutation shard 7/12 at f713d75: `InFlight::room` → `Ok(())`;
+/// the node world's creates hold at most 3 partitions, below the bound).
+pub(super) fn a_large_create_sends_its_work_a_few_items_at_a_time() -> Checked<Vec<&'static str>> {
+    const PARTITIONS: u32 = 3 * cairn_engine::node::WORK_PER_SHARD as u32 + 1;
+    let mut s = Scenario::new(0x4e0d_0041);
+    lock(&s.world).profile.shards = 1;
+    s.setup()?;
+    s.perform(AdminOp::CreateStream("s".into()))?;
+    s.perform(super::persisted_topic(PARTITIONS))?;
+    for p in 0..PARTITIONS {
+        s.info((0, 0, p))?;
+    }
+    s.produce_n(3)?;
+    Ok(s.decisions())
+}
