@@ -48,6 +48,7 @@ pub const INV_AGREEMENT: &str = "replicas agree on every applied entry";
 pub const INV_ACKED_PRESENT: &str = "an acknowledged metadata op is never lost";
 pub const INV_CONVERGED: &str = "replicas converge to one state";
 pub const INV_LIVENESS: &str = "a healed cluster with every replica up makes progress";
+pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// What a seed draws for the cluster world.
@@ -62,12 +63,14 @@ pub struct ClusterProfile {
     pub power_loss: f64,
     /// Per nemesis step: two hosts are partitioned.
     pub partition: f64,
+    /// Per nemesis step: a replica is power-cycled (down and straight back up).
+    pub bounce: f64,
     /// Per nemesis step: everything heals and every down replica restarts.
     pub heal: f64,
     /// Of crashes, the share aimed at the leader.
     pub crash_leader: f64,
-    /// Per client step: the nemesis acts.
-    pub nemesis: f64,
+    /// The nemesis wakes every 1 ms to this many ms (uniformly), during proposals too.
+    pub nemesis_gap_ms: u64,
     /// Entries between snapshots (small, so snapshots, purges and snapshot installs happen).
     pub snapshot_every: u64,
 }
@@ -81,9 +84,10 @@ impl ClusterProfile {
             crash: rng.gen_range(0.0..0.5),
             power_loss: rng.gen_range(0.0..1.0),
             partition: rng.gen_range(0.0..0.4),
+            bounce: rng.gen_range(0.0..0.3),
             heal: rng.gen_range(0.05..0.4),
             crash_leader: rng.gen_range(0.0..1.0),
-            nemesis: rng.gen_range(0.05..0.5),
+            nemesis_gap_ms: rng.gen_range(5..200),
             snapshot_every: rng.gen_range(4..64),
         }
     }
@@ -154,6 +158,10 @@ struct World {
     in_doubt: BTreeSet<String>,
     crashes: usize,
     leaders_seen: BTreeSet<(NodeId, u64)>,
+    /// The nemesis acts only while the client works (the final round is calm).
+    nemesis_on: bool,
+    /// When the nemesis acts next (virtual nanoseconds).
+    next_nemesis: u64,
 }
 
 struct SeededEntropy(Mutex<ChaCha8Rng>);
@@ -248,6 +256,8 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         in_doubt: BTreeSet::new(),
         crashes: 0,
         leaders_seen: BTreeSet::new(),
+        nemesis_on: true,
+        next_nemesis: 0,
     };
     let director = executor.handle().in_group(DIRECTOR_GROUP);
     let finished = executor.block_on(&director, MAX_POLLS, direct(world));
@@ -354,7 +364,7 @@ impl World {
             Err(e) => {
                 // With a minority of replicas ever down and no disk damage injected, every
                 // boot must succeed.
-                self.fail(INV_LIVENESS, format!("replica {id} did not start: {e}"));
+                self.fail(INV_BOOT, format!("replica {id} did not start: {e}"));
             }
         }
     }
@@ -393,27 +403,79 @@ impl World {
             .collect()
     }
 
-    /// One nemesis step: crash, partition, heal, or nothing.
+    /// One nemesis step: heal, crash, bounce, restart one, partition, or nothing.
     async fn nemesis(&mut self) {
-        let down = self.replicas.len() - self.up().len();
+        let down: Vec<usize> = (0..self.replicas.len())
+            .filter(|&at| self.replicas[at].group.is_none())
+            .collect();
         let minority = (self.replicas.len() - 1) / 2;
         if self.rng.gen_bool(self.profile.heal) {
             self.event("heal".into());
             self.restart_all().await;
-        } else if down < minority && self.rng.gen_bool(self.profile.crash) {
-            let up = self.up();
-            let leader = self.leader_at();
-            let at = match leader {
-                Some(at) if self.rng.gen_bool(self.profile.crash_leader) => at,
-                _ => up[self.rng.gen_range(0..up.len())],
-            };
+        } else if down.len() < minority && self.rng.gen_bool(self.profile.crash) {
+            let at = self.victim();
             self.crash(at);
+        } else if down.len() < minority && self.rng.gen_bool(self.profile.bounce) {
+            let at = self.victim();
+            self.crash(at);
+            self.net.power_on(self.replicas[at].ip);
+            self.start(at).await;
+        } else if !down.is_empty() && self.rng.gen_bool(0.3) {
+            let at = down[self.rng.gen_range(0..down.len())];
+            self.net.power_on(self.replicas[at].ip);
+            self.start(at).await;
         } else if self.rng.gen_bool(self.profile.partition) {
             let a = self.rng.gen_range(0..self.replicas.len());
             let b = (a + self.rng.gen_range(1..self.replicas.len())) % self.replicas.len();
             self.net.partition(self.replicas[a].ip, self.replicas[b].ip);
             let (a, b) = (self.replicas[a].id, self.replicas[b].id);
             self.event(format!("partition {a} | {b}"));
+        }
+    }
+
+    /// A replica to crash: the leader as often as the profile says, else any that is up.
+    fn victim(&mut self) -> usize {
+        let up = self.up();
+        match self.leader_at() {
+            Some(at) if self.rng.gen_bool(self.profile.crash_leader) => at,
+            _ => up[self.rng.gen_range(0..up.len())],
+        }
+    }
+
+    /// Waits for `future`, the nemesis acting whenever its next time comes meanwhile
+    /// (every 1 ms to `nemesis_gap_ms`, however fast proposals go); `None` when `limit`
+    /// passes first.
+    async fn while_nemesis<T>(
+        &mut self,
+        future: impl std::future::Future<Output = T>,
+        limit: Duration,
+    ) -> Option<T> {
+        let deadline = self.clock.now_nanos() + limit.as_nanos() as u64;
+        let mut future = std::pin::pin!(future);
+        loop {
+            let now = self.clock.now_nanos();
+            if self.nemesis_on && now >= self.next_nemesis {
+                self.nemesis().await;
+                let gap = self.rng.gen_range(1..=self.profile.nemesis_gap_ms) * 1_000_000;
+                self.next_nemesis = self.clock.now_nanos() + gap;
+                continue;
+            }
+            let wake = if self.nemesis_on {
+                self.next_nemesis.min(deadline)
+            } else {
+                deadline
+            };
+            let nap = cairn_engine::env::Clock::sleep(
+                &self.clock,
+                Duration::from_nanos(wake.saturating_sub(now)),
+            );
+            match cairn_engine::env::race(future.as_mut(), nap).await {
+                cairn_engine::env::Either::Left(out) => return Some(out),
+                cairn_engine::env::Either::Right(()) if self.clock.now_nanos() >= deadline => {
+                    return None
+                }
+                cairn_engine::env::Either::Right(()) => {}
+            }
         }
     }
 
@@ -452,16 +514,10 @@ impl World {
             let command = create_stream(name);
             async move { group.propose(command).await }
         };
-        let env_clock = self.clock.clone();
-        let answer = match cairn_engine::env::race(
-            proposal,
-            cairn_engine::env::Clock::sleep(&env_clock, PROPOSE_TIMEOUT),
-        )
-        .await
-        {
-            cairn_engine::env::Either::Left(answer) => answer,
-            cairn_engine::env::Either::Right(()) => Err(ProposeError::InDoubt),
-        };
+        let answer = self
+            .while_nemesis(proposal, PROPOSE_TIMEOUT)
+            .await
+            .unwrap_or(Err(ProposeError::InDoubt));
         match answer {
             Ok((index, MetaOutcome::Applied { .. })) => {
                 self.event(format!("{name} acknowledged by {to} at index {index}"));
@@ -616,12 +672,11 @@ async fn direct(mut world: World) -> (usize, usize, usize) {
             next += 1;
         } else {
             let wait = world.rng.gen_range(10..200);
-            cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(wait)).await;
-        }
-        if world.rng.gen_bool(world.profile.nemesis) {
-            world.nemesis().await;
+            let nap = cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(wait));
+            world.while_nemesis(nap, Duration::from_secs(1)).await;
         }
     }
+    world.nemesis_on = false;
     if !world.failed() {
         world.event("final heal".into());
         world.restart_all().await;
