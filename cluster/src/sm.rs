@@ -54,6 +54,8 @@ struct Inner {
     /// The last snapshot, as stored.
     snapshot: Option<StoredSnapshot>,
     observer: Option<ApplyObserver>,
+    /// Snapshots installed from a leader since this replica started.
+    installed: u64,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -83,8 +85,15 @@ impl MetaMachine {
                 membership: StoredMembership::default(),
                 snapshot,
                 observer,
+                installed: 0,
             })),
         })
+    }
+
+    /// Snapshots installed from a leader since this replica started (a replica too far
+    /// behind for the leader's log catches up this way).
+    pub fn installed_snapshots(&self) -> u64 {
+        self.lock().installed
     }
 
     /// The state as applied so far, and the last entry applied.
@@ -180,6 +189,7 @@ impl Inner {
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.snapshot = Some(stored);
+        self.installed += 1;
         Ok(())
     }
 }

@@ -196,19 +196,26 @@ pub enum Scope {
     /// The server (listener, connections, sessions) and the node, reached by protocol
     /// clients over the simulated network ([`crate::server_world`]).
     Server,
+    /// The metadata consensus group of 3 or 5 replicas ([`crate::cluster_world`]).
+    Cluster,
 }
 
 impl Scope {
-    /// One seed in five simulates a node; of the rest, one in four the server. Each drawn
-    /// from its own hash of the seed, so adding a scope changed no other scope's profile
-    /// (corpus seeds found in the partition scope whose draw became the server's pin their
-    /// scope in their file).
+    /// One seed in five simulates a node; of the rest, one in four the server, and of the
+    /// rest one in eight the cluster. Each drawn from its own hash of the seed, so adding a
+    /// scope changed no other scope's profile (corpus seeds found in the partition scope
+    /// whose draw became another's pin their scope in their file).
     pub fn of(seed: u64) -> Scope {
         if xxhash::xxh3::xxh3_64(&seed.to_le_bytes()).is_multiple_of(5) {
             return Scope::Node;
         }
         match xxhash::xxh3::xxh3_64(&(seed ^ 0x5e4e_e45c_09e0).to_le_bytes()) % 4 {
             0 => Scope::Server,
+            // One partitions seed in eight simulates the cluster instead: the node and
+            // server draws stay what they were.
+            _ if xxhash::xxh3::xxh3_64(&(seed ^ 0xc1a5_7e70).to_le_bytes()).is_multiple_of(8) => {
+                Scope::Cluster
+            }
             _ => Scope::Partitions,
         }
     }
@@ -219,13 +226,19 @@ impl Scope {
             Scope::Partitions => "partitions",
             Scope::Node => "node",
             Scope::Server => "server",
+            Scope::Cluster => "cluster",
         }
     }
 
     pub fn parse(name: &str) -> Option<Scope> {
-        [Scope::Partitions, Scope::Node, Scope::Server]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Scope::Partitions,
+            Scope::Node,
+            Scope::Server,
+            Scope::Cluster,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 }
 

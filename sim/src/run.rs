@@ -22,6 +22,10 @@ pub fn describe(profile: &Profile) -> String {
             let server = crate::server_world::ServerProfile::from_seed(profile.seed);
             format!("seed {:#x} scope server\n  {server:?}\n", profile.seed)
         }
+        Scope::Cluster => {
+            let cluster = crate::cluster_world::ClusterProfile::from_seed(profile.seed);
+            format!("seed {:#x} scope cluster\n  {cluster:?}\n", profile.seed)
+        }
         Scope::Partitions => profile.to_string(),
     }
 }
@@ -96,6 +100,12 @@ fn run_seed_inner(seed: u64, scope: crate::profile::Scope, options: RunOptions) 
                 options.timeline,
                 RunReport::new(profile),
             );
+        }
+        crate::profile::Scope::Cluster => {
+            if verbose {
+                print!("{}", describe(&profile));
+            }
+            return crate::cluster_world::run_report(profile, verbose);
         }
         crate::profile::Scope::Partitions => {}
     }

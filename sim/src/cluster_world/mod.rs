@@ -51,6 +51,35 @@ pub const INV_LIVENESS: &str = "a healed cluster with every replica up makes pro
 pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
+/// The cluster scope's coverage rows: decision name, and what reaching it means.
+pub const CLUSTER_COVERAGE: [(&str, &str); 7] = [
+    (
+        "ClusterLeaderChanged",
+        "a second leader was elected after the first (a new term)",
+    ),
+    (
+        "ClusterProcessCrash",
+        "a replica's process crashed under proposals",
+    ),
+    (
+        "ClusterPowerLoss",
+        "a replica lost power (its unsynced pages and connections)",
+    ),
+    ("ClusterPartition", "two replicas' hosts were partitioned"),
+    (
+        "ClusterInDoubtResolved",
+        "a proposal in doubt was resolved by its retry (found applied, or applied once)",
+    ),
+    (
+        "ClusterSnapshotInstalled",
+        "a replica behind the leader's log caught up by installing its snapshot",
+    ),
+    (
+        "ClusterBootFromSnapshot",
+        "a replica restarted from its snapshot and the log after it (its log's head purged)",
+    ),
+];
+
 /// What a seed draws for the cluster world.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClusterProfile {
@@ -104,6 +133,9 @@ pub struct ClusterReport {
     pub acknowledged: usize,
     pub crashes: usize,
     pub elections: usize,
+    /// Coverage rows reached, by name ([`CLUSTER_COVERAGE`]).
+    pub decisions: BTreeMap<&'static str, usize>,
+    pub simulated_nanos: u64,
 }
 
 impl ClusterReport {
@@ -162,6 +194,7 @@ struct World {
     nemesis_on: bool,
     /// When the nemesis acts next (virtual nanoseconds).
     next_nemesis: u64,
+    decisions: BTreeMap<&'static str, usize>,
 }
 
 struct SeededEntropy(Mutex<ChaCha8Rng>);
@@ -258,19 +291,20 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         leaders_seen: BTreeSet::new(),
         nemesis_on: true,
         next_nemesis: 0,
+        decisions: BTreeMap::new(),
     };
     let director = executor.handle().in_group(DIRECTOR_GROUP);
     let finished = executor.block_on(&director, MAX_POLLS, direct(world));
     executor.kill_all();
     let mut shared = shared.lock().expect("shared");
-    let (acknowledged, crashes, elections) = match finished {
+    let (acknowledged, crashes, elections, decisions) = match finished {
         Some(counts) => counts,
         None => {
             shared.fail(
                 INV_LIVENESS,
                 format!("the run did not finish within {MAX_POLLS} polls (stalled or looping)"),
             );
-            (0, 0, 0)
+            (0, 0, 0, BTreeMap::new())
         }
     };
     if verbose {
@@ -286,7 +320,23 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         acknowledged,
         crashes,
         elections,
+        decisions,
+        simulated_nanos: clock.now_nanos(),
     }
+}
+
+/// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
+/// every scope's is.
+pub fn run_report(profile: crate::profile::Profile, verbose: bool) -> crate::report::RunReport {
+    let cluster = run(profile.seed, verbose);
+    let mut report = crate::report::RunReport::new(profile);
+    report.trace_hash = cluster.trace_hash();
+    report.violation = cluster.violation;
+    report.decisions = cluster.decisions;
+    report.simulated_nanos = cluster.simulated_nanos;
+    report.operations = cluster.acknowledged as u64;
+    report.restarts = cluster.crashes as u64;
+    report
 }
 
 impl World {
@@ -297,6 +347,25 @@ impl World {
             println!("{line}");
         }
         self.shared.lock().expect("shared").events.push(line);
+    }
+
+    fn decision(&mut self, name: &'static str) {
+        debug_assert!(
+            CLUSTER_COVERAGE.iter().any(|(n, _)| *n == name),
+            "{name} is a row"
+        );
+        *self.decisions.entry(name).or_default() += 1;
+    }
+
+    /// Counts the snapshots a replica installed, before its process goes.
+    fn count_installs(&mut self, at: usize) {
+        let installed = self.replicas[at]
+            .group
+            .as_ref()
+            .map_or(0, |g| g.machine().installed_snapshots());
+        for _ in 0..installed {
+            self.decision("ClusterSnapshotInstalled");
+        }
     }
 
     fn failed(&self) -> bool {
@@ -348,6 +417,9 @@ impl World {
         match MetaGroup::start(&env, config).await {
             Ok(group) => {
                 let (vote, purged, last) = group.log().summary();
+                if purged.is_some() && self.replicas[at].starts > 1 {
+                    self.decision("ClusterBootFromSnapshot");
+                }
                 let show = |l: Option<cairn_cluster::types::LogId>| {
                     l.map_or("-".to_owned(), |l| {
                         format!("{}.{}", l.leader_id.term, l.index)
@@ -370,7 +442,13 @@ impl World {
     }
 
     fn crash(&mut self, at: usize) {
+        self.count_installs(at);
         let power = self.rng.gen_bool(self.profile.power_loss);
+        self.decision(if power {
+            "ClusterPowerLoss"
+        } else {
+            "ClusterProcessCrash"
+        });
         let replica = &mut self.replicas[at];
         replica.group = None;
         self.executor
@@ -428,6 +506,7 @@ impl World {
             let a = self.rng.gen_range(0..self.replicas.len());
             let b = (a + self.rng.gen_range(1..self.replicas.len())) % self.replicas.len();
             self.net.partition(self.replicas[a].ip, self.replicas[b].ip);
+            self.decision("ClusterPartition");
             let (a, b) = (self.replicas[a].id, self.replicas[b].id);
             self.event(format!("partition {a} | {b}"));
         }
@@ -525,7 +604,9 @@ impl World {
                     self.leaders_seen.insert((leader, index));
                 }
                 self.acked.insert(name.to_owned(), index);
-                self.in_doubt.remove(name);
+                if self.in_doubt.remove(name) {
+                    self.decision("ClusterInDoubtResolved");
+                }
                 true
             }
             Ok((index, MetaOutcome::Refused { code, reason })) => {
@@ -660,8 +741,8 @@ impl World {
 }
 
 /// The director: starts every replica, runs the client and the nemesis, then heals and
-/// judges. Returns (acknowledged ops, crashes, distinct leaders).
-async fn direct(mut world: World) -> (usize, usize, usize) {
+/// judges. Returns (acknowledged ops, crashes, distinct leaders, coverage rows reached).
+async fn direct(mut world: World) -> (usize, usize, usize, BTreeMap<&'static str, usize>) {
     for at in 0..world.replicas.len() {
         world.start(at).await;
     }
@@ -682,7 +763,18 @@ async fn direct(mut world: World) -> (usize, usize, usize) {
         world.restart_all().await;
         world.judge_final().await;
     }
+    for at in 0..world.replicas.len() {
+        world.count_installs(at);
+    }
     let leaders: BTreeSet<NodeId> = world.leaders_seen.iter().map(|(l, _)| *l).collect();
+    if leaders.len() > 1 {
+        world.decision("ClusterLeaderChanged");
+    }
     let _ = world.seed;
-    (world.acked.len(), world.crashes, leaders.len())
+    (
+        world.acked.len(),
+        world.crashes,
+        leaders.len(),
+        std::mem::take(&mut world.decisions),
+    )
 }

@@ -152,7 +152,7 @@ fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
         reports.iter().any(|r| r.boot_retries > 0),
         "no boot retried"
     );
-    // The node scope's rows and the server scope's: every one fires in some seed of the
+    // The node, server and cluster scopes' rows: every one fires in some seed of the
     // bounded swarm.
     let silent = |rows: &[(&'static str, &str)]| -> Vec<&'static str> {
         rows.iter()
@@ -169,6 +169,11 @@ fn bounded_swarm_finds_no_violation_and_reaches_every_fault_and_outcome() {
     assert!(
         server.is_empty(),
         "server coverage rows that never fired: {server:?}"
+    );
+    let cluster = silent(&cairn_sim::cluster_world::CLUSTER_COVERAGE);
+    assert!(
+        cluster.is_empty(),
+        "cluster coverage rows that never fired: {cluster:?}"
     );
 }
 
