@@ -156,8 +156,20 @@ impl Cairn {
 
 impl Drop for Cairn {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The output threads get the last lines before the process goes.
+            std::thread::sleep(Duration::from_millis(300));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test shows what the server said: its output is otherwise lost.
+        if std::thread::panicking() {
+            let said: Vec<String> = self.output.try_iter().collect();
+            eprintln!("cairn's output up to the failure:");
+            for line in self.startup.iter().chain(&said) {
+                eprintln!("  {line}");
+            }
+        }
     }
 }
 
