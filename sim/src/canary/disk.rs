@@ -32,6 +32,27 @@ pub fn plane_disk_hook(name: &str) -> Option<DiskHook> {
     }
 }
 
+/// `raft-ack-before-sync` wraps the disk of each replica of the cluster world.
+pub fn replica_disk_hook(name: &str) -> Option<DiskHook> {
+    match name {
+        "raft-ack-before-sync" => Some(raft_ack_before_sync),
+        _ => None,
+    }
+}
+
+/// A replica's Raft log segments are never synced: it tells openraft its entries are
+/// flushed (so its leader counts it toward the quorum) while they are only in the cache.
+fn raft_ack_before_sync(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    Arc::new(SkippingDisk {
+        inner: disk,
+        skip_file_sync: |path| {
+            path.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("log-"))
+        },
+        skip_dir_sync: |_| false,
+    })
+}
+
 /// Only the superblock record is synced; every other file and every directory is not.
 fn unsynced_repair(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
     Arc::new(SkippingDisk {

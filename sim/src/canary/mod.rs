@@ -22,7 +22,9 @@
 //!   group is acknowledged before its bytes are durable;
 //! - `no-dir-sync`: a new segment's directory entry is never synced;
 //! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
-//!   operation is applied and answered before its entry is durable.
+//!   operation is applied and answered before its entry is durable;
+//! - `raft-ack-before-sync`: a cluster replica's Raft log is never synced, so it tells its
+//!   leader entries are flushed (and counts toward the quorum) while they are only cached.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -58,7 +60,8 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
+    "raft-ack-before-sync",
     "ack-send-before-shard",
     "bodies-unbudgeted",
     "dedup-wrong-reply",

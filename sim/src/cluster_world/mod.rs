@@ -256,8 +256,15 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
             let disk = SimDisk::new(seed ^ (0xd15c + id), Default::default());
             disk.set_latency(clock.clone(), 20_000, 400_000);
             let ip = host(id);
+            let replica_disk: Arc<dyn cairn_engine::env::Disk> = Arc::new(disk.clone());
+            // A canary that needs it wraps the replica's disk (none in production).
+            let replica_disk =
+                match crate::canary::active().and_then(crate::canary::disk::replica_disk_hook) {
+                    Some(hook) => hook(replica_disk),
+                    None => replica_disk,
+                };
             let env = Env {
-                disk: Arc::new(disk.clone()),
+                disk: replica_disk,
                 clock: Arc::new(clock.clone()),
                 net: Arc::new(net.host(ip)),
                 tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id as u32)),
