@@ -89,12 +89,15 @@ pub enum ProposeError {
     /// Nothing was appended: another node leads (if one is known).
     #[error("node {me} does not lead the group (the leader is {leader:?})")]
     NotLeader { me: NodeId, leader: Option<NodeId> },
-    /// The entry was appended, then discarded by a change of leader before the answer:
-    /// whether it commits is unknown.
-    #[error("the proposal's entry was discarded by a change of leader: it may or may not apply")]
+    /// The entry may have been appended, then the leader changed or the node stopped before
+    /// the answer: whether it commits is unknown.
+    #[error(
+        "the proposal's fate is unknown (a change of leader or a stop): it may or may not apply"
+    )]
     InDoubt,
-    /// The node stopped or failed (storage, shutdown).
-    #[error("the replica failed: {0}")]
+    /// Refused before anything was appended (a membership change in progress, a
+    /// precondition).
+    #[error("the replica refused: {0}")]
     Failed(String),
 }
 
@@ -149,6 +152,9 @@ impl MetaGroup {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_every / 4,
             enable_pre_vote: Some(true),
+            // A whole snapshot goes in one request (up to `MAX_SNAPSHOT_LEN`, and the
+            // follower's syncs): openraft's default of 200 ms would resend it forever.
+            install_snapshot_timeout: 60_000,
             ..Default::default()
         }
         .validate()
@@ -196,7 +202,9 @@ impl MetaGroup {
                 },
                 Some(ClientWriteError::LogEntryDiscarded(_)) => ProposeError::InDoubt,
                 Some(other) => ProposeError::Failed(other.to_string()),
-                None => ProposeError::Failed("the Raft node stopped".into()),
+                // The node stopped with the proposal handed over: its entry may be in the
+                // log already, and may commit.
+                None => ProposeError::InDoubt,
             }),
         }
     }

@@ -22,9 +22,10 @@
 //! | `state` of another cluster or node | not this replica's | refuse |
 //! | a sealed segment (before the synced one) that does not verify whole | damage | refuse |
 //! | the synced segment's first `synced` bytes do not verify | damage | refuse |
-//! | bytes past `synced` | a tail | keep whole chained records, cut the rest |
+//! | bytes past `synced` | a tail | keep whole chained records (synced now), cut the rest |
+//! | the synced segment missing, `synced` > 0 | synced bytes lost | refuse |
 //! | segments after the synced one | left by a truncation or rotation the crash cut short | remove |
-//! | segments whose every entry is purged | left by a purge | remove |
+//! | segments before the synced one whose every entry is purged | left by a purge | remove |
 //!
 //! Ordering that makes the table hold: a truncation records the shorter synced position
 //! before it cuts (a crash between keeps the longer log, a state the replica had synced);
@@ -415,8 +416,14 @@ impl Inner {
                 path: path.clone(),
                 source,
             };
-            let next_first = segments.get(i + 1).copied();
-            let all_purged = matches!((next_first, purged_index), (Some(n), Some(p)) if n <= p + 1);
+            // Only segments up to the synced one count: one after it is a leftover, and the
+            // synced segment itself is never "all purged" (appends go there).
+            let next_first = segments
+                .get(i + 1)
+                .copied()
+                .filter(|&n| n <= self.durable.segment);
+            let all_purged = first < self.durable.segment
+                && matches!((next_first, purged_index), (Some(n), Some(p)) if n <= p + 1);
             if first > self.durable.segment || all_purged {
                 disk.remove_file(&path).map_err(io)?;
                 continue;
@@ -473,15 +480,28 @@ impl Inner {
                 file.set_len(end).map_err(io)?;
                 file.sync_data().map_err(io)?;
             }
-            if first == self.durable.segment {
-                // Whole records past the synced position were synced too (the crash came
-                // before the record said so): appends go after them.
+            if first == self.durable.segment && end > self.durable.synced {
+                // Whole records past the synced position may be only in the page cache (a
+                // process crash between their write and their sync): synced now, before the
+                // state record says they are, so openraft may count them as flushed.
+                file.sync_data().map_err(io)?;
                 self.durable.synced = end;
             }
             self.segments.push(first);
         }
         if self.segments.last() != Some(&self.durable.segment) {
-            // The synced segment is missing: only a log that never had an entry has none.
+            // The synced segment is missing: only a log with nothing synced in it may lack
+            // it (a rotation's new segment whose creation a crash undid, or a new log).
+            if self.durable.synced > 0 {
+                return Err(LogOpenError::Damaged {
+                    path: self.segment_path(self.durable.segment),
+                    offset: 0,
+                    why: format!(
+                        "the segment is missing, {} bytes of it were synced",
+                        self.durable.synced
+                    ),
+                });
+            }
             let first = self.durable.segment;
             self.create_segment(first)
                 .map_err(|source| LogOpenError::Io {
@@ -930,5 +950,41 @@ mod tests {
         let store = open(&env, &dir, 1).unwrap();
         assert_eq!(indexes(&store), vec![7]);
         assert_eq!(store.summary().1, Some(entry(1, 6).log_id));
+    }
+
+    #[test]
+    fn a_rotation_cut_short_after_a_purge_keeps_the_synced_segment() {
+        let (_tmp, env, dir) = setup();
+        let mut store = open(&env, &dir, 1).unwrap();
+        append(&mut store, (0..4).map(|i| entry(1, i)).collect());
+        cairn_engine::env::real::block_on(store.purge(entry(1, 3).log_id)).unwrap();
+        // The crash came after the next segment was made and before the record named it.
+        env.disk
+            .open(&dir.join(segment_name(4)), OpenMode::CreateNew)
+            .unwrap();
+        drop(store);
+        let mut store = open(&env, &dir, 1).unwrap();
+        assert_eq!(
+            store.lock().segments,
+            vec![0],
+            "the synced segment stays, the leftover goes"
+        );
+        append(&mut store, vec![entry(1, 4)]);
+        drop(store);
+        let store = open(&env, &dir, 1).unwrap();
+        assert_eq!(indexes(&store), vec![4]);
+    }
+
+    #[test]
+    fn a_missing_synced_segment_refuses_the_boot() {
+        let (_tmp, env, dir) = setup();
+        let mut store = open(&env, &dir, 1).unwrap();
+        append(&mut store, vec![entry(1, 0)]);
+        drop(store);
+        env.disk.remove_file(&segment(&dir)).unwrap();
+        assert!(matches!(
+            open(&env, &dir, 1),
+            Err(LogOpenError::Damaged { .. })
+        ));
     }
 }

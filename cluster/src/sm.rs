@@ -75,14 +75,33 @@ impl MetaMachine {
         observer: Option<ApplyObserver>,
     ) -> io::Result<MetaMachine> {
         let snapshot = read_snapshot(&*disk, &dir.join(SNAPSHOT_FILE))?;
+        // The state starts as the snapshot holds it (openraft then applies the committed
+        // entries after it): boot installs nothing, so `installed` counts only snapshots a
+        // leader sent.
+        let (state, applied, membership) = match &snapshot {
+            None => (MetaState::default(), None, StoredMembership::default()),
+            Some(stored) => {
+                let decoded = meta_snapshot::Snapshot::decode(&stored.data).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the group's snapshot: {e}"),
+                    )
+                })?;
+                (
+                    decoded.state,
+                    stored.meta.last_log_id,
+                    stored.meta.last_membership.clone(),
+                )
+            }
+        };
         Ok(MetaMachine {
             inner: Arc::new(Mutex::new(Inner {
                 disk,
                 dir: dir.to_owned(),
                 cluster,
-                state: MetaState::default(),
-                applied: None,
-                membership: StoredMembership::default(),
+                state,
+                applied,
+                membership,
                 snapshot,
                 observer,
                 installed: 0,

@@ -52,7 +52,11 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 7] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 8] = [
+    (
+        "ClusterCrashInIo",
+        "a replica crashed inside a disk call (a write landed in part)",
+    ),
     (
         "ClusterLeaderChanged",
         "a second leader was elected after the first (a new term)",
@@ -154,6 +158,9 @@ struct Replica {
     group: Option<Arc<MetaGroup>>,
     /// The starts of this replica so far (each start is a new process).
     starts: u32,
+    /// A crash is armed on its disk: it strikes inside a disk call (a write lands in part),
+    /// and the nemesis then takes the process down.
+    armed: bool,
 }
 
 struct Shared {
@@ -279,6 +286,7 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
                 env,
                 group: None,
                 starts: 0,
+                armed: false,
             }
         })
         .collect();
@@ -450,6 +458,7 @@ impl World {
 
     fn crash(&mut self, at: usize) {
         self.count_installs(at);
+        self.replicas[at].armed = false;
         let power = self.rng.gen_bool(self.profile.power_loss);
         self.decision(if power {
             "ClusterPowerLoss"
@@ -475,6 +484,12 @@ impl World {
     async fn restart_all(&mut self) {
         self.net.heal();
         for at in 0..self.replicas.len() {
+            if self.replicas[at].armed && self.replicas[at].disk.is_crashed() {
+                self.crash(at);
+            } else if self.replicas[at].armed {
+                self.replicas[at].disk.disarm_crash();
+                self.replicas[at].armed = false;
+            }
             if self.replicas[at].group.is_none() {
                 self.net.power_on(self.replicas[at].ip);
                 self.start(at).await;
@@ -490,17 +505,35 @@ impl World {
 
     /// One nemesis step: heal, crash, bounce, restart one, partition, or nothing.
     async fn nemesis(&mut self) {
+        // An armed crash that struck: the process goes down now.
+        for at in 0..self.replicas.len() {
+            if self.replicas[at].armed && self.replicas[at].disk.is_crashed() {
+                self.decision("ClusterCrashInIo");
+                self.crash(at);
+            }
+        }
         let down: Vec<usize> = (0..self.replicas.len())
             .filter(|&at| self.replicas[at].group.is_none())
             .collect();
+        // A replica with a crash armed counts as down: it may go any moment.
+        let armed = self.replicas.iter().filter(|r| r.armed).count();
         let minority = (self.replicas.len() - 1) / 2;
         if self.rng.gen_bool(self.profile.heal) {
             self.event("heal".into());
             self.restart_all().await;
-        } else if down.len() < minority && self.rng.gen_bool(self.profile.crash) {
+        } else if down.len() + armed < minority && self.rng.gen_bool(self.profile.crash) {
             let at = self.victim();
-            self.crash(at);
-        } else if down.len() < minority && self.rng.gen_bool(self.profile.bounce) {
+            if self.rng.gen_bool(0.5) && !self.replicas[at].armed {
+                // Inside one of its next disk calls (a write, a sync, a rename).
+                let calls = self.rng.gen_range(0..40);
+                self.replicas[at].disk.arm_crash(calls);
+                self.replicas[at].armed = true;
+                let id = self.replicas[at].id;
+                self.event(format!("replica {id}: crash armed {calls} calls ahead"));
+            } else {
+                self.crash(at);
+            }
+        } else if down.len() + armed < minority && self.rng.gen_bool(self.profile.bounce) {
             let at = self.victim();
             self.crash(at);
             self.net.power_on(self.replicas[at].ip);
@@ -670,9 +703,11 @@ impl World {
                 .iter()
                 .filter_map(|r| Some((r.id, r.group.as_ref()?.machine().state())))
                 .collect();
-            if states
-                .iter()
-                .all(|(_, (_, applied))| applied.is_some_and(|a| a.index >= target))
+            // Every replica up, past the final proposal, and at one applied index.
+            let first = states.first().and_then(|(_, (_, a))| *a);
+            if states.len() == self.replicas.len()
+                && first.is_some_and(|a| a.index >= target)
+                && states.iter().all(|(_, (_, applied))| *applied == first)
             {
                 self.compare(states);
                 return;
@@ -698,17 +733,12 @@ impl World {
             ),
         )>,
     ) {
-        // Wait-free comparison at whatever each applied: bring them to one index first.
-        let top = states
-            .iter()
-            .filter_map(|(_, (_, a))| a.map(|a| a.index))
-            .max();
-        let (first_id, (first, _)) = &states[0];
+        // Every replica applied the same index (the caller waited for it): equal states.
+        let (first_id, (first, at)) = &states[0];
+        let top = at.map(|a| a.index);
         for (id, (state, applied)) in &states {
-            if applied.map(|a| a.index) != top {
-                continue;
-            }
-            if state != first && states[0].1 .1.map(|a| a.index) == top {
+            assert_eq!(applied, at, "compared at one applied index");
+            if state != first {
                 self.fail(
                     INV_CONVERGED,
                     format!("replica {id} and replica {first_id} differ at index {top:?}"),
