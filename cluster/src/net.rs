@@ -237,6 +237,18 @@ impl PeerClient {
     }
 }
 
+/// The answer `pick` takes from a peer's reply, or the error openraft gets.
+fn answered<T>(
+    reply: io::Result<Reply>,
+    pick: impl FnOnce(Reply) -> Option<T>,
+) -> Result<T, RPCError<MetaConfig>> {
+    match reply {
+        Ok(Reply::Refused(why)) => Err(PeerClient::rpc_error(refused(why))),
+        Ok(reply) => pick(reply).ok_or_else(|| PeerClient::rpc_error(unexpected())),
+        Err(e) => Err(PeerClient::rpc_error(e)),
+    }
+}
+
 fn refused(why: String) -> io::Error {
     io::Error::other(format!("the peer refused: {why}"))
 }
@@ -256,12 +268,11 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
         rpc: AppendEntriesRequest<MetaConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<MetaConfig>, RPCError<MetaConfig>> {
-        match self.call(Rpc::Append(rpc), option.hard_ttl()).await {
-            Ok(Reply::Append(r)) => Ok(r),
-            Ok(Reply::Refused(why)) => Err(Self::rpc_error(refused(why))),
-            Ok(_) => Err(Self::rpc_error(unexpected())),
-            Err(e) => Err(Self::rpc_error(e)),
-        }
+        let reply = self.call(Rpc::Append(rpc), option.hard_ttl()).await;
+        answered(reply, |r| match r {
+            Reply::Append(r) => Some(r),
+            _ => None,
+        })
     }
 
     async fn vote(
@@ -269,12 +280,11 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
         rpc: VoteRequest<MetaConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<MetaConfig>, RPCError<MetaConfig>> {
-        match self.call(Rpc::Vote(rpc), option.hard_ttl()).await {
-            Ok(Reply::Vote(r)) => Ok(r),
-            Ok(Reply::Refused(why)) => Err(Self::rpc_error(refused(why))),
-            Ok(_) => Err(Self::rpc_error(unexpected())),
-            Err(e) => Err(Self::rpc_error(e)),
-        }
+        let reply = self.call(Rpc::Vote(rpc), option.hard_ttl()).await;
+        answered(reply, |r| match r {
+            Reply::Vote(r) => Some(r),
+            _ => None,
+        })
     }
 
     async fn pre_vote(
@@ -282,12 +292,11 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
         rpc: VoteRequest<MetaConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<MetaConfig>, RPCError<MetaConfig>> {
-        match self.call(Rpc::PreVote(rpc), option.hard_ttl()).await {
-            Ok(Reply::Vote(r)) => Ok(r),
-            Ok(Reply::Refused(why)) => Err(Self::rpc_error(refused(why))),
-            Ok(_) => Err(Self::rpc_error(unexpected())),
-            Err(e) => Err(Self::rpc_error(e)),
-        }
+        let reply = self.call(Rpc::PreVote(rpc), option.hard_ttl()).await;
+        answered(reply, |r| match r {
+            Reply::Vote(r) => Some(r),
+            _ => None,
+        })
     }
 
     async fn full_snapshot(
