@@ -20,7 +20,7 @@ use crate::executor::{Executor, ExecutorHandle};
 use crate::report::Violation;
 use cairn_cluster::group::{GroupConfig, MetaGroup, ProposeError};
 use cairn_cluster::types::{Entry, MetaCommand, MetaOutcome, NodeId, Peer};
-use cairn_engine::env::{Entropy, Env};
+use cairn_engine::env::Env;
 use cairn_engine::state::ops::MetaOp;
 use cairn_faults::{NetFaults, SimClock, SimDisk, SimNet};
 use iggy_binary_protocol::requests::streams::CreateStreamRequest;
@@ -47,7 +47,8 @@ const CLUSTER_ID: u128 = 0xc1a5_7e70_0000_0000_0000_0000_0000_0001;
 pub const INV_AGREEMENT: &str = "replicas agree on every applied entry";
 pub const INV_ACKED_PRESENT: &str = "an acknowledged metadata op is never lost";
 pub const INV_CONVERGED: &str = "replicas converge to one state";
-pub const INV_LIVENESS: &str = "a healed cluster with every replica up makes progress";
+/// Liveness: a healed cluster with every replica up makes progress.
+pub use crate::report::INV_LIVENESS;
 pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
@@ -204,14 +205,6 @@ struct World {
     decisions: BTreeMap<&'static str, usize>,
 }
 
-struct SeededEntropy(Mutex<ChaCha8Rng>);
-
-impl Entropy for SeededEntropy {
-    fn next_u64(&self) -> u64 {
-        self.0.lock().expect("entropy").gen()
-    }
-}
-
 fn members(replicas: usize) -> BTreeMap<NodeId, Peer> {
     (1..=replicas as u64)
         .map(|id| {
@@ -275,9 +268,7 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
                 clock: Arc::new(clock.clone()),
                 net: Arc::new(net.host(ip)),
                 tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id as u32)),
-                entropy: Arc::new(SeededEntropy(Mutex::new(ChaCha8Rng::seed_from_u64(
-                    seed ^ (0xe27 + id),
-                )))),
+                entropy: crate::env::entropy(seed ^ (0xe27 + id)),
             };
             Replica {
                 id,
