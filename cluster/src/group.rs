@@ -215,6 +215,14 @@ impl MetaGroup {
         self.raft.metrics().borrow_watched().current_leader
     }
 
+    /// Why the Raft node stopped, if it did (a storage error, a panic, a shutdown).
+    pub fn failure(&self) -> Option<String> {
+        use openraft::async_runtime::WatchReceiver;
+        let metrics = self.raft.metrics();
+        let running = &metrics.borrow_watched().running_state;
+        running.as_ref().err().map(|fatal| fatal.to_string())
+    }
+
     pub fn id(&self) -> NodeId {
         self.me
     }

@@ -589,6 +589,15 @@ impl World {
         }
     }
 
+    /// Whether `group` is still the running process of its replica: no crash since, and no
+    /// armed crash that struck its disk (the process goes down at the nemesis' next step).
+    fn still_up(&self, group: &Arc<MetaGroup>) -> bool {
+        self.replicas.iter().any(|r| {
+            r.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group))
+                && !(r.armed && r.disk.is_crashed())
+        })
+    }
+
     /// Where the leader some up replica names is, if it is up.
     fn leader_at(&self) -> Option<usize> {
         let leader = self
@@ -663,6 +672,22 @@ impl World {
                 true
             }
             Err(ProposeError::NotLeader { .. }) => false,
+            // Refused before anything was appended: nothing in this workload is refused so.
+            Err(e @ ProposeError::Failed(_)) => {
+                self.fail(INV_LIVENESS, format!("{name} at {to}: {e}"));
+                true
+            }
+            // In doubt only for a cause the world made: the replica crashed (its group is
+            // gone) or the leader changed. A Raft node that stopped on its own (a storage
+            // error, a panic) while the world still runs it is a failure, not a doubt.
+            Err(e) if self.still_up(&group) && group.failure().is_some() => {
+                let why = group.failure().unwrap_or_default();
+                self.fail(
+                    INV_LIVENESS,
+                    format!("{name} at {to}: {e}; replica {to} stopped by itself: {why}"),
+                );
+                true
+            }
             Err(e) => {
                 self.event(format!("{name} in doubt at {to}: {e}"));
                 self.in_doubt.insert(name.to_owned());
