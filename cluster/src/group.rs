@@ -2,15 +2,16 @@
 //! and the listener its peers reach it on.
 
 use crate::log::{LogOpenError, LogStore};
-use crate::net::{serve_peers, PeerNetwork};
+use crate::net::{identify, serve_peers, PeerNetwork};
 use crate::rt::in_env;
 use crate::sm::{ApplyObserver, MetaMachine};
-use crate::types::{MetaCommand, MetaOutcome, NodeId, Peer, Raft};
+use crate::types::{member_of, show_id, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft};
 use cairn_engine::env::{Env, TaskHandle};
-use openraft::errors::ClientWriteError;
-use openraft::SnapshotPolicy;
-use std::collections::BTreeMap;
+use openraft::errors::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, SnapshotPolicy};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,27 +19,44 @@ use std::time::Duration;
 /// Entries between two snapshots of the state (each snapshot lets the log before it go).
 pub const SNAPSHOT_EVERY: u64 = 1024;
 
+/// How long one peer may take to say who it is.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the founder asks the members again while one has not answered.
+const FOUND_RETRY: Duration = Duration::from_millis(200);
+
+/// A new replica's incarnation, drawn by the simulator instead of at random (a canary's
+/// hook: production leaves it `None`).
+pub type IncarnationHook = Arc<dyn Fn(MemberId) -> u32 + Send + Sync>;
+
+/// What the simulator may install in a replica; all `None` in production.
+#[derive(Clone, Default)]
+pub struct GroupHooks {
+    pub incarnation: Option<IncarnationHook>,
+}
+
 /// What a replica is started with.
 #[derive(Clone)]
 pub struct GroupConfig {
     /// The cluster's id: every peer request carries it, and the replica's state record holds it.
     pub cluster: u128,
-    pub me: NodeId,
+    pub me: MemberId,
     /// Every member at bootstrap, this node included.
-    pub members: BTreeMap<NodeId, Peer>,
+    pub members: BTreeMap<MemberId, Peer>,
     /// The replica's directory (`{data}/cluster/metadata`).
     pub dir: PathBuf,
     pub heartbeat: Duration,
     /// An election starts after a random wait in this range without a leader's heartbeat.
     pub election: (Duration, Duration),
-    /// Initialize the group from `members` if this replica's log is empty: only when the
-    /// cluster is first made. A replica that finds an empty log later lost its data and
-    /// must not start a group of its own.
+    /// Make the group from `members` if it was never made. Only the founder (the lowest
+    /// member id) does, and only once every member answers that it holds no state and says
+    /// who it is ([`crate::net::identify`]): a founder that lost its data while the group
+    /// lives finds members that hold it, and starts as a new replica instead.
     pub bootstrap: bool,
     /// Entries between snapshots ([`SNAPSHOT_EVERY`] unless a test wants them sooner).
     pub snapshot_every: u64,
     /// The simulator's view of every applied entry; production leaves it empty.
     pub observer: Option<ApplyObserver>,
+    pub hooks: GroupHooks,
 }
 
 impl GroupConfig {
@@ -46,8 +64,8 @@ impl GroupConfig {
     /// 150 to 300 ms of silence.
     pub fn new(
         cluster: u128,
-        me: NodeId,
-        members: BTreeMap<NodeId, Peer>,
+        me: MemberId,
+        members: BTreeMap<MemberId, Peer>,
         dir: PathBuf,
     ) -> GroupConfig {
         GroupConfig {
@@ -60,6 +78,7 @@ impl GroupConfig {
             bootstrap: false,
             snapshot_every: SNAPSHOT_EVERY,
             observer: None,
+            hooks: GroupHooks::default(),
         }
     }
 }
@@ -67,10 +86,10 @@ impl GroupConfig {
 /// Why a replica did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("node {me} is not among the cluster's members")]
-    NotAMember { me: NodeId },
-    #[error("the replication address {addr:?} of node {me} does not parse")]
-    BadAddress { me: NodeId, addr: String },
+    #[error("member {me} is not among the cluster's members")]
+    NotAMember { me: MemberId },
+    #[error("the replication address {addr:?} of member {member} does not parse")]
+    BadAddress { member: MemberId, addr: String },
     #[error(transparent)]
     Log(#[from] LogOpenError),
     #[error("the group's state machine: {0}")]
@@ -96,9 +115,36 @@ pub enum ProposeError {
     )]
     InDoubt,
     /// Refused before anything was appended (a membership change in progress, a
-    /// precondition).
+    /// precondition, a member that cannot be added).
     #[error("the replica refused: {0}")]
     Failed(String),
+}
+
+/// A change of the group's voters, decided by consensus (openraft's joint consensus).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberChange {
+    /// `member`'s replica at `peer` becomes a voter: first a learner until it caught up,
+    /// then a voter in place of any earlier replica of the same member (one whose disk was
+    /// wiped or whose state was lost).
+    Add { member: MemberId, peer: Peer },
+    /// `member`'s replicas leave the group.
+    Remove { member: MemberId },
+}
+
+/// The group as one replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatus {
+    pub me: NodeId,
+    pub leader: Option<NodeId>,
+    /// The voters of every configuration in force (two while a change is joint).
+    pub voters: BTreeMap<NodeId, Peer>,
+    pub learners: BTreeMap<NodeId, Peer>,
+    /// A change is half done: the old and the new voters must both agree (openraft leaves
+    /// it so when the leader changes in between; the next change finishes it).
+    pub joint: bool,
+    /// On the leader: the last log index each replica is known to hold.
+    pub matched: BTreeMap<NodeId, Option<u64>>,
+    pub last_applied: Option<u64>,
 }
 
 /// A running replica.
@@ -108,25 +154,38 @@ pub struct MetaGroup {
     raft: Raft,
     log: LogStore,
     machine: MetaMachine,
-    /// The peer listener's task (in a mutex only to make the group `Sync`).
-    listener: std::sync::Mutex<Box<dyn TaskHandle>>,
+    cluster: u128,
+    /// The peer listener's task and the founder's, if this replica founds the group (in a
+    /// mutex only to make the group `Sync`).
+    tasks: std::sync::Mutex<Vec<Box<dyn TaskHandle>>>,
 }
 
 impl MetaGroup {
     /// Opens the replica's storage, starts its Raft node and its peer listener, and, when
-    /// its log is new, bootstraps the group from `config.members` (each member may do so:
-    /// openraft lets only replicas with an empty log initialize, all to the same membership).
+    /// this replica founds a group never made, makes it from `config.members`
+    /// ([`GroupConfig::bootstrap`]).
     pub async fn start(env: &Env, config: GroupConfig) -> Result<MetaGroup, StartError> {
-        let me = config.me;
-        let peer = config
-            .members
-            .get(&me)
-            .ok_or(StartError::NotAMember { me })?;
-        let addr = peer.raft.parse().map_err(|_| StartError::BadAddress {
-            me,
-            addr: peer.raft.clone(),
-        })?;
-        let log = LogStore::open(env, &config.dir, config.cluster, me).await?;
+        let member = config.me;
+        if !config.members.contains_key(&member) {
+            return Err(StartError::NotAMember { me: member });
+        }
+        let mut addrs = BTreeMap::new();
+        for (&m, peer) in &config.members {
+            let addr: SocketAddr = peer.raft.parse().map_err(|_| StartError::BadAddress {
+                member: m,
+                addr: peer.raft.clone(),
+            })?;
+            addrs.insert(m, addr);
+        }
+        let log = LogStore::open_drawing(
+            env,
+            &config.dir,
+            config.cluster,
+            member,
+            config.hooks.incarnation.as_deref(),
+        )
+        .await?;
+        let me = log.id();
         let fresh = log.summary() == (None, None, None);
         let machine = MetaMachine::open(
             env.disk.clone(),
@@ -135,14 +194,14 @@ impl MetaGroup {
             config.observer.clone(),
         )
         .map_err(StartError::Machine)?;
-        let listener = env
-            .net
-            .listen(addr)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: peer.raft.clone(),
-                source,
-            })?;
+        let listener =
+            env.net
+                .listen(addrs[&member])
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: config.members[&member].raft.clone(),
+                    source,
+                })?;
         let millis = |d: Duration| d.as_millis() as u64;
         let raft_config = openraft::Config {
             cluster_name: format!("{:032x}", config.cluster),
@@ -160,6 +219,7 @@ impl MetaGroup {
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
         let network = PeerNetwork::new(env, config.cluster, me);
+        tracing::info!(replica = %show_id(me), "starting a replica of the metadata group");
         let raft = in_env(
             env,
             Raft::new(
@@ -173,13 +233,18 @@ impl MetaGroup {
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
         let serve = serve_peers(env.clone(), listener, raft.clone(), config.cluster, me);
-        let listener = env.tasks.spawn(Box::pin(in_env(env, serve)));
-        if fresh && config.bootstrap {
-            let members = config.members.clone();
-            if let Err(e) = in_env(env, raft.initialize(members)).await {
-                // Another member's bootstrap reached this replica first: nothing to do.
-                tracing::debug!(error = %e, "the group was already initialized");
-            }
+        let mut tasks = vec![env.tasks.spawn(Box::pin(in_env(env, serve)))];
+        let founder = config.members.keys().next() == Some(&member);
+        if fresh && config.bootstrap && founder {
+            let found = found(
+                env.clone(),
+                raft.clone(),
+                config.cluster,
+                me,
+                config.members,
+                addrs,
+            );
+            tasks.push(env.tasks.spawn(Box::pin(in_env(env, found))));
         }
         Ok(MetaGroup {
             env: env.clone(),
@@ -187,7 +252,8 @@ impl MetaGroup {
             raft,
             log,
             machine,
-            listener: std::sync::Mutex::new(listener),
+            cluster: config.cluster,
+            tasks: std::sync::Mutex::new(tasks),
         })
     }
 
@@ -195,17 +261,144 @@ impl MetaGroup {
     pub async fn propose(&self, command: MetaCommand) -> Result<(u64, MetaOutcome), ProposeError> {
         match in_env(&self.env, self.raft.client_write(command)).await {
             Ok(written) => Ok((written.log_id.index, written.data)),
-            Err(e) => Err(match e.into_api_error() {
-                Some(ClientWriteError::ForwardToLeader(f)) => ProposeError::NotLeader {
-                    me: self.me,
-                    leader: f.leader_id,
-                },
-                Some(ClientWriteError::LogEntryDiscarded(_)) => ProposeError::InDoubt,
-                Some(other) => ProposeError::Failed(other.to_string()),
-                // The node stopped with the proposal handed over: its entry may be in the
-                // log already, and may commit.
-                None => ProposeError::InDoubt,
-            }),
+            Err(e) => Err(self.write_error(e)),
+        }
+    }
+
+    fn write_error(
+        &self,
+        e: RaftError<crate::types::MetaConfig, ClientWriteError<crate::types::MetaConfig>>,
+    ) -> ProposeError {
+        match e.into_api_error() {
+            Some(ClientWriteError::ForwardToLeader(f)) => ProposeError::NotLeader {
+                me: self.me,
+                leader: f.leader_id,
+            },
+            Some(ClientWriteError::LogEntryDiscarded(_)) => ProposeError::InDoubt,
+            Some(other) => ProposeError::Failed(other.to_string()),
+            // The node stopped with the proposal handed over: its entry may be in the log
+            // already, and may commit.
+            None => ProposeError::InDoubt,
+        }
+    }
+
+    /// Changes the group's voters ([`MemberChange`]); on the leader. Answers once the new
+    /// configuration is committed. Repeating a change that took effect does nothing.
+    ///
+    /// The change is stated relative to the configuration openraft holds when it applies
+    /// it (remove this member's other replicas, add this one), never as a whole voter set
+    /// read earlier: adding a learner waits for it to catch up, and a set read before that
+    /// wait could bring back a replica another change removed meanwhile.
+    pub async fn change(&self, change: MemberChange) -> Result<GroupStatus, ProposeError> {
+        let member = match &change {
+            MemberChange::Add { member, .. } | MemberChange::Remove { member } => *member,
+        };
+        let added = match &change {
+            MemberChange::Add { member, peer } => {
+                let id = self.identify(*member, peer).await?;
+                let status = self.status();
+                let others = status
+                    .voters
+                    .keys()
+                    .any(|v| member_of(*v) == *member && *v != id);
+                if status.voters.contains_key(&id) && !status.joint && !others {
+                    return Ok(status);
+                }
+                if !status.voters.contains_key(&id) {
+                    let learner = self.raft.add_learner(id, peer.clone(), true);
+                    in_env(&self.env, learner)
+                        .await
+                        .map_err(|e| self.write_error(e))?;
+                }
+                Some(id)
+            }
+            MemberChange::Remove { .. } => None,
+        };
+        let status = self.status();
+        let of_member = |ids: &BTreeMap<NodeId, Peer>| -> BTreeSet<NodeId> {
+            ids.keys()
+                .copied()
+                .filter(|id| member_of(*id) == member && Some(*id) != added)
+                .collect()
+        };
+        let (old_voters, old_learners) = (of_member(&status.voters), of_member(&status.learners));
+        if added.is_none() && old_voters.len() == status.voters.len() {
+            return Err(ProposeError::Failed("the group's last voter stays".into()));
+        }
+        if added.is_none() && old_voters.is_empty() && old_learners.is_empty() && !status.joint {
+            return Ok(status);
+        }
+        let mut steps = vec![
+            ChangeMembers::RemoveVoters(old_voters),
+            ChangeMembers::RemoveNodes(old_learners),
+        ];
+        if let Some(id) = added {
+            steps.push(ChangeMembers::AddVoterIds(BTreeSet::from([id])));
+        }
+        let changed = self
+            .raft
+            .change_membership(ChangeMembers::Batch(steps), false);
+        in_env(&self.env, changed)
+            .await
+            .map_err(|e| self.write_error(e))?;
+        Ok(self.status())
+    }
+
+    /// The Raft id of `member`'s replica at `peer`, if it may join: blank, or a learner of
+    /// this group already.
+    async fn identify(&self, member: MemberId, peer: &Peer) -> Result<NodeId, ProposeError> {
+        let addr: SocketAddr = peer.raft.parse().map_err(|_| {
+            ProposeError::Failed(format!("the address {:?} does not parse", peer.raft))
+        })?;
+        let identity = identify(
+            &self.env,
+            self.cluster,
+            self.me,
+            member,
+            addr,
+            IDENTIFY_TIMEOUT,
+        )
+        .await
+        .map_err(|e| ProposeError::Failed(format!("member {member} at {addr}: {e}")))?;
+        let status = self.status();
+        let known =
+            status.voters.contains_key(&identity.id) || status.learners.contains_key(&identity.id);
+        if identity.initialized && !known {
+            return Err(ProposeError::Failed(format!(
+                "replica {} holds a group's state but is not in this group: wipe its data directory first",
+                show_id(identity.id)
+            )));
+        }
+        Ok(identity.id)
+    }
+
+    /// The group's configuration, leader and progress as this replica knows them.
+    pub fn status(&self) -> GroupStatus {
+        use openraft::async_runtime::WatchReceiver;
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let membership = metrics.membership_config.membership();
+        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let (voters, learners) = membership
+            .nodes()
+            .map(|(id, peer)| (*id, peer.clone()))
+            .partition(|(id, _)| voter_ids.contains(id));
+        GroupStatus {
+            me: self.me,
+            leader: metrics.current_leader,
+            voters,
+            learners,
+            joint: membership.get_joint_config().len() > 1,
+            matched: metrics
+                .replication
+                .as_ref()
+                .map(|r| {
+                    r.iter()
+                        .map(|(id, l)| (*id, l.as_ref().map(|l| l.index)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            last_applied: metrics.last_applied.as_ref().map(|l| l.index),
         }
     }
 
@@ -237,10 +430,54 @@ impl MetaGroup {
 
     /// Stops the Raft node and the listener.
     pub async fn shutdown(&self) {
-        self.listener
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .cancel();
+        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            task.cancel();
+        }
         let _ = in_env(&self.env, self.raft.shutdown()).await;
+    }
+}
+
+/// The founder's task: asks every member who it is until all answer, then makes the group
+/// of their replicas; stops without making it if one answers that it holds a group's state
+/// (the group exists, and this replica is a new one that an administrator adds).
+async fn found(
+    env: Env,
+    raft: Raft,
+    cluster: u128,
+    me: NodeId,
+    members: BTreeMap<MemberId, Peer>,
+    addrs: BTreeMap<MemberId, SocketAddr>,
+) {
+    loop {
+        let mut replicas = BTreeMap::new();
+        let mut exists = None;
+        for (&member, peer) in &members {
+            if member == member_of(me) {
+                replicas.insert(me, peer.clone());
+                continue;
+            }
+            match identify(&env, cluster, me, member, addrs[&member], IDENTIFY_TIMEOUT).await {
+                Ok(identity) if identity.initialized => exists = Some(identity.id),
+                Ok(identity) => {
+                    replicas.insert(identity.id, peer.clone());
+                }
+                Err(e) => tracing::debug!(member, error = %e, "a member did not say who it is yet"),
+            }
+        }
+        if let Some(existing) = exists {
+            tracing::warn!(
+                existing = %show_id(existing),
+                "the group exists: this replica holds no state and waits to be added (`cairn cluster add`)"
+            );
+            return;
+        }
+        if replicas.len() == members.len() {
+            match raft.initialize(replicas).await {
+                Ok(()) => tracing::info!("made the metadata group"),
+                Err(e) => tracing::warn!(error = %e, "the group was not made"),
+            }
+            return;
+        }
+        env.clock.sleep(FOUND_RETRY).await;
     }
 }

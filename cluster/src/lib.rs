@@ -7,7 +7,8 @@
 //! - [`sm`]: the state machine, today's `MetaState`, and its snapshots.
 //! - [`net`]: peer traffic on the `Env` network (sans-IO frames, a client per peer, the
 //!   listener).
-//! - [`group`]: one replica: the above assembled, bootstrapped and proposed to.
+//! - [`group`]: one replica: the above assembled, founded, proposed to, and its group's
+//!   membership changed (a blank replica replacing the one it was).
 
 pub mod group;
 pub mod log;

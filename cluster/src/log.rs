@@ -3,7 +3,7 @@
 //! A group directory holds:
 //! - `state`: one 128-byte record kept in ping-pong slots (`cairn_engine::slots`): the
 //!   vote, the last committed and purged log ids, this replica's identity (cluster id and
-//!   node id) and the **synced position**: the segment being appended to and how many of its
+//!   Raft id: member and incarnation, `crate::types::NodeId`) and the **synced position**: the segment being appended to and how many of its
 //!   bytes are synced. It is rewritten after every append, truncation, purge and rotation.
 //! - `log-<first index, 20 digits>`: segments of entries, each
 //!   `[length u32][xxh3 u64 of index ++ body][index u64][body: the entry, MessagePack]`.
@@ -16,10 +16,10 @@
 //!
 //! | found at boot | what it is | decision |
 //! |---|---|---|
-//! | no `state`, no segment | a new replica | empty log |
-//! | no `state`, segments | the record was lost | refuse |
+//! | no `state`, no other file | a new replica | a new incarnation, an empty log |
+//! | no `state`, other files (segments, a snapshot) | the vote and the identity were lost | files set aside in `lost-<new incarnation>/`; a new incarnation, an empty log |
 //! | `state` unreadable in both copies | damage | refuse |
-//! | `state` of another cluster or node | not this replica's | refuse |
+//! | `state` of another cluster or member | not this replica's | refuse |
 //! | a sealed segment (before the synced one) that does not verify whole | damage | refuse |
 //! | the synced segment's first `synced` bytes do not verify | damage | refuse |
 //! | bytes past `synced` | a tail | keep whole chained records (synced now), cut the rest |
@@ -27,12 +27,20 @@
 //! | segments after the synced one | left by a truncation or rotation the crash cut short | remove |
 //! | segments before the synced one whose every entry is purged | left by a purge | remove |
 //!
+//! A replica that lost its vote must not vote again under the identity it voted with (it
+//! could vote twice in one term, or for a log without what it had acknowledged): so the vote
+//! and the identity live in one record, and losing the record makes a new replica, which
+//! its peers do not count until an administrator adds it (`crate::types::NodeId`). The new
+//! incarnation is recorded before the replica answers anyone.
+//!
 //! Ordering that makes the table hold: a truncation records the shorter synced position
 //! before it cuts (a crash between keeps the longer log, a state the replica had synced);
 //! a rotation creates the next segment and syncs the directory before the record names it;
 //! a purge records the purged id before it removes segments.
 
-use crate::types::{Entry, LogId, MetaConfig, Vote};
+use crate::types::{
+    member_of, replica_id, show_id, Entry, LogId, MemberId, MetaConfig, NodeId, Vote,
+};
 use cairn_engine::env::{self, Env, OpenMode};
 use cairn_engine::slots;
 use openraft::entry::RaftEntry;
@@ -168,17 +176,15 @@ impl Durable {
 /// Why a group's log refused to open.
 #[derive(Debug, thiserror::Error)]
 pub enum LogOpenError {
-    #[error("the Raft state record {path} is missing, but log segments exist")]
-    StateMissing { path: PathBuf },
     #[error("the Raft state record {path} is unreadable: {why}")]
     StateDamaged { path: PathBuf, why: String },
-    #[error("the Raft state in {path} belongs to cluster {found_cluster:032x} node {found_node}, not cluster {cluster:032x} node {node}")]
+    #[error("the Raft state in {path} belongs to cluster {found_cluster:032x} member {}, not cluster {cluster:032x} member {member}", member_of(*found_node))]
     NotThisReplica {
         path: PathBuf,
         cluster: u128,
-        node: u64,
+        member: MemberId,
         found_cluster: u128,
-        found_node: u64,
+        found_node: NodeId,
     },
     #[error("synced log bytes of {path} fail verification at offset {offset}: {why}")]
     Damaged {
@@ -206,6 +212,8 @@ struct Inner {
     places: BTreeMap<u64, Place>,
     /// The segments on disk, by first index.
     segments: Vec<u64>,
+    /// Where boot set aside the files of a replica that had lost its state record.
+    set_aside: Option<PathBuf>,
 }
 
 /// The group's log storage ([`openraft::storage::RaftLogStorage`]); clones share it.
@@ -277,13 +285,26 @@ fn decode_records(bytes: &[u8]) -> (Vec<(u64, Entry)>, Stop) {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log of replica `node` of cluster `cluster` in `dir`, by the
-    /// table in the module doc.
+    /// Opens (or creates) the log of `member`'s replica of cluster `cluster` in `dir`, by
+    /// the table in the module doc; a new replica's incarnation is drawn from the `Env`'s
+    /// entropy.
     pub async fn open(
         env: &Env,
         dir: &Path,
         cluster: u128,
-        node: u64,
+        member: MemberId,
+    ) -> Result<LogStore, LogOpenError> {
+        LogStore::open_drawing(env, dir, cluster, member, None).await
+    }
+
+    /// [`LogStore::open`], with a new replica's incarnation drawn by `draw` if given (the
+    /// simulator's hook; production draws at random).
+    pub async fn open_drawing(
+        env: &Env,
+        dir: &Path,
+        cluster: u128,
+        member: MemberId,
+        draw: Option<&(dyn Fn(MemberId) -> u32 + Send + Sync)>,
     ) -> Result<LogStore, LogOpenError> {
         let span = tracing::info_span!("open_raft_log", dir = %dir.display());
         let _entered = span.enter();
@@ -304,19 +325,27 @@ impl LogStore {
             .collect();
         segments.sort_unstable();
         let state_path = dir.join(STATE_FILE);
+        let mut set_aside = None;
         let durable = match slots::read(&*env.disk, dir, &listing, STATE_FILE) {
-            slots::SlotBytes::Missing if segments.is_empty() => {
+            slots::SlotBytes::Missing => {
+                let incarnation = match draw {
+                    Some(draw) => draw(member),
+                    None => draw_incarnation(env),
+                };
+                let id = replica_id(member, incarnation);
+                set_aside = set_aside_leftovers(env, dir, &listing, id)?;
+                if set_aside.is_some() {
+                    segments.clear();
+                }
                 let fresh = Durable {
                     cluster,
-                    node,
+                    node: id,
                     ..Durable::default()
                 };
                 slots::create(&*env.disk, &state_path, &fresh.encode()).map_err(io(&state_path))?;
                 env.disk.sync_dir(dir).map_err(io(dir))?;
+                tracing::info!(replica = %show_id(id), set_aside = ?set_aside, "a new replica");
                 fresh
-            }
-            slots::SlotBytes::Missing => {
-                return Err(LogOpenError::StateMissing { path: state_path })
             }
             slots::SlotBytes::Unreadable(why) => {
                 return Err(LogOpenError::StateDamaged {
@@ -355,11 +384,11 @@ impl LogStore {
                 }
             }
         };
-        if (durable.cluster, durable.node) != (cluster, node) {
+        if durable.cluster != cluster || member_of(durable.node) != member {
             return Err(LogOpenError::NotThisReplica {
                 path: state_path,
                 cluster,
-                node,
+                member,
                 found_cluster: durable.cluster,
                 found_node: durable.node,
             });
@@ -371,6 +400,7 @@ impl LogStore {
             entries: BTreeMap::new(),
             places: BTreeMap::new(),
             segments: Vec::new(),
+            set_aside,
         };
         inner.load(&segments)?;
         drop(_entered);
@@ -389,6 +419,17 @@ impl LogStore {
         env::settle(&env).await;
     }
 
+    /// This replica's Raft id (its member and the incarnation of its storage).
+    pub fn id(&self) -> NodeId {
+        self.lock().durable.node
+    }
+
+    /// Where boot set aside the files of a replica that had lost its state record (the new
+    /// replica started empty beside them).
+    pub fn set_aside(&self) -> Option<PathBuf> {
+        self.lock().set_aside.clone()
+    }
+
     /// The vote and the log's ends, as stored (the simulator's checks read them).
     pub fn summary(&self) -> (Option<Vote>, Option<LogId>, Option<LogId>) {
         let inner = self.lock();
@@ -399,6 +440,55 @@ impl LogStore {
             last.or(inner.durable.purged),
         )
     }
+}
+
+/// A new replica's incarnation: random and never 0. Random, not counted: a wiped disk
+/// remembers no counter, and a replica must never come back under an identity it had.
+fn draw_incarnation(env: &Env) -> u32 {
+    loop {
+        let drawn = env.entropy.next_u64() as u32;
+        if drawn != 0 {
+            return drawn;
+        }
+    }
+}
+
+/// Moves the files a replica without a state record left in `dir` (segments, a snapshot)
+/// into `dir/lost-<new replica's id>/`, for an operator to inspect; `None` if there were
+/// none. A crash part-way leaves the rest for the next boot, which sets them aside again.
+fn set_aside_leftovers(
+    env: &Env,
+    dir: &Path,
+    listing: &[env::DirEntry],
+    id: NodeId,
+) -> Result<Option<PathBuf>, LogOpenError> {
+    let temp = format!("{STATE_FILE}.tmp");
+    let files: Vec<&str> = listing
+        .iter()
+        .filter(|e| !e.is_dir && e.name != temp)
+        .map(|e| e.name.as_str())
+        .collect();
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let lost = dir.join(format!("lost-{id:016x}"));
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| LogOpenError::Io { path, source }
+    };
+    env.disk.create_dir_all(&lost).map_err(io(&lost))?;
+    env.disk.sync_dir(dir).map_err(io(dir))?;
+    for name in &files {
+        let from = dir.join(name);
+        env.disk
+            .rename(&from, &lost.join(name))
+            .map_err(io(&from))?;
+    }
+    env.disk.sync_dir(&lost).map_err(io(&lost))?;
+    env.disk.sync_dir(dir).map_err(io(dir))?;
+    tracing::warn!(dir = %dir.display(), lost = %lost.display(), files = files.len(),
+        "the Raft state record is missing: this replica's files are set aside and it starts as a new replica");
+    Ok(Some(lost))
 }
 
 impl Inner {
@@ -755,8 +845,8 @@ mod tests {
         }
     }
 
-    fn open(env: &Env, dir: &Path, node: u64) -> Result<LogStore, LogOpenError> {
-        cairn_engine::env::real::block_on(LogStore::open(env, dir, CLUSTER, node))
+    fn open(env: &Env, dir: &Path, member: MemberId) -> Result<LogStore, LogOpenError> {
+        cairn_engine::env::real::block_on(LogStore::open(env, dir, CLUSTER, member))
     }
 
     fn append(store: &mut LogStore, entries: Vec<Entry>) {
@@ -861,24 +951,55 @@ mod tests {
     #[test]
     fn another_replicas_state_refuses_the_boot() {
         let (_tmp, env, dir) = setup();
-        drop(open(&env, &dir, 1).unwrap());
+        let id = open(&env, &dir, 1).unwrap().id();
+        assert_eq!(member_of(id), 1);
         assert!(matches!(
             open(&env, &dir, 2),
-            Err(LogOpenError::NotThisReplica { found_node: 1, .. })
+            Err(LogOpenError::NotThisReplica { found_node, .. }) if found_node == id
         ));
     }
 
     #[test]
-    fn segments_without_a_state_record_refuse_the_boot() {
+    fn a_replica_keeps_its_incarnation_across_boots_and_a_new_one_draws_another() {
+        let (_tmp, env, dir) = setup();
+        let id = open(&env, &dir, 1).unwrap().id();
+        assert_eq!(open(&env, &dir, 1).unwrap().id(), id);
+        let other = tempfile::tempdir().unwrap();
+        let again = open(&env, other.path(), 1).unwrap().id();
+        assert_eq!(member_of(again), 1);
+        assert_ne!(
+            again, id,
+            "a new replica of the same member is another Raft node"
+        );
+    }
+
+    #[test]
+    fn a_lost_state_record_sets_the_files_aside_and_starts_a_new_replica() {
         let (_tmp, env, dir) = setup();
         let mut store = open(&env, &dir, 1).unwrap();
-        append(&mut store, vec![entry(1, 0)]);
+        let old = store.id();
+        append(&mut store, vec![entry(1, 0), entry(1, 1)]);
         drop(store);
         env.disk.remove_file(&dir.join(STATE_FILE)).unwrap();
-        assert!(matches!(
-            open(&env, &dir, 1),
-            Err(LogOpenError::StateMissing { .. })
-        ));
+        let store = open(&env, &dir, 1).unwrap();
+        // A new replica: another incarnation, no vote, no entries.
+        assert_ne!(store.id(), old);
+        assert_eq!(store.summary(), (None, None, None));
+        let lost = store.set_aside().expect("the old files were set aside");
+        assert_eq!(lost, dir.join(format!("lost-{:016x}", store.id())));
+        let kept: Vec<String> = env
+            .disk
+            .read_dir(&lost)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(kept, vec![segment_name(0)]);
+        // It stays that replica, with nothing set aside again.
+        drop(store);
+        let store = open(&env, &dir, 1).unwrap();
+        assert!(store.set_aside().is_none());
+        assert_eq!(indexes(&store), Vec::<u64>::new());
     }
 
     #[test]

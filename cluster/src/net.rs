@@ -1,9 +1,13 @@
 //! Raft traffic between the nodes of a cluster, on the `Env` network.
 //!
 //! One connection per (node, peer) pair and direction, one request at a time on it (openraft
-//! drives each peer's client sequentially). Every request names the cluster and both ends;
-//! a node answers only requests of its own cluster addressed to itself, so a node never
-//! takes part in a cluster it was not made for.
+//! drives each peer's client sequentially). Every request names the cluster and both ends by
+//! Raft id (member and incarnation, `crate::types::NodeId`); a node answers only requests of
+//! its own cluster addressed to itself, so a node never takes part in a cluster it was not
+//! made for, and a replica that lost its state (a new incarnation) is not reached by
+//! requests meant for the replica it was. One request names only the member:
+//! [`identify`], which asks a node who it is (bootstrap and membership changes learn a new
+//! replica's id so).
 //!
 //! Frames are sans-IO ([`encode_frame`], [`frame_len`], [`decode_frame`]):
 //! `[body length u32][xxh3 u64 of the body][body: MessagePack]`, at most [`MAX_FRAME`]
@@ -11,7 +15,9 @@
 
 use crate::rt::in_env;
 use crate::sm::MAX_SNAPSHOT_LEN;
-use crate::types::{MetaConfig, NodeId, Peer, Raft, Snapshot, SnapshotMeta, Vote};
+use crate::types::{
+    member_of, show_id, MemberId, MetaConfig, NodeId, Peer, Raft, Snapshot, SnapshotMeta, Vote,
+};
 use cairn_engine::env::{self, ByteStream, Env, Listener};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -51,6 +57,17 @@ enum Rpc {
         #[serde(with = "crate::types::bytes_serde")]
         data: Vec<u8>,
     },
+    /// Who are you? (Addressed to a member, any incarnation.)
+    Identify,
+}
+
+/// A node's answer to [`identify`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Its Raft id: the incarnation of its storage.
+    pub id: NodeId,
+    /// Whether it holds the group's state (a membership): a replica of a group already made.
+    pub initialized: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,6 +75,7 @@ enum Reply {
     Append(AppendEntriesResponse<MetaConfig>),
     Vote(VoteResponse<MetaConfig>),
     Snapshot(SnapshotResponse<MetaConfig>),
+    Identity(Identity),
     /// The request was not served: a wrong cluster or node, or the Raft node failed.
     Refused(String),
 }
@@ -227,6 +245,19 @@ impl PeerClient {
         result
     }
 
+    /// A client for one [`identify`] exchange with `member` at `addr`.
+    fn to_member(env: &Env, cluster: u128, me: NodeId, member: MemberId, addr: SocketAddr) -> Self {
+        PeerClient {
+            env: env.clone(),
+            cluster,
+            me,
+            target: u64::from(member) << 32,
+            addr: Some(addr),
+            stream: Exclusive(None),
+            in_flight: false,
+        }
+    }
+
     fn rpc_error(e: io::Error) -> RPCError<MetaConfig> {
         match e.kind() {
             io::ErrorKind::ConnectionRefused
@@ -324,6 +355,30 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
     }
 }
 
+/// Asks the node of `member` at `addr` who it is, within `limit`.
+pub async fn identify(
+    env: &Env,
+    cluster: u128,
+    me: NodeId,
+    member: MemberId,
+    addr: SocketAddr,
+    limit: Duration,
+) -> io::Result<Identity> {
+    let mut client = PeerClient::to_member(env, cluster, me, member, addr);
+    match client.call(Rpc::Identify, limit).await? {
+        Reply::Identity(identity) if member_of(identity.id) == member => Ok(identity),
+        Reply::Identity(identity) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "member {member} at {addr} answered as replica {}",
+                identity.id
+            ),
+        )),
+        Reply::Refused(why) => Err(refused(why)),
+        _ => Err(unexpected()),
+    }
+}
+
 /// Serves peers' requests to `raft` on `listener` until the task is cancelled.
 pub async fn serve_peers(
     env: Env,
@@ -349,10 +404,16 @@ async fn serve_connection(mut stream: Box<dyn ByteStream>, raft: Raft, cluster: 
         let Ok(request) = read_message::<Request>(&mut *stream).await else {
             return;
         };
-        let reply = if request.cluster != cluster || request.to != me {
+        let addressed = match request.rpc {
+            Rpc::Identify => member_of(request.to) == member_of(me),
+            _ => request.to == me,
+        };
+        let reply = if request.cluster != cluster || !addressed {
             Reply::Refused(format!(
-                "a request for cluster {:032x} node {} reached cluster {cluster:032x} node {me}",
-                request.cluster, request.to
+                "a request for cluster {:032x} replica {} reached cluster {cluster:032x} replica {}",
+                request.cluster,
+                show_id(request.to),
+                show_id(me)
             ))
         } else {
             answer(&raft, request.rpc).await
@@ -387,6 +448,21 @@ async fn answer(raft: &Raft, rpc: Rpc) -> Reply {
             )
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::Snapshot),
+        Rpc::Identify => {
+            use openraft::async_runtime::WatchReceiver;
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let initialized = metrics
+                .membership_config
+                .membership()
+                .voter_ids()
+                .next()
+                .is_some();
+            Reply::Identity(Identity {
+                id: metrics.id,
+                initialized,
+            })
+        }
     }
 }
 

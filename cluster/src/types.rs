@@ -9,9 +9,34 @@ use crate::rt::EnvRuntime;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A node of the cluster, as configured (`[cluster]`): never 0 (Raft's ids are the
-/// operator's).
+/// A member of the cluster as the operator names it (`[cluster]`): never 0.
+pub type MemberId = u32;
+
+/// A replica as Raft knows it: its member id in the high 32 bits, the **incarnation** of its
+/// storage in the low 32. The incarnation is drawn at random (never 0) when the replica's
+/// storage is made and kept in its state record beside its vote ([`crate::log`]). A member
+/// whose storage was wiped, or whose state record (its vote) was lost, comes back under a
+/// new incarnation: a different Raft node, which requests addressed to the old one do not
+/// reach ([`crate::net`]), so it neither votes nor counts toward a quorum with what it
+/// forgot, until an administrator replaces the old replica with it
+/// ([`crate::group::MetaGroup::change`]).
 pub type NodeId = u64;
+
+/// The Raft id of `member`'s replica of incarnation `incarnation`.
+pub fn replica_id(member: MemberId, incarnation: u32) -> NodeId {
+    assert!(member != 0 && incarnation != 0, "ids are never 0");
+    u64::from(member) << 32 | u64::from(incarnation)
+}
+
+/// The member a Raft id belongs to.
+pub fn member_of(id: NodeId) -> MemberId {
+    (id >> 32) as MemberId
+}
+
+/// A Raft id as operators read it: `member.incarnation` (the incarnation in hex).
+pub fn show_id(id: NodeId) -> String {
+    format!("{}.{:08x}", member_of(id), id as u32)
+}
 
 /// How to reach a node: its replication address (peers) and its client address (what
 /// `GetClusterMetadata` tells clients).

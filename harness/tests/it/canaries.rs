@@ -1,5 +1,5 @@
 //! Every deliberate bug (`cairn_sim::canary`) is caught in `cargo test`: for each canary,
-//! the directed scenarios run with it active, and so do swarm seeds from a fixed start until
+//! the directed scenarios (the partition world's and the cluster world's) run with it active, and so do swarm seeds from a fixed start until
 //! the first violation. The test fails unless each canary is caught, and prints which
 //! invariant caught it where.
 // Test driver outside the simulated world: real threads run canaries side by side (each
@@ -17,7 +17,11 @@ const SWARM_START: u64 = 5_000_000;
 
 /// The server's canaries, and the invariant each must be caught by: any violation would
 /// do for "caught", but one from another cause would mean the oracle misfires.
-const EXPECTED: [(&str, &str); 4] = [
+const EXPECTED: [(&str, &str); 5] = [
+    (
+        "vote-after-lost-state",
+        cairn_sim::cluster_world::INV_AGREEMENT,
+    ),
     (
         "ack-send-before-shard",
         cairn_sim::server_world::oracle::INV_ACKED,
@@ -44,6 +48,13 @@ fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
         // A scenario whose setup the bug derails panics; that is not the oracle's verdict.
         if let Ok(Err(violation)) = catch_unwind(AssertUnwindSafe(scenario.run)) {
             caught.push((format!("scenario {}", scenario.name), violation.invariant));
+        }
+    }
+    for (scenario, _) in cairn_sim::cluster_world::directed::SCENARIOS {
+        if let Some(violation) =
+            cairn_sim::cluster_world::directed::run(scenario).and_then(|report| report.violation)
+        {
+            caught.push((format!("scenario {scenario}"), violation.invariant));
         }
     }
     for seed in SWARM_START..SWARM_START + MAX_SEEDS {

@@ -26,6 +26,11 @@
 //! - `raft-ack-before-sync`: a cluster replica's Raft log is never synced, so it tells its
 //!   leader entries are flushed (and counts toward the quorum) while they are only cached.
 //!
+//! The cluster's replicas ([`cluster`]):
+//! - `vote-after-lost-state`: a replica that lost its state record (its vote) or its whole
+//!   disk comes back under the identity it had, blank, so it votes again in terms it voted
+//!   in and counts toward quorums for entries it no longer holds.
+//!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
 //!   (boot's `RewriteSlot` dropped), one more damaged copy from being lost.
@@ -47,6 +52,7 @@
 //! - `bodies-unbudgeted`: request bodies are read without taking their room in the byte
 //!   budget (the budget invariant, beside the slow senders of `actors::hostile`).
 
+pub mod cluster;
 pub mod disk;
 pub mod metadata;
 pub mod owners;
@@ -60,8 +66,9 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     "raft-ack-before-sync",
+    "vote-after-lost-state",
     "ack-send-before-shard",
     "bodies-unbudgeted",
     "dedup-wrong-reply",
@@ -139,5 +146,12 @@ pub fn server_hooks() -> ServerHooks {
             body_room: name.and_then(server::body_room_hook),
         },
         dedup_hit: name.and_then(server::dedup_hit_hook),
+    }
+}
+
+/// A cluster replica's hooks the active canary needs.
+pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
+    cairn_cluster::group::GroupHooks {
+        incarnation: active().and_then(cluster::incarnation_hook),
     }
 }

@@ -2,7 +2,10 @@
 //! replicas, each with its own simulated disk, host on the simulated network and task group
 //! on the seeded executor, driven by a client that proposes metadata operations to whoever
 //! leads, while a nemesis crashes replicas (a process crash, or a power loss that takes the
-//! unsynced page cache and the host's connections), partitions pairs of hosts and heals.
+//! unsynced page cache and the host's connections), partitions pairs of hosts, replaces a
+//! replica's disk with a blank one or takes its state record (its vote) away, and heals.
+//! A replica that comes back blank is a new Raft node; an administrator (the director,
+//! between proposals) replaces the old one with it ([`MemberChange::Add`]).
 //!
 //! Judged:
 //! - **agreement**: every replica that applies an entry at an index applies the same entry
@@ -14,12 +17,15 @@
 //! - **liveness**: with a majority up and connected, proposals keep being acknowledged; the
 //!   run fails if the final round cannot get one through within its virtual deadline.
 //!
-//! Only a minority is ever down at once, so every seed must make progress.
+//! Only a minority is ever down at once (a blank replica not yet added counts as down), so
+//! every seed must make progress.
+
+pub mod directed;
 
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::Violation;
-use cairn_cluster::group::{GroupConfig, MetaGroup, ProposeError};
-use cairn_cluster::types::{Entry, MetaCommand, MetaOutcome, NodeId, Peer};
+use cairn_cluster::group::{GroupConfig, MemberChange, MetaGroup, ProposeError};
+use cairn_cluster::types::{show_id, Entry, MemberId, MetaCommand, MetaOutcome, NodeId, Peer};
 use cairn_engine::env::Env;
 use cairn_engine::state::ops::MetaOp;
 use cairn_faults::{NetFaults, SimClock, SimDisk, SimNet};
@@ -40,6 +46,8 @@ const NODE_GROUP_BASE: u32 = 1000;
 const MAX_POLLS: u64 = 20_000_000;
 /// How long one proposal may take before the client counts it in doubt.
 const PROPOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one membership change may take before the administrator tries again.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the final round (all up, healed) has to get a proposal through.
 const FINAL_DEADLINE: Duration = Duration::from_secs(30);
 const CLUSTER_ID: u128 = 0xc1a5_7e70_0000_0000_0000_0000_0000_0001;
@@ -53,7 +61,19 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 8] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 11] = [
+    (
+        "ClusterDiskReplaced",
+        "a replica's disk was replaced by a blank one and it came back as a new replica",
+    ),
+    (
+        "ClusterStateLost",
+        "a replica lost its state record (its vote) and came back as a new replica, its files set aside",
+    ),
+    (
+        "ClusterReplicaReplaced",
+        "an administrator replaced a blank replica's old incarnation with it (a learner caught up, then a voter)",
+    ),
     (
         "ClusterCrashInIo",
         "a replica crashed inside a disk call (a write landed in part)",
@@ -107,6 +127,10 @@ pub struct ClusterProfile {
     pub nemesis_gap_ms: u64,
     /// Entries between snapshots (small, so snapshots, purges and snapshot installs happen).
     pub snapshot_every: u64,
+    /// Per nemesis step: a replica comes back blank (if a minority stays down at most).
+    pub blank: f64,
+    /// Of blank replicas, the share that lost only their state record (the rest, the disk).
+    pub state_lost: f64,
 }
 
 impl ClusterProfile {
@@ -123,6 +147,12 @@ impl ClusterProfile {
             crash_leader: rng.gen_range(0.0..1.0),
             nemesis_gap_ms: rng.gen_range(5..200),
             snapshot_every: rng.gen_range(4..64),
+            blank: if rng.gen_bool(0.5) {
+                rng.gen_range(0.0..0.1)
+            } else {
+                0.0
+            },
+            state_lost: rng.gen_range(0.0..1.0),
         }
     }
 }
@@ -152,10 +182,17 @@ impl ClusterReport {
 
 /// One replica's machine: its disk and host survive its crashes.
 struct Replica {
-    id: NodeId,
+    id: MemberId,
     disk: SimDisk,
+    /// Disks this replica had (a replaced disk is a new one, with its own seed).
+    disks: u64,
     ip: IpAddr,
     env: Env,
+    /// The Raft id of this member's storage, once started.
+    incarnation: Option<NodeId>,
+    /// Whether the group counts this replica's incarnation (false from a blank start until
+    /// an administrator replaced the old one with it).
+    joined: bool,
     group: Option<Arc<MetaGroup>>,
     /// The starts of this replica so far (each start is a new process).
     starts: u32,
@@ -205,8 +242,8 @@ struct World {
     decisions: BTreeMap<&'static str, usize>,
 }
 
-fn members(replicas: usize) -> BTreeMap<NodeId, Peer> {
-    (1..=replicas as u64)
+fn members(replicas: usize) -> BTreeMap<MemberId, Peer> {
+    (1..=replicas as MemberId)
         .map(|id| {
             let ip = host(id);
             (
@@ -220,7 +257,7 @@ fn members(replicas: usize) -> BTreeMap<NodeId, Peer> {
         .collect()
 }
 
-fn host(id: NodeId) -> IpAddr {
+fn host(id: MemberId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 1, id as u8))
 }
 
@@ -239,7 +276,30 @@ fn create_stream(name: &str) -> MetaCommand {
 
 /// Runs one cluster seed.
 pub fn run(seed: u64, verbose: bool) -> ClusterReport {
-    let profile = ClusterProfile::from_seed(seed);
+    run_script(
+        seed,
+        verbose,
+        ClusterProfile::from_seed(seed),
+        Script::Swarm,
+    )
+}
+
+/// What the director does with the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    /// The client's proposals under the nemesis, then the final judgement.
+    Swarm,
+    /// A directed scenario ([`directed`]).
+    Directed(directed::Scenario),
+}
+
+/// What a run counted: (acknowledged ops, crashes, distinct leaders, coverage rows).
+type Counts = (usize, usize, usize, BTreeMap<&'static str, usize>);
+
+/// Runs `script` on a world of `profile`; a panic anywhere in it (openraft's own checks
+/// included) is a violation of [`crate::report::INV_ASSERTION`], unless the oracle saw a
+/// violation before it.
+fn run_script(seed: u64, verbose: bool, profile: ClusterProfile, script: Script) -> ClusterReport {
     if verbose {
         println!("seed {seed} cluster {profile:?}");
     }
@@ -251,30 +311,25 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         violation: None,
         applied: BTreeMap::new(),
     }));
-    let replicas = (1..=profile.replicas as u64)
+    let replicas = (1..=profile.replicas as MemberId)
         .map(|id| {
-            let disk = SimDisk::new(seed ^ (0xd15c + id), Default::default());
-            disk.set_latency(clock.clone(), 20_000, 400_000);
+            let disk = replica_disk(seed, id, 0, &clock);
             let ip = host(id);
-            let replica_disk: Arc<dyn cairn_engine::env::Disk> = Arc::new(disk.clone());
-            // A canary that needs it wraps the replica's disk (none in production).
-            let replica_disk =
-                match crate::canary::active().and_then(crate::canary::disk::replica_disk_hook) {
-                    Some(hook) => hook(replica_disk),
-                    None => replica_disk,
-                };
             let env = Env {
-                disk: replica_disk,
+                disk: wrap_disk(&disk),
                 clock: Arc::new(clock.clone()),
                 net: Arc::new(net.host(ip)),
-                tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id as u32)),
-                entropy: crate::env::entropy(seed ^ (0xe27 + id)),
+                tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id)),
+                entropy: crate::env::entropy(seed ^ (0xe27 + u64::from(id))),
             };
             Replica {
                 id,
                 disk,
+                disks: 1,
                 ip,
                 env,
+                incarnation: None,
+                joined: true,
                 group: None,
                 starts: 0,
                 armed: false,
@@ -300,12 +355,28 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         decisions: BTreeMap::new(),
     };
     let director = executor.handle().in_group(DIRECTOR_GROUP);
-    let finished = executor.block_on(&director, MAX_POLLS, direct(world));
+    let play = async move {
+        match script {
+            Script::Swarm => direct(world).await,
+            Script::Directed(scenario) => directed::play(world, scenario).await,
+        }
+    };
+    let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        executor.block_on(&director, MAX_POLLS, play)
+    }));
     executor.kill_all();
-    let mut shared = shared.lock().expect("shared");
+    let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
     let (acknowledged, crashes, elections, decisions) = match finished {
-        Some(counts) => counts,
-        None => {
+        Ok(Some(counts)) => counts,
+        Err(panic) => {
+            let message = crate::executor::panic_message(&*panic);
+            shared.fail(
+                crate::report::INV_ASSERTION,
+                format!("the run panicked: {message}"),
+            );
+            (0, 0, 0, BTreeMap::new())
+        }
+        Ok(None) => {
             shared.fail(
                 INV_LIVENESS,
                 format!("the run did not finish within {MAX_POLLS} polls (stalled or looping)"),
@@ -329,6 +400,31 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         decisions,
         simulated_nanos: clock.now_nanos(),
     }
+}
+
+/// Replica `id`'s disk number `nth` (a replaced disk is a new device).
+fn replica_disk(seed: u64, id: MemberId, nth: u64, clock: &SimClock) -> SimDisk {
+    let disk = SimDisk::new(
+        seed ^ (0xd15c + u64::from(id)) ^ (nth << 40),
+        Default::default(),
+    );
+    disk.set_latency(clock.clone(), 20_000, 400_000);
+    disk
+}
+
+/// The disk a replica's `Env` gets: `disk`, wrapped by a canary that needs it (none in
+/// production).
+fn wrap_disk(disk: &SimDisk) -> Arc<dyn cairn_engine::env::Disk> {
+    let plain: Arc<dyn cairn_engine::env::Disk> = Arc::new(disk.clone());
+    match crate::canary::active().and_then(crate::canary::disk::replica_disk_hook) {
+        Some(hook) => hook(plain),
+        None => plain,
+    }
+}
+
+/// The directory of member `id`'s replica.
+fn group_dir(id: MemberId) -> PathBuf {
+    PathBuf::from(format!("/data/{id}/cluster/metadata"))
 }
 
 /// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
@@ -385,7 +481,7 @@ impl World {
             .fail(invariant, evidence);
     }
 
-    fn observer(&self, id: NodeId) -> cairn_cluster::sm::ApplyObserver {
+    fn observer(&self, id: MemberId) -> cairn_cluster::sm::ApplyObserver {
         let shared = self.shared.clone();
         Arc::new(move |entry: &Entry| {
             let rendering = format!("{:?}", entry.payload);
@@ -413,11 +509,13 @@ impl World {
             CLUSTER_ID,
             id,
             members(self.profile.replicas),
-            PathBuf::from(format!("/data/{id}/cluster/metadata")),
+            group_dir(id),
         );
         config.observer = Some(self.observer(id));
-        config.bootstrap = self.replicas[at].starts == 0;
+        // As production's: the founder makes the group only if no member holds it.
+        config.bootstrap = true;
         config.snapshot_every = self.profile.snapshot_every;
+        config.hooks = crate::canary::cluster_hooks();
         let env = self.replicas[at].env.clone();
         self.replicas[at].starts += 1;
         match MetaGroup::start(&env, config).await {
@@ -432,10 +530,20 @@ impl World {
                     })
                 };
                 let vote = vote.map_or("-".to_owned(), |v| v.to_string());
+                let incarnation = group.id();
+                let replica = &mut self.replicas[at];
+                let blank = replica.incarnation.is_some_and(|old| old != incarnation);
+                if blank {
+                    // A new replica: it counts once an administrator replaced the old one.
+                    replica.joined = false;
+                }
+                replica.incarnation = Some(incarnation);
                 self.event(format!(
-                    "replica {id} started: vote {vote}, purged {}, last {}",
+                    "replica {} started: vote {vote}, purged {}, last {}{}",
+                    show_id(incarnation),
                     show(purged),
-                    show(last)
+                    show(last),
+                    if blank { ", a new replica" } else { "" }
                 ));
                 self.replicas[at].group = Some(Arc::new(group));
             }
@@ -458,8 +566,7 @@ impl World {
         });
         let replica = &mut self.replicas[at];
         replica.group = None;
-        self.executor
-            .kill_group(NODE_GROUP_BASE + replica.id as u32);
+        self.executor.kill_group(NODE_GROUP_BASE + replica.id);
         if power {
             replica.disk.power_loss();
             self.net.power_off(replica.ip);
@@ -494,6 +601,89 @@ impl World {
             .collect()
     }
 
+    /// Brings replica `at` (down) back blank: on a new disk, or on its disk without its
+    /// state record (its vote); its files are then set aside by its boot.
+    async fn blank(&mut self, at: usize) {
+        let id = self.replicas[at].id;
+        let lose_state = self.rng.gen_bool(self.profile.state_lost);
+        let state = group_dir(id).join(cairn_cluster::log::STATE_FILE);
+        if lose_state
+            && cairn_engine::env::Disk::exists(&self.replicas[at].disk, &state).unwrap_or(false)
+        {
+            self.replicas[at].disk.remove_by_operator(&state);
+            self.decision("ClusterStateLost");
+            self.event(format!("replica {id}: its state record is lost"));
+        } else {
+            let replica = &mut self.replicas[at];
+            replica.disk = replica_disk(self.seed, id, replica.disks, &self.clock);
+            replica.disks += 1;
+            replica.env.disk = wrap_disk(&replica.disk);
+            self.decision("ClusterDiskReplaced");
+            self.event(format!("replica {id}: its disk is replaced by a blank one"));
+        }
+        self.net.power_on(self.replicas[at].ip);
+        self.start(at).await;
+    }
+
+    /// Replicas that count as down: down, with a crash armed, or blank and not yet added.
+    fn out(&self) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| r.group.is_none() || r.armed || !r.joined)
+            .count()
+    }
+
+    /// The administrator: replaces the old incarnation of a blank replica that is up with
+    /// it, through whoever leads. `true` when no blank replica waits any more.
+    async fn rejoin(&mut self) -> bool {
+        let Some(at) = (0..self.replicas.len())
+            .find(|&at| !self.replicas[at].joined && self.replicas[at].group.is_some())
+        else {
+            return self.replicas.iter().all(|r| r.joined);
+        };
+        let Some(leader) = self
+            .leader_at()
+            .and_then(|l| self.replicas[l].group.clone())
+        else {
+            return false;
+        };
+        let id = self.replicas[at].id;
+        let change = MemberChange::Add {
+            member: id,
+            peer: members(self.profile.replicas)[&id].clone(),
+        };
+        let changed = {
+            let leader = leader.clone();
+            async move { leader.change(change).await }
+        };
+        match self.while_nemesis(changed, CHANGE_TIMEOUT).await {
+            Some(Ok(status)) => {
+                let Some(incarnation) = self.replicas[at].incarnation else {
+                    return false;
+                };
+                // The replica may have gone blank again meanwhile: only its current
+                // incarnation among the voters counts.
+                if status.voters.contains_key(&incarnation) && !status.joint {
+                    self.replicas[at].joined = true;
+                    self.decision("ClusterReplicaReplaced");
+                    self.event(format!(
+                        "replica {} replaced member {id}'s old one",
+                        show_id(incarnation)
+                    ));
+                }
+                false
+            }
+            Some(Err(e)) => {
+                self.event(format!("adding replica {id} failed: {e}"));
+                false
+            }
+            None => {
+                self.event(format!("adding replica {id} timed out"));
+                false
+            }
+        }
+    }
+
     /// One nemesis step: heal, crash, bounce, restart one, partition, or nothing.
     async fn nemesis(&mut self) {
         // An armed crash that struck: the process goes down now.
@@ -507,12 +697,16 @@ impl World {
             .filter(|&at| self.replicas[at].group.is_none())
             .collect();
         // A replica with a crash armed counts as down: it may go any moment.
-        let armed = self.replicas.iter().filter(|r| r.armed).count();
+        let out = self.out();
         let minority = (self.replicas.len() - 1) / 2;
         if self.rng.gen_bool(self.profile.heal) {
             self.event("heal".into());
             self.restart_all().await;
-        } else if down.len() + armed < minority && self.rng.gen_bool(self.profile.crash) {
+        } else if out < minority && self.rng.gen_bool(self.profile.blank) {
+            let at = self.victim();
+            self.crash(at);
+            self.blank(at).await;
+        } else if out < minority && self.rng.gen_bool(self.profile.crash) {
             let at = self.victim();
             if self.rng.gen_bool(0.5) && !self.replicas[at].armed {
                 // Inside one of its next disk calls (a write, a sync, a rename).
@@ -524,7 +718,7 @@ impl World {
             } else {
                 self.crash(at);
             }
-        } else if down.len() + armed < minority && self.rng.gen_bool(self.profile.bounce) {
+        } else if out < minority && self.rng.gen_bool(self.profile.bounce) {
             let at = self.victim();
             self.crash(at);
             self.net.power_on(self.replicas[at].ip);
@@ -604,7 +798,10 @@ impl World {
             .up()
             .into_iter()
             .find_map(|at| self.replicas[at].group.as_ref()?.leader())?;
-        let at = self.replicas.iter().position(|r| r.id == leader)?;
+        let at = self
+            .replicas
+            .iter()
+            .position(|r| r.incarnation == Some(leader))?;
         self.replicas[at].group.is_some().then_some(at)
     }
 
@@ -618,7 +815,13 @@ impl World {
         let group = self.replicas[asked].group.clone()?;
         let leader = group.leader();
         leader
-            .and_then(|l| self.replicas.iter().find(|r| r.id == l)?.group.clone())
+            .and_then(|l| {
+                self.replicas
+                    .iter()
+                    .find(|r| r.incarnation == Some(l))?
+                    .group
+                    .clone()
+            })
             .or(Some(group))
     }
 
@@ -627,7 +830,7 @@ impl World {
         let Some(group) = self.target() else {
             return false;
         };
-        let to = group.id();
+        let to = show_id(group.id());
         let proposal = {
             let group = group.clone();
             let command = create_stream(name);
@@ -713,12 +916,24 @@ impl World {
             return;
         }
         let target = self.acked.get("final").copied().unwrap_or(0);
+        // Every blank replica added (a group that does not count one never converges on it).
+        while !self.rejoin().await {
+            if self.clock.now_nanos() >= deadline {
+                self.fail(
+                    INV_LIVENESS,
+                    "a blank replica was never added to the healed cluster".into(),
+                );
+                return;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
+        }
         loop {
             let states: Vec<_> = self
                 .replicas
                 .iter()
                 .filter_map(|r| Some((r.id, r.group.as_ref()?.machine().state())))
                 .collect();
+            let _: &[(MemberId, _)] = &states;
             // Every replica up, past the final proposal, and at one applied index.
             let first = states.first().and_then(|(_, (_, a))| *a);
             if states.len() == self.replicas.len()
@@ -742,7 +957,7 @@ impl World {
     fn compare(
         &mut self,
         states: Vec<(
-            NodeId,
+            MemberId,
             (
                 cairn_engine::state::MetaState,
                 Option<cairn_cluster::types::LogId>,
@@ -795,12 +1010,13 @@ impl World {
 
 /// The director: starts every replica, runs the client and the nemesis, then heals and
 /// judges. Returns (acknowledged ops, crashes, distinct leaders, coverage rows reached).
-async fn direct(mut world: World) -> (usize, usize, usize, BTreeMap<&'static str, usize>) {
+async fn direct(mut world: World) -> Counts {
     for at in 0..world.replicas.len() {
         world.start(at).await;
     }
     let mut next = 0;
     while next < world.profile.ops && !world.failed() {
+        world.rejoin().await;
         let name = format!("s{next}");
         if world.propose(&name).await {
             next += 1;
@@ -816,18 +1032,25 @@ async fn direct(mut world: World) -> (usize, usize, usize, BTreeMap<&'static str
         world.restart_all().await;
         world.judge_final().await;
     }
-    for at in 0..world.replicas.len() {
-        world.count_installs(at);
+    world.counts()
+}
+
+impl World {
+    /// What the run counted, once it is over.
+    fn counts(mut self) -> Counts {
+        let world = &mut self;
+        for at in 0..world.replicas.len() {
+            world.count_installs(at);
+        }
+        let leaders: BTreeSet<NodeId> = world.leaders_seen.iter().map(|(l, _)| *l).collect();
+        if leaders.len() > 1 {
+            world.decision("ClusterLeaderChanged");
+        }
+        (
+            world.acked.len(),
+            world.crashes,
+            leaders.len(),
+            std::mem::take(&mut world.decisions),
+        )
     }
-    let leaders: BTreeSet<NodeId> = world.leaders_seen.iter().map(|(l, _)| *l).collect();
-    if leaders.len() > 1 {
-        world.decision("ClusterLeaderChanged");
-    }
-    let _ = world.seed;
-    (
-        world.acked.len(),
-        world.crashes,
-        leaders.len(),
-        std::mem::take(&mut world.decisions),
-    )
 }

@@ -16,6 +16,12 @@ fn seeds() -> std::ops::Range<u64> {
 
 #[test]
 fn cluster_seeds_hold_their_invariants() {
+    // A canary for the sample, to see which seeds catch it (`CAIRN_CLUSTER_CANARY=name`).
+    let canary = std::env::var("CAIRN_CLUSTER_CANARY").ok();
+    assert!(
+        cairn_sim::canary::activate(canary.as_deref()),
+        "unknown canary {canary:?}"
+    );
     let mut failures = Vec::new();
     let (mut acknowledged, mut crashes) = (0, 0);
     for seed in seeds() {
@@ -39,4 +45,57 @@ fn a_cluster_seed_replays_bit_for_bit() {
     let b = cluster_world::run(7, false);
     assert_eq!(a.events, b.events);
     assert!(a.events.len() > 20, "the run did little: {:?}", a.events);
+}
+
+#[test]
+fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
+    for (name, scenario) in cluster_world::directed::SCENARIOS {
+        let report = cluster_world::directed::run_scenario(scenario, false);
+        assert!(
+            report.violation.is_none(),
+            "{name}: {:?}\n{}",
+            report.violation,
+            report.events.join("\n")
+        );
+        let blank = match scenario {
+            cluster_world::directed::Scenario::BlankVoterStateLost => "ClusterStateLost",
+            cluster_world::directed::Scenario::BlankVoterDiskReplaced => "ClusterDiskReplaced",
+        };
+        for row in [blank, "ClusterReplicaReplaced"] {
+            assert!(
+                report.decisions.contains_key(row),
+                "{name} never reached {row}"
+            );
+        }
+        // C and the blank replica made no leader: nothing went through while the leader
+        // was down.
+        assert!(
+            !report
+                .events
+                .iter()
+                .any(|e| e.contains("without the old leader")),
+            "{name}: {}",
+            report.events.join("\n")
+        );
+    }
+}
+
+#[test]
+fn a_replica_keeping_its_identity_after_losing_its_vote_is_caught() {
+    assert!(cairn_sim::canary::activate(Some("vote-after-lost-state")));
+    for (name, scenario) in cluster_world::directed::SCENARIOS {
+        let report = cluster_world::directed::run_scenario(scenario, false);
+        let violation = report
+            .violation
+            .unwrap_or_else(|| panic!("{name}: the canary passed\n{}", report.events.join("\n")));
+        assert!(
+            [
+                cluster_world::INV_AGREEMENT,
+                cluster_world::INV_ACKED_PRESENT
+            ]
+            .contains(&violation.invariant),
+            "{name}: caught as {violation}"
+        );
+    }
+    cairn_sim::canary::activate(None);
 }

@@ -1,0 +1,140 @@
+//! Directed scenarios of the cluster world: schedules the nemesis would reach only by luck,
+//! scripted, and judged by the same oracle as every seed.
+//!
+//! **A blank replica must not elect a leader that lacks acknowledged ops.** Three replicas:
+//! L leads, F follows, C is cut off from both. Ops are acknowledged by L and F alone. Then L
+//! crashes and F comes back blank (its state record lost, or its disk replaced), and C and
+//! F can talk. If F were still the replica it was (the `vote-after-lost-state` canary), it
+//! would grant C its vote with no memory of its vote or log, C would lead without the ops,
+//! and its first entry would take their place: the oracle sees two entries at one index
+//! (agreement) or an acknowledged op missing. Since F is a new replica, C's requests, meant
+//! for the old F, do not reach it: no leader until L is back, then L leads with every op,
+//! and the administrator replaces the old F with the new one.
+
+use super::{
+    run_script, ClusterProfile, ClusterReport, Counts, Script, World, INV_ACKED_PRESENT,
+    INV_LIVENESS,
+};
+use std::time::Duration;
+
+/// A scripted schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// F loses only its state record (its vote and identity); its files are set aside.
+    BlankVoterStateLost,
+    /// F's disk is replaced by a blank one.
+    BlankVoterDiskReplaced,
+}
+
+/// Every directed scenario, by name.
+pub const SCENARIOS: [(&str, Scenario); 2] = [
+    (
+        "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
+        Scenario::BlankVoterStateLost,
+    ),
+    (
+        "a_replica_on_a_blank_disk_does_not_elect_a_leader_without_acknowledged_ops",
+        Scenario::BlankVoterDiskReplaced,
+    ),
+];
+
+/// The seed every scenario runs with (its entropy, disks and network).
+const SEED: u64 = 0xb1a4c;
+/// How long one step may take to get its proposal acknowledged.
+const STEP_DEADLINE: Duration = Duration::from_secs(20);
+/// How long C and the blank F are left alone together.
+const ALONE: Duration = Duration::from_secs(5);
+
+/// Runs the scenario `name`, if there is one of that name.
+pub fn run(name: &str) -> Option<ClusterReport> {
+    let (_, scenario) = SCENARIOS.iter().find(|(n, _)| *n == name)?;
+    Some(run_scenario(*scenario, false))
+}
+
+/// Runs `scenario`.
+pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
+    let profile = ClusterProfile {
+        replicas: 3,
+        ops: 0,
+        crash: 0.0,
+        power_loss: 0.0,
+        partition: 0.0,
+        bounce: 0.0,
+        heal: 0.0,
+        crash_leader: 0.0,
+        nemesis_gap_ms: 1000,
+        snapshot_every: 1000,
+        blank: 0.0,
+        state_lost: match scenario {
+            Scenario::BlankVoterStateLost => 1.0,
+            Scenario::BlankVoterDiskReplaced => 0.0,
+        },
+    };
+    run_script(SEED, verbose, profile, Script::Directed(scenario))
+}
+
+pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
+    world.nemesis_on = false;
+    world.event(format!("directed scenario {scenario:?}"));
+    for at in 0..world.replicas.len() {
+        world.start(at).await;
+    }
+    if world.acknowledge("a").await {
+        blank_voter(&mut world).await;
+    }
+    world.counts()
+}
+
+/// The schedule of the module doc, from a cluster that acknowledged its first op.
+async fn blank_voter(world: &mut World) {
+    let Some(l) = world.leader_at() else {
+        world.fail(INV_LIVENESS, "no leader after the first op".into());
+        return;
+    };
+    let (f, c) = ((l + 1) % 3, (l + 2) % 3);
+    let ip = |at: usize| world.replicas[at].ip;
+    let (ip_l, ip_f, ip_c) = (ip(l), ip(f), ip(c));
+    world.net.partition(ip_c, ip_l);
+    world.net.partition(ip_c, ip_f);
+    world.event(format!("partition {} | {} and {}", c + 1, l + 1, f + 1));
+    for name in ["x0", "x1", "x2"] {
+        if !world.acknowledge(name).await {
+            return;
+        }
+    }
+    world.crash(l);
+    world.crash(f);
+    world.blank(f).await;
+    world.net.heal();
+    world.event("heal (the leader stays down)".into());
+    // C and the blank F alone: a proposal goes through only if they made a leader.
+    let alone_until = world.clock.now_nanos() + ALONE.as_nanos() as u64;
+    while world.clock.now_nanos() < alone_until && !world.failed() {
+        if world.propose("y").await {
+            world.event("y went through without the old leader".into());
+            break;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(100)).await;
+    }
+    world.net.power_on(ip_l);
+    world.start(l).await;
+    world.judge_final().await;
+    if !world.failed() && !world.acked.contains_key("x2") {
+        world.fail(INV_ACKED_PRESENT, "x2 was never acknowledged".into());
+    }
+}
+
+impl World {
+    /// Proposes `name` until it is acknowledged; a liveness failure past [`STEP_DEADLINE`].
+    async fn acknowledge(&mut self, name: &str) -> bool {
+        let deadline = self.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+        while self.clock.now_nanos() < deadline && !self.failed() {
+            if self.propose(name).await && self.acked.contains_key(name) {
+                return true;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
+        }
+        self.fail(INV_LIVENESS, format!("{name} was not acknowledged in time"));
+        false
+    }
+}
