@@ -2,7 +2,7 @@
 //! and the listener its peers reach it on.
 
 use crate::log::{LogOpenError, LogStore};
-use crate::net::{identify, serve_peers, PeerNetwork};
+use crate::net::{identify, serve_peers, AddressedHook, PeerNetwork};
 use crate::rt::in_env;
 use crate::sm::{ApplyObserver, MetaMachine};
 use crate::types::{member_of, show_id, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft};
@@ -32,6 +32,9 @@ pub type IncarnationHook = Arc<dyn Fn(MemberId) -> u32 + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct GroupHooks {
     pub incarnation: Option<IncarnationHook>,
+    /// Decides whether a peer's request is this replica's instead of "addressed to exactly
+    /// this Raft id" (`crate::net`).
+    pub addressed: Option<AddressedHook>,
 }
 
 /// What a replica is started with.
@@ -232,7 +235,14 @@ impl MetaGroup {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let serve = serve_peers(env.clone(), listener, raft.clone(), config.cluster, me);
+        let serve = serve_peers(
+            env.clone(),
+            listener,
+            raft.clone(),
+            config.cluster,
+            me,
+            config.hooks.addressed.clone(),
+        );
         let mut tasks = vec![env.tasks.spawn(Box::pin(in_env(env, serve)))];
         let founder = config.members.keys().next() == Some(&member);
         if fresh && config.bootstrap && founder {

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 use xxhash_rust::xxh3::xxh3_64;
@@ -379,6 +380,10 @@ pub async fn identify(
     }
 }
 
+/// Whether a request addressed to `to` is this replica's (`me`); a canary's hook may
+/// answer instead of the rule ([`crate::group::GroupHooks::addressed`]).
+pub type AddressedHook = Arc<dyn Fn(NodeId, NodeId) -> bool + Send + Sync>;
+
 /// Serves peers' requests to `raft` on `listener` until the task is cancelled.
 pub async fn serve_peers(
     env: Env,
@@ -386,6 +391,7 @@ pub async fn serve_peers(
     raft: Raft,
     cluster: u128,
     me: NodeId,
+    addressed: Option<AddressedHook>,
 ) {
     loop {
         let Ok((stream, from)) = listener.accept().await else {
@@ -394,19 +400,26 @@ pub async fn serve_peers(
             continue;
         };
         tracing::debug!(%from, "a peer connected");
-        let task = serve_connection(stream, raft.clone(), cluster, me);
+        let task = serve_connection(stream, raft.clone(), cluster, me, addressed.clone());
         drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
     }
 }
 
-async fn serve_connection(mut stream: Box<dyn ByteStream>, raft: Raft, cluster: u128, me: NodeId) {
+async fn serve_connection(
+    mut stream: Box<dyn ByteStream>,
+    raft: Raft,
+    cluster: u128,
+    me: NodeId,
+    hook: Option<AddressedHook>,
+) {
     loop {
         let Ok(request) = read_message::<Request>(&mut *stream).await else {
             return;
         };
-        let addressed = match request.rpc {
-            Rpc::Identify => member_of(request.to) == member_of(me),
-            _ => request.to == me,
+        let addressed = match (&request.rpc, &hook) {
+            (Rpc::Identify, _) => member_of(request.to) == member_of(me),
+            (_, Some(hook)) => hook(request.to, me),
+            (_, None) => request.to == me,
         };
         let reply = if request.cluster != cluster || !addressed {
             Reply::Refused(format!(

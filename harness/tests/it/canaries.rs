@@ -17,11 +17,12 @@ const SWARM_START: u64 = 5_000_000;
 
 /// The server's canaries, and the invariant each must be caught by: any violation would
 /// do for "caught", but one from another cause would mean the oracle misfires.
-const EXPECTED: [(&str, &str); 5] = [
+const EXPECTED: [(&str, &str); 6] = [
     (
         "vote-after-lost-state",
         cairn_sim::cluster_world::INV_AGREEMENT,
     ),
+    ("blank-counted", cairn_sim::cluster_world::INV_AGREEMENT),
     (
         "ack-send-before-shard",
         cairn_sim::server_world::oracle::INV_ACKED,

@@ -29,7 +29,9 @@
 //! The cluster's replicas ([`cluster`]):
 //! - `vote-after-lost-state`: a replica that lost its state record (its vote) or its whole
 //!   disk comes back under the identity it had, blank, so it votes again in terms it voted
-//!   in and counts toward quorums for entries it no longer holds.
+//!   in and counts toward quorums for entries it no longer holds;
+//! - `blank-counted`: a replica answers peers' requests meant for any replica of its member,
+//!   so a blank one is counted (votes, acknowledges appends) as the replica it replaced.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -66,9 +68,10 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 18] = [
+pub const NAMES: [&str; 19] = [
     "raft-ack-before-sync",
     "vote-after-lost-state",
+    "blank-counted",
     "ack-send-before-shard",
     "bodies-unbudgeted",
     "dedup-wrong-reply",
@@ -153,5 +156,6 @@ pub fn server_hooks() -> ServerHooks {
 pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
     cairn_cluster::group::GroupHooks {
         incarnation: active().and_then(cluster::incarnation_hook),
+        addressed: active().and_then(cluster::addressed_hook),
     }
 }
