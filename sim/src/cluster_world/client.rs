@@ -1,0 +1,164 @@
+//! The group's clients: the proposer, which sends each op to whoever leads and retries one
+//! in doubt, and the administrator, which replaces a blank replica's old incarnation with it.
+
+use super::*;
+
+impl World {
+    /// The administrator: replaces the old incarnation of a blank replica that is up with
+    /// it, through whoever leads. `true` when no blank replica waits any more.
+    pub(super) async fn rejoin(&mut self) -> bool {
+        let Some(at) = (0..self.replicas.len())
+            .find(|&at| !self.replicas[at].joined && self.replicas[at].group.is_some())
+        else {
+            return self.replicas.iter().all(|r| r.joined);
+        };
+        let Some(leader) = self
+            .leader_at()
+            .and_then(|l| self.replicas[l].group.clone())
+        else {
+            return false;
+        };
+        let id = self.replicas[at].id;
+        let change = MemberChange::Add {
+            member: id,
+            peer: members(self.profile.replicas)[&id].clone(),
+        };
+        let changed = {
+            let leader = leader.clone();
+            async move { leader.change(change).await }
+        };
+        match self.while_nemesis(changed, CHANGE_TIMEOUT).await {
+            Some(Ok(status)) => {
+                let Some(incarnation) = self.replicas[at].incarnation else {
+                    return false;
+                };
+                // The replica may have gone blank again meanwhile: only its current
+                // incarnation among the voters counts.
+                if status.voters.contains_key(&incarnation) && !status.joint {
+                    self.replicas[at].joined = true;
+                    self.decision("ClusterReplicaReplaced");
+                    self.event(format!(
+                        "replica {} replaced member {id}'s old one",
+                        show_id(incarnation)
+                    ));
+                }
+                false
+            }
+            Some(Err(e)) => {
+                self.event(format!("adding replica {id} failed: {e}"));
+                false
+            }
+            None => {
+                self.event(format!("adding replica {id} timed out"));
+                false
+            }
+        }
+    }
+
+    /// Where the leader some up replica names is, if it is up.
+    pub(super) fn leader_at(&self) -> Option<usize> {
+        let leader = self
+            .up()
+            .into_iter()
+            .find_map(|at| self.replicas[at].group.as_ref()?.leader())?;
+        let at = self
+            .replicas
+            .iter()
+            .position(|r| r.incarnation == Some(leader))?;
+        self.replicas[at].group.is_some().then_some(at)
+    }
+
+    /// The group a client would send to: the leader some replica names, if it is up.
+    pub(super) fn target(&mut self) -> Option<Arc<MetaGroup>> {
+        let up = self.up();
+        if up.is_empty() {
+            return None;
+        }
+        let asked = up[self.rng.gen_range(0..up.len())];
+        let group = self.replicas[asked].group.clone()?;
+        let leader = group.leader();
+        leader
+            .and_then(|l| {
+                self.replicas
+                    .iter()
+                    .find(|r| r.incarnation == Some(l))?
+                    .group
+                    .clone()
+            })
+            .or(Some(group))
+    }
+
+    /// Proposes the creation of `name` once; `true` when the outcome is known.
+    pub(super) async fn propose(&mut self, name: &str) -> bool {
+        let Some(group) = self.target() else {
+            return false;
+        };
+        let to = show_id(group.id());
+        let proposal = {
+            let group = group.clone();
+            let command = create_stream(name);
+            async move { group.propose(command).await }
+        };
+        let answer = self
+            .while_nemesis(proposal, PROPOSE_TIMEOUT)
+            .await
+            .unwrap_or(Err(ProposeError::InDoubt));
+        match answer {
+            Ok((index, MetaOutcome::Applied { .. })) => {
+                self.event(format!("{name} acknowledged by {to} at index {index}"));
+                if let Some(leader) = group.leader() {
+                    self.leaders_seen.insert((leader, index));
+                }
+                self.acked.insert(name.to_owned(), index);
+                if self.in_doubt.remove(name) {
+                    self.decision("ClusterInDoubtResolved");
+                }
+                true
+            }
+            Ok((index, MetaOutcome::Refused { code, reason })) => {
+                if self.in_doubt.remove(name) {
+                    // An earlier attempt landed: the retry found the name taken.
+                    self.event(format!(
+                        "{name} found applied by {to} at index {index} ({code})"
+                    ));
+                    self.acked.insert(name.to_owned(), index);
+                } else {
+                    self.fail(
+                        INV_UNASKED,
+                        format!("{name}, proposed once, was refused at index {index}: {reason}"),
+                    );
+                }
+                true
+            }
+            Ok((index, MetaOutcome::Undecodable)) => {
+                self.fail(
+                    INV_UNASKED,
+                    format!("{name} did not decode at index {index}"),
+                );
+                true
+            }
+            Err(ProposeError::NotLeader { .. }) => false,
+            // Refused before anything was appended: nothing in this workload is refused so.
+            Err(e @ ProposeError::Failed(_)) => {
+                self.fail(INV_LIVENESS, format!("{name} at {to}: {e}"));
+                true
+            }
+            // In doubt only for a cause the world made: the replica crashed (its group is
+            // gone) or the leader changed. A Raft node that stopped on its own (a storage
+            // error, a panic) while the world still runs it is a failure, not a doubt.
+            Err(e) if self.still_up(&group) && group.failure().is_some() => {
+                let why = group.failure().unwrap_or_default();
+                self.fail(
+                    INV_LIVENESS,
+                    format!("{name} at {to}: {e}; replica {to} stopped by itself: {why}"),
+                );
+                true
+            }
+            Err(e) => {
+                self.event(format!("{name} in doubt at {to}: {e}"));
+                self.in_doubt.insert(name.to_owned());
+                false
+            }
+        }
+    }
+}

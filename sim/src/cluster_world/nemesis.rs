@@ -1,0 +1,193 @@
+//! The nemesis: crashes (a process, a power loss, inside a disk call), bounces, blank
+//! replicas (a replaced disk, a lost state record), partitions and heals, on its own clock
+//! ([`World::while_nemesis`]), never taking more than a minority out at once.
+
+use super::*;
+
+impl World {
+    pub(super) fn crash(&mut self, at: usize) {
+        self.count_installs(at);
+        self.replicas[at].armed = false;
+        let power = self.rng.gen_bool(self.profile.power_loss);
+        self.decision(if power {
+            "ClusterPowerLoss"
+        } else {
+            "ClusterProcessCrash"
+        });
+        let replica = &mut self.replicas[at];
+        replica.group = None;
+        self.executor.kill_group(NODE_GROUP_BASE + replica.id);
+        if power {
+            replica.disk.power_loss();
+            self.net.power_off(replica.ip);
+        } else {
+            replica.disk.process_crash();
+        }
+        self.crashes += 1;
+        let kind = if power { "power loss" } else { "process crash" };
+        let id = replica.id;
+        self.event(format!("replica {id}: {kind}"));
+    }
+
+    pub(super) async fn restart_all(&mut self) {
+        self.net.heal();
+        for at in 0..self.replicas.len() {
+            if self.replicas[at].armed && self.replicas[at].disk.is_crashed() {
+                self.crash(at);
+            } else if self.replicas[at].armed {
+                self.replicas[at].disk.disarm_crash();
+                self.replicas[at].armed = false;
+            }
+            if self.replicas[at].group.is_none() {
+                self.net.power_on(self.replicas[at].ip);
+                self.start(at).await;
+            }
+        }
+    }
+
+    pub(super) fn up(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&at| self.replicas[at].group.is_some())
+            .collect()
+    }
+
+    /// Brings replica `at` (down) back blank: on a new disk, or on its disk without its
+    /// state record (its vote); its files are then set aside by its boot.
+    pub(super) async fn blank(&mut self, at: usize) {
+        let id = self.replicas[at].id;
+        let lose_state = self.rng.gen_bool(self.profile.state_lost);
+        let state = group_dir(id).join(cairn_cluster::log::STATE_FILE);
+        if lose_state
+            && cairn_engine::env::Disk::exists(&self.replicas[at].disk, &state).unwrap_or(false)
+        {
+            self.replicas[at].disk.remove_by_operator(&state);
+            self.decision("ClusterStateLost");
+            self.event(format!("replica {id}: its state record is lost"));
+        } else {
+            let replica = &mut self.replicas[at];
+            replica.disk = replica_disk(self.seed, id, replica.disks, &self.clock);
+            replica.disks += 1;
+            replica.env.disk = wrap_disk(&replica.disk);
+            self.decision("ClusterDiskReplaced");
+            self.event(format!("replica {id}: its disk is replaced by a blank one"));
+        }
+        self.net.power_on(self.replicas[at].ip);
+        self.start(at).await;
+    }
+
+    /// Replicas that count as down: down, with a crash armed, or blank and not yet added.
+    pub(super) fn out(&self) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| r.group.is_none() || r.armed || !r.joined)
+            .count()
+    }
+
+    /// One nemesis step: heal, crash, bounce, restart one, partition, or nothing.
+    pub(super) async fn nemesis(&mut self) {
+        // An armed crash that struck: the process goes down now.
+        for at in 0..self.replicas.len() {
+            if self.replicas[at].armed && self.replicas[at].disk.is_crashed() {
+                self.decision("ClusterCrashInIo");
+                self.crash(at);
+            }
+        }
+        let down: Vec<usize> = (0..self.replicas.len())
+            .filter(|&at| self.replicas[at].group.is_none())
+            .collect();
+        // A replica with a crash armed counts as down: it may go any moment.
+        let out = self.out();
+        let minority = (self.replicas.len() - 1) / 2;
+        if self.rng.gen_bool(self.profile.heal) {
+            self.event("heal".into());
+            self.restart_all().await;
+        } else if out < minority && self.rng.gen_bool(self.profile.blank) {
+            let at = self.victim();
+            self.crash(at);
+            self.blank(at).await;
+        } else if out < minority && self.rng.gen_bool(self.profile.crash) {
+            let at = self.victim();
+            if self.rng.gen_bool(0.5) && !self.replicas[at].armed {
+                // Inside one of its next disk calls (a write, a sync, a rename).
+                let calls = self.rng.gen_range(0..40);
+                self.replicas[at].disk.arm_crash(calls);
+                self.replicas[at].armed = true;
+                let id = self.replicas[at].id;
+                self.event(format!("replica {id}: crash armed {calls} calls ahead"));
+            } else {
+                self.crash(at);
+            }
+        } else if out < minority && self.rng.gen_bool(self.profile.bounce) {
+            let at = self.victim();
+            self.crash(at);
+            self.net.power_on(self.replicas[at].ip);
+            self.start(at).await;
+        } else if !down.is_empty() && self.rng.gen_bool(0.3) {
+            let at = down[self.rng.gen_range(0..down.len())];
+            self.net.power_on(self.replicas[at].ip);
+            self.start(at).await;
+        } else if self.rng.gen_bool(self.profile.partition) {
+            let a = self.rng.gen_range(0..self.replicas.len());
+            let b = (a + self.rng.gen_range(1..self.replicas.len())) % self.replicas.len();
+            self.net.partition(self.replicas[a].ip, self.replicas[b].ip);
+            self.decision("ClusterPartition");
+            let (a, b) = (self.replicas[a].id, self.replicas[b].id);
+            self.event(format!("partition {a} | {b}"));
+        }
+    }
+
+    /// A replica to crash: the leader as often as the profile says, else any that is up.
+    pub(super) fn victim(&mut self) -> usize {
+        let up = self.up();
+        match self.leader_at() {
+            Some(at) if self.rng.gen_bool(self.profile.crash_leader) => at,
+            _ => up[self.rng.gen_range(0..up.len())],
+        }
+    }
+
+    /// Waits for `future`, the nemesis acting whenever its next time comes meanwhile
+    /// (every 1 ms to `nemesis_gap_ms`, however fast proposals go); `None` when `limit`
+    /// passes first.
+    pub(super) async fn while_nemesis<T>(
+        &mut self,
+        future: impl std::future::Future<Output = T>,
+        limit: Duration,
+    ) -> Option<T> {
+        let deadline = self.clock.now_nanos() + limit.as_nanos() as u64;
+        let mut future = std::pin::pin!(future);
+        loop {
+            let now = self.clock.now_nanos();
+            if self.nemesis_on && now >= self.next_nemesis {
+                self.nemesis().await;
+                let gap = self.rng.gen_range(1..=self.profile.nemesis_gap_ms) * 1_000_000;
+                self.next_nemesis = self.clock.now_nanos() + gap;
+                continue;
+            }
+            let wake = if self.nemesis_on {
+                self.next_nemesis.min(deadline)
+            } else {
+                deadline
+            };
+            let nap = cairn_engine::env::Clock::sleep(
+                &self.clock,
+                Duration::from_nanos(wake.saturating_sub(now)),
+            );
+            match cairn_engine::env::race(future.as_mut(), nap).await {
+                cairn_engine::env::Either::Left(out) => return Some(out),
+                cairn_engine::env::Either::Right(()) if self.clock.now_nanos() >= deadline => {
+                    return None
+                }
+                cairn_engine::env::Either::Right(()) => {}
+            }
+        }
+    }
+
+    /// Whether `group` is still the running process of its replica: no crash since, and no
+    /// armed crash that struck its disk (the process goes down at the nemesis' next step).
+    pub(super) fn still_up(&self, group: &Arc<MetaGroup>) -> bool {
+        self.replicas.iter().any(|r| {
+            r.group.as_ref().is_some_and(|g| Arc::ptr_eq(g, group))
+                && !(r.armed && r.disk.is_crashed())
+        })
+    }
+}
