@@ -86,7 +86,9 @@ fn main() -> ExitCode {
     let report = run_seed_with(cli.seed, options);
     if let Some(path) = &cli.timeline {
         let Some(timeline) = &report.timeline else {
-            eprintln!("this seed's scope records no timeline yet (only the server scope does)");
+            eprintln!(
+                "this seed's scope records no timeline yet (the server and cluster scopes do)"
+            );
             return ExitCode::from(2);
         };
         let picture = if html {

@@ -105,7 +105,7 @@ fn run_seed_inner(seed: u64, scope: crate::profile::Scope, options: RunOptions) 
             if verbose {
                 print!("{}", describe(&profile));
             }
-            return crate::cluster_world::run_report(profile, verbose);
+            return crate::cluster_world::run_report(profile, verbose, options.timeline);
         }
         crate::profile::Scope::Partitions => {}
     }

@@ -27,7 +27,17 @@ impl World {
             let leader = leader.clone();
             async move { leader.change(change).await }
         };
-        match self.while_nemesis(changed, CHANGE_TIMEOUT).await {
+        let span = self.begin(ADMIN_LANE, format!("add member {id}"));
+        let answer = self.while_nemesis(changed, CHANGE_TIMEOUT).await;
+        self.end(
+            span,
+            match &answer {
+                Some(Ok(_)) => SpanOutcome::Ok,
+                Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
+                None => SpanOutcome::Lost("timed out".into()),
+            },
+        );
+        match answer {
             Some(Ok(status)) => {
                 let Some(incarnation) = self.replicas[at].incarnation else {
                     return false;
@@ -93,20 +103,37 @@ impl World {
         let Some(group) = self.target() else {
             return false;
         };
-        let to = show_id(group.id());
         let proposal = {
             let group = group.clone();
             let command = create_stream(name);
             async move { group.propose(command).await }
         };
+        let span = self.begin(CLIENT_LANE, format!("{name} → {}", show_id(group.id())));
         let answer = self
             .while_nemesis(proposal, PROPOSE_TIMEOUT)
             .await
             .unwrap_or(Err(ProposeError::InDoubt));
+        self.end(span, span_outcome(&answer));
+        self.judge_answer(name, &group, answer)
+    }
+
+    /// What a proposal's answer means for the client's model; `true` when its outcome is
+    /// known.
+    fn judge_answer(
+        &mut self,
+        name: &str,
+        group: &Arc<MetaGroup>,
+        answer: Result<(u64, MetaOutcome), ProposeError>,
+    ) -> bool {
+        let to = show_id(group.id());
         match answer {
             Ok((index, MetaOutcome::Applied { .. })) => {
                 self.event(format!("{name} acknowledged by {to} at index {index}"));
                 if let Some(leader) = group.leader() {
+                    if self.leaders_seen.iter().next_back().map(|(l, _)| *l) != Some(leader) {
+                        let lane = replica_lane(cairn_cluster::types::member_of(leader));
+                        self.mark(&lane, MarkKind::Note, format!("{} leads", show_id(leader)));
+                    }
                     self.leaders_seen.insert((leader, index));
                 }
                 self.acked.insert(name.to_owned(), index);
@@ -146,7 +173,7 @@ impl World {
             // In doubt only for a cause the world made: the replica crashed (its group is
             // gone) or the leader changed. A Raft node that stopped on its own (a storage
             // error, a panic) while the world still runs it is a failure, not a doubt.
-            Err(e) if self.still_up(&group) && group.failure().is_some() => {
+            Err(e) if self.still_up(group) && group.failure().is_some() => {
                 let why = group.failure().unwrap_or_default();
                 self.fail(
                     INV_LIVENESS,
@@ -160,5 +187,16 @@ impl World {
                 false
             }
         }
+    }
+}
+
+/// How a proposal's bar ends on the timeline.
+fn span_outcome(answer: &Result<(u64, MetaOutcome), ProposeError>) -> SpanOutcome {
+    match answer {
+        Ok((_, MetaOutcome::Applied { .. })) => SpanOutcome::Ok,
+        Ok((_, MetaOutcome::Refused { reason, .. })) => SpanOutcome::Refused(reason.clone()),
+        Ok((_, MetaOutcome::Undecodable)) => SpanOutcome::Refused("undecodable".into()),
+        Err(ProposeError::InDoubt) => SpanOutcome::Lost("in doubt".into()),
+        Err(e) => SpanOutcome::Refused(e.to_string()),
     }
 }

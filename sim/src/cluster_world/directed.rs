@@ -70,7 +70,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
             Scenario::BlankVoterDiskReplaced => 0.0,
         },
     };
-    run_script(SEED, verbose, profile, Script::Directed(scenario))
+    run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }
 
 pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {

@@ -27,6 +27,7 @@ mod oracle;
 
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::Violation;
+use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline, Verdict};
 use cairn_cluster::group::{GroupConfig, MemberChange, MetaGroup, ProposeError};
 use cairn_cluster::types::{show_id, Entry, MemberId, MetaCommand, MetaOutcome, NodeId, Peer};
 use cairn_engine::env::Env;
@@ -174,6 +175,9 @@ pub struct ClusterReport {
     /// Coverage rows reached, by name ([`CLUSTER_COVERAGE`]).
     pub decisions: BTreeMap<&'static str, usize>,
     pub simulated_nanos: u64,
+    /// The run's picture, when asked for: a lane per replica, the client's and the
+    /// administrator's requests, the network's partitions.
+    pub timeline: Option<Box<Timeline>>,
 }
 
 impl ClusterReport {
@@ -205,8 +209,12 @@ struct Replica {
 }
 
 struct Shared {
+    clock: SimClock,
     events: Vec<String>,
     violation: Option<Violation>,
+    /// When the violation was seen (virtual nanoseconds).
+    violated_at: u64,
+    timeline: Option<Timeline>,
     /// index → (term, the entry's rendering), as the first replica applied it.
     applied: BTreeMap<u64, (u64, String)>,
 }
@@ -214,6 +222,7 @@ struct Shared {
 impl Shared {
     fn fail(&mut self, invariant: &'static str, evidence: String) {
         if self.violation.is_none() {
+            self.violated_at = self.clock.now_nanos();
             self.events
                 .push(format!("VIOLATION {invariant}: {evidence}"));
             self.violation = Some(Violation {
@@ -284,6 +293,7 @@ pub fn run(seed: u64, verbose: bool) -> ClusterReport {
         verbose,
         ClusterProfile::from_seed(seed),
         Script::Swarm,
+        false,
     )
 }
 
@@ -302,7 +312,13 @@ type Counts = (usize, usize, usize, BTreeMap<&'static str, usize>);
 /// Runs `script` on a world of `profile`; a panic anywhere in it (openraft's own checks
 /// included) is a violation of [`crate::report::INV_ASSERTION`], unless the oracle saw a
 /// violation before it.
-fn run_script(seed: u64, verbose: bool, profile: ClusterProfile, script: Script) -> ClusterReport {
+fn run_script(
+    seed: u64,
+    verbose: bool,
+    profile: ClusterProfile,
+    script: Script,
+    record: bool,
+) -> ClusterReport {
     if verbose {
         println!("seed {seed} cluster {profile:?}");
     }
@@ -310,8 +326,11 @@ fn run_script(seed: u64, verbose: bool, profile: ClusterProfile, script: Script)
     let mut executor = Executor::new(seed ^ 0xe8ec, clock.clone());
     let net = SimNet::new(seed ^ 0x4e7, clock.clone(), NetFaults::default());
     let shared = Arc::new(Mutex::new(Shared {
+        clock: clock.clone(),
         events: vec![format!("profile {profile:?}")],
         violation: None,
+        violated_at: 0,
+        timeline: record.then(|| new_timeline(seed, profile.replicas)),
         applied: BTreeMap::new(),
     }));
     let replicas = (1..=profile.replicas as MemberId)
@@ -392,6 +411,16 @@ fn run_script(seed: u64, verbose: bool, profile: ClusterProfile, script: Script)
             println!("{v}");
         }
     }
+    let timeline = shared.timeline.take().map(|mut timeline| {
+        let verdict = shared.violation.as_ref().map(|v| Verdict {
+            at_nanos: shared.violated_at,
+            invariant: v.invariant.to_string(),
+            evidence: v.evidence.clone(),
+            spans: Vec::new(),
+        });
+        timeline.finish(clock.now_nanos(), verdict);
+        Box::new(timeline)
+    });
     ClusterReport {
         seed,
         profile,
@@ -402,7 +431,29 @@ fn run_script(seed: u64, verbose: bool, profile: ClusterProfile, script: Script)
         elections,
         decisions,
         simulated_nanos: clock.now_nanos(),
+        timeline,
     }
+}
+
+/// A timeline with its lanes in the order they are drawn: the client, the administrator,
+/// each replica, the network.
+fn new_timeline(seed: u64, replicas: usize) -> Timeline {
+    let mut timeline = Timeline::new(format!("cluster seed {seed:#x}: {replicas} replicas"));
+    timeline.lane(CLIENT_LANE, LaneKind::Client);
+    timeline.lane(ADMIN_LANE, LaneKind::Client);
+    for id in 1..=replicas as MemberId {
+        timeline.lane(&replica_lane(id), LaneKind::Node);
+    }
+    timeline.lane(NETWORK_LANE, LaneKind::Network);
+    timeline
+}
+
+const CLIENT_LANE: &str = "client";
+const ADMIN_LANE: &str = "administrator";
+const NETWORK_LANE: &str = "network";
+
+fn replica_lane(id: MemberId) -> String {
+    format!("replica {id}")
 }
 
 /// Replica `id`'s disk number `nth` (a replaced disk is a new device).
@@ -432,8 +483,19 @@ fn group_dir(id: MemberId) -> PathBuf {
 
 /// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
 /// every scope's is.
-pub fn run_report(profile: crate::profile::Profile, verbose: bool) -> crate::report::RunReport {
-    let cluster = run(profile.seed, verbose);
+pub fn run_report(
+    profile: crate::profile::Profile,
+    verbose: bool,
+    timeline: bool,
+) -> crate::report::RunReport {
+    let seed = profile.seed;
+    let cluster = run_script(
+        seed,
+        verbose,
+        ClusterProfile::from_seed(seed),
+        Script::Swarm,
+        timeline,
+    );
     let mut report = crate::report::RunReport::new(profile);
     report.trace_hash = cluster.trace_hash();
     report.violation = cluster.violation;
@@ -441,6 +503,7 @@ pub fn run_report(profile: crate::profile::Profile, verbose: bool) -> crate::rep
     report.simulated_nanos = cluster.simulated_nanos;
     report.operations = cluster.acknowledged as u64;
     report.restarts = cluster.crashes as u64;
+    report.timeline = cluster.timeline;
     report
 }
 
@@ -452,6 +515,35 @@ impl World {
             println!("{line}");
         }
         self.shared.lock().expect("shared").events.push(line);
+    }
+
+    /// A mark on `lane` of the timeline, if one is recorded.
+    fn mark(&self, lane: &str, kind: MarkKind, label: String) {
+        let now = self.clock.now_nanos();
+        if let Some(timeline) = &mut self.shared.lock().expect("shared").timeline {
+            let lane = timeline.lane(lane, LaneKind::Node);
+            timeline.mark(lane, now, kind, label);
+        }
+    }
+
+    /// Begins a request's bar on `lane` (0 when no timeline is recorded).
+    fn begin(&self, lane: &str, label: String) -> u64 {
+        let now = self.clock.now_nanos();
+        match &mut self.shared.lock().expect("shared").timeline {
+            Some(timeline) => {
+                let lane = timeline.lane(lane, LaneKind::Client);
+                timeline.begin(lane, now, label)
+            }
+            None => 0,
+        }
+    }
+
+    /// Ends the bar `id` began.
+    fn end(&self, id: u64, outcome: SpanOutcome) {
+        let now = self.clock.now_nanos();
+        if let Some(timeline) = &mut self.shared.lock().expect("shared").timeline {
+            timeline.end(id, now, outcome);
+        }
     }
 
     fn decision(&mut self, name: &'static str) {
@@ -526,11 +618,23 @@ impl World {
                     show(last),
                     if blank { ", a new replica" } else { "" }
                 ));
+                let label = format!(
+                    "started as {}{}, last {}",
+                    show_id(incarnation),
+                    if blank { " (new)" } else { "" },
+                    show(last)
+                );
+                self.mark(&replica_lane(id), MarkKind::Boot, label);
                 self.replicas[at].group = Some(Arc::new(group));
             }
             Err(e) => {
                 // With a minority of replicas ever down and no disk damage injected, every
                 // boot must succeed.
+                self.mark(
+                    &replica_lane(id),
+                    MarkKind::Note,
+                    format!("did not start: {e}"),
+                );
                 self.fail(INV_BOOT, format!("replica {id} did not start: {e}"));
             }
         }

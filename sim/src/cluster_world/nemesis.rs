@@ -27,6 +27,12 @@ impl World {
         let kind = if power { "power loss" } else { "process crash" };
         let id = replica.id;
         self.event(format!("replica {id}: {kind}"));
+        let mark = if power {
+            MarkKind::PowerLoss
+        } else {
+            MarkKind::ProcessCrash
+        };
+        self.mark(&replica_lane(id), mark, kind.into());
     }
 
     pub(super) async fn restart_all(&mut self) {
@@ -63,6 +69,11 @@ impl World {
             self.replicas[at].disk.remove_by_operator(&state);
             self.decision("ClusterStateLost");
             self.event(format!("replica {id}: its state record is lost"));
+            self.mark(
+                &replica_lane(id),
+                MarkKind::DiskFault,
+                "state record lost".into(),
+            );
         } else {
             let replica = &mut self.replicas[at];
             replica.disk = replica_disk(self.seed, id, replica.disks, &self.clock);
@@ -70,6 +81,11 @@ impl World {
             replica.env.disk = wrap_disk(&replica.disk);
             self.decision("ClusterDiskReplaced");
             self.event(format!("replica {id}: its disk is replaced by a blank one"));
+            self.mark(
+                &replica_lane(id),
+                MarkKind::DiskFault,
+                "disk replaced".into(),
+            );
         }
         self.net.power_on(self.replicas[at].ip);
         self.start(at).await;
@@ -100,6 +116,7 @@ impl World {
         let minority = (self.replicas.len() - 1) / 2;
         if self.rng.gen_bool(self.profile.heal) {
             self.event("heal".into());
+            self.mark(NETWORK_LANE, MarkKind::Heal, "heal".into());
             self.restart_all().await;
         } else if out < minority && self.rng.gen_bool(self.profile.blank) {
             let at = self.victim();
@@ -114,6 +131,8 @@ impl World {
                 self.replicas[at].armed = true;
                 let id = self.replicas[at].id;
                 self.event(format!("replica {id}: crash armed {calls} calls ahead"));
+                let label = format!("crash armed {calls} calls ahead");
+                self.mark(&replica_lane(id), MarkKind::Note, label);
             } else {
                 self.crash(at);
             }
@@ -133,6 +152,7 @@ impl World {
             self.decision("ClusterPartition");
             let (a, b) = (self.replicas[a].id, self.replicas[b].id);
             self.event(format!("partition {a} | {b}"));
+            self.mark(NETWORK_LANE, MarkKind::Partition, format!("{a} | {b}"));
         }
     }
 

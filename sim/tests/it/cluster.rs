@@ -105,3 +105,49 @@ fn caught(canary: &str, name: &str, scenario: cluster_world::directed::Scenario)
         "{canary} in {name}: caught as {violation}"
     );
 }
+
+#[test]
+fn a_cluster_timeline_draws_a_lane_per_replica_and_changes_nothing() {
+    use cairn_sim::profile::Scope;
+    use cairn_sim::timeline::{LaneKind, MarkKind};
+    use cairn_sim::{run_seed, run_seed_with, RunOptions};
+    let seed = (0u64..)
+        .find(|s| Scope::of(*s) == Scope::Cluster)
+        .expect("some seed is a cluster's");
+    let plain = run_seed(seed, false);
+    let drawn = run_seed_with(
+        seed,
+        RunOptions {
+            timeline: true,
+            ..RunOptions::default()
+        },
+    );
+    assert_eq!(plain.trace_hash, drawn.trace_hash, "drawing changed the run");
+    assert!(plain.timeline.is_none());
+    let timeline = drawn.timeline.expect("the cluster scope draws");
+    let replicas = cluster_world::ClusterProfile::from_seed(seed).replicas;
+    for id in 1..=replicas {
+        let name = format!("replica {id}");
+        let lane = timeline
+            .lanes
+            .iter()
+            .position(|l| l.name == name && l.kind == LaneKind::Node)
+            .unwrap_or_else(|| panic!("no lane {name}"));
+        assert!(
+            timeline
+                .marks
+                .iter()
+                .any(|m| m.lane == lane && m.kind == MarkKind::Boot),
+            "{name} has no boot"
+        );
+    }
+    let client = timeline.lanes.iter().position(|l| l.name == "client");
+    let proposals = timeline
+        .spans
+        .iter()
+        .filter(|s| Some(s.lane) == client)
+        .count();
+    assert!(proposals as u64 >= drawn.operations, "{proposals} bars");
+    let svg = cairn_sim::timeline::render_svg(&timeline);
+    assert!(svg.contains("replica 1") && svg.contains("network"));
+}
