@@ -267,6 +267,14 @@ fn swarm(args: SwarmArgs) -> ExitCode {
             t.decision_seeds.get(decision).copied().unwrap_or(0)
         );
     }
+    println!("coverage: cluster scope (the metadata group's replicas) -> seeds that reached it");
+    for (decision, what) in cairn_sim::cluster_world::CLUSTER_COVERAGE {
+        println!(
+            "  {:<22} {:<6} {what}",
+            decision,
+            t.decision_seeds.get(decision).copied().unwrap_or(0)
+        );
+    }
     println!("coverage: metadata boot refusal -> seeds that reached it");
     for refusal in cairn_engine::metadata::MetaRefusal::COVERAGE_NAMES {
         println!(

@@ -122,7 +122,10 @@ fn a_cluster_timeline_draws_a_lane_per_replica_and_changes_nothing() {
             ..RunOptions::default()
         },
     );
-    assert_eq!(plain.trace_hash, drawn.trace_hash, "drawing changed the run");
+    assert_eq!(
+        plain.trace_hash, drawn.trace_hash,
+        "drawing changed the run"
+    );
     assert!(plain.timeline.is_none());
     let timeline = drawn.timeline.expect("the cluster scope draws");
     let replicas = cluster_world::ClusterProfile::from_seed(seed).replicas;
