@@ -23,6 +23,11 @@ pub const SNAPSHOT_EVERY: u64 = 1024;
 const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the founder asks the members again while one has not answered.
 const FOUND_RETRY: Duration = Duration::from_millis(200);
+/// How long a new learner may take to hold everything committed before it becomes a voter.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+const CATCH_UP_POLL: Duration = Duration::from_millis(20);
+/// How many committed entries a learner may still lack when it becomes a voter.
+const CATCH_UP_LAG: u64 = 64;
 
 /// A new replica's incarnation, drawn by the simulator instead of at random (a canary's
 /// hook: production leaves it `None`).
@@ -51,8 +56,8 @@ pub struct GroupConfig {
     /// An election starts after a random wait in this range without a leader's heartbeat.
     pub election: (Duration, Duration),
     /// Make the group from `members` if it was never made. Only the founder (the lowest
-    /// member id) does, and only once every member answers that it holds no state and says
-    /// who it is ([`crate::net::identify`]): a founder that lost its data while the group
+    /// member id) does, and only once every member answers that it holds none of the
+    /// group's log or state (a vote alone does not count) and says who it is ([`crate::net::identify`]): a founder that lost its data while the group
     /// lives finds members that hold it, and starts as a new replica instead.
     pub bootstrap: bool,
     /// Entries between snapshots ([`SNAPSHOT_EVERY`] unless a test wants them sooner).
@@ -139,7 +144,8 @@ pub enum MemberChange {
 pub struct GroupStatus {
     pub me: NodeId,
     pub leader: Option<NodeId>,
-    /// The voters of every configuration in force (two while a change is joint).
+    /// The voters of the committed configuration (of both its halves while a change is
+    /// joint).
     pub voters: BTreeMap<NodeId, Peer>,
     pub learners: BTreeMap<NodeId, Peer>,
     /// A change is half done: the old and the new voters must both agree (openraft leaves
@@ -189,7 +195,10 @@ impl MetaGroup {
         )
         .await?;
         let me = log.id();
-        let fresh = log.summary() == (None, None, None);
+        let (vote, purged, last) = log.summary();
+        // The replica holds some of the group (a vote alone is not the group's state).
+        let stored = purged.is_some() || last.is_some();
+        let fresh = vote.is_none() && !stored;
         let machine = MetaMachine::open(
             env.disk.clone(),
             &config.dir,
@@ -241,6 +250,7 @@ impl MetaGroup {
             raft.clone(),
             config.cluster,
             me,
+            stored,
             config.hooks.addressed.clone(),
         );
         let mut tasks = vec![env.tasks.spawn(Box::pin(in_env(env, serve)))];
@@ -295,18 +305,22 @@ impl MetaGroup {
     /// Changes the group's voters ([`MemberChange`]); on the leader. Answers once the new
     /// configuration is committed. Repeating a change that took effect does nothing.
     ///
-    /// The change is stated relative to the configuration openraft holds when it applies
-    /// it (remove this member's other replicas, add this one), never as a whole voter set
-    /// read earlier: adding a learner waits for it to catch up, and a set read before that
-    /// wait could bring back a replica another change removed meanwhile.
+    /// An added replica first becomes a learner and must hold what is committed, but for
+    /// the last few entries, within [`CATCH_UP_TIMEOUT`], before it votes. The change is then stated relative to the
+    /// configuration openraft holds when it applies it (remove this member's other
+    /// replicas, add this one: one joint-consensus change), never as a voter set read
+    /// earlier, which a change made meanwhile could have made stale.
     pub async fn change(&self, change: MemberChange) -> Result<GroupStatus, ProposeError> {
-        let member = match &change {
-            MemberChange::Add { member, .. } | MemberChange::Remove { member } => *member,
-        };
-        let added = match &change {
+        let status = self.status();
+        if status.leader != Some(self.me) {
+            return Err(ProposeError::NotLeader {
+                me: self.me,
+                leader: status.leader,
+            });
+        }
+        let (member, added) = match &change {
             MemberChange::Add { member, peer } => {
                 let id = self.identify(*member, peer).await?;
-                let status = self.status();
                 let others = status
                     .voters
                     .keys()
@@ -315,14 +329,11 @@ impl MetaGroup {
                     return Ok(status);
                 }
                 if !status.voters.contains_key(&id) {
-                    let learner = self.raft.add_learner(id, peer.clone(), true);
-                    in_env(&self.env, learner)
-                        .await
-                        .map_err(|e| self.write_error(e))?;
+                    self.add_learner(id, peer).await?;
                 }
-                Some(id)
+                (*member, Some(id))
             }
-            MemberChange::Remove { .. } => None,
+            MemberChange::Remove { member } => (*member, None),
         };
         let status = self.status();
         let of_member = |ids: &BTreeMap<NodeId, Peer>| -> BTreeSet<NodeId> {
@@ -354,8 +365,43 @@ impl MetaGroup {
         Ok(self.status())
     }
 
-    /// The Raft id of `member`'s replica at `peer`, if it may join: blank, or a learner of
-    /// this group already.
+    /// Makes `id` a learner and waits until it holds every committed entry.
+    async fn add_learner(&self, id: NodeId, peer: &Peer) -> Result<(), ProposeError> {
+        let added = self.raft.add_learner(id, peer.clone(), false);
+        in_env(&self.env, added)
+            .await
+            .map_err(|e| self.write_error(e))?;
+        let deadline = self.env.clock.monotonic_nanos() + CATCH_UP_TIMEOUT.as_nanos() as u64;
+        loop {
+            let caught_up = {
+                use openraft::async_runtime::WatchReceiver;
+                let metrics = self.raft.metrics();
+                let metrics = metrics.borrow_watched();
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten());
+                let committed = metrics.cluster_committed.as_ref().map(|c| c.index);
+                // Within a few entries of the commit (proposals go on meanwhile).
+                matched.map(|m| m.index + CATCH_UP_LAG) >= committed
+            };
+            if caught_up {
+                return Ok(());
+            }
+            if self.env.clock.monotonic_nanos() >= deadline {
+                return Err(ProposeError::Failed(format!(
+                    "replica {} did not catch up within {CATCH_UP_TIMEOUT:?}",
+                    show_id(id)
+                )));
+            }
+            self.env.clock.sleep(CATCH_UP_POLL).await;
+        }
+    }
+
+    /// The Raft id of `member`'s replica at `peer`. A replica that holds some of this
+    /// cluster's state but is not in the configuration (a learner whose addition a leader
+    /// change undid, a replica removed earlier) may join too: Raft cuts whatever of its log
+    /// the leader's does not hold.
     async fn identify(&self, member: MemberId, peer: &Peer) -> Result<NodeId, ProposeError> {
         let addr: SocketAddr = peer.raft.parse().map_err(|_| {
             ProposeError::Failed(format!("the address {:?} does not parse", peer.raft))
@@ -370,24 +416,16 @@ impl MetaGroup {
         )
         .await
         .map_err(|e| ProposeError::Failed(format!("member {member} at {addr}: {e}")))?;
-        let status = self.status();
-        let known =
-            status.voters.contains_key(&identity.id) || status.learners.contains_key(&identity.id);
-        if identity.initialized && !known {
-            return Err(ProposeError::Failed(format!(
-                "replica {} holds a group's state but is not in this group: wipe its data directory first",
-                show_id(identity.id)
-            )));
-        }
         Ok(identity.id)
     }
 
-    /// The group's configuration, leader and progress as this replica knows them.
+    /// The group's committed configuration, its leader and the progress as this replica
+    /// knows them.
     pub fn status(&self) -> GroupStatus {
         use openraft::async_runtime::WatchReceiver;
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow_watched();
-        let membership = metrics.membership_config.membership();
+        let membership = metrics.committed_membership_config.membership();
         let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
         let (voters, learners) = membership
             .nodes()
@@ -477,7 +515,7 @@ async fn found(
         if let Some(existing) = exists {
             tracing::warn!(
                 existing = %show_id(existing),
-                "the group exists: this replica holds no state and waits to be added (`cairn cluster add`)"
+                "the group exists: this replica holds no state and waits for an administrator to add it"
             );
             return;
         }

@@ -17,7 +17,7 @@
 //! | found at boot | what it is | decision |
 //! |---|---|---|
 //! | no `state`, no other file | a new replica | a new incarnation, an empty log |
-//! | no `state`, other files (segments, a snapshot) | the vote and the identity were lost | files set aside in `lost-<new incarnation>/`; a new incarnation, an empty log |
+//! | no `state`, other files (segments, a snapshot) | the vote and the identity were lost | files set aside in `lost-<new Raft id>/`; a new incarnation, an empty log |
 //! | `state` unreadable in both copies | damage | refuse |
 //! | `state` of another cluster or member | not this replica's | refuse |
 //! | a sealed segment (before the synced one) that does not verify whole | damage | refuse |
@@ -64,7 +64,8 @@ pub const SEGMENT_BYTES: u64 = 4 << 20;
 pub const MAX_ENTRY_LEN: usize = 1 << 20;
 const RECORD_HEADER: usize = 20;
 const STATE_MAGIC: &[u8; 4] = b"CRFT";
-const STATE_VERSION: u16 = 1;
+/// Version 2: the node field holds the Raft id (member and incarnation), not the member.
+const STATE_VERSION: u16 = 2;
 
 /// The durable facts of the state record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

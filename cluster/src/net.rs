@@ -67,7 +67,9 @@ enum Rpc {
 pub struct Identity {
     /// Its Raft id: the incarnation of its storage.
     pub id: NodeId,
-    /// Whether it holds the group's state (a membership): a replica of a group already made.
+    /// Whether it holds any of the group's log or state (a vote alone does not count): a
+    /// replica of a group already made. Read from its storage as it booted, or from its Raft
+    /// node once that runs, never from the Raft node alone, whose view starts empty.
     pub initialized: bool,
 }
 
@@ -391,6 +393,7 @@ pub async fn serve_peers(
     raft: Raft,
     cluster: u128,
     me: NodeId,
+    stored: bool,
     addressed: Option<AddressedHook>,
 ) {
     loop {
@@ -400,7 +403,13 @@ pub async fn serve_peers(
             continue;
         };
         tracing::debug!(%from, "a peer connected");
-        let task = serve_connection(stream, raft.clone(), cluster, me, addressed.clone());
+        let task = serve_connection(
+            stream,
+            raft.clone(),
+            cluster,
+            (me, stored),
+            addressed.clone(),
+        );
         drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
     }
 }
@@ -409,7 +418,7 @@ async fn serve_connection(
     mut stream: Box<dyn ByteStream>,
     raft: Raft,
     cluster: u128,
-    me: NodeId,
+    (me, stored): (NodeId, bool),
     hook: Option<AddressedHook>,
 ) {
     loop {
@@ -429,7 +438,7 @@ async fn serve_connection(
                 show_id(me)
             ))
         } else {
-            answer(&raft, request.rpc).await
+            answer(&raft, request.rpc, stored).await
         };
         if write_message(&mut *stream, &reply).await.is_err() {
             return;
@@ -437,7 +446,8 @@ async fn serve_connection(
     }
 }
 
-async fn answer(raft: &Raft, rpc: Rpc) -> Reply {
+/// `stored`: the replica held some of the group's log or state when it booted.
+async fn answer(raft: &Raft, rpc: Rpc, stored: bool) -> Reply {
     match rpc {
         Rpc::Append(r) => raft
             .append_entries(r)
@@ -465,12 +475,13 @@ async fn answer(raft: &Raft, rpc: Rpc) -> Reply {
             use openraft::async_runtime::WatchReceiver;
             let metrics = raft.metrics();
             let metrics = metrics.borrow_watched();
-            let initialized = metrics
-                .membership_config
-                .membership()
-                .voter_ids()
-                .next()
-                .is_some();
+            let initialized = stored
+                || metrics
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .next()
+                    .is_some();
             Reply::Identity(Identity {
                 id: metrics.id,
                 initialized,

@@ -19,7 +19,9 @@ pub type MemberId = u32;
 /// new incarnation: a different Raft node, which requests addressed to the old one do not
 /// reach ([`crate::net`]), so it neither votes nor counts toward a quorum with what it
 /// forgot, until an administrator replaces the old replica with it
-/// ([`crate::group::MetaGroup::change`]).
+/// ([`crate::group::MetaGroup::change`]). A new incarnation equal to the old one (one chance
+/// in 2^32 per blank replica) would undo that; the old one is not known to compare against
+/// (it was lost with the storage), so the odds are the bound, stated here.
 pub type NodeId = u64;
 
 /// The Raft id of `member`'s replica of incarnation `incarnation`.

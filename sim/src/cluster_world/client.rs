@@ -130,7 +130,7 @@ impl World {
             Ok((index, MetaOutcome::Applied { .. })) => {
                 self.event(format!("{name} acknowledged by {to} at index {index}"));
                 if let Some(leader) = group.leader() {
-                    if self.leaders_seen.iter().next_back().map(|(l, _)| *l) != Some(leader) {
+                    if self.last_leader.replace(leader) != Some(leader) {
                         let lane = replica_lane(cairn_cluster::types::member_of(leader));
                         self.mark(&lane, MarkKind::Note, format!("{} leads", show_id(leader)));
                     }

@@ -247,6 +247,8 @@ struct World {
     in_doubt: BTreeSet<String>,
     crashes: usize,
     leaders_seen: BTreeSet<(NodeId, u64)>,
+    /// The leader of the last acknowledgement (the timeline marks each new one).
+    last_leader: Option<NodeId>,
     /// The nemesis acts only while the client works (the final round is calm).
     nemesis_on: bool,
     /// When the nemesis acts next (virtual nanoseconds).
@@ -372,6 +374,7 @@ fn run_script(
         in_doubt: BTreeSet::new(),
         crashes: 0,
         leaders_seen: BTreeSet::new(),
+        last_leader: None,
         nemesis_on: true,
         next_nemesis: 0,
         decisions: BTreeMap::new(),
