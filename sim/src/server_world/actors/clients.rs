@@ -31,6 +31,14 @@ pub(crate) async fn clients(a: &mut Actor) {
     a.end(&begun, &result);
     a.after(&begun);
     if let Err(cairn_client::ClientError::Server { code, .. }) = &result {
+        // The server answers every ping. A refusal on another session (or none) came from
+        // the login of the reconnect the ping needed: judged as a login is (code 1 only
+        // while the node is stopped or the server down). On the ping's own session it is
+        // the server's fault.
+        if session(a).map(|s| s.0) != Some(on) {
+            a.read_refusal_in_doubt(&begun, *code, "ping (its reconnect's login)", INV_CLIENTS);
+            return;
+        }
         let v = violation(INV_CLIENTS, format!("ping refused with {code}"));
         return judged(a, "Ping", Err(v));
     }
