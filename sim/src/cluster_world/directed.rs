@@ -10,6 +10,11 @@
 //! (agreement) or an acknowledged op missing. Since F is a new replica, C's requests, meant
 //! for the old F, do not reach it: no leader until L is back, then L leads with every op,
 //! and the administrator replaces the old F with the new one.
+//!
+//! **A blank founder does not found a second group.** The founder (the lowest member id)
+//! comes back on a blank disk while another replica restarts beside it: a founder that took
+//! the restarting replica for an empty one would make a new group over the live one. It
+//! must find the group, wait, and be added by the administrator, with every op kept.
 
 use super::{
     run_script, ClusterProfile, ClusterReport, Counts, Script, World, INV_ACKED_PRESENT,
@@ -24,10 +29,12 @@ pub enum Scenario {
     BlankVoterStateLost,
     /// F's disk is replaced by a blank one.
     BlankVoterDiskReplaced,
+    /// The founder's disk is replaced while another replica restarts.
+    BlankFounder,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 2] = [
+pub const SCENARIOS: [(&str, Scenario); 3] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -35,6 +42,10 @@ pub const SCENARIOS: [(&str, Scenario); 2] = [
     (
         "a_replica_on_a_blank_disk_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterDiskReplaced,
+    ),
+    (
+        "a_blank_founder_rejoins_the_group_instead_of_making_another",
+        Scenario::BlankFounder,
     ),
 ];
 
@@ -67,7 +78,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         blank: 0.0,
         state_lost: match scenario {
             Scenario::BlankVoterStateLost => 1.0,
-            Scenario::BlankVoterDiskReplaced => 0.0,
+            Scenario::BlankVoterDiskReplaced | Scenario::BlankFounder => 0.0,
         },
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
@@ -80,7 +91,10 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
         world.start(at).await;
     }
     if world.acknowledge("a").await {
-        blank_voter(&mut world).await;
+        match scenario {
+            Scenario::BlankFounder => blank_founder(&mut world).await,
+            _ => blank_voter(&mut world).await,
+        }
     }
     world.counts()
 }
@@ -122,6 +136,20 @@ async fn blank_voter(world: &mut World) {
     if !world.failed() && !world.acked.contains_key("x2") {
         world.fail(INV_ACKED_PRESENT, "x2 was never acknowledged".into());
     }
+}
+
+/// The founder (replica 0) on a blank disk, replica 1 restarting beside it.
+async fn blank_founder(world: &mut World) {
+    world.crash(0);
+    world.crash(1);
+    world.blank(0).await;
+    world.start(1).await;
+    for name in ["b0", "b1", "b2"] {
+        if !world.acknowledge(name).await {
+            return;
+        }
+    }
+    world.judge_final().await;
 }
 
 impl World {
