@@ -28,6 +28,9 @@ pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 const CATCH_UP_POLL: Duration = Duration::from_millis(20);
 /// How many committed entries a learner may still lack when it becomes a voter.
 const CATCH_UP_LAG: u64 = 64;
+/// How long a stopping leader waits for another replica to take over.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+const HANDOVER_POLL: Duration = Duration::from_millis(5);
 
 /// A new replica's incarnation, drawn by the simulator instead of at random (a canary's
 /// hook: production leaves it `None`).
@@ -474,6 +477,48 @@ impl MetaGroup {
 
     pub fn log(&self) -> &LogStore {
         &self.log
+    }
+
+    /// If this replica leads, hands leadership to the voter whose log is longest and waits
+    /// (at most `limit`) until another replica leads; answers the leader then known. A leader
+    /// that stops without this leaves the group leaderless for an election timeout.
+    pub async fn hand_over(&self, limit: Duration) -> Option<NodeId> {
+        let status = self.status();
+        if status.leader != Some(self.me) {
+            return status.leader;
+        }
+        let to = status
+            .voters
+            .keys()
+            .filter(|id| **id != self.me)
+            .max_by_key(|id| (status.matched.get(id).copied().flatten(), **id))
+            .copied()?;
+        tracing::info!(to = %show_id(to), "handing leadership over");
+        if in_env(&self.env, self.raft.trigger().transfer_leader(to))
+            .await
+            .is_err()
+        {
+            return None;
+        }
+        let deadline = self.env.clock.monotonic_nanos() + limit.as_nanos() as u64;
+        loop {
+            let leader = self.leader();
+            if leader.is_some_and(|l| l != self.me) {
+                return leader;
+            }
+            if self.env.clock.monotonic_nanos() >= deadline {
+                return leader;
+            }
+            self.env.clock.sleep(HANDOVER_POLL).await;
+        }
+    }
+
+    /// Hands leadership over ([`MetaGroup::hand_over`], within [`HANDOVER_TIMEOUT`]), then
+    /// stops: a graceful shutdown.
+    pub async fn stop(&self) -> Option<NodeId> {
+        let leader = self.hand_over(HANDOVER_TIMEOUT).await;
+        self.shutdown().await;
+        leader
     }
 
     /// Stops the Raft node and the listener.

@@ -22,7 +22,8 @@ use cairn_engine::env::{self, ByteStream, Env, Listener};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -60,6 +61,8 @@ enum Rpc {
     },
     /// Who are you? (Addressed to a member, any incarnation.)
     Identify,
+    /// The leader hands leadership over to the addressee (it is stepping down).
+    TransferLeader(TransferLeaderRequest<MetaConfig>),
 }
 
 /// A node's answer to [`identify`].
@@ -79,6 +82,7 @@ enum Reply {
     Vote(VoteResponse<MetaConfig>),
     Snapshot(SnapshotResponse<MetaConfig>),
     Identity(Identity),
+    TransferLeader(TransferLeaderResponse<MetaConfig>),
     /// The request was not served: a wrong cluster or node, or the Raft node failed.
     Refused(String),
 }
@@ -333,6 +337,18 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
         })
     }
 
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<MetaConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<MetaConfig>, RPCError<MetaConfig>> {
+        let reply = self.call(Rpc::TransferLeader(rpc), option.hard_ttl()).await;
+        answered(reply, |r| match r {
+            Reply::TransferLeader(r) => Some(r),
+            _ => None,
+        })
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -471,6 +487,10 @@ async fn answer(raft: &Raft, rpc: Rpc, stored: bool) -> Reply {
             )
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::Snapshot),
+        Rpc::TransferLeader(r) => raft
+            .handle_transfer_leader(r)
+            .await
+            .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
         Rpc::Identify => {
             use openraft::async_runtime::WatchReceiver;
             let metrics = raft.metrics();

@@ -31,10 +31,12 @@ pub enum Scenario {
     BlankVoterDiskReplaced,
     /// The founder's disk is replaced while another replica restarts.
     BlankFounder,
+    /// The leader stops gracefully with every other replica up.
+    LeaderHandover,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 3] = [
+pub const SCENARIOS: [(&str, Scenario); 4] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -46,6 +48,10 @@ pub const SCENARIOS: [(&str, Scenario); 3] = [
     (
         "a_blank_founder_rejoins_the_group_instead_of_making_another",
         Scenario::BlankFounder,
+    ),
+    (
+        "a_stopping_leader_hands_over_before_it_goes",
+        Scenario::LeaderHandover,
     ),
 ];
 
@@ -78,8 +84,9 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         blank: 0.0,
         state_lost: match scenario {
             Scenario::BlankVoterStateLost => 1.0,
-            Scenario::BlankVoterDiskReplaced | Scenario::BlankFounder => 0.0,
+            _ => 0.0,
         },
+        graceful: 0.0,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }
@@ -93,6 +100,7 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
     if world.acknowledge("a").await {
         match scenario {
             Scenario::BlankFounder => blank_founder(&mut world).await,
+            Scenario::LeaderHandover => handover(&mut world).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -150,6 +158,27 @@ async fn blank_founder(world: &mut World) {
         }
     }
     world.judge_final().await;
+}
+
+/// The leader stops gracefully: another replica must lead before it is gone, and the next
+/// op goes through it.
+async fn handover(world: &mut World) {
+    let Some(l) = world.leader_at() else {
+        world.fail(INV_LIVENESS, "no leader after the first op".into());
+        return;
+    };
+    if world.stop_gracefully(l).await.is_none() {
+        world.fail(
+            INV_LIVENESS,
+            "a leader stopping with every other replica up handed leadership to none".into(),
+        );
+        return;
+    }
+    if world.acknowledge("h0").await {
+        world.net.power_on(world.replicas[l].ip);
+        world.start(l).await;
+        world.judge_final().await;
+    }
 }
 
 impl World {

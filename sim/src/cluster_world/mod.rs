@@ -65,7 +65,11 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 11] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 12] = [
+    (
+        "ClusterLeaderHandedOver",
+        "a leader stopped gracefully and handed leadership to another replica first",
+    ),
     (
         "ClusterDiskReplaced",
         "a replica's disk was replaced by a blank one and it came back as a new replica",
@@ -135,6 +139,8 @@ pub struct ClusterProfile {
     pub blank: f64,
     /// Of blank replicas, the share that lost only their state record (the rest, the disk).
     pub state_lost: f64,
+    /// Per nemesis step: the leader stops gracefully (hands over, then goes down).
+    pub graceful: f64,
 }
 
 impl ClusterProfile {
@@ -157,6 +163,7 @@ impl ClusterProfile {
                 0.0
             },
             state_lost: rng.gen_range(0.0..1.0),
+            graceful: rng.gen_range(0.0..0.2),
         }
     }
 }

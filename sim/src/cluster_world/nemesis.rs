@@ -91,6 +91,32 @@ impl World {
         self.start(at).await;
     }
 
+    /// Stops replica `at` as an operator's shutdown does: a leader hands over first. The
+    /// leader it then knows of, if any.
+    pub(super) async fn stop_gracefully(&mut self, at: usize) -> Option<NodeId> {
+        let group = self.replicas[at].group.clone()?;
+        let old = group.id();
+        let handed = group.stop().await;
+        self.count_installs(at);
+        let replica = &mut self.replicas[at];
+        replica.group = None;
+        replica.armed = false;
+        self.executor.kill_group(NODE_GROUP_BASE + replica.id);
+        replica.disk.process_crash();
+        let id = replica.id;
+        let to = handed.filter(|l| *l != old);
+        if to.is_some() {
+            self.decision("ClusterLeaderHandedOver");
+        }
+        let label = match to {
+            Some(l) => format!("stopped gracefully, leadership to {}", show_id(l)),
+            None => "stopped gracefully, no replica took over in time".to_owned(),
+        };
+        self.event(format!("replica {id}: {label}"));
+        self.mark(&replica_lane(id), MarkKind::Note, label);
+        to
+    }
+
     /// Replicas that count as down: down, with a crash armed, or blank and not yet added.
     pub(super) fn out(&self) -> usize {
         self.replicas
@@ -118,6 +144,10 @@ impl World {
             self.event("heal".into());
             self.mark(NETWORK_LANE, MarkKind::Heal, "heal".into());
             self.restart_all().await;
+        } else if out < minority && self.rng.gen_bool(self.profile.graceful) {
+            if let Some(at) = self.leader_at() {
+                self.stop_gracefully(at).await;
+            }
         } else if out < minority && self.rng.gen_bool(self.profile.blank) {
             let at = self.victim();
             self.crash(at);
