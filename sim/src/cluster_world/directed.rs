@@ -87,6 +87,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
             _ => 0.0,
         },
         graceful: 0.0,
+        total_power_loss: 0.0,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }

@@ -18,7 +18,8 @@
 //!   run fails if the final round cannot get one through within its virtual deadline.
 //!
 //! Only a minority is ever down at once (a blank replica not yet added counts as down), so
-//! every seed must make progress.
+//! every seed must make progress; the one exception is a power loss of every replica at
+//! once, after which all restart (what a quorum acknowledged was on its stable storage).
 
 mod client;
 pub mod directed;
@@ -65,7 +66,11 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 12] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 13] = [
+    (
+        "ClusterTotalPowerLoss",
+        "every replica lost power at once, then all restarted",
+    ),
     (
         "ClusterLeaderHandedOver",
         "a leader stopped gracefully and handed leadership to another replica first",
@@ -141,6 +146,8 @@ pub struct ClusterProfile {
     pub state_lost: f64,
     /// Per nemesis step: the leader stops gracefully (hands over, then goes down).
     pub graceful: f64,
+    /// Per nemesis step: every replica loses power at once.
+    pub total_power_loss: f64,
 }
 
 impl ClusterProfile {
@@ -164,6 +171,7 @@ impl ClusterProfile {
             },
             state_lost: rng.gen_range(0.0..1.0),
             graceful: rng.gen_range(0.0..0.2),
+            total_power_loss: rng.gen_range(0.0..0.03),
         }
     }
 }

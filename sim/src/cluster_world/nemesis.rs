@@ -5,10 +5,16 @@
 use super::*;
 
 impl World {
+    /// Replica `at` goes down: a power loss as often as the profile says, else a process
+    /// crash.
     pub(super) fn crash(&mut self, at: usize) {
+        let power = self.rng.gen_bool(self.profile.power_loss);
+        self.crash_as(at, power);
+    }
+
+    pub(super) fn crash_as(&mut self, at: usize, power: bool) {
         self.count_installs(at);
         self.replicas[at].armed = false;
-        let power = self.rng.gen_bool(self.profile.power_loss);
         self.decision(if power {
             "ClusterPowerLoss"
         } else {
@@ -143,6 +149,17 @@ impl World {
         if self.rng.gen_bool(self.profile.heal) {
             self.event("heal".into());
             self.mark(NETWORK_LANE, MarkKind::Heal, "heal".into());
+            self.restart_all().await;
+        } else if self.rng.gen_bool(self.profile.total_power_loss) {
+            // Every replica at once (a data centre's power): what was acknowledged is on a
+            // quorum's stable storage, so it survives.
+            self.event("every replica loses power".into());
+            self.decision("ClusterTotalPowerLoss");
+            for at in 0..self.replicas.len() {
+                if self.replicas[at].group.is_some() {
+                    self.crash_as(at, true);
+                }
+            }
             self.restart_all().await;
         } else if out < minority && self.rng.gen_bool(self.profile.graceful) {
             if let Some(at) = self.leader_at() {
