@@ -11,7 +11,9 @@
 //!
 //! Frames are sans-IO ([`encode_frame`], [`frame_len`], [`decode_frame`]):
 //! `[body length u32][xxh3 u64 of the body][body: MessagePack]`, at most [`MAX_FRAME`]
-//! bytes of body.
+//! bytes of body. A connection opens with a [`Hello`] of at most [`MAX_HELLO`] bytes naming
+//! the cluster: a listener reads no larger frame from a connection that has not named its
+//! own cluster, so a stray connection cannot make it hold a snapshot-sized buffer.
 
 use crate::rt::in_env;
 use crate::sm::MAX_SNAPSHOT_LEN;
@@ -102,16 +104,26 @@ pub fn encode_frame(body: &[u8]) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The body length a frame header announces, refused past [`MAX_FRAME`].
-pub fn frame_len(header: &[u8; HEADER]) -> io::Result<usize> {
+/// The body length a frame header announces, refused past `max` bytes.
+pub fn frame_len(header: &[u8; HEADER], max: usize) -> io::Result<usize> {
     let len = u32::from_le_bytes(header[..4].try_into().expect("4")) as usize;
-    if len > MAX_FRAME {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a peer announced a frame of {len} bytes (at most {MAX_FRAME})"),
+            format!("a peer announced a frame of {len} bytes (at most {max})"),
         ));
     }
     Ok(len)
+}
+
+/// The largest first frame of a connection ([`Hello`]).
+pub const MAX_HELLO: usize = 1024;
+
+/// The first frame of every connection: the cluster it is for and who opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub cluster: u128,
+    pub from: NodeId,
 }
 
 /// The body of a frame whose header and body were read, if its checksum matches.
@@ -131,10 +143,13 @@ async fn write_message<T: Serialize>(stream: &mut dyn ByteStream, message: &T) -
     stream.write_all(&encode_frame(&body)?).await
 }
 
-async fn read_message<T: for<'de> Deserialize<'de>>(stream: &mut dyn ByteStream) -> io::Result<T> {
+async fn read_message<T: for<'de> Deserialize<'de>>(
+    stream: &mut dyn ByteStream,
+    max: usize,
+) -> io::Result<T> {
     let mut header = [0u8; HEADER];
     env::read_exact(stream, &mut header).await?;
-    let mut body = vec![0u8; frame_len(&header)?];
+    let mut body = vec![0u8; frame_len(&header, max)?];
     env::read_exact(stream, &mut body).await?;
     rmp_serde::from_slice(decode_frame(&header, &body)?)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
@@ -235,12 +250,17 @@ impl PeerClient {
                         "the peer's raft address does not parse",
                     )
                 })?;
-                let stream = within(&env, CONNECT_TIMEOUT, env.net.connect(addr)).await?;
+                let mut stream = within(&env, CONNECT_TIMEOUT, env.net.connect(addr)).await?;
+                let hello = Hello {
+                    cluster: self.cluster,
+                    from: self.me,
+                };
+                write_message(&mut *stream, &hello).await?;
                 *self.stream.get_mut() = Some(stream);
             }
             let stream = self.stream.get_mut().as_mut().expect("connected above");
             write_message(&mut **stream, &request).await?;
-            read_message::<Reply>(&mut **stream).await
+            read_message::<Reply>(&mut **stream, MAX_FRAME).await
         })
         .instrument(span)
         .await;
@@ -437,8 +457,25 @@ async fn serve_connection(
     (me, stored): (NodeId, bool),
     hook: Option<AddressedHook>,
 ) {
+    match read_message::<Hello>(&mut *stream, MAX_HELLO).await {
+        Ok(hello) if hello.cluster == cluster => {}
+        Ok(hello) => {
+            let why = format!(
+                "a connection for cluster {:032x} from {} reached cluster {cluster:032x}",
+                hello.cluster,
+                show_id(hello.from)
+            );
+            tracing::warn!(%why, "a peer of another cluster");
+            let _ = write_message(&mut *stream, &Reply::Refused(why)).await;
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "a connection without a hello");
+            return;
+        }
+    }
     loop {
-        let Ok(request) = read_message::<Request>(&mut *stream).await else {
+        let Ok(request) = read_message::<Request>(&mut *stream, MAX_FRAME).await else {
             return;
         };
         let addressed = match (&request.rpc, &hook) {
@@ -518,13 +555,28 @@ mod tests {
     fn frames_round_trip_and_refuse_damage() {
         let frame = encode_frame(b"hello").unwrap();
         let header: [u8; HEADER] = frame[..HEADER].try_into().unwrap();
-        assert_eq!(frame_len(&header).unwrap(), 5);
+        assert_eq!(frame_len(&header, MAX_FRAME).unwrap(), 5);
         assert_eq!(decode_frame(&header, &frame[HEADER..]).unwrap(), b"hello");
         let mut bad = frame.clone();
         bad[HEADER] ^= 1;
         assert!(decode_frame(&header, &bad[HEADER..]).is_err());
         let mut huge = header;
         huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(frame_len(&huge).is_err());
+        assert!(frame_len(&huge, MAX_FRAME).is_err());
+    }
+
+    #[test]
+    fn a_connection_names_its_cluster_in_a_small_first_frame() {
+        let hello = rmp_serde::to_vec(&Hello {
+            cluster: u128::MAX,
+            from: u64::MAX,
+        })
+        .unwrap();
+        assert!(hello.len() <= MAX_HELLO, "{} bytes", hello.len());
+        // A first frame past the bound is refused by its header, before its body is read.
+        let frame = encode_frame(&vec![0u8; MAX_HELLO + 1]).unwrap();
+        let header: [u8; HEADER] = frame[..HEADER].try_into().unwrap();
+        assert!(frame_len(&header, MAX_HELLO).is_err());
+        assert!(frame_len(&header, MAX_FRAME).is_ok());
     }
 }
