@@ -249,31 +249,29 @@ fn swarm(args: SwarmArgs) -> ExitCode {
             t.decision_seeds.get(decision).copied().unwrap_or(0)
         );
     }
-    println!("coverage: node scope (metadata plane, retention, groups) -> seeds that reached it");
-    for (decision, what) in cairn_sim::node_world::NODE_COVERAGE {
-        println!(
-            "  {:<22} {:<6} {what}",
-            decision,
-            t.decision_seeds.get(decision).copied().unwrap_or(0)
-        );
-    }
-    println!(
-        "coverage: server scope (protocol clients over a faulty network) -> seeds that reached it"
-    );
-    for (decision, what) in cairn_sim::server_world::SERVER_COVERAGE {
-        println!(
-            "  {:<22} {:<6} {what}",
-            decision,
-            t.decision_seeds.get(decision).copied().unwrap_or(0)
-        );
-    }
-    println!("coverage: cluster scope (the metadata group's replicas) -> seeds that reached it");
-    for (decision, what) in cairn_sim::cluster_world::CLUSTER_COVERAGE {
-        println!(
-            "  {:<22} {:<6} {what}",
-            decision,
-            t.decision_seeds.get(decision).copied().unwrap_or(0)
-        );
+    let scopes: [(&str, &[(&str, &str)]); 3] = [
+        (
+            "node scope (metadata plane, retention, groups)",
+            &cairn_sim::node_world::NODE_COVERAGE,
+        ),
+        (
+            "server scope (protocol clients over a faulty network)",
+            &cairn_sim::server_world::SERVER_COVERAGE,
+        ),
+        (
+            "cluster scope (the metadata group's replicas)",
+            &cairn_sim::cluster_world::CLUSTER_COVERAGE,
+        ),
+    ];
+    for (scope, rows) in scopes {
+        println!("coverage: {scope} -> seeds that reached it");
+        for (decision, what) in rows {
+            println!(
+                "  {:<22} {:<6} {what}",
+                decision,
+                t.decision_seeds.get(decision).copied().unwrap_or(0)
+            );
+        }
     }
     println!("coverage: metadata boot refusal -> seeds that reached it");
     for refusal in cairn_engine::metadata::MetaRefusal::COVERAGE_NAMES {
