@@ -2,13 +2,14 @@
 //! and the listener its peers reach it on.
 
 use crate::log::{LogOpenError, LogStore};
-use crate::net::{identify, serve_peers, AddressedHook, PeerNetwork};
+use crate::net::{identify, serve_peers, AddressedHook, PeerKey, PeerNetwork};
 use crate::rt::in_env;
 use crate::sm::{ApplyObserver, MetaMachine};
 use crate::types::{member_of, show_id, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft};
 use cairn_engine::env::{Env, TaskHandle};
 use openraft::errors::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
@@ -50,6 +51,9 @@ pub struct GroupHooks {
 pub struct GroupConfig {
     /// The cluster's id: every peer request carries it, and the replica's state record holds it.
     pub cluster: u128,
+    /// The cluster's shared secret: every connection between peers proves it
+    /// ([`crate::net`]).
+    pub key: PeerKey,
     pub me: MemberId,
     /// Every member at bootstrap, this node included.
     pub members: BTreeMap<MemberId, Peer>,
@@ -74,13 +78,14 @@ impl GroupConfig {
     /// A configuration with the timings of a LAN: heartbeats every 50 ms, elections after
     /// 150 to 300 ms of silence.
     pub fn new(
-        cluster: u128,
+        (cluster, key): (u128, PeerKey),
         me: MemberId,
         members: BTreeMap<MemberId, Peer>,
         dir: PathBuf,
     ) -> GroupConfig {
         GroupConfig {
             cluster,
+            key,
             me,
             members,
             dir,
@@ -114,7 +119,7 @@ pub enum StartError {
 }
 
 /// Why a proposal was not applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ProposeError {
     /// Nothing was appended: another node leads (if one is known).
     #[error("node {me} does not lead the group (the leader is {leader:?})")]
@@ -132,7 +137,7 @@ pub enum ProposeError {
 }
 
 /// A change of the group's voters, decided by consensus (openraft's joint consensus).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MemberChange {
     /// `member`'s replica at `peer` becomes a voter: first a learner until it caught up,
     /// then a voter in place of any earlier replica of the same member (one whose disk was
@@ -143,7 +148,7 @@ pub enum MemberChange {
 }
 
 /// The group as one replica sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupStatus {
     pub me: NodeId,
     pub leader: Option<NodeId>,
@@ -159,14 +164,22 @@ pub struct GroupStatus {
     pub last_applied: Option<u64>,
 }
 
+/// A running replica's Raft node and what its requests need: what the peer listener
+/// serves administrators with, and what [`MetaGroup`] derefs to.
+#[derive(Clone)]
+pub struct Replica {
+    pub(crate) env: Env,
+    pub(crate) me: NodeId,
+    pub(crate) raft: Raft,
+    pub(crate) cluster: u128,
+    key: PeerKey,
+}
+
 /// A running replica.
 pub struct MetaGroup {
-    env: Env,
-    me: NodeId,
-    raft: Raft,
+    replica: Replica,
     log: LogStore,
     machine: MetaMachine,
-    cluster: u128,
     /// The peer listener's task and the founder's, if this replica founds the group (in a
     /// mutex only to make the group `Sync`).
     tasks: std::sync::Mutex<Vec<Box<dyn TaskHandle>>>,
@@ -233,7 +246,7 @@ impl MetaGroup {
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
-        let network = PeerNetwork::new(env, config.cluster, me);
+        let network = PeerNetwork::new(env, config.cluster, config.key.clone(), me);
         tracing::info!(replica = %show_id(me), "starting a replica of the metadata group");
         let raft = in_env(
             env,
@@ -247,39 +260,68 @@ impl MetaGroup {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let serve = serve_peers(
-            env.clone(),
-            listener,
-            raft.clone(),
-            config.cluster,
+        let replica = Replica {
+            env: env.clone(),
             me,
+            raft: raft.clone(),
+            cluster: config.cluster,
+            key: config.key.clone(),
+        };
+        let serve = serve_peers(
+            replica.clone(),
+            listener,
+            config.key.clone(),
             stored,
             config.hooks.addressed.clone(),
         );
         let mut tasks = vec![env.tasks.spawn(Box::pin(in_env(env, serve)))];
         let founder = config.members.keys().next() == Some(&member);
         if fresh && config.bootstrap && founder {
-            let found = found(
-                env.clone(),
-                raft.clone(),
-                config.cluster,
-                me,
-                config.members,
-                addrs,
-            );
+            let found = found(replica.clone(), config.members, addrs);
             tasks.push(env.tasks.spawn(Box::pin(in_env(env, found))));
         }
         Ok(MetaGroup {
-            env: env.clone(),
-            me,
-            raft,
+            replica,
             log,
             machine,
-            cluster: config.cluster,
             tasks: std::sync::Mutex::new(tasks),
         })
     }
 
+    pub fn machine(&self) -> &MetaMachine {
+        &self.machine
+    }
+
+    pub fn log(&self) -> &LogStore {
+        &self.log
+    }
+
+    /// Hands leadership over ([`Replica::hand_over`], within [`HANDOVER_TIMEOUT`]), then
+    /// stops: a graceful shutdown.
+    pub async fn stop(&self) -> Option<NodeId> {
+        let leader = self.hand_over(HANDOVER_TIMEOUT).await;
+        self.shutdown().await;
+        leader
+    }
+
+    /// Stops the Raft node and the listener.
+    pub async fn shutdown(&self) {
+        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            task.cancel();
+        }
+        let _ = in_env(&self.env, self.raft.shutdown()).await;
+    }
+}
+
+impl std::ops::Deref for MetaGroup {
+    type Target = Replica;
+
+    fn deref(&self) -> &Replica {
+        &self.replica
+    }
+}
+
+impl Replica {
     /// Proposes `command`; answers once it is committed and applied here, with its index.
     pub async fn propose(&self, command: MetaCommand) -> Result<(u64, MetaOutcome), ProposeError> {
         match in_env(&self.env, self.raft.client_write(command)).await {
@@ -306,7 +348,10 @@ impl MetaGroup {
     }
 
     /// Changes the group's voters ([`MemberChange`]); on the leader. Answers once the new
-    /// configuration is committed. Repeating a change that took effect does nothing.
+    /// configuration is committed. Repeating a change that took effect does nothing. A
+    /// leader asked to remove its own member hands leadership over first and answers
+    /// `NotLeader`, naming the one to ask (a leader outside its configuration would lead
+    /// on until openraft noticed).
     ///
     /// An added replica first becomes a learner and must hold what is committed, but for
     /// the last few entries, within [`CATCH_UP_TIMEOUT`], before it votes. The change is then stated relative to the
@@ -322,6 +367,16 @@ impl MetaGroup {
             });
         }
         let (member, added) = match &change {
+            MemberChange::Remove { member }
+                if *member == member_of(self.me)
+                    && status.voters.keys().any(|v| member_of(*v) != *member) =>
+            {
+                let leader = self.hand_over(HANDOVER_TIMEOUT).await;
+                return Err(ProposeError::NotLeader {
+                    me: self.me,
+                    leader: leader.filter(|l| *l != self.me),
+                });
+            }
             MemberChange::Add { member, peer } => {
                 let id = self.identify(*member, peer).await?;
                 let others = status
@@ -411,7 +466,7 @@ impl MetaGroup {
         })?;
         let identity = identify(
             &self.env,
-            self.cluster,
+            (self.cluster, &self.key),
             self.me,
             member,
             addr,
@@ -471,14 +526,6 @@ impl MetaGroup {
         self.me
     }
 
-    pub fn machine(&self) -> &MetaMachine {
-        &self.machine
-    }
-
-    pub fn log(&self) -> &LogStore {
-        &self.log
-    }
-
     /// If this replica leads, hands leadership to the voter whose log is longest and waits
     /// (at most `limit`) until another replica leads; answers the leader then known. A leader
     /// that stops without this leaves the group leaderless for an election timeout.
@@ -512,35 +559,18 @@ impl MetaGroup {
             self.env.clock.sleep(HANDOVER_POLL).await;
         }
     }
-
-    /// Hands leadership over ([`MetaGroup::hand_over`], within [`HANDOVER_TIMEOUT`]), then
-    /// stops: a graceful shutdown.
-    pub async fn stop(&self) -> Option<NodeId> {
-        let leader = self.hand_over(HANDOVER_TIMEOUT).await;
-        self.shutdown().await;
-        leader
-    }
-
-    /// Stops the Raft node and the listener.
-    pub async fn shutdown(&self) {
-        for task in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            task.cancel();
-        }
-        let _ = in_env(&self.env, self.raft.shutdown()).await;
-    }
 }
 
 /// The founder's task: asks every member who it is until all answer, then makes the group
 /// of their replicas; stops without making it if one answers that it holds a group's state
 /// (the group exists, and this replica is a new one that an administrator adds).
 async fn found(
-    env: Env,
-    raft: Raft,
-    cluster: u128,
-    me: NodeId,
+    replica: Replica,
     members: BTreeMap<MemberId, Peer>,
     addrs: BTreeMap<MemberId, SocketAddr>,
 ) {
+    let (env, raft, me) = (&replica.env, &replica.raft, replica.me);
+    let cluster = (replica.cluster, &replica.key);
     loop {
         let mut replicas = BTreeMap::new();
         let mut exists = None;
@@ -549,7 +579,7 @@ async fn found(
                 replicas.insert(me, peer.clone());
                 continue;
             }
-            match identify(&env, cluster, me, member, addrs[&member], IDENTIFY_TIMEOUT).await {
+            match identify(env, cluster, me, member, addrs[&member], IDENTIFY_TIMEOUT).await {
                 Ok(identity) if identity.initialized => exists = Some(identity.id),
                 Ok(identity) => {
                     replicas.insert(identity.id, peer.clone());

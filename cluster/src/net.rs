@@ -11,14 +11,28 @@
 //!
 //! Frames are sans-IO ([`encode_frame`], [`frame_len`], [`decode_frame`]):
 //! `[body length u32][xxh3 u64 of the body][body: MessagePack]`, at most [`MAX_FRAME`]
-//! bytes of body. A connection opens with a [`Hello`] of at most [`MAX_HELLO`] bytes naming
-//! the cluster: a listener reads no larger frame from a connection that has not named its
-//! own cluster, so a stray connection cannot make it hold a snapshot-sized buffer.
+//! bytes of body. A connection opens with a handshake of frames of at most [`MAX_HELLO`]
+//! bytes that proves both ends hold the cluster's secret ([`PeerKey`]), so a listener reads
+//! no larger frame, and serves no request, from a connection that has not:
+//!
+//! ```text
+//! listener → Challenge { its nonce }
+//! opener   → Hello { cluster, from, its nonce, HMAC(secret, "hello", cluster, both nonces, from) }
+//! listener → Welcome(HMAC(secret, "welcome", cluster, both nonces))  or  Refused(why)
+//! ```
+//!
+//! Both nonces are fresh per connection, so a recorded handshake does not open another one.
+//! The traffic itself is not encrypted: the replication network is the operator's to keep
+//! private (the README says so).
+//!
+//! Besides openraft's requests, an administrator (`cairn cluster`, from Raft id 0) may ask a
+//! member for the group's status and, of the leader, a membership change ([`ask`]).
 
+use crate::group::{GroupStatus, MemberChange, ProposeError, Replica};
 use crate::rt::in_env;
 use crate::sm::MAX_SNAPSHOT_LEN;
 use crate::types::{
-    member_of, show_id, MemberId, MetaConfig, NodeId, Peer, Raft, Snapshot, SnapshotMeta, Vote,
+    member_of, show_id, MemberId, MetaConfig, NodeId, Peer, Snapshot, SnapshotMeta, Vote,
 };
 use cairn_engine::env::{self, ByteStream, Env, Listener};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -65,6 +79,24 @@ enum Rpc {
     Identify,
     /// The leader hands leadership over to the addressee (it is stepping down).
     TransferLeader(TransferLeaderRequest<MetaConfig>),
+    /// An administrator's request (addressed to a member, any incarnation).
+    Admin(AdminRequest),
+}
+
+/// What an administrator may ask of a member ([`ask`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// The group as the member sees it.
+    Status,
+    /// A change of the voters; only the leader makes it (others answer `NotLeader`).
+    Change(MemberChange),
+}
+
+/// A member's answer to an [`AdminRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AdminReply {
+    Status(GroupStatus),
+    Changed(Result<GroupStatus, ProposeError>),
 }
 
 /// A node's answer to [`identify`].
@@ -85,6 +117,10 @@ enum Reply {
     Snapshot(SnapshotResponse<MetaConfig>),
     Identity(Identity),
     TransferLeader(TransferLeaderResponse<MetaConfig>),
+    Admin(AdminReply),
+    /// The handshake's last frame: the listener's proof that it holds the secret.
+    #[serde(with = "crate::types::bytes_serde")]
+    Welcome(Vec<u8>),
     /// The request was not served: a wrong cluster or node, or the Raft node failed.
     Refused(String),
 }
@@ -116,14 +152,146 @@ pub fn frame_len(header: &[u8; HEADER], max: usize) -> io::Result<usize> {
     Ok(len)
 }
 
-/// The largest first frame of a connection ([`Hello`]).
+/// The largest frame of a connection's handshake ([`Challenge`], [`Hello`], the welcome).
 pub const MAX_HELLO: usize = 1024;
 
-/// The first frame of every connection: the cluster it is for and who opens it.
+/// The cluster's shared secret as an HMAC-SHA256 key. Every connection between peers, and
+/// every administrator's, proves both ends hold it before a request is read.
+#[derive(Clone)]
+pub struct PeerKey(ring::hmac::Key);
+
+impl PeerKey {
+    /// The shortest secret accepted.
+    pub const MIN_SECRET: usize = 16;
+
+    pub fn new(secret: &[u8]) -> PeerKey {
+        assert!(
+            secret.len() >= Self::MIN_SECRET,
+            "the configuration refuses a secret shorter than {} bytes",
+            Self::MIN_SECRET
+        );
+        PeerKey(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret))
+    }
+
+    fn tag(&self, label: &str, cluster: u128, nonces: (u128, u128), from: NodeId) -> Vec<u8> {
+        let mut context = ring::hmac::Context::with_key(&self.0);
+        context.update(label.as_bytes());
+        context.update(&cluster.to_le_bytes());
+        context.update(&nonces.0.to_le_bytes());
+        context.update(&nonces.1.to_le_bytes());
+        context.update(&from.to_le_bytes());
+        context.sign().as_ref().to_vec()
+    }
+
+    fn verify(
+        &self,
+        label: &str,
+        cluster: u128,
+        nonces: (u128, u128),
+        from: NodeId,
+        tag: &[u8],
+    ) -> bool {
+        let mut message = Vec::with_capacity(label.len() + 48);
+        message.extend_from_slice(label.as_bytes());
+        message.extend_from_slice(&cluster.to_le_bytes());
+        message.extend_from_slice(&nonces.0.to_le_bytes());
+        message.extend_from_slice(&nonces.1.to_le_bytes());
+        message.extend_from_slice(&from.to_le_bytes());
+        // Constant time: a tag is not guessed byte by byte.
+        ring::hmac::verify(&self.0, &message, tag).is_ok()
+    }
+}
+
+impl std::fmt::Debug for PeerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerKey(..)")
+    }
+}
+
+const HELLO_LABEL: &str = "cairn-peer-hello-v1";
+const WELCOME_LABEL: &str = "cairn-peer-welcome-v1";
+
+/// The listener's first frame: a nonce the opener's proof must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Challenge {
+    pub nonce: u128,
+}
+
+/// The opener's frame: the cluster it is for, who opens it, its own nonce (the welcome's
+/// proof covers it) and its proof of the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub cluster: u128,
     pub from: NodeId,
+    pub nonce: u128,
+    #[serde(with = "crate::types::bytes_serde")]
+    pub proof: Vec<u8>,
+}
+
+fn draw_nonce(env: &Env) -> u128 {
+    u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())
+}
+
+/// The opener's side of the handshake on a new connection.
+async fn open_handshake(
+    env: &Env,
+    stream: &mut dyn ByteStream,
+    key: &PeerKey,
+    cluster: u128,
+    me: NodeId,
+) -> io::Result<()> {
+    let challenge: Challenge = read_message(stream, MAX_HELLO).await?;
+    let nonce = draw_nonce(env);
+    let nonces = (challenge.nonce, nonce);
+    let hello = Hello {
+        cluster,
+        from: me,
+        nonce,
+        proof: key.tag(HELLO_LABEL, cluster, nonces, me),
+    };
+    write_message(stream, &hello).await?;
+    match read_message::<Reply>(stream, MAX_HELLO).await? {
+        Reply::Welcome(proof) if key.verify(WELCOME_LABEL, cluster, nonces, 0, &proof) => Ok(()),
+        Reply::Welcome(_) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the peer does not hold the cluster's secret",
+        )),
+        Reply::Refused(why) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the peer refused the connection: {why}"),
+        )),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The listener's side: `Ok(from)` once the opener proved it holds the secret for this
+/// cluster; otherwise it was told why (when it got that far).
+async fn accept_handshake(
+    env: &Env,
+    stream: &mut dyn ByteStream,
+    key: &PeerKey,
+    cluster: u128,
+) -> io::Result<NodeId> {
+    let nonce = draw_nonce(env);
+    write_message(stream, &Challenge { nonce }).await?;
+    let hello: Hello = read_message(stream, MAX_HELLO).await?;
+    let nonces = (nonce, hello.nonce);
+    let why = if hello.cluster != cluster {
+        format!(
+            "a connection for cluster {:032x} from {} reached cluster {cluster:032x}",
+            hello.cluster,
+            show_id(hello.from)
+        )
+    } else if !key.verify(HELLO_LABEL, cluster, nonces, hello.from, &hello.proof) {
+        format!("{} does not hold the cluster's secret", show_id(hello.from))
+    } else {
+        let welcome = Reply::Welcome(key.tag(WELCOME_LABEL, cluster, nonces, 0));
+        write_message(stream, &welcome).await?;
+        return Ok(hello.from);
+    };
+    tracing::warn!(%why, "a peer connection refused");
+    let _ = write_message(stream, &Reply::Refused(why.clone())).await;
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
 }
 
 /// The body of a frame whose header and body were read, if its checksum matches.
@@ -171,14 +339,16 @@ async fn within<T>(
 pub struct PeerNetwork {
     env: Env,
     cluster: u128,
+    key: PeerKey,
     me: NodeId,
 }
 
 impl PeerNetwork {
-    pub fn new(env: &Env, cluster: u128, me: NodeId) -> PeerNetwork {
+    pub fn new(env: &Env, cluster: u128, key: PeerKey, me: NodeId) -> PeerNetwork {
         PeerNetwork {
             env: env.clone(),
             cluster,
+            key,
             me,
         }
     }
@@ -188,6 +358,7 @@ impl PeerNetwork {
 pub struct PeerClient {
     env: Env,
     cluster: u128,
+    key: PeerKey,
     me: NodeId,
     target: NodeId,
     addr: Option<SocketAddr>,
@@ -219,6 +390,7 @@ impl openraft::RaftNetworkFactory<MetaConfig> for PeerNetwork {
         PeerClient {
             env: self.env.clone(),
             cluster: self.cluster,
+            key: self.key.clone(),
             me: self.me,
             target,
             addr: node.raft.parse().ok(),
@@ -251,11 +423,7 @@ impl PeerClient {
                     )
                 })?;
                 let mut stream = within(&env, CONNECT_TIMEOUT, env.net.connect(addr)).await?;
-                let hello = Hello {
-                    cluster: self.cluster,
-                    from: self.me,
-                };
-                write_message(&mut *stream, &hello).await?;
+                open_handshake(&env, &mut *stream, &self.key, self.cluster, self.me).await?;
                 *self.stream.get_mut() = Some(stream);
             }
             let stream = self.stream.get_mut().as_mut().expect("connected above");
@@ -272,11 +440,18 @@ impl PeerClient {
         result
     }
 
-    /// A client for one [`identify`] exchange with `member` at `addr`.
-    fn to_member(env: &Env, cluster: u128, me: NodeId, member: MemberId, addr: SocketAddr) -> Self {
+    /// A client for one exchange with `member` at `addr` ([`identify`], [`ask`]).
+    fn to_member(
+        env: &Env,
+        (cluster, key): (u128, &PeerKey),
+        me: NodeId,
+        member: MemberId,
+        addr: SocketAddr,
+    ) -> Self {
         PeerClient {
             env: env.clone(),
             cluster,
+            key: key.clone(),
             me,
             target: u64::from(member) << 32,
             addr: Some(addr),
@@ -397,7 +572,7 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
 /// Asks the node of `member` at `addr` who it is, within `limit`.
 pub async fn identify(
     env: &Env,
-    cluster: u128,
+    cluster: (u128, &PeerKey),
     me: NodeId,
     member: MemberId,
     addr: SocketAddr,
@@ -418,20 +593,38 @@ pub async fn identify(
     }
 }
 
+/// An administrator's request to the node of `member` at `addr` (sent as Raft id 0), within
+/// `limit`.
+pub async fn ask(
+    env: &Env,
+    cluster: (u128, &PeerKey),
+    member: MemberId,
+    addr: SocketAddr,
+    request: AdminRequest,
+    limit: Duration,
+) -> io::Result<AdminReply> {
+    let mut client = PeerClient::to_member(env, cluster, 0, member, addr);
+    match client.call(Rpc::Admin(request), limit).await? {
+        Reply::Admin(reply) => Ok(reply),
+        Reply::Refused(why) => Err(refused(why)),
+        _ => Err(unexpected()),
+    }
+}
+
 /// Whether a request addressed to `to` is this replica's (`me`); a canary's hook may
 /// answer instead of the rule ([`crate::group::GroupHooks::addressed`]).
 pub type AddressedHook = Arc<dyn Fn(NodeId, NodeId) -> bool + Send + Sync>;
 
-/// Serves peers' requests to `raft` on `listener` until the task is cancelled.
+/// Serves peers' and administrators' requests to `replica` on `listener` until the task
+/// is cancelled.
 pub async fn serve_peers(
-    env: Env,
+    replica: Replica,
     mut listener: Box<dyn Listener>,
-    raft: Raft,
-    cluster: u128,
-    me: NodeId,
+    key: PeerKey,
     stored: bool,
     addressed: Option<AddressedHook>,
 ) {
+    let env = replica.env.clone();
     loop {
         let Ok((stream, from)) = listener.accept().await else {
             // The listener failed (the node is going down, or the network is): back off.
@@ -441,9 +634,9 @@ pub async fn serve_peers(
         tracing::debug!(%from, "a peer connected");
         let task = serve_connection(
             stream,
-            raft.clone(),
-            cluster,
-            (me, stored),
+            replica.clone(),
+            key.clone(),
+            stored,
             addressed.clone(),
         );
         drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
@@ -452,34 +645,22 @@ pub async fn serve_peers(
 
 async fn serve_connection(
     mut stream: Box<dyn ByteStream>,
-    raft: Raft,
-    cluster: u128,
-    (me, stored): (NodeId, bool),
+    replica: Replica,
+    key: PeerKey,
+    stored: bool,
     hook: Option<AddressedHook>,
 ) {
-    match read_message::<Hello>(&mut *stream, MAX_HELLO).await {
-        Ok(hello) if hello.cluster == cluster => {}
-        Ok(hello) => {
-            let why = format!(
-                "a connection for cluster {:032x} from {} reached cluster {cluster:032x}",
-                hello.cluster,
-                show_id(hello.from)
-            );
-            tracing::warn!(%why, "a peer of another cluster");
-            let _ = write_message(&mut *stream, &Reply::Refused(why)).await;
-            return;
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "a connection without a hello");
-            return;
-        }
+    let (cluster, me) = (replica.cluster, replica.me);
+    if let Err(e) = accept_handshake(&replica.env, &mut *stream, &key, cluster).await {
+        tracing::debug!(error = %e, "a connection without a handshake");
+        return;
     }
     loop {
         let Ok(request) = read_message::<Request>(&mut *stream, MAX_FRAME).await else {
             return;
         };
         let addressed = match (&request.rpc, &hook) {
-            (Rpc::Identify, _) => member_of(request.to) == member_of(me),
+            (Rpc::Identify | Rpc::Admin(_), _) => member_of(request.to) == member_of(me),
             (_, Some(hook)) => hook(request.to, me),
             (_, None) => request.to == me,
         };
@@ -491,7 +672,7 @@ async fn serve_connection(
                 show_id(me)
             ))
         } else {
-            answer(&raft, request.rpc, stored).await
+            answer(&replica, request.rpc, stored).await
         };
         if write_message(&mut *stream, &reply).await.is_err() {
             return;
@@ -500,7 +681,8 @@ async fn serve_connection(
 }
 
 /// `stored`: the replica held some of the group's log or state when it booted.
-async fn answer(raft: &Raft, rpc: Rpc, stored: bool) -> Reply {
+async fn answer(replica: &Replica, rpc: Rpc, stored: bool) -> Reply {
+    let raft = &replica.raft;
     match rpc {
         Rpc::Append(r) => raft
             .append_entries(r)
@@ -528,6 +710,11 @@ async fn answer(raft: &Raft, rpc: Rpc, stored: bool) -> Reply {
             .handle_transfer_leader(r)
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
+        Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
+        Rpc::Admin(AdminRequest::Change(change)) => {
+            tracing::info!(?change, "an administrator changes the group");
+            Reply::Admin(AdminReply::Changed(replica.change(change).await))
+        }
         Rpc::Identify => {
             use openraft::async_runtime::WatchReceiver;
             let metrics = raft.metrics();
@@ -567,12 +754,23 @@ mod tests {
 
     #[test]
     fn a_connection_names_its_cluster_in_a_small_first_frame() {
+        let key = PeerKey::new(b"0123456789abcdef");
         let hello = rmp_serde::to_vec(&Hello {
             cluster: u128::MAX,
             from: u64::MAX,
+            nonce: u128::MAX,
+            proof: key.tag(HELLO_LABEL, u128::MAX, (u128::MAX, u128::MAX), u64::MAX),
         })
         .unwrap();
         assert!(hello.len() <= MAX_HELLO, "{} bytes", hello.len());
+        let welcome = rmp_serde::to_vec(&Reply::Welcome(key.tag(
+            WELCOME_LABEL,
+            u128::MAX,
+            (0, 0),
+            0,
+        )))
+        .unwrap();
+        assert!(welcome.len() <= MAX_HELLO, "{} bytes", welcome.len());
         // A first frame past the bound is refused by its header, before its body is read.
         let frame = encode_frame(&vec![0u8; MAX_HELLO + 1]).unwrap();
         let header: [u8; HEADER] = frame[..HEADER].try_into().unwrap();

@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod check;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod http;

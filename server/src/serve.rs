@@ -26,6 +26,12 @@ pub mod exit {
 
 /// Installs the log output the configuration asks for (stderr).
 pub fn init_logging(format: LogFormat, level: &str) {
+    // openraft reports every vote and election at `info`: its warnings are what an
+    // operator wants unless the level names it.
+    let level = match level.contains("openraft") {
+        true => level.to_string(),
+        false => format!("{level},openraft=warn"),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
@@ -240,6 +246,38 @@ fn descriptor_budget(
     ))
 }
 
+/// This node's replica of the cluster's metadata group, when `[cluster]` is enabled;
+/// `Err` (reported) when it cannot start.
+async fn start_member(
+    env: &Env,
+    config: &ServerConfig,
+) -> Result<Option<cairn_cluster::group::MetaGroup>, ()> {
+    if !config.cluster.enabled {
+        return Ok(None);
+    }
+    match crate::cluster::start(env, config).await {
+        Ok(group) => {
+            let me = config
+                .cluster
+                .me()
+                .expect("a checked configuration names this node");
+            println!(
+                "cairn: member {} of cluster {} (replica {}), peers on {}",
+                config.cluster.node,
+                config.cluster.name,
+                cairn_cluster::types::show_id(group.id()),
+                me.replication
+            );
+            Ok(Some(group))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the cluster's replica did not start");
+            eprintln!("cairn: {e}");
+            Err(())
+        }
+    }
+}
+
 /// Runs the server until a signal or a failure.
 pub fn run(config: ServerConfig) -> ExitCode {
     init_logging(config.log.format, &config.log.level);
@@ -357,6 +395,13 @@ async fn serve(
     } else {
         None
     };
+    let group = match start_member(&env, &config).await {
+        Ok(group) => group,
+        Err(()) => {
+            let _ = server.shutdown().await;
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
     tracing::info!(data = %config.data_dir.display(), tcp = %server.local_addr(), "cairn serving");
     // The HTTP line first: a supervisor (and the tests) may take "listening on" as ready.
     if let Some(http) = &http {
@@ -372,7 +417,13 @@ async fn serve(
         server.local_addr(),
         config.data_dir.display()
     );
-    match race(stop.wait(), node.stopped()).await {
+    let outcome = race(stop.wait(), node.stopped()).await;
+    if let Some(group) = &group {
+        // A leader hands leadership over before it goes (within a couple of seconds).
+        let leader = group.stop().await;
+        tracing::info!(leader = ?leader.map(cairn_cluster::types::show_id), "left the cluster's group");
+    }
+    match outcome {
         Either::Left(()) => match server.shutdown().await {
             // The node may have stopped on a failure during the drain: then not everything
             // is known to be on disk.

@@ -54,8 +54,46 @@ enum Command {
         /// The data directory (the one holding `metadata/` and `streams/`).
         data_dir: PathBuf,
     },
+    /// Administer the cluster this node's configuration names: its members' status, and
+    /// membership changes decided by consensus.
+    ///
+    /// Reads the configuration as `serve` does (`--config`, else `cairn.toml`, then
+    /// `CAIRN_*`) for the cluster's name, secret and members, and talks to the members on
+    /// their replication addresses. Exits 0 on success, 1 when the cluster refused or no
+    /// member answered, 2 when the configuration names no cluster.
+    Cluster {
+        /// The configuration file (default: `cairn.toml` in the working directory, if any).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     #[command(flatten)]
     Client(ClientCommand),
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Every configured member's view: its replica, role, the leader it knows, what it
+    /// applied (`--json` for a machine).
+    Status,
+    /// Make `member` a voter: it catches up as a learner first, then replaces any earlier
+    /// replica of the same member (one whose data directory was wiped).
+    Add {
+        /// The member id.
+        member: u32,
+        /// Its replication address (default: the configuration's).
+        #[arg(long)]
+        replication: Option<std::net::SocketAddr>,
+        /// Its client address (default: the configuration's).
+        #[arg(long)]
+        client: Option<std::net::SocketAddr>,
+    },
+    /// Remove `member`'s replicas from the group.
+    Remove {
+        /// The member id.
+        member: u32,
+    },
 }
 
 /// The client commands' connection flags, which `serve` and `check` do not take.
@@ -64,9 +102,11 @@ const CLIENT_FLAGS: [&str; 4] = ["address", "username", "password", "json"];
 /// The client flag given on the command line of a command that does not use it, if any:
 /// `cairn serve --address X` must not look as if it set the listen address.
 fn misplaced_client_flag(matches: &clap::ArgMatches) -> Option<&'static str> {
-    let (_, sub) = matches.subcommand()?;
+    let (name, sub) = matches.subcommand()?;
     CLIENT_FLAGS
         .into_iter()
+        // `cairn cluster` prints JSON when asked.
+        .filter(|flag| !(name == "cluster" && *flag == "json"))
         .find(|flag| sub.value_source(flag) == Some(clap::parser::ValueSource::CommandLine))
 }
 
@@ -76,7 +116,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Client(_)) {
         if let Some(flag) = misplaced_client_flag(&matches) {
             eprintln!(
-                "cairn: --{flag} is a flag of the client commands; `serve` and `check` do not take it (the server's listen address is CAIRN_TCP_ADDRESS or [tcp] address in its configuration)"
+                "cairn: --{flag} is a flag of the client commands; `serve`, `check` and `cluster` do not take it (the server's listen address is CAIRN_TCP_ADDRESS or [tcp] address in its configuration)"
             );
             return ExitCode::from(2);
         }
@@ -86,6 +126,10 @@ fn main() -> ExitCode {
             config,
             print_config,
         } => serve(config.as_deref(), print_config),
+        Command::Cluster { config, command } => {
+            quiet_logs();
+            cluster(config.as_deref(), command, cli.connect.json)
+        }
         Command::Check { data_dir } => {
             quiet_logs();
             check(&data_dir)
@@ -120,6 +164,31 @@ fn serve(file: Option<&Path>, print_config: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     cairn_server::serve::run(config)
+}
+
+fn cluster(file: Option<&Path>, command: ClusterCommand, json: bool) -> ExitCode {
+    use cairn_server::cluster::admin::{self, AdminCommand};
+    let config = match cairn_server::config::load(file, std::env::vars()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("cairn cluster: invalid configuration: {e}");
+            return ExitCode::from(admin::exit::INVALID);
+        }
+    };
+    let command = match command {
+        ClusterCommand::Status => AdminCommand::Status,
+        ClusterCommand::Add {
+            member,
+            replication,
+            client,
+        } => AdminCommand::Add {
+            member,
+            replication,
+            client,
+        },
+        ClusterCommand::Remove { member } => AdminCommand::Remove { member },
+    };
+    admin::run(&config, command, json)
 }
 
 fn check(root: &Path) -> ExitCode {

@@ -138,6 +138,7 @@ fn origin(metadata: &Metadata, file: Option<&Path>) -> Origin {
 fn schema() -> Dict {
     let mut config = ServerConfig::default();
     config.root.password = Some(String::new());
+    config.cluster.secret = Some(String::new());
     config.tcp.tls.cert_file = Some(PathBuf::new());
     config.tcp.tls.key_file = Some(PathBuf::new());
     config.http.tls.cert_file = Some(PathBuf::new());
@@ -260,6 +261,8 @@ fn env_value(schema: &Dict, name: &str, raw: String) -> Result<(String, Value), 
                 Value::from(raw)
             }
         }
+        // A list (`CAIRN_CLUSTER_MEMBERS`): the variable holds it as a TOML array.
+        Value::Array(..) => toml_array(&raw).unwrap_or(Value::from(raw)),
         _ => Value::from(raw),
     };
     Ok((key, value))
@@ -317,7 +320,15 @@ fn from_figment(
 
 /// Keys whose values no error ever shows (the error goes to stderr, and from there to a
 /// log others may read).
-const SECRET_KEYS: [&str; 1] = ["root.password"];
+const SECRET_KEYS: [&str; 2] = ["root.password", "cluster.secret"];
+
+/// A variable's text read as a TOML array (`[{id = 1, …}, …]`); none when it is not one (the
+/// key's own check then says what was expected).
+fn toml_array(raw: &str) -> Option<Value> {
+    let table: toml::Table = toml::from_str(&format!("value = {raw}")).ok()?;
+    let array = table.get("value")?.as_array()?;
+    Value::serialize(array).ok()
+}
 
 /// What was wrong with a secret's value, without the value.
 fn secret_message(kind: &figment::error::Kind) -> String {
@@ -336,6 +347,9 @@ impl ServerConfig {
         let mut shown = self.clone();
         if shown.root.password.is_some() {
             shown.root.password = Some(PASSWORD_MASK.into());
+        }
+        if shown.cluster.secret.is_some() {
+            shown.cluster.secret = Some(PASSWORD_MASK.into());
         }
         toml::to_string(&shown).expect("the configuration serializes to TOML")
     }

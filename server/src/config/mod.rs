@@ -24,11 +24,13 @@
 //! - `validate`: the range checks, one per section, and the mapping to the engine's
 //!   [`NodeSettings`](cairn_engine::node::NodeSettings).
 
+mod cluster;
 mod load;
 #[cfg(test)]
 mod tests;
 mod validate;
 
+pub use cluster::{ClusterConfig, MemberConfig, MAX_MEMBERS};
 pub use load::load;
 
 use cairn_engine::config::{PartitionSettings, TopicConfig};
@@ -88,6 +90,7 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     pub log: LogConfig,
     pub limits: LimitsConfig,
+    pub cluster: ClusterConfig,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +104,7 @@ impl Default for ServerConfig {
             auth: AuthConfig::default(),
             log: LogConfig::default(),
             limits: LimitsConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -459,7 +463,7 @@ mod duration {
 }
 
 /// Socket addresses as `IP:PORT` strings.
-mod socket_addr {
+pub(crate) mod socket_addr {
     use serde::{de, Deserializer, Serializer};
     use std::net::SocketAddr;
 

@@ -92,6 +92,21 @@ fn everything_changed() -> ServerConfig {
             anonymous_per_address: 4,
             memberships_per_user: 100,
         },
+        // Off, so that the rest is checked without a secret; every key still changed.
+        cluster: ClusterConfig {
+            enabled: false,
+            name: "orders".into(),
+            node: 2,
+            secret: None,
+            bootstrap: false,
+            members: (1..=3)
+                .map(|id| MemberConfig {
+                    id,
+                    replication: format!("10.0.0.{id}:8091").parse().unwrap(),
+                    client: format!("10.0.0.{id}:8090").parse().unwrap(),
+                })
+                .collect(),
+        },
     }
 }
 
@@ -199,13 +214,16 @@ fn every_key_is_settable_by_its_environment_variable() {
     }
     assert!(env.iter().any(|(k, _)| k == "CAIRN_TCP_TLS_KEY_FILE"));
     env.push(("CAIRN_ROOT_PASSWORD".into(), "s3cret".into()));
+    env.push(("CAIRN_CLUSTER_SECRET".into(), "a cluster's secret".into()));
     assert!(env.iter().any(|(k, _)| k == "CAIRN_DATA_DIR"));
     assert!(env
         .iter()
         .any(|(k, _)| k == "CAIRN_NODE_PASSWORD_HASH_MEMORY_KIB"));
+    assert!(env.iter().any(|(k, _)| k == "CAIRN_CLUSTER_MEMBERS"));
     let config = load_layers(None, env).unwrap();
     let mut expected = changed;
     expected.root.password = Some("s3cret".into());
+    expected.cluster.secret = Some("a cluster's secret".into());
     assert_eq!(config, expected);
 }
 
@@ -263,7 +281,7 @@ fn unknown_keys_in_the_file_are_refused_with_the_expected_ones() {
     assert_eq!(
         error(result),
         format!(
-            "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log, limits)",
+            "unknown key datadir in {} (expected one of: data_dir, tcp, http, root, node, auth, log, limits, cluster)",
             path.display()
         )
     );
@@ -314,7 +332,7 @@ fn unknown_variables_are_refused_naming_the_variable() {
     assert_eq!(
         message,
         "unknown key datadir in environment variable CAIRN_DATADIR (expected one of: \
-         data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*, limits.*)"
+         data_dir, tcp.*, http.*, root.*, node.*, auth.*, log.*, limits.*, cluster.*)"
     );
     let message = error(from_env(&[("CAIRN_NODE_SHARD", "2")]));
     assert!(
@@ -796,4 +814,116 @@ fn a_syntax_error_never_quotes_its_line() {
     let message = error(result);
     assert!(message.contains("line 2"), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
+}
+
+type Vars = Vec<(&'static str, String)>;
+
+/// A three-member cluster's variables for member `node`, with `secret`.
+fn cluster_vars(node: &str, secret: &str) -> Vars {
+    vec![
+        ("CAIRN_CLUSTER_ENABLED", "true".into()),
+        ("CAIRN_CLUSTER_NODE", node.into()),
+        ("CAIRN_CLUSTER_SECRET", secret.into()),
+        (
+            "CAIRN_CLUSTER_MEMBERS",
+            "[{id = 1, replication = \"127.0.0.1:9101\", client = \"127.0.0.1:9001\"}, \
+              {id = 2, replication = \"127.0.0.1:9102\", client = \"127.0.0.1:9002\"}, \
+              {id = 3, replication = \"127.0.0.1:9103\", client = \"127.0.0.1:9003\"}]"
+                .into(),
+        ),
+    ]
+}
+
+fn cluster_from_env(vars: &[(&'static str, String)]) -> Result<ServerConfig, ConfigError> {
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    from_env(&pairs)
+}
+
+#[test]
+fn a_cluster_is_configured_by_variables_and_checked() {
+    let config = cluster_from_env(&cluster_vars("2", "sixteen bytes at least")).unwrap();
+    let cluster = &config.cluster;
+    assert!(cluster.enabled && cluster.bootstrap);
+    assert_eq!(cluster.members.len(), 3);
+    assert_eq!(cluster.me().unwrap().replication.port(), 9102);
+    assert_eq!(cluster.peers()[&3].client, "127.0.0.1:9003");
+    assert!(cluster.key().is_some());
+    // The id is the name's: one name, one id; another name, another.
+    let mut other = cluster.clone();
+    assert_eq!(other.cluster_id(), cluster.cluster_id());
+    other.name = "another".into();
+    assert_ne!(other.cluster_id(), cluster.cluster_id());
+
+    let refusals: [(&str, Vars, &str); 6] = [
+        (
+            "no secret",
+            cluster_vars("2", "x")[..2]
+                .iter()
+                .cloned()
+                .chain(cluster_vars("2", "x")[3..].iter().cloned())
+                .collect(),
+            "cluster.secret",
+        ),
+        (
+            "a short secret",
+            cluster_vars("2", "too short"),
+            "16 to 1024 bytes",
+        ),
+        ("the mask", cluster_vars("2", PASSWORD_MASK), "is the mask"),
+        (
+            "not a member",
+            cluster_vars("4", "sixteen bytes at least"),
+            "4 is not among cluster.members",
+        ),
+        (
+            "member 0",
+            {
+                let mut v = cluster_vars("2", "sixteen bytes at least");
+                v[3].1 = v[3].1.replace("id = 1", "id = 0");
+                v
+            },
+            "nonzero and unique",
+        ),
+        (
+            "a shared replication address",
+            {
+                let mut v = cluster_vars("2", "sixteen bytes at least");
+                v[3].1 = v[3].1.replace("9101", "9102");
+                v
+            },
+            "two members replicate on",
+        ),
+    ];
+    for (case, vars, expected) in refusals {
+        let message = error(cluster_from_env(&vars));
+        assert!(message.contains(expected), "{case}: {message}");
+        assert!(
+            !message.contains("sixteen bytes"),
+            "{case}: the secret shown: {message}"
+        );
+    }
+    // A member's replication address may not be this node's client listener.
+    let mut vars = cluster_vars("1", "sixteen bytes at least");
+    vars.push(("CAIRN_TCP_ADDRESS", "127.0.0.1:9101".into()));
+    assert!(error(cluster_from_env(&vars)).contains("also a listener's"));
+    // Not a TOML array: the key's type is named, not the text.
+    let mut vars = cluster_vars("1", "sixteen bytes at least");
+    vars[3].1 = "1=127.0.0.1:9101".into();
+    let message = error(cluster_from_env(&vars));
+    assert!(message.contains("CAIRN_CLUSTER_MEMBERS"), "{message}");
+}
+
+#[test]
+fn the_cluster_secret_is_masked_and_never_in_an_error() {
+    let config = cluster_from_env(&cluster_vars("1", "the-cluster-secret-1")).unwrap();
+    let text = config.to_toml();
+    assert!(!text.contains("the-cluster-secret-1"), "{text}");
+    assert!(text.contains("secret = \"***\""), "{text}");
+    assert!(!format!("{config:?}").contains("the-cluster-secret-1"));
+    let (result, _) = from_file("[cluster]\nsecret = 987654321\n", &[]);
+    let message = error(result);
+    assert!(
+        message.contains("cluster.secret") && !message.contains("987654321"),
+        "{message}"
+    );
 }

@@ -123,6 +123,8 @@ impl ServerConfig {
         self.auth.check(&rules)?;
         self.log.check(&rules)?;
         self.check_limits(&rules)?;
+        let listeners = [self.tcp.address, self.http.address];
+        self.cluster.check(&rules, &listeners)?;
         // Last, as it reads files: both paths set, both files readable PEM, the key the
         // certificate's.
         self.tcp.tls.server_config_with("tcp", origin_of)?;
@@ -201,12 +203,12 @@ impl ServerConfig {
 
 /// The shapes of a check, each refusing with the key, where its value came from and what
 /// was expected.
-struct Rules<'a> {
+pub(super) struct Rules<'a> {
     origin_of: &'a dyn Fn(&str) -> Origin,
 }
 
 impl Rules<'_> {
-    fn fail(&self, key: &str, message: String) -> ConfigError {
+    pub(super) fn fail(&self, key: &str, message: String) -> ConfigError {
         ConfigError::Invalid {
             key: key.into(),
             origin: (self.origin_of)(key),

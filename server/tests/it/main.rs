@@ -12,6 +12,7 @@ mod bad_input;
 mod budgets;
 mod check_cli;
 mod cli_e2e;
+mod cluster;
 mod crash_restart;
 mod http_api;
 mod http_compat;

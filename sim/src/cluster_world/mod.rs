@@ -30,6 +30,7 @@ use crate::executor::{Executor, ExecutorHandle};
 use crate::report::Violation;
 use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline, Verdict};
 use cairn_cluster::group::{GroupConfig, MemberChange, MetaGroup, ProposeError};
+use cairn_cluster::net::PeerKey;
 use cairn_cluster::types::{show_id, Entry, MemberId, MetaCommand, MetaOutcome, NodeId, Peer};
 use cairn_engine::env::Env;
 use cairn_engine::state::ops::MetaOp;
@@ -56,6 +57,8 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the final round (all up, healed) has to get a proposal through.
 const FINAL_DEADLINE: Duration = Duration::from_secs(30);
 const CLUSTER_ID: u128 = 0xc1a5_7e70_0000_0000_0000_0000_0000_0001;
+/// The simulated cluster's shared secret (every peer connection proves it, as in production).
+const CLUSTER_SECRET: &[u8] = b"the simulated cluster's secret";
 
 pub const INV_AGREEMENT: &str = "replicas agree on every applied entry";
 pub const INV_ACKED_PRESENT: &str = "an acknowledged metadata op is never lost";
@@ -597,7 +600,7 @@ impl World {
     async fn start(&mut self, at: usize) {
         let id = self.replicas[at].id;
         let mut config = GroupConfig::new(
-            CLUSTER_ID,
+            (CLUSTER_ID, PeerKey::new(CLUSTER_SECRET)),
             id,
             members(self.profile.replicas),
             group_dir(id),

@@ -1,0 +1,221 @@
+//! Three real `cairn serve` processes as a cluster on loopback, administered with
+//! `cairn cluster`: the metadata group founds itself, survives kill -9 of its leader, takes
+//! a restarted member back as itself, takes a wiped member back only once an administrator
+//! adds it, hands leadership over on SIGTERM, and refuses connections without the secret.
+
+use crate::common::Cairn;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "the test cluster's shared secret";
+/// How long the group may take to elect a leader (elections start after 150 to 300 ms of
+/// silence; a loaded CI host is slower).
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn free_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+struct Members {
+    replication: Vec<SocketAddr>,
+    client: Vec<SocketAddr>,
+}
+
+impl Members {
+    fn new() -> Members {
+        Members {
+            replication: (0..3).map(|_| free_addr()).collect(),
+            client: (0..3).map(|_| free_addr()).collect(),
+        }
+    }
+
+    /// The `[cluster]` variables of member `node` (1-based), with `secret`.
+    fn vars(&self, node: usize, secret: &str) -> Vec<(&'static str, String)> {
+        let members: Vec<String> = (0..3)
+            .map(|i| {
+                format!(
+                    "{{id = {}, replication = \"{}\", client = \"{}\"}}",
+                    i + 1,
+                    self.replication[i],
+                    self.client[i]
+                )
+            })
+            .collect();
+        vec![
+            ("CAIRN_CLUSTER_ENABLED", "true".into()),
+            ("CAIRN_CLUSTER_NAME", "test".into()),
+            ("CAIRN_CLUSTER_NODE", node.to_string()),
+            ("CAIRN_CLUSTER_SECRET", secret.into()),
+            ("CAIRN_CLUSTER_MEMBERS", format!("[{}]", members.join(", "))),
+            ("CAIRN_TCP_ADDRESS", self.client[node - 1].to_string()),
+        ]
+    }
+
+    fn start(&self, node: usize, data: &Path) -> Cairn {
+        let vars = self.vars(node, SECRET);
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Cairn::start_with(data, &pairs)
+    }
+
+    /// `cairn cluster <args> --json` as member 1's configuration (with `secret`): its exit
+    /// code, its output as JSON (when it printed some), its error output.
+    fn admin(&self, secret: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .arg("cluster")
+            .args(args)
+            .arg("--json")
+            .env_clear()
+            .envs(self.vars(1, secret))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code().unwrap_or(-1), json, stderr)
+    }
+
+    /// Every member's row of `cairn cluster status`.
+    fn status(&self) -> Vec<serde_json::Value> {
+        let (_, json, _) = self.admin(SECRET, &["status"]);
+        json["members"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `check` holds of the status, and answers it and how long that took.
+    fn wait_for(
+        &self,
+        what: &str,
+        check: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> (Vec<serde_json::Value>, Duration) {
+        let started = Instant::now();
+        loop {
+            let rows = self.status();
+            if check(&rows) {
+                return (rows, started.elapsed());
+            }
+            assert!(
+                started.elapsed() < SETTLE,
+                "{what}: never; last status {rows:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn field<'a>(rows: &'a [serde_json::Value], member: u64, key: &str) -> &'a serde_json::Value {
+    let row = rows.iter().find(|r| r["member"] == member).unwrap();
+    &row[key]
+}
+
+/// The member that leads, if every answering member names the same leader and it answers
+/// as leader.
+fn leader(rows: &[serde_json::Value]) -> Option<u64> {
+    let leading: Vec<u64> = rows
+        .iter()
+        .filter(|r| r["role"] == "leader")
+        .map(|r| r["member"].as_u64().unwrap())
+        .collect();
+    let named: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| !r["leader"].is_null())
+        .map(|r| &r["leader"])
+        .collect();
+    let agreed = named.windows(2).all(|w| w[0] == w[1]);
+    match leading.as_slice() {
+        [one] if agreed => Some(*one),
+        _ => None,
+    }
+}
+
+fn voters(rows: &[serde_json::Value]) -> usize {
+    rows.iter()
+        .filter(|r| r["role"] == "voter" || r["role"] == "leader")
+        .count()
+}
+
+#[test]
+fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = Members::new();
+    let mut nodes: Vec<Option<Cairn>> = (0..3)
+        .map(|i| Some(members.start(i + 1, dirs[i].path())))
+        .collect();
+
+    // Founded from the configuration: one leader, three voters.
+    let (rows, took) = members.wait_for("a leader and three voters", |rows| {
+        leader(rows).is_some() && voters(rows) == 3
+    });
+    eprintln!("the group was founded and led within {took:?}");
+    let first = leader(&rows).unwrap();
+    let replica_of = |rows: &[serde_json::Value], m: u64| field(rows, m, "replica").clone();
+    let before: Vec<serde_json::Value> = (1..=3).map(|m| replica_of(&rows, m)).collect();
+
+    // kill -9 of the leader: the two others elect one of themselves.
+    let killed_at = Instant::now();
+    nodes[first as usize - 1].take().unwrap().kill9();
+    let (rows, _) = members.wait_for("a new leader", |rows| {
+        leader(rows).is_some_and(|l| l != first)
+    });
+    eprintln!(
+        "a new leader (member {}) {:?} after the kill",
+        leader(&rows).unwrap(),
+        killed_at.elapsed()
+    );
+    // Restarted on its data, it is the same replica, a voter again.
+    nodes[first as usize - 1] =
+        Some(members.start(first as usize, dirs[first as usize - 1].path()));
+    let (rows, _) = members.wait_for("the killed member back as a voter", |rows| {
+        voters(rows) == 3 && leader(rows).is_some()
+    });
+    assert_eq!(replica_of(&rows, first), before[first as usize - 1]);
+
+    // A follower's data directory wiped: it comes back as a new replica outside the group,
+    // counted by no quorum until an administrator adds it.
+    let leading = leader(&rows).unwrap();
+    let wiped = (1..=3).find(|m| *m != leading).unwrap();
+    nodes[wiped as usize - 1].take().unwrap().kill9();
+    let dir = dirs[wiped as usize - 1].path();
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::create_dir(dir).unwrap();
+    nodes[wiped as usize - 1] = Some(members.start(wiped as usize, dir));
+    let (rows, _) = members.wait_for("the wiped member outside the group", |rows| {
+        field(rows, wiped, "role") == "outside"
+    });
+    let new_replica = replica_of(&rows, wiped);
+    assert_ne!(
+        new_replica,
+        before[wiped as usize - 1],
+        "a wiped member is a new replica"
+    );
+    let (code, json, stderr) = members.admin(SECRET, &["add", &wiped.to_string()]);
+    assert_eq!(code, 0, "add: {json} {stderr}");
+    let voters_now: Vec<&serde_json::Value> = json["voters"].as_array().unwrap().iter().collect();
+    assert_eq!(voters_now.len(), 3, "the old replica replaced: {json}");
+    assert!(voters_now.contains(&&new_replica), "{json}");
+    members.wait_for("the added replica a voter", |rows| {
+        field(rows, wiped, "role") == "voter" && voters(rows) == 3
+    });
+
+    // Without the secret, no member answers, and says why.
+    let (code, json, _) = members.admin("not the cluster's secret at all", &["status"]);
+    assert_eq!(code, 1, "{json}");
+    let error = json["members"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("secret"), "{json}");
+
+    // SIGTERM of the leader hands leadership over before it exits.
+    let rows = members.status();
+    let leading = leader(&rows).unwrap();
+    let stopped = nodes[leading as usize - 1].take().unwrap();
+    assert_eq!(stopped.terminate(), Some(0));
+    let rows = members.status();
+    let after = leader(&rows);
+    assert!(
+        after.is_some_and(|l| l != leading),
+        "another leads as soon as the leader is gone: {rows:#?}"
+    );
+}
