@@ -2,7 +2,7 @@
 //! and the listener its peers reach it on.
 
 use crate::log::{LogOpenError, LogStore};
-use crate::net::{identify, serve_peers, AddressedHook, PeerKey, PeerNetwork};
+use crate::net::{identify, serve_peers, AddressedHook, AppendedHook, PeerKey, PeerNetwork};
 use crate::rt::in_env;
 use crate::sm::{ApplyObserver, MetaMachine};
 use crate::types::{member_of, show_id, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft};
@@ -32,6 +32,8 @@ const CATCH_UP_LAG: u64 = 64;
 /// How long a stopping leader waits for another replica to take over.
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDOVER_POLL: Duration = Duration::from_millis(5);
+/// How often [`Replica::stopped`] looks.
+const STOPPED_POLL: Duration = Duration::from_millis(200);
 
 /// A new replica's incarnation, drawn by the simulator instead of at random (a canary's
 /// hook: production leaves it `None`).
@@ -44,6 +46,9 @@ pub struct GroupHooks {
     /// Decides whether a peer's request is this replica's instead of "addressed to exactly
     /// this Raft id" (`crate::net`).
     pub addressed: Option<AddressedHook>,
+    /// The state machine applies the entries of every append a leader sends as they
+    /// arrive, before they commit ([`MetaMachine::apply_uncommitted`]).
+    pub apply_uncommitted: bool,
 }
 
 /// What a replica is started with.
@@ -267,12 +272,17 @@ impl MetaGroup {
             cluster: config.cluster,
             key: config.key.clone(),
         };
+        let appended = config.hooks.apply_uncommitted.then(|| {
+            let machine = machine.clone();
+            Arc::new(move |entries: &[crate::types::Entry]| machine.apply_uncommitted(entries))
+                as AppendedHook
+        });
         let serve = serve_peers(
             replica.clone(),
             listener,
             config.key.clone(),
             stored,
-            config.hooks.addressed.clone(),
+            (config.hooks.addressed.clone(), appended),
         );
         let mut tasks = vec![env.tasks.spawn(Box::pin(in_env(env, serve)))];
         let founder = config.members.keys().next() == Some(&member);
@@ -512,6 +522,16 @@ impl Replica {
     pub fn leader(&self) -> Option<NodeId> {
         use openraft::async_runtime::WatchReceiver;
         self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// Waits until the Raft node stops (a storage error, a panic, a shutdown) and says why.
+    pub async fn stopped(&self) -> String {
+        loop {
+            if let Some(why) = self.failure() {
+                return why;
+            }
+            self.env.clock.sleep(STOPPED_POLL).await;
+        }
     }
 
     /// Why the Raft node stopped, if it did (a storage error, a panic, a shutdown).

@@ -615,6 +615,10 @@ pub async fn ask(
 /// answer instead of the rule ([`crate::group::GroupHooks::addressed`]).
 pub type AddressedHook = Arc<dyn Fn(NodeId, NodeId) -> bool + Send + Sync>;
 
+/// Told of the entries of every append a leader sends that this replica took (a canary's
+/// hook, [`crate::group::GroupHooks::apply_uncommitted`]).
+pub type AppendedHook = Arc<dyn Fn(&[crate::types::Entry]) + Send + Sync>;
+
 /// Serves peers' and administrators' requests to `replica` on `listener` until the task
 /// is cancelled.
 pub async fn serve_peers(
@@ -622,7 +626,7 @@ pub async fn serve_peers(
     mut listener: Box<dyn Listener>,
     key: PeerKey,
     stored: bool,
-    addressed: Option<AddressedHook>,
+    hooks: (Option<AddressedHook>, Option<AppendedHook>),
 ) {
     let env = replica.env.clone();
     loop {
@@ -632,13 +636,7 @@ pub async fn serve_peers(
             continue;
         };
         tracing::debug!(%from, "a peer connected");
-        let task = serve_connection(
-            stream,
-            replica.clone(),
-            key.clone(),
-            stored,
-            addressed.clone(),
-        );
+        let task = serve_connection(stream, replica.clone(), key.clone(), stored, hooks.clone());
         drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
     }
 }
@@ -648,7 +646,7 @@ async fn serve_connection(
     replica: Replica,
     key: PeerKey,
     stored: bool,
-    hook: Option<AddressedHook>,
+    (hook, appended): (Option<AddressedHook>, Option<AppendedHook>),
 ) {
     let (cluster, me) = (replica.cluster, replica.me);
     if let Err(e) = accept_handshake(&replica.env, &mut *stream, &key, cluster).await {
@@ -672,7 +670,17 @@ async fn serve_connection(
                 show_id(me)
             ))
         } else {
-            answer(&replica, request.rpc, stored).await
+            let entries = match (&request.rpc, &appended) {
+                (Rpc::Append(r), Some(_)) => r.entries.clone(),
+                _ => Vec::new(),
+            };
+            let reply = answer(&replica, request.rpc, stored).await;
+            if let (Reply::Append(r), Some(appended)) = (&reply, &appended) {
+                if r.is_success() {
+                    appended(&entries);
+                }
+            }
+            reply
         };
         if write_message(&mut *stream, &reply).await.is_err() {
             return;

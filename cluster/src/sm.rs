@@ -56,6 +56,9 @@ struct Inner {
     observer: Option<ApplyObserver>,
     /// Snapshots installed from a leader since this replica started.
     installed: u64,
+    /// The last entry the canary `apply-uncommitted` applied before openraft did (openraft
+    /// only learns of an entry applied when it asks for it: `applied` stays its view).
+    eager: Option<LogId>,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -105,6 +108,7 @@ impl MetaMachine {
                 snapshot,
                 observer,
                 installed: 0,
+                eager: None,
             })),
         })
     }
@@ -113,6 +117,26 @@ impl MetaMachine {
     /// behind for the leader's log catches up this way).
     pub fn installed_snapshots(&self) -> u64 {
         self.lock().installed
+    }
+
+    /// The canary `apply-uncommitted`: applies `entries` as they arrive from a leader,
+    /// before they commit (each at most once: openraft's later apply skips them). A leader
+    /// that loses its term before they commit leaves this replica with ops no one decided.
+    pub fn apply_uncommitted(&self, entries: &[Entry]) {
+        let mut inner = self.lock();
+        for entry in entries {
+            let log_id = entry.log_id();
+            if inner
+                .eager
+                .max(inner.applied)
+                .is_none_or(|a| a.index < log_id.index)
+            {
+                let applied = inner.applied;
+                inner.apply_entry(entry);
+                inner.applied = applied;
+                inner.eager = Some(log_id);
+            }
+        }
     }
 
     /// The state as applied so far, and the last entry applied.
@@ -282,7 +306,14 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
     {
         while let Some(next) = entries.next().await {
             let (entry, responder) = next?;
-            let outcome = self.lock().apply_entry(&entry);
+            let mut inner = self.lock();
+            let index = entry.log_id().index;
+            if inner.eager.is_some_and(|a| a.index >= index) {
+                inner.applied = Some(entry.log_id());
+                continue;
+            }
+            let outcome = inner.apply_entry(&entry);
+            drop(inner);
             if let Some(responder) = responder {
                 responder.send(outcome);
             }

@@ -417,7 +417,23 @@ async fn serve(
         server.local_addr(),
         config.data_dir.display()
     );
-    let outcome = race(stop.wait(), node.stopped()).await;
+    let group_stopped = async {
+        match &group {
+            Some(group) => group.stopped().await,
+            None => std::future::pending().await,
+        }
+    };
+    let outcome = match race(stop.wait(), race(node.stopped(), group_stopped)).await {
+        Either::Left(()) => Either::Left(()),
+        Either::Right(Either::Left(failure)) => Either::Right(failure),
+        // A member whose replica stopped would serve as if it were still one: it exits,
+        // for a restart to recover its replica from the disk.
+        Either::Right(Either::Right(why)) => {
+            tracing::error!(%why, "the cluster's replica stopped; exiting for a restart to recover");
+            eprintln!("cairn: the cluster's replica stopped: {why}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
     if let Some(group) = &group {
         // A leader hands leadership over before it goes (within a couple of seconds).
         let leader = group.stop().await;

@@ -15,27 +15,37 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 const MAX_SEEDS: u64 = 600;
 const SWARM_START: u64 = 5_000_000;
 
-/// The server's canaries, and the invariant each must be caught by: any violation would
-/// do for "caught", but one from another cause would mean the oracle misfires.
-const EXPECTED: [(&str, &str); 6] = [
+/// The server's and the cluster's canaries, and the invariants each must be caught by:
+/// any violation would do for "caught", but one from another cause would mean the oracle
+/// misfires.
+const EXPECTED: [(&str, &[&str]); 7] = [
     (
         "vote-after-lost-state",
-        cairn_sim::cluster_world::INV_AGREEMENT,
+        &[cairn_sim::cluster_world::INV_AGREEMENT],
     ),
-    ("blank-counted", cairn_sim::cluster_world::INV_AGREEMENT),
+    ("blank-counted", &[cairn_sim::cluster_world::INV_AGREEMENT]),
+    // What a replica applied that no one committed shows as a different entry at an index
+    // another replica applied, or, where none did, as a state the others never reach.
+    (
+        "apply-uncommitted",
+        &[
+            cairn_sim::cluster_world::INV_AGREEMENT,
+            cairn_sim::cluster_world::INV_CONVERGED,
+        ],
+    ),
     (
         "ack-send-before-shard",
-        cairn_sim::server_world::oracle::INV_ACKED,
+        &[cairn_sim::server_world::oracle::INV_ACKED],
     ),
     (
         "dedup-wrong-reply",
-        cairn_sim::server_world::oracle::INV_DEDUP,
+        &[cairn_sim::server_world::oracle::INV_DEDUP],
     ),
     (
         "session-outlives-user",
-        cairn_sim::server_world::oracle::INV_REVOKED,
+        &[cairn_sim::server_world::oracle::INV_REVOKED],
     ),
-    ("bodies-unbudgeted", cairn_sim::server_world::INV_BUDGET),
+    ("bodies-unbudgeted", &[cairn_sim::server_world::INV_BUDGET]),
 ];
 
 /// What caught one canary: (directed scenario or seed, invariant).
@@ -107,9 +117,9 @@ fn every_canary_is_caught_naming_the_invariant() {
             missed.push(*name);
         }
         if let Some((_, expected)) = EXPECTED.iter().find(|(n, _)| n == name) {
-            if !caught.iter().any(|(_, i)| i == expected) {
+            if !caught.iter().any(|(_, i)| expected.contains(i)) {
                 missed.push(*name);
-                println!("canary {name}: caught as {caught:?}, never as {expected}");
+                println!("canary {name}: caught as {caught:?}, never as one of {expected:?}");
             }
         }
     }

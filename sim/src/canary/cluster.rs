@@ -14,6 +14,12 @@ pub fn incarnation_hook(name: &str) -> Option<IncarnationHook> {
     }
 }
 
+/// `apply-uncommitted`: a replica's state machine applies the entries of every append a
+/// leader sends as they arrive, before they commit.
+pub fn applies_uncommitted(name: &str) -> bool {
+    name == "apply-uncommitted"
+}
+
 /// `blank-counted`: a replica answers requests meant for any replica of its member, so a
 /// blank one stands in for the one it was: it votes with no memory of its vote and its
 /// appends count toward the quorum.

@@ -31,7 +31,9 @@
 //!   disk comes back under the identity it had, blank, so it votes again in terms it voted
 //!   in and counts toward quorums for entries it no longer holds;
 //! - `blank-counted`: a replica answers peers' requests meant for any replica of its member,
-//!   so a blank one is counted (votes, acknowledges appends) as the replica it replaced.
+//!   so a blank one is counted (votes, acknowledges appends) as the replica it replaced;
+//! - `apply-uncommitted`: a follower's state machine applies what a leader sends as it
+//!   arrives, before it commits.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -68,10 +70,11 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 19] = [
+pub const NAMES: [&str; 20] = [
     "raft-ack-before-sync",
     "vote-after-lost-state",
     "blank-counted",
+    "apply-uncommitted",
     "ack-send-before-shard",
     "bodies-unbudgeted",
     "dedup-wrong-reply",
@@ -157,5 +160,6 @@ pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
     cairn_cluster::group::GroupHooks {
         incarnation: active().and_then(cluster::incarnation_hook),
         addressed: active().and_then(cluster::addressed_hook),
+        apply_uncommitted: active().is_some_and(cluster::applies_uncommitted),
     }
 }

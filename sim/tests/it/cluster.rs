@@ -113,6 +113,23 @@ fn a_blank_replica_standing_in_for_the_one_it_was_is_caught() {
     cairn_sim::canary::activate(None);
 }
 
+#[test]
+fn a_replica_applying_what_was_not_committed_is_caught() {
+    assert!(cairn_sim::canary::activate(Some("apply-uncommitted")));
+    // The sample's seeds, first to last: the first that objects (a leader that lost its
+    // term before its appends committed).
+    let caught = (1..25).find_map(|seed| {
+        let report = cluster_world::run(seed, false);
+        report.violation.map(|v| (seed, v))
+    });
+    cairn_sim::canary::activate(None);
+    let (seed, violation) = caught.expect("apply-uncommitted passed every sample seed");
+    assert!(
+        [cluster_world::INV_AGREEMENT, cluster_world::INV_CONVERGED].contains(&violation.invariant),
+        "seed {seed}: caught as {violation}"
+    );
+}
+
 fn caught(canary: &str, name: &str, scenario: cluster_world::directed::Scenario) {
     let report = cluster_world::directed::run_scenario(scenario, false);
     let violation = report
