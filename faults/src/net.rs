@@ -10,7 +10,9 @@
 //!   stopping at a seeded random byte (frames arrive split and joined anywhere);
 //! - connection resets at any byte: the writer fails with `ConnectionReset`, the reader gets
 //!   a seeded prefix of that write and then the reset;
-//! - partitions between two hosts (connects fail; chunks in flight wait until it heals);
+//! - partitions between two hosts (connects fail; chunks in flight wait until it heals), and
+//!   one-way ones ([`SimNet::cut_one_way`]: chunks from one host to the other wait, the
+//!   other way flows; a connect, which needs both ways, fails);
 //! - a host's power loss ([`SimNet::power_off`]): its connections are neither closed nor
 //!   reset; peers see them half-open (reads wait, writes fill the pipe and then wait) until
 //!   their own timeouts, and after [`SimNet::power_on`] a peer's next use of a connection of
@@ -133,6 +135,7 @@ struct State {
     rng: ChaCha8Rng,
     faults: NetFaults,
     listeners: BTreeMap<SocketAddr, ListenerState>,
+    /// Directions cut: chunks from the first host to the second wait.
     partitions: BTreeSet<(IpAddr, IpAddr)>,
     next_port: u16,
     events: Vec<NetEvent>,
@@ -160,14 +163,6 @@ pub struct SimNet {
 pub struct HostNet {
     net: SimNet,
     ip: IpAddr,
-}
-
-fn ordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
-    if a <= b {
-        (a, b)
-    } else {
-        (b, a)
-    }
 }
 
 impl SimNet {
@@ -199,22 +194,29 @@ impl SimNet {
         self.state.lock().expect("net").faults = faults;
     }
 
-    /// Cuts every link between hosts `a` and `b`.
+    /// Cuts every link between hosts `a` and `b`, both ways.
     pub fn partition(&self, a: IpAddr, b: IpAddr) {
-        self.state
-            .lock()
-            .expect("net")
-            .partitions
-            .insert(ordered(a, b));
+        let mut s = self.state.lock().expect("net");
+        s.partitions.insert((a, b));
+        s.partitions.insert((b, a));
     }
 
-    /// Heals the partition between `a` and `b` (other partitions and faults stay).
-    pub fn heal_partition(&self, a: IpAddr, b: IpAddr) {
+    /// Cuts the links from host `from` to host `to` only: what `to` sends `from` still
+    /// arrives.
+    pub fn cut_one_way(&self, from: IpAddr, to: IpAddr) {
         self.state
             .lock()
             .expect("net")
             .partitions
-            .remove(&ordered(a, b));
+            .insert((from, to));
+    }
+
+    /// Heals the partition between `a` and `b`, both ways (other partitions and faults
+    /// stay).
+    pub fn heal_partition(&self, a: IpAddr, b: IpAddr) {
+        let mut s = self.state.lock().expect("net");
+        s.partitions.remove(&(a, b));
+        s.partitions.remove(&(b, a));
     }
 
     /// How many events happened so far.
@@ -257,12 +259,13 @@ impl SimNet {
         self.state.lock().expect("net").events.clone()
     }
 
-    fn partitioned(&self, a: IpAddr, b: IpAddr) -> bool {
+    /// Whether chunks from `from` to `to` wait.
+    fn cut(&self, from: IpAddr, to: IpAddr) -> bool {
         self.state
             .lock()
             .expect("net")
             .partitions
-            .contains(&ordered(a, b))
+            .contains(&(from, to))
     }
 }
 
@@ -294,8 +297,9 @@ impl Net for HostNet {
             };
             net.clock.sleep(Duration::from_nanos(delay)).await;
             let mut s = net.state.lock().expect("net");
-            let partitioned =
-                s.partitions.contains(&ordered(from_ip, to.ip())) || s.down.contains(&to.ip());
+            let partitioned = s.partitions.contains(&(from_ip, to.ip()))
+                || s.partitions.contains(&(to.ip(), from_ip))
+                || s.down.contains(&to.ip());
             if partitioned || !s.listeners.contains_key(&to) {
                 s.events.push(NetEvent::ConnectRefused { to, partitioned });
                 return Err(if partitioned {
@@ -468,7 +472,7 @@ impl SimStream {
                 Power::Up => {}
             }
             let now = self.net.clock.now_nanos();
-            let partitioned = self.net.partitioned(self.local.ip(), self.peer.ip());
+            let partitioned = self.net.cut(self.peer.ip(), self.local.ip());
             let (due_bytes, next_due) = {
                 let pipe = self.rx.lock().expect("pipe");
                 if pipe.reset && (!pipe.reset_after_queued || pipe.chunks.is_empty()) {

@@ -69,7 +69,7 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 13] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 15] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -107,6 +107,14 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 13] = [
         "a replica lost power (its unsynced pages and connections)",
     ),
     ("ClusterPartition", "two replicas' hosts were partitioned"),
+    (
+        "ClusterOneWayPartition",
+        "one replica's host could not reach another's, which still reached it",
+    ),
+    (
+        "ClusterFlappingPartition",
+        "a partition between two replicas' hosts came and went several times in a second",
+    ),
     (
         "ClusterInDoubtResolved",
         "a proposal in doubt was resolved by its retry (found applied, or applied once)",

@@ -1,5 +1,6 @@
 //! The nemesis: crashes (a process, a power loss, inside a disk call), bounces, blank
-//! replicas (a replaced disk, a lost state record), partitions and heals, on its own clock
+//! replicas (a replaced disk, a lost state record), partitions (both ways, one way,
+//! flapping) and heals, on its own clock
 //! ([`World::while_nemesis`]), never taking more than a minority out at once.
 
 use super::*;
@@ -195,11 +196,57 @@ impl World {
         } else if self.rng.gen_bool(self.profile.partition) {
             let a = self.rng.gen_range(0..self.replicas.len());
             let b = (a + self.rng.gen_range(1..self.replicas.len())) % self.replicas.len();
-            self.net.partition(self.replicas[a].ip, self.replicas[b].ip);
-            self.decision("ClusterPartition");
-            let (a, b) = (self.replicas[a].id, self.replicas[b].id);
-            self.event(format!("partition {a} | {b}"));
-            self.mark(NETWORK_LANE, MarkKind::Partition, format!("{a} | {b}"));
+            self.partition(a, b).await;
+        }
+    }
+
+    /// Partitions the hosts of replicas `a` and `b`: both ways, one way (`a` cannot reach
+    /// `b`: a leader may still be heard and not hear back), or flapping (cut and healed a
+    /// few times, a fraction of an election timeout apart, left either way).
+    async fn partition(&mut self, a: usize, b: usize) {
+        let (ip_a, ip_b) = (self.replicas[a].ip, self.replicas[b].ip);
+        let (id_a, id_b) = (self.replicas[a].id, self.replicas[b].id);
+        match self.rng.gen_range(0..4) {
+            0 => {
+                self.net.cut_one_way(ip_a, ip_b);
+                self.decision("ClusterOneWayPartition");
+                self.event(format!("one-way partition {id_a} -> {id_b}"));
+                self.mark(
+                    NETWORK_LANE,
+                    MarkKind::Partition,
+                    format!("{id_a} -> {id_b}"),
+                );
+            }
+            1 => {
+                self.decision("ClusterFlappingPartition");
+                self.event(format!("flapping partition {id_a} | {id_b}"));
+                self.mark(
+                    NETWORK_LANE,
+                    MarkKind::Partition,
+                    format!("{id_a} |~| {id_b}"),
+                );
+                for _ in 0..self.rng.gen_range(2..6) {
+                    self.net.partition(ip_a, ip_b);
+                    let cut = Duration::from_millis(self.rng.gen_range(20..200));
+                    cairn_engine::env::Clock::sleep(&self.clock, cut).await;
+                    self.net.heal_partition(ip_a, ip_b);
+                    let healed = Duration::from_millis(self.rng.gen_range(20..200));
+                    cairn_engine::env::Clock::sleep(&self.clock, healed).await;
+                }
+                if self.rng.gen_bool(0.5) {
+                    self.net.partition(ip_a, ip_b);
+                }
+            }
+            _ => {
+                self.net.partition(ip_a, ip_b);
+                self.decision("ClusterPartition");
+                self.event(format!("partition {id_a} | {id_b}"));
+                self.mark(
+                    NETWORK_LANE,
+                    MarkKind::Partition,
+                    format!("{id_a} | {id_b}"),
+                );
+            }
         }
     }
 

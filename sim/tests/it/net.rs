@@ -408,3 +408,44 @@ fn a_power_loss_leaves_the_peer_half_open_until_the_host_boots_again() {
         .iter()
         .any(|e| matches!(e, NetEvent::StaleConnection { .. })));
 }
+
+#[test]
+fn a_one_way_cut_holds_one_direction_and_lets_the_other_flow() {
+    let log: Log = Arc::default();
+    let (l1, l2) = (log.clone(), log.clone());
+    let (_, _) = pair(
+        NetFaults::default(),
+        move |mut stream, net, clock| {
+            Box::pin(async move {
+                // Server to client is cut: the client still hears nothing of "pong" until
+                // the cut heals, while the server reads the client's "ping".
+                net.cut_one_way(SERVER, CLIENT);
+                let mut ping = [0u8; 4];
+                read_exact(&mut *stream, &mut ping).await.unwrap();
+                l1.lock()
+                    .unwrap()
+                    .push(format!("server read {}", String::from_utf8_lossy(&ping)));
+                stream.write_all(b"pong").await.unwrap();
+                clock.sleep(std::time::Duration::from_secs(5)).await;
+                l1.lock().unwrap().push("healed".into());
+                net.heal_partition(SERVER, CLIENT);
+                clock.sleep(std::time::Duration::from_secs(5)).await;
+            })
+        },
+        move |mut stream, _, _| {
+            Box::pin(async move {
+                stream.write_all(b"ping").await.unwrap();
+                let mut pong = [0u8; 4];
+                read_exact(&mut *stream, &mut pong).await.unwrap();
+                l2.lock()
+                    .unwrap()
+                    .push(format!("client read {}", String::from_utf8_lossy(&pong)));
+            })
+        },
+    );
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["server read ping", "healed", "client read pong"],
+        "the cut direction waited for the heal, the other did not"
+    );
+}
