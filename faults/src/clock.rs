@@ -144,3 +144,80 @@ impl Clock for SimClock {
         })
     }
 }
+
+/// One host's view of [`SimClock`]'s time: its monotonic clock runs at `rate_permille`
+/// thousandths of the true rate (a fast or slow oscillator) and its wall clock is off by
+/// `wall_offset_micros` (an NTP that is wrong). Timers it sets fire when its own clock says
+/// they are due. Clones share the underlying time.
+#[derive(Clone)]
+pub struct SkewedClock {
+    inner: SimClock,
+    rate_permille: u64,
+    wall_offset_micros: i64,
+}
+
+impl SkewedClock {
+    /// The slowest and fastest rates a host's clock may run at.
+    pub const RATES: std::ops::RangeInclusive<u64> = 500..=2000;
+
+    pub fn new(inner: SimClock, rate_permille: u64, wall_offset_micros: i64) -> SkewedClock {
+        assert!(
+            Self::RATES.contains(&rate_permille),
+            "a clock rate of {rate_permille}‰ is outside {:?}",
+            Self::RATES
+        );
+        SkewedClock {
+            inner,
+            rate_permille,
+            wall_offset_micros,
+        }
+    }
+}
+
+impl Clock for SkewedClock {
+    fn wall_micros(&self) -> u64 {
+        let micros = self.inner.wall_micros() as i64 + self.wall_offset_micros;
+        micros.max(0) as u64
+    }
+
+    fn monotonic_nanos(&self) -> u64 {
+        (u128::from(self.inner.now_nanos()) * u128::from(self.rate_permille) / 1000) as u64
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        // This host's `duration` is `duration / rate` of the true time (rounded up, so a
+        // timer never fires before its own clock says it is due).
+        let nanos = duration.as_nanos() * 1000;
+        let rate = u128::from(self.rate_permille);
+        let true_nanos = nanos.div_ceil(rate).min(u128::from(u64::MAX)) as u64;
+        self.inner.sleep(Duration::from_nanos(true_nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skewed_clock_runs_at_its_rate_and_keeps_its_offset() {
+        let clock = SimClock::new();
+        let fast = SkewedClock::new(clock.clone(), 1100, -5_000_000);
+        let slow = SkewedClock::new(clock.clone(), 900, 3_000_000);
+        clock.advance(1_000_000_000);
+        assert_eq!(fast.monotonic_nanos(), 1_100_000_000);
+        assert_eq!(slow.monotonic_nanos(), 900_000_000);
+        assert_eq!(fast.wall_micros() + 5_000_000, clock.wall_micros());
+        assert_eq!(slow.wall_micros(), clock.wall_micros() + 3_000_000);
+        // A fast clock's second passes sooner: its timer is set for 1/1.1 s of true time.
+        let before = clock.now_nanos();
+        let timer = {
+            let sleep = fast.sleep(Duration::from_secs(1));
+            let mut sleep = std::pin::pin!(sleep);
+            let waker = std::task::Waker::noop();
+            let mut cx = Context::from_waker(waker);
+            assert!(sleep.as_mut().poll(&mut cx).is_pending());
+            clock.next_deadline().unwrap()
+        };
+        assert_eq!(timer - before, 909_090_910);
+    }
+}

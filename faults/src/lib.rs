@@ -7,7 +7,7 @@ pub mod clock;
 pub mod disk;
 pub mod net;
 
-pub use clock::SimClock;
+pub use clock::{SimClock, SkewedClock};
 pub use disk::{
     Call, CallRecord, Damage, DiskFaults, Fates, FaultKind, FaultRecord, Scripted, SimDisk, PAGE,
     SECTOR,

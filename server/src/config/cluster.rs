@@ -122,9 +122,11 @@ impl ClusterConfig {
         self.members.iter().find(|m| m.id == self.node)
     }
 
+    /// `tcp`: where this node listens for clients; `listeners`: every address it listens on.
     pub(super) fn check(
         &self,
         rules: &Rules<'_>,
+        tcp: SocketAddr,
         listeners: &[SocketAddr],
     ) -> Result<(), ConfigError> {
         if !self.enabled {
@@ -168,6 +170,18 @@ impl ClusterConfig {
                 format!(
                     "this node's replication address {} is also a listener's",
                     me.replication
+                ),
+            ));
+        }
+        // What the cluster tells clients of this node must be where it listens (an
+        // unspecified listen address, 0.0.0.0, listens on the client address's IP too).
+        let same_ip = tcp.ip().is_unspecified() || tcp.ip() == me.client.ip();
+        if tcp.port() != me.client.port() || !same_ip {
+            return Err(rules.fail(
+                "cluster.members",
+                format!(
+                    "this node's client address {} is not where it listens (tcp.address {tcp})",
+                    me.client
                 ),
             ));
         }

@@ -820,7 +820,9 @@ type Vars = Vec<(&'static str, String)>;
 
 /// A three-member cluster's variables for member `node`, with `secret`.
 fn cluster_vars(node: &str, secret: &str) -> Vars {
+    let tcp = format!("127.0.0.1:900{node}");
     vec![
+        ("CAIRN_TCP_ADDRESS", tcp),
         ("CAIRN_CLUSTER_ENABLED", "true".into()),
         ("CAIRN_CLUSTER_NODE", node.into()),
         ("CAIRN_CLUSTER_SECRET", secret.into()),
@@ -857,10 +859,9 @@ fn a_cluster_is_configured_by_variables_and_checked() {
     let refusals: [(&str, Vars, &str); 6] = [
         (
             "no secret",
-            cluster_vars("2", "x")[..2]
-                .iter()
-                .cloned()
-                .chain(cluster_vars("2", "x")[3..].iter().cloned())
+            cluster_vars("2", "x")
+                .into_iter()
+                .filter(|(k, _)| *k != "CAIRN_CLUSTER_SECRET")
                 .collect(),
             "cluster.secret",
         ),
@@ -879,7 +880,7 @@ fn a_cluster_is_configured_by_variables_and_checked() {
             "member 0",
             {
                 let mut v = cluster_vars("2", "sixteen bytes at least");
-                v[3].1 = v[3].1.replace("id = 1", "id = 0");
+                v[4].1 = v[4].1.replace("id = 1", "id = 0");
                 v
             },
             "nonzero and unique",
@@ -888,7 +889,7 @@ fn a_cluster_is_configured_by_variables_and_checked() {
             "a shared replication address",
             {
                 let mut v = cluster_vars("2", "sixteen bytes at least");
-                v[3].1 = v[3].1.replace("9101", "9102");
+                v[4].1 = v[4].1.replace("9101", "9102");
                 v
             },
             "two members replicate on",
@@ -902,13 +903,19 @@ fn a_cluster_is_configured_by_variables_and_checked() {
             "{case}: the secret shown: {message}"
         );
     }
-    // A member's replication address may not be this node's client listener.
+    // A member's replication address may not be this node's HTTP listener.
     let mut vars = cluster_vars("1", "sixteen bytes at least");
-    vars.push(("CAIRN_TCP_ADDRESS", "127.0.0.1:9101".into()));
+    vars.push(("CAIRN_HTTP_ADDRESS", "127.0.0.1:9101".into()));
     assert!(error(cluster_from_env(&vars)).contains("also a listener's"));
+    // The client address the cluster gives out is where this node listens.
+    let mut vars = cluster_vars("1", "sixteen bytes at least");
+    vars[0].1 = "127.0.0.1:9002".into();
+    assert!(error(cluster_from_env(&vars)).contains("not where it listens"));
+    vars[0].1 = "0.0.0.0:9001".into();
+    cluster_from_env(&vars).expect("an unspecified listen address on the client port");
     // Not a TOML array: the key's type is named, not the text.
     let mut vars = cluster_vars("1", "sixteen bytes at least");
-    vars[3].1 = "1=127.0.0.1:9101".into();
+    vars[4].1 = "1=127.0.0.1:9101".into();
     let message = error(cluster_from_env(&vars));
     assert!(message.contains("CAIRN_CLUSTER_MEMBERS"), "{message}");
 }

@@ -124,7 +124,7 @@ impl ServerConfig {
         self.log.check(&rules)?;
         self.check_limits(&rules)?;
         let listeners = [self.tcp.address, self.http.address];
-        self.cluster.check(&rules, &listeners)?;
+        self.cluster.check(&rules, self.tcp.address, &listeners)?;
         // Last, as it reads files: both paths set, both files readable PEM, the key the
         // certificate's.
         self.tcp.tls.server_config_with("tcp", origin_of)?;

@@ -88,6 +88,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         },
         graceful: 0.0,
         total_power_loss: 0.0,
+        clock_skew: 0.0,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }

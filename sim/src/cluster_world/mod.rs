@@ -69,7 +69,7 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 15] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 16] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -107,6 +107,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 15] = [
         "a replica lost power (its unsynced pages and connections)",
     ),
     ("ClusterPartition", "two replicas' hosts were partitioned"),
+    (
+        "ClusterClockSkew",
+        "a replica's clock ran fast or slow (up to 10%), its wall clock seconds off",
+    ),
     (
         "ClusterOneWayPartition",
         "one replica's host could not reach another's, which still reached it",
@@ -159,6 +163,9 @@ pub struct ClusterProfile {
     pub graceful: f64,
     /// Per nemesis step: every replica loses power at once.
     pub total_power_loss: f64,
+    /// The share of replicas whose clock runs fast or slow (up to 10%) with a wall clock
+    /// off by up to 5 s.
+    pub clock_skew: f64,
 }
 
 impl ClusterProfile {
@@ -183,8 +190,31 @@ impl ClusterProfile {
             state_lost: rng.gen_range(0.0..1.0),
             graceful: rng.gen_range(0.0..0.2),
             total_power_loss: rng.gen_range(0.0..0.03),
+            clock_skew: if rng.gen_bool(0.3) {
+                rng.gen_range(0.2..1.0)
+            } else {
+                0.0
+            },
         }
     }
+}
+
+/// Replica `id`'s clock: the world's, or, as often as the profile says, one running fast or
+/// slow with its wall clock off ([`cairn_faults::SkewedClock`]).
+fn replica_clock(
+    seed: u64,
+    id: MemberId,
+    profile: &ClusterProfile,
+    clock: &SimClock,
+) -> (Arc<dyn cairn_engine::env::Clock>, Option<(u64, i64)>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5ce0 ^ u64::from(id));
+    if !rng.gen_bool(profile.clock_skew) {
+        return (Arc::new(clock.clone()), None);
+    }
+    let rate = rng.gen_range(900..=1100);
+    let offset = rng.gen_range(-5_000_000..=5_000_000);
+    let skewed = cairn_faults::SkewedClock::new(clock.clone(), rate, offset);
+    (Arc::new(skewed), Some((rate, offset)))
 }
 
 /// How a cluster seed ended.
@@ -361,13 +391,20 @@ fn run_script(
         timeline: record.then(|| new_timeline(seed, profile.replicas)),
         applied: BTreeMap::new(),
     }));
+    let mut skewed = Vec::new();
     let replicas = (1..=profile.replicas as MemberId)
         .map(|id| {
             let disk = replica_disk(seed, id, 0, &clock);
             let ip = host(id);
+            let (replica_clock, skew) = replica_clock(seed, id, &profile, &clock);
+            if let Some((rate, offset)) = skew {
+                skewed.push(format!(
+                    "replica {id}: clock at {rate}‰, wall {offset:+} us"
+                ));
+            }
             let env = Env {
                 disk: wrap_disk(&disk),
-                clock: Arc::new(clock.clone()),
+                clock: replica_clock,
                 net: Arc::new(net.host(ip)),
                 tasks: Arc::new(executor.handle().in_group(NODE_GROUP_BASE + id)),
                 entropy: crate::env::entropy(seed ^ (0xe27 + u64::from(id))),
@@ -386,7 +423,7 @@ fn run_script(
             }
         })
         .collect();
-    let world = World {
+    let mut world = World {
         seed,
         verbose,
         profile,
@@ -405,6 +442,10 @@ fn run_script(
         next_nemesis: 0,
         decisions: BTreeMap::new(),
     };
+    for skew in skewed {
+        world.event(skew);
+        world.decision("ClusterClockSkew");
+    }
     let director = executor.handle().in_group(DIRECTOR_GROUP);
     let play = async move {
         match script {
