@@ -389,6 +389,14 @@ impl Replica {
             }
             MemberChange::Add { member, peer } => {
                 let id = self.identify(*member, peer).await?;
+                if member_of(id) == member_of(self.me) && id != self.me {
+                    // Replacing the leader's own replica would remove the leader without a
+                    // handover: the administrator stops it first.
+                    return Err(ProposeError::Failed(format!(
+                        "replica {} of member {member} leads: stop it before another replica of the member replaces it",
+                        show_id(self.me)
+                    )));
+                }
                 let others = status
                     .voters
                     .keys()

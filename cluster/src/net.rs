@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -173,14 +174,19 @@ impl PeerKey {
         PeerKey(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret))
     }
 
-    fn tag(&self, label: &str, cluster: u128, nonces: (u128, u128), from: NodeId) -> Vec<u8> {
-        let mut context = ring::hmac::Context::with_key(&self.0);
-        context.update(label.as_bytes());
-        context.update(&cluster.to_le_bytes());
-        context.update(&nonces.0.to_le_bytes());
-        context.update(&nonces.1.to_le_bytes());
-        context.update(&from.to_le_bytes());
-        context.sign().as_ref().to_vec()
+    /// The tag of one handshake frame: what it is (`label`), for which cluster, on which
+    /// connection (both nonces), between which ends (the opener's Raft id, the member it
+    /// means to reach), so a frame proves nothing on another connection or to another member.
+    fn tag(
+        &self,
+        label: &str,
+        cluster: u128,
+        nonces: (u128, u128),
+        ends: (NodeId, MemberId),
+    ) -> Vec<u8> {
+        ring::hmac::sign(&self.0, &tagged(label, cluster, nonces, ends))
+            .as_ref()
+            .to_vec()
     }
 
     fn verify(
@@ -188,18 +194,24 @@ impl PeerKey {
         label: &str,
         cluster: u128,
         nonces: (u128, u128),
-        from: NodeId,
+        ends: (NodeId, MemberId),
         tag: &[u8],
     ) -> bool {
-        let mut message = Vec::with_capacity(label.len() + 48);
-        message.extend_from_slice(label.as_bytes());
-        message.extend_from_slice(&cluster.to_le_bytes());
-        message.extend_from_slice(&nonces.0.to_le_bytes());
-        message.extend_from_slice(&nonces.1.to_le_bytes());
-        message.extend_from_slice(&from.to_le_bytes());
         // Constant time: a tag is not guessed byte by byte.
-        ring::hmac::verify(&self.0, &message, tag).is_ok()
+        ring::hmac::verify(&self.0, &tagged(label, cluster, nonces, ends), tag).is_ok()
     }
+}
+
+/// What a handshake tag covers, as bytes.
+fn tagged(label: &str, cluster: u128, nonces: (u128, u128), ends: (NodeId, MemberId)) -> Vec<u8> {
+    let mut message = Vec::with_capacity(label.len() + 60);
+    message.extend_from_slice(label.as_bytes());
+    message.extend_from_slice(&cluster.to_le_bytes());
+    message.extend_from_slice(&nonces.0.to_le_bytes());
+    message.extend_from_slice(&nonces.1.to_le_bytes());
+    message.extend_from_slice(&ends.0.to_le_bytes());
+    message.extend_from_slice(&ends.1.to_le_bytes());
+    message
 }
 
 impl std::fmt::Debug for PeerKey {
@@ -210,6 +222,11 @@ impl std::fmt::Debug for PeerKey {
 
 const HELLO_LABEL: &str = "cairn-peer-hello-v1";
 const WELCOME_LABEL: &str = "cairn-peer-welcome-v1";
+/// How long an opener may take over its side of the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections a member serves at once (its peers' few each, administrators'); more are
+/// closed as they arrive.
+pub const MAX_PEER_CONNECTIONS: usize = 64;
 
 /// The listener's first frame: a nonce the opener's proof must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,12 +234,13 @@ pub struct Challenge {
     pub nonce: u128,
 }
 
-/// The opener's frame: the cluster it is for, who opens it, its own nonce (the welcome's
-/// proof covers it) and its proof of the secret.
+/// The opener's frame: the cluster it is for, who opens it, the member it means to reach,
+/// its own nonce (the welcome's proof covers it) and its proof of the secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub cluster: u128,
     pub from: NodeId,
+    pub to: MemberId,
     pub nonce: u128,
     #[serde(with = "crate::types::bytes_serde")]
     pub proof: Vec<u8>,
@@ -232,13 +250,13 @@ fn draw_nonce(env: &Env) -> u128 {
     u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())
 }
 
-/// The opener's side of the handshake on a new connection.
+/// The opener's side of the handshake with member `to` on a new connection.
 async fn open_handshake(
     env: &Env,
     stream: &mut dyn ByteStream,
     key: &PeerKey,
     cluster: u128,
-    me: NodeId,
+    (me, to): (NodeId, MemberId),
 ) -> io::Result<()> {
     let challenge: Challenge = read_message(stream, MAX_HELLO).await?;
     let nonce = draw_nonce(env);
@@ -246,46 +264,52 @@ async fn open_handshake(
     let hello = Hello {
         cluster,
         from: me,
+        to,
         nonce,
-        proof: key.tag(HELLO_LABEL, cluster, nonces, me),
+        proof: key.tag(HELLO_LABEL, cluster, nonces, (me, to)),
     };
     write_message(stream, &hello).await?;
+    let denied = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
     match read_message::<Reply>(stream, MAX_HELLO).await? {
-        Reply::Welcome(proof) if key.verify(WELCOME_LABEL, cluster, nonces, 0, &proof) => Ok(()),
-        Reply::Welcome(_) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "the peer does not hold the cluster's secret",
-        )),
-        Reply::Refused(why) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("the peer refused the connection: {why}"),
-        )),
+        Reply::Welcome(proof) if key.verify(WELCOME_LABEL, cluster, nonces, (me, to), &proof) => {
+            Ok(())
+        }
+        Reply::Welcome(_) => Err(denied(format!(
+            "the node answering for member {to} does not prove the cluster's secret"
+        ))),
+        Reply::Refused(why) => Err(denied(format!("the peer refused the connection: {why}"))),
         _ => Err(unexpected()),
     }
 }
 
-/// The listener's side: `Ok(from)` once the opener proved it holds the secret for this
-/// cluster; otherwise it was told why (when it got that far).
+/// The listener's side, as member `member`: `Ok(from)` once the opener proved it holds the
+/// secret of this cluster and meant this member; otherwise it was told why (when it got
+/// that far). Another cluster's member fails the proof, as does another secret: the
+/// refusal names neither this cluster's id nor which it was.
 async fn accept_handshake(
     env: &Env,
     stream: &mut dyn ByteStream,
     key: &PeerKey,
-    cluster: u128,
+    (cluster, member): (u128, MemberId),
 ) -> io::Result<NodeId> {
     let nonce = draw_nonce(env);
     write_message(stream, &Challenge { nonce }).await?;
     let hello: Hello = read_message(stream, MAX_HELLO).await?;
     let nonces = (nonce, hello.nonce);
-    let why = if hello.cluster != cluster {
+    let ends = (hello.from, hello.to);
+    let why = if !key.verify(HELLO_LABEL, cluster, nonces, ends, &hello.proof) {
         format!(
-            "a connection for cluster {:032x} from {} reached cluster {cluster:032x}",
-            hello.cluster,
+            "{} did not prove this cluster's secret (a member of another cluster, or another secret)",
             show_id(hello.from)
         )
-    } else if !key.verify(HELLO_LABEL, cluster, nonces, hello.from, &hello.proof) {
-        format!("{} does not hold the cluster's secret", show_id(hello.from))
+    } else if hello.to != member {
+        format!(
+            "{} meant member {}, and reached member {member}",
+            show_id(hello.from),
+            hello.to
+        )
     } else {
-        let welcome = Reply::Welcome(key.tag(WELCOME_LABEL, cluster, nonces, 0));
+        let welcome = Reply::Welcome(key.tag(WELCOME_LABEL, cluster, nonces, ends));
         write_message(stream, &welcome).await?;
         return Ok(hello.from);
     };
@@ -423,7 +447,8 @@ impl PeerClient {
                     )
                 })?;
                 let mut stream = within(&env, CONNECT_TIMEOUT, env.net.connect(addr)).await?;
-                open_handshake(&env, &mut *stream, &self.key, self.cluster, self.me).await?;
+                let ends = (self.me, member_of(self.target));
+                open_handshake(&env, &mut *stream, &self.key, self.cluster, ends).await?;
                 *self.stream.get_mut() = Some(stream);
             }
             let stream = self.stream.get_mut().as_mut().expect("connected above");
@@ -462,9 +487,12 @@ impl PeerClient {
 
     fn rpc_error(e: io::Error) -> RPCError<MetaConfig> {
         match e.kind() {
+            // A peer that refuses the handshake (another secret, another member at the
+            // address) is unreachable, not a network error: openraft backs off from it.
             io::ErrorKind::ConnectionRefused
             | io::ErrorKind::TimedOut
-            | io::ErrorKind::NotConnected => RPCError::Unreachable(Unreachable::new(&e)),
+            | io::ErrorKind::NotConnected
+            | io::ErrorKind::PermissionDenied => RPCError::Unreachable(Unreachable::new(&e)),
             _ => RPCError::Network(NetworkError::new(&e)),
         }
     }
@@ -629,15 +657,41 @@ pub async fn serve_peers(
     hooks: (Option<AddressedHook>, Option<AppendedHook>),
 ) {
     let env = replica.env.clone();
+    let open = Arc::new(AtomicUsize::new(0));
     loop {
         let Ok((stream, from)) = listener.accept().await else {
             // The listener failed (the node is going down, or the network is): back off.
             env.clock.sleep(Duration::from_millis(100)).await;
             continue;
         };
+        if open.load(Ordering::Relaxed) >= MAX_PEER_CONNECTIONS {
+            tracing::warn!(%from, "a peer connection closed: {MAX_PEER_CONNECTIONS} are open");
+            continue;
+        }
         tracing::debug!(%from, "a peer connected");
+        let counted = Counted::new(&open);
         let task = serve_connection(stream, replica.clone(), key.clone(), stored, hooks.clone());
+        let task = async move {
+            let _counted = counted;
+            task.await
+        };
         drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
+    }
+}
+
+/// One open connection, counted while it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(open: &Arc<AtomicUsize>) -> Counted {
+        open.fetch_add(1, Ordering::Relaxed);
+        Counted(open.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -649,14 +703,27 @@ async fn serve_connection(
     (hook, appended): (Option<AddressedHook>, Option<AppendedHook>),
 ) {
     let (cluster, me) = (replica.cluster, replica.me);
-    if let Err(e) = accept_handshake(&replica.env, &mut *stream, &key, cluster).await {
-        tracing::debug!(error = %e, "a connection without a handshake");
-        return;
-    }
+    let handshake = accept_handshake(&replica.env, &mut *stream, &key, (cluster, member_of(me)));
+    let peer = match within(&replica.env, HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(peer) => peer,
+        Err(e) => {
+            tracing::debug!(error = %e, "a connection without a handshake");
+            return;
+        }
+    };
     loop {
         let Ok(request) = read_message::<Request>(&mut *stream, MAX_FRAME).await else {
             return;
         };
+        // The handshake proved who opened the connection: its requests speak for it alone.
+        if request.from != peer {
+            tracing::warn!(
+                peer = %show_id(peer),
+                claimed = %show_id(request.from),
+                "a request in another's name: the connection is closed"
+            );
+            return;
+        }
         let addressed = match (&request.rpc, &hook) {
             (Rpc::Identify | Rpc::Admin(_), _) => member_of(request.to) == member_of(me),
             (_, Some(hook)) => hook(request.to, me),
@@ -761,13 +828,83 @@ mod tests {
     }
 
     #[test]
+    fn a_handshake_tag_binds_every_field_and_the_key() {
+        let key = PeerKey::new(b"0123456789abcdef");
+        let tag = key.tag(HELLO_LABEL, 1, (2, 3), (4, 5));
+        assert!(key.verify(HELLO_LABEL, 1, (2, 3), (4, 5), &tag));
+        let others = [
+            (WELCOME_LABEL, 1, (2, 3), (4, 5)),
+            (HELLO_LABEL, 9, (2, 3), (4, 5)),
+            (HELLO_LABEL, 1, (9, 3), (4, 5)),
+            (HELLO_LABEL, 1, (2, 9), (4, 5)),
+            (HELLO_LABEL, 1, (2, 3), (9, 5)),
+            (HELLO_LABEL, 1, (2, 3), (4, 9)),
+        ];
+        for (label, cluster, nonces, ends) in others {
+            assert!(
+                !key.verify(label, cluster, nonces, ends, &tag),
+                "{label} {cluster} {nonces:?} {ends:?}"
+            );
+        }
+        let other_key = PeerKey::new(b"fedcba9876543210");
+        assert!(!other_key.verify(HELLO_LABEL, 1, (2, 3), (4, 5), &tag));
+    }
+
+    /// A listener that answers the handshake with a welcome it cannot have made (another
+    /// key's): the opener refuses to go on.
+    #[test]
+    #[allow(clippy::disallowed_types, clippy::disallowed_methods)]
+    fn an_opener_refuses_a_welcome_without_the_secret() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let impostor = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let challenge = rmp_serde::to_vec(&Challenge { nonce: 7 }).unwrap();
+            socket
+                .write_all(&encode_frame(&challenge).unwrap())
+                .unwrap();
+            let mut header = [0u8; HEADER];
+            socket.read_exact(&mut header).unwrap();
+            let mut body = vec![0u8; frame_len(&header, MAX_HELLO).unwrap()];
+            socket.read_exact(&mut body).unwrap();
+            let hello: Hello = rmp_serde::from_slice(&body).unwrap();
+            let wrong = PeerKey::new(b"not the secret!!");
+            let proof = wrong.tag(
+                WELCOME_LABEL,
+                hello.cluster,
+                (7, hello.nonce),
+                (hello.from, hello.to),
+            );
+            let welcome = rmp_serde::to_vec(&Reply::Welcome(proof)).unwrap();
+            socket.write_all(&encode_frame(&welcome).unwrap()).unwrap();
+        });
+        let env = cairn_engine::env::real::env().unwrap();
+        let key = PeerKey::new(b"0123456789abcdef");
+        let result = cairn_engine::env::real::block_on(identify(
+            &env,
+            (1, &key),
+            0,
+            3,
+            addr,
+            Duration::from_secs(5),
+        ));
+        impostor.join().unwrap();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+        assert!(error.to_string().contains("does not prove"), "{error}");
+    }
+
+    #[test]
     fn a_connection_names_its_cluster_in_a_small_first_frame() {
         let key = PeerKey::new(b"0123456789abcdef");
+        let ends = (u64::MAX, MemberId::MAX);
         let hello = rmp_serde::to_vec(&Hello {
             cluster: u128::MAX,
             from: u64::MAX,
+            to: MemberId::MAX,
             nonce: u128::MAX,
-            proof: key.tag(HELLO_LABEL, u128::MAX, (u128::MAX, u128::MAX), u64::MAX),
+            proof: key.tag(HELLO_LABEL, u128::MAX, (u128::MAX, u128::MAX), ends),
         })
         .unwrap();
         assert!(hello.len() <= MAX_HELLO, "{} bytes", hello.len());
@@ -775,7 +912,7 @@ mod tests {
             WELCOME_LABEL,
             u128::MAX,
             (0, 0),
-            0,
+            ends,
         )))
         .unwrap();
         assert!(welcome.len() <= MAX_HELLO, "{} bytes", welcome.len());

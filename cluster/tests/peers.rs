@@ -77,7 +77,7 @@ fn a_member_serves_only_connections_that_prove_the_secret() {
         .await
         .unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
-        assert!(refused.to_string().contains("secret"), "{refused}");
+        assert!(refused.to_string().contains("did not prove"), "{refused}");
         let refused = identify(&env, (CLUSTER, &wrong), 0, 1, addr, LIMIT)
             .await
             .unwrap_err();
@@ -86,7 +86,11 @@ fn a_member_serves_only_connections_that_prove_the_secret() {
         let refused = identify(&env, (CLUSTER + 1, &key), 0, 1, addr, LIMIT)
             .await
             .unwrap_err();
-        assert!(refused.to_string().contains("reached cluster"), "{refused}");
+        assert!(refused.to_string().contains("did not prove"), "{refused}");
+        assert!(
+            !refused.to_string().contains(&format!("{CLUSTER:x}")),
+            "{refused}"
+        );
         // The right secret and cluster: who it is.
         let identity = identify(&env, (CLUSTER, &key), 0, 1, addr, LIMIT)
             .await
@@ -105,6 +109,68 @@ fn a_member_serves_only_connections_that_prove_the_secret() {
             }
             other => panic!("removing the last voter: {other:?}"),
         }
+        group.stop().await;
+    });
+}
+
+/// Raw bytes at the peer port: nothing but a handshake is read, and a first frame past the
+/// handshake's bound, or one that is not a hello, closes the connection unanswered.
+#[test]
+fn a_connection_without_the_handshake_is_closed_unanswered() {
+    use std::io::{Read, Write};
+    let env = cairn_engine::env::real::env().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let members = BTreeMap::from([(
+        1,
+        Peer {
+            raft: addr.to_string(),
+            client: "127.0.0.1:8090".into(),
+        },
+    )]);
+    let config = GroupConfig::new(
+        (CLUSTER, PeerKey::new(SECRET)),
+        1,
+        members,
+        dir.path().join("metadata"),
+    );
+    cairn_engine::env::real::block_on(async {
+        let group = MetaGroup::start(&env, config).await.unwrap();
+        for first in [
+            // A header announcing a snapshot-sized frame.
+            {
+                let mut header = vec![0u8; 12];
+                header[..4].copy_from_slice(&(64u32 << 20).to_le_bytes());
+                header
+            },
+            // A well-formed frame that is not a hello.
+            cairn_cluster::net::encode_frame(b"\x93\x01\x02\x03").unwrap(),
+        ] {
+            let mut socket = std::net::TcpStream::connect(addr).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            // The challenge comes first, unasked.
+            let mut header = [0u8; 12];
+            socket.read_exact(&mut header).unwrap();
+            let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+            assert!(len <= cairn_cluster::net::MAX_HELLO);
+            let mut challenge = vec![0u8; len];
+            socket.read_exact(&mut challenge).unwrap();
+            socket.write_all(&first).unwrap();
+            let mut rest = Vec::new();
+            let read = socket.read_to_end(&mut rest);
+            assert!(
+                matches!(read, Ok(0)) || read.is_err(),
+                "closed without an answer: {read:?} {rest:?}"
+            );
+        }
+        // A member asked for as another: refused, naming both.
+        let key = PeerKey::new(SECRET);
+        let refused = identify(&env, (CLUSTER, &key), 0, 2, addr, LIMIT)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("meant member 2"), "{refused}");
         group.stop().await;
     });
 }

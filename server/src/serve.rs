@@ -360,6 +360,15 @@ async fn serve(
         );
     }
     let node = booted.node;
+    // The cluster's replica before any client is served: a member that cannot be one
+    // (its replication address taken, its Raft storage refused) serves no one.
+    let group = match start_member(&env, &config).await {
+        Ok(group) => group,
+        Err(()) => {
+            let _ = node.shutdown().await;
+            return ExitCode::from(exit::NOT_STARTED);
+        }
+    };
     let server = match Server::start_on(node.clone(), server_settings(&config, tls), socket) {
         Ok(server) => server,
         Err(e) => {
@@ -395,13 +404,6 @@ async fn serve(
     } else {
         None
     };
-    let group = match start_member(&env, &config).await {
-        Ok(group) => group,
-        Err(()) => {
-            let _ = server.shutdown().await;
-            return ExitCode::from(exit::NOT_STARTED);
-        }
-    };
     tracing::info!(data = %config.data_dir.display(), tcp = %server.local_addr(), "cairn serving");
     // The HTTP line first: a supervisor (and the tests) may take "listening on" as ready.
     if let Some(http) = &http {
@@ -426,11 +428,15 @@ async fn serve(
     let outcome = match race(stop.wait(), race(node.stopped(), group_stopped)).await {
         Either::Left(()) => Either::Left(()),
         Either::Right(Either::Left(failure)) => Either::Right(failure),
-        // A member whose replica stopped would serve as if it were still one: it exits,
-        // for a restart to recover its replica from the disk.
+        // A member whose replica stopped would serve as if it were still one: it drains
+        // and flushes as a graceful shutdown does, then exits 1, for a restart to recover
+        // its replica from the disk.
         Either::Right(Either::Right(why)) => {
-            tracing::error!(%why, "the cluster's replica stopped; exiting for a restart to recover");
+            tracing::error!(%why, "the cluster's replica stopped; shutting down for a restart to recover");
             eprintln!("cairn: the cluster's replica stopped: {why}");
+            if let Err(e) = server.shutdown().await {
+                tracing::error!(error = %e, "shutdown could not flush everything");
+            }
             return ExitCode::from(exit::FAILED);
         }
     };

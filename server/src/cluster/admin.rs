@@ -21,8 +21,10 @@ use std::time::Duration;
 const STATUS_LIMIT: Duration = Duration::from_secs(2);
 /// How long the leader may take to decide a change (an added member catches up first).
 const CHANGE_LIMIT: Duration = Duration::from_secs(CATCH_UP_TIMEOUT.as_secs() + 10);
-/// Leaders followed before a change gives up (each names the next while leadership moves).
-const MAX_REDIRECTS: usize = 3;
+/// Times a change is asked of the leader before it gives up (leadership moving, a leader
+/// not yet elected, an outcome in doubt), [`RETRY_WAIT`] apart.
+const MAX_ATTEMPTS: usize = 8;
+const RETRY_WAIT: Duration = Duration::from_millis(500);
 
 /// What the administrator asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,76 +203,76 @@ impl Admin {
         rows
     }
 
-    /// The leader's member and replication address, as the first member that knows it says.
+    /// The member whose replica says it leads, and its address. Every configured member is
+    /// asked first, then the leaders they name at addresses the configuration lacks (a
+    /// replica added since): a leader that was killed is still named by its followers for
+    /// an election timeout, and is not taken for one because they name it.
     async fn leader(&self) -> Result<(MemberId, SocketAddr), String> {
         let mut last = String::from("no member is configured");
+        let mut named = Vec::new();
         for &(member, addr) in &self.members {
             match self.status_of(member, addr).await {
-                Ok(status) => match status.leader {
-                    Some(leader) => return self.address_of(leader, &status),
-                    None => last = format!("member {member} knows no leader"),
-                },
+                Ok(status) if status.leader == Some(status.me) => return Ok((member, addr)),
+                Ok(status) => {
+                    last = format!("member {member} knows no reachable leader");
+                    if let Some(leader) = status.leader.and_then(|l| self.address_of(l, &status)) {
+                        named.push(leader);
+                    }
+                }
                 Err(e) => last = format!("member {member} at {addr}: {e}"),
             }
         }
-        Err(format!("no leader found ({last})"))
-    }
-
-    fn address_of(
-        &self,
-        leader: NodeId,
-        status: &GroupStatus,
-    ) -> Result<(MemberId, SocketAddr), String> {
-        let member = member_of(leader);
-        let known = status.voters.get(&leader).and_then(|p| p.raft.parse().ok());
-        let configured = self
-            .members
-            .iter()
-            .find(|(m, _)| *m == member)
-            .map(|(_, a)| *a);
-        known
-            .or(configured)
-            .map(|addr| (member, addr))
-            .ok_or_else(|| format!("the leader {} has no known address", show_id(leader)))
-    }
-
-    async fn change(&self, change: MemberChange) -> Result<GroupStatus, String> {
-        let (mut member, mut addr) = self.leader().await?;
-        for _ in 0..MAX_REDIRECTS {
-            let request = AdminRequest::Change(change.clone());
-            let reply = ask(
-                &self.env,
-                (self.cluster, &self.key),
-                member,
-                addr,
-                request,
-                CHANGE_LIMIT,
-            )
-            .await
-            .map_err(|e| format!("the leader (member {member} at {addr}): {e}"))?;
-            match reply {
-                AdminReply::Changed(Ok(status)) => return Ok(status),
-                AdminReply::Changed(Err(ProposeError::NotLeader {
-                    leader: Some(l), ..
-                })) => {
-                    // The one that answered knows the new leader's address.
-                    let status = self.status_of(member, addr).await.ok();
-                    (member, addr) = match status {
-                        Some(status) => self.address_of(l, &status)?,
-                        None => self.leader().await?,
-                    };
+        for (member, addr) in named {
+            if self.members.contains(&(member, addr)) {
+                continue;
+            }
+            if let Ok(status) = self.status_of(member, addr).await {
+                if status.leader == Some(status.me) {
+                    return Ok((member, addr));
                 }
-                AdminReply::Changed(Err(e)) => return Err(e.to_string()),
-                other => return Err(format!("the leader answered {other:?}")),
             }
         }
-        Err(format!(
-            "leadership moved {MAX_REDIRECTS} times during the change: try again"
-        ))
+        Err(format!("no reachable replica leads ({last})"))
+    }
+
+    /// Where the replica `leader` is, as `status` (its committed configuration) has it.
+    fn address_of(&self, leader: NodeId, status: &GroupStatus) -> Option<(MemberId, SocketAddr)> {
+        let addr = status.voters.get(&leader)?.raft.parse().ok()?;
+        Some((member_of(leader), addr))
+    }
+
+    /// Asks the leader for `change`, again while leadership moves or the outcome is in
+    /// doubt (a change that took effect is not made twice: the leader answers the
+    /// configuration it finds).
+    async fn change(&self, change: MemberChange) -> Result<GroupStatus, String> {
+        let mut last = String::new();
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                self.env.clock.sleep(RETRY_WAIT).await;
+            }
+            let (member, addr) = match self.leader().await {
+                Ok(leader) => leader,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let request = AdminRequest::Change(change.clone());
+            let cluster = (self.cluster, &self.key);
+            match ask(&self.env, cluster, member, addr, request, CHANGE_LIMIT).await {
+                Ok(AdminReply::Changed(Ok(status))) => return Ok(status),
+                Ok(AdminReply::Changed(Err(
+                    e @ (ProposeError::NotLeader { .. } | ProposeError::InDoubt),
+                ))) => last = e.to_string(),
+                Ok(AdminReply::Changed(Err(e))) => return Err(e.to_string()),
+                Ok(other) => return Err(format!("the leader answered {other:?}")),
+                Err(e) => last = format!("the leader (member {member} at {addr}): {e}"),
+            }
+        }
+        Err(format!("no change after {MAX_ATTEMPTS} attempts: {last}"))
     }
 }
 
-/// The role of replica `me` in the configuration `status` holds.
 fn role(me: NodeId, status: &GroupStatus) -> &'static str {
     if status.leader == Some(me) {
         "leader"

@@ -89,6 +89,13 @@ impl fmt::Debug for ClusterConfig {
     }
 }
 
+/// Whether listening on `a` and on `b` would take one port (an unspecified IP, `0.0.0.0`,
+/// listens on every IP).
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    let any = a.ip().is_unspecified() || b.ip().is_unspecified();
+    a.port() == b.port() && (any || a.ip() == b.ip())
+}
+
 impl ClusterConfig {
     /// The cluster's id, drawn from its name: two clusters of one name (and one secret)
     /// would take each other's members for their own, so the names should differ.
@@ -151,11 +158,14 @@ impl ClusterConfig {
                     format!("member ids are nonzero and unique ({} is not)", member.id),
                 ));
             }
-            if !addrs.insert(member.replication) {
-                return Err(rules.fail(
-                    "cluster.members",
-                    format!("two members replicate on {}", member.replication),
-                ));
+            // Every member's two addresses are its own: no two alike among all of them.
+            for addr in [member.replication, member.client] {
+                if !addrs.insert(addr) {
+                    return Err(rules.fail(
+                        "cluster.members",
+                        format!("{addr} is given twice among the members' addresses"),
+                    ));
+                }
             }
         }
         let Some(me) = self.me() else {
@@ -164,7 +174,7 @@ impl ClusterConfig {
                 format!("{} is not among cluster.members (ids {ids:?})", self.node),
             ));
         };
-        if listeners.contains(&me.replication) {
+        if listeners.iter().any(|l| overlap(*l, me.replication)) {
             return Err(rules.fail(
                 "cluster.members",
                 format!(

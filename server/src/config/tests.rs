@@ -856,7 +856,7 @@ fn a_cluster_is_configured_by_variables_and_checked() {
     other.name = "another".into();
     assert_ne!(other.cluster_id(), cluster.cluster_id());
 
-    let refusals: [(&str, Vars, &str); 6] = [
+    let refusals: [(&str, Vars, &str); 7] = [
         (
             "no secret",
             cluster_vars("2", "x")
@@ -892,7 +892,16 @@ fn a_cluster_is_configured_by_variables_and_checked() {
                 v[4].1 = v[4].1.replace("9101", "9102");
                 v
             },
-            "two members replicate on",
+            "127.0.0.1:9102 is given twice",
+        ),
+        (
+            "a replication address that is another member's client address",
+            {
+                let mut v = cluster_vars("2", "sixteen bytes at least");
+                v[4].1 = v[4].1.replace("127.0.0.1:9101", "127.0.0.1:9003");
+                v
+            },
+            "127.0.0.1:9003 is given twice",
         ),
     ];
     for (case, vars, expected) in refusals {
@@ -905,8 +914,11 @@ fn a_cluster_is_configured_by_variables_and_checked() {
     }
     // A member's replication address may not be this node's HTTP listener.
     let mut vars = cluster_vars("1", "sixteen bytes at least");
-    vars.push(("CAIRN_HTTP_ADDRESS", "127.0.0.1:9101".into()));
+    vars.push(("CAIRN_HTTP_ADDRESS", "0.0.0.0:9101".into()));
     assert!(error(cluster_from_env(&vars)).contains("also a listener's"));
+    // An HTTP listener that is off takes no port.
+    vars.push(("CAIRN_HTTP_ENABLED", "false".into()));
+    cluster_from_env(&vars).expect("HTTP off");
     // The client address the cluster gives out is where this node listens.
     let mut vars = cluster_vars("1", "sixteen bytes at least");
     vars[0].1 = "127.0.0.1:9002".into();

@@ -123,7 +123,10 @@ impl ServerConfig {
         self.auth.check(&rules)?;
         self.log.check(&rules)?;
         self.check_limits(&rules)?;
-        let listeners = [self.tcp.address, self.http.address];
+        let mut listeners = vec![self.tcp.address];
+        if self.http.enabled {
+            listeners.push(self.http.address);
+        }
         self.cluster.check(&rules, self.tcp.address, &listeners)?;
         // Last, as it reads files: both paths set, both files readable PEM, the key the
         // certificate's.

@@ -14,9 +14,18 @@ const SECRET: &str = "the test cluster's shared secret";
 /// silence; a loaded CI host is slower).
 const SETTLE: Duration = Duration::from_secs(20);
 
+/// A loopback port free now, below Linux's ephemeral range (from 32768): a member restarted
+/// after a kill gets its ports back even while its peers' reconnects take ephemeral ones.
 fn free_addr() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 400) as u16 * 25;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 2_000;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
 }
 
 struct Members {
@@ -173,6 +182,7 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
 
     // A follower's data directory wiped: it comes back as a new replica outside the group,
     // counted by no quorum until an administrator adds it.
+    let (rows, _) = members.wait_for("a leader", |rows| leader(rows).is_some());
     let leading = leader(&rows).unwrap();
     let wiped = (1..=3).find(|m| *m != leading).unwrap();
     nodes[wiped as usize - 1].take().unwrap().kill9();
@@ -207,15 +217,27 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
         .to_owned();
     assert!(error.contains("secret"), "{json}");
 
-    // SIGTERM of the leader hands leadership over before it exits.
-    let rows = members.status();
+    // SIGTERM of the leader hands leadership over before it exits: it says to whom.
+    let (rows, _) = members.wait_for("a leader", |rows| leader(rows).is_some());
     let leading = leader(&rows).unwrap();
-    let stopped = nodes[leading as usize - 1].take().unwrap();
-    assert_eq!(stopped.terminate(), Some(0));
-    let rows = members.status();
-    let after = leader(&rows);
-    assert!(
-        after.is_some_and(|l| l != leading),
-        "another leads as soon as the leader is gone: {rows:#?}"
-    );
+    let mut stopped = nodes[leading as usize - 1].take().unwrap();
+    // SAFETY: a signal to our own child process.
+    unsafe {
+        libc::kill(stopped.child.id() as i32, libc::SIGTERM);
+    }
+    assert_eq!(stopped.child.wait().unwrap().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(300));
+    let said = stopped.drain_output();
+    let left = said
+        .iter()
+        .find(|l| l.contains("left the cluster's group"))
+        .unwrap_or_else(|| panic!("no handover reported: {said:#?}"));
+    let to: u64 = left
+        .split("Some(\"")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|member| member.parse().ok())
+        .unwrap_or_else(|| panic!("the stopped leader named no successor: {left}"));
+    assert_ne!(to, leading, "{left}");
+    members.wait_for("the successor leading", |rows| leader(rows) == Some(to));
 }

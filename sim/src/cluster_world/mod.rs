@@ -117,7 +117,7 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 16] = [
     ),
     (
         "ClusterFlappingPartition",
-        "a partition between two replicas' hosts came and went several times in a second",
+        "a partition between two replicas' hosts came and went 2 to 5 times within two seconds",
     ),
     (
         "ClusterInDoubtResolved",

@@ -233,8 +233,13 @@ impl World {
                     let healed = Duration::from_millis(self.rng.gen_range(20..200));
                     cairn_engine::env::Clock::sleep(&self.clock, healed).await;
                 }
+                // It ends healed (this pair's earlier cuts too) or cut both ways.
                 if self.rng.gen_bool(0.5) {
                     self.net.partition(ip_a, ip_b);
+                    self.event(format!("flapping partition {id_a} | {id_b} ends cut"));
+                } else {
+                    self.event(format!("flapping partition {id_a} | {id_b} ends healed"));
+                    self.mark(NETWORK_LANE, MarkKind::Heal, format!("{id_a} ~ {id_b}"));
                 }
             }
             _ => {

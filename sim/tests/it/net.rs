@@ -449,3 +449,31 @@ fn a_one_way_cut_holds_one_direction_and_lets_the_other_flow() {
         "the cut direction waited for the heal, the other did not"
     );
 }
+
+#[test]
+fn a_connect_needs_both_directions() {
+    for (from, to) in [(SERVER, CLIENT), (CLIENT, SERVER)] {
+        let clock = SimClock::new();
+        let mut executor = Executor::new(3, clock.clone());
+        let net = SimNet::new(3, clock.clone(), NetFaults::default());
+        net.cut_one_way(from, to);
+        let (server_net, client_net) = (net.host(SERVER), net.host(CLIENT));
+        let outcome = Arc::new(Mutex::new(None));
+        let out = outcome.clone();
+        executor.handle().spawn(Box::pin(async move {
+            let _listener = server_net.listen(addr()).await.unwrap();
+            let connect = client_net
+                .connect(addr())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.kind());
+            *out.lock().unwrap() = Some(connect);
+        }));
+        executor.run(10_000, u64::MAX);
+        assert_eq!(
+            *outcome.lock().unwrap(),
+            Some(Err(std::io::ErrorKind::TimedOut)),
+            "cut {from} -> {to}"
+        );
+    }
+}
