@@ -122,8 +122,12 @@ enum Reply {
     /// The handshake's last frame: the listener's proof that it holds the secret.
     #[serde(with = "crate::types::bytes_serde")]
     Welcome(Vec<u8>),
-    /// The request was not served: a wrong cluster or node, or the Raft node failed.
+    /// The request was not served: the Raft node failed, or the handshake did.
     Refused(String),
+    /// The request was meant for another replica (one this member's storage replaced: a
+    /// wiped disk, a lost state record) or another cluster. openraft takes it as an
+    /// unreachable peer, and backs off, until an administrator replaces the old replica.
+    Elsewhere(String),
 }
 
 /// The frame carrying `body`.
@@ -505,6 +509,7 @@ fn answered<T>(
 ) -> Result<T, RPCError<MetaConfig>> {
     match reply {
         Ok(Reply::Refused(why)) => Err(PeerClient::rpc_error(refused(why))),
+        Ok(Reply::Elsewhere(why)) => Err(PeerClient::rpc_error(elsewhere(why))),
         Ok(reply) => pick(reply).ok_or_else(|| PeerClient::rpc_error(unexpected())),
         Err(e) => Err(PeerClient::rpc_error(e)),
     }
@@ -512,6 +517,13 @@ fn answered<T>(
 
 fn refused(why: String) -> io::Error {
     io::Error::other(format!("the peer refused: {why}"))
+}
+
+fn elsewhere(why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        format!("not that replica: {why}"),
+    )
 }
 
 fn unexpected() -> io::Error {
@@ -591,6 +603,7 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
         match self.call(rpc, option.hard_ttl()).await {
             Ok(Reply::Snapshot(r)) => Ok(r),
             Ok(Reply::Refused(why)) => Err(failed(refused(why))),
+            Ok(Reply::Elsewhere(why)) => Err(failed(elsewhere(why))),
             Ok(_) => Err(failed(unexpected())),
             Err(e) => Err(failed(e)),
         }
@@ -617,6 +630,7 @@ pub async fn identify(
             ),
         )),
         Reply::Refused(why) => Err(refused(why)),
+        Reply::Elsewhere(why) => Err(elsewhere(why)),
         _ => Err(unexpected()),
     }
 }
@@ -635,6 +649,7 @@ pub async fn ask(
     match client.call(Rpc::Admin(request), limit).await? {
         Reply::Admin(reply) => Ok(reply),
         Reply::Refused(why) => Err(refused(why)),
+        Reply::Elsewhere(why) => Err(elsewhere(why)),
         _ => Err(unexpected()),
     }
 }
@@ -730,7 +745,7 @@ async fn serve_connection(
             (_, None) => request.to == me,
         };
         let reply = if request.cluster != cluster || !addressed {
-            Reply::Refused(format!(
+            Reply::Elsewhere(format!(
                 "a request for cluster {:032x} replica {} reached cluster {cluster:032x} replica {}",
                 request.cluster,
                 show_id(request.to),
