@@ -20,11 +20,9 @@ fn free_addr() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-#[test]
-fn a_member_serves_only_connections_that_prove_the_secret() {
-    let env = cairn_engine::env::real::env().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let addr = free_addr();
+/// A one-member group's configuration: the member listens for peers on `addr` and founds
+/// the group.
+fn one_member(addr: SocketAddr, dir: &std::path::Path) -> GroupConfig {
     let members = BTreeMap::from([(
         1,
         Peer {
@@ -36,9 +34,18 @@ fn a_member_serves_only_connections_that_prove_the_secret() {
         (CLUSTER, PeerKey::new(SECRET)),
         1,
         members,
-        dir.path().join("metadata"),
+        dir.join("metadata"),
     );
     config.bootstrap = true;
+    config
+}
+
+#[test]
+fn a_member_serves_only_connections_that_prove_the_secret() {
+    let env = cairn_engine::env::real::env().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let config = one_member(addr, dir.path());
     cairn_engine::env::real::block_on(async {
         let group = MetaGroup::start(&env, config).await.unwrap();
         let key = PeerKey::new(SECRET);
@@ -121,19 +128,7 @@ fn a_connection_without_the_handshake_is_closed_unanswered() {
     let env = cairn_engine::env::real::env().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
-    let members = BTreeMap::from([(
-        1,
-        Peer {
-            raft: addr.to_string(),
-            client: "127.0.0.1:8090".into(),
-        },
-    )]);
-    let config = GroupConfig::new(
-        (CLUSTER, PeerKey::new(SECRET)),
-        1,
-        members,
-        dir.path().join("metadata"),
-    );
+    let config = one_member(addr, dir.path());
     cairn_engine::env::real::block_on(async {
         let group = MetaGroup::start(&env, config).await.unwrap();
         for first in [
