@@ -157,6 +157,8 @@ pub enum MemberChange {
 pub struct GroupStatus {
     pub me: NodeId,
     pub leader: Option<NodeId>,
+    /// The term this replica is in.
+    pub term: u64,
     /// The voters of the committed configuration (of both its halves while a change is
     /// joint).
     pub voters: BTreeMap<NodeId, Peer>,
@@ -510,6 +512,7 @@ impl Replica {
         GroupStatus {
             me: self.me,
             leader: metrics.current_leader,
+            term: metrics.current_term,
             voters,
             learners,
             joint: membership.get_joint_config().len() > 1,

@@ -379,6 +379,13 @@ async fn serve(
         }
     };
     let _ = server.context().figures.set(crate::process::read);
+    if let Some(group) = &group {
+        let replica = cairn_cluster::group::Replica::clone(group);
+        let _ = server
+            .context()
+            .cluster
+            .set(Arc::new(move || replica.status()));
+    }
     if let Some(budget) = descriptor_budget(&config, sealed_handles) {
         tracing::info!(
             open_files = budget.limit,

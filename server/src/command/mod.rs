@@ -86,6 +86,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The server's version string in login replies and stats.
 pub const SERVER_VERSION: &str = concat!("cairn ", env!("CARGO_PKG_VERSION"));
 
+/// Reads the cluster's group as this member's replica sees it.
+pub type ClusterSource =
+    std::sync::Arc<dyn Fn() -> cairn_cluster::group::GroupStatus + std::marker::Send + Sync>;
+
 /// What every command shares: the node and the server's own bookkeeping (no listener state).
 pub struct Context {
     pub env: Env,
@@ -125,6 +129,9 @@ pub struct Context {
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
     pub figures: std::sync::OnceLock<crate::process::FiguresSource>,
+    /// The cluster's group as this member's replica sees it (`/metrics`): set by `cairn serve`
+    /// under `[cluster]`.
+    pub cluster: std::sync::OnceLock<ClusterSource>,
     /// The simulator's hooks at the layer's edges (none in production).
     pub hooks: hooks::CommandHooks,
 }
@@ -165,6 +172,7 @@ impl Context {
             memberships_per_user: usize::MAX,
             partition_creates: cairn_engine::env::chan::Semaphore::new(1),
             figures: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
             hooks,
         }
     }

@@ -98,6 +98,7 @@ impl Metrics {
             node: node.clone(),
         }));
         registry.register_collector(Box::new(ProcessCollector { data_dir }));
+        registry.register_collector(Box::new(ClusterCollector { cx: cx.clone() }));
         Metrics {
             registry,
             http_requests,
@@ -501,6 +502,78 @@ fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Re
         MetricType::Counter,
     )?;
     Ok(())
+}
+
+/// The metadata group as this member's replica sees it, under `[cluster]` (nothing
+/// otherwise).
+struct ClusterCollector {
+    cx: Arc<Context>,
+}
+
+impl std::fmt::Debug for ClusterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(source) = self.cx.cluster.get() else {
+            return Ok(());
+        };
+        let status = source();
+        let leads = status.leader == Some(status.me);
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let applied = status.last_applied.unwrap_or(0);
+        let gauges = [
+            (
+                "cairn_cluster_leader",
+                "1 while this member's replica leads the metadata group",
+                u64::from(leads),
+            ),
+            (
+                "cairn_cluster_term",
+                "The term this replica is in",
+                status.term,
+            ),
+            (
+                "cairn_cluster_voters",
+                "Voters of the committed configuration, as this replica knows it",
+                status.voters.len() as u64,
+            ),
+            (
+                "cairn_cluster_learners",
+                "Learners of the committed configuration",
+                status.learners.len() as u64,
+            ),
+            (
+                "cairn_cluster_last_applied",
+                "The index of the last entry this replica applied",
+                applied,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            gauge(&mut encoder, name, help, as_i64(value))?;
+        }
+        if !leads {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "cairn_cluster_replica_lag",
+            "On the leader: entries each other replica lacks of what the leader applied",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (id, matched) in &status.matched {
+            if *id == status.me {
+                continue;
+            }
+            let lag = applied.saturating_sub(matched.unwrap_or(0));
+            let labels = [("replica", cairn_cluster::types::show_id(*id))];
+            ConstGauge::new(as_i64(lag)).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// The process's own figures (Linux `/proc/self`), independent of any simulator: the same

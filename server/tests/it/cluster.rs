@@ -113,6 +113,18 @@ impl Members {
     }
 }
 
+/// The value of `/metrics`' sample `name` on `node`, scraped as root.
+fn scrape(node: &Cairn, name: &str) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let token = crate::common::http_token(node, "iggy", crate::common::PASSWORD).await;
+        crate::common::metric(node, &token, name).await
+    })
+}
+
 fn field<'a>(rows: &'a [serde_json::Value], member: u64, key: &str) -> &'a serde_json::Value {
     let row = rows.iter().find(|r| r["member"] == member).unwrap();
     &row[key]
@@ -158,6 +170,19 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
     });
     eprintln!("the group was founded and led within {took:?}");
     let first = leader(&rows).unwrap();
+    // `/metrics` says who leads, as each member sees it.
+    let follower = (1..=3).find(|m| *m != first).unwrap();
+    let leading = nodes[first as usize - 1].as_ref().unwrap();
+    assert_eq!(scrape(leading, "cairn_cluster_leader"), 1);
+    assert_eq!(scrape(leading, "cairn_cluster_voters"), 3);
+    assert!(scrape(leading, "cairn_cluster_term") >= 1);
+    assert_eq!(
+        scrape(
+            nodes[follower as usize - 1].as_ref().unwrap(),
+            "cairn_cluster_leader"
+        ),
+        0
+    );
     let replica_of = |rows: &[serde_json::Value], m: u64| field(rows, m, "replica").clone();
     let before: Vec<serde_json::Value> = (1..=3).map(|m| replica_of(&rows, m)).collect();
 
