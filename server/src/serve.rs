@@ -260,7 +260,7 @@ async fn start_member(
             let me = config
                 .cluster
                 .me()
-                .expect("a checked configuration names this node");
+                .expect("the replica started as a member");
             println!(
                 "cairn: member {} of cluster {} (replica {}), peers on {}",
                 config.cluster.node,

@@ -163,6 +163,10 @@ fn serve(file: Option<&Path>, print_config: bool) -> ExitCode {
         print!("{}", config.to_toml());
         return ExitCode::SUCCESS;
     }
+    if let Err(e) = config.cluster.serving() {
+        eprintln!("cairn: invalid configuration: {e}");
+        return ExitCode::from(2);
+    }
     cairn_server::serve::run(config)
 }
 

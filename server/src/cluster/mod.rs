@@ -25,6 +25,7 @@ pub fn group_dir(data_dir: &Path) -> PathBuf {
 pub async fn start(env: &Env, config: &ServerConfig) -> Result<MetaGroup, String> {
     let cluster = &config.cluster;
     assert!(cluster.enabled, "start is called for a cluster member only");
+    cluster.serving()?;
     let key = cluster
         .key()
         .ok_or("cluster.secret is not set (the configuration's check refuses that)")?;
@@ -38,9 +39,7 @@ pub async fn start(env: &Env, config: &ServerConfig) -> Result<MetaGroup, String
     let started = MetaGroup::start(env, group)
         .await
         .map_err(|e| format!("the cluster's replica did not start: {e}"))?;
-    let me = cluster
-        .me()
-        .expect("a checked configuration names this node");
+    let me = cluster.me().expect("serving() found this node");
     tracing::info!(
         cluster = %cluster.name,
         member = cluster.node,

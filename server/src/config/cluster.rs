@@ -39,7 +39,8 @@ pub struct ClusterConfig {
     /// The cluster's name (what `GetClusterMetadata` answers); its id, which every
     /// connection between members checks, is drawn from it.
     pub name: String,
-    /// This node's member id: one of `members`.
+    /// This node's member id: one of `members`. 0 in an administrator's configuration,
+    /// which `cairn cluster` reads and `cairn serve` refuses ([`ClusterConfig::serving`]).
     pub node: u32,
     /// The secret every connection between members (and `cairn cluster`'s) proves.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +125,19 @@ impl ClusterConfig {
             .then(|| cairn_cluster::net::PeerKey::new(secret.as_bytes()))
     }
 
+    /// Why `cairn serve` cannot run as a member with this configuration, if it cannot: a
+    /// checked configuration refuses every other case, but takes node 0 for an
+    /// administrator's.
+    pub fn serving(&self) -> Result<(), String> {
+        match self.enabled && self.me().is_none() {
+            true => Err(format!(
+                "cluster.node is {} (an administrator's configuration, for `cairn cluster`): a member names itself, one of cluster.members",
+                self.node
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// This node's entry among the members.
     pub fn me(&self) -> Option<&MemberConfig> {
         self.members.iter().find(|m| m.id == self.node)
@@ -167,6 +181,10 @@ impl ClusterConfig {
                     ));
                 }
             }
+        }
+        if self.node == 0 {
+            // An administrator's configuration: no node of its own to check.
+            return Ok(());
         }
         let Some(me) = self.me() else {
             return Err(rules.fail(

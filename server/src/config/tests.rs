@@ -925,6 +925,14 @@ fn a_cluster_is_configured_by_variables_and_checked() {
     assert!(error(cluster_from_env(&vars)).contains("not where it listens"));
     vars[0].1 = "0.0.0.0:9001".into();
     cluster_from_env(&vars).expect("an unspecified listen address on the client port");
+    // An administrator's configuration names no node: loaded, and refused for serving.
+    let admin = cluster_from_env(&cluster_vars("0", "sixteen bytes at least")).unwrap();
+    assert!(admin
+        .cluster
+        .serving()
+        .unwrap_err()
+        .contains("cluster.node is 0"));
+    assert!(config.cluster.serving().is_ok());
     // Not a TOML array: the key's type is named, not the text.
     let mut vars = cluster_vars("1", "sixteen bytes at least");
     vars[4].1 = "1=127.0.0.1:9101".into();

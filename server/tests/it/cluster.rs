@@ -69,15 +69,27 @@ impl Members {
         Cairn::start_with(data, &pairs)
     }
 
-    /// `cairn cluster <args> --json` as member 1's configuration (with `secret`): its exit
-    /// code, its output as JSON (when it printed some), its error output.
+    /// An administrator's `[cluster]` variables: node 0, no listener of its own.
+    fn admin_vars(&self, secret: &str) -> Vec<(&'static str, String)> {
+        let mut vars = self.vars(1, secret);
+        vars.retain(|(k, _)| *k != "CAIRN_TCP_ADDRESS");
+        for (k, v) in &mut vars {
+            if *k == "CAIRN_CLUSTER_NODE" {
+                *v = "0".into();
+            }
+        }
+        vars
+    }
+
+    /// `cairn cluster <args> --json` as an administrator's configuration (node 0, with
+    /// `secret`): its exit code, its output as JSON (when it printed some), its error output.
     fn admin(&self, secret: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
         let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .arg("cluster")
             .args(args)
             .arg("--json")
             .env_clear()
-            .envs(self.vars(1, secret))
+            .envs(self.admin_vars(secret))
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -241,6 +253,18 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
         .unwrap_or_default()
         .to_owned();
     assert!(error.contains("secret"), "{json}");
+
+    // An administrator's configuration (node 0) is not a member's: serve refuses it.
+    let refused = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("serve")
+        .env_clear()
+        .env("CAIRN_DATA_DIR", dirs[0].path().join("never"))
+        .envs(members.admin_vars(SECRET))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("cluster.node is 0"), "{said}");
 
     // SIGTERM of the leader hands leadership over before it exits: it says to whom.
     let (rows, _) = members.wait_for("a leader", |rows| leader(rows).is_some());
