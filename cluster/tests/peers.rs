@@ -153,12 +153,16 @@ fn a_connection_without_the_handshake_is_closed_unanswered() {
             let mut challenge = vec![0u8; len];
             socket.read_exact(&mut challenge).unwrap();
             socket.write_all(&first).unwrap();
+            // Closed (an end of stream, or a reset for the bytes it left unread) without a
+            // byte of answer; a read timeout would mean it is still open.
             let mut rest = Vec::new();
             let read = socket.read_to_end(&mut rest);
-            assert!(
-                matches!(read, Ok(0)) || read.is_err(),
-                "closed without an answer: {read:?} {rest:?}"
-            );
+            assert!(rest.is_empty(), "answered: {rest:?}");
+            match read {
+                Ok(0) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                other => panic!("not closed: {other:?}"),
+            }
         }
         // A member asked for as another: refused, naming both.
         let key = PeerKey::new(SECRET);
