@@ -77,6 +77,9 @@ pub struct GroupConfig {
     /// The simulator's view of every applied entry; production leaves it empty.
     pub observer: Option<ApplyObserver>,
     pub hooks: GroupHooks,
+    /// The node that applies the group's commands (`MetaMachine::with_node`); `None` keeps
+    /// the state in the machine (the simulator's cluster world).
+    pub node: Option<cairn_engine::node::Node>,
 }
 
 impl GroupConfig {
@@ -100,9 +103,14 @@ impl GroupConfig {
             snapshot_every: SNAPSHOT_EVERY,
             observer: None,
             hooks: GroupHooks::default(),
+            node: None,
         }
     }
 }
+
+/// Entries a leader keeps behind its snapshot when a node holds the state: a follower that
+/// falls further behind than this stops (adopting a snapshot into a node is not built yet).
+pub const NODE_LOG_KEPT: u64 = 1_000_000;
 
 /// Why a replica did not start.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +187,7 @@ pub struct Replica {
     pub(crate) me: NodeId,
     pub(crate) raft: Raft,
     pub(crate) cluster: u128,
-    key: PeerKey,
+    pub(crate) key: PeerKey,
 }
 
 /// A running replica.
@@ -229,6 +237,12 @@ impl MetaGroup {
             config.observer.clone(),
         )
         .map_err(StartError::Machine)?;
+        // A node holds the state: a follower cannot adopt a snapshot into it yet, so the
+        // leader keeps enough log for followers to catch up from it (metadata ops are few).
+        let (machine, log_kept) = match config.node.clone() {
+            Some(node) => (machine.with_node(node), NODE_LOG_KEPT),
+            None => (machine, config.snapshot_every / 4),
+        };
         let listener =
             env.net
                 .listen(addrs[&member])
@@ -244,7 +258,7 @@ impl MetaGroup {
             election_timeout_min: millis(config.election.0),
             election_timeout_max: millis(config.election.1),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            max_in_snapshot_log_to_keep: config.snapshot_every / 4,
+            max_in_snapshot_log_to_keep: log_kept,
             enable_pre_vote: Some(true),
             // A whole snapshot goes in one request (up to `MAX_SNAPSHOT_LEN`, and the
             // follower's syncs): openraft's default of 200 ms would resend it forever.

@@ -10,6 +10,7 @@
 //! - [`group`]: one replica: the above assembled, founded, proposed to, and its group's
 //!   membership changed (a blank replica replacing the one it was).
 
+pub mod decide;
 pub mod group;
 pub mod log;
 pub mod net;

@@ -32,7 +32,8 @@ use crate::group::{GroupStatus, MemberChange, ProposeError, Replica};
 use crate::rt::in_env;
 use crate::sm::MAX_SNAPSHOT_LEN;
 use crate::types::{
-    member_of, show_id, MemberId, MetaConfig, NodeId, Peer, Snapshot, SnapshotMeta, Vote,
+    member_of, show_id, MemberId, MetaCommand, MetaConfig, MetaOutcome, NodeId, Peer, Snapshot,
+    SnapshotMeta, Vote,
 };
 use cairn_engine::env::{self, ByteStream, Env, Listener};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -80,6 +81,9 @@ enum Rpc {
     Identify,
     /// The leader hands leadership over to the addressee (it is stepping down).
     TransferLeader(TransferLeaderRequest<MetaConfig>),
+    /// A member's metadata command, forwarded to the leader it knows (addressed to a member,
+    /// any incarnation: the leader stamps and proposes it, or answers `NotLeader`).
+    Propose(MetaCommand),
     /// An administrator's request (addressed to a member, any incarnation).
     Admin(AdminRequest),
 }
@@ -119,6 +123,8 @@ enum Reply {
     Identity(Identity),
     TransferLeader(TransferLeaderResponse<MetaConfig>),
     Admin(AdminReply),
+    /// The leader's answer to a forwarded command: its index and outcome once applied there.
+    Proposed(Result<(u64, MetaOutcome), ProposeError>),
     /// The handshake's last frame: the listener's proof that it holds the secret.
     #[serde(with = "crate::types::bytes_serde")]
     Welcome(Vec<u8>),
@@ -654,6 +660,25 @@ pub async fn ask(
     }
 }
 
+/// Forwards `command` to the leader `leader` (its member at `addr`), within `limit`: the
+/// leader's answer once it applied the command.
+pub(crate) async fn forward(
+    env: &Env,
+    cluster: (u128, &PeerKey),
+    me: NodeId,
+    (leader, addr): (NodeId, SocketAddr),
+    command: MetaCommand,
+    limit: Duration,
+) -> io::Result<Result<(u64, MetaOutcome), ProposeError>> {
+    let mut client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
+    match client.call(Rpc::Propose(command), limit).await? {
+        Reply::Proposed(answer) => Ok(answer),
+        Reply::Refused(why) => Err(refused(why)),
+        Reply::Elsewhere(why) => Err(elsewhere(why)),
+        _ => Err(unexpected()),
+    }
+}
+
 /// Whether a request addressed to `to` is this replica's (`me`); a canary's hook may
 /// answer instead of the rule ([`crate::group::GroupHooks::addressed`]).
 pub type AddressedHook = Arc<dyn Fn(NodeId, NodeId) -> bool + Send + Sync>;
@@ -740,7 +765,9 @@ async fn serve_connection(
             return;
         }
         let addressed = match (&request.rpc, &hook) {
-            (Rpc::Identify | Rpc::Admin(_), _) => member_of(request.to) == member_of(me),
+            (Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_), _) => {
+                member_of(request.to) == member_of(me)
+            }
             (_, Some(hook)) => hook(request.to, me),
             (_, None) => request.to == me,
         };
@@ -800,6 +827,7 @@ async fn answer(replica: &Replica, rpc: Rpc, stored: bool) -> Reply {
             .handle_transfer_leader(r)
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
+        Rpc::Propose(command) => Reply::Proposed(replica.propose_here(command).await),
         Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
         Rpc::Admin(AdminRequest::Change(change)) => {
             tracing::info!(?change, "an administrator changes the group");

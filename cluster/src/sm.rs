@@ -14,7 +14,9 @@ use crate::types::{
     Entry, LogId, MetaCommand, MetaConfig, MetaOutcome, Snapshot, SnapshotMeta, StoredMembership,
 };
 use cairn_engine::env::{Disk, OpenMode};
+use cairn_engine::metadata::journal::{decision, Origin};
 use cairn_engine::metadata::snapshot as meta_snapshot;
+use cairn_engine::node::{Node, NodeError};
 use cairn_engine::state::ops::MetaOp;
 use cairn_engine::state::{MetaState, OpContext};
 use futures_util::StreamExt;
@@ -42,6 +44,9 @@ pub type ApplyObserver = Arc<dyn Fn(&Entry) + Send + Sync>;
 #[derive(Clone)]
 pub struct MetaMachine {
     inner: Arc<Mutex<Inner>>,
+    /// In a server, the node that applies the group's commands ([`MetaMachine::with_node`]);
+    /// `None` keeps the state here, in memory (the simulator's cluster world).
+    node: Option<Node>,
 }
 
 struct Inner {
@@ -110,7 +115,23 @@ impl MetaMachine {
                 installed: 0,
                 eager: None,
             })),
+            node: None,
         })
+    }
+
+    /// The machine whose commands `node` applies: each committed command is handed to the
+    /// node as a decided op (`Node::apply_decided`) and answered once the node made it
+    /// durable and applied it; the node's own journal, not this machine, holds the state,
+    /// and its last decision tells a command applied before a restart from a new one. A
+    /// snapshot is the node's state; installing one from a leader is not built yet (the
+    /// leader keeps its log long enough that followers catch up from it instead).
+    pub fn with_node(mut self, node: Node) -> MetaMachine {
+        assert!(
+            node.clustered(),
+            "a clustered node applies a group's commands"
+        );
+        self.node = Some(node);
+        self
     }
 
     /// Snapshots installed from a leader since this replica started (a replica too far
@@ -142,12 +163,65 @@ impl MetaMachine {
     /// The state as applied so far, and the last entry applied.
     pub fn state(&self) -> (MetaState, Option<LogId>) {
         let inner = self.lock();
-        (inner.state.clone(), inner.applied)
+        match &self.node {
+            Some(node) => (node.view().state.clone(), inner.applied),
+            None => (inner.state.clone(), inner.applied),
+        }
+    }
+
+    /// Hands a committed command to the node: the outcome every member computes alike, or
+    /// an error when this member could not apply it (its node stopped, its journal is out
+    /// of space): the replica must not go on past an entry it did not apply.
+    async fn apply_on_node(
+        node: &Node,
+        log_id: LogId,
+        command: &MetaCommand,
+    ) -> io::Result<MetaOutcome> {
+        let Some(operation) = Operation::from_command_code(command.operation) else {
+            return Ok(MetaOutcome::Undecodable);
+        };
+        let Ok(op) = MetaOp::decode(operation, &command.body) else {
+            return Ok(MetaOutcome::Undecodable);
+        };
+        let origin = Origin {
+            timestamp: command.timestamp,
+            user_id: command.user_id,
+            client: command.client,
+            request: command.request,
+            decided: decision(log_id.leader_id.term, log_id.index),
+        };
+        let reply = node.apply_decided(op, origin).await;
+        match reply.map(|r| r.result) {
+            Ok(Ok(applied)) => Ok(MetaOutcome::Applied {
+                created: applied.created,
+            }),
+            Ok(Err(NodeError::AlreadyDecided(_))) => Ok(MetaOutcome::Replayed),
+            Ok(Err(e)) | Err(e) if !is_refusal(&e) => Err(io::Error::other(format!(
+                "the node could not apply entry {log_id}: {e}"
+            ))),
+            Ok(Err(e)) | Err(e) => Ok(MetaOutcome::Refused {
+                code: e.code(),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Whether the node's answer is the state machine's refusal, which every member gives
+/// alike, rather than this member's own failure to apply (stopped, out of space, busy).
+fn is_refusal(e: &NodeError) -> bool {
+    !matches!(
+        e,
+        NodeError::Stopped(_)
+            | NodeError::MetadataNoSpace
+            | NodeError::Busy(_)
+            | NodeError::Undecided(_)
+            | NodeError::AlreadyDecided(_)
+    )
 }
 
 /// Applies one command to `state` as op `index`.
@@ -167,6 +241,7 @@ pub fn apply_command(
         op: index,
         timestamp: command.timestamp,
         cluster,
+        decided: 0,
     };
     match state.apply(&op, ctx) {
         Ok(applied) => MetaOutcome::Applied {
@@ -182,31 +257,40 @@ pub fn apply_command(
 impl Inner {
     fn apply_entry(&mut self, entry: &Entry) -> MetaOutcome {
         let log_id = entry.log_id();
+        let outcome = match &entry.payload {
+            EntryPayload::Normal(command) => {
+                apply_command(&mut self.state, self.cluster, log_id.index, command)
+            }
+            EntryPayload::Blank | EntryPayload::Membership(_) => {
+                MetaOutcome::Applied { created: None }
+            }
+        };
+        self.record(entry);
+        outcome
+    }
+
+    /// Records `entry` as applied (a membership entry as the group's configuration).
+    fn record(&mut self, entry: &Entry) {
+        let log_id = entry.log_id();
         assert!(
             self.applied.as_ref().is_none_or(|a| a.index < log_id.index),
             "entries apply in index order, each once"
         );
-        type Payload = EntryPayload<MetaCommand, crate::types::NodeId, crate::types::Peer>;
-        let outcome = match &entry.payload {
-            Payload::Blank => MetaOutcome::Applied { created: None },
-            Payload::Normal(command) => {
-                apply_command(&mut self.state, self.cluster, log_id.index, command)
-            }
-            Payload::Membership(m) => {
-                self.membership = StoredMembership::new(Some(log_id), m.clone());
-                MetaOutcome::Applied { created: None }
-            }
-        };
+        if let EntryPayload::Membership(m) = &entry.payload {
+            self.membership = StoredMembership::new(Some(log_id), m.clone());
+        }
         self.applied = Some(log_id);
         if let Some(observer) = &self.observer {
             observer(entry);
         }
-        outcome
     }
 
-    fn build(&mut self) -> io::Result<Snapshot> {
+    /// A snapshot of `state` (the node's, when a node applies the commands) or of the
+    /// state held here.
+    fn build(&mut self, state: Option<MetaState>) -> io::Result<Snapshot> {
         let last = self.applied;
-        let data = meta_snapshot::encode(self.cluster, last.map_or(0, |l| l.index), 0, &self.state);
+        let state = state.as_ref().unwrap_or(&self.state);
+        let data = meta_snapshot::encode(self.cluster, last.map_or(0, |l| l.index), 0, state);
         let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: self.membership.clone(),
@@ -287,7 +371,11 @@ impl RaftSnapshotBuilder<MetaConfig> for MetaMachine {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        self.lock().build()
+        // The node's state may be ahead of `applied` by an entry being applied now: such a
+        // snapshot serves boot (which takes the node's own state and its last decision) and
+        // never an install (refused while the node holds the state, above).
+        let state = self.node.as_ref().map(|node| node.view().state.clone());
+        self.lock().build(state)
     }
 }
 
@@ -306,6 +394,14 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
     {
         while let Some(next) = entries.next().await {
             let (entry, responder) = next?;
+            if let (Some(node), EntryPayload::Normal(command)) = (&self.node, &entry.payload) {
+                let outcome = Self::apply_on_node(node, entry.log_id(), command).await?;
+                self.lock().record(&entry);
+                if let Some(responder) = responder {
+                    responder.send(outcome);
+                }
+                continue;
+            }
             let mut inner = self.lock();
             let index = entry.log_id().index;
             if inner.eager.is_some_and(|a| a.index >= index) {
@@ -326,6 +422,13 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
+        if self.node.is_some() {
+            return Err(io::Error::other(format!(
+                "a snapshot up to {:?} arrived, and adopting one into the node is not built \
+                 yet: this member fell further behind than the leader keeps its log",
+                meta.last_log_id
+            )));
+        }
         self.lock().install(meta, data)
     }
 

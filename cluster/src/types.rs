@@ -66,6 +66,11 @@ pub struct MetaCommand {
     pub timestamp: u64,
     /// The acting user (0 for the node itself).
     pub user_id: u32,
+    /// The session that asked, and its request number (as a single node journals them).
+    #[serde(default)]
+    pub client: u128,
+    #[serde(default)]
+    pub request: u64,
 }
 
 impl fmt::Display for MetaCommand {
@@ -92,6 +97,9 @@ pub enum MetaOutcome {
     /// nothing changed.
     #[default]
     Undecodable,
+    /// A command this member's node applied before a restart (its journal holds it): not
+    /// applied again. Only a restarted member computes it, and no one waits for its answer.
+    Replayed,
 }
 
 /// Bytes as a MessagePack `bin`, not an array of integers.

@@ -133,6 +133,18 @@ pub enum NodeError {
     /// restart recovers what the disk holds.
     #[error("the node stopped and refuses requests until restarted: {0}")]
     Stopped(Arc<Failure>),
+    /// In a cluster: the metadata state machine refused the op on every member (Iggy's code
+    /// and the words of the member that answered).
+    #[error("{reason}")]
+    Refused { code: u32, reason: String },
+    /// In a cluster: the op could not be decided now (no leader reachable, leadership moved,
+    /// the replica is not running); nothing is known to have changed; retry.
+    #[error("the cluster could not decide the operation now: {0}; retry")]
+    Undecided(String),
+    /// In a cluster: a consensus decision this member applied before (boot hands the log
+    /// after the last snapshot again); nothing changed.
+    #[error("consensus decision {0:#x} was applied before")]
+    AlreadyDecided(u128),
 }
 
 /// What the root user may not be made to do.
@@ -304,6 +316,9 @@ impl NodeError {
             MetadataNoSpace => 1,
             Busy(_) => 1,
             Stopped(_) => 1,
+            Refused { code, .. } => *code,
+            Undecided(_) => 1,
+            AlreadyDecided(_) => 1,
         }
     }
 }
@@ -337,6 +352,12 @@ impl NodeError {
             Stopped(f) => Stopped(f.clone()),
             MetadataNoSpace => MetadataNoSpace,
             Busy(what) => Busy(what),
+            Refused { code, reason } => Refused {
+                code: *code,
+                reason: reason.clone(),
+            },
+            Undecided(why) => Undecided(why.clone()),
+            AlreadyDecided(at) => AlreadyDecided(*at),
             other => InvalidRequest(other.to_string()),
         }
     }

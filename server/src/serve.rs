@@ -251,11 +251,12 @@ fn descriptor_budget(
 async fn start_member(
     env: &Env,
     config: &ServerConfig,
+    node: &Node,
 ) -> Result<Option<cairn_cluster::group::MetaGroup>, ()> {
     if !config.cluster.enabled {
         return Ok(None);
     }
-    match crate::cluster::start(env, config).await {
+    match crate::cluster::start(env, config, node).await {
         Ok(group) => {
             let me = config
                 .cluster
@@ -353,7 +354,7 @@ async fn serve(
             "root.password (CAIRN_ROOT_PASSWORD) applies only at the first start; the root user keeps the password it has"
         );
     }
-    if booted.plan.last_op == 0 && generated {
+    if booted.plan.last_op == 0 && generated && !config.cluster.enabled {
         println!(
             "cairn: created the root user `{}` with the password `{root_password}` (shown once; set CAIRN_ROOT_PASSWORD to choose it)",
             config.root.username
@@ -362,13 +363,31 @@ async fn serve(
     let node = booted.node;
     // The cluster's replica before any client is served: a member that cannot be one
     // (its replication address taken, its Raft storage refused) serves no one.
-    let group = match start_member(&env, &config).await {
+    let group = match start_member(&env, &config, &node).await {
         Ok(group) => group,
         Err(()) => {
             let _ = node.shutdown().await;
             return ExitCode::from(exit::NOT_STARTED);
         }
     };
+    if let Some(group) = &group {
+        let found = crate::cluster::found_root(
+            env.clone(),
+            node.clone(),
+            cairn_cluster::group::Replica::clone(group),
+            config.root.username.clone(),
+            root_password.clone(),
+        );
+        let (username, shown) = (config.root.username.clone(), generated);
+        let announce = async move {
+            if found.await && shown {
+                println!(
+                    "cairn: created the cluster's root user `{username}` with the password `{root_password}` (shown once; set CAIRN_ROOT_PASSWORD to choose it)"
+                );
+            }
+        };
+        drop(env.tasks.spawn(Box::pin(announce)));
+    }
     let server = match Server::start_on(node.clone(), server_settings(&config, tls), socket) {
         Ok(server) => server,
         Err(e) => {

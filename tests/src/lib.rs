@@ -434,6 +434,7 @@ pub fn node_settings() -> cairn_engine::node::NodeSettings {
         password_cost: cairn_engine::node::PasswordCost::CHEAP,
         meta: cairn_engine::metadata::MetaSettings {
             checkpoint_bytes: 1 << 20,
+            cluster: None,
         },
         shards: 2,
         ..Default::default()

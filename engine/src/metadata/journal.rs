@@ -12,7 +12,9 @@
 //! boot can tell the entries of a torn last write (commit below every op of that write) from
 //! entries written after damaged ones were durable; `timestamp` (wall-clock µs, the entities' creation time); `operation`;
 //! `group` = the metadata group; `user_id` = the acting user; `client` / `request` = the
-//! session's, when a client asked.
+//! session's, when a client asked; `request_checksum` = in a cluster, the consensus decision
+//! that ordered the op ([`decision`]), which boot reads back so that no decided op applies
+//! twice.
 
 use bytemuck::checked::try_pod_read_unaligned;
 use iggy_binary_protocol::namespace::METADATA_GROUP;
@@ -34,6 +36,16 @@ pub struct Origin {
     pub user_id: u32,
     pub client: u128,
     pub request: u64,
+    /// In a cluster, the consensus decision that ordered the op ([`decision`]: its Raft
+    /// term and index), stored in the prepare's `request_checksum`; 0 on a single node.
+    pub decided: u128,
+}
+
+/// A consensus decision as one number: the term in the high 64 bits, the index in the low.
+/// Along one log the index grows and the term never falls, so later decisions are greater.
+pub fn decision(term: u64, index: u64) -> u128 {
+    assert!(index > 0, "a decided entry has an index");
+    u128::from(term) << 64 | u128::from(index)
 }
 
 /// One decoded, self-consistent entry.
@@ -102,6 +114,7 @@ pub fn encode(
         commit,
         timestamp: origin.timestamp,
         request: origin.request,
+        request_checksum: origin.decided,
         operation,
         group: METADATA_GROUP,
         user_id: origin.user_id,
@@ -174,6 +187,7 @@ pub fn decode_at(journal: &[u8], position: u64) -> Result<Entry, EntryProblem> {
             user_id: header.user_id,
             client: header.client,
             request: header.request,
+            decided: header.request_checksum,
         },
         body: body.to_vec(),
     })

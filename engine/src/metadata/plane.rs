@@ -25,12 +25,18 @@ use std::sync::Arc;
 pub struct MetaSettings {
     /// A checkpoint follows any batch that leaves the journal at least this long.
     pub checkpoint_bytes: u64,
+    /// In a cluster, the cluster's id as configured: a first boot takes it (so every member
+    /// draws the same partition nonces for the same decided op), a later boot refuses a
+    /// plane made for another; the node's metadata ops are then decided by the cluster
+    /// (`node::Decider`). `None` on a single node: a first boot draws one.
+    pub cluster: Option<u128>,
 }
 
 impl Default for MetaSettings {
     fn default() -> Self {
         MetaSettings {
             checkpoint_bytes: 4 * 1024 * 1024,
+            cluster: None,
         }
     }
 }
@@ -173,8 +179,9 @@ impl MetadataPlane {
             .map_err(at("create", &journal_path))?;
         journal.set_len(0).map_err(at("truncate", &journal_path))?;
         journal.sync_data().map_err(at("sync", &journal_path))?;
-        let cluster =
-            (u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())).max(1);
+        let cluster = settings.cluster.unwrap_or_else(|| {
+            (u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())).max(1)
+        });
         let mut record = MetaRecord {
             sequence: 0,
             cluster,

@@ -50,6 +50,8 @@ pub enum BootError {
     Partition(#[source] PartitionError),
     #[error("boot failed: a shard stopped while opening its partitions")]
     ShardStopped,
+    #[error("the data directory belongs to cluster {found:#x}, not to the configured cluster {configured:#x} (its name differs, or it was made by a single node): give this member an empty data directory")]
+    OtherCluster { configured: u128, found: u128 },
     #[error("boot failed creating the root user: {0}")]
     RootUser(#[source] super::NodeError),
 }
@@ -240,6 +242,14 @@ impl Node {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));
         }
+        if let (Some(configured), Some(record)) = (settings.meta.cluster, plan.record) {
+            if record.cluster != configured {
+                return Err(BootError::OtherCluster {
+                    configured,
+                    found: record.cluster,
+                });
+            }
+        }
         let plane_env = Env {
             disk: settings.hooks.metadata.plane_disk(&env.disk),
             ..env.clone()
@@ -257,7 +267,10 @@ impl Node {
         settle(env).await;
         let node =
             start_owners(env, root, settings, plane, &plan, &redo, &mut report, syncs).await?;
-        if node.inner.stopped.get().is_none() && plan.last_op == 0 {
+        // In a cluster the root user is the cluster's first decided op (proposed by a leader
+        // that finds no user), not each member's own: each would salt its own hash.
+        let clustered = node.inner.settings.meta.cluster.is_some();
+        if node.inner.stopped.get().is_none() && plan.last_op == 0 && !clustered {
             node.inner.auth.prepare(env).await;
             let (username, password) = (
                 node.inner.settings.root_username.clone(),
@@ -591,6 +604,7 @@ async fn start_owners(
             resources,
             balanced: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(workers),
+            decider: std::sync::OnceLock::new(),
         }),
     })
 }

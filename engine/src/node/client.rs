@@ -91,6 +91,7 @@ impl Client {
             user_id,
             client: self.id,
             request: self.request.fetch_add(1, Ordering::Relaxed) + 1,
+            decided: 0,
         }
     }
 
@@ -120,6 +121,9 @@ impl Client {
     async fn execute_by(&self, op: MetaOp, user_id: u32) -> NodeResult<MetaReply> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
+        if self.node.clustered() {
+            return self.node.decider()?.decide(op, self.origin(user_id)).await;
+        }
         let (reply, pending) = oneshot();
         let request = OpRequest {
             op,

@@ -336,15 +336,45 @@ impl MetaOwner {
                 continue;
             }
             let number = base.op + 1 + accepted.len() as u64;
+            let decided = request.origin.decided;
+            if decided != 0 && decided <= staged.decided() {
+                // A decision applied before (boot hands the group's log from its last
+                // snapshot again): answered, never applied twice.
+                refused.push((
+                    request.reply,
+                    number - 1,
+                    NodeError::AlreadyDecided(decided),
+                ));
+                continue;
+            }
+            // A decided op takes its time from the leader that proposed it, so every
+            // member stamps the same; the node's own ops take the batch's.
+            let timestamp = if decided != 0 {
+                request.origin.timestamp
+            } else {
+                timestamp
+            };
             let ctx = OpContext {
                 op: number,
                 timestamp,
                 cluster,
+                decided,
             };
             match staged.apply(&request.op, ctx) {
                 Ok(applied) => {
                     if let Err(error) = self.check_paths(&base.state, &applied) {
-                        staged = replay(&base.state, &accepted, timestamp, cluster);
+                        staged = replay(&base.state, &accepted, cluster);
+                        let error = if decided != 0 {
+                            // Every other member applies it: refusing here would make this
+                            // member's state another's. Stop until an operator moves it.
+                            let failure =
+                                self.fail(Failure::Work(WorkError::Io(io::Error::other(format!(
+                                    "a decided operation cannot create its partition: {error}"
+                                )))));
+                            NodeError::Stopped(failure)
+                        } else {
+                            error
+                        };
                         refused.push((request.reply, number - 1, error));
                         continue;
                     }
@@ -698,13 +728,14 @@ fn lowest_free_group(state: &MetaState, s: u32, t: u32) -> u32 {
 
 /// The state before the batch with the accepted ops applied again (after an op was refused
 /// late, when the staged copy already held it).
-fn replay(before: &MetaState, accepted: &[Accepted], timestamp: u64, cluster: u128) -> MetaState {
+fn replay(before: &MetaState, accepted: &[Accepted], cluster: u128) -> MetaState {
     let mut state = before.clone();
     for a in accepted {
         let ctx = OpContext {
             op: a.number,
-            timestamp,
+            timestamp: a.origin.timestamp,
             cluster,
+            decided: a.origin.decided,
         };
         state
             .apply(&a.op, ctx)

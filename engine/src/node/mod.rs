@@ -22,6 +22,7 @@
 mod auth;
 mod boot;
 mod client;
+mod decider;
 pub mod groups;
 pub mod hooks;
 mod meta_owner;
@@ -42,6 +43,7 @@ pub use boot::{
     doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
 };
 pub use client::Client;
+pub use decider::{Decider, Decision};
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
@@ -242,6 +244,8 @@ struct Inner {
     balanced: Mutex<BTreeMap<(u32, u32), u32>>,
     auth: auth::Auth,
     workers: Mutex<Vec<Box<dyn crate::env::TaskHandle>>>,
+    /// In a cluster, who decides the metadata ops (installed once the replica runs).
+    decider: std::sync::OnceLock<Arc<dyn Decider>>,
 }
 
 /// Most `Balanced` cursors kept before the ones of deleted topics are dropped.

@@ -32,6 +32,23 @@ pub const MAX_PASSWORD_HASH_LEN: usize = 255;
 impl MetaState {
     /// Applies `op`; refuses (changing nothing) when it does not hold.
     pub fn apply(&mut self, op: &MetaOp, ctx: OpContext) -> NodeResult<Applied> {
+        assert!(
+            ctx.decided == 0 || ctx.decided > self.decided,
+            "a decided op applies once, in the order decided"
+        );
+        let applied = self.apply_op(op, ctx)?;
+        if ctx.decided != 0 {
+            self.decided = ctx.decided;
+        }
+        Ok(applied)
+    }
+
+    /// In a cluster, the last consensus decision applied (0 on a single node).
+    pub fn decided(&self) -> u128 {
+        self.decided
+    }
+
+    fn apply_op(&mut self, op: &MetaOp, ctx: OpContext) -> NodeResult<Applied> {
         let body = op.body().len();
         if body > MAX_BODY_LEN {
             return Err(NodeError::TooBig {
@@ -720,6 +737,7 @@ pub(super) mod tests {
             op,
             timestamp: NOW,
             cluster: 7,
+            decided: 0,
         }
     }
 

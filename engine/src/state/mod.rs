@@ -74,8 +74,17 @@ pub type GroupKey = (u32, u32, u32);
 pub struct MetaState {
     streams: BTreeMap<u32, Stream>,
     users: BTreeMap<u32, User>,
+    /// In a cluster, the last consensus decision applied (`OpContext::decided`): a decided
+    /// op at or below it was applied before and is never applied again. Absent on a single
+    /// node, whose snapshots stay as they were.
+    #[serde(skip_serializing_if = "is_zero", default)]
+    decided: u128,
     #[serde(skip_serializing)]
     names: Names,
+}
+
+fn is_zero(value: &u128) -> bool {
+    *value == 0
 }
 
 /// The serialized fields of [`MetaState`]; decoding rebuilds the indexes from them.
@@ -83,6 +92,8 @@ pub struct MetaState {
 struct StoredState {
     streams: BTreeMap<u32, Stream>,
     users: BTreeMap<u32, User>,
+    #[serde(default)]
+    decided: u128,
 }
 
 impl From<StoredState> for MetaState {
@@ -90,6 +101,7 @@ impl From<StoredState> for MetaState {
         let mut state = MetaState {
             streams: stored.streams,
             users: stored.users,
+            decided: stored.decided,
             names: Names::default(),
         };
         state.names = Names::of(&state);
@@ -292,6 +304,9 @@ pub struct OpContext {
     pub op: u64,
     pub timestamp: u64,
     pub cluster: u128,
+    /// The consensus decision that ordered the op (`metadata::journal::decision`); 0 on a
+    /// single node.
+    pub decided: u128,
 }
 
 impl OpContext {

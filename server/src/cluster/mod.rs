@@ -4,16 +4,29 @@
 //! What runs today: the metadata consensus group's replica (`cairn_cluster`): its Raft log
 //! and vote under `{data_dir}/cluster/metadata`, its peer listener on this member's
 //! replication address, the founding of the group at the first start, and the membership
-//! changes an administrator asks for. Streams, topics and messages are not replicated yet:
-//! each node serves what it took itself (the README's cluster page says so).
+//! changes an administrator asks for. The node's metadata ops (streams, topics, partitions,
+//! groups, users, tokens) are decided by the group and applied by every member's node; the
+//! root user is the group's first op, proposed by a leader that finds no user. Messages are
+//! not replicated yet: each node serves what it took itself (the README's cluster page
+//! says so).
 
 pub mod admin;
 
 use crate::config::ServerConfig;
-use cairn_cluster::group::{GroupConfig, MetaGroup};
+use cairn_cluster::decide::GroupDecider;
+use cairn_cluster::group::{GroupConfig, MetaGroup, Replica};
 use cairn_cluster::types::show_id;
 use cairn_engine::env::Env;
+use cairn_engine::node::{Node, NodeError};
+use cairn_engine::state::{ROOT_USER_ID, USER_ACTIVE};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a member looks whether the cluster has its root user yet.
+const ROOT_POLL: Duration = Duration::from_millis(200);
+/// Iggy's `UserAlreadyExists`: another leader created the root user first.
+const USER_EXISTS: u32 = 46;
 
 /// The replica's directory under the data directory.
 pub fn group_dir(data_dir: &Path) -> PathBuf {
@@ -21,8 +34,9 @@ pub fn group_dir(data_dir: &Path) -> PathBuf {
 }
 
 /// Starts this member's replica of the metadata group, as `[cluster]` configures it (a
-/// checked configuration with `enabled`).
-pub async fn start(env: &Env, config: &ServerConfig) -> Result<MetaGroup, String> {
+/// checked configuration with `enabled`), with `node` (booted clustered) applying its
+/// commands and having its metadata ops decided by it.
+pub async fn start(env: &Env, config: &ServerConfig, node: &Node) -> Result<MetaGroup, String> {
     let cluster = &config.cluster;
     assert!(cluster.enabled, "start is called for a cluster member only");
     cluster.serving()?;
@@ -36,16 +50,56 @@ pub async fn start(env: &Env, config: &ServerConfig) -> Result<MetaGroup, String
         group_dir(&config.data_dir),
     );
     group.bootstrap = cluster.bootstrap;
+    group.node = Some(node.clone());
     let started = MetaGroup::start(env, group)
         .await
         .map_err(|e| format!("the cluster's replica did not start: {e}"))?;
+    node.set_decider(Arc::new(GroupDecider::new(Replica::clone(&started))));
     let me = cluster.me().expect("serving() found this node");
     tracing::info!(
         cluster = %cluster.name,
         member = cluster.node,
         replica = %show_id(started.id()),
         replication = %me.replication,
-        "member of the cluster; streams, topics and messages are not replicated yet: this node serves what it takes"
+        "member of the cluster; metadata is decided by the cluster, messages are not replicated yet: this node serves what it takes"
     );
     Ok(started)
+}
+
+/// Until the cluster has a user: while this member's replica leads, proposes the root user
+/// (`username`, `password`). Every member runs it; the first leader to find no user makes
+/// it (a second proposal is refused alike on every member: the name exists). Answers
+/// whether this member created it.
+pub async fn found_root(
+    env: Env,
+    node: Node,
+    replica: Replica,
+    username: String,
+    password: String,
+) -> bool {
+    loop {
+        if !node.view().state.users().is_empty() || replica.failure().is_some() {
+            return false;
+        }
+        if replica.leader() == Some(replica.id()) {
+            let created = node
+                .client(0)
+                .create_user(&username, &password, USER_ACTIVE, None)
+                .await;
+            match created {
+                Ok(id) => {
+                    if id != ROOT_USER_ID {
+                        tracing::error!(id, "the root user was not the cluster's first user");
+                    }
+                    tracing::info!(user = %username, "created the cluster's root user");
+                    return true;
+                }
+                Err(NodeError::Refused {
+                    code: USER_EXISTS, ..
+                }) => return false,
+                Err(e) => tracing::warn!(error = %e, "the root user was not created yet"),
+            }
+        }
+        env.clock.sleep(ROOT_POLL).await;
+    }
 }

@@ -89,9 +89,10 @@ impl From<NodeError> for Status {
 /// The fault table: what a node error says about who should act.
 fn fault_of(e: &NodeError) -> Fault {
     match e {
-        NodeError::Stopped(_) | NodeError::Busy(_) | NodeError::MetadataNoSpace => {
-            Fault::Unavailable
-        }
+        NodeError::Stopped(_)
+        | NodeError::Busy(_)
+        | NodeError::MetadataNoSpace
+        | NodeError::Undecided(_) => Fault::Unavailable,
         NodeError::Partition(p) => match p {
             PartitionError::Fenced(_)
             | PartitionError::NoSpace

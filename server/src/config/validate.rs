@@ -81,7 +81,11 @@ impl ServerConfig {
                 max_poll_bytes: self.tcp.max_reply_bytes,
                 ..defaults.partition
             },
-            meta: defaults.meta,
+            // A member's metadata ops are decided by the cluster, under its id.
+            meta: cairn_engine::metadata::MetaSettings {
+                cluster: self.cluster.enabled.then(|| self.cluster.cluster_id()),
+                ..defaults.meta
+            },
             password_cost: PasswordCost {
                 memory_kib: self.node.password_hash_memory_kib,
                 iterations: self.node.password_hash_iterations,

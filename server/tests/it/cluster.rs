@@ -132,6 +132,8 @@ fn scrape(node: &Cairn, name: &str) -> u64 {
         .build()
         .unwrap();
     runtime.block_on(async {
+        // The root user is the cluster's first decided op: a member may not hold it yet.
+        client_of(node, "iggy", crate::common::PASSWORD).await;
         let token = crate::common::http_token(node, "iggy", crate::common::PASSWORD).await;
         crate::common::metric(node, &token, name).await
     })
@@ -289,4 +291,155 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
         .unwrap_or_else(|| panic!("the stopped leader named no successor: {left}"));
     assert_ne!(to, leading, "{left}");
     members.wait_for("the successor leading", |rows| leader(rows) == Some(to));
+}
+
+/// An SDK client of `node` logged in as `user`, asking again while the member has not
+/// applied the user yet (the root user is the cluster's first decided op).
+async fn client_of(node: &Cairn, user: &str, password: &str) -> iggy::prelude::IggyClient {
+    let started = Instant::now();
+    loop {
+        match crate::common::sdk_client(node, user, password).await {
+            Ok(client) => return client,
+            Err(e) => assert!(
+                started.elapsed() < SETTLE,
+                "{user} never logged in at {}: {e}",
+                node.address
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every stream `node` serves, as (id, name, topics), asked until `check` holds of them.
+async fn streams_until(
+    node: &Cairn,
+    what: &str,
+    check: impl Fn(&[(u32, String, u32)]) -> bool,
+) -> Vec<(u32, String, u32)> {
+    use iggy::prelude::StreamClient;
+    let client = client_of(node, "iggy", crate::common::PASSWORD).await;
+    let started = Instant::now();
+    loop {
+        let streams: Vec<(u32, String, u32)> = client
+            .get_streams()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.id, s.name, s.topics_count))
+            .collect();
+        if check(&streams) {
+            return streams;
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "{what} at {}: never; it serves {streams:?}",
+            node.address
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Member `m` (1-based) of `nodes`, running.
+fn at(nodes: &[Option<Cairn>], m: usize) -> &Cairn {
+    nodes[m - 1].as_ref().unwrap()
+}
+
+#[test]
+fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
+    use iggy::prelude::{StreamClient, TopicClient, UserClient, UserStatus};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = Members::new();
+    let mut nodes: Vec<Option<Cairn>> = (0..3)
+        .map(|i| Some(members.start(i + 1, dirs[i].path())))
+        .collect();
+    let (rows, _) = members.wait_for("a leader and three voters", |rows| {
+        leader(rows).is_some() && voters(rows) == 3
+    });
+    let first = leader(&rows).unwrap() as usize;
+    let followers: Vec<usize> = (1..=3).filter(|m| *m != first).collect();
+
+    runtime.block_on(async {
+        let at = |m| at(&nodes, m);
+        // Created through a follower (forwarded to the leader), a user through the leader.
+        let follower = client_of(at(followers[0]), "iggy", crate::common::PASSWORD).await;
+        let stream = follower.create_stream("orders").await.unwrap();
+        follower
+            .create_topic(
+                &crate::common::id("orders"),
+                "events",
+                &crate::common::topic_options(2, iggy::prelude::Durability::Persisted),
+            )
+            .await
+            .unwrap();
+        // Read back where it was asked: applied there before the answer.
+        assert!(follower
+            .get_stream(&crate::common::id("orders"))
+            .await
+            .unwrap()
+            .is_some());
+        let leading = client_of(at(first), "iggy", crate::common::PASSWORD).await;
+        assert_eq!(
+            leading.create_stream("orders").await.unwrap_err().as_code(),
+            1012,
+            "the name is taken on every member"
+        );
+        leading
+            .create_user("alice", "alice-password", UserStatus::Active, None)
+            .await
+            .unwrap();
+        // Every member serves the same streams, under the same ids, and alice logs in at
+        // the other follower.
+        for m in 1..=3 {
+            let streams = streams_until(at(m), "the stream and its topic", |s| {
+                s.len() == 1 && s[0].2 == 1
+            })
+            .await;
+            assert_eq!(streams, vec![(stream.id, "orders".into(), 1)]);
+        }
+        client_of(at(followers[1]), "alice", "alice-password").await;
+    });
+
+    // A follower killed while the others decide more, then restarted: it applies what it
+    // missed, and nothing twice.
+    let down = followers[1];
+    nodes[down - 1].take().unwrap().kill9();
+    runtime.block_on(async {
+        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
+        leading.create_stream("invoices").await.unwrap();
+    });
+    nodes[down - 1] = Some(members.start(down, dirs[down - 1].path()));
+    let expected = runtime.block_on(streams_until(at(&nodes, first), "two streams", |s| {
+        s.len() == 2
+    }));
+    for m in 1..=3 {
+        let served = runtime.block_on(streams_until(at(&nodes, m), "both streams", |s| {
+            s.len() == 2
+        }));
+        assert_eq!(served, expected, "member {m} serves what the leader does");
+    }
+
+    // A wiped member comes back as a new replica; once added, it is refilled with every
+    // decided op from the group's log.
+    let wiped = followers[0];
+    nodes[wiped - 1].take().unwrap().kill9();
+    let dir = dirs[wiped - 1].path();
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::create_dir(dir).unwrap();
+    nodes[wiped - 1] = Some(members.start(wiped, dir));
+    members.wait_for("the wiped member outside the group", |rows| {
+        field(rows, wiped as u64, "role") == "outside"
+    });
+    let (code, json, stderr) = members.admin(SECRET, &["add", &wiped.to_string()]);
+    assert_eq!(code, 0, "add: {json} {stderr}");
+    let served = runtime.block_on(streams_until(
+        at(&nodes, wiped),
+        "the refilled streams",
+        |s| s.len() == 2,
+    ));
+    assert_eq!(
+        served, expected,
+        "the wiped member serves the cluster's streams"
+    );
+    drop(nodes);
 }

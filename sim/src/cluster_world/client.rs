@@ -164,6 +164,15 @@ impl World {
                 );
                 true
             }
+            // Only a node that applies the commands computes it (this world keeps the
+            // state in the machine), and only for entries it applied before a restart.
+            Ok((index, MetaOutcome::Replayed)) => {
+                self.fail(
+                    INV_UNASKED,
+                    format!("{name} was answered as replayed at index {index}"),
+                );
+                true
+            }
             Err(ProposeError::NotLeader { .. }) => false,
             // Refused before anything was appended: nothing in this workload is refused so.
             Err(e @ ProposeError::Failed(_)) => {
@@ -196,6 +205,7 @@ fn span_outcome(answer: &Result<(u64, MetaOutcome), ProposeError>) -> SpanOutcom
         Ok((_, MetaOutcome::Applied { .. })) => SpanOutcome::Ok,
         Ok((_, MetaOutcome::Refused { reason, .. })) => SpanOutcome::Refused(reason.clone()),
         Ok((_, MetaOutcome::Undecodable)) => SpanOutcome::Refused("undecodable".into()),
+        Ok((_, MetaOutcome::Replayed)) => SpanOutcome::Refused("replayed".into()),
         Err(ProposeError::InDoubt) => SpanOutcome::Lost("in doubt".into()),
         Err(e) => SpanOutcome::Refused(e.to_string()),
     }

@@ -341,6 +341,8 @@ fn create_stream(name: &str) -> MetaCommand {
         body: op.body().to_vec(),
         timestamp: 0,
         user_id: 0,
+        client: 0,
+        request: 0,
     }
 }
 

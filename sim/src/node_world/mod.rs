@@ -477,6 +477,7 @@ fn settings(profile: &NodeProfile) -> NodeSettings {
         password_cost: PasswordCost::CHEAP,
         meta: MetaSettings {
             checkpoint_bytes: profile.checkpoint_bytes,
+            cluster: None,
         },
         partition,
         cleaner_interval: Duration::from_nanos(profile.cleaner_every_nanos),

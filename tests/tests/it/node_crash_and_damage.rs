@@ -62,6 +62,7 @@ fn settings() -> NodeSettings {
         password_cost: PasswordCost::CHEAP,
         meta: MetaSettings {
             checkpoint_bytes: 600,
+            cluster: None,
         },
         ..Default::default()
     }

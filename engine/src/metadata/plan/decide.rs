@@ -404,10 +404,23 @@ fn replay_chain(
                 error: format!("the body does not decode: {e}"),
             }
         })?;
+        let decided = entry.origin.decided;
+        if decided != 0 && decided <= state.decided() {
+            return Err(MetaRefusal::EntryDoesNotApply {
+                path: path.to_path_buf(),
+                position: entry.position,
+                op: entry.op,
+                error: format!(
+                    "its consensus decision {decided:#x} is not after the last applied {:#x}",
+                    state.decided()
+                ),
+            });
+        }
         let ctx = OpContext {
             op: entry.op,
             timestamp: entry.origin.timestamp,
             cluster: record.cluster,
+            decided,
         };
         let applied = state
             .apply(&meta_op, ctx)

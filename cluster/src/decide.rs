@@ -1,0 +1,166 @@
+//! The node's metadata ops decided by the group ([`GroupDecider`], the node's
+//! `Decider`): proposed on the leader, or forwarded to it by a follower, and answered once
+//! this member applied the op, so a caller's next read here sees it.
+//!
+//! | this replica knows | it does | answered with |
+//! |---|---|---|
+//! | it leads | stamps the leader's clock, proposes | the outcome, once applied here |
+//! | another leads | forwards to the leader's member ([`crate::net::forward`]) | the leader's outcome, once applied here too |
+//! | no leader (an election) | waits [`DECIDE_RETRY`], asks again, up to [`DECIDE_ATTEMPTS`] times | `Undecided` after the last |
+//! | the leader moved before appending | asks the new leader | as above |
+//! | the proposal's fate is unknown | nothing more | `Undecided` ("may or may not have applied") |
+
+use crate::group::{ProposeError, Replica};
+use crate::net::forward;
+use crate::rt::in_env;
+use crate::types::{MetaCommand, MetaOutcome};
+use cairn_engine::metadata::journal::Origin;
+use cairn_engine::node::{Decider, Decision, MetaReply, NodeError, NodeResult};
+use cairn_engine::state::ops::MetaOp;
+use cairn_engine::state::Applied;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How long a replica waits for a leader between attempts to decide an op.
+pub const DECIDE_RETRY: Duration = Duration::from_millis(100);
+/// Attempts to reach a leader before an op is answered `Undecided` (about 5 s of elections).
+pub const DECIDE_ATTEMPTS: u32 = 50;
+/// The longest a forwarded op waits for the leader's answer, and for this member to apply it.
+pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The node's `Decider`: its replica of the metadata group.
+pub struct GroupDecider {
+    replica: Replica,
+}
+
+impl GroupDecider {
+    pub fn new(replica: Replica) -> GroupDecider {
+        GroupDecider { replica }
+    }
+}
+
+impl Decider for GroupDecider {
+    fn decide(&self, op: MetaOp, origin: Origin) -> Decision {
+        let replica = self.replica.clone();
+        Box::pin(async move { replica.decide(op, origin).await })
+    }
+}
+
+impl Replica {
+    /// Proposes `command` here, stamped with this leader's clock (every member applies it
+    /// with that time), or answers `NotLeader`.
+    pub async fn propose_here(
+        &self,
+        mut command: MetaCommand,
+    ) -> Result<(u64, MetaOutcome), ProposeError> {
+        command.timestamp = self.env.clock.wall_micros();
+        self.propose(command).await
+    }
+
+    /// Has the group decide `op` ([`GroupDecider`]'s table).
+    pub async fn decide(&self, op: MetaOp, origin: Origin) -> NodeResult<MetaReply> {
+        let operation = op
+            .operation()
+            .to_command_code()
+            .expect("a metadata op has a command code");
+        let command = MetaCommand {
+            operation,
+            body: op.body().to_vec(),
+            timestamp: 0,
+            user_id: origin.user_id,
+            client: origin.client,
+            request: origin.request,
+        };
+        let mut last = String::from("no leader is known");
+        for _ in 0..DECIDE_ATTEMPTS {
+            let answer = match self.leader() {
+                Some(leader) if leader == self.me => self.propose_here(command.clone()).await,
+                Some(leader) => match self.leader_address(leader) {
+                    Some(addr) => self.forward_to(leader, addr, command.clone()).await?,
+                    None => Err(ProposeError::NotLeader {
+                        me: self.me,
+                        leader: None,
+                    }),
+                },
+                None => Err(ProposeError::NotLeader {
+                    me: self.me,
+                    leader: None,
+                }),
+            };
+            match answer {
+                Ok((index, outcome)) => return self.applied_here(index, outcome).await,
+                Err(e @ ProposeError::NotLeader { .. }) => last = e.to_string(),
+                Err(e) => return Err(NodeError::Undecided(e.to_string())),
+            }
+            self.env.clock.sleep(DECIDE_RETRY).await;
+        }
+        Err(NodeError::Undecided(last))
+    }
+
+    /// The replication address of `leader` in the configuration this replica holds.
+    fn leader_address(&self, leader: crate::types::NodeId) -> Option<SocketAddr> {
+        use openraft::async_runtime::WatchReceiver;
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let peer = metrics.membership_config.membership().get_node(&leader)?;
+        peer.raft.parse().ok()
+    }
+
+    /// Forwards to the leader. A connection that failed may have carried the command: its
+    /// fate is unknown, and the caller is told so rather than risk applying it twice.
+    async fn forward_to(
+        &self,
+        leader: crate::types::NodeId,
+        addr: SocketAddr,
+        command: MetaCommand,
+    ) -> NodeResult<Result<(u64, MetaOutcome), ProposeError>> {
+        let cluster = (self.cluster, &self.key);
+        forward(
+            &self.env,
+            cluster,
+            self.me,
+            (leader, addr),
+            command,
+            DECIDE_TIMEOUT,
+        )
+        .await
+        .map_err(|e| {
+            NodeError::Undecided(format!(
+                "forwarding to the leader {}: {e}; the operation may or may not have applied",
+                crate::types::show_id(leader)
+            ))
+        })
+    }
+
+    /// Waits until this member applied entry `index`, then answers with its outcome.
+    async fn applied_here(&self, index: u64, outcome: MetaOutcome) -> NodeResult<MetaReply> {
+        let wait = self.raft.wait(Some(DECIDE_TIMEOUT));
+        in_env(
+            &self.env,
+            wait.applied_index_at_least(Some(index), "decided"),
+        )
+        .await
+        .map_err(|e| {
+            NodeError::Undecided(format!(
+                "the operation was decided as entry {index}, not yet applied here: {e}"
+            ))
+        })?;
+        let result = match outcome {
+            MetaOutcome::Applied { created } => Ok(Applied {
+                created,
+                work: Vec::new(),
+                effects: Vec::new(),
+            }),
+            MetaOutcome::Refused { code, reason } => Err(NodeError::Refused { code, reason }),
+            MetaOutcome::Undecodable => Err(NodeError::InvalidRequest(
+                "the cluster could not decode the operation".into(),
+            )),
+            MetaOutcome::Replayed => Err(NodeError::Undecided(
+                "the leader restarted while applying the operation".into(),
+            )),
+        };
+        // The op number is the node's own (each member numbers the ops it applies); no
+        // caller of a clustered node reads it.
+        Ok(MetaReply { at_op: 0, result })
+    }
+}

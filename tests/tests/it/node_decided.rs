@@ -1,0 +1,209 @@
+//! Clustered nodes over real files, with a stand-in for the consensus group: the decider
+//! below numbers every op (term 1, index 1, 2, ...) and hands it to every member's node, as
+//! the group's state machine does. Members fed the same decisions hold the same state (the
+//! same partition identities, timestamps and refusals); a member that restarts and is handed
+//! the log again applies nothing twice, from its journal or from a checkpoint; a clustered
+//! node decides nothing itself and refuses another cluster's data.
+
+use cairn_engine::env::real::block_on;
+use cairn_engine::metadata::journal::{decision, Origin};
+use cairn_engine::metadata::MetaSettings;
+use cairn_engine::node::{
+    BootError, Decider, Decision, MetaReply, Node, NodeError, NodeResult, NodeSettings,
+};
+use cairn_engine::state::ops::MetaOp;
+use cairn_engine::state::USER_ACTIVE;
+use cairn_tests::node::{start, TestNode};
+use cairn_tests::*;
+use iggy_binary_protocol::{WireIdentifier, WireOptions};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+const CLUSTER: u128 = 0x005e_edc1_u128 << 64 | 0xd00d;
+
+fn settings(cluster: Option<u128>) -> NodeSettings {
+    NodeSettings {
+        // Small: the journal checkpoints every few ops.
+        meta: MetaSettings {
+            checkpoint_bytes: 900,
+            cluster,
+        },
+        ..node_settings()
+    }
+}
+
+fn boot_member(root: &Path) -> TestNode {
+    start(&real_env(), root, settings(Some(CLUSTER)))
+        .expect("boot")
+        .node
+}
+
+/// The decided log: every op in decision order, and the members that apply it.
+#[derive(Default)]
+struct Log {
+    decided: Vec<(MetaOp, Origin)>,
+    members: Vec<Node>,
+}
+
+/// The stand-in for the group: decides in call order (one at a time), applies on every
+/// member in order, answers with the first member's reply.
+#[derive(Clone, Default)]
+struct Sequencer(Arc<Mutex<Log>>);
+
+impl Sequencer {
+    fn join(&self, node: &Node) {
+        self.0.lock().unwrap().members.push(node.clone());
+    }
+
+    async fn decide_now(self, op: MetaOp, mut origin: Origin) -> NodeResult<MetaReply> {
+        let members = {
+            let mut log = self.0.lock().unwrap();
+            let index = log.decided.len() as u64 + 1;
+            origin.decided = decision(1, index);
+            origin.timestamp = 1_700_000_000_000_000 + index;
+            log.decided.push((op.clone(), origin));
+            log.members.clone()
+        };
+        let mut first = None;
+        for member in members {
+            let reply = member.apply_decided(op.clone(), origin).await;
+            first.get_or_insert(reply);
+        }
+        first.expect("a member")
+    }
+
+    /// Hands `node` every decision so far, as a restarted member's group does; the answers.
+    fn replay_to(&self, node: &Node) -> Vec<NodeResult<MetaReply>> {
+        let decided = self.0.lock().unwrap().decided.clone();
+        decided
+            .into_iter()
+            .map(|(op, origin)| block_on(node.apply_decided(op, origin)))
+            .collect()
+    }
+}
+
+impl Decider for Sequencer {
+    fn decide(&self, op: MetaOp, origin: Origin) -> Decision {
+        Box::pin(self.clone().decide_now(op, origin))
+    }
+}
+
+/// Streams, topics with partitions, a refusal, users, groups: through member `a`'s client.
+fn workload(a: &TestNode, round: u32) {
+    let stream = a.create_stream(&format!("orders-{round}")).unwrap();
+    let s = WireIdentifier::numeric(stream);
+    let topic = a
+        .create_topic(&s, "events", 3, WireOptions::empty())
+        .unwrap();
+    let t = WireIdentifier::numeric(topic);
+    let refused = a.create_stream(&format!("orders-{round}")).unwrap_err();
+    assert_eq!(refused.code(), 1012, "{refused}");
+    a.create_partitions(&s, &t, 2).unwrap();
+    a.create_group(&s, &t, "readers").unwrap();
+    a.create_user(&format!("user-{round}"), "password", USER_ACTIVE, None)
+        .unwrap();
+}
+
+fn same_state(a: &TestNode, b: &TestNode) {
+    let (va, vb) = (a.view(), b.view());
+    assert_eq!(va.state, vb.state, "members hold the same state");
+    assert_eq!(va.op, vb.op, "members number the same ops alike");
+    assert_eq!(va.state.partitions(), vb.state.partitions());
+}
+
+#[test]
+fn members_fed_the_same_decisions_hold_the_same_state_and_apply_nothing_twice() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sequencer = Sequencer::default();
+    let a = boot_member(da.path());
+    let b = boot_member(db.path());
+    assert!(
+        a.view().state.users().is_empty(),
+        "a clustered node makes no root user of its own"
+    );
+    sequencer.join(&a.node);
+    sequencer.join(&b.node);
+    a.node.set_decider(Arc::new(sequencer.clone()));
+    for round in 0..3 {
+        workload(&a, round);
+    }
+    same_state(&a, &b);
+    let decided = b.view().state.decided();
+    assert_eq!(decided, decision(1, 18), "the last decision applied");
+    for id in a.view().state.partitions() {
+        let dir = cairn_engine::partition::partition_dir(
+            db.path(),
+            id.stream_id,
+            id.topic_id,
+            id.partition_id,
+        );
+        assert!(
+            dir.is_dir(),
+            "{} was made on the other member",
+            dir.display()
+        );
+    }
+
+    // B restarts (its journal checkpointed on the way) and is handed the whole log again.
+    let ops_before = b.view().op;
+    b.close().unwrap();
+    let b = boot_member(db.path());
+    assert_eq!(
+        b.view().state.decided(),
+        decided,
+        "the decision survives a restart"
+    );
+    let answers = sequencer.replay_to(&b.node);
+    assert!(
+        answers.iter().all(|r| matches!(
+            r,
+            Ok(MetaReply {
+                result: Err(NodeError::AlreadyDecided(_)),
+                ..
+            })
+        )),
+        "every decision is answered as applied before: {answers:?}"
+    );
+    assert_eq!(b.view().op, ops_before, "nothing was journaled again");
+
+    // A crash (no flush) of B, then more decisions reach both.
+    {
+        let mut log = sequencer.0.lock().unwrap();
+        log.members.pop();
+    }
+    b.halt();
+    let b = boot_member(db.path());
+    assert_eq!(b.view().state.decided(), decided);
+    sequencer.join(&b.node);
+    workload(&a, 3);
+    same_state(&a, &b);
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+#[test]
+fn a_clustered_node_decides_nothing_itself_and_keeps_to_its_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = boot_member(dir.path());
+    let refused = node.create_stream("early").unwrap_err();
+    assert!(matches!(refused, NodeError::Undecided(_)), "{refused}");
+    assert!(node.view().state.streams().is_empty());
+    node.close().unwrap();
+
+    let other = start(&real_env(), dir.path(), settings(Some(CLUSTER + 1)));
+    assert!(
+        matches!(other, Err(BootError::OtherCluster { configured, found }) if configured == CLUSTER + 1 && found == CLUSTER),
+        "a member refuses another cluster's data directory"
+    );
+    let single = tempfile::tempdir().unwrap();
+    start(&real_env(), single.path(), settings(None))
+        .unwrap()
+        .node
+        .close()
+        .unwrap();
+    let made_alone = start(&real_env(), single.path(), settings(Some(CLUSTER)));
+    assert!(
+        matches!(made_alone, Err(BootError::OtherCluster { .. })),
+        "a member refuses a single node's data directory"
+    );
+}
