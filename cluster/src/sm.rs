@@ -61,9 +61,14 @@ struct Inner {
     observer: Option<ApplyObserver>,
     /// Snapshots installed from a leader since this replica started.
     installed: u64,
+    /// Commands handed to the node that it had applied before this replica restarted.
+    replayed: u64,
     /// The last entry the canary `apply-uncommitted` applied before openraft did (openraft
     /// only learns of an entry applied when it asks for it: `applied` stays its view).
     eager: Option<LogId>,
+    /// The canary's entries a node has yet to apply, and whether a worker applies them.
+    eager_queue: std::collections::VecDeque<Entry>,
+    eager_worker: bool,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -113,7 +118,10 @@ impl MetaMachine {
                 snapshot,
                 observer,
                 installed: 0,
+                replayed: 0,
                 eager: None,
+                eager_queue: Default::default(),
+                eager_worker: false,
             })),
             node: None,
         })
@@ -140,6 +148,12 @@ impl MetaMachine {
         self.lock().installed
     }
 
+    /// Commands the node answered as applied before this replica restarted (boot hands the
+    /// log after the last snapshot to the node again; it applies none of them twice).
+    pub fn replayed_commands(&self) -> u64 {
+        self.lock().replayed
+    }
+
     /// The canary `apply-uncommitted`: applies `entries` as they arrive from a leader,
     /// before they commit (each at most once: openraft's later apply skips them). A leader
     /// that loses its term before they commit leaves this replica with ops no one decided.
@@ -153,9 +167,40 @@ impl MetaMachine {
                 .is_none_or(|a| a.index < log_id.index)
             {
                 let applied = inner.applied;
-                inner.apply_entry(entry);
+                match &self.node {
+                    // The node applies asynchronously: queued for one worker, in order.
+                    Some(_) => {
+                        inner.record(entry);
+                        inner.eager_queue.push_back(entry.clone());
+                    }
+                    None => {
+                        inner.apply_entry(entry);
+                    }
+                }
                 inner.applied = applied;
                 inner.eager = Some(log_id);
+            }
+        }
+        if let Some(node) = &self.node {
+            if !inner.eager_queue.is_empty() && !inner.eager_worker {
+                inner.eager_worker = true;
+                let tasks = node.env().tasks.clone();
+                let (machine, node) = (self.clone(), node.clone());
+                let worker = async move {
+                    loop {
+                        let next = {
+                            let mut inner = machine.lock();
+                            let next = inner.eager_queue.pop_front();
+                            inner.eager_worker = next.is_some();
+                            next
+                        };
+                        let Some(entry) = next else { return };
+                        if let EntryPayload::Normal(command) = &entry.payload {
+                            let _ = Self::apply_on_node(&node, entry.log_id(), command).await;
+                        }
+                    }
+                };
+                drop(tasks.spawn(Box::pin(worker)));
             }
         }
     }
@@ -396,7 +441,10 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
             let (entry, responder) = next?;
             if let (Some(node), EntryPayload::Normal(command)) = (&self.node, &entry.payload) {
                 let outcome = Self::apply_on_node(node, entry.log_id(), command).await?;
-                self.lock().record(&entry);
+                let mut inner = self.lock();
+                inner.record(&entry);
+                inner.replayed += u64::from(outcome == MetaOutcome::Replayed);
+                drop(inner);
                 if let Some(responder) = responder {
                     responder.send(outcome);
                 }

@@ -89,6 +89,8 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         graceful: 0.0,
         total_power_loss: 0.0,
         clock_skew: 0.0,
+        // As a server runs them: a node applies each replica's commands.
+        nodes: true,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }

@@ -69,7 +69,7 @@ pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 16] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 17] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -128,6 +128,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 16] = [
         "a replica behind the leader's log caught up by installing its snapshot",
     ),
     (
+        "ClusterNodeReplayed",
+        "a restarted replica handed its node commands the node had applied before, and the node applied none twice",
+    ),
+    (
         "ClusterBootFromSnapshot",
         "a replica restarted from its snapshot and the log after it (its log's head purged)",
     ),
@@ -166,6 +170,10 @@ pub struct ClusterProfile {
     /// The share of replicas whose clock runs fast or slow (up to 10%) with a wall clock
     /// off by up to 5 s.
     pub clock_skew: f64,
+    /// Each replica's commands are applied by a node booted on its disk, as in a server
+    /// (`MetaMachine::with_node`); otherwise the machine keeps the state in memory (the
+    /// only way a snapshot is installed today).
+    pub nodes: bool,
 }
 
 impl ClusterProfile {
@@ -195,6 +203,8 @@ impl ClusterProfile {
             } else {
                 0.0
             },
+            // Drawn last: the draws above stay what they were for every seed.
+            nodes: rng.gen_bool(0.5),
         }
     }
 }
@@ -553,6 +563,27 @@ fn group_dir(id: MemberId) -> PathBuf {
     PathBuf::from(format!("/data/{id}/cluster/metadata"))
 }
 
+/// Boots member `id`'s node (its data directory holds the replica's), clustered: its
+/// metadata ops are the group's commands.
+async fn boot_node(
+    env: &Env,
+    id: MemberId,
+) -> Result<cairn_engine::node::Node, cairn_engine::node::BootError> {
+    use cairn_engine::node::{Node, NodeSettings, PasswordCost};
+    let settings = NodeSettings {
+        password_cost: PasswordCost::CHEAP,
+        meta: cairn_engine::metadata::MetaSettings {
+            // Small: checkpoints come every few ops, so boots replay from them.
+            checkpoint_bytes: 2048,
+            cluster: Some(CLUSTER_ID),
+        },
+        shards: 1,
+        ..NodeSettings::default()
+    };
+    let booted = Node::start(env, &PathBuf::from(format!("/data/{id}")), settings).await?;
+    Ok(booted.node)
+}
+
 /// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
 /// every scope's is.
 pub fn run_report(
@@ -626,14 +657,18 @@ impl World {
         *self.decisions.entry(name).or_default() += 1;
     }
 
-    /// Counts the snapshots a replica installed, before its process goes.
+    /// Counts the snapshots a replica installed, and the commands its node was handed
+    /// again after a restart, before its process goes.
     fn count_installs(&mut self, at: usize) {
-        let installed = self.replicas[at]
-            .group
-            .as_ref()
-            .map_or(0, |g| g.machine().installed_snapshots());
+        let (installed, replayed) = self.replicas[at].group.as_ref().map_or((0, 0), |g| {
+            let machine = g.machine();
+            (machine.installed_snapshots(), machine.replayed_commands())
+        });
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
+        }
+        for _ in 0..replayed {
+            self.decision("ClusterNodeReplayed");
         }
     }
 
@@ -663,6 +698,15 @@ impl World {
         config.hooks = crate::canary::cluster_hooks();
         let env = self.replicas[at].env.clone();
         self.replicas[at].starts += 1;
+        if self.profile.nodes {
+            match boot_node(&env, id).await {
+                Ok(node) => config.node = Some(node),
+                Err(e) => {
+                    self.fail(INV_BOOT, format!("replica {id}'s node did not boot: {e}"));
+                    return;
+                }
+            }
+        }
         match MetaGroup::start(&env, config).await {
             Ok(group) => {
                 let (vote, purged, last) = group.log().summary();

@@ -41,10 +41,17 @@ fn cluster_seeds_hold_their_invariants() {
 
 #[test]
 fn a_cluster_seed_replays_bit_for_bit() {
-    let a = cluster_world::run(7, false);
-    let b = cluster_world::run(7, false);
-    assert_eq!(a.events, b.events);
-    assert!(a.events.len() > 20, "the run did little: {:?}", a.events);
+    // A seed whose replicas keep their state in memory, and one whose nodes apply it.
+    for nodes in [false, true] {
+        let seed = (1..)
+            .find(|s| cluster_world::ClusterProfile::from_seed(*s).nodes == nodes)
+            .unwrap();
+        let a = cluster_world::run(seed, false);
+        let b = cluster_world::run(seed, false);
+        assert_eq!(a.events, b.events, "seed {seed}");
+        assert_eq!(a.trace_hash(), b.trace_hash(), "seed {seed}");
+        assert!(a.events.len() > 20, "the run did little: {:?}", a.events);
+    }
 }
 
 #[test]
@@ -117,17 +124,32 @@ fn a_blank_replica_standing_in_for_the_one_it_was_is_caught() {
 fn a_replica_applying_what_was_not_committed_is_caught() {
     assert!(cairn_sim::canary::activate(Some("apply-uncommitted")));
     // The sample's seeds, first to last: the first that objects (a leader that lost its
-    // term before its appends committed).
-    let caught = (1..25).find_map(|seed| {
-        let report = cluster_world::run(seed, false);
-        report.violation.map(|v| (seed, v))
-    });
+    // term before its appends committed), among seeds whose replicas keep the state in
+    // memory and among seeds whose nodes apply it.
+    let caught = |nodes: bool| {
+        (1..200)
+            .filter(|seed| cluster_world::ClusterProfile::from_seed(*seed).nodes == nodes)
+            .find_map(|seed| {
+                let report = cluster_world::run(seed, false);
+                report.violation.map(|v| (seed, v))
+            })
+    };
+    let caught = [caught(false), caught(true)];
     cairn_sim::canary::activate(None);
-    let (seed, violation) = caught.expect("apply-uncommitted passed every sample seed");
-    assert!(
-        [cluster_world::INV_AGREEMENT, cluster_world::INV_CONVERGED].contains(&violation.invariant),
-        "seed {seed}: caught as {violation}"
-    );
+    for (nodes, caught) in caught.into_iter().enumerate() {
+        let (seed, violation) = caught.unwrap_or_else(|| {
+            panic!("apply-uncommitted (nodes: {nodes}) passed every sample seed")
+        });
+        assert!(
+            [
+                cluster_world::INV_AGREEMENT,
+                cluster_world::INV_CONVERGED,
+                cluster_world::INV_UNASKED
+            ]
+            .contains(&violation.invariant),
+            "seed {seed}: caught as {violation}"
+        );
+    }
 }
 
 fn caught(canary: &str, name: &str, scenario: cluster_world::directed::Scenario) {
