@@ -4,7 +4,10 @@
 //!   on the simulator's seeded executor.
 //! - [`types`]: the group's type configuration: a command is a journaled metadata operation.
 //! - [`log`]: the group's Raft log and vote on the `Env` disk (boot's table in its doc).
-//! - [`sm`]: the state machine, today's `MetaState`, and its snapshots.
+//! - [`sm`]: the state machine: each committed command applied by the member's node (or,
+//!   in the simulator's in-memory worlds, by a `MetaState` here), and its snapshots.
+//! - [`decide`]: the node's `Decider`: its metadata ops proposed on the leader or forwarded
+//!   to it, answered once applied here.
 //! - [`net`]: peer traffic on the `Env` network (sans-IO frames, a client per peer, the
 //!   listener).
 //! - [`group`]: one replica: the above assembled, founded, proposed to, and its group's

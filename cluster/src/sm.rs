@@ -1,14 +1,14 @@
-//! The metadata group's state machine: today's `MetaState`, applied on every replica.
+//! The metadata group's state machine: every committed command applied on every replica.
 //!
-//! Each committed command is decoded to the `MetaOp` it carries and applied with the same
-//! context on every replica (the entry's index as the op, the leader's timestamp, the
-//! cluster id), so replicas that applied the same log hold equal states. The state lives in
-//! memory; what makes it durable is the log (up to the committed index) and the last
-//! snapshot, a file in the group's directory written whole before it counts
-//! (`snapshot.tmp`, synced, renamed, the directory synced). openraft rebuilds the state at
-//! boot from that snapshot plus the committed entries after it.
+//! | who holds the state | a command is | durable in | boot |
+//! |---|---|---|---|
+//! | the member's node ([`MetaMachine::with_node`], a server) | a decided op (`Node::apply_decided`, its decision the entry's term and index) | the node's journal and checkpoints | the node boots from its own; the log after the last snapshot is handed to it again and it skips every decision it holds |
+//! | this machine, in memory (the simulator's in-memory worlds) | applied to a `MetaState` with the same context on every replica | the log and the last snapshot | the snapshot, then the committed entries after it |
 //!
-//! A snapshot's data is the single node's snapshot format (`metadata::snapshot::encode`).
+//! Either way the leader's timestamp and the cluster's id are the op's context, so replicas
+//! that applied the same log hold equal states. A snapshot is a file in the group's
+//! directory written whole before it counts (`snapshot.tmp`, synced, renamed, the directory
+//! synced), its data the single node's snapshot format (`metadata::snapshot::encode`).
 
 use crate::types::{
     Entry, LogId, MetaCommand, MetaConfig, MetaOutcome, Snapshot, SnapshotMeta, StoredMembership,
