@@ -105,7 +105,7 @@ impl World {
         };
         let proposal = {
             let group = group.clone();
-            let command = create_stream(name);
+            let command = create(name);
             async move { group.propose(command).await }
         };
         let span = self.begin(CLIENT_LANE, format!("{name} → {}", show_id(group.id())));

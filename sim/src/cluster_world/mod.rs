@@ -36,7 +36,8 @@ use cairn_engine::env::Env;
 use cairn_engine::state::ops::MetaOp;
 use cairn_faults::{NetFaults, SimClock, SimDisk, SimNet};
 use iggy_binary_protocol::requests::streams::CreateStreamRequest;
-use iggy_binary_protocol::{WireName, WireOptions};
+use iggy_binary_protocol::requests::topics::CreateTopicRequest;
+use iggy_binary_protocol::{WireIdentifier, WireName, WireOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
@@ -341,11 +342,31 @@ fn host(id: MemberId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 1, id as u8))
 }
 
-fn create_stream(name: &str) -> MetaCommand {
-    let op = MetaOp::CreateStream(CreateStreamRequest {
-        name: WireName::new(name).expect("a stream name"),
-        options: WireOptions::empty(),
-    });
+/// The client's op number `n`: the creation of stream `s{n}`, or, where nodes apply the
+/// commands, three in four are the creation of topic `t{n}` (1 to 3 partitions: directory
+/// work, partition nonces) in the last stream made, named `s{m}/t{n}`.
+fn op_name(n: usize, nodes: bool) -> String {
+    match n % 4 {
+        0 => format!("s{n}"),
+        _ if !nodes => format!("s{n}"),
+        k => format!("s{}/t{n}", n - k),
+    }
+}
+
+/// The command that makes what `name` names ([`op_name`]; any other name is a stream).
+fn create(name: &str) -> MetaCommand {
+    let op = match name.split_once('/') {
+        Some((stream, topic)) => MetaOp::CreateTopic(CreateTopicRequest {
+            stream_id: WireIdentifier::named(stream).expect("a stream name"),
+            partitions_count: 1 + (name.len() % 3) as u32,
+            name: WireName::new(topic).expect("a topic name"),
+            options: WireOptions::empty(),
+        }),
+        None => MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new(name).expect("a stream name"),
+            options: WireOptions::empty(),
+        }),
+    };
     MetaCommand {
         operation: op.operation().to_command_code().expect("a command"),
         body: op.body().to_vec(),
@@ -766,7 +787,7 @@ async fn direct(mut world: World) -> Counts {
     let mut next = 0;
     while next < world.profile.ops && !world.failed() {
         world.rejoin().await;
-        let name = format!("s{next}");
+        let name = op_name(next, world.profile.nodes);
         if world.propose(&name).await {
             next += 1;
         } else {

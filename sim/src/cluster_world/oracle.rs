@@ -105,13 +105,20 @@ impl World {
             }
         }
         for (id, (state, _)) in &states {
-            let names: BTreeSet<String> =
-                state.streams().values().map(|s| s.name.clone()).collect();
+            // Streams by name, topics as `stream/topic` (`op_name`).
+            let names: BTreeSet<String> = state
+                .streams()
+                .values()
+                .flat_map(|s| {
+                    let topics = s.topics.values().map(|t| format!("{}/{}", s.name, t.name));
+                    std::iter::once(s.name.clone()).chain(topics)
+                })
+                .collect();
             if let Some(lost) = self.acked.keys().find(|n| !names.contains(*n)) {
                 self.fail(
                     INV_ACKED_PRESENT,
                     format!(
-                        "replica {id} lacks stream {lost}, acknowledged at index {}",
+                        "replica {id} lacks {lost}, acknowledged at index {}",
                         self.acked[lost]
                     ),
                 );
@@ -121,13 +128,13 @@ impl World {
             if let Some(extra) = names.iter().find(|n| !asked(n)) {
                 self.fail(
                     INV_UNASKED,
-                    format!("replica {id} holds stream {extra} nobody asked for"),
+                    format!("replica {id} holds {extra}, which nobody asked for"),
                 );
                 return;
             }
         }
         self.event(format!(
-            "final: {} replicas at index {top:?}, {} streams acknowledged, {} in doubt",
+            "final: {} replicas at index {top:?}, {} ops acknowledged, {} in doubt",
             states.len(),
             self.acked.len(),
             self.in_doubt.len()
