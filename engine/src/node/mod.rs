@@ -372,23 +372,7 @@ impl Node {
     /// files), and waits until they stopped.
     pub async fn halt(&self) {
         self.inner.stopped.set(Arc::new(Failure::Shutdown));
-        let workers: Vec<_> = self
-            .inner
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-            .collect();
-        for worker in &workers {
-            worker.cancel();
-        }
-        while !workers.iter().all(|w| w.is_finished()) {
-            self.inner
-                .env
-                .clock
-                .sleep(std::time::Duration::from_millis(1))
-                .await;
-        }
+        self.stop_workers().await;
     }
 
     /// Graceful shutdown: every shard flushes and syncs every committed message whatever
@@ -412,15 +396,31 @@ impl Node {
             }
         }
         self.inner.stopped.set(Arc::new(Failure::Shutdown));
-        for worker in self
+        // Cancelled owners stop at their next wait; one may be inside a checkpoint until
+        // then. Only once every owner stopped is nothing of this node writing: a node booted
+        // next on the same directory (a restart in the same process) is its only writer.
+        self.stop_workers().await;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Cancels every owner and waits until each has stopped.
+    async fn stop_workers(&self) {
+        let workers: Vec<_> = self
             .inner
             .workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain(..)
-        {
+            .collect();
+        for worker in &workers {
             worker.cancel();
         }
-        first_error.map_or(Ok(()), Err)
+        while !workers.iter().all(|w| w.is_finished()) {
+            self.inner
+                .env
+                .clock
+                .sleep(std::time::Duration::from_millis(1))
+                .await;
+        }
     }
 }
