@@ -25,8 +25,14 @@ use std::time::Duration;
 pub const DECIDE_RETRY: Duration = Duration::from_millis(100);
 /// Attempts to reach a leader before an op is answered `Undecided` (about 5 s of elections).
 pub const DECIDE_ATTEMPTS: u32 = 50;
-/// The longest a forwarded op waits for the leader's answer, and for this member to apply it.
+/// The longest a forwarded op waits for the leader's answer, and for this member to apply it;
+/// and the longest a leader waits for its own proposal to apply (openraft answers a
+/// proposal only once it is applied, purged or truncated here, not when leadership is lost).
 pub const DECIDE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ops one member forwards to the leader at once; more wait their turn. Each forward holds
+/// one of the leader's peer connections (`net::MAX_PEER_CONNECTIONS`, shared with Raft's
+/// own traffic) for as long as it waits.
+pub const MAX_FORWARDS: usize = 8;
 
 /// The node's `Decider`: its replica of the metadata group.
 pub struct GroupDecider {
@@ -46,6 +52,25 @@ impl Decider for GroupDecider {
     }
 }
 
+/// One forward (or forwarded proposal) in flight; its turn is given back when dropped,
+/// whether it finished or was cancelled.
+pub(crate) struct ForwardTurn(pub(crate) std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for ForwardTurn {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The state machine's refusal as the node would have typed it where a caller tells it
+/// apart (a wrong current password is judged by the login limiter); else by its code.
+fn refusal(code: u32, reason: String) -> NodeError {
+    match code {
+        42 => NodeError::InvalidCredentials,
+        _ => NodeError::Refused { code, reason },
+    }
+}
+
 impl Replica {
     /// Proposes `command` here, stamped with this leader's clock (every member applies it
     /// with that time), or answers `NotLeader`.
@@ -54,7 +79,26 @@ impl Replica {
         mut command: MetaCommand,
     ) -> Result<(u64, MetaOutcome), ProposeError> {
         command.timestamp = self.env.clock.wall_micros();
-        self.propose(command).await
+        let proposed = self.propose(command);
+        match cairn_engine::env::race(proposed, self.env.clock.sleep(DECIDE_TIMEOUT)).await {
+            cairn_engine::env::Either::Left(answer) => answer,
+            // Appended, perhaps, by a leader that lost its quorum: it may yet commit.
+            cairn_engine::env::Either::Right(()) => Err(ProposeError::InDoubt),
+        }
+    }
+
+    /// Waits (within [`DECIDE_TIMEOUT`]) until this replica, as the leader, has applied
+    /// everything committed before its read index: what it then reads of the node's state is
+    /// the cluster's. `false` when it does not lead or could not confirm it.
+    pub async fn linearize(&self) -> bool {
+        let read = self
+            .raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex);
+        let read = in_env(&self.env, read);
+        matches!(
+            cairn_engine::env::race(read, self.env.clock.sleep(DECIDE_TIMEOUT)).await,
+            cairn_engine::env::Either::Left(Ok(_))
+        )
     }
 
     /// Has the group decide `op` ([`GroupDecider`]'s table).
@@ -73,6 +117,11 @@ impl Replica {
         };
         let mut last = String::from("no leader is known");
         for _ in 0..DECIDE_ATTEMPTS {
+            if let Some(why) = self.failure() {
+                return Err(NodeError::Undecided(format!(
+                    "this member's replica stopped: {why}"
+                )));
+            }
             let answer = match self.leader() {
                 Some(leader) if leader == self.me => self.propose_here(command.clone()).await,
                 Some(leader) => match self.leader_address(leader) {
@@ -114,8 +163,9 @@ impl Replica {
         addr: SocketAddr,
         command: MetaCommand,
     ) -> NodeResult<Result<(u64, MetaOutcome), ProposeError>> {
+        let _turn = self.forward_turn().await;
         let cluster = (self.cluster, &self.key);
-        forward(
+        let sent = forward(
             &self.env,
             cluster,
             self.me,
@@ -123,13 +173,39 @@ impl Replica {
             command,
             DECIDE_TIMEOUT,
         )
-        .await
-        .map_err(|e| {
-            NodeError::Undecided(format!(
+        .await;
+        match sent {
+            Ok(answer) => Ok(answer),
+            // Not the replica this member took for the leader (it was replaced): nothing
+            // was proposed; ask again.
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
+                Ok(Err(ProposeError::NotLeader {
+                    me: self.me,
+                    leader: None,
+                }))
+            }
+            Err(e) => Err(NodeError::Undecided(format!(
                 "forwarding to the leader {}: {e}; the operation may or may not have applied",
                 crate::types::show_id(leader)
-            ))
-        })
+            ))),
+        }
+    }
+
+    /// Waits for one of the [`MAX_FORWARDS`] turns to forward.
+    async fn forward_turn(&self) -> ForwardTurn {
+        use std::sync::atomic::Ordering;
+        loop {
+            let held = self.forwards.load(Ordering::Acquire);
+            if held < MAX_FORWARDS
+                && self
+                    .forwards
+                    .compare_exchange(held, held + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return ForwardTurn(self.forwards.clone());
+            }
+            self.env.clock.sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Waits until this member applied entry `index`, then answers with its outcome.
@@ -151,12 +227,14 @@ impl Replica {
                 work: Vec::new(),
                 effects: Vec::new(),
             }),
-            MetaOutcome::Refused { code, reason } => Err(NodeError::Refused { code, reason }),
+            MetaOutcome::Refused { code, reason } => Err(refusal(code, reason)),
             MetaOutcome::Undecodable => Err(NodeError::InvalidRequest(
                 "the cluster could not decode the operation".into(),
             )),
+            // Only a member that applied the entry before a restart computes it, and no one
+            // waits for that answer; a leader answering it is not this code's leader.
             MetaOutcome::Replayed => Err(NodeError::Undecided(
-                "the leader restarted while applying the operation".into(),
+                "the entry was answered as applied before a restart".into(),
             )),
         };
         // The op number is the node's own (each member numbers the ops it applies); no

@@ -188,6 +188,11 @@ pub struct Replica {
     pub(crate) raft: Raft,
     pub(crate) cluster: u128,
     pub(crate) key: PeerKey,
+    /// Ops this member forwards to the leader now (`decide::MAX_FORWARDS` at most).
+    pub(crate) forwards: Arc<std::sync::atomic::AtomicUsize>,
+    /// Forwarded ops this replica, as the leader, is proposing now
+    /// (`net::MAX_PROPOSING` at most).
+    pub(crate) proposing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A running replica.
@@ -240,7 +245,10 @@ impl MetaGroup {
         // A node holds the state: a follower cannot adopt a snapshot into it yet, so the
         // leader keeps enough log for followers to catch up from it (metadata ops are few).
         let (machine, log_kept) = match config.node.clone() {
-            Some(node) => (machine.with_node(node), NODE_LOG_KEPT),
+            Some(node) => (
+                machine.with_node(node).map_err(StartError::Machine)?,
+                NODE_LOG_KEPT,
+            ),
             None => (machine, config.snapshot_every / 4),
         };
         let listener =
@@ -287,6 +295,8 @@ impl MetaGroup {
             raft: raft.clone(),
             cluster: config.cluster,
             key: config.key.clone(),
+            forwards: Arc::default(),
+            proposing: Arc::default(),
         };
         let appended = config.hooks.apply_uncommitted.then(|| {
             let machine = machine.clone();

@@ -783,7 +783,7 @@ async fn serve_connection(
                 (Rpc::Append(r), Some(_)) => r.entries.clone(),
                 _ => Vec::new(),
             };
-            let reply = answer(&replica, request.rpc, stored).await;
+            let reply = answer(&replica, request.from, request.rpc, stored).await;
             if let (Reply::Append(r), Some(appended)) = (&reply, &appended) {
                 if r.is_success() {
                     appended(&entries);
@@ -797,8 +797,38 @@ async fn serve_connection(
     }
 }
 
+/// Forwarded ops a leader proposes at once; more are answered "busy" (the forwarder retries
+/// as for another leader), so forwards never take all of its peer connections.
+pub const MAX_PROPOSING: usize = 16;
+
+/// A forwarded command, from replica `from`: proposed only when `from` is a replica of the
+/// group's configuration (a removed or replaced member, or an administrator, proposes
+/// nothing), and at most [`MAX_PROPOSING`] at once.
+async fn propose_forwarded(
+    replica: &Replica,
+    from: NodeId,
+    command: MetaCommand,
+) -> Result<(u64, MetaOutcome), ProposeError> {
+    use std::sync::atomic::Ordering;
+    let status = replica.status();
+    if !status.voters.contains_key(&from) && !status.learners.contains_key(&from) {
+        return Err(ProposeError::Failed(format!(
+            "replica {} is not in the group's configuration",
+            show_id(from)
+        )));
+    }
+    let _turn = crate::decide::ForwardTurn(replica.proposing.clone());
+    if replica.proposing.fetch_add(1, Ordering::AcqRel) >= MAX_PROPOSING {
+        return Err(ProposeError::NotLeader {
+            me: replica.me,
+            leader: Some(replica.me),
+        });
+    }
+    replica.propose_here(command).await
+}
+
 /// `stored`: the replica held some of the group's log or state when it booted.
-async fn answer(replica: &Replica, rpc: Rpc, stored: bool) -> Reply {
+async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Reply {
     let raft = &replica.raft;
     match rpc {
         Rpc::Append(r) => raft
@@ -827,7 +857,7 @@ async fn answer(replica: &Replica, rpc: Rpc, stored: bool) -> Reply {
             .handle_transfer_leader(r)
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
-        Rpc::Propose(command) => Reply::Proposed(replica.propose_here(command).await),
+        Rpc::Propose(command) => Reply::Proposed(propose_forwarded(replica, from, command).await),
         Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
         Rpc::Admin(AdminRequest::Change(change)) => {
             tracing::info!(?change, "an administrator changes the group");

@@ -133,13 +133,29 @@ impl MetaMachine {
     /// and its last decision tells a command applied before a restart from a new one. A
     /// snapshot is the node's state; installing one from a leader is not built yet (the
     /// leader keeps its log long enough that followers catch up from it instead).
-    pub fn with_node(mut self, node: Node) -> MetaMachine {
+    ///
+    /// Refused when the node holds less than the group's snapshot says was applied: the
+    /// entries before the snapshot would never reach it again (its metadata was lost or
+    /// replaced while the group's directory survived). Such a member must come back as a
+    /// new replica (its `cluster/metadata` directory removed too) and be added.
+    pub fn with_node(mut self, node: Node) -> io::Result<MetaMachine> {
         assert!(
             node.clustered(),
             "a clustered node applies a group's commands"
         );
+        let (snapshot, held) = (self.lock().state.decided(), node.view().state.decided());
+        if held < snapshot {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the node's metadata ends at decision {held:#x}, before the group's snapshot \
+                     ({snapshot:#x}): it was lost or replaced; remove this member's \
+                     cluster/metadata too, so that it starts as a new replica, and add it"
+                ),
+            ));
+        }
         self.node = Some(node);
-        self
+        Ok(self)
     }
 
     /// Snapshots installed from a leader since this replica started (a replica too far
@@ -416,11 +432,12 @@ impl RaftSnapshotBuilder<MetaConfig> for MetaMachine {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        // The node's state may be ahead of `applied` by an entry being applied now: such a
-        // snapshot serves boot (which takes the node's own state and its last decision) and
-        // never an install (refused while the node holds the state, above).
+        // `applied` is read under the lock (it advances only after the node applied an
+        // entry), then the node's state: it may be ahead of the snapshot's last entry by an
+        // entry being applied now, never behind (a node skips the decisions it holds).
+        let mut inner = self.lock();
         let state = self.node.as_ref().map(|node| node.view().state.clone());
-        self.lock().build(state)
+        inner.build(state)
     }
 }
 

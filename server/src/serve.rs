@@ -378,15 +378,9 @@ async fn serve(
             config.root.username.clone(),
             root_password.clone(),
         );
-        let (username, shown) = (config.root.username.clone(), generated);
-        let announce = async move {
-            if found.await && shown {
-                println!(
-                    "cairn: created the cluster's root user `{username}` with the password `{root_password}` (shown once; set CAIRN_ROOT_PASSWORD to choose it)"
-                );
-            }
-        };
-        drop(env.tasks.spawn(Box::pin(announce)));
+        drop(env.tasks.spawn(Box::pin(async move {
+            found.await;
+        })));
     }
     let server = match Server::start_on(node.clone(), server_settings(&config, tls), socket) {
         Ok(server) => server,

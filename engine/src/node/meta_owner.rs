@@ -330,6 +330,12 @@ impl MetaOwner {
         let mut freed_groups: BTreeSet<(u32, u32, u32)> = BTreeSet::new();
         let mut deferring = false;
         for request in batch {
+            if let Some(failure) = self.stopped.get() {
+                // A decided op of this batch stopped the node: nothing after it is applied
+                // (a later decision journaled without it would hide the gap at the restart).
+                refused.push((request.reply, base.op, NodeError::Stopped(failure)));
+                continue;
+            }
             if deferring || reuses_freed_group(&staged, &request.op, &freed_groups) {
                 deferring = true;
                 self.deferred.push_back(request);

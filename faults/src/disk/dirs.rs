@@ -69,6 +69,19 @@ impl Names {
         self.by_path.keys()
     }
 
+    /// The names under `dir` (at any depth), in order: paths sort by component, so a
+    /// directory's descendants follow it before any other name (a range, not a scan of
+    /// every name: listings of a busy disk were the simulator's hottest path).
+    pub(super) fn under<'a>(
+        &'a self,
+        dir: &'a Path,
+    ) -> impl Iterator<Item = (&'a PathBuf, &'a Node)> + 'a {
+        use std::ops::Bound::{Excluded, Unbounded};
+        self.by_path
+            .range::<Path, _>((Excluded(dir), Unbounded))
+            .take_while(move |(p, _)| p.starts_with(dir))
+    }
+
     pub(super) fn insert(&mut self, path: PathBuf, node: Node) {
         if let Node::File(inode) = node {
             self.of_file.entry(inode).or_default().insert(path.clone());

@@ -368,7 +368,7 @@ impl Disk for SimDisk {
             None => return Err(not_found("directory", path)),
         }
         Ok(s.names
-            .iter()
+            .under(path)
             .filter(|(p, _)| p.parent() == Some(path))
             .map(|(p, n)| DirEntry {
                 name: p.file_name().expect("name").to_string_lossy().into_owned(),

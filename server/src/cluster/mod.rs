@@ -40,6 +40,11 @@ pub async fn start(env: &Env, config: &ServerConfig, node: &Node) -> Result<Meta
     let cluster = &config.cluster;
     assert!(cluster.enabled, "start is called for a cluster member only");
     cluster.serving()?;
+    if config.root.password.is_none() {
+        // The root user is the cluster's first op, made by whichever member leads then: a
+        // password generated there would be shown by that member alone, if it lived.
+        return Err("a cluster member needs root.password (CAIRN_ROOT_PASSWORD), the same on every member: the cluster's root user is made with it".into());
+    }
     let key = cluster
         .key()
         .ok_or("cluster.secret is not set (the configuration's check refuses that)")?;
@@ -81,7 +86,12 @@ pub async fn found_root(
         if !node.view().state.users().is_empty() || replica.failure().is_some() {
             return false;
         }
-        if replica.leader() == Some(replica.id()) {
+        // Only a leader that has applied everything committed before its read index reads
+        // "no user" as the cluster's answer (a new leader's node may still be behind).
+        if replica.leader() == Some(replica.id())
+            && replica.linearize().await
+            && node.view().state.users().is_empty()
+        {
             let created = node
                 .client(0)
                 .create_user(&username, &password, USER_ACTIVE, None)
