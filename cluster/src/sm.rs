@@ -504,3 +504,75 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_engine::env::real::{block_on, env_with_workers};
+    use cairn_engine::metadata::MetaSettings;
+    use cairn_engine::node::{NodeSettings, PasswordCost};
+    use iggy_binary_protocol::requests::streams::CreateStreamRequest;
+    use iggy_binary_protocol::{WireName, WireOptions};
+
+    const CLUSTER: u128 = 0xc1;
+
+    fn create(name: &str) -> MetaOp {
+        MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new(name).unwrap(),
+            options: WireOptions::empty(),
+        })
+    }
+
+    /// A group snapshot under `dir` whose state applied decision `(1, 1)`.
+    fn snapshot_after_one_decision(disk: &dyn Disk, dir: &Path) {
+        let mut state = MetaState::default();
+        let ctx = OpContext {
+            op: 1,
+            timestamp: 7,
+            cluster: CLUSTER,
+            decided: decision(1, 1),
+        };
+        state.apply(&create("orders"), ctx).unwrap();
+        let data = meta_snapshot::encode(CLUSTER, 1, 0, &state);
+        let meta = SnapshotMeta {
+            last_log_id: None,
+            last_membership: StoredMembership::default(),
+        };
+        write_snapshot(disk, dir, &StoredSnapshot { meta, data }).unwrap();
+    }
+
+    #[test]
+    fn a_node_behind_the_groups_snapshot_is_refused_and_one_that_holds_it_is_not() {
+        let env = env_with_workers(2).unwrap();
+        let (group, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        snapshot_after_one_decision(&*env.disk, group.path());
+        let settings = NodeSettings {
+            password_cost: PasswordCost::CHEAP,
+            meta: MetaSettings {
+                cluster: Some(CLUSTER),
+                ..MetaSettings::default()
+            },
+            shards: 1,
+            ..NodeSettings::default()
+        };
+        let node = block_on(Node::start(&env, data.path(), settings))
+            .unwrap()
+            .node;
+        let open = || MetaMachine::open(env.disk.clone(), group.path(), CLUSTER, None).unwrap();
+        // A node that lost its metadata (here: never had it) would miss the snapshot's ops.
+        let refused = open().with_node(node.clone()).err().expect("refused");
+        assert!(refused.to_string().contains("new replica"), "{refused}");
+        // Once it holds the snapshot's last decision, it is the group's state machine.
+        let origin = Origin {
+            timestamp: 7,
+            user_id: 0,
+            client: 0,
+            request: 0,
+            decided: decision(1, 1),
+        };
+        let applied = block_on(node.apply_decided(create("orders"), origin)).unwrap();
+        assert!(applied.result.is_ok(), "{:?}", applied.result);
+        assert!(open().with_node(node.clone()).is_ok());
+        block_on(node.shutdown()).unwrap();
+    }
+}
