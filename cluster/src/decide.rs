@@ -115,6 +115,13 @@ impl Replica {
             client: origin.client,
             request: origin.request,
         };
+        let (_, outcome) = self.decide_command(command).await?;
+        Ok(reply_of(outcome))
+    }
+
+    /// Has the group decide `command` ([`GroupDecider`]'s table): its index and the state
+    /// machine's outcome, once this member applied it.
+    pub async fn decide_command(&self, command: MetaCommand) -> NodeResult<(u64, MetaOutcome)> {
         let mut last = String::from("no leader is known");
         for _ in 0..DECIDE_ATTEMPTS {
             if let Some(why) = self.failure() {
@@ -137,7 +144,10 @@ impl Replica {
                 }),
             };
             match answer {
-                Ok((index, outcome)) => return self.applied_here(index, outcome).await,
+                Ok((index, outcome)) => {
+                    self.applied_here(index).await?;
+                    return Ok((index, outcome));
+                }
                 Err(e @ ProposeError::NotLeader { .. }) => last = e.to_string(),
                 Err(e) => return Err(NodeError::Undecided(e.to_string())),
             }
@@ -208,8 +218,8 @@ impl Replica {
         }
     }
 
-    /// Waits until this member applied entry `index`, then answers with its outcome.
-    async fn applied_here(&self, index: u64, outcome: MetaOutcome) -> NodeResult<MetaReply> {
+    /// Waits until this member applied entry `index`.
+    async fn applied_here(&self, index: u64) -> NodeResult<()> {
         let wait = self.raft.wait(Some(DECIDE_TIMEOUT));
         in_env(
             &self.env,
@@ -221,24 +231,29 @@ impl Replica {
                 "the operation was decided as entry {index}, not yet applied here: {e}"
             ))
         })?;
-        let result = match outcome {
-            MetaOutcome::Applied { created } => Ok(Applied {
-                created,
-                work: Vec::new(),
-                effects: Vec::new(),
-            }),
-            MetaOutcome::Refused { code, reason } => Err(refusal(code, reason)),
-            MetaOutcome::Undecodable => Err(NodeError::InvalidRequest(
-                "the cluster could not decode the operation".into(),
-            )),
-            // Only a member that applied the entry before a restart computes it, and no one
-            // waits for that answer; a leader answering it is not this code's leader.
-            MetaOutcome::Replayed => Err(NodeError::Undecided(
-                "the entry was answered as applied before a restart".into(),
-            )),
-        };
-        // The op number is the node's own (each member numbers the ops it applies); no
-        // caller of a clustered node reads it.
-        Ok(MetaReply { at_op: 0, result })
+        Ok(())
     }
+}
+
+/// The node's answer for a decided command's outcome.
+fn reply_of(outcome: MetaOutcome) -> MetaReply {
+    let result = match outcome {
+        MetaOutcome::Applied { created } => Ok(Applied {
+            created,
+            work: Vec::new(),
+            effects: Vec::new(),
+        }),
+        MetaOutcome::Refused { code, reason } => Err(refusal(code, reason)),
+        MetaOutcome::Undecodable => Err(NodeError::InvalidRequest(
+            "the cluster could not decode the operation".into(),
+        )),
+        // Only a member that applied the entry before a restart computes it, and no one
+        // waits for that answer.
+        MetaOutcome::Replayed => Err(NodeError::Undecided(
+            "the entry was answered as applied before a restart".into(),
+        )),
+    };
+    // The op number is the node's own (each member numbers the ops it applies); no caller
+    // of a clustered node reads it.
+    MetaReply { at_op: 0, result }
 }

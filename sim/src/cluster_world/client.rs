@@ -78,6 +78,16 @@ impl World {
         self.replicas[at].group.is_some().then_some(at)
     }
 
+    /// A random up replica, if one is.
+    pub(super) fn any_up(&mut self) -> Option<Arc<MetaGroup>> {
+        let up = self.up();
+        if up.is_empty() {
+            return None;
+        }
+        let asked = up[self.rng.gen_range(0..up.len())];
+        self.replicas[asked].group.clone()
+    }
+
     /// The group a client would send to: the leader some replica names, if it is up.
     pub(super) fn target(&mut self) -> Option<Arc<MetaGroup>> {
         let up = self.up();
@@ -99,14 +109,31 @@ impl World {
     }
 
     /// Proposes the creation of `name` once; `true` when the outcome is known.
+    ///
+    /// Where nodes apply the commands, the op goes to a random up replica's decider, as a
+    /// server's client op does (forwarded to the leader, answered once applied there);
+    /// otherwise straight to the leader.
     pub(super) async fn propose(&mut self, name: &str) -> bool {
-        let Some(group) = self.target() else {
+        let target = match self.profile.nodes {
+            true => self.any_up(),
+            false => self.target(),
+        };
+        let Some(group) = target else {
             return false;
         };
+        let nodes = self.profile.nodes;
         let proposal = {
             let group = group.clone();
             let command = create(name);
-            async move { group.propose(command).await }
+            async move {
+                match nodes {
+                    true => group
+                        .decide_command(command)
+                        .await
+                        .map_err(|_| ProposeError::InDoubt),
+                    false => group.propose(command).await,
+                }
+            }
         };
         let span = self.begin(CLIENT_LANE, format!("{name} → {}", show_id(group.id())));
         let answer = self
