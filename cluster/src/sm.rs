@@ -238,10 +238,7 @@ impl MetaMachine {
         log_id: LogId,
         command: &MetaCommand,
     ) -> io::Result<MetaOutcome> {
-        let Some(operation) = Operation::from_command_code(command.operation) else {
-            return Ok(MetaOutcome::Undecodable);
-        };
-        let Ok(op) = MetaOp::decode(operation, &command.body) else {
+        let Some(op) = decode(command) else {
             return Ok(MetaOutcome::Undecodable);
         };
         let origin = Origin {
@@ -285,6 +282,12 @@ fn is_refusal(e: &NodeError) -> bool {
     )
 }
 
+/// The journaled operation a command carries, if its code and body decode as one.
+fn decode(command: &MetaCommand) -> Option<MetaOp> {
+    let operation = Operation::from_command_code(command.operation)?;
+    MetaOp::decode(operation, &command.body).ok()
+}
+
 /// Applies one command to `state` as op `index`.
 pub fn apply_command(
     state: &mut MetaState,
@@ -292,10 +295,7 @@ pub fn apply_command(
     index: u64,
     command: &MetaCommand,
 ) -> MetaOutcome {
-    let Some(operation) = Operation::from_command_code(command.operation) else {
-        return MetaOutcome::Undecodable;
-    };
-    let Ok(op) = MetaOp::decode(operation, &command.body) else {
+    let Some(op) = decode(command) else {
         return MetaOutcome::Undecodable;
     };
     let ctx = OpContext {
