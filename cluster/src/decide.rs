@@ -52,16 +52,6 @@ impl Decider for GroupDecider {
     }
 }
 
-/// One forward (or forwarded proposal) in flight; its turn is given back when dropped,
-/// whether it finished or was cancelled.
-pub(crate) struct ForwardTurn(pub(crate) std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for ForwardTurn {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
 /// The state machine's refusal as the node would have typed it where a caller tells it
 /// apart (a wrong current password is judged by the login limiter); else by its code.
 fn refusal(code: u32, reason: String) -> NodeError {
@@ -173,7 +163,7 @@ impl Replica {
         addr: SocketAddr,
         command: MetaCommand,
     ) -> NodeResult<Result<(u64, MetaOutcome), ProposeError>> {
-        let _turn = self.forward_turn().await;
+        let _turn = self.forwards.acquire().await;
         let cluster = (self.cluster, &self.key);
         let sent = forward(
             &self.env,
@@ -198,23 +188,6 @@ impl Replica {
                 "forwarding to the leader {}: {e}; the operation may or may not have applied",
                 crate::types::show_id(leader)
             ))),
-        }
-    }
-
-    /// Waits for one of the [`MAX_FORWARDS`] turns to forward.
-    async fn forward_turn(&self) -> ForwardTurn {
-        use std::sync::atomic::Ordering;
-        loop {
-            let held = self.forwards.load(Ordering::Acquire);
-            if held < MAX_FORWARDS
-                && self
-                    .forwards
-                    .compare_exchange(held, held + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                return ForwardTurn(self.forwards.clone());
-            }
-            self.env.clock.sleep(Duration::from_millis(5)).await;
         }
     }
 

@@ -188,11 +188,10 @@ pub struct Replica {
     pub(crate) raft: Raft,
     pub(crate) cluster: u128,
     pub(crate) key: PeerKey,
-    /// Ops this member forwards to the leader now (`decide::MAX_FORWARDS` at most).
-    pub(crate) forwards: Arc<std::sync::atomic::AtomicUsize>,
-    /// Forwarded ops this replica, as the leader, is proposing now
-    /// (`net::MAX_PROPOSING` at most).
-    pub(crate) proposing: Arc<std::sync::atomic::AtomicUsize>,
+    /// Turns to forward an op to the leader (`decide::MAX_FORWARDS`).
+    pub(crate) forwards: cairn_engine::env::chan::Semaphore,
+    /// Turns to propose a forwarded op, as the leader (`net::MAX_PROPOSING`).
+    pub(crate) proposing: cairn_engine::env::chan::Semaphore,
 }
 
 /// A running replica.
@@ -295,8 +294,8 @@ impl MetaGroup {
             raft: raft.clone(),
             cluster: config.cluster,
             key: config.key.clone(),
-            forwards: Arc::default(),
-            proposing: Arc::default(),
+            forwards: cairn_engine::env::chan::Semaphore::new(crate::decide::MAX_FORWARDS),
+            proposing: cairn_engine::env::chan::Semaphore::new(crate::net::MAX_PROPOSING),
         };
         let appended = config.hooks.apply_uncommitted.then(|| {
             let machine = machine.clone();

@@ -809,7 +809,6 @@ async fn propose_forwarded(
     from: NodeId,
     command: MetaCommand,
 ) -> Result<(u64, MetaOutcome), ProposeError> {
-    use std::sync::atomic::Ordering;
     let status = replica.status();
     if !status.voters.contains_key(&from) && !status.learners.contains_key(&from) {
         return Err(ProposeError::Failed(format!(
@@ -817,13 +816,12 @@ async fn propose_forwarded(
             show_id(from)
         )));
     }
-    let _turn = crate::decide::ForwardTurn(replica.proposing.clone());
-    if replica.proposing.fetch_add(1, Ordering::AcqRel) >= MAX_PROPOSING {
+    let Some(_turn) = replica.proposing.try_acquire() else {
         return Err(ProposeError::NotLeader {
             me: replica.me,
             leader: Some(replica.me),
         });
-    }
+    };
     replica.propose_here(command).await
 }
 

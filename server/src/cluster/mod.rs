@@ -25,8 +25,6 @@ use std::time::Duration;
 
 /// How often a member looks whether the cluster has its root user yet.
 const ROOT_POLL: Duration = Duration::from_millis(200);
-/// Iggy's `UserAlreadyExists`: another leader created the root user first.
-const USER_EXISTS: u32 = 46;
 
 /// The replica's directory under the data directory.
 pub fn group_dir(data_dir: &Path) -> PathBuf {
@@ -104,9 +102,12 @@ pub async fn found_root(
                     tracing::info!(user = %username, "created the cluster's root user");
                     return true;
                 }
-                Err(NodeError::Refused {
-                    code: USER_EXISTS, ..
-                }) => return false,
+                // Another leader created it first.
+                Err(NodeError::Refused { code, .. })
+                    if code == NodeError::UserExists(String::new()).code() =>
+                {
+                    return false
+                }
                 Err(e) => tracing::warn!(error = %e, "the root user was not created yet"),
             }
         }

@@ -400,8 +400,8 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
         client_of(at(followers[1]), "alice", "alice-password").await;
     });
 
-    // A follower killed while the others decide more, then restarted: it applies what it
-    // missed, and nothing twice.
+    // A follower killed, the others decide more, then it restarts: it applies what it
+    // missed (that it applies nothing twice is the engine test's, `node_decided`).
     let down = followers[1];
     nodes[down - 1].take().unwrap().kill9();
     runtime.block_on(async {

@@ -140,13 +140,12 @@ fn a_replica_applying_what_was_not_committed_is_caught() {
         let (seed, violation) = caught.unwrap_or_else(|| {
             panic!("apply-uncommitted (nodes: {nodes}) passed every sample seed")
         });
+        // Where a node applies the commands, a client answered "applied before" for an
+        // entry its node took early is the bug seen as well.
+        let expected = [cluster_world::INV_AGREEMENT, cluster_world::INV_CONVERGED];
+        let unasked = nodes == 1 && violation.invariant == cluster_world::INV_UNASKED;
         assert!(
-            [
-                cluster_world::INV_AGREEMENT,
-                cluster_world::INV_CONVERGED,
-                cluster_world::INV_UNASKED
-            ]
-            .contains(&violation.invariant),
+            expected.contains(&violation.invariant) || unasked,
             "seed {seed}: caught as {violation}"
         );
     }
