@@ -108,6 +108,9 @@ impl GroupConfig {
     }
 }
 
+/// Polls (of `HANDOVER_POLL`) a change waits for the metrics to show its configuration.
+const SETTLE_POLLS: u32 = 100;
+
 /// Entries a leader keeps behind its snapshot when a node holds the state: a follower that
 /// falls further behind than this stops (adopting a snapshot into a node is not built yet).
 pub const NODE_LOG_KEPT: u64 = 1_000_000;
@@ -463,6 +466,16 @@ impl Replica {
         in_env(&self.env, changed)
             .await
             .map_err(|e| self.write_error(e))?;
+        // openraft answers once the uniform configuration is committed; its metrics may
+        // still show the joint one for a moment: answer with the configuration the change
+        // made (within a bound; a later change may keep it joint).
+        for _ in 0..SETTLE_POLLS {
+            let status = self.status();
+            if !status.joint {
+                return Ok(status);
+            }
+            self.env.clock.sleep(HANDOVER_POLL).await;
+        }
         Ok(self.status())
     }
 
