@@ -2,20 +2,26 @@
 //! `Decider`): proposed on the leader, or forwarded to it by a follower, and answered once
 //! this member applied the op, so a caller's next read here sees it.
 //!
+//! Every op is keyed: the member draws a key for it and every attempt carries that key, so
+//! an attempt whose fate was unknown can be made again. The state machine applies the
+//! first attempt that commits and answers any later one with its outcome
+//! (`cairn_engine::state::proposals`, part of the replicated state).
+//!
 //! | this replica knows | it does | answered with |
 //! |---|---|---|
 //! | it leads | stamps the leader's clock, proposes | the outcome, once applied here |
 //! | another leads | forwards to the leader's member ([`crate::net::forward`]) | the leader's outcome, once applied here too |
-//! | no leader (an election) | waits [`DECIDE_RETRY`], asks again, up to [`DECIDE_ATTEMPTS`] times | `Undecided` after the last |
+//! | no leader (an election) | waits [`DECIDE_RETRY`], asks again | as above |
 //! | the leader moved before appending | asks the new leader | as above |
-//! | the proposal's fate is unknown | nothing more | `Undecided` ("may or may not have applied") |
+//! | the attempt's fate is unknown (the leader lost its quorum, a forward's connection failed) | waits [`DECIDE_RETRY`], asks again with the same key | the first applied attempt's outcome |
+//! | [`DECIDE_ATTEMPTS`] attempts or [`DECIDE_DEADLINE`] passed | nothing more | `Undecided` ("may or may not have applied") |
 
 use crate::group::{ProposeError, Replica};
 use crate::net::forward;
 use crate::rt::in_env;
 use crate::types::{MetaCommand, MetaOutcome};
 use cairn_engine::metadata::journal::Origin;
-use cairn_engine::node::{Decider, Decision, MetaReply, NodeError, NodeResult};
+use cairn_engine::node::{Barrier, Decider, Decision, MetaReply, NodeError, NodeResult};
 use cairn_engine::state::ops::MetaOp;
 use cairn_engine::state::Applied;
 use std::net::SocketAddr;
@@ -25,6 +31,10 @@ use std::time::Duration;
 pub const DECIDE_RETRY: Duration = Duration::from_millis(100);
 /// Attempts to reach a leader before an op is answered `Undecided` (about 5 s of elections).
 pub const DECIDE_ATTEMPTS: u32 = 50;
+/// No attempt of an op starts after this long: its retries end well inside the window in
+/// which the state machine still knows its key (`state::proposals::MAX_PROPOSALS_KEPT`
+/// later proposals).
+pub const DECIDE_DEADLINE: Duration = Duration::from_secs(30);
 /// The longest a forwarded op waits for the leader's answer, and for this member to apply it;
 /// and the longest a leader waits for its own proposal to apply (openraft answers a
 /// proposal only once it is applied, purged or truncated here, not when leadership is lost).
@@ -49,6 +59,11 @@ impl Decider for GroupDecider {
     fn decide(&self, op: MetaOp, origin: Origin) -> Decision {
         let replica = self.replica.clone();
         Box::pin(async move { replica.decide(op, origin).await })
+    }
+
+    fn barrier(&self) -> Barrier {
+        let replica = self.replica.clone();
+        Box::pin(async move { replica.read_barrier().await })
     }
 }
 
@@ -77,18 +92,95 @@ impl Replica {
         }
     }
 
+    /// As the leader, its read index: once a quorum confirmed it still leads, the last
+    /// entry in its log. `NotLeader` when it does not lead or could not confirm it within
+    /// [`DECIDE_TIMEOUT`].
+    ///
+    /// Not openraft's read log id alone (the later of the leader's committed entry and its
+    /// term's first): a leader that restarted into the term it led resumes with the
+    /// committed id it last saved, which may be older than entries it had answered for
+    /// (the simulator's seed 72 of the cluster scope). Every committed entry is in the
+    /// leader's log, so its last entry is never too early; entries after the committed
+    /// ones commit under a leader that holds its quorum, and a member waiting for them
+    /// waits at most [`DECIDE_TIMEOUT`].
+    pub(crate) async fn read_index_here(&self) -> Result<u64, ProposeError> {
+        let read = self.raft.get_read_log_id(openraft::ReadPolicy::ReadIndex);
+        let read = in_env(&self.env, read);
+        let not_leader = ProposeError::NotLeader {
+            me: self.me,
+            leader: None,
+        };
+        match cairn_engine::env::race(read, self.env.clock.sleep(DECIDE_TIMEOUT)).await {
+            cairn_engine::env::Either::Left(Ok((read, _))) => {
+                use openraft::async_runtime::WatchReceiver;
+                let last = self.raft.metrics().borrow_watched().last_log_index;
+                Ok(read.index().max(last.unwrap_or(0)))
+            }
+            cairn_engine::env::Either::Left(Err(e)) => {
+                tracing::debug!(error = %e, "no read index here");
+                Err(not_leader)
+            }
+            cairn_engine::env::Either::Right(()) => Err(not_leader),
+        }
+    }
+
+    /// Waits until this member applied every entry committed before the call, by the
+    /// leader's read index (asked over the peer protocol when another member leads);
+    /// retried through elections as [`Replica::decide_command`] is.
+    pub async fn read_barrier(&self) -> NodeResult<()> {
+        let mut last = String::from("no leader is known");
+        for _ in 0..DECIDE_ATTEMPTS {
+            if let Some(why) = self.failure() {
+                return Err(NodeError::Undecided(format!(
+                    "this member's replica stopped: {why}"
+                )));
+            }
+            let index = match self.leader() {
+                Some(leader) if leader == self.me => self.read_index_here().await,
+                Some(leader) => match self.leader_address(leader) {
+                    Some(addr) => {
+                        let cluster = (self.cluster, &self.key);
+                        let to = (leader, addr);
+                        crate::net::read_index_at(&self.env, cluster, self.me, to, DECIDE_TIMEOUT)
+                            .await
+                            .unwrap_or_else(|e| {
+                                tracing::debug!(error = %e, "asking the leader for a read index");
+                                Err(ProposeError::NotLeader {
+                                    me: self.me,
+                                    leader: None,
+                                })
+                            })
+                    }
+                    None => Err(ProposeError::NotLeader {
+                        me: self.me,
+                        leader: None,
+                    }),
+                },
+                None => Err(ProposeError::NotLeader {
+                    me: self.me,
+                    leader: None,
+                }),
+            };
+            match index {
+                Ok(index) => {
+                    let index = self.read_index.as_ref().map_or(index, |hook| hook(index));
+                    return self.applied_here(index).await;
+                }
+                Err(e) => last = e.to_string(),
+            }
+            self.env.clock.sleep(DECIDE_RETRY).await;
+        }
+        Err(NodeError::Undecided(format!("no fresh read: {last}")))
+    }
+
     /// Waits (within [`DECIDE_TIMEOUT`]) until this replica, as the leader, has applied
     /// everything committed before its read index: what it then reads of the node's state is
     /// the cluster's. `false` when it does not lead or could not confirm it.
     pub async fn linearize(&self) -> bool {
-        let read = self
-            .raft
-            .ensure_linearizable(openraft::ReadPolicy::ReadIndex);
-        let read = in_env(&self.env, read);
-        matches!(
-            cairn_engine::env::race(read, self.env.clock.sleep(DECIDE_TIMEOUT)).await,
-            cairn_engine::env::Either::Left(Ok(_))
-        )
+        match self.read_index_here().await {
+            Ok(index) => self.applied_here(index).await.is_ok(),
+            Err(_) => false,
+        }
     }
 
     /// Has the group decide `op` ([`GroupDecider`]'s table).
@@ -97,12 +189,13 @@ impl Replica {
             .operation()
             .to_command_code()
             .expect("a metadata op has a command code");
+        // The session's client id is this member's own: the op's key replaces it.
         let command = MetaCommand {
             operation,
             body: op.body().to_vec(),
             timestamp: 0,
             user_id: origin.user_id,
-            client: origin.client,
+            client: 0,
             request: origin.request,
         };
         let (_, outcome) = self.decide_command(command).await?;
@@ -110,14 +203,26 @@ impl Replica {
     }
 
     /// Has the group decide `command` ([`GroupDecider`]'s table): its index and the state
-    /// machine's outcome, once this member applied it.
-    pub async fn decide_command(&self, command: MetaCommand) -> NodeResult<(u64, MetaOutcome)> {
+    /// machine's outcome, once this member applied it. A command without a key (`client`
+    /// 0) is given one.
+    pub async fn decide_command(&self, mut command: MetaCommand) -> NodeResult<(u64, MetaOutcome)> {
+        if command.client == 0 {
+            command.client = self.draw_key();
+        }
+        let key = command.client;
+        let deadline = self.env.clock.monotonic_nanos() + DECIDE_DEADLINE.as_nanos() as u64;
         let mut last = String::from("no leader is known");
-        for _ in 0..DECIDE_ATTEMPTS {
+        for attempt in 0..DECIDE_ATTEMPTS {
             if let Some(why) = self.failure() {
                 return Err(NodeError::Undecided(format!(
-                    "this member's replica stopped: {why}"
+                    "this member's replica stopped: {why}; {last}"
                 )));
+            }
+            if self.env.clock.monotonic_nanos() >= deadline {
+                break;
+            }
+            if let Some(rekey) = &self.rekey {
+                command.client = rekey(key, attempt);
             }
             let answer = match self.leader() {
                 Some(leader) if leader == self.me => self.propose_here(command.clone()).await,
@@ -139,11 +244,24 @@ impl Replica {
                     return Ok((index, outcome));
                 }
                 Err(e @ ProposeError::NotLeader { .. }) => last = e.to_string(),
+                // Appended perhaps, committed perhaps: the key makes asking again safe.
+                Err(ProposeError::InDoubt) => {
+                    last = "an attempt's fate is unknown; the operation may or may not have \
+                            applied"
+                        .into()
+                }
                 Err(e) => return Err(NodeError::Undecided(e.to_string())),
             }
             self.env.clock.sleep(DECIDE_RETRY).await;
         }
         Err(NodeError::Undecided(last))
+    }
+
+    /// A new op's key: never 0 (0 is "no key").
+    fn draw_key(&self) -> u128 {
+        let entropy = &self.env.entropy;
+        let key = u128::from(entropy.next_u64()) << 64 | u128::from(entropy.next_u64());
+        key.max(1)
     }
 
     /// The replication address of `leader` in the configuration this replica holds.
@@ -156,7 +274,7 @@ impl Replica {
     }
 
     /// Forwards to the leader. A connection that failed may have carried the command: its
-    /// fate is unknown, and the caller is told so rather than risk applying it twice.
+    /// fate is unknown (`InDoubt`), and the caller asks again with the same key.
     async fn forward_to(
         &self,
         leader: crate::types::NodeId,
@@ -184,10 +302,15 @@ impl Replica {
                     leader: None,
                 }))
             }
-            Err(e) => Err(NodeError::Undecided(format!(
-                "forwarding to the leader {}: {e}; the operation may or may not have applied",
-                crate::types::show_id(leader)
-            ))),
+            // The connection may have carried the command: in doubt, asked again (keyed).
+            Err(e) => {
+                tracing::debug!(
+                    leader = %crate::types::show_id(leader),
+                    error = %e,
+                    "forward failed; asking again with the same key"
+                );
+                Ok(Err(ProposeError::InDoubt))
+            }
         }
     }
 
@@ -211,8 +334,9 @@ impl Replica {
 /// The node's answer for a decided command's outcome.
 fn reply_of(outcome: MetaOutcome) -> MetaReply {
     let result = match outcome {
-        MetaOutcome::Applied { created } => Ok(Applied {
+        MetaOutcome::Applied { created, repeated } => Ok(Applied {
             created,
+            repeated,
             work: Vec::new(),
             effects: Vec::new(),
         }),

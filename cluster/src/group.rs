@@ -49,7 +49,19 @@ pub struct GroupHooks {
     /// The state machine applies the entries of every append a leader sends as they
     /// arrive, before they commit ([`MetaMachine::apply_uncommitted`]).
     pub apply_uncommitted: bool,
+    /// The key an op's attempt carries, given the op's key and the attempt's number
+    /// (`crate::decide`: production keeps the op's key for every attempt).
+    pub rekey: Option<RekeyHook>,
+    /// The index a member waits to apply before a fresh read, given the leader's read
+    /// index (`crate::decide`: production waits for the read index itself).
+    pub read_index: Option<ReadIndexHook>,
 }
+
+/// The index a fresh read waits for (a canary's hook: production leaves it `None`).
+pub type ReadIndexHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
+
+/// The key of an op's attempt (a canary's hook: production leaves it `None`).
+pub type RekeyHook = Arc<dyn Fn(u128, u32) -> u128 + Send + Sync>;
 
 /// What a replica is started with.
 #[derive(Clone)]
@@ -195,6 +207,8 @@ pub struct Replica {
     pub(crate) forwards: cairn_engine::env::chan::Semaphore,
     /// Turns to propose a forwarded op, as the leader (`net::MAX_PROPOSING`).
     pub(crate) proposing: cairn_engine::env::chan::Semaphore,
+    pub(crate) rekey: Option<RekeyHook>,
+    pub(crate) read_index: Option<ReadIndexHook>,
 }
 
 /// A running replica.
@@ -299,6 +313,8 @@ impl MetaGroup {
             key: config.key.clone(),
             forwards: cairn_engine::env::chan::Semaphore::new(crate::decide::MAX_FORWARDS),
             proposing: cairn_engine::env::chan::Semaphore::new(crate::net::MAX_PROPOSING),
+            rekey: config.hooks.rekey.clone(),
+            read_index: config.hooks.read_index.clone(),
         };
         let appended = config.hooks.apply_uncommitted.then(|| {
             let machine = machine.clone();

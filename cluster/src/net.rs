@@ -84,6 +84,10 @@ enum Rpc {
     /// A member's metadata command, forwarded to the leader it knows (addressed to a member,
     /// any incarnation: the leader stamps and proposes it, or answers `NotLeader`).
     Propose(MetaCommand),
+    /// A member's fresh read: the leader's read index (it confirmed its leadership with a
+    /// quorum), through which the member must apply before it reads. Addressed like
+    /// `Propose`.
+    ReadIndex,
     /// An administrator's request (addressed to a member, any incarnation).
     Admin(AdminRequest),
 }
@@ -125,6 +129,8 @@ enum Reply {
     Admin(AdminReply),
     /// The leader's answer to a forwarded command: its index and outcome once applied there.
     Proposed(Result<(u64, MetaOutcome), ProposeError>),
+    /// The leader's read index (`NotLeader` when it does not lead or could not confirm it).
+    ReadIndex(Result<u64, ProposeError>),
     /// The handshake's last frame: the listener's proof that it holds the secret.
     #[serde(with = "crate::types::bytes_serde")]
     Welcome(Vec<u8>),
@@ -679,6 +685,23 @@ pub(crate) async fn forward(
     }
 }
 
+/// Asks the leader `leader` (its member at `addr`) for its read index, within `limit`.
+pub(crate) async fn read_index_at(
+    env: &Env,
+    cluster: (u128, &PeerKey),
+    me: NodeId,
+    (leader, addr): (NodeId, SocketAddr),
+    limit: Duration,
+) -> io::Result<Result<u64, ProposeError>> {
+    let mut client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
+    match client.call(Rpc::ReadIndex, limit).await? {
+        Reply::ReadIndex(answer) => Ok(answer),
+        Reply::Refused(why) => Err(refused(why)),
+        Reply::Elsewhere(why) => Err(elsewhere(why)),
+        _ => Err(unexpected()),
+    }
+}
+
 /// Whether a request addressed to `to` is this replica's (`me`); a canary's hook may
 /// answer instead of the rule ([`crate::group::GroupHooks::addressed`]).
 pub type AddressedHook = Arc<dyn Fn(NodeId, NodeId) -> bool + Send + Sync>;
@@ -765,7 +788,7 @@ async fn serve_connection(
             return;
         }
         let addressed = match (&request.rpc, &hook) {
-            (Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_), _) => {
+            (Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_) | Rpc::ReadIndex, _) => {
                 member_of(request.to) == member_of(me)
             }
             (_, Some(hook)) => hook(request.to, me),
@@ -856,6 +879,7 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
         Rpc::Propose(command) => Reply::Proposed(propose_forwarded(replica, from, command).await),
+        Rpc::ReadIndex => Reply::ReadIndex(replica.read_index_here().await),
         Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
         Rpc::Admin(AdminRequest::Change(change)) => {
             tracing::info!(?change, "an administrator changes the group");

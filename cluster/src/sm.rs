@@ -252,6 +252,7 @@ impl MetaMachine {
         match reply.map(|r| r.result) {
             Ok(Ok(applied)) => Ok(MetaOutcome::Applied {
                 created: applied.created,
+                repeated: applied.repeated,
             }),
             Ok(Err(NodeError::AlreadyDecided(_))) => Ok(MetaOutcome::Replayed),
             Ok(Err(e)) | Err(e) if !is_refusal(&e) => Err(io::Error::other(format!(
@@ -303,10 +304,12 @@ pub fn apply_command(
         timestamp: command.timestamp,
         cluster,
         decided: 0,
+        proposal: command.client,
     };
     match state.apply(&op, ctx) {
         Ok(applied) => MetaOutcome::Applied {
             created: applied.created,
+            repeated: applied.repeated,
         },
         Err(e) => MetaOutcome::Refused {
             code: e.code(),
@@ -322,9 +325,10 @@ impl Inner {
             EntryPayload::Normal(command) => {
                 apply_command(&mut self.state, self.cluster, log_id.index, command)
             }
-            EntryPayload::Blank | EntryPayload::Membership(_) => {
-                MetaOutcome::Applied { created: None }
-            }
+            EntryPayload::Blank | EntryPayload::Membership(_) => MetaOutcome::Applied {
+                created: None,
+                repeated: false,
+            },
         };
         self.record(entry);
         outcome
@@ -531,6 +535,7 @@ mod tests {
             timestamp: 7,
             cluster: CLUSTER,
             decided: decision(1, 1),
+            proposal: 0,
         };
         state.apply(&create("orders"), ctx).unwrap();
         let data = meta_snapshot::encode(CLUSTER, 1, 0, &state);

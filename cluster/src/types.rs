@@ -88,8 +88,14 @@ impl fmt::Display for MetaCommand {
 /// What applying a command did, as every replica computed it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum MetaOutcome {
-    /// Accepted; the id of what it created, if it created something.
-    Applied { created: Option<u32> },
+    /// Accepted; the id of what it created, if it created something. `repeated`: a retry
+    /// of a proposal applied before (the same key), answered with that one's outcome and
+    /// applied no second time.
+    Applied {
+        created: Option<u32>,
+        #[serde(default)]
+        repeated: bool,
+    },
     /// Refused by the state machine with Iggy's error code (deterministic: every replica
     /// refuses it the same way, and nothing changed).
     Refused { code: u32, reason: String },

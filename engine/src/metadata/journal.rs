@@ -34,11 +34,24 @@ const _: () = assert!(HEADER_SIZE + MAX_BODY_LEN <= u32::MAX as usize);
 pub struct Origin {
     pub timestamp: u64,
     pub user_id: u32,
+    /// On a single node, the session that asked. In a decided op, the proposal's key: drawn
+    /// by the member that asked, the same for each of its attempts, so a retry applies once
+    /// (`state::proposals`).
     pub client: u128,
     pub request: u64,
     /// In a cluster, the consensus decision that ordered the op ([`decision`]: its Raft
     /// term and index), stored in the prepare's `request_checksum`; 0 on a single node.
     pub decided: u128,
+}
+
+impl Origin {
+    /// The proposal's key of a decided op (`OpContext::proposal`); 0 for the node's own.
+    pub fn proposal(&self) -> u128 {
+        match self.decided {
+            0 => 0,
+            _ => self.client,
+        }
+    }
 }
 
 /// A consensus decision as one number: the term in the high 64 bits, the index in the low.

@@ -26,11 +26,21 @@ use std::sync::Arc;
 /// The answer to a decided op, once this member applied it.
 pub type Decision = Pin<Box<dyn Future<Output = NodeResult<MetaReply>> + Send>>;
 
+/// Done once this member applied every op decided before it was asked.
+pub type Barrier = Pin<Box<dyn Future<Output = NodeResult<()>> + Send>>;
+
 /// Who decides a clustered node's metadata ops.
 pub trait Decider: Send + Sync {
     /// Has the cluster decide `op` (asked by `origin`), answering with the state machine's
     /// outcome once this member applied it (so the caller's next read here sees it).
+    /// `origin.client` is 0: the decider puts the op's key there, one per op, the same for
+    /// each of its attempts (`state::proposals`).
     fn decide(&self, op: MetaOp, origin: Origin) -> Decision;
+
+    /// Completes once this member has applied every op the cluster decided before the call
+    /// (a read index): what the node's view then holds is at least as fresh as any answer
+    /// the cluster gave before.
+    fn barrier(&self) -> Barrier;
 }
 
 impl Node {
@@ -55,6 +65,17 @@ impl Node {
         self.inner.decider.get().cloned().ok_or_else(|| {
             NodeError::Undecided("this member's consensus replica has not started".into())
         })
+    }
+
+    /// Waits, on a clustered node, until its view holds every op the cluster decided before
+    /// the call ([`Decider::barrier`]): a read that must be fresh (a login after a password
+    /// change, a topic just made through another member) reads the view after it. A
+    /// single node's view is always fresh.
+    pub async fn fresh(&self) -> NodeResult<()> {
+        if !self.clustered() {
+            return Ok(());
+        }
+        self.decider()?.barrier().await
     }
 
     /// Applies an op the cluster decided (`origin.decided` its decision, `origin.timestamp`

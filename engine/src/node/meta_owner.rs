@@ -365,6 +365,7 @@ impl MetaOwner {
                 timestamp,
                 cluster,
                 decided,
+                proposal: request.origin.proposal(),
             };
             match staged.apply(&request.op, ctx) {
                 Ok(applied) => {
@@ -742,6 +743,7 @@ fn replay(before: &MetaState, accepted: &[Accepted], cluster: u128) -> MetaState
             timestamp: a.origin.timestamp,
             cluster,
             decided: a.origin.decided,
+            proposal: a.origin.proposal(),
         };
         state
             .apply(&a.op, ctx)

@@ -43,7 +43,7 @@ pub use boot::{
     doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
 };
 pub use client::Client;
-pub use decider::{Decider, Decision};
+pub use decider::{Barrier, Decider, Decision};
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;

@@ -11,7 +11,7 @@ use super::tokens::{
 };
 use super::{
     lowest_free, Applied, DirWork, Effect, Group, MetaState, NodeError, NodeResult, OpContext,
-    PartitionMeta, Stream, Topic, User, MAX_GROUPS_PER_TOPIC, MAX_PARTITIONS_PER_TOPIC,
+    PartitionMeta, Proposals, Stream, Topic, User, MAX_GROUPS_PER_TOPIC, MAX_PARTITIONS_PER_TOPIC,
     MAX_STREAMS, MAX_TOPICS_PER_STREAM, MAX_USERS, ROOT_USER_ID, USER_ACTIVE, USER_INACTIVE,
 };
 use crate::error::{Capacity, Named, RootAction};
@@ -36,11 +36,29 @@ impl MetaState {
             ctx.decided == 0 || ctx.decided > self.decided,
             "a decided op applies once, in the order decided"
         );
-        let applied = self.apply_op(op, ctx)?;
+        let applied = match self.proposals.applied(ctx.proposal) {
+            Some(created) if ctx.proposal != 0 => Applied {
+                created,
+                repeated: true,
+                ..Applied::default()
+            },
+            _ => {
+                let applied = self.apply_op(op, ctx)?;
+                if ctx.proposal != 0 {
+                    self.proposals.record(ctx.proposal, applied.created);
+                }
+                applied
+            }
+        };
         if ctx.decided != 0 {
             self.decided = ctx.decided;
         }
         Ok(applied)
+    }
+
+    /// In a cluster, the keyed proposals applied lately ([`super::proposals`]).
+    pub fn proposals(&self) -> &Proposals {
+        &self.proposals
     }
 
     /// In a cluster, the last consensus decision applied (0 on a single node).
@@ -164,6 +182,7 @@ impl MetaState {
         effects.push(Effect::StreamDeleted { stream: s });
         Applied {
             created: None,
+            repeated: false,
             work: vec![DirWork::RemoveStream {
                 stream: s,
                 partitions,
@@ -213,6 +232,7 @@ impl MetaState {
         let work = self.make_partitions(s, id, 0..r.partitions_count, ctx);
         Ok(Applied {
             created: Some(id),
+            repeated: false,
             work,
             effects: Vec::new(),
         })
@@ -249,6 +269,7 @@ impl MetaState {
         });
         Applied {
             created: None,
+            repeated: false,
             work: vec![DirWork::RemoveTopic {
                 stream: s,
                 topic: t,
@@ -329,6 +350,7 @@ impl MetaState {
         let work = self.make_partitions(stream, topic, first..first + count, ctx);
         Ok(Applied {
             created: None,
+            repeated: false,
             work,
             effects: vec![Effect::TopicResized {
                 stream,
@@ -390,6 +412,7 @@ impl MetaState {
         }
         Ok(Applied {
             created: None,
+            repeated: false,
             work,
             effects: vec![Effect::TopicResized {
                 stream,
@@ -433,6 +456,7 @@ impl MetaState {
         );
         Ok(Applied {
             created: Some(id),
+            repeated: false,
             work: Vec::new(),
             effects: vec![Effect::GroupCreated {
                 group: (s, t, id),
@@ -457,6 +481,7 @@ impl MetaState {
         self.names.groups.remove(&(s, t, group.name));
         Ok(Applied {
             created: None,
+            repeated: false,
             work,
             effects: vec![Effect::GroupDeleted {
                 group: (s, t, g),
@@ -738,6 +763,7 @@ pub(super) mod tests {
             timestamp: NOW,
             cluster: 7,
             decided: 0,
+            proposal: 0,
         }
     }
 
@@ -793,6 +819,78 @@ pub(super) mod tests {
             n = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
             n
         })
+    }
+
+    #[test]
+    fn a_keyed_proposal_applies_once_and_its_retry_is_answered_with_its_outcome() {
+        use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
+        use iggy_binary_protocol::requests::streams::CreateStreamRequest;
+        let keyed = |op: u64, proposal: u128| OpContext {
+            proposal,
+            decided: crate::metadata::journal::decision(1, op),
+            ..ctx(op)
+        };
+        let mut state = state();
+        let stream = MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new("orders").unwrap(),
+            options: WireOptions::empty(),
+        });
+        let first = state.apply(&stream, keyed(3, 0xa)).unwrap();
+        assert_eq!((first.created, first.repeated), (Some(0), false));
+        let again = state.apply(&stream, keyed(4, 0xa)).unwrap();
+        assert_eq!((again.created, again.repeated), (Some(0), true));
+        assert!(again.work.is_empty() && again.effects.is_empty());
+        assert_eq!(state.decided(), crate::metadata::journal::decision(1, 4));
+        // Another key is another op: refused, the name is taken.
+        let other = state.apply(&stream, keyed(5, 0xb)).unwrap_err();
+        assert_eq!(other.code(), 1012, "{other}");
+        assert_eq!(
+            state.proposals().applied(0xb),
+            None,
+            "a refusal is not recorded"
+        );
+
+        // An op that is not idempotent: adding partitions twice would add them twice.
+        state
+            .apply(
+                &MetaOp::CreateTopic(CreateTopicRequest {
+                    stream_id: WireIdentifier::numeric(0),
+                    partitions_count: 1,
+                    name: WireName::new("events").unwrap(),
+                    options: WireOptions::empty(),
+                }),
+                keyed(6, 0xc),
+            )
+            .unwrap();
+        let add = MetaOp::CreatePartitions(CreatePartitionsRequest {
+            stream_id: WireIdentifier::numeric(0),
+            topic_id: WireIdentifier::numeric(0),
+            partitions_count: 2,
+        });
+        state.apply(&add, keyed(7, 0xd)).unwrap();
+        let before = state.clone();
+        let retried = state.apply(&add, keyed(8, 0xd)).unwrap();
+        assert!(retried.repeated);
+        assert_eq!(
+            state.partitions().len(),
+            3,
+            "one partition and two added, once"
+        );
+        assert_eq!(
+            state.streams(),
+            before.streams(),
+            "the retry changed nothing"
+        );
+        // A single node's op has no key: the same op twice is two ops.
+        state.apply(&add, ctx(9)).unwrap();
+        assert_eq!(state.partitions().len(), 5);
+
+        // The table is part of the state: it survives encoding as snapshots do.
+        let bytes = rmp_serde::to_vec_named(&state).unwrap();
+        let decoded: MetaState = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(decoded, state);
+        assert_eq!(decoded.proposals().applied(0xa), Some(Some(0)));
+        assert_eq!(decoded.proposals().len(), 3, "0xa, 0xc, 0xd");
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 pub mod ops;
 pub mod options;
+pub mod proposals;
 pub mod tokens;
 
 mod apply;
@@ -30,6 +31,7 @@ pub use grants::check_permissions;
 use crate::partition::PartitionIdentity;
 use iggy_binary_protocol::WireIdentifier;
 use options::TopicOptions;
+use proposals::Proposals;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokens::{Token, TokenHash};
@@ -79,6 +81,10 @@ pub struct MetaState {
     /// node, whose snapshots stay as they were.
     #[serde(skip_serializing_if = "is_zero", default)]
     decided: u128,
+    /// In a cluster, the keyed proposals applied lately ([`proposals`]): a retry of one is
+    /// answered with its outcome and applied no second time. Absent on a single node.
+    #[serde(skip_serializing_if = "Proposals::is_empty", default)]
+    proposals: Proposals,
     #[serde(skip_serializing)]
     names: Names,
 }
@@ -94,6 +100,8 @@ struct StoredState {
     users: BTreeMap<u32, User>,
     #[serde(default)]
     decided: u128,
+    #[serde(default)]
+    proposals: Proposals,
 }
 
 impl From<StoredState> for MetaState {
@@ -102,6 +110,7 @@ impl From<StoredState> for MetaState {
             streams: stored.streams,
             users: stored.users,
             decided: stored.decided,
+            proposals: stored.proposals,
             names: Names::default(),
         };
         state.names = Names::of(&state);
@@ -307,6 +316,9 @@ pub struct OpContext {
     /// The consensus decision that ordered the op (`metadata::journal::decision`); 0 on a
     /// single node.
     pub decided: u128,
+    /// In a cluster, the key the member that asked drew for the op, the same for each of
+    /// its attempts ([`proposals`]); 0 on a single node and for an op with no key.
+    pub proposal: u128,
 }
 
 impl OpContext {
@@ -329,6 +341,9 @@ impl OpContext {
 pub struct Applied {
     /// The id of the entity it created, if any.
     pub created: Option<u32>,
+    /// In a cluster: the op was a retry of a proposal applied before, answered with that
+    /// one's outcome (`created`) and changing nothing.
+    pub repeated: bool,
     pub work: Vec<DirWork>,
     pub effects: Vec<Effect>,
 }

@@ -18,7 +18,7 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 7] = [
+const EXPECTED: [(&str, &[&str]); 9] = [
     (
         "vote-after-lost-state",
         &[cairn_sim::cluster_world::INV_AGREEMENT],
@@ -27,15 +27,20 @@ const EXPECTED: [(&str, &[&str]); 7] = [
     // What a replica applied that no one committed shows as a different entry at an index
     // another replica applied, or, where none did, as a state the others never reach; where
     // a node applies the commands, also as a client answered "applied before" for an entry
-    // its node took early.
+    // its node took early; and as a fresh read there missing the committed entry in whose
+    // place it applied the uncommitted one.
     (
         "apply-uncommitted",
         &[
             cairn_sim::cluster_world::INV_AGREEMENT,
             cairn_sim::cluster_world::INV_CONVERGED,
             cairn_sim::cluster_world::INV_UNASKED,
+            cairn_sim::cluster_world::INV_FRESH,
         ],
     ),
+    // An op applied twice answers its client that the name it asked for was taken.
+    ("retry-rekeyed", &[cairn_sim::cluster_world::INV_UNASKED]),
+    ("read-stale", &[cairn_sim::cluster_world::INV_FRESH]),
     (
         "ack-send-before-shard",
         &[cairn_sim::server_world::oracle::INV_ACKED],

@@ -296,12 +296,27 @@ impl Call<'_> {
 pub async fn execute(cx: &Context, caller: &Caller<'_>, command: Command) -> Result<Reply, Status> {
     let code = command.code();
     let row = table::row(code);
-    let view = cx.node.view();
     let span = tracing::debug_span!("command", name = row.name);
-    let result = tracing::Instrument::instrument(run(cx, caller, &view, row, command), span).await;
+    let result =
+        tracing::Instrument::instrument(fresh_then_run(cx, caller, row, command), span).await;
     cx.metrics
         .command(code, result.as_ref().map_or_else(|s| s.code, |_| 0));
     result
+}
+
+/// Runs the command on the node's view, waiting first, for a row that reads the metadata,
+/// until that view is fresh (a clustered node's read index; a single node's always is).
+async fn fresh_then_run(
+    cx: &Context,
+    caller: &Caller<'_>,
+    row: &Row,
+    command: Command,
+) -> Result<Reply, Status> {
+    if row.reads_metadata() {
+        cx.node.fresh().await?;
+    }
+    let view = cx.node.view();
+    run(cx, caller, &view, row, command).await
 }
 
 async fn run(

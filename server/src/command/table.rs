@@ -229,6 +229,29 @@ const UNSERVED: Row = entry(
     false,
 );
 
+impl Row {
+    /// Whether, in a cluster, it reads a fresh view of the metadata (`Node::fresh`: one
+    /// read index first): every row that reads or changes the entities, so a topic made or
+    /// a password changed through another member a moment before is seen. Not the data
+    /// path (sends, polls, offsets: a partition's own), nor what is this node's alone
+    /// (stats, the roster, sessions), nor commands cairn does not serve.
+    pub fn reads_metadata(&self) -> bool {
+        !matches!(
+            self.code,
+            0 | GET_STATS_CODE
+                | GET_CLUSTER_METADATA_CODE
+                | GET_ME_CODE
+                | GET_CLIENT_CODE
+                | GET_CLIENTS_CODE
+                | POLL_MESSAGES_CODE
+                | SEND_MESSAGES_CODE
+                | GET_CONSUMER_OFFSET_CODE
+                | STORE_CONSUMER_OFFSET_CODE
+                | DELETE_CONSUMER_OFFSET_CODE
+        )
+    }
+}
+
 /// The row of `code`; the codes cairn does not serve share one row.
 pub fn row(code: u32) -> &'static Row {
     TABLE.iter().find(|r| r.code == code).unwrap_or(&UNSERVED)

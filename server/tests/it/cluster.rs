@@ -388,16 +388,36 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
             .create_user("alice", "alice-password", UserStatus::Active, None)
             .await
             .unwrap();
-        // Every member serves the same streams, under the same ids, and alice logs in at
-        // the other follower.
+        // Fresh reads: the other follower, which was not asked, reads through the leader's
+        // read index, so what the leader just answered is there at once (no waiting): a
+        // new user, a changed password, a new topic.
+        client_of(at(followers[1]), "alice", "alice-password").await;
+        let alice = iggy::prelude::Identifier::named("alice").unwrap();
+        leading
+            .change_password(&alice, "alice-password", "alice-new-password")
+            .await
+            .unwrap();
+        client_of(at(followers[1]), "alice", "alice-new-password").await;
+        let orders = crate::common::id("orders");
+        leading
+            .create_topic(
+                &orders,
+                "audit",
+                &crate::common::topic_options(1, iggy::prelude::Durability::Persisted),
+            )
+            .await
+            .unwrap();
+        let other = client_of(at(followers[1]), "iggy", crate::common::PASSWORD).await;
+        let audit = other.get_topic(&orders, &crate::common::id("audit")).await;
+        assert!(audit.unwrap().is_some(), "a topic made through the leader");
+        // Every member serves the same streams, under the same ids.
         for m in 1..=3 {
-            let streams = streams_until(at(m), "the stream and its topic", |s| {
-                s.len() == 1 && s[0].2 == 1
+            let streams = streams_until(at(m), "the stream and its topics", |s| {
+                s.len() == 1 && s[0].2 == 2
             })
             .await;
-            assert_eq!(streams, vec![(stream.id, "orders".into(), 1)]);
+            assert_eq!(streams, vec![(stream.id, "orders".into(), 2)]);
         }
-        client_of(at(followers[1]), "alice", "alice-password").await;
     });
 
     // A follower killed, the others decide more, then it restarts: it applies what it

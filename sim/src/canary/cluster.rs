@@ -1,6 +1,6 @@
 //! Canaries of the cluster's replicas.
 
-use cairn_cluster::group::IncarnationHook;
+use cairn_cluster::group::{IncarnationHook, ReadIndexHook, RekeyHook};
 use cairn_cluster::net::AddressedHook;
 use cairn_cluster::types::member_of;
 use std::sync::Arc;
@@ -18,6 +18,26 @@ pub fn incarnation_hook(name: &str) -> Option<IncarnationHook> {
 /// leader sends as they arrive, before they commit.
 pub fn applies_uncommitted(name: &str) -> bool {
     name == "apply-uncommitted"
+}
+
+/// `retry-rekeyed`: a member draws a new key for each attempt of an op, so an attempt
+/// whose fate it could not learn, made again, applies a second time.
+pub fn rekey_hook(name: &str) -> Option<RekeyHook> {
+    match name {
+        "retry-rekeyed" => Some(Arc::new(|key, attempt| {
+            (key ^ u128::from(attempt) << 96).max(1)
+        })),
+        _ => None,
+    }
+}
+
+/// `read-stale`: a member reads after applying its first entry, not the leader's read
+/// index, so a fresh read misses ops the cluster acknowledged.
+pub fn read_index_hook(name: &str) -> Option<ReadIndexHook> {
+    match name {
+        "read-stale" => Some(Arc::new(|_| 1)),
+        _ => None,
+    }
 }
 
 /// `blank-counted`: a replica answers requests meant for any replica of its member, so a

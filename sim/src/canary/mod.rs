@@ -33,7 +33,11 @@
 //! - `blank-counted`: a replica answers peers' requests meant for any replica of its member,
 //!   so a blank one is counted (votes, acknowledges appends) as the replica it replaced;
 //! - `apply-uncommitted`: a follower's state machine applies what a leader sends as it
-//!   arrives, before it commits.
+//!   arrives, before it commits;
+//! - `retry-rekeyed`: a member asks again for an op whose attempt's fate it could not
+//!   learn under a new key, so the op may apply twice;
+//! - `read-stale`: a member serves a fresh read without waiting for the leader's read
+//!   index.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -70,11 +74,13 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 20] = [
+pub const NAMES: [&str; 22] = [
     "raft-ack-before-sync",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
+    "retry-rekeyed",
+    "read-stale",
     "ack-send-before-shard",
     "bodies-unbudgeted",
     "dedup-wrong-reply",
@@ -161,5 +167,7 @@ pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
         incarnation: active().and_then(cluster::incarnation_hook),
         addressed: active().and_then(cluster::addressed_hook),
         apply_uncommitted: active().is_some_and(cluster::applies_uncommitted),
+        rekey: active().and_then(cluster::rekey_hook),
+        read_index: active().and_then(cluster::read_index_hook),
     }
 }

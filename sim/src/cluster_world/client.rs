@@ -154,8 +154,12 @@ impl World {
     ) -> bool {
         let to = show_id(group.id());
         match answer {
-            Ok((index, MetaOutcome::Applied { .. })) => {
+            Ok((index, MetaOutcome::Applied { repeated, .. })) => {
                 self.event(format!("{name} acknowledged by {to} at index {index}"));
+                if repeated {
+                    // The answer is an earlier attempt's, applied at an earlier index.
+                    self.decision("ClusterRetryRepeated");
+                }
                 if let Some(leader) = group.leader() {
                     if self.last_leader.replace(leader) != Some(leader) {
                         let lane = replica_lane(cairn_cluster::types::member_of(leader));

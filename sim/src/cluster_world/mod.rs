@@ -68,9 +68,10 @@ pub const INV_CONVERGED: &str = "replicas converge to one state";
 pub use crate::report::INV_LIVENESS;
 pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
+pub const INV_FRESH: &str = "a fresh read sees every op acknowledged before it";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 17] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 19] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -127,6 +128,14 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 17] = [
     (
         "ClusterSnapshotInstalled",
         "a replica behind the leader's log caught up by installing its snapshot",
+    ),
+    (
+        "ClusterFreshRead",
+        "a follower read through the leader's read index and saw every op acknowledged before",
+    ),
+    (
+        "ClusterRetryRepeated",
+        "a member asked again for an op whose first attempt had applied, and was answered with that attempt's outcome (the same key)",
     ),
     (
         "ClusterNodeReplayed",
@@ -790,6 +799,7 @@ async fn direct(mut world: World) -> Counts {
         let name = op_name(next, world.profile.nodes);
         if world.propose(&name).await {
             next += 1;
+            world.fresh_read().await;
         } else {
             let wait = world.rng.gen_range(10..200);
             let nap = cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(wait));

@@ -105,15 +105,7 @@ impl World {
             }
         }
         for (id, (state, _)) in &states {
-            // Streams by name, topics as `stream/topic` (`op_name`).
-            let names: BTreeSet<String> = state
-                .streams()
-                .values()
-                .flat_map(|s| {
-                    let topics = s.topics.values().map(|t| format!("{}/{}", s.name, t.name));
-                    std::iter::once(s.name.clone()).chain(topics)
-                })
-                .collect();
+            let names = names_in(state);
             if let Some(lost) = self.acked.keys().find(|n| !names.contains(*n)) {
                 self.fail(
                     INV_ACKED_PRESENT,
@@ -139,5 +131,57 @@ impl World {
             self.acked.len(),
             self.in_doubt.len()
         ));
+    }
+}
+
+/// What `state` holds, by the client's names: streams by name, topics as `stream/topic`
+/// ([`super::op_name`]).
+pub(super) fn names_in(state: &cairn_engine::state::MetaState) -> BTreeSet<String> {
+    state
+        .streams()
+        .values()
+        .flat_map(|s| {
+            let topics = s.topics.values().map(|t| format!("{}/{}", s.name, t.name));
+            std::iter::once(s.name.clone()).chain(topics)
+        })
+        .collect()
+}
+
+impl World {
+    /// A fresh read at a random up replica: once it passed the leader's read index
+    /// (`Replica::read_barrier`), its state holds every op acknowledged before.
+    pub(super) async fn fresh_read(&mut self) {
+        let Some(group) = self.any_up() else {
+            return;
+        };
+        let barrier = {
+            let group = group.clone();
+            async move { group.read_barrier().await }
+        };
+        let to = show_id(group.id());
+        let span = self.begin(CLIENT_LANE, format!("fresh read at {to}"));
+        let answer = self.while_nemesis(barrier, PROPOSE_TIMEOUT).await;
+        let outcome = match &answer {
+            Some(Ok(())) => SpanOutcome::Ok,
+            Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
+            None => SpanOutcome::Lost("timed out".into()),
+        };
+        self.end(span, outcome);
+        if !matches!(answer, Some(Ok(()))) || !self.still_up(&group) {
+            return;
+        }
+        let (state, applied) = group.machine().state();
+        let names = names_in(&state);
+        if let Some(missed) = self.acked.keys().find(|n| !names.contains(*n)) {
+            self.fail(
+                INV_FRESH,
+                format!(
+                    "a fresh read at {to} (applied {applied:?}) missed {missed}, acknowledged at index {}",
+                    self.acked[missed]
+                ),
+            );
+        } else if group.leader() != Some(group.id()) {
+            self.decision("ClusterFreshRead");
+        }
     }
 }

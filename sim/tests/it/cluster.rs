@@ -141,8 +141,13 @@ fn a_replica_applying_what_was_not_committed_is_caught() {
             panic!("apply-uncommitted (nodes: {nodes}) passed every sample seed")
         });
         // Where a node applies the commands, a client answered "applied before" for an
-        // entry its node took early is the bug seen as well.
-        let expected = [cluster_world::INV_AGREEMENT, cluster_world::INV_CONVERGED];
+        // entry its node took early is the bug seen as well; so is a fresh read at the
+        // replica missing the committed entry in whose place it applied another.
+        let expected = [
+            cluster_world::INV_AGREEMENT,
+            cluster_world::INV_CONVERGED,
+            cluster_world::INV_FRESH,
+        ];
         let unasked = nodes == 1 && violation.invariant == cluster_world::INV_UNASKED;
         assert!(
             expected.contains(&violation.invariant) || unasked,
@@ -213,4 +218,29 @@ fn a_cluster_timeline_draws_a_lane_per_replica_and_changes_nothing() {
     assert!(proposals as u64 >= drawn.operations, "{proposals} bars");
     let svg = cairn_sim::timeline::render_svg(&timeline);
     assert!(svg.contains("replica 1") && svg.contains("network"));
+}
+
+#[test]
+fn a_retry_under_a_new_key_and_a_read_before_the_read_index_are_caught() {
+    // retry-rekeyed: where the client asks a member's decider (nodes), an attempt in doubt
+    // made again applies twice, and the client is told its name was taken. read-stale: a
+    // fresh read after each acknowledged op misses it.
+    for (canary, invariant) in [
+        ("retry-rekeyed", cluster_world::INV_UNASKED),
+        ("read-stale", cluster_world::INV_FRESH),
+    ] {
+        assert!(cairn_sim::canary::activate(Some(canary)));
+        let caught = (1..100)
+            .filter(|seed| {
+                canary != "retry-rekeyed" || cluster_world::ClusterProfile::from_seed(*seed).nodes
+            })
+            .find_map(|seed| cluster_world::run(seed, false).violation.map(|v| (seed, v)));
+        cairn_sim::canary::activate(None);
+        let (seed, violation) =
+            caught.unwrap_or_else(|| panic!("{canary} passed every sample seed"));
+        assert_eq!(
+            violation.invariant, invariant,
+            "{canary}, seed {seed}: caught as {violation}"
+        );
+    }
 }

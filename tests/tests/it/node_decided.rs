@@ -9,7 +9,7 @@ use cairn_engine::env::real::block_on;
 use cairn_engine::metadata::journal::{decision, Origin};
 use cairn_engine::metadata::MetaSettings;
 use cairn_engine::node::{
-    BootError, Decider, Decision, MetaReply, Node, NodeError, NodeResult, NodeSettings,
+    Barrier, BootError, Decider, Decision, MetaReply, Node, NodeError, NodeResult, NodeSettings,
 };
 use cairn_engine::state::ops::MetaOp;
 use cairn_engine::state::USER_ACTIVE;
@@ -59,6 +59,10 @@ impl Sequencer {
         let members = {
             let mut log = self.0.lock().unwrap();
             let index = log.decided.len() as u64 + 1;
+            // The op's key, as the group's decider draws one (unless a test set its own).
+            if origin.client == 0 {
+                origin.client = KEYS | u128::from(index);
+            }
             origin.decided = decision(1, index);
             origin.timestamp = 1_700_000_000_000_000 + index;
             log.decided.push((op.clone(), origin));
@@ -86,7 +90,15 @@ impl Decider for Sequencer {
     fn decide(&self, op: MetaOp, origin: Origin) -> Decision {
         Box::pin(self.clone().decide_now(op, origin))
     }
+
+    /// Every member applied each decision before it was answered.
+    fn barrier(&self) -> Barrier {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
+
+/// The stand-in's keys (one per decision); a test's own keys stay below.
+const KEYS: u128 = 1 << 100;
 
 /// Streams, topics with partitions, a refusal, users, groups: through member `a`'s client.
 fn workload(a: &TestNode, round: u32) {
@@ -206,4 +218,84 @@ fn a_clustered_node_decides_nothing_itself_and_keeps_to_its_cluster() {
         matches!(made_alone, Err(BootError::OtherCluster { .. })),
         "a member refuses a single node's data directory"
     );
+}
+
+#[test]
+fn a_retried_decision_applies_once_on_every_member_and_after_restarts() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sequencer = Sequencer::default();
+    let a = boot_member(da.path());
+    let b = boot_member(db.path());
+    sequencer.join(&a.node);
+    sequencer.join(&b.node);
+    a.node.set_decider(Arc::new(sequencer.clone()));
+    let stream = a.create_stream("orders").unwrap();
+    let s = WireIdentifier::numeric(stream);
+    let topic = a
+        .create_topic(&s, "events", 1, WireOptions::empty())
+        .unwrap();
+    let t = WireIdentifier::numeric(topic);
+
+    // One op (one key) decided three times, as a member's attempts whose fate it could not
+    // learn are: adding partitions is not idempotent, so only the key keeps it to one.
+    let add = MetaOp::CreatePartitions(
+        iggy_binary_protocol::requests::partitions::CreatePartitionsRequest {
+            stream_id: s.clone(),
+            topic_id: t.clone(),
+            partitions_count: 2,
+        },
+    );
+    let keyed = Origin {
+        client: 0x5eed,
+        ..Origin::default()
+    };
+    let answers: Vec<_> = (0..3)
+        .map(|_| block_on(sequencer.clone().decide_now(add.clone(), keyed)))
+        .collect();
+    let repeated: Vec<bool> = answers
+        .iter()
+        .map(|r| r.as_ref().unwrap().result.as_ref().unwrap().repeated)
+        .collect();
+    assert_eq!(repeated, [false, true, true], "{answers:?}");
+    let partitions = a.view().state.partitions().len();
+    assert_eq!(partitions, 3, "one partition and two added, once");
+    same_state(&a, &b);
+    let dirs = |root: &Path| {
+        (0..6)
+            .filter(|&p| cairn_engine::partition::partition_dir(root, stream, topic, p).is_dir())
+            .count()
+    };
+    assert_eq!(
+        dirs(db.path()),
+        3,
+        "the other member made two partitions, not six"
+    );
+
+    // B crashes (its journal replays the three decisions at boot), then closes (from its
+    // checkpoint): the retries stay answered, the partitions stay three.
+    {
+        let mut log = sequencer.0.lock().unwrap();
+        log.members.pop();
+    }
+    b.halt();
+    let b = boot_member(db.path());
+    assert_eq!(
+        b.view().state,
+        a.view().state,
+        "the journal replays the retries as no-ops"
+    );
+    b.close().unwrap();
+    let b = boot_member(db.path());
+    assert_eq!(b.view().state, a.view().state);
+    assert_eq!(b.view().state.proposals().applied(0x5eed), Some(None));
+    sequencer.join(&b.node);
+    let again = block_on(sequencer.clone().decide_now(add, keyed)).unwrap();
+    assert!(
+        again.result.unwrap().repeated,
+        "still known after the restarts"
+    );
+    same_state(&a, &b);
+    assert_eq!(b.view().state.partitions().len(), 3);
+    a.close().unwrap();
+    b.close().unwrap();
 }

@@ -421,6 +421,7 @@ fn replay_chain(
             timestamp: entry.origin.timestamp,
             cluster: record.cluster,
             decided,
+            proposal: entry.origin.proposal(),
         };
         let applied = state
             .apply(&meta_op, ctx)
