@@ -2,10 +2,12 @@
 //! `Decider`): proposed on the leader, or forwarded to it by a follower, and answered once
 //! this member applied the op, so a caller's next read here sees it.
 //!
-//! Every op is keyed: the member draws a key for it and every attempt carries that key, so
-//! an attempt whose fate was unknown can be made again. The state machine applies the
-//! first attempt that commits and answers any later one with its outcome
-//! (`cairn_engine::state::proposals`, part of the replicated state).
+//! Every op is keyed: the member draws a key for it, notes the log index it applied
+//! through, and every attempt carries both, so an attempt whose fate was unknown can be
+//! made again. The state machine applies the first attempt that commits and answers any
+//! later one with its outcome (`cairn_engine::state::proposals`, part of the replicated
+//! state); an attempt it can no longer tell from an applied one (keys applied after the op
+//! was asked were forgotten) it refuses unapplied.
 //!
 //! | this replica knows | it does | answered with |
 //! |---|---|---|
@@ -14,6 +16,7 @@
 //! | no leader (an election) | waits [`DECIDE_RETRY`], asks again | as above |
 //! | the leader moved before appending | asks the new leader | as above |
 //! | the attempt's fate is unknown (the leader lost its quorum, a forward's connection failed) | waits [`DECIDE_RETRY`], asks again with the same key | the first applied attempt's outcome |
+//! | the state machine forgot keys applied after the op was asked | nothing more | `ProposalForgotten` (refused, unapplied; an earlier attempt may have applied) |
 //! | [`DECIDE_ATTEMPTS`] attempts or [`DECIDE_DEADLINE`] passed | nothing more | `Undecided` ("may or may not have applied") |
 
 use crate::group::{ProposeError, Replica};
@@ -31,10 +34,16 @@ use std::time::Duration;
 pub const DECIDE_RETRY: Duration = Duration::from_millis(100);
 /// Attempts to reach a leader before an op is answered `Undecided` (about 5 s of elections).
 pub const DECIDE_ATTEMPTS: u32 = 50;
-/// No attempt of an op starts after this long: its retries end well inside the window in
-/// which the state machine still knows its key (`state::proposals::MAX_PROPOSALS_KEPT`
-/// later proposals).
+/// The longest a member keeps trying to decide one op (then `Undecided`: it may or may not
+/// have applied). Safety does not rest on it: an attempt the state machine can no longer
+/// tell from an applied one is refused unapplied (`state::proposals`).
 pub const DECIDE_DEADLINE: Duration = Duration::from_secs(30);
+/// The longest a fresh read waits for the leader's read index and for this member to apply
+/// through it (a login holds its turn meanwhile).
+pub const READ_DEADLINE: Duration = Duration::from_secs(5);
+/// Read indexes one member asks the leader for at once; more wait their turn. Each holds
+/// one of the leader's peer connections (`net::MAX_PEER_CONNECTIONS`) while it waits.
+pub const MAX_READS: usize = 8;
 /// The longest a forwarded op waits for the leader's answer, and for this member to apply it;
 /// and the longest a leader waits for its own proposal to apply (openraft answers a
 /// proposal only once it is applied, purged or truncated here, not when leadership is lost).
@@ -85,7 +94,7 @@ impl Replica {
     ) -> Result<(u64, MetaOutcome), ProposeError> {
         command.timestamp = self.env.clock.wall_micros();
         let proposed = self.propose(command);
-        match cairn_engine::env::race(proposed, self.env.clock.sleep(DECIDE_TIMEOUT)).await {
+        match cairn_engine::env::race(proposed, self.env.clock.sleep(self.decide_timeout)).await {
             cairn_engine::env::Either::Left(answer) => answer,
             // Appended, perhaps, by a leader that lost its quorum: it may yet commit.
             cairn_engine::env::Either::Right(()) => Err(ProposeError::InDoubt),
@@ -110,7 +119,7 @@ impl Replica {
             me: self.me,
             leader: None,
         };
-        match cairn_engine::env::race(read, self.env.clock.sleep(DECIDE_TIMEOUT)).await {
+        match cairn_engine::env::race(read, self.env.clock.sleep(self.decide_timeout)).await {
             cairn_engine::env::Either::Left(Ok((read, _))) => {
                 use openraft::async_runtime::WatchReceiver;
                 let last = self.raft.metrics().borrow_watched().last_log_index;
@@ -128,6 +137,16 @@ impl Replica {
     /// leader's read index (asked over the peer protocol when another member leads);
     /// retried through elections as [`Replica::decide_command`] is.
     pub async fn read_barrier(&self) -> NodeResult<()> {
+        let barrier = self.through_read_index();
+        match cairn_engine::env::race(barrier, self.env.clock.sleep(READ_DEADLINE)).await {
+            cairn_engine::env::Either::Left(done) => done,
+            cairn_engine::env::Either::Right(()) => Err(NodeError::Undecided(format!(
+                "no fresh read: no read index applied here within {READ_DEADLINE:?}"
+            ))),
+        }
+    }
+
+    async fn through_read_index(&self) -> NodeResult<()> {
         let mut last = String::from("no leader is known");
         for _ in 0..DECIDE_ATTEMPTS {
             if let Some(why) = self.failure() {
@@ -139,17 +158,24 @@ impl Replica {
                 Some(leader) if leader == self.me => self.read_index_here().await,
                 Some(leader) => match self.leader_address(leader) {
                     Some(addr) => {
+                        let _turn = self.reads.acquire().await;
                         let cluster = (self.cluster, &self.key);
                         let to = (leader, addr);
-                        crate::net::read_index_at(&self.env, cluster, self.me, to, DECIDE_TIMEOUT)
-                            .await
-                            .unwrap_or_else(|e| {
-                                tracing::debug!(error = %e, "asking the leader for a read index");
-                                Err(ProposeError::NotLeader {
-                                    me: self.me,
-                                    leader: None,
-                                })
+                        crate::net::read_index_at(
+                            &self.env,
+                            cluster,
+                            self.me,
+                            to,
+                            self.decide_timeout,
+                        )
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::debug!(error = %e, "asking the leader for a read index");
+                            Err(ProposeError::NotLeader {
+                                me: self.me,
+                                leader: None,
                             })
+                        })
                     }
                     None => Err(ProposeError::NotLeader {
                         me: self.me,
@@ -189,28 +215,42 @@ impl Replica {
             .operation()
             .to_command_code()
             .expect("a metadata op has a command code");
-        // The session's client id is this member's own: the op's key replaces it.
         let command = MetaCommand {
             operation,
             body: op.body().to_vec(),
             timestamp: 0,
             user_id: origin.user_id,
-            client: 0,
+            client: origin.client,
             request: origin.request,
+            key: 0,
+            asked_at: 0,
         };
         let (_, outcome) = self.decide_command(command).await?;
         Ok(reply_of(outcome))
     }
 
     /// Has the group decide `command` ([`GroupDecider`]'s table): its index and the state
-    /// machine's outcome, once this member applied it. A command without a key (`client`
-    /// 0) is given one.
+    /// machine's outcome, once this member applied it. A command without a key is given
+    /// one, and the index this member applied through.
     pub async fn decide_command(&self, mut command: MetaCommand) -> NodeResult<(u64, MetaOutcome)> {
-        if command.client == 0 {
-            command.client = self.draw_key();
+        if command.key == 0 {
+            use openraft::async_runtime::WatchReceiver;
+            command.key = self.draw_key();
+            let applied = self.raft.metrics().borrow_watched().last_applied;
+            command.asked_at = applied.map_or(0, |a| a.index);
         }
-        let key = command.client;
-        let deadline = self.env.clock.monotonic_nanos() + DECIDE_DEADLINE.as_nanos() as u64;
+        let attempts = self.attempts(command);
+        match cairn_engine::env::race(attempts, self.env.clock.sleep(DECIDE_DEADLINE)).await {
+            cairn_engine::env::Either::Left(answer) => answer,
+            cairn_engine::env::Either::Right(()) => Err(NodeError::Undecided(format!(
+                "no answer within {DECIDE_DEADLINE:?}; the operation may or may not have applied"
+            ))),
+        }
+    }
+
+    /// The attempts to decide `command`, each with its key ([`Replica::decide_command`]).
+    async fn attempts(&self, mut command: MetaCommand) -> NodeResult<(u64, MetaOutcome)> {
+        let key = command.key;
         let mut last = String::from("no leader is known");
         for attempt in 0..DECIDE_ATTEMPTS {
             if let Some(why) = self.failure() {
@@ -218,11 +258,8 @@ impl Replica {
                     "this member's replica stopped: {why}; {last}"
                 )));
             }
-            if self.env.clock.monotonic_nanos() >= deadline {
-                break;
-            }
             if let Some(rekey) = &self.rekey {
-                command.client = rekey(key, attempt);
+                command.key = rekey(key, attempt);
             }
             let answer = match self.leader() {
                 Some(leader) if leader == self.me => self.propose_here(command.clone()).await,
@@ -289,7 +326,8 @@ impl Replica {
             self.me,
             (leader, addr),
             command,
-            DECIDE_TIMEOUT,
+            // The leader answers within its own timeout; the way there and back on top.
+            self.decide_timeout * 2,
         )
         .await;
         match sent {
@@ -316,7 +354,7 @@ impl Replica {
 
     /// Waits until this member applied entry `index`.
     async fn applied_here(&self, index: u64) -> NodeResult<()> {
-        let wait = self.raft.wait(Some(DECIDE_TIMEOUT));
+        let wait = self.raft.wait(Some(self.decide_timeout));
         in_env(
             &self.env,
             wait.applied_index_at_least(Some(index), "decided"),

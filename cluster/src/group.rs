@@ -92,6 +92,9 @@ pub struct GroupConfig {
     /// The node that applies the group's commands (`MetaMachine::with_node`); `None` keeps
     /// the state in the machine (the simulator's cluster world).
     pub node: Option<cairn_engine::node::Node>,
+    /// How long one attempt to decide an op, or to read the leader's read index, waits
+    /// (`crate::decide::DECIDE_TIMEOUT` by default).
+    pub decide_timeout: Duration,
 }
 
 impl GroupConfig {
@@ -116,6 +119,7 @@ impl GroupConfig {
             observer: None,
             hooks: GroupHooks::default(),
             node: None,
+            decide_timeout: crate::decide::DECIDE_TIMEOUT,
         }
     }
 }
@@ -208,6 +212,9 @@ pub struct Replica {
     /// Turns to propose a forwarded op, as the leader (`net::MAX_PROPOSING`).
     pub(crate) proposing: cairn_engine::env::chan::Semaphore,
     pub(crate) rekey: Option<RekeyHook>,
+    pub(crate) decide_timeout: Duration,
+    /// Turns to ask the leader for a read index (`decide::MAX_READS`).
+    pub(crate) reads: cairn_engine::env::chan::Semaphore,
     pub(crate) read_index: Option<ReadIndexHook>,
 }
 
@@ -314,6 +321,8 @@ impl MetaGroup {
             forwards: cairn_engine::env::chan::Semaphore::new(crate::decide::MAX_FORWARDS),
             proposing: cairn_engine::env::chan::Semaphore::new(crate::net::MAX_PROPOSING),
             rekey: config.hooks.rekey.clone(),
+            reads: cairn_engine::env::chan::Semaphore::new(crate::decide::MAX_READS),
+            decide_timeout: config.decide_timeout,
             read_index: config.hooks.read_index.clone(),
         };
         let appended = config.hooks.apply_uncommitted.then(|| {

@@ -244,9 +244,10 @@ impl MetaMachine {
         let origin = Origin {
             timestamp: command.timestamp,
             user_id: command.user_id,
-            client: command.client,
-            request: command.request,
             decided: decision(log_id.leader_id.term, log_id.index),
+            key: command.key,
+            asked_at: command.asked_at,
+            ..Origin::default()
         };
         let reply = node.apply_decided(op, origin).await;
         match reply.map(|r| r.result) {
@@ -289,7 +290,7 @@ fn decode(command: &MetaCommand) -> Option<MetaOp> {
     MetaOp::decode(operation, &command.body).ok()
 }
 
-/// Applies one command to `state` as op `index`.
+/// Applies one command to `state` as op `index` (its log index).
 pub fn apply_command(
     state: &mut MetaState,
     cluster: u128,
@@ -304,7 +305,8 @@ pub fn apply_command(
         timestamp: command.timestamp,
         cluster,
         decided: 0,
-        proposal: command.client,
+        proposal: command.key,
+        asked_at: command.asked_at,
     };
     match state.apply(&op, ctx) {
         Ok(applied) => MetaOutcome::Applied {
@@ -536,6 +538,7 @@ mod tests {
             cluster: CLUSTER,
             decided: decision(1, 1),
             proposal: 0,
+            asked_at: 0,
         };
         state.apply(&create("orders"), ctx).unwrap();
         let data = meta_snapshot::encode(CLUSTER, 1, 0, &state);
@@ -570,10 +573,8 @@ mod tests {
         // Once it holds the snapshot's last decision, it is the group's state machine.
         let origin = Origin {
             timestamp: 7,
-            user_id: 0,
-            client: 0,
-            request: 0,
             decided: decision(1, 1),
+            ..Origin::default()
         };
         let applied = block_on(node.apply_decided(create("orders"), origin)).unwrap();
         assert!(applied.result.is_ok(), "{:?}", applied.result);

@@ -66,11 +66,19 @@ pub struct MetaCommand {
     pub timestamp: u64,
     /// The acting user (0 for the node itself).
     pub user_id: u32,
-    /// The session that asked, and its request number (as a single node journals them).
+    /// The session that asked, and its request number (one member's: informational).
     #[serde(default)]
     pub client: u128,
     #[serde(default)]
     pub request: u64,
+    /// The op's key, drawn by the member that asked and carried by each of its attempts
+    /// (`cairn_engine::state::proposals`: a retry applies once); 0 for none (an entry
+    /// written before keys).
+    #[serde(default)]
+    pub key: u128,
+    /// The log index the member that asked had applied when it first asked.
+    #[serde(default)]
+    pub asked_at: u64,
 }
 
 impl fmt::Display for MetaCommand {

@@ -145,6 +145,18 @@ pub enum NodeError {
     /// after the last snapshot again); nothing changed.
     #[error("consensus decision {0:#x} was applied before")]
     AlreadyDecided(u128),
+    /// In a cluster: an attempt of an op asked when its member had applied through log
+    /// index `asked_at`, after which keys were forgotten (`state::proposals`): whether an
+    /// earlier attempt applied is unknown, so this one changed nothing.
+    #[error(
+        "the operation was first asked at log index {asked_at} and the cluster no longer \
+         remembers the operations applied after it (forgotten through {forgotten_through}): \
+         an earlier attempt may or may not have applied; this one changed nothing"
+    )]
+    ProposalForgotten {
+        asked_at: u64,
+        forgotten_through: u64,
+    },
 }
 
 /// What the root user may not be made to do.
@@ -319,6 +331,7 @@ impl NodeError {
             Refused { code, .. } => *code,
             Undecided(_) => 1,
             AlreadyDecided(_) => 1,
+            ProposalForgotten { .. } => 1,
         }
     }
 }
@@ -358,6 +371,13 @@ impl NodeError {
             },
             Undecided(why) => Undecided(why.clone()),
             AlreadyDecided(at) => AlreadyDecided(*at),
+            ProposalForgotten {
+                asked_at,
+                forgotten_through,
+            } => ProposalForgotten {
+                asked_at: *asked_at,
+                forgotten_through: *forgotten_through,
+            },
             other => InvalidRequest(other.to_string()),
         }
     }

@@ -34,25 +34,25 @@ const _: () = assert!(HEADER_SIZE + MAX_BODY_LEN <= u32::MAX as usize);
 pub struct Origin {
     pub timestamp: u64,
     pub user_id: u32,
-    /// On a single node, the session that asked. In a decided op, the proposal's key: drawn
-    /// by the member that asked, the same for each of its attempts, so a retry applies once
-    /// (`state::proposals`).
+    /// On a single node, the session that asked, and its request number (a decided op
+    /// keeps neither: they are one member's).
     pub client: u128,
     pub request: u64,
     /// In a cluster, the consensus decision that ordered the op ([`decision`]: its Raft
     /// term and index), stored in the prepare's `request_checksum`; 0 on a single node.
     pub decided: u128,
+    /// In a decided op, its proposal's key (drawn by the member that asked, the same for
+    /// each attempt, so a retry applies once: `state::proposals`) and the log index that
+    /// member had applied when it first asked; stored in the prepare's `client` and
+    /// `request` (entries of release [`KEYED_RELEASE`]).
+    pub key: u128,
+    pub asked_at: u64,
 }
 
-impl Origin {
-    /// The proposal's key of a decided op (`OpContext::proposal`); 0 for the node's own.
-    pub fn proposal(&self) -> u128 {
-        match self.decided {
-            0 => 0,
-            _ => self.client,
-        }
-    }
-}
+/// The prepare's `release` of an entry whose decided op's `client` and `request` hold its
+/// proposal's key and asked-at index; entries written before (release 0) hold neither,
+/// and their ops have no key.
+pub const KEYED_RELEASE: u32 = 1;
 
 /// A consensus decision as one number: the term in the high 64 bits, the index in the low.
 /// Along one log the index grows and the term never falls, so later decisions are greater.
@@ -116,17 +116,31 @@ pub fn encode(
     assert!(body.len() <= MAX_BODY_LEN, "metadata bodies are bounded");
     assert!(op > 0, "op numbers start at 1");
     assert!(commit < op, "an entry is written before it is durable");
+    assert!(
+        origin.key == 0 || origin.decided != 0,
+        "only a decided op has a proposal's key"
+    );
+    let (client, request) = match origin.decided {
+        0 => (origin.client, origin.request),
+        _ => (origin.key, origin.asked_at),
+    };
     let mut header = PrepareHeader {
         checksum_body: u128::from(xxh3_64(body)),
         cluster,
         size: u32::try_from(HEADER_SIZE + body.len()).expect("bounded"),
+        // A single node's entries stay as they were.
+        release: if origin.decided != 0 {
+            KEYED_RELEASE
+        } else {
+            0
+        },
         command: Command::Prepare,
-        client: origin.client,
+        client,
         parent,
         op,
         commit,
         timestamp: origin.timestamp,
-        request: origin.request,
+        request,
         request_checksum: origin.decided,
         operation,
         group: METADATA_GROUP,
@@ -195,15 +209,29 @@ pub fn decode_at(journal: &[u8], position: u64) -> Result<Entry, EntryProblem> {
         checksum: header.checksum,
         cluster: header.cluster,
         operation: header.operation,
-        origin: Origin {
-            timestamp: header.timestamp,
-            user_id: header.user_id,
-            client: header.client,
-            request: header.request,
-            decided: header.request_checksum,
-        },
+        origin: origin_of(&header),
         body: body.to_vec(),
     })
+}
+
+/// Who asked for the op of an entry with `header` ([`encode`]'s fields, by release).
+fn origin_of(header: &PrepareHeader) -> Origin {
+    let decided = header.request_checksum;
+    let keyed = decided != 0 && header.release >= KEYED_RELEASE;
+    let (client, request, key, asked_at) = match (decided, keyed) {
+        (0, _) => (header.client, header.request, 0, 0),
+        (_, true) => (0, 0, header.client, header.request),
+        (_, false) => (0, 0, 0, 0),
+    };
+    Origin {
+        timestamp: header.timestamp,
+        user_id: header.user_id,
+        client,
+        request,
+        decided,
+        key,
+        asked_at,
+    }
 }
 
 /// The journal as a walk from byte zero found it.
@@ -311,6 +339,42 @@ mod tests {
         assert_eq!(scan.entries[1].parent, scan.entries[0].checksum);
         assert_eq!(scan.entries[2].body, b"body 3");
         assert_eq!(scan.valid_end, bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_decided_entry_keeps_its_key_and_one_written_before_keys_has_none() {
+        let session = Origin {
+            timestamp: 5,
+            user_id: 2,
+            client: 0xc1,
+            request: 4,
+            ..Origin::default()
+        };
+        let decided = Origin {
+            decided: decision(3, 9),
+            key: 0x5eed,
+            asked_at: 8,
+            ..session
+        };
+        let write = |origin: Origin| encode(1, 0, 0, 7, Operation::CreateStream, origin, b"b");
+        assert_eq!(decode_at(&write(session), 0).unwrap().origin, session);
+        // A decided op keeps its key and asked-at index, not the session of one member.
+        let back = decode_at(&write(decided), 0).unwrap().origin;
+        assert_eq!(
+            back,
+            Origin {
+                client: 0,
+                request: 0,
+                ..decided
+            }
+        );
+        // An entry written before keys (release 0) held the session there: no key.
+        let mut header: PrepareHeader =
+            try_pod_read_unaligned(&write(decided)[..HEADER_SIZE]).unwrap();
+        assert_eq!(header.release, KEYED_RELEASE);
+        header.release = 0;
+        let old = origin_of(&header);
+        assert_eq!((old.key, old.asked_at, old.decided), (0, 0, decision(3, 9)));
     }
 
     #[test]

@@ -17,7 +17,12 @@ pub const TEMP: &str = "snapshot.bin.tmp";
 /// 3: users carry their personal access tokens (hashes only). A version-2 snapshot decodes
 /// as one whose users hold none; a binary that knows only version 2 refuses a version 3
 /// rather than drop the tokens.
-const VERSION: u32 = 3;
+/// 4: in a cluster, the state carries its proposals' keys (`state::proposals`); written
+/// only when it does, so a single node's snapshots stay version 3, and a binary that knows
+/// only version 3 refuses a cluster's rather than drop the keys (and apply a retry twice).
+const VERSION: u32 = 4;
+/// The version of a state that holds no proposals' keys.
+const VERSION_UNKEYED: u32 = 3;
 /// The oldest version this binary still reads.
 const OLDEST_READ: u32 = 2;
 
@@ -44,8 +49,12 @@ struct Encoded<'a> {
 
 /// The snapshot bytes of `state` after op `op`.
 pub fn encode(cluster: u128, op: u64, anchor: u128, state: &MetaState) -> Vec<u8> {
+    let version = match state.proposals().is_empty() {
+        true => VERSION_UNKEYED,
+        false => VERSION,
+    };
     rmp_serde::to_vec_named(&Encoded {
-        version: VERSION,
+        version,
         cluster,
         op,
         anchor,
@@ -142,5 +151,33 @@ mod tests {
         assert!(root.tokens.is_empty());
         v2.version = VERSION + 1;
         assert!(Snapshot::decode(&rmp_serde::to_vec_named(&v2).unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_state_with_proposals_keys_is_version_4_and_one_without_stays_3() {
+        use crate::state::ops::MetaOp;
+        use crate::state::OpContext;
+        use iggy_binary_protocol::requests::streams::CreateStreamRequest;
+        use iggy_binary_protocol::{WireName, WireOptions};
+        let mut state = MetaState::default();
+        let version = |state: &MetaState| Snapshot::decode(&encode(9, 1, 0, state)).unwrap();
+        assert_eq!(version(&state).version, 3);
+        let ctx = OpContext {
+            op: 1,
+            timestamp: 7,
+            cluster: 9,
+            decided: crate::metadata::journal::decision(1, 1),
+            proposal: 0xfeed,
+            asked_at: 0,
+        };
+        let op = MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new("orders").unwrap(),
+            options: WireOptions::empty(),
+        });
+        state.apply(&op, ctx).unwrap();
+        let decoded = version(&state);
+        assert_eq!(decoded.version, 4);
+        assert_eq!(decoded.state, state, "the keys survive");
+        assert!(!decoded.state.proposals().is_empty());
     }
 }

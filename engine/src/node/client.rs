@@ -91,7 +91,7 @@ impl Client {
             user_id,
             client: self.id,
             request: self.request.fetch_add(1, Ordering::Relaxed) + 1,
-            decided: 0,
+            ..Origin::default()
         }
     }
 
@@ -122,12 +122,7 @@ impl Client {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
         if self.node.clustered() {
-            // The session's client id is this node's own; the decider keys the op instead.
-            let origin = Origin {
-                client: 0,
-                ..self.origin(user_id)
-            };
-            return self.node.decider()?.decide(op, origin).await;
+            return self.node.decider()?.decide(op, self.origin(user_id)).await;
         }
         let (reply, pending) = oneshot();
         let request = OpRequest {
@@ -406,7 +401,6 @@ impl Client {
     pub async fn login(&self, username: &str, password: &str) -> NodeResult<Login> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        self.node.fresh().await?;
         self.node
             .inner
             .auth
@@ -480,7 +474,6 @@ impl Client {
     pub async fn login_with_token(&self, raw: &str) -> NodeResult<Login> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        self.node.fresh().await?;
         token_login(&self.view(), raw, self.node.inner.env.clock.wall_micros())
     }
 

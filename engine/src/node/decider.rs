@@ -33,8 +33,8 @@ pub type Barrier = Pin<Box<dyn Future<Output = NodeResult<()>> + Send>>;
 pub trait Decider: Send + Sync {
     /// Has the cluster decide `op` (asked by `origin`), answering with the state machine's
     /// outcome once this member applied it (so the caller's next read here sees it).
-    /// `origin.client` is 0: the decider puts the op's key there, one per op, the same for
-    /// each of its attempts (`state::proposals`).
+    /// The decider keys the op (`origin.key`, `origin.asked_at`): one key per op, the same
+    /// for each of its attempts (`state::proposals`).
     fn decide(&self, op: MetaOp, origin: Origin) -> Decision;
 
     /// Completes once this member has applied every op the cluster decided before the call

@@ -365,7 +365,8 @@ impl MetaOwner {
                 timestamp,
                 cluster,
                 decided,
-                proposal: request.origin.proposal(),
+                proposal: request.origin.key,
+                asked_at: request.origin.asked_at,
             };
             match staged.apply(&request.op, ctx) {
                 Ok(applied) => {
@@ -743,7 +744,8 @@ fn replay(before: &MetaState, accepted: &[Accepted], cluster: u128) -> MetaState
             timestamp: a.origin.timestamp,
             cluster,
             decided: a.origin.decided,
-            proposal: a.origin.proposal(),
+            proposal: a.origin.key,
+            asked_at: a.origin.asked_at,
         };
         state
             .apply(&a.op, ctx)

@@ -319,6 +319,8 @@ pub struct OpContext {
     /// In a cluster, the key the member that asked drew for the op, the same for each of
     /// its attempts ([`proposals`]); 0 on a single node and for an op with no key.
     pub proposal: u128,
+    /// With a key: the log index the member that asked had applied when it first asked.
+    pub asked_at: u64,
 }
 
 impl OpContext {

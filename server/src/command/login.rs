@@ -65,6 +65,7 @@ pub async fn with_password(
     username: &str,
     password: &str,
 ) -> Result<Session, LoginRefused> {
+    fresh(cx).await?;
     let attempt = begin(cx, peer, waiter, Account::User(username)).await?;
     let node = cx.node.client(client);
     let login = match node.login(username, password).await {
@@ -89,6 +90,7 @@ pub async fn with_token(
     peer: IpAddr,
     raw: &str,
 ) -> Result<Session, LoginRefused> {
+    fresh(cx).await?;
     let attempt = begin(cx, peer, waiter, Account::Token).await?;
     let node = cx.node.client(client);
     let login = match node.login_with_token(raw).await {
@@ -105,6 +107,17 @@ pub async fn with_token(
     attempt.succeeded();
     let hash = cairn_engine::state::tokens::hash_token(raw);
     bind(cx, client, peer, node, login, Some(hash)).ok_or_else(LoginRefused::token)
+}
+
+/// In a cluster, waits until this member's view holds every op the cluster answered before
+/// (a login right after a password change made through another member sees it), before
+/// the login takes its turn: a member cut off from its leader refuses the login as
+/// unavailable instead of holding a turn of the line of checks.
+async fn fresh(cx: &Context) -> Result<(), LoginRefused> {
+    cx.node
+        .fresh()
+        .await
+        .map_err(|e| LoginRefused::Failed(e.into()))
 }
 
 /// How long a login waits for its turn (its address's bound, then the line of password

@@ -92,7 +92,8 @@ fn fault_of(e: &NodeError) -> Fault {
         NodeError::Stopped(_)
         | NodeError::Busy(_)
         | NodeError::MetadataNoSpace
-        | NodeError::Undecided(_) => Fault::Unavailable,
+        | NodeError::Undecided(_)
+        | NodeError::ProposalForgotten { .. } => Fault::Unavailable,
         NodeError::Partition(p) => match p {
             PartitionError::Fenced(_)
             | PartitionError::NoSpace

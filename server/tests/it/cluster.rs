@@ -389,15 +389,22 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
             .await
             .unwrap();
         // Fresh reads: the other follower, which was not asked, reads through the leader's
-        // read index, so what the leader just answered is there at once (no waiting): a
-        // new user, a changed password, a new topic.
-        client_of(at(followers[1]), "alice", "alice-password").await;
+        // read index, so what the leader just answered is there at once: each login below
+        // is tried once, with no retry. A new user, a changed password, a new topic.
+        let once = |user, password| crate::common::sdk_client(at(followers[1]), user, password);
+        once("alice", "alice-password")
+            .await
+            .expect("alice, just made");
         let alice = iggy::prelude::Identifier::named("alice").unwrap();
         leading
             .change_password(&alice, "alice-password", "alice-new-password")
             .await
             .unwrap();
-        client_of(at(followers[1]), "alice", "alice-new-password").await;
+        once("alice", "alice-new-password")
+            .await
+            .expect("the new password, just changed");
+        let old = once("alice", "alice-password").await.err();
+        assert!(old.is_some(), "the old password is refused at once");
         let orders = crate::common::id("orders");
         leading
             .create_topic(
@@ -407,7 +414,7 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
             )
             .await
             .unwrap();
-        let other = client_of(at(followers[1]), "iggy", crate::common::PASSWORD).await;
+        let other = once("iggy", crate::common::PASSWORD).await.unwrap();
         let audit = other.get_topic(&orders, &crate::common::id("audit")).await;
         assert!(audit.unwrap().is_some(), "a topic made through the leader");
         // Every member serves the same streams, under the same ids.

@@ -383,6 +383,8 @@ fn create(name: &str) -> MetaCommand {
         user_id: 0,
         client: 0,
         request: 0,
+        key: 0,
+        asked_at: 0,
     }
 }
 
@@ -726,6 +728,9 @@ impl World {
         config.bootstrap = true;
         config.snapshot_every = self.profile.snapshot_every;
         config.hooks = crate::canary::cluster_hooks();
+        // Inside the client's own patience (`PROPOSE_TIMEOUT`), so that a member's own
+        // attempts in doubt are asked again within it.
+        config.decide_timeout = Duration::from_secs(1);
         let env = self.replicas[at].env.clone();
         self.replicas[at].starts += 1;
         if self.profile.nodes {

@@ -125,9 +125,11 @@ fn a_replica_applying_what_was_not_committed_is_caught() {
     assert!(cairn_sim::canary::activate(Some("apply-uncommitted")));
     // The sample's seeds, first to last: the first that objects (a leader that lost its
     // term before its appends committed), among seeds whose replicas keep the state in
-    // memory and among seeds whose nodes apply it.
+    // memory and among seeds whose nodes apply it. (A leader losing its term with appends
+    // outstanding to a follower that then serves is rare: the first in-memory seed that
+    // shows it is 287.)
     let caught = |nodes: bool| {
-        (1..200)
+        (1..400)
             .filter(|seed| cluster_world::ClusterProfile::from_seed(*seed).nodes == nodes)
             .find_map(|seed| {
                 let report = cluster_world::run(seed, false);

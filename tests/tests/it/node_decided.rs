@@ -60,8 +60,9 @@ impl Sequencer {
             let mut log = self.0.lock().unwrap();
             let index = log.decided.len() as u64 + 1;
             // The op's key, as the group's decider draws one (unless a test set its own).
-            if origin.client == 0 {
-                origin.client = KEYS | u128::from(index);
+            if origin.key == 0 {
+                origin.key = KEYS | u128::from(index);
+                origin.asked_at = index - 1;
             }
             origin.decided = decision(1, index);
             origin.timestamp = 1_700_000_000_000_000 + index;
@@ -246,7 +247,8 @@ fn a_retried_decision_applies_once_on_every_member_and_after_restarts() {
         },
     );
     let keyed = Origin {
-        client: 0x5eed,
+        key: 0x5eed,
+        asked_at: 3,
         ..Origin::default()
     };
     let answers: Vec<_> = (0..3)
@@ -287,7 +289,10 @@ fn a_retried_decision_applies_once_on_every_member_and_after_restarts() {
     b.close().unwrap();
     let b = boot_member(db.path());
     assert_eq!(b.view().state, a.view().state);
-    assert_eq!(b.view().state.proposals().applied(0x5eed), Some(None));
+    assert_eq!(
+        b.view().state.proposals().lookup(0x5eed, 3),
+        cairn_engine::state::proposals::Lookup::Applied(None)
+    );
     sequencer.join(&b.node);
     let again = block_on(sequencer.clone().decide_now(add, keyed)).unwrap();
     assert!(

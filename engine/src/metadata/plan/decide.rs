@@ -421,7 +421,8 @@ fn replay_chain(
             timestamp: entry.origin.timestamp,
             cluster: record.cluster,
             decided,
-            proposal: entry.origin.proposal(),
+            proposal: entry.origin.key,
+            asked_at: entry.origin.asked_at,
         };
         let applied = state
             .apply(&meta_op, ctx)
