@@ -154,38 +154,10 @@ impl Replica {
                     "this member's replica stopped: {why}"
                 )));
             }
-            let index = match self.leader() {
-                Some(leader) if leader == self.me => self.read_index_here().await,
-                Some(leader) => match self.leader_address(leader) {
-                    Some(addr) => {
-                        let _turn = self.reads.acquire().await;
-                        let cluster = (self.cluster, &self.key);
-                        let to = (leader, addr);
-                        crate::net::read_index_at(
-                            &self.env,
-                            cluster,
-                            self.me,
-                            to,
-                            self.decide_timeout,
-                        )
-                        .await
-                        .unwrap_or_else(|e| {
-                            tracing::debug!(error = %e, "asking the leader for a read index");
-                            Err(ProposeError::NotLeader {
-                                me: self.me,
-                                leader: None,
-                            })
-                        })
-                    }
-                    None => Err(ProposeError::NotLeader {
-                        me: self.me,
-                        leader: None,
-                    }),
-                },
-                None => Err(ProposeError::NotLeader {
-                    me: self.me,
-                    leader: None,
-                }),
+            let index = match self.whom_to_ask() {
+                Ok(None) => self.read_index_here().await,
+                Ok(Some(leader)) => self.read_index_of(leader).await,
+                Err(e) => Err(e),
             };
             match index {
                 Ok(index) => {
@@ -261,19 +233,10 @@ impl Replica {
             if let Some(rekey) = &self.rekey {
                 command.key = rekey(key, attempt);
             }
-            let answer = match self.leader() {
-                Some(leader) if leader == self.me => self.propose_here(command.clone()).await,
-                Some(leader) => match self.leader_address(leader) {
-                    Some(addr) => self.forward_to(leader, addr, command.clone()).await?,
-                    None => Err(ProposeError::NotLeader {
-                        me: self.me,
-                        leader: None,
-                    }),
-                },
-                None => Err(ProposeError::NotLeader {
-                    me: self.me,
-                    leader: None,
-                }),
+            let answer = match self.whom_to_ask() {
+                Ok(None) => self.propose_here(command.clone()).await,
+                Ok(Some((leader, addr))) => self.forward_to(leader, addr, command.clone()).await?,
+                Err(e) => Err(e),
             };
             match answer {
                 Ok((index, outcome)) => {
@@ -299,6 +262,42 @@ impl Replica {
         let entropy = &self.env.entropy;
         let key = u128::from(entropy.next_u64()) << 64 | u128::from(entropy.next_u64());
         key.max(1)
+    }
+
+    /// Whom an op or a read goes to: `None` when this replica leads, else the leader and its
+    /// member's replication address; `NotLeader` when neither is known (an election).
+    fn whom_to_ask(&self) -> Result<Option<(crate::types::NodeId, SocketAddr)>, ProposeError> {
+        let not_leader = || ProposeError::NotLeader {
+            me: self.me,
+            leader: None,
+        };
+        match self.leader() {
+            Some(leader) if leader == self.me => Ok(None),
+            Some(leader) => match self.leader_address(leader) {
+                Some(addr) => Ok(Some((leader, addr))),
+                None => Err(not_leader()),
+            },
+            None => Err(not_leader()),
+        }
+    }
+
+    /// The read index of `leader` (its member at the address), asked over the peer
+    /// protocol ([`MAX_READS`] at a time); `NotLeader` when it could not be had.
+    async fn read_index_of(
+        &self,
+        leader: (crate::types::NodeId, SocketAddr),
+    ) -> Result<u64, ProposeError> {
+        let _turn = self.reads.acquire().await;
+        let cluster = (self.cluster, &self.key);
+        let asked =
+            crate::net::read_index_at(&self.env, cluster, self.me, leader, self.decide_timeout);
+        asked.await.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "asking the leader for a read index");
+            Err(ProposeError::NotLeader {
+                me: self.me,
+                leader: None,
+            })
+        })
     }
 
     /// The replication address of `leader` in the configuration this replica holds.

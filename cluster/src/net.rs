@@ -657,12 +657,20 @@ pub async fn ask(
     request: AdminRequest,
     limit: Duration,
 ) -> io::Result<AdminReply> {
-    let mut client = PeerClient::to_member(env, cluster, 0, member, addr);
-    match client.call(Rpc::Admin(request), limit).await? {
+    let client = PeerClient::to_member(env, cluster, 0, member, addr);
+    match served(client, Rpc::Admin(request), limit).await? {
         Reply::Admin(reply) => Ok(reply),
+        _ => Err(unexpected()),
+    }
+}
+
+/// `rpc`'s reply from the member `client` reaches, within `limit`; a refusal, or a request
+/// that reached another replica or cluster, as an error.
+async fn served(mut client: PeerClient, rpc: Rpc, limit: Duration) -> io::Result<Reply> {
+    match client.call(rpc, limit).await? {
         Reply::Refused(why) => Err(refused(why)),
         Reply::Elsewhere(why) => Err(elsewhere(why)),
-        _ => Err(unexpected()),
+        reply => Ok(reply),
     }
 }
 
@@ -676,11 +684,9 @@ pub(crate) async fn forward(
     command: MetaCommand,
     limit: Duration,
 ) -> io::Result<Result<(u64, MetaOutcome), ProposeError>> {
-    let mut client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
-    match client.call(Rpc::Propose(command), limit).await? {
+    let client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
+    match served(client, Rpc::Propose(command), limit).await? {
         Reply::Proposed(answer) => Ok(answer),
-        Reply::Refused(why) => Err(refused(why)),
-        Reply::Elsewhere(why) => Err(elsewhere(why)),
         _ => Err(unexpected()),
     }
 }
@@ -693,11 +699,9 @@ pub(crate) async fn read_index_at(
     (leader, addr): (NodeId, SocketAddr),
     limit: Duration,
 ) -> io::Result<Result<u64, ProposeError>> {
-    let mut client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
-    match client.call(Rpc::ReadIndex, limit).await? {
+    let client = PeerClient::to_member(env, cluster, me, member_of(leader), addr);
+    match served(client, Rpc::ReadIndex, limit).await? {
         Reply::ReadIndex(answer) => Ok(answer),
-        Reply::Refused(why) => Err(refused(why)),
-        Reply::Elsewhere(why) => Err(elsewhere(why)),
         _ => Err(unexpected()),
     }
 }
