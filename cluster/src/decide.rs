@@ -369,7 +369,7 @@ impl Replica {
 }
 
 /// The node's answer for a decided command's outcome.
-fn reply_of(outcome: MetaOutcome) -> MetaReply {
+pub(crate) fn reply_of(outcome: MetaOutcome) -> MetaReply {
     let result = match outcome {
         MetaOutcome::Applied { created, repeated } => Ok(Applied {
             created,
@@ -378,6 +378,13 @@ fn reply_of(outcome: MetaOutcome) -> MetaReply {
             effects: Vec::new(),
         }),
         MetaOutcome::Refused { code, reason } => Err(refusal(code, reason)),
+        MetaOutcome::Forgotten {
+            asked_at,
+            forgotten_through,
+        } => Err(NodeError::ProposalForgotten {
+            asked_at,
+            forgotten_through,
+        }),
         MetaOutcome::Undecodable => Err(NodeError::InvalidRequest(
             "the cluster could not decode the operation".into(),
         )),

@@ -259,10 +259,7 @@ impl MetaMachine {
             Ok(Err(e)) | Err(e) if !is_refusal(&e) => Err(io::Error::other(format!(
                 "the node could not apply entry {log_id}: {e}"
             ))),
-            Ok(Err(e)) | Err(e) => Ok(MetaOutcome::Refused {
-                code: e.code(),
-                reason: e.to_string(),
-            }),
+            Ok(Err(e)) | Err(e) => Ok(refused(e)),
         }
     }
 
@@ -313,7 +310,22 @@ pub fn apply_command(
             created: applied.created,
             repeated: applied.repeated,
         },
-        Err(e) => MetaOutcome::Refused {
+        Err(e) => refused(e),
+    }
+}
+
+/// The outcome of a command the state machine refused: a forgotten key kept as such (the
+/// caller is told the op may have applied), any other refusal by its code and words.
+fn refused(e: NodeError) -> MetaOutcome {
+    match e {
+        NodeError::ProposalForgotten {
+            asked_at,
+            forgotten_through,
+        } => MetaOutcome::Forgotten {
+            asked_at,
+            forgotten_through,
+        },
+        e => MetaOutcome::Refused {
             code: e.code(),
             reason: e.to_string(),
         },
@@ -580,5 +592,75 @@ mod tests {
         assert!(applied.result.is_ok(), "{:?}", applied.result);
         assert!(open().with_node(node.clone()).is_ok());
         block_on(node.shutdown()).unwrap();
+    }
+
+    /// A command as the decider sends it: `op` under `key`, asked at `asked_at`.
+    fn keyed(op: &MetaOp, key: u128, asked_at: u64) -> MetaCommand {
+        MetaCommand {
+            operation: op.operation().to_command_code().unwrap(),
+            body: op.body().to_vec(),
+            timestamp: 7,
+            user_id: 0,
+            client: 0,
+            request: 0,
+            key,
+            asked_at,
+        }
+    }
+
+    #[test]
+    fn a_repeated_key_is_answered_as_applied_and_a_forgotten_one_as_forgotten() {
+        use cairn_engine::state::proposals::MAX_PROPOSALS_KEPT;
+        let mut state = MetaState::default();
+        let first = apply_command(&mut state, CLUSTER, 1, &keyed(&create("s0"), 1, 0));
+        assert_eq!(
+            first,
+            MetaOutcome::Applied {
+                created: Some(0),
+                repeated: false
+            }
+        );
+        let again = apply_command(&mut state, CLUSTER, 2, &keyed(&create("s0"), 1, 0));
+        assert_eq!(
+            again,
+            MetaOutcome::Applied {
+                created: Some(0),
+                repeated: true
+            }
+        );
+        // Enough keyed ops later that key 1 (index 1) is forgotten.
+        let rename = MetaOp::UpdateStream(
+            iggy_binary_protocol::requests::streams::UpdateStreamRequest {
+                stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+                name: WireName::new("s0").unwrap(),
+                options: WireOptions::empty(),
+            },
+        );
+        for index in 3..MAX_PROPOSALS_KEPT as u64 + 3 {
+            let outcome =
+                apply_command(&mut state, CLUSTER, index, &keyed(&rename, index.into(), 2));
+            assert!(
+                matches!(outcome, MetaOutcome::Applied { .. }),
+                "{outcome:?}"
+            );
+        }
+        let late = MAX_PROPOSALS_KEPT as u64 + 3;
+        let forgotten = apply_command(&mut state, CLUSTER, late, &keyed(&create("s0"), 1, 0));
+        assert_eq!(
+            forgotten,
+            MetaOutcome::Forgotten {
+                asked_at: 0,
+                forgotten_through: 1
+            }
+        );
+        // And the decider tells its caller so, typed (the server answers it as unavailable).
+        let reply = crate::decide::reply_of(forgotten);
+        assert!(matches!(
+            reply.result,
+            Err(NodeError::ProposalForgotten {
+                asked_at: 0,
+                forgotten_through: 1
+            })
+        ));
     }
 }

@@ -107,6 +107,13 @@ pub enum MetaOutcome {
     /// Refused by the state machine with Iggy's error code (deterministic: every replica
     /// refuses it the same way, and nothing changed).
     Refused { code: u32, reason: String },
+    /// An attempt the state machine could not tell from an earlier one of its op, whose key
+    /// it forgot (`NodeError::ProposalForgotten`): nothing changed, and an earlier attempt
+    /// may or may not have applied.
+    Forgotten {
+        asked_at: u64,
+        forgotten_through: u64,
+    },
     /// A command that is not a journaled operation (a code or body that does not decode):
     /// nothing changed.
     #[default]

@@ -195,6 +195,14 @@ impl World {
                 );
                 true
             }
+            // A run makes far fewer keyed ops than the state machine keeps.
+            Ok((index, MetaOutcome::Forgotten { asked_at, .. })) => {
+                self.fail(
+                    INV_UNASKED,
+                    format!("{name}, asked at index {asked_at}, found forgotten at {index}"),
+                );
+                true
+            }
             // Only a node that applies the commands computes it (this world keeps the
             // state in the machine), and only for entries it applied before a restart.
             Ok((index, MetaOutcome::Replayed)) => {
@@ -236,6 +244,7 @@ fn span_outcome(answer: &Result<(u64, MetaOutcome), ProposeError>) -> SpanOutcom
         Ok((_, MetaOutcome::Applied { .. })) => SpanOutcome::Ok,
         Ok((_, MetaOutcome::Refused { reason, .. })) => SpanOutcome::Refused(reason.clone()),
         Ok((_, MetaOutcome::Undecodable)) => SpanOutcome::Refused("undecodable".into()),
+        Ok((_, MetaOutcome::Forgotten { .. })) => SpanOutcome::Refused("forgotten".into()),
         Ok((_, MetaOutcome::Replayed)) => SpanOutcome::Refused("replayed".into()),
         Err(ProposeError::InDoubt) => SpanOutcome::Lost("in doubt".into()),
         Err(e) => SpanOutcome::Refused(e.to_string()),
