@@ -39,8 +39,11 @@ pub const DECIDE_ATTEMPTS: u32 = 50;
 /// tell from an applied one is refused unapplied (`state::proposals`).
 pub const DECIDE_DEADLINE: Duration = Duration::from_secs(30);
 /// The longest a fresh read waits for the leader's read index and for this member to apply
-/// through it (a login holds its turn meanwhile).
+/// through it (a login waits before it takes its turn in the line of password checks).
 pub const READ_DEADLINE: Duration = Duration::from_secs(5);
+/// The longest one ask for a read index waits, so that a leader that does not answer is
+/// asked again (or its successor is) within [`READ_DEADLINE`].
+pub const READ_ATTEMPT: Duration = Duration::from_secs(1);
 /// Read indexes one member asks the leader for at once; more wait their turn. Each holds
 /// one of the leader's peer connections (`net::MAX_PEER_CONNECTIONS`) while it waits.
 pub const MAX_READS: usize = 8;
@@ -103,7 +106,7 @@ impl Replica {
 
     /// As the leader, its read index: once a quorum confirmed it still leads, the last
     /// entry in its log. `NotLeader` when it does not lead or could not confirm it within
-    /// [`DECIDE_TIMEOUT`].
+    /// [`READ_ATTEMPT`].
     ///
     /// Not openraft's read log id alone (the later of the leader's committed entry and its
     /// term's first): a leader that restarted into the term it led resumes with the
@@ -119,7 +122,7 @@ impl Replica {
             me: self.me,
             leader: None,
         };
-        match cairn_engine::env::race(read, self.env.clock.sleep(self.decide_timeout)).await {
+        match cairn_engine::env::race(read, self.env.clock.sleep(self.read_timeout())).await {
             cairn_engine::env::Either::Left(Ok((read, _))) => {
                 use openraft::async_runtime::WatchReceiver;
                 let last = self.raft.metrics().borrow_watched().last_log_index;
@@ -264,6 +267,11 @@ impl Replica {
         key.max(1)
     }
 
+    /// How long one ask for a read index waits ([`READ_ATTEMPT`], or less).
+    fn read_timeout(&self) -> Duration {
+        self.decide_timeout.min(READ_ATTEMPT)
+    }
+
     /// Whom an op or a read goes to: `None` when this replica leads, else the leader and its
     /// member's replication address; `NotLeader` when neither is known (an election).
     fn whom_to_ask(&self) -> Result<Option<(crate::types::NodeId, SocketAddr)>, ProposeError> {
@@ -290,7 +298,7 @@ impl Replica {
         let _turn = self.reads.acquire().await;
         let cluster = (self.cluster, &self.key);
         let asked =
-            crate::net::read_index_at(&self.env, cluster, self.me, leader, self.decide_timeout);
+            crate::net::read_index_at(&self.env, cluster, self.me, leader, self.read_timeout());
         asked.await.unwrap_or_else(|e| {
             tracing::debug!(error = %e, "asking the leader for a read index");
             Err(ProposeError::NotLeader {
