@@ -59,15 +59,25 @@ pub fn report(disk: &dyn Disk, root: &Path, out: &mut dyn Write) -> io::Result<b
     for action in &meta.actions {
         writeln!(out, "  would {action}")?;
     }
-    let redo = node::work_to_redo(&meta);
-    let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
+    if let Some(a) = &meta.adopting {
+        clean = false;
+        writeln!(
+            out,
+            "  would finish adopting the cluster's state after op {} (adopt.bin)",
+            a.op
+        )?;
+    }
+    let redo = node::work_to_finish(&meta);
+    let works: Vec<&DirWork> = redo.iter().map(|(_, w)| w).collect();
+    let redo_refs: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
     for (op, work) in &redo {
         writeln!(
             out,
-            "  journaled op {op} has directory work boot redoes by identity: {work:?}"
+            "  op {op} has directory work boot redoes by identity: {work:?}"
         )?;
     }
-    let tree = node::tree::plan(disk, root, &meta.state, &works)?;
+    let state = meta.adopting.as_ref().map_or(&meta.state, |a| &a.state);
+    let tree = node::tree::plan(disk, root, state, &works)?;
     clean &= tree.is_clean();
     for note in &tree.notes {
         writeln!(out, "  note: {note}")?;
@@ -138,7 +148,7 @@ pub fn report(disk: &dyn Disk, root: &Path, out: &mut dyn Write) -> io::Result<b
  out,"{}: FENCED (DirectoryMissing): the metadata has this partition and its directory is missing", path.dir.display())?;
             continue;
         }
-        let topic = meta.state.topic(key.0, key.1);
+        let topic = state.topic(key.0, key.1);
         let plan = recovery::plan(
             disk,
             &path.dir,
@@ -151,7 +161,7 @@ pub fn report(disk: &dyn Disk, root: &Path, out: &mut dyn Write) -> io::Result<b
             continue;
         }
         let stored: Vec<ConsumerId> = plan.offsets.keys().copied().collect();
-        for group in node::doomed_group_offsets(&meta.state, &redo, key, &stored) {
+        for group in node::doomed_group_offsets(state, &redo_refs, key, &stored) {
             clean = false;
             writeln!(
                 out,

@@ -18,6 +18,7 @@
 //! [`MetaRefusal`]. The plan is a survey
 //! ([`plan::survey`]) and a table of cases ([`plan::decide`]).
 
+pub mod adoption;
 pub mod error;
 pub mod hooks;
 pub mod journal;

@@ -11,7 +11,7 @@ use super::error::{at, MetadataError};
 use super::journal::{self, Origin};
 use super::plan::{MetaAction, MetaPlan};
 use super::record::{JournalPoint, MetaRecord, SnapshotRef, SLOT_NAMES};
-use super::{snapshot, JOURNAL};
+use super::{adoption, snapshot, JOURNAL};
 use crate::env::{Disk, DiskFile, Env, OpenMode};
 use crate::slots;
 use crate::state::ops::MetaOp;
@@ -119,6 +119,16 @@ impl MetadataPlane {
                 }
                 MetaAction::RemoveTempSnapshot => {
                     disk.remove_file(&dir.join(snapshot::TEMP))
+                        .map_err(at("remove", &dir))?;
+                    disk.sync_dir(&dir).map_err(at("sync", &dir))?;
+                }
+                MetaAction::RemoveTempAdoption => {
+                    disk.remove_file(&dir.join(adoption::TEMP))
+                        .map_err(at("remove", &dir))?;
+                    disk.sync_dir(&dir).map_err(at("sync", &dir))?;
+                }
+                MetaAction::RemoveAdoption => {
+                    disk.remove_file(&dir.join(adoption::FILE))
                         .map_err(at("remove", &dir))?;
                     disk.sync_dir(&dir).map_err(at("sync", &dir))?;
                 }
@@ -402,6 +412,80 @@ impl MetadataPlane {
         self.journal_end = 0;
         self.checkpoint_at = self.settings.checkpoint_bytes;
         Ok(Checkpointed::Done)
+    }
+
+    /// Makes `state`, the state after op `op` (whose prepare's checksum is `anchor`), the
+    /// state being adopted: `adopt.bin` is durable and whole when this returns, and boot
+    /// finishes the adoption from here on (`crate::metadata::adoption`). A failure leaves
+    /// at most the temporary file, which boot removes.
+    pub fn begin_adoption(
+        &mut self,
+        op: u64,
+        anchor: u128,
+        state: &MetaState,
+    ) -> Result<(), MetadataError> {
+        assert!(
+            op > self.last_op,
+            "an adopted state is newer than the journal"
+        );
+        assert_eq!(
+            self.record.applied_op, self.last_op,
+            "an adoption begins after every op's work"
+        );
+        let _span = tracing::info_span!("metadata_adopt_begin", op).entered();
+        let bytes = adoption::encode(self.record.cluster, op, anchor, state);
+        let temp = self.dir.join(adoption::TEMP);
+        self.write_temp_snapshot(&temp, &bytes)?;
+        self.disk
+            .rename(&temp, &self.dir.join(adoption::FILE))
+            .map_err(at("rename", &temp))?;
+        self.disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))
+    }
+
+    /// Finishes the adoption [`Self::begin_adoption`] began, once its directory work is
+    /// done: `state` becomes the checkpoint at op `op`, every op up to it applied, the
+    /// journal empty, and `adopt.bin` is removed.
+    pub fn finish_adoption(
+        &mut self,
+        op: u64,
+        anchor: u128,
+        state: &MetaState,
+    ) -> Result<(), MetadataError> {
+        assert!(
+            op > self.last_op,
+            "an adopted state is newer than the journal"
+        );
+        let _span = tracing::info_span!("metadata_adopt_finish", op).entered();
+        let bytes = snapshot::encode(self.record.cluster, op, anchor, state);
+        let temp = self.dir.join(snapshot::TEMP);
+        self.write_temp_snapshot(&temp, &bytes)?;
+        let snapshot_ref = SnapshotRef {
+            op,
+            len: bytes.len() as u64,
+            checksum: snapshot::checksum(&bytes),
+            anchor,
+        };
+        self.write_record(|r| {
+            r.snapshot = snapshot_ref;
+            r.journal = JournalPoint {
+                len: 0,
+                op,
+                last: anchor,
+            };
+            r.applied_op = op;
+        })?;
+        let disk = self.disk.clone();
+        disk.rename(&temp, &self.dir.join(snapshot::FILE))
+            .map_err(at("rename", &temp))?;
+        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
+        let path = self.dir.join(JOURNAL);
+        self.journal.set_len(0).map_err(at("truncate", &path))?;
+        self.journal.sync_data().map_err(at("sync", &path))?;
+        (self.journal_end, self.last_op, self.last_checksum) = (0, op, anchor);
+        self.checkpoint_at = self.settings.checkpoint_bytes;
+        let adopted = self.dir.join(adoption::FILE);
+        disk.remove_file(&adopted).map_err(at("remove", &adopted))?;
+        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))
     }
 
     /// The snapshot under its temporary name, synced with its name: nothing refers to it

@@ -25,6 +25,7 @@ use crate::partition::{
     partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionError,
     PartitionHooks, PartitionIdentity, RecoveryPlan,
 };
+use crate::state::adoption::adoption;
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -116,6 +117,21 @@ pub fn work_to_redo(plan: &MetaPlan) -> Vec<(u64, &DirWork)> {
         .filter(|r| r.op > applied)
         .flat_map(|r| r.applied.work.iter().map(move |w| (r.op, w)))
         .collect()
+}
+
+/// Everything boot redoes, in order: [`work_to_redo`], then, when the plan finishes an
+/// adoption, the work between the replayed state and the adopted one as the work of the
+/// adoption's op (`state::adoption`), done against the adopted state.
+pub fn work_to_finish(plan: &MetaPlan) -> Vec<(u64, DirWork)> {
+    let mut redo: Vec<(u64, DirWork)> = work_to_redo(plan)
+        .into_iter()
+        .map(|(op, w)| (op, w.clone()))
+        .collect();
+    if let Some(a) = &plan.adopting {
+        let work = adoption(&plan.state, &a.state).work;
+        redo.extend(work.into_iter().map(|w| (a.op, w)));
+    }
+    redo
 }
 
 /// Group offsets boot removes in `key`: those of groups a journaled op deleted (unless a
@@ -238,6 +254,7 @@ impl Node {
             let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
             settings.hooks.metadata.plan(metadata::plan(disk, root)?)
         };
+        let mut plan = plan;
         if let Some(refusal) = &plan.refusal {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));
@@ -255,16 +272,28 @@ impl Node {
             ..env.clone()
         };
         let mut plane = MetadataPlane::open(&plane_env, &plan, settings.meta)?;
-        let redo = work_to_redo(&plan);
-        let works: Vec<&DirWork> = redo.iter().map(|(_, w)| *w).collect();
+        let redo = work_to_finish(&plan);
+        let adopting = plan.adopting.clone();
+        if let Some(a) = &adopting {
+            tracing::info!(op = a.op, "finishing the adoption of a cluster's state");
+            plan.state = a.state.clone();
+        }
+        let works: Vec<&DirWork> = redo.iter().map(|(_, w)| w).collect();
         let tree = tree::plan(disk, root, &plan.state, &works)?;
         let mut report = BootReport {
             removed: apply_tree(env, root, &plan.state, &tree, settings.hooks.partition)?,
             tree,
             ..BootReport::default()
         };
-        plane.record_applied()?;
+        match adopting {
+            Some(a) => {
+                plane.finish_adoption(a.op, a.anchor, &a.state)?;
+                (plan.last_op, plan.last_checksum) = (a.op, a.anchor);
+            }
+            None => plane.record_applied()?,
+        }
         settle(env).await;
+        let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
         let node =
             start_owners(env, root, settings, plane, &plan, &redo, &mut report, syncs).await?;
         // In a cluster the root user is the cluster's first decided op (proposed by a leader

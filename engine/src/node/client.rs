@@ -6,7 +6,7 @@
 
 use super::auth::{token_login, Login};
 use super::groups::GroupRequest;
-use super::meta_owner::{MetaReply, OpRequest};
+use super::meta_owner::{MetaReply, OpRequest, OwnerRequest};
 use super::shard::ShardRequest;
 use super::view::MetaView;
 use super::{
@@ -130,7 +130,9 @@ impl Client {
             origin: self.origin(user_id),
             reply,
         };
-        self.node.enqueue(&self.node.inner.meta, request).await?;
+        self.node
+            .enqueue(&self.node.inner.meta, OwnerRequest::Op(request))
+            .await?;
         self.node.answer(pending).await
     }
 

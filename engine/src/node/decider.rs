@@ -13,12 +13,13 @@
 //! state's is answered [`NodeError::AlreadyDecided`] and never applied twice, so the
 //! consensus log may hand a member entries again after a restart.
 
-use super::meta_owner::{MetaReply, OpRequest};
+use super::meta_owner::{AdoptRequest, MetaReply, OpRequest, OwnerRequest};
 use super::Node;
 use crate::env::chan::oneshot;
 use crate::error::{NodeError, NodeResult};
 use crate::metadata::journal::Origin;
 use crate::state::ops::MetaOp;
+use crate::state::MetaState;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -89,7 +90,27 @@ impl Node {
         self.check_running()?;
         let (reply, pending) = oneshot();
         let request = OpRequest { op, origin, reply };
-        self.enqueue(&self.inner.meta, request).await?;
+        self.enqueue(&self.inner.meta, OwnerRequest::Op(request))
+            .await?;
         self.answer(pending).await
+    }
+
+    /// Adopts `state`, the state after op `op` (whose prepare's checksum is `anchor`), in
+    /// place of what the node holds: a clustered member too far behind for its leader's
+    /// log is sent the leader's state whole. `false` when the node's state was as new
+    /// already. Durable when answered; a node that stops midway finishes it at boot.
+    pub async fn adopt(&self, op: u64, anchor: u128, state: MetaState) -> NodeResult<bool> {
+        assert!(self.clustered(), "only a clustered node adopts a state");
+        self.check_running()?;
+        let (reply, pending) = oneshot();
+        let request = AdoptRequest {
+            op,
+            anchor,
+            state,
+            reply,
+        };
+        self.enqueue(&self.inner.meta, OwnerRequest::Adopt(request))
+            .await?;
+        self.answer(pending).await?
     }
 }

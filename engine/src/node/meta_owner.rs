@@ -113,6 +113,22 @@ pub(crate) struct OpRequest {
     pub(crate) reply: Reply<MetaReply>,
 }
 
+/// What the metadata owner is asked: an op, or (in a cluster) a whole state to adopt.
+pub(crate) enum OwnerRequest {
+    Op(OpRequest),
+    Adopt(AdoptRequest),
+}
+
+/// A state a cluster's leader sent whole: the state after op `op`, whose prepare's
+/// checksum is `anchor`. Answered `true` once adopted, `false` when the node's state was
+/// already as new (its decision at or after the adopted state's).
+pub(crate) struct AdoptRequest {
+    pub(crate) op: u64,
+    pub(crate) anchor: u128,
+    pub(crate) state: MetaState,
+    pub(crate) reply: Reply<NodeResult<bool>>,
+}
+
 /// An op the batch accepted.
 struct Accepted {
     op: MetaOp,
@@ -139,27 +155,41 @@ pub(crate) struct MetaOwner {
 }
 
 impl MetaOwner {
-    pub(crate) async fn run(mut self, mut inbox: Receiver<OpRequest>) {
+    pub(crate) async fn run(mut self, mut inbox: Receiver<OwnerRequest>) {
         loop {
             let mut batch: Vec<OpRequest> = self.deferred.drain(..).collect();
+            let mut adopt = None;
             if batch.is_empty() {
                 match inbox.recv().await {
-                    Some(request) => batch.push(request),
+                    Some(OwnerRequest::Op(request)) => batch.push(request),
+                    Some(OwnerRequest::Adopt(request)) => adopt = Some(request),
                     None => return,
                 }
             }
             let mut bytes: usize = batch.iter().map(|r| r.op.body().len()).sum();
-            while batch.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
+            while adopt.is_none() && batch.len() < MAX_BATCH_OPS && bytes < MAX_BATCH_BYTES {
                 match inbox.try_recv() {
-                    Ok(request) => {
+                    Ok(OwnerRequest::Op(request)) => {
                         bytes += request.op.body().len();
                         batch.push(request);
                     }
+                    Ok(OwnerRequest::Adopt(request)) => adopt = Some(request),
                     Err(_) => break,
                 }
             }
-            self.stats.meta_batches.fetch_add(1, Ordering::Relaxed);
-            self.commit(batch).await;
+            if !batch.is_empty() {
+                self.stats.meta_batches.fetch_add(1, Ordering::Relaxed);
+                self.commit(batch).await;
+            }
+            if let Some(request) = adopt {
+                // Ops queued before the adoption go first, those a batch put off too.
+                while !self.deferred.is_empty() {
+                    let batch = self.deferred.drain(..).collect();
+                    self.commit(batch).await;
+                }
+                let result = self.adopt(&request).await;
+                request.reply.send(result);
+            }
         }
     }
 
@@ -430,7 +460,7 @@ impl MetaOwner {
     /// creates it there: the state before the batch has a partition at `key` and the
     /// directory holds that partition (or nothing). A directory the removal would keep (an
     /// identity it does not remove, data without one) stays in the way.
-    fn removed_before(&self, before: &MetaState, key: PartitionKey, dir: &Path) -> bool {
+    pub(super) fn removed_before(&self, before: &MetaState, key: PartitionKey, dir: &Path) -> bool {
         let Some(old) = before.partition(key) else {
             return false;
         };
@@ -496,7 +526,7 @@ impl MetaOwner {
     }
 
     /// Stops the node (the first failure stays).
-    fn fail(&mut self, failure: Failure) -> Arc<Failure> {
+    pub(super) fn fail(&mut self, failure: Failure) -> Arc<Failure> {
         let failure = Arc::new(failure);
         if self.stopped.set(failure.clone()) {
             tracing::error!(%failure, "the node stops: restart it to recover what the disk holds");
@@ -538,7 +568,7 @@ impl MetaOwner {
 
     /// After a batch's work: the shards hold exactly the state's partitions, each on the
     /// shard its key hashes to. (A shard that stopped answers nothing: no check.)
-    async fn check_partitions(&self, state: &MetaState) {
+    pub(super) async fn check_partitions(&self, state: &MetaState) {
         if self.stopped.get().is_some() {
             return;
         }
@@ -578,7 +608,7 @@ impl MetaOwner {
     /// Op `op`'s directory work: its partitions' work on their shards, a few items at a time
     /// ([`WORK_PER_SHARD`] per shard of the node, in all); the
     /// directories of deleted topics and streams after their partitions were closed.
-    async fn do_work(
+    pub(super) async fn do_work(
         &mut self,
         state: &MetaState,
         op: u64,
@@ -699,7 +729,7 @@ impl MetaOwner {
 
     /// The invariants at a batch's end: the plane and the view agree on the last op, and the
     /// state's indexes agree with its maps.
-    fn check(&self) {
+    pub(super) fn check(&self) {
         assert_eq!(
             self.plane.last_op(),
             self.current.op,

@@ -19,6 +19,7 @@
 //! after an op became durable stops the node ([`Node::stopped`]): a supervisor restarts
 //! the process and boot recovers what the disk holds.
 
+mod adopt;
 mod auth;
 mod boot;
 mod client;
@@ -40,7 +41,8 @@ pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
 pub use auth::{token_login, Login};
 pub use boot::{
-    doomed_group_offsets, work_to_redo, BootError, BootMetrics, BootReport, Booted, PartitionBoot,
+    doomed_group_offsets, work_to_finish, work_to_redo, BootError, BootMetrics, BootReport, Booted,
+    PartitionBoot,
 };
 pub use client::Client;
 pub use decider::{Barrier, Decider, Decision};
@@ -56,7 +58,7 @@ use crate::env::Env;
 use crate::partition::{AppendAck, FenceReason, PartitionIdentity};
 use crate::state::Applied;
 use groups::GroupRequest;
-use meta_owner::OpRequest;
+use meta_owner::OwnerRequest;
 use retention::{Policy, Reason, Sealed};
 use shard::ShardRequest;
 use std::collections::{BTreeMap, VecDeque};
@@ -180,6 +182,8 @@ pub struct NodeStats {
     pub meta_batches: AtomicU64,
     pub meta_ops: AtomicU64,
     pub meta_no_space: AtomicU64,
+    /// States adopted whole from a cluster's leader (`adopt.rs`).
+    pub meta_adoptions: AtomicU64,
 }
 
 /// A copy of the counters.
@@ -194,6 +198,7 @@ pub struct StatsSnapshot {
     pub meta_batches: u64,
     pub meta_ops: u64,
     pub meta_no_space: u64,
+    pub meta_adoptions: u64,
 }
 
 impl NodeStats {
@@ -209,6 +214,7 @@ impl NodeStats {
             meta_batches: get(&self.meta_batches),
             meta_ops: get(&self.meta_ops),
             meta_no_space: get(&self.meta_no_space),
+            meta_adoptions: get(&self.meta_adoptions),
         }
     }
 }
@@ -225,7 +231,7 @@ struct Inner {
     cluster: u128,
     settings: NodeSettings,
     view: Arc<ViewCell>,
-    meta: Sender<OpRequest>,
+    meta: Sender<OwnerRequest>,
     shards: Vec<Sender<ShardRequest>>,
     groups: Sender<GroupRequest>,
     stopped: Latch<Arc<Failure>>,

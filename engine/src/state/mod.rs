@@ -21,6 +21,7 @@ pub mod options;
 pub mod proposals;
 pub mod tokens;
 
+pub mod adoption;
 mod apply;
 mod grants;
 

@@ -240,7 +240,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
             unsent,
         )?;
         let stats = cx.node.stats();
-        let counters: [(&str, &str, u64); 8] = [
+        let counters: [(&str, &str, u64); 9] = [
             (
                 "cairn_persists",
                 "Partition persists that acknowledged persisted sends",
@@ -280,6 +280,11 @@ impl prometheus_client::collector::Collector for NodeCollector {
                 "cairn_metadata_no_space",
                 "Metadata batches refused for a full disk",
                 stats.meta_no_space,
+            ),
+            (
+                "cairn_metadata_adoptions",
+                "Cluster states adopted whole from a leader's snapshot (a member too far behind its log)",
+                stats.meta_adoptions,
             ),
         ];
         for (name, help, value) in counters {

@@ -229,6 +229,8 @@ impl NodeWorld {
                     self.decision("CheckpointCrash");
                 }
                 MetaAction::RewriteSlot { .. } => self.decision("MetaSlotRepaired"),
+                // Only a clustered node adopts a state (the cluster world's nodes).
+                MetaAction::RemoveTempAdoption | MetaAction::RemoveAdoption => {}
             }
         }
         if plan.record.is_some_and(|r| r.snapshot.op > 0) && !plan.replayed.is_empty() {

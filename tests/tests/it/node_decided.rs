@@ -304,3 +304,127 @@ fn a_retried_decision_applies_once_on_every_member_and_after_restarts() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+/// Every partition of `state` has its directory under `root`, and no other partition
+/// directory is there.
+fn holds_exactly(root: &Path, state: &cairn_engine::state::MetaState) {
+    let mut found = Vec::new();
+    let streams = root.join("streams");
+    let list = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    for stream in list(&streams) {
+        for topic in list(&stream.join("topics")) {
+            for partition in list(&topic.join("partitions")) {
+                if partition.is_dir() {
+                    found.push(partition);
+                }
+            }
+        }
+    }
+    let mut wanted: Vec<_> = state
+        .partitions()
+        .into_iter()
+        .map(|id| {
+            cairn_engine::partition::partition_dir(root, id.stream_id, id.topic_id, id.partition_id)
+        })
+        .collect();
+    found.sort();
+    wanted.sort();
+    assert_eq!(found, wanted, "the partition directories are the state's");
+}
+
+#[test]
+fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_short() {
+    use cairn_engine::metadata::{adoption, MetaRefusal};
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sequencer = Sequencer::default();
+    let a = boot_member(da.path());
+    let b = boot_member(db.path());
+    sequencer.join(&a.node);
+    sequencer.join(&b.node);
+    a.node.set_decider(Arc::new(sequencer.clone()));
+    workload(&a, 0);
+    workload(&a, 1);
+    same_state(&a, &b);
+
+    // B misses everything from here: a stream deleted, a topic purged, a group made
+    // again under its id, partitions removed, new streams.
+    sequencer.0.lock().unwrap().members.pop();
+    let (s0, s1, t0) = (
+        WireIdentifier::numeric(0),
+        WireIdentifier::numeric(1),
+        WireIdentifier::numeric(0),
+    );
+    a.delete_stream(&s0).unwrap();
+    a.purge_topic(&s1, &t0).unwrap();
+    a.delete_group(&s1, &t0, &WireIdentifier::numeric(0))
+        .unwrap();
+    a.create_group(&s1, &t0, "readers-again").unwrap();
+    a.delete_partitions(&s1, &t0, 2).unwrap();
+    workload(&a, 2);
+    let view = a.view();
+    let adopt = |node: &Node, view: &cairn_engine::node::MetaView| {
+        block_on(node.adopt(view.op, view.state.decided(), view.state.clone()))
+    };
+    assert!(adopt(&b.node, &view).unwrap(), "adopted");
+    same_state(&a, &b);
+    holds_exactly(db.path(), &b.view().state);
+    assert!(!adopt(&b.node, &view).unwrap(), "held already");
+    assert_eq!(b.node.stats().meta_adoptions, 1);
+
+    // It goes on from the adopted state: later decisions, a restart from the checkpoint.
+    sequencer.join(&b.node);
+    workload(&a, 3);
+    same_state(&a, &b);
+    b.close().unwrap();
+    let b = boot_member(db.path());
+    same_state(&a, &b);
+
+    // B stops just after an adoption became durable, before any of its work: boot does
+    // the work and records the state.
+    sequencer.0.lock().unwrap().members.pop();
+    b.halt();
+    // Streams 1 and 2 go; the next stream takes id 1 again, 2 stays gone.
+    a.delete_stream(&WireIdentifier::numeric(1)).unwrap();
+    a.delete_stream(&WireIdentifier::numeric(2)).unwrap();
+    workload(&a, 4);
+    assert!(a.view().state.stream(2).is_none());
+    let view = a.view();
+    let file = db.path().join("metadata").join(adoption::FILE);
+    let bytes = adoption::encode(CLUSTER, view.op, view.state.decided(), &view.state);
+    std::fs::write(&file, &bytes).unwrap();
+    assert!(db.path().join("streams/2").is_dir());
+    let b = boot_member(db.path());
+    same_state(&a, &b);
+    holds_exactly(db.path(), &b.view().state);
+    assert!(
+        !db.path().join("streams/2").exists(),
+        "the stream's tree went"
+    );
+    assert!(!file.exists(), "the finished adoption's file is gone");
+    b.close().unwrap();
+    let b = boot_member(db.path());
+    same_state(&a, &b);
+    b.halt();
+
+    // A damaged adoption file is damage: its work may have begun.
+    let mut damaged = bytes;
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    std::fs::write(&file, &damaged).unwrap();
+    let refused = start(&real_env(), db.path(), settings(Some(CLUSTER))).err();
+    assert!(
+        matches!(
+            &refused,
+            Some(BootError::Refused(MetaRefusal::AdoptionDamaged { .. }))
+        ),
+        "{refused:?}"
+    );
+    a.close().unwrap();
+}

@@ -3,7 +3,7 @@
 //! ([`Replayed`]). A leaf: it imports neither the survey nor the decisions.
 
 use crate::metadata::record::SnapshotRef;
-use crate::metadata::{snapshot, JOURNAL};
+use crate::metadata::{adoption, snapshot, JOURNAL};
 use crate::state::ops::MetaOp;
 use crate::state::Applied;
 use std::fmt;
@@ -88,6 +88,13 @@ pub enum MetaRefusal {
         path: PathBuf,
         error: String,
     },
+    /// A state being adopted (`adopt.bin`, whole once it exists) does not verify or was
+    /// made for another cluster: its directory work may have begun, and neither state
+    /// accounts for it without the file.
+    AdoptionDamaged {
+        path: PathBuf,
+        error: String,
+    },
 }
 
 crate::names::variant_names!(MetaRefusal, coverage "meta:":
@@ -105,6 +112,7 @@ crate::names::variant_names!(MetaRefusal, coverage "meta:":
     JournalChainBroken,
     EntryDoesNotApply,
     Unreadable,
+    AdoptionDamaged,
 );
 
 impl MetaRefusal {
@@ -125,7 +133,8 @@ impl MetaRefusal {
             | JournalUncertain { path, .. }
             | JournalChainBroken { path, .. }
             | EntryDoesNotApply { path, .. }
-            | Unreadable { path, .. } => path,
+            | Unreadable { path, .. }
+            | AdoptionDamaged { path, .. } => path,
         }
     }
 }
@@ -148,6 +157,7 @@ impl fmt::Display for MetaRefusal {
             JournalChainBroken { path, position, detail } => write!(f, "{} at position {position}: the hash chain is broken: {detail}", path.display()),
             EntryDoesNotApply { path, position, op, error } => write!(f, "{} at position {position}: op {op} does not apply to the state before it: {error}", path.display()),
             Unreadable { path, error } => write!(f, "{}: cannot be read: {error}", path.display()),
+            AdoptionDamaged { path, error } => write!(f, "{}: a state being adopted does not verify ({error}); its directory work may have begun", path.display()),
         }
     }
 }
@@ -167,6 +177,10 @@ pub enum MetaAction {
     /// The trusted record survives in one copy of its slot file: write the next two records
     /// (one into each slot), so each slot file holds two good copies again.
     RewriteSlot { path: PathBuf },
+    /// Remove an `adopt.bin.tmp`: an adoption interrupted before it began.
+    RemoveTempAdoption,
+    /// Remove an `adopt.bin` the checkpoint holds: an adoption finished but for this.
+    RemoveAdoption,
 }
 
 crate::names::variant_names!(MetaAction:
@@ -174,6 +188,8 @@ crate::names::variant_names!(MetaAction:
     FinishSnapshot,
     RemoveTempSnapshot,
     RewriteSlot,
+    RemoveTempAdoption,
+    RemoveAdoption,
 );
 
 impl fmt::Display for MetaAction {
@@ -199,6 +215,16 @@ impl fmt::Display for MetaAction {
                 f,
                 "write the next records into both superblock slots: the newest survives in one copy of {}",
                 path.display()
+            ),
+            MetaAction::RemoveTempAdoption => write!(
+                f,
+                "remove {}: an adoption interrupted before it began",
+                adoption::TEMP
+            ),
+            MetaAction::RemoveAdoption => write!(
+                f,
+                "remove {}: the checkpoint holds the adopted state",
+                adoption::FILE
             ),
         }
     }

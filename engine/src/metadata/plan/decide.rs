@@ -27,6 +27,10 @@
 //! | 20 | damage above the durable end followed by nothing, or only by entries of the same write (a write torn sector by sector) | truncate at the damage (`TruncateJournal`: a torn tail) |
 //! | 21 | whole entries above the durable end | keep them: the plane syncs, replays and records them |
 //! | 22 | only entries the snapshot already holds (a checkpoint interrupted before it emptied the journal) | empty the journal (`TruncateJournal` from 0) |
+//! | 23 | an `adopt.bin.tmp` (an adoption interrupted before it began) | remove it (`RemoveTempAdoption`) |
+//! | 24 | an `adopt.bin` that does not verify, or names another cluster | refuse `AdoptionDamaged` |
+//! | 25 | an `adopt.bin` at or below the last op (the checkpoint holds it) | remove it (`RemoveAdoption`) |
+//! | 26 | an `adopt.bin` above the last op | boot finishes the adoption (`MetaPlan::adopting`) |
 //!
 //! A metadata file the device cannot read is refused `Unreadable` by the survey, before any
 //! of these rows. Every op a caller was answered for lies below the recorded durable end
@@ -34,8 +38,10 @@
 //! an answered op.
 
 use super::actions::{MetaAction, MetaRefusal, Replayed};
-use super::survey::{Slot, SnapshotFiles};
+use super::survey::{AdoptionFiles, Slot, SnapshotFiles};
+use super::Adopting;
 use crate::env::DirEntry;
+use crate::metadata::adoption as adopt_file;
 use crate::metadata::journal::{self, Entry};
 use crate::metadata::record::{JournalPoint, MetaRecord, SLOT_NAMES};
 use crate::metadata::snapshot::{self, Snapshot};
@@ -559,4 +565,41 @@ fn judge_tail_damage(
         (false, None, true) => TailDamage::Uncertain,
         (false, None, false) => TailDamage::Torn,
     }
+}
+
+/// Rows 23-26: a state being adopted, against the last op after the journal's replay.
+pub(super) fn adoption(
+    dir: &Path,
+    record: &MetaRecord,
+    found: AdoptionFiles,
+    last_op: u64,
+    actions: &mut Vec<MetaAction>,
+) -> Result<Option<Adopting>, MetaRefusal> {
+    if found.temp {
+        actions.push(MetaAction::RemoveTempAdoption);
+    }
+    let Some(bytes) = found.file.transpose()? else {
+        return Ok(None);
+    };
+    let path = dir.join(adopt_file::FILE);
+    let damaged = |error: String| MetaRefusal::AdoptionDamaged {
+        path: path.clone(),
+        error,
+    };
+    let snapshot = adopt_file::decode(&bytes).map_err(damaged)?;
+    if snapshot.cluster != record.cluster {
+        return Err(damaged(format!(
+            "it was made for cluster {:#x}, the superblock names {:#x}",
+            snapshot.cluster, record.cluster
+        )));
+    }
+    if snapshot.op <= last_op {
+        actions.push(MetaAction::RemoveAdoption);
+        return Ok(None);
+    }
+    Ok(Some(Adopting {
+        op: snapshot.op,
+        anchor: snapshot.anchor,
+        state: snapshot.state,
+    }))
 }

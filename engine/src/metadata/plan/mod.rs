@@ -11,6 +11,7 @@ pub mod decide;
 pub mod survey;
 
 pub use actions::{MetaAction, MetaRefusal, Replayed};
+pub use survey::AdoptionFiles;
 
 use super::record::MetaRecord;
 use super::{MetadataError, DIR, JOURNAL};
@@ -39,6 +40,17 @@ pub struct MetaPlan {
     pub actions: Vec<MetaAction>,
     pub notes: Vec<String>,
     pub refusal: Option<MetaRefusal>,
+    /// A state being adopted whole that the plane has not recorded yet: boot finishes it.
+    pub adopting: Option<Adopting>,
+}
+
+/// A state a clustered node was adopting when it stopped (`metadata::adoption`): the state
+/// after op `op`, whose prepare's checksum is `anchor`.
+#[derive(Debug, Clone)]
+pub struct Adopting {
+    pub op: u64,
+    pub anchor: u128,
+    pub state: MetaState,
 }
 
 impl MetaPlan {
@@ -56,6 +68,7 @@ impl MetaPlan {
             actions: Vec::new(),
             notes: Vec::new(),
             refusal: None,
+            adopting: None,
         }
     }
 
@@ -103,6 +116,12 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> Result<MetaPlan, MetadataError> {
     let plan = match walked {
         Ok(walk) => {
             actions.extend(walk.actions);
+            let found = survey::read_adoption(disk, &dir, &entries);
+            let adopting = match decide::adoption(&dir, &record, found, walk.last_op, &mut actions)
+            {
+                Ok(adopting) => adopting,
+                Err(refusal) => return Ok(MetaPlan::refused(&dir, refusal, notes)),
+            };
             MetaPlan {
                 dir: dir.clone(),
                 first_boot: false,
@@ -115,6 +134,7 @@ pub fn plan(disk: &dyn Disk, root: &Path) -> Result<MetaPlan, MetadataError> {
                 actions,
                 notes,
                 refusal: None,
+                adopting,
             }
         }
         Err(refusal) => MetaPlan::refused(&dir, refusal, notes),

@@ -13,7 +13,7 @@
 use super::actions::MetaRefusal;
 use crate::env::{DirEntry, Disk, OpenMode};
 use crate::metadata::record::{MetaRecord, SLOT_NAMES};
-use crate::metadata::{snapshot, JOURNAL};
+use crate::metadata::{adoption, snapshot, JOURNAL};
 use crate::slots::{self, SlotBytes};
 use std::io;
 use std::path::Path;
@@ -148,5 +148,21 @@ pub(super) fn read_journal(
     match entries.iter().any(|e| e.name == JOURNAL) {
         true => read_file(disk, &dir.join(JOURNAL)),
         false => Ok(Vec::new()),
+    }
+}
+
+/// The adoption files as read (`crate::metadata::adoption`).
+pub struct AdoptionFiles {
+    /// `adopt.bin`, when listed: its bytes, or why the device cannot read them.
+    pub(super) file: Option<Result<Vec<u8>, MetaRefusal>>,
+    /// Whether `adopt.bin.tmp` is listed.
+    pub(super) temp: bool,
+}
+
+pub(super) fn read_adoption(disk: &dyn Disk, dir: &Path, entries: &[DirEntry]) -> AdoptionFiles {
+    let present = |name: &str| entries.iter().any(|e| e.name == name);
+    AdoptionFiles {
+        file: present(adoption::FILE).then(|| read_file(disk, &dir.join(adoption::FILE))),
+        temp: present(adoption::TEMP),
     }
 }

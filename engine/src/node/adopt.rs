@@ -1,0 +1,122 @@
+//! Adopting a state whole: a clustered member too far behind for its leader's log is sent
+//! the leader's state (the metadata group's snapshot) instead of the ops it missed.
+//!
+//! ```text
+//! its decision at or before the node's → nothing to do (answered false)
+//!   → the work between the two states (`state::adoption`), checked for directories in the way
+//!   → `adopt.bin` durable (from here on boot finishes the adoption if the node stops)
+//!   → the work on the shards, each changed directory synced once
+//!   → the state recorded as the checkpoint, every op up to it applied; `adopt.bin` removed
+//!   → publish the new view → effects to the groups owner → answered true
+//! ```
+//!
+//! As with an op, once the adoption is durable any failure stops the node, and a restart
+//! finishes it (`node::boot`).
+
+use super::groups::GroupRequest;
+use super::meta_owner::{AdoptRequest, MetaOwner};
+use super::shard::ShardRequest;
+use super::view::MetaView;
+use super::work::sync_dirs;
+use crate::env::settle;
+use crate::error::{Failure, NodeError, NodeResult};
+use crate::partition::partition_dir;
+use crate::state::adoption::adoption;
+use crate::state::{key_of, DirWork};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+impl MetaOwner {
+    /// Adopts `request`'s state (see the module's table).
+    pub(super) async fn adopt(&mut self, request: &AdoptRequest) -> NodeResult<bool> {
+        if let Some(failure) = self.stopped.get() {
+            return Err(NodeError::Stopped(failure));
+        }
+        let (before, after) = (&self.current.state, &request.state);
+        if after.decided() <= before.decided() {
+            return Ok(false);
+        }
+        if request.op <= self.current.op {
+            return Err(NodeError::Undecided(format!(
+                "the adopted state ends at op {}, this node at op {}, though its decision {:#x} is \
+                 after this node's {:#x}",
+                request.op,
+                self.current.op,
+                after.decided(),
+                before.decided()
+            )));
+        }
+        let planned = adoption(before, after);
+        self.check_adopted_paths(&planned.work)?;
+        tracing::info!(
+            from = self.current.op,
+            to = request.op,
+            "adopting a cluster's state"
+        );
+        if let Err(error) = self.plane.begin_adoption(request.op, request.anchor, after) {
+            // Nothing rests on the temporary file: boot removes it.
+            let failure = self.fail(Failure::Metadata(error));
+            return Err(NodeError::Stopped(failure));
+        }
+        settle(&self.env).await;
+        let after = request.state.clone();
+        let mut dirs = BTreeSet::new();
+        if let Err(error) = self
+            .do_work(&after, request.op, &planned.work, &mut dirs)
+            .await
+        {
+            return Err(NodeError::Stopped(self.fail(Failure::Work(error))));
+        }
+        if let Err(error) = sync_dirs(self.env.disk.as_ref(), &dirs) {
+            return Err(NodeError::Stopped(self.fail(Failure::Work(error.into()))));
+        }
+        if let Err(error) = self
+            .plane
+            .finish_adoption(request.op, request.anchor, &after)
+        {
+            return Err(NodeError::Stopped(self.fail(Failure::Metadata(error))));
+        }
+        settle(&self.env).await;
+        self.current = Arc::new(MetaView {
+            op: request.op,
+            state: after,
+        });
+        self.view.publish(self.current.clone());
+        for shard in &self.shards {
+            let _ = shard.send(ShardRequest::Applied).await;
+        }
+        self.check_partitions(&self.current.state).await;
+        if !planned.effects.is_empty() {
+            let _ = self
+                .groups
+                .send(GroupRequest::Effects {
+                    effects: planned.effects,
+                    at_op: request.op,
+                })
+                .await;
+        }
+        self.stats
+            .meta_adoptions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.check();
+        Ok(true)
+    }
+
+    /// A partition the adoption creates must not find a directory in its place unless the
+    /// node's state has a partition there (which the adoption removes or replaces first).
+    fn check_adopted_paths(&self, work: &[DirWork]) -> NodeResult<()> {
+        for w in work {
+            if let DirWork::CreatePartition(identity) = w {
+                let key = key_of(identity);
+                let dir = partition_dir(&self.root, key.0, key.1, key.2);
+                let exists = self.env.disk.exists(&dir).map_err(|e| {
+                    NodeError::Undecided(format!("cannot check {}: {e}", dir.display()))
+                })?;
+                if exists && !self.removed_before(&self.current.state, key, &dir) {
+                    return Err(NodeError::DirectoryInTheWay(dir));
+                }
+            }
+        }
+        Ok(())
+    }
+}
