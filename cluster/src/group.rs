@@ -127,10 +127,6 @@ impl GroupConfig {
 /// Polls (of `HANDOVER_POLL`) a change waits for the metrics to show its configuration.
 const SETTLE_POLLS: u32 = 100;
 
-/// Entries a leader keeps behind its snapshot when a node holds the state: a follower that
-/// falls further behind than this stops (adopting a snapshot into a node is not built yet).
-pub const NODE_LOG_KEPT: u64 = 1_000_000;
-
 /// Why a replica did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -265,15 +261,13 @@ impl MetaGroup {
             config.observer.clone(),
         )
         .map_err(StartError::Machine)?;
-        // A node holds the state: a follower cannot adopt a snapshot into it yet, so the
-        // leader keeps enough log for followers to catch up from it (metadata ops are few).
-        let (machine, log_kept) = match config.node.clone() {
-            Some(node) => (
-                machine.with_node(node).map_err(StartError::Machine)?,
-                NODE_LOG_KEPT,
-            ),
-            None => (machine, config.snapshot_every / 4),
+        // A follower further behind than the log kept behind the snapshot is sent the
+        // snapshot, which its node adopts (`Node::adopt`).
+        let machine = match config.node.clone() {
+            Some(node) => machine.with_node(node).map_err(StartError::Machine)?,
+            None => machine,
         };
+        let log_kept = config.snapshot_every / 4;
         let listener =
             env.net
                 .listen(addrs[&member])

@@ -131,8 +131,8 @@ impl MetaMachine {
     /// node as a decided op (`Node::apply_decided`) and answered once the node made it
     /// durable and applied it; the node's own journal, not this machine, holds the state,
     /// and its last decision tells a command applied before a restart from a new one. A
-    /// snapshot is the node's state; installing one from a leader is not built yet (the
-    /// leader keeps its log long enough that followers catch up from it instead).
+    /// snapshot is the node's state after its op; a member that installs one from a leader
+    /// has its node adopt it (`Node::adopt`) before the group records it.
     ///
     /// Refused when the node holds less than the group's snapshot says was applied: the
     /// entries before the snapshot would never reach it again (its metadata was lost or
@@ -364,12 +364,13 @@ impl Inner {
         }
     }
 
-    /// A snapshot of `state` (the node's, when a node applies the commands) or of the
-    /// state held here.
-    fn build(&mut self, state: Option<MetaState>) -> io::Result<Snapshot> {
+    /// A snapshot of the node's state after its op (when a node applies the commands: a
+    /// member that adopts it numbers its ops on from there) or of the state held here
+    /// after the last entry applied.
+    fn build(&mut self, node: Option<(u64, &MetaState)>) -> io::Result<Snapshot> {
         let last = self.applied;
-        let state = state.as_ref().unwrap_or(&self.state);
-        let data = meta_snapshot::encode(self.cluster, last.map_or(0, |l| l.index), 0, state);
+        let (op, state) = node.unwrap_or((last.map_or(0, |l| l.index), &self.state));
+        let data = meta_snapshot::encode(self.cluster, op, 0, state);
         let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: self.membership.clone(),
@@ -383,15 +384,22 @@ impl Inner {
         })
     }
 
-    fn install(&mut self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        let decoded = meta_snapshot::Snapshot::decode(&data)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
+    /// Records a snapshot a leader sent: stored, and (when no node holds the state) its
+    /// state held here.
+    fn install(
+        &mut self,
+        meta: &SnapshotMeta,
+        data: Vec<u8>,
+        state: Option<MetaState>,
+    ) -> io::Result<()> {
         let stored = StoredSnapshot {
             meta: meta.clone(),
             data,
         };
         write_snapshot(&*self.disk, &self.dir, &stored)?;
-        self.state = decoded.state;
+        if let Some(state) = state {
+            self.state = state;
+        }
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.snapshot = Some(stored);
@@ -454,8 +462,8 @@ impl RaftSnapshotBuilder<MetaConfig> for MetaMachine {
         // entry), then the node's state: it may be ahead of the snapshot's last entry by an
         // entry being applied now, never behind (a node skips the decisions it holds).
         let mut inner = self.lock();
-        let state = self.node.as_ref().map(|node| node.view().state.clone());
-        inner.build(state)
+        let view = self.node.as_ref().map(|node| node.view());
+        inner.build(view.as_deref().map(|v| (v.op, &v.state)))
     }
 }
 
@@ -505,14 +513,34 @@ impl openraft::storage::RaftStateMachine<MetaConfig> for MetaMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        if self.node.is_some() {
-            return Err(io::Error::other(format!(
-                "a snapshot up to {:?} arrived, and adopting one into the node is not built \
-                 yet: this member fell further behind than the leader keeps its log",
-                meta.last_log_id
-            )));
+        let decoded = meta_snapshot::Snapshot::decode(&data)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {e}")))?;
+        let cluster = self.lock().cluster;
+        if decoded.cluster != cluster {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a snapshot of cluster {:#x} arrived at a replica of {cluster:#x}",
+                    decoded.cluster
+                ),
+            ));
         }
-        self.lock().install(meta, data)
+        let Some(node) = &self.node else {
+            return self.lock().install(meta, data, Some(decoded.state));
+        };
+        // The node adopts the state first: a crash before the group's snapshot is stored
+        // leaves the group where it was, and the leader sends the snapshot again, which the
+        // node then holds already. Its chain restarts from the decision the state holds.
+        let anchor = decoded.state.decided();
+        node.adopt(decoded.op, anchor, decoded.state)
+            .await
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "the node could not adopt the snapshot up to {:?}: {e}",
+                    meta.last_log_id
+                ))
+            })?;
+        self.lock().install(meta, data, None)
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {

@@ -71,7 +71,7 @@ pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 pub const INV_FRESH: &str = "a fresh read sees every op acknowledged before it";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 19] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 21] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -140,6 +140,14 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 19] = [
     (
         "ClusterNodeReplayed",
         "a restarted replica handed its node commands the node had applied before, and the node applied none twice",
+    ),
+    (
+        "ClusterNodeAdopted",
+        "a replica's node behind the leader's log adopted the leader's state whole (its snapshot)",
+    ),
+    (
+        "ClusterAdoptionCutShort",
+        "a replica's node stopped while adopting a state, and its next boot removed the adoption's leftovers or finished it",
     ),
     (
         "ClusterBootFromSnapshot",
@@ -600,7 +608,7 @@ fn group_dir(id: MemberId) -> PathBuf {
 async fn boot_node(
     env: &Env,
     id: MemberId,
-) -> Result<cairn_engine::node::Node, cairn_engine::node::BootError> {
+) -> Result<cairn_engine::node::Booted, cairn_engine::node::BootError> {
     use cairn_engine::node::{Node, NodeSettings, PasswordCost};
     let settings = NodeSettings {
         password_cost: PasswordCost::CHEAP,
@@ -612,8 +620,7 @@ async fn boot_node(
         shards: 1,
         ..NodeSettings::default()
     };
-    let booted = Node::start(env, &PathBuf::from(format!("/data/{id}")), settings).await?;
-    Ok(booted.node)
+    Node::start(env, &PathBuf::from(format!("/data/{id}")), settings).await
 }
 
 /// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
@@ -698,10 +705,62 @@ impl World {
         });
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
+            if self.profile.nodes {
+                self.decision("ClusterNodeAdopted");
+            }
         }
         for _ in 0..replayed {
             self.decision("ClusterNodeReplayed");
         }
+    }
+
+    /// What a node's boot found of an adoption the replica's last process began.
+    fn adoption_at_boot(&mut self, id: MemberId, plan: &cairn_engine::metadata::MetaPlan) {
+        use cairn_engine::metadata::MetaAction;
+        let leftovers = plan.actions.iter().any(|a| {
+            matches!(
+                a,
+                MetaAction::RemoveAdoption | MetaAction::RemoveTempAdoption
+            )
+        });
+        if let Some(a) = &plan.adopting {
+            self.event(format!(
+                "replica {id}: boot finishes adopting the state after op {}",
+                a.op
+            ));
+        }
+        if leftovers || plan.adopting.is_some() {
+            self.decision("ClusterAdoptionCutShort");
+        }
+    }
+
+    /// A restarted replica (likely behind, so likely sent a snapshot) may crash at a step
+    /// of an adoption: before the adopted state is synced, when its checkpoint is written
+    /// (its work done), or before its file is removed.
+    fn arm_adoption_crash(&mut self, at: usize) {
+        use cairn_faults::disk::{Call, Scripted};
+        const STEPS: [(Call, &str); 3] = [
+            (Call::Sync, "metadata/adopt.bin"),
+            (Call::Write, "metadata/snapshot.bin.tmp"),
+            (Call::Remove, "metadata/adopt.bin"),
+        ];
+        let replica = &self.replicas[at];
+        if !self.profile.nodes || replica.starts < 2 || replica.armed {
+            return;
+        }
+        if !self.rng.gen_bool(0.25) {
+            return;
+        }
+        let (call, part) = STEPS[self.rng.gen_range(0..STEPS.len())];
+        replica.disk.script(Scripted::CrashOnCall {
+            call,
+            part: part.into(),
+        });
+        let id = replica.id;
+        self.replicas[at].armed = true;
+        self.event(format!(
+            "replica {id}: crash armed at its next {call:?} of {part}"
+        ));
     }
 
     fn failed(&self) -> bool {
@@ -735,7 +794,19 @@ impl World {
         self.replicas[at].starts += 1;
         if self.profile.nodes {
             match boot_node(&env, id).await {
-                Ok(node) => config.node = Some(node),
+                Ok(booted) => {
+                    self.adoption_at_boot(id, &booted.plan);
+                    // No fault here damages a partition's bytes: a fenced one is work
+                    // (an op's or an adoption's) done wrong or redone wrong.
+                    let fenced = booted.report.partitions.iter().find_map(|(key, boot)| {
+                        boot.fence().map(|reason| format!("{key:?}: {reason}"))
+                    });
+                    if let Some(fenced) = fenced {
+                        self.fail(INV_BOOT, format!("replica {id}'s node fenced {fenced}"));
+                        return;
+                    }
+                    config.node = Some(booted.node);
+                }
                 Err(e) => {
                     self.fail(INV_BOOT, format!("replica {id}'s node did not boot: {e}"));
                     return;
@@ -788,6 +859,9 @@ impl World {
                 );
                 self.fail(INV_BOOT, format!("replica {id} did not start: {e}"));
             }
+        }
+        if self.nemesis_on && self.replicas[at].group.is_some() {
+            self.arm_adoption_crash(at);
         }
     }
 }

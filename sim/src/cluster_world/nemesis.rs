@@ -15,7 +15,9 @@ impl World {
 
     pub(super) fn crash_as(&mut self, at: usize, power: bool) {
         self.count_installs(at);
+        // A crash still to strike (armed, or scripted at a step) dies with this process.
         self.replicas[at].armed = false;
+        self.replicas[at].disk.disarm_crash();
         self.decision(if power {
             "ClusterPowerLoss"
         } else {
@@ -108,6 +110,7 @@ impl World {
         let replica = &mut self.replicas[at];
         replica.group = None;
         replica.armed = false;
+        replica.disk.disarm_crash();
         self.executor.kill_group(NODE_GROUP_BASE + replica.id);
         replica.disk.process_crash();
         let id = replica.id;
