@@ -273,8 +273,7 @@ impl Node {
         };
         let mut plane = MetadataPlane::open(&plane_env, &plan, settings.meta)?;
         let redo = work_to_finish(&plan);
-        let adopting = plan.adopting.clone();
-        if let Some(a) = &adopting {
+        if let Some(a) = &plan.adopting {
             tracing::info!(op = a.op, "finishing the adoption of a cluster's state");
             plan.state = a.state.clone();
         }
@@ -285,11 +284,11 @@ impl Node {
             tree,
             ..BootReport::default()
         };
-        match adopting {
-            Some(a) => {
-                plane.finish_adoption(a.op, a.anchor, &a.state)?;
-                (plan.last_op, plan.last_checksum) = (a.op, a.anchor);
-            }
+        match &plan.adopting {
+            // Recorded once the shards removed the stale group offsets (`start_owners`):
+            // a group deleted and made again under its id within the adoption keeps no
+            // offset of the old one, which no later boot could tell from its own.
+            Some(a) => (plan.last_op, plan.last_checksum) = (a.op, a.anchor),
             None => plane.record_applied()?,
         }
         settle(env).await;
@@ -464,7 +463,7 @@ async fn start_owners(
     env: &Env,
     root: &Path,
     settings: NodeSettings,
-    plane: MetadataPlane,
+    mut plane: MetadataPlane,
     plan: &MetaPlan,
     redo: &[(u64, &DirWork)],
     report: &mut BootReport,
@@ -571,6 +570,10 @@ async fn start_owners(
         report
             .group_offsets_removed
             .extend(boot.group_offsets_removed);
+    }
+    if let Some(a) = &plan.adopting {
+        plane.finish_adoption(a.op, a.anchor, &a.state)?;
+        settle(env).await;
     }
     report.partitions.sort_by_key(|(key, _)| *key);
     let boot = BootMetrics::new(plan, report);

@@ -290,6 +290,9 @@ struct Replica {
     /// A crash is armed on its disk: it strikes inside a disk call (a write lands in part),
     /// and the nemesis then takes the process down.
     armed: bool,
+    /// The node of its current process (when the profile runs nodes), until its counts
+    /// are taken.
+    node: Option<cairn_engine::node::Node>,
 }
 
 struct Shared {
@@ -472,6 +475,7 @@ fn run_script(
                 group: None,
                 starts: 0,
                 armed: false,
+                node: None,
             }
         })
         .collect();
@@ -705,9 +709,13 @@ impl World {
         });
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
-            if self.profile.nodes {
-                self.decision("ClusterNodeAdopted");
-            }
+        }
+        let adopted = self.replicas[at]
+            .node
+            .take()
+            .map_or(0, |node| node.stats().meta_adoptions);
+        for _ in 0..adopted {
+            self.decision("ClusterNodeAdopted");
         }
         for _ in 0..replayed {
             self.decision("ClusterNodeReplayed");
@@ -745,10 +753,10 @@ impl World {
             (Call::Remove, "metadata/adopt.bin"),
         ];
         let replica = &self.replicas[at];
-        if !self.profile.nodes || replica.starts < 2 || replica.armed {
+        if !self.profile.nodes || replica.armed || !self.behind(at) {
             return;
         }
-        if !self.rng.gen_bool(0.25) {
+        if !self.rng.gen_bool(0.5) {
             return;
         }
         let (call, part) = STEPS[self.rng.gen_range(0..STEPS.len())];
@@ -761,6 +769,54 @@ impl World {
         self.event(format!(
             "replica {id}: crash armed at its next {call:?} of {part}"
         ));
+    }
+
+    /// Whether replica `at`'s log ends further behind another's than a leader keeps behind
+    /// its snapshot: it is likely sent the snapshot.
+    fn behind(&self, at: usize) -> bool {
+        let last = |r: &Replica| {
+            r.group
+                .as_ref()
+                .and_then(|g| g.log().summary().2)
+                .map_or(0, |l| l.index)
+        };
+        let mine = last(&self.replicas[at]);
+        let most = self.replicas.iter().map(last).max().unwrap_or(0);
+        most.saturating_sub(mine) > self.profile.snapshot_every / 4
+    }
+
+    /// Boots member `at`'s node; when the node has an adoption to finish, now and then a
+    /// crash strikes inside one of the boot's disk calls first, and the next boot must
+    /// finish what that one left.
+    async fn boot_node_of(
+        &mut self,
+        at: usize,
+    ) -> Result<cairn_engine::node::Booted, cairn_engine::node::BootError> {
+        let id = self.replicas[at].id;
+        let adopting = PathBuf::from(format!("/data/{id}/metadata"))
+            .join(cairn_engine::metadata::adoption::FILE);
+        let disk = self.replicas[at].disk.clone();
+        let pending = cairn_engine::env::Disk::exists(&disk, &adopting).unwrap_or(false);
+        if pending && self.rng.gen_bool(0.5) {
+            let calls = self.rng.gen_range(0..30);
+            disk.arm_crash(calls);
+            let env = self.replicas[at].env.clone();
+            let booted = boot_node(&env, id).await;
+            if !disk.is_crashed() {
+                disk.disarm_crash();
+                return booted;
+            }
+            if let Ok(booted) = booted {
+                booted.node.halt().await;
+            }
+            self.executor.kill_group(NODE_GROUP_BASE + id);
+            disk.process_crash();
+            self.decision("ClusterAdoptionCutShort");
+            self.event(format!(
+                "replica {id}: crashed inside a boot finishing an adoption"
+            ));
+        }
+        boot_node(&self.replicas[at].env.clone(), id).await
     }
 
     fn failed(&self) -> bool {
@@ -793,7 +849,7 @@ impl World {
         let env = self.replicas[at].env.clone();
         self.replicas[at].starts += 1;
         if self.profile.nodes {
-            match boot_node(&env, id).await {
+            match self.boot_node_of(at).await {
                 Ok(booted) => {
                     self.adoption_at_boot(id, &booted.plan);
                     // No fault here damages a partition's bytes: a fenced one is work
@@ -805,6 +861,7 @@ impl World {
                         self.fail(INV_BOOT, format!("replica {id}'s node fenced {fenced}"));
                         return;
                     }
+                    self.replicas[at].node = Some(booted.node.clone());
                     config.node = Some(booted.node);
                 }
                 Err(e) => {

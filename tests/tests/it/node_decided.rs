@@ -15,7 +15,7 @@ use cairn_engine::state::ops::MetaOp;
 use cairn_engine::state::USER_ACTIVE;
 use cairn_tests::node::{start, TestNode};
 use cairn_tests::*;
-use iggy_binary_protocol::{WireIdentifier, WireOptions};
+use iggy_binary_protocol::{WireConsumer, WireIdentifier, WireOptions, WirePartitioning};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -339,6 +339,39 @@ fn holds_exactly(root: &Path, state: &cairn_engine::state::MetaState) {
     assert_eq!(found, wanted, "the partition directories are the state's");
 }
 
+/// Group `g` of topic `(s, t)` stores offset 1 of partition 0 (a message is sent there
+/// first) on `node`, through a member of it.
+fn store_group_offset(node: &TestNode, s: &WireIdentifier, t: &WireIdentifier, g: u32) {
+    let consumer = group_consumer(g);
+    let member = node.as_client(40);
+    member
+        .send(s, t, &WirePartitioning::PartitionId(0), batch(1, 2, 10))
+        .unwrap();
+    member
+        .join_group(s, t, &WireIdentifier::numeric(g))
+        .unwrap();
+    member.store_offset(&consumer, s, t, Some(0), 1).unwrap();
+    assert_eq!(group_offset(node, s, t, g), Some(1));
+}
+
+/// The offset group `g` of topic `(s, t)` holds in partition 0 on `node`.
+fn group_offset(node: &TestNode, s: &WireIdentifier, t: &WireIdentifier, g: u32) -> Option<u64> {
+    let member = node.as_client(41);
+    member
+        .join_group(s, t, &WireIdentifier::numeric(g))
+        .unwrap();
+    member
+        .get_offset(&group_consumer(g), s, t, Some(0))
+        .unwrap()
+}
+
+fn group_consumer(g: u32) -> WireConsumer {
+    WireConsumer {
+        kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+        id: WireIdentifier::numeric(g),
+    }
+}
+
 #[test]
 fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_short() {
     use cairn_engine::metadata::{adoption, MetaRefusal};
@@ -353,16 +386,18 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
     workload(&a, 1);
     same_state(&a, &b);
 
-    // B misses everything from here: a stream deleted, a topic purged, a group made
-    // again under its id, partitions removed, new streams.
-    sequencer.0.lock().unwrap().members.pop();
+    // B's group 0 of topic (1, 0) stored an offset in partition 0 (offsets are each
+    // node's own, not decided).
     let (s0, s1, t0) = (
         WireIdentifier::numeric(0),
         WireIdentifier::numeric(1),
         WireIdentifier::numeric(0),
     );
+    store_group_offset(&b, &s1, &t0, 0);
+    // B misses everything from here: a stream deleted (its id then taken by a new one), a
+    // group made again under its id, partitions removed, new streams.
+    sequencer.0.lock().unwrap().members.pop();
     a.delete_stream(&s0).unwrap();
-    a.purge_topic(&s1, &t0).unwrap();
     a.delete_group(&s1, &t0, &WireIdentifier::numeric(0))
         .unwrap();
     a.create_group(&s1, &t0, "readers-again").unwrap();
@@ -377,6 +412,11 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
     holds_exactly(db.path(), &b.view().state);
     assert!(!adopt(&b.node, &view).unwrap(), "held already");
     assert_eq!(b.node.stats().meta_adoptions, 1);
+    assert_eq!(
+        group_offset(&b, &s1, &t0, 0),
+        None,
+        "the group made again holds no offset of the old one"
+    );
 
     // It goes on from the adopted state: later decisions, a restart from the checkpoint.
     sequencer.join(&b.node);
@@ -387,9 +427,13 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
     same_state(&a, &b);
 
     // B stops just after an adoption became durable, before any of its work: boot does
-    // the work and records the state.
+    // the work (the stale offset of a group made again removed too) and records the state.
+    store_group_offset(&b, &s0, &t0, 0);
     sequencer.0.lock().unwrap().members.pop();
     b.halt();
+    a.delete_group(&s0, &t0, &WireIdentifier::numeric(0))
+        .unwrap();
+    a.create_group(&s0, &t0, "readers-anew").unwrap();
     // Streams 1 and 2 go; the next stream takes id 1 again, 2 stays gone.
     a.delete_stream(&WireIdentifier::numeric(1)).unwrap();
     a.delete_stream(&WireIdentifier::numeric(2)).unwrap();
@@ -407,6 +451,7 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
         !db.path().join("streams/2").exists(),
         "the stream's tree went"
     );
+    assert_eq!(group_offset(&b, &s0, &t0, 0), None);
     assert!(!file.exists(), "the finished adoption's file is gone");
     b.close().unwrap();
     let b = boot_member(db.path());

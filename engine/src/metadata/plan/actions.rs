@@ -5,7 +5,7 @@
 use crate::metadata::record::SnapshotRef;
 use crate::metadata::{adoption, snapshot, JOURNAL};
 use crate::state::ops::MetaOp;
-use crate::state::Applied;
+use crate::state::{Applied, MetaState};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -237,4 +237,13 @@ pub struct Replayed {
     pub position: u64,
     pub meta_op: MetaOp,
     pub applied: Applied,
+}
+
+/// A state a clustered node was adopting when it stopped (`metadata::adoption`): the state
+/// after op `op`, whose prepare's checksum is `anchor`.
+#[derive(Debug, Clone)]
+pub struct Adopting {
+    pub op: u64,
+    pub anchor: u128,
+    pub state: MetaState,
 }

@@ -37,9 +37,8 @@
 //! (the applied record is written before the answers), so a torn tail (row 20) never holds
 //! an answered op.
 
-use super::actions::{MetaAction, MetaRefusal, Replayed};
+use super::actions::{Adopting, MetaAction, MetaRefusal, Replayed};
 use super::survey::{AdoptionFiles, Slot, SnapshotFiles};
-use super::Adopting;
 use crate::env::DirEntry;
 use crate::metadata::adoption as adopt_file;
 use crate::metadata::journal::{self, Entry};

@@ -10,7 +10,7 @@ pub mod actions;
 pub mod decide;
 pub mod survey;
 
-pub use actions::{MetaAction, MetaRefusal, Replayed};
+pub use actions::{Adopting, MetaAction, MetaRefusal, Replayed};
 pub use survey::AdoptionFiles;
 
 use super::record::MetaRecord;
@@ -42,15 +42,6 @@ pub struct MetaPlan {
     pub refusal: Option<MetaRefusal>,
     /// A state being adopted whole that the plane has not recorded yet: boot finishes it.
     pub adopting: Option<Adopting>,
-}
-
-/// A state a clustered node was adopting when it stopped (`metadata::adoption`): the state
-/// after op `op`, whose prepare's checksum is `anchor`.
-#[derive(Debug, Clone)]
-pub struct Adopting {
-    pub op: u64,
-    pub anchor: u128,
-    pub state: MetaState,
 }
 
 impl MetaPlan {
