@@ -392,26 +392,44 @@ impl MetadataPlane {
             }
             Err(error) => return Err(error),
         }
+        self.record_checkpoint(&bytes, self.last_op, self.last_checksum)?;
+        Ok(Checkpointed::Done)
+    }
+
+    /// Records the snapshot `bytes`, written and synced as `snapshot.bin.tmp`, as the
+    /// checkpoint after op `op` (whose prepare's checksum is `anchor`), every op up to it
+    /// applied; then renames it into place and empties the journal.
+    fn record_checkpoint(
+        &mut self,
+        bytes: &[u8],
+        op: u64,
+        anchor: u128,
+    ) -> Result<(), MetadataError> {
         let snapshot_ref = SnapshotRef {
-            op: self.last_op,
+            op,
             len: bytes.len() as u64,
-            checksum: snapshot::checksum(&bytes),
-            anchor: self.last_checksum,
+            checksum: snapshot::checksum(bytes),
+            anchor,
         };
-        let (op, last) = (self.last_op, self.last_checksum);
         self.write_record(|r| {
             r.snapshot = snapshot_ref;
-            r.journal = JournalPoint { len: 0, op, last };
+            r.journal = JournalPoint {
+                len: 0,
+                op,
+                last: anchor,
+            };
+            r.applied_op = op;
         })?;
+        let (disk, temp) = (self.disk.clone(), self.dir.join(snapshot::TEMP));
         disk.rename(&temp, &self.dir.join(snapshot::FILE))
             .map_err(at("rename", &temp))?;
         disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
         let path = self.dir.join(JOURNAL);
         self.journal.set_len(0).map_err(at("truncate", &path))?;
         self.journal.sync_data().map_err(at("sync", &path))?;
-        self.journal_end = 0;
+        (self.journal_end, self.last_op, self.last_checksum) = (0, op, anchor);
         self.checkpoint_at = self.settings.checkpoint_bytes;
-        Ok(Checkpointed::Done)
+        Ok(())
     }
 
     /// Makes `state`, the state after op `op` (whose prepare's checksum is `anchor`), the
@@ -457,35 +475,13 @@ impl MetadataPlane {
         );
         let _span = tracing::info_span!("metadata_adopt_finish", op).entered();
         let bytes = snapshot::encode(self.record.cluster, op, anchor, state);
-        let temp = self.dir.join(snapshot::TEMP);
-        self.write_temp_snapshot(&temp, &bytes)?;
-        let snapshot_ref = SnapshotRef {
-            op,
-            len: bytes.len() as u64,
-            checksum: snapshot::checksum(&bytes),
-            anchor,
-        };
-        self.write_record(|r| {
-            r.snapshot = snapshot_ref;
-            r.journal = JournalPoint {
-                len: 0,
-                op,
-                last: anchor,
-            };
-            r.applied_op = op;
-        })?;
-        let disk = self.disk.clone();
-        disk.rename(&temp, &self.dir.join(snapshot::FILE))
-            .map_err(at("rename", &temp))?;
-        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))?;
-        let path = self.dir.join(JOURNAL);
-        self.journal.set_len(0).map_err(at("truncate", &path))?;
-        self.journal.sync_data().map_err(at("sync", &path))?;
-        (self.journal_end, self.last_op, self.last_checksum) = (0, op, anchor);
-        self.checkpoint_at = self.settings.checkpoint_bytes;
+        self.write_temp_snapshot(&self.dir.join(snapshot::TEMP), &bytes)?;
+        self.record_checkpoint(&bytes, op, anchor)?;
         let adopted = self.dir.join(adoption::FILE);
-        disk.remove_file(&adopted).map_err(at("remove", &adopted))?;
-        disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))
+        self.disk
+            .remove_file(&adopted)
+            .map_err(at("remove", &adopted))?;
+        self.disk.sync_dir(&self.dir).map_err(at("sync", &self.dir))
     }
 
     /// The snapshot under its temporary name, synced with its name: nothing refers to it
