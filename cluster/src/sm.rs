@@ -270,6 +270,8 @@ impl MetaMachine {
 
 /// Whether the node's answer is the state machine's refusal, which every member gives
 /// alike, rather than this member's own failure to apply (stopped, out of space, busy).
+/// A directory of this member's disk in the way of a decided op's partition stops its
+/// node (the test `in_the_way` below): it never refuses what the others applied.
 fn is_refusal(e: &NodeError) -> bool {
     !matches!(
         e,
@@ -690,5 +692,82 @@ mod tests {
                 forgotten_through: 1
             })
         ));
+    }
+}
+
+#[cfg(test)]
+mod in_the_way {
+    use super::*;
+    type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+    use cairn_engine::env::real::{block_on, env_with_workers};
+    use cairn_engine::metadata::MetaSettings;
+    use cairn_engine::node::{NodeSettings, PasswordCost};
+    use iggy_binary_protocol::requests::streams::CreateStreamRequest;
+    use iggy_binary_protocol::requests::topics::CreateTopicRequest;
+    use iggy_binary_protocol::{WireIdentifier, WireName, WireOptions};
+
+    fn command(op: &MetaOp) -> MetaCommand {
+        MetaCommand {
+            operation: op.operation().to_command_code().unwrap(),
+            body: op.body().to_vec(),
+            timestamp: 7,
+            user_id: 0,
+            client: 0,
+            request: 0,
+            key: 0,
+            asked_at: 0,
+        }
+    }
+
+    /// A directory of this member's disk where a decided op makes a partition is this
+    /// member's failure, not a refusal every member gives: applying stops, rather than
+    /// leave this member without the topic the others made.
+    #[test]
+    fn a_directory_in_the_way_of_a_decided_partition_stops_the_member() {
+        let env = env_with_workers(2).unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let settings = NodeSettings {
+            password_cost: PasswordCost::CHEAP,
+            meta: MetaSettings {
+                cluster: Some(0xc1),
+                ..MetaSettings::default()
+            },
+            shards: 1,
+            ..NodeSettings::default()
+        };
+        let node = block_on(Node::start(&env, data.path(), settings))
+            .unwrap()
+            .node;
+        let at = |index| {
+            LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            )
+        };
+        let stream = MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new("orders").unwrap(),
+            options: WireOptions::empty(),
+        });
+        let made = block_on(MetaMachine::apply_on_node(&node, at(1), &command(&stream)));
+        assert!(matches!(made, Ok(MetaOutcome::Applied { .. })), "{made:?}");
+        let stray = cairn_engine::partition::partition_dir(data.path(), 0, 0, 0);
+        env.disk.create_dir_all(&stray.join("leftover")).unwrap();
+        let topic = MetaOp::CreateTopic(CreateTopicRequest {
+            stream_id: WireIdentifier::numeric(0),
+            partitions_count: 1,
+            name: WireName::new("events").unwrap(),
+            options: WireOptions::empty(),
+        });
+        let refused = block_on(MetaMachine::apply_on_node(&node, at(2), &command(&topic)));
+        let error = refused.expect_err("this member cannot apply it");
+        assert!(
+            error.to_string().contains("does not account for it"),
+            "{error}"
+        );
+        assert!(node.failure().is_some(), "the member's node stopped");
+        block_on(node.shutdown()).unwrap();
     }
 }

@@ -403,8 +403,10 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
         once("alice", "alice-new-password")
             .await
             .expect("the new password, just changed");
-        let old = once("alice", "alice-password").await.err();
-        assert!(old.is_some(), "the old password is refused at once");
+        let Err(old) = once("alice", "alice-password").await else {
+            panic!("the old password is refused at once");
+        };
+        assert_eq!(old.as_code(), 42, "as invalid credentials: {old:?}");
         let orders = crate::common::id("orders");
         leading
             .create_topic(
