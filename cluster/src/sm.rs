@@ -591,11 +591,8 @@ mod tests {
         write_snapshot(disk, dir, &StoredSnapshot { meta, data }).unwrap();
     }
 
-    #[test]
-    fn a_node_behind_the_groups_snapshot_is_refused_and_one_that_holds_it_is_not() {
-        let env = env_with_workers(2).unwrap();
-        let (group, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        snapshot_after_one_decision(&*env.disk, group.path());
+    /// A clustered node of `CLUSTER` over `dir`.
+    fn clustered_node(env: &cairn_engine::env::Env, dir: &Path) -> Node {
         let settings = NodeSettings {
             password_cost: PasswordCost::CHEAP,
             meta: MetaSettings {
@@ -605,9 +602,15 @@ mod tests {
             shards: 1,
             ..NodeSettings::default()
         };
-        let node = block_on(Node::start(&env, data.path(), settings))
-            .unwrap()
-            .node;
+        block_on(Node::start(env, dir, settings)).unwrap().node
+    }
+
+    #[test]
+    fn a_node_behind_the_groups_snapshot_is_refused_and_one_that_holds_it_is_not() {
+        let env = env_with_workers(2).unwrap();
+        let (group, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        snapshot_after_one_decision(&*env.disk, group.path());
+        let node = clustered_node(&env, data.path());
         let open = || MetaMachine::open(env.disk.clone(), group.path(), CLUSTER, None).unwrap();
         // A node that lost its metadata (here: never had it) would miss the snapshot's ops.
         let refused = open().with_node(node.clone()).err().expect("refused");
@@ -693,51 +696,18 @@ mod tests {
             })
         ));
     }
-}
-
-#[cfg(test)]
-mod in_the_way {
-    use super::*;
-    type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
-    use cairn_engine::env::real::{block_on, env_with_workers};
-    use cairn_engine::metadata::MetaSettings;
-    use cairn_engine::node::{NodeSettings, PasswordCost};
-    use iggy_binary_protocol::requests::streams::CreateStreamRequest;
-    use iggy_binary_protocol::requests::topics::CreateTopicRequest;
-    use iggy_binary_protocol::{WireIdentifier, WireName, WireOptions};
-
-    fn command(op: &MetaOp) -> MetaCommand {
-        MetaCommand {
-            operation: op.operation().to_command_code().unwrap(),
-            body: op.body().to_vec(),
-            timestamp: 7,
-            user_id: 0,
-            client: 0,
-            request: 0,
-            key: 0,
-            asked_at: 0,
-        }
-    }
 
     /// A directory of this member's disk where a decided op makes a partition is this
     /// member's failure, not a refusal every member gives: applying stops, rather than
     /// leave this member without the topic the others made.
     #[test]
     fn a_directory_in_the_way_of_a_decided_partition_stops_the_member() {
+        use iggy_binary_protocol::requests::topics::CreateTopicRequest;
+        use iggy_binary_protocol::WireIdentifier;
+        type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
         let env = env_with_workers(2).unwrap();
         let data = tempfile::tempdir().unwrap();
-        let settings = NodeSettings {
-            password_cost: PasswordCost::CHEAP,
-            meta: MetaSettings {
-                cluster: Some(0xc1),
-                ..MetaSettings::default()
-            },
-            shards: 1,
-            ..NodeSettings::default()
-        };
-        let node = block_on(Node::start(&env, data.path(), settings))
-            .unwrap()
-            .node;
+        let node = clustered_node(&env, data.path());
         let at = |index| {
             LogId::new(
                 LeaderId {
@@ -747,11 +717,12 @@ mod in_the_way {
                 index,
             )
         };
-        let stream = MetaOp::CreateStream(CreateStreamRequest {
-            name: WireName::new("orders").unwrap(),
-            options: WireOptions::empty(),
-        });
-        let made = block_on(MetaMachine::apply_on_node(&node, at(1), &command(&stream)));
+        let stream = create("orders");
+        let made = block_on(MetaMachine::apply_on_node(
+            &node,
+            at(1),
+            &keyed(&stream, 0, 0),
+        ));
         assert!(matches!(made, Ok(MetaOutcome::Applied { .. })), "{made:?}");
         let stray = cairn_engine::partition::partition_dir(data.path(), 0, 0, 0);
         env.disk.create_dir_all(&stray.join("leftover")).unwrap();
@@ -761,7 +732,11 @@ mod in_the_way {
             name: WireName::new("events").unwrap(),
             options: WireOptions::empty(),
         });
-        let refused = block_on(MetaMachine::apply_on_node(&node, at(2), &command(&topic)));
+        let refused = block_on(MetaMachine::apply_on_node(
+            &node,
+            at(2),
+            &keyed(&topic, 0, 0),
+        ));
         let error = refused.expect_err("this member cannot apply it");
         assert!(
             error.to_string().contains("does not account for it"),
