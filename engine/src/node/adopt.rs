@@ -14,7 +14,7 @@
 //! finishes it (`node::boot`).
 
 use super::groups::GroupRequest;
-use super::meta_owner::{AdoptRequest, MetaOwner};
+use super::meta_owner::MetaOwner;
 use super::shard::ShardRequest;
 use super::view::MetaView;
 use super::work::sync_dirs;
@@ -22,25 +22,31 @@ use crate::env::settle;
 use crate::error::{Failure, NodeError, NodeResult};
 use crate::partition::partition_dir;
 use crate::state::adoption::adoption;
-use crate::state::{key_of, DirWork};
+use crate::state::{key_of, DirWork, MetaState};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 impl MetaOwner {
-    /// Adopts `request`'s state (see the module's table).
-    pub(super) async fn adopt(&mut self, request: &AdoptRequest) -> NodeResult<bool> {
+    /// Adopts `state`, the state after op `op` whose prepare's checksum is `anchor` (see
+    /// the module's table).
+    pub(super) async fn adopt(
+        &mut self,
+        op: u64,
+        anchor: u128,
+        state: MetaState,
+    ) -> NodeResult<bool> {
         if let Some(failure) = self.stopped.get() {
             return Err(NodeError::Stopped(failure));
         }
-        let (before, after) = (&self.current.state, &request.state);
+        let (before, after) = (&self.current.state, &state);
         if after.decided() <= before.decided() {
             return Ok(false);
         }
-        if request.op <= self.current.op {
+        if op <= self.current.op {
             return Err(NodeError::Undecided(format!(
                 "the adopted state ends at op {}, this node at op {}, though its decision {:#x} is \
                  after this node's {:#x}",
-                request.op,
+                op,
                 self.current.op,
                 after.decided(),
                 before.decided()
@@ -50,35 +56,29 @@ impl MetaOwner {
         self.check_adopted_paths(&planned.work)?;
         tracing::info!(
             from = self.current.op,
-            to = request.op,
+            to = op,
             "adopting a cluster's state"
         );
-        if let Err(error) = self.plane.begin_adoption(request.op, request.anchor, after) {
+        if let Err(error) = self.plane.begin_adoption(op, anchor, after) {
             // Nothing rests on the temporary file: boot removes it.
             let failure = self.fail(Failure::Metadata(error));
             return Err(NodeError::Stopped(failure));
         }
         settle(&self.env).await;
-        let after = request.state.clone();
+        let after = state;
         let mut dirs = BTreeSet::new();
-        if let Err(error) = self
-            .do_work(&after, request.op, &planned.work, &mut dirs)
-            .await
-        {
+        if let Err(error) = self.do_work(&after, op, &planned.work, &mut dirs).await {
             return Err(NodeError::Stopped(self.fail(Failure::Work(error))));
         }
         if let Err(error) = sync_dirs(self.env.disk.as_ref(), &dirs) {
             return Err(NodeError::Stopped(self.fail(Failure::Work(error.into()))));
         }
-        if let Err(error) = self
-            .plane
-            .finish_adoption(request.op, request.anchor, &after)
-        {
+        if let Err(error) = self.plane.finish_adoption(op, anchor, &after) {
             return Err(NodeError::Stopped(self.fail(Failure::Metadata(error))));
         }
         settle(&self.env).await;
         self.current = Arc::new(MetaView {
-            op: request.op,
+            op,
             state: after,
         });
         self.view.publish(self.current.clone());
@@ -91,7 +91,7 @@ impl MetaOwner {
                 .groups
                 .send(GroupRequest::Effects {
                     effects: planned.effects,
-                    at_op: request.op,
+                    at_op: op,
                 })
                 .await;
         }

@@ -250,11 +250,10 @@ impl Node {
         };
         let env = &counted;
         let disk = env.disk.as_ref();
-        let plan = {
+        let mut plan = {
             let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
             settings.hooks.metadata.plan(metadata::plan(disk, root)?)
         };
-        let mut plan = plan;
         if let Some(refusal) = &plan.refusal {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));

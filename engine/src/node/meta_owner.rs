@@ -187,8 +187,14 @@ impl MetaOwner {
                     let batch = self.deferred.drain(..).collect();
                     self.commit(batch).await;
                 }
-                let result = self.adopt(&request).await;
-                request.reply.send(result);
+                let AdoptRequest {
+                    op,
+                    anchor,
+                    state,
+                    reply,
+                } = request;
+                let result = self.adopt(op, anchor, state).await;
+                reply.send(result);
             }
         }
     }
