@@ -271,7 +271,8 @@ impl MetaMachine {
 /// Whether the node's answer is the state machine's refusal, which every member gives
 /// alike, rather than this member's own failure to apply (stopped, out of space, busy).
 /// A directory of this member's disk in the way of a decided op's partition stops its
-/// node (the test `in_the_way` below): it never refuses what the others applied.
+/// node (the test
+/// `a_directory_in_the_way_of_a_decided_partition_stops_the_member` below): it never refuses what the others applied.
 fn is_refusal(e: &NodeError) -> bool {
     !matches!(
         e,

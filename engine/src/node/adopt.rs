@@ -20,9 +20,8 @@ use super::view::MetaView;
 use super::work::sync_dirs;
 use crate::env::settle;
 use crate::error::{Failure, NodeError, NodeResult};
-use crate::partition::partition_dir;
 use crate::state::adoption::adoption;
-use crate::state::{key_of, DirWork, MetaState};
+use crate::state::MetaState;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -53,7 +52,8 @@ impl MetaOwner {
             )));
         }
         let planned = adoption(before, after);
-        self.check_adopted_paths(&planned.work)?;
+        // A directory in the way of a partition it creates refuses it, as it refuses an op.
+        self.check_paths(before, &planned.work)?;
         tracing::info!(
             from = self.current.op,
             to = op,
@@ -77,10 +77,7 @@ impl MetaOwner {
             return Err(NodeError::Stopped(self.fail(Failure::Metadata(error))));
         }
         settle(&self.env).await;
-        self.current = Arc::new(MetaView {
-            op,
-            state: after,
-        });
+        self.current = Arc::new(MetaView { op, state: after });
         self.view.publish(self.current.clone());
         for shard in &self.shards {
             let _ = shard.send(ShardRequest::Applied).await;
@@ -100,23 +97,5 @@ impl MetaOwner {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.check();
         Ok(true)
-    }
-
-    /// A partition the adoption creates must not find a directory in its place unless the
-    /// node's state has a partition there (which the adoption removes or replaces first).
-    fn check_adopted_paths(&self, work: &[DirWork]) -> NodeResult<()> {
-        for w in work {
-            if let DirWork::CreatePartition(identity) = w {
-                let key = key_of(identity);
-                let dir = partition_dir(&self.root, key.0, key.1, key.2);
-                let exists = self.env.disk.exists(&dir).map_err(|e| {
-                    NodeError::Undecided(format!("cannot check {}: {e}", dir.display()))
-                })?;
-                if exists && !self.removed_before(&self.current.state, key, &dir) {
-                    return Err(NodeError::DirectoryInTheWay(dir));
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -406,7 +406,7 @@ impl MetaOwner {
             };
             match staged.apply(&request.op, ctx) {
                 Ok(applied) => {
-                    if let Err(error) = self.check_paths(&base.state, &applied) {
+                    if let Err(error) = self.check_paths(&base.state, &applied.work) {
                         staged = replay(&base.state, &accepted, cluster);
                         let error = if decided != 0 {
                             // Every other member applies it: refusing here would make this
@@ -446,8 +446,8 @@ impl MetaOwner {
 
     /// A new partition's directory must not exist unless the state before the batch has a
     /// partition there (which an earlier op of the batch removes or replaces).
-    fn check_paths(&self, before: &MetaState, applied: &Applied) -> NodeResult<()> {
-        for work in &applied.work {
+    pub(super) fn check_paths(&self, before: &MetaState, work: &[DirWork]) -> NodeResult<()> {
+        for work in work {
             if let DirWork::CreatePartition(identity) = work {
                 let key = key_of(identity);
                 let dir = partition_dir(&self.root, key.0, key.1, key.2);
@@ -466,7 +466,7 @@ impl MetaOwner {
     /// creates it there: the state before the batch has a partition at `key` and the
     /// directory holds that partition (or nothing). A directory the removal would keep (an
     /// identity it does not remove, data without one) stays in the way.
-    pub(super) fn removed_before(&self, before: &MetaState, key: PartitionKey, dir: &Path) -> bool {
+    fn removed_before(&self, before: &MetaState, key: PartitionKey, dir: &Path) -> bool {
         let Some(old) = before.partition(key) else {
             return false;
         };
