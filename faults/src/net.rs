@@ -16,7 +16,9 @@
 //! - a host's power loss ([`SimNet::power_off`]): its connections are neither closed nor
 //!   reset; peers see them half-open (reads wait, writes fill the pipe and then wait) until
 //!   their own timeouts, and after [`SimNet::power_on`] a peer's next use of a connection of
-//!   the old boot is reset, as the rebooted host's RST does.
+//!   the old boot is reset, as the rebooted host's RST does;
+//! - a dropped end closes its direction (the peer reads the rest, then end of stream) and
+//!   resets the other (the peer's writes fail, as a closed socket's RST makes them).
 //!
 //! Every fault is recorded.
 
@@ -540,8 +542,17 @@ impl SimStream {
         n
     }
 
-    /// The delay of the next chunk, and whether this write resets the connection.
-    fn write_fate(&self) -> (u64, bool) {
+    /// Whether this write resets the connection.
+    fn write_resets(&self) -> bool {
+        let mut s = self.net.state.lock().expect("net");
+        let reset = s.faults.reset;
+        reset.is_some_and(|p| s.rng.gen_bool(p))
+    }
+
+    /// The delivery delay of the next chunk, drawn under the faults in force now: each chunk
+    /// may suffer a spike of its own, so a write longer than the pipe pays a spike once,
+    /// not once per pipe-full, and chunks sent after the faults heal travel healed.
+    fn chunk_delay(&self) -> u64 {
         let mut s = self.net.state.lock().expect("net");
         let faults = s.faults;
         let (lo, hi) = faults.delay_nanos;
@@ -553,7 +564,7 @@ impl SimStream {
                 to: self.peer,
             });
         }
-        (delay, faults.reset.is_some_and(|p| s.rng.gen_bool(p)))
+        delay
     }
 
     /// A reset in the middle of `buf`: a seeded prefix reaches the reader before the reset
@@ -590,10 +601,12 @@ impl SimStream {
     }
 
     async fn write_inner(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        let (delay, reset) = self.write_fate();
-        if reset {
+        let delay = self.chunk_delay();
+        if self.write_resets() {
             return Err(self.reset_within(buf, delay));
         }
+        // The first chunk's delay is drawn already; each later one when it is queued.
+        let mut delay = Some(delay);
         let capacity = self
             .net
             .state
@@ -627,6 +640,9 @@ impl SimStream {
                 let room = capacity.saturating_sub(pipe.queued);
                 if room > 0 {
                     let n = room.min(buf.len());
+                    // Under the pipe's lock: a pipe's lock may be held while the network's
+                    // is taken, never the other way round.
+                    let delay = delay.take().unwrap_or_else(|| self.chunk_delay());
                     let due = (self.net.clock.now_nanos() + delay).max(pipe.last_delivery);
                     pipe.last_delivery = due;
                     pipe.chunks.push_back((due, buf[..n].to_vec()));
@@ -707,6 +723,14 @@ impl Drop for SimStream {
         }
         if let Ok(mut pipe) = self.tx.lock() {
             pipe.closed = true;
+            pipe.wake();
+        }
+        // A closed socket answers data with an RST: the peer's writes fail, and what it had
+        // sent unread is gone (a writer waiting on a full pipe is not left to its timeout).
+        if let Ok(mut pipe) = self.rx.lock() {
+            pipe.reset = true;
+            pipe.chunks.clear();
+            pipe.queued = 0;
             pipe.wake();
         }
     }

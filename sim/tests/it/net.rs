@@ -255,6 +255,102 @@ fn a_full_pipe_makes_the_writer_wait_for_the_reader() {
     );
 }
 
+/// Seed 0x5c87728: a spike drawn once per write delayed every pipe-full of a 72 KB reply
+/// (12 s for 64 KiB over a 4 KiB pipe), and went on after the faults healed. A spike is a
+/// chunk's: chunks queued after the heal travel at the healed delay.
+#[test]
+fn a_spike_delays_its_chunk_and_chunks_sent_after_a_heal_travel_healed() {
+    let faults = NetFaults {
+        delay_nanos: (10_000, 20_000),
+        spike: Some(1.0),
+        pipe_capacity: 4096,
+        ..NetFaults::default()
+    };
+    let log: Log = Arc::default();
+    let l1 = log.clone();
+    pair(
+        faults,
+        move |mut stream, net, clock| {
+            Box::pin(async move {
+                // The writer's first chunk is under way (spiked) when the faults heal.
+                clock.sleep(std::time::Duration::from_millis(1)).await;
+                net.set_faults(NetFaults {
+                    spike: None,
+                    ..faults
+                });
+                l1.lock()
+                    .unwrap()
+                    .push(format!("healed {}", clock.now_nanos()));
+                let mut got = vec![0u8; 64 * 1024];
+                read_exact(stream.as_mut(), &mut got).await.unwrap();
+                l1.lock()
+                    .unwrap()
+                    .push(format!("read {}", clock.now_nanos()));
+            })
+        },
+        move |mut stream, _, _| {
+            Box::pin(async move {
+                stream.write_all(&vec![7u8; 64 * 1024]).await.unwrap();
+            })
+        },
+    );
+    let log = log.lock().unwrap();
+    let at = |what: &str| -> u64 {
+        let line = log.iter().find(|l| l.starts_with(what)).expect(what);
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let spiked = at("read") - at("healed");
+    // One spike (under 1 s) for the first chunk, then 15 healed chunks of under 1 ms each.
+    assert!(
+        (200_000_000..1_100_000_000).contains(&spiked),
+        "one spike, not one per pipe-full: {log:?}"
+    );
+}
+
+/// A closed socket answers data with an RST: a writer blocked on a full pipe to a peer that
+/// dropped its end fails at once, instead of waiting for its own timeout (seed 0x5c87728:
+/// the server held a dropped client's reply, and its user's share, for 30 s).
+#[test]
+fn a_writer_to_a_dropped_end_is_reset() {
+    let faults = NetFaults {
+        pipe_capacity: 1024,
+        ..NetFaults::default()
+    };
+    let log: Log = Arc::default();
+    let (l1, l2) = (log.clone(), log.clone());
+    pair(
+        faults,
+        move |mut stream, _, clock| {
+            Box::pin(async move {
+                let written = stream.write_all(&vec![1u8; 100_000]).await;
+                let kind = written.map_err(|e| e.kind());
+                l1.lock()
+                    .unwrap()
+                    .push(format!("write {kind:?} at {}", clock.now_nanos()));
+            })
+        },
+        move |mut stream, _, clock| {
+            Box::pin(async move {
+                let mut some = [0u8; 100];
+                read_exact(stream.as_mut(), &mut some).await.unwrap();
+                drop(stream);
+                l2.lock()
+                    .unwrap()
+                    .push(format!("dropped at {}", clock.now_nanos()));
+            })
+        },
+    );
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(log[0].starts_with("dropped"), "{log:?}");
+    assert!(log[1].starts_with("write Err(ConnectionReset)"), "{log:?}");
+    let at = |line: &str| -> u64 { line.rsplit(' ').next().unwrap().parse().unwrap() };
+    assert!(
+        at(&log[1]) - at(&log[0]) < 100_000_000,
+        "the writer learns within a round trip: {log:?}"
+    );
+}
+
 #[test]
 fn reads_split_and_join_writes_at_seeded_points() {
     let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
