@@ -21,7 +21,7 @@ use super::work::sync_dirs;
 use crate::env::settle;
 use crate::error::{Failure, NodeError, NodeResult};
 use crate::state::adoption::adoption;
-use crate::state::MetaState;
+use crate::state::{DirWork, MetaState};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -52,6 +52,7 @@ impl MetaOwner {
             )));
         }
         let planned = adoption(before, after);
+        let removals = removed_partitions(&planned.work);
         // A directory in the way of a partition it creates refuses it, as it refuses an op.
         self.check_paths(before, &planned.work)?;
         tracing::info!(
@@ -92,10 +93,23 @@ impl MetaOwner {
                 })
                 .await;
         }
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stats.meta_adoptions.fetch_add(1, Relaxed);
         self.stats
-            .meta_adoptions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .meta_adopted_removals
+            .fetch_add(removals, Relaxed);
         self.check();
         Ok(true)
     }
+}
+
+/// The partitions `work` removes or empties.
+fn removed_partitions(work: &[DirWork]) -> u64 {
+    let count = |work: &DirWork| match work {
+        DirWork::CreatePartition(_) | DirWork::RemoveGroupOffsets { .. } => 0,
+        DirWork::PurgePartition { .. } | DirWork::RemovePartition(_) => 1,
+        DirWork::RemoveTopic { partitions, .. } => partitions.len(),
+        DirWork::RemoveStream { partitions, .. } => partitions.len(),
+    };
+    work.iter().map(count).sum::<usize>() as u64
 }

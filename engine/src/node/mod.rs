@@ -184,6 +184,9 @@ pub struct NodeStats {
     pub meta_no_space: AtomicU64,
     /// States adopted whole from a cluster's leader (`adopt.rs`).
     pub meta_adoptions: AtomicU64,
+    /// Partitions those adoptions removed or emptied (deleted or purged while this node
+    /// was behind): data the node held and the cluster had discarded.
+    pub meta_adopted_removals: AtomicU64,
 }
 
 /// A copy of the counters.
@@ -199,6 +202,7 @@ pub struct StatsSnapshot {
     pub meta_ops: u64,
     pub meta_no_space: u64,
     pub meta_adoptions: u64,
+    pub meta_adopted_removals: u64,
 }
 
 impl NodeStats {
@@ -215,6 +219,7 @@ impl NodeStats {
             meta_ops: get(&self.meta_ops),
             meta_no_space: get(&self.meta_no_space),
             meta_adoptions: get(&self.meta_adoptions),
+            meta_adopted_removals: get(&self.meta_adopted_removals),
         }
     }
 }

@@ -240,7 +240,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
             unsent,
         )?;
         let stats = cx.node.stats();
-        let counters: [(&str, &str, u64); 9] = [
+        let counters: [(&str, &str, u64); 10] = [
             (
                 "cairn_persists",
                 "Partition persists that acknowledged persisted sends",
@@ -285,6 +285,11 @@ impl prometheus_client::collector::Collector for NodeCollector {
                 "cairn_metadata_adoptions",
                 "Cluster states adopted whole from a leader's snapshot (a member too far behind its log)",
                 stats.meta_adoptions,
+            ),
+            (
+                "cairn_metadata_adopted_removals",
+                "Partitions those adopted states removed or emptied (deleted or purged while this node was behind)",
+                stats.meta_adopted_removals,
             ),
         ];
         for (name, help, value) in counters {

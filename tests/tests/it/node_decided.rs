@@ -403,6 +403,15 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
     a.create_group(&s1, &t0, "readers-again").unwrap();
     a.delete_partitions(&s1, &t0, 2).unwrap();
     workload(&a, 2);
+    // What the adoption removes of B's: stream 0's partitions, and two of topic (1, 0)'s.
+    let removed = b
+        .view()
+        .state
+        .partitions()
+        .iter()
+        .filter(|p| p.stream_id == 0)
+        .count() as u64
+        + 2;
     let view = a.view();
     let adopt = |node: &Node, view: &cairn_engine::node::MetaView| {
         block_on(node.adopt(view.op, view.state.decided(), view.state.clone()))
@@ -412,6 +421,7 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
     holds_exactly(db.path(), &b.view().state);
     assert!(!adopt(&b.node, &view).unwrap(), "held already");
     assert_eq!(b.node.stats().meta_adoptions, 1);
+    assert_eq!(b.node.stats().meta_adopted_removals, removed);
     assert_eq!(
         group_offset(&b, &s1, &t0, 0),
         None,
@@ -471,5 +481,26 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
         ),
         "{refused:?}"
     );
+
+    // One made for another cluster is refused the same way: not this cluster's state.
+    let foreign = adoption::encode(CLUSTER ^ 1, view.op + 1, 7, &view.state);
+    std::fs::write(&file, &foreign).unwrap();
+    let refused = start(&real_env(), db.path(), settings(Some(CLUSTER))).err();
+    match &refused {
+        Some(BootError::Refused(MetaRefusal::AdoptionDamaged { error, .. })) => {
+            assert!(error.contains("made for cluster"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // One the checkpoint already holds (at or below the last op) is removed, and so is a
+    // temporary one (an adoption that never began); the state is the checkpoint's.
+    std::fs::write(&file, adoption::encode(CLUSTER, view.op, 7, &view.state)).unwrap();
+    let temp = db.path().join("metadata").join(adoption::TEMP);
+    std::fs::write(&temp, b"an adoption cut short before it began").unwrap();
+    let b = boot_member(db.path());
+    same_state(&a, &b);
+    assert!(!file.exists() && !temp.exists(), "both removed");
+    b.close().unwrap();
     a.close().unwrap();
 }
