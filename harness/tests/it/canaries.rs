@@ -18,7 +18,7 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 9] = [
+const EXPECTED: [(&str, &[&str]); 10] = [
     (
         "vote-after-lost-state",
         &[cairn_sim::cluster_world::INV_AGREEMENT],
@@ -41,6 +41,15 @@ const EXPECTED: [(&str, &[&str]); 9] = [
     // An op applied twice answers its client that the name it asked for was taken.
     ("retry-rekeyed", &[cairn_sim::cluster_world::INV_UNASKED]),
     ("read-stale", &[cairn_sim::cluster_world::INV_FRESH]),
+    // An adoption taken as done at boot fences what it created or purged (never made),
+    // and leaves on disk what it removed.
+    (
+        "adoption-work-forgotten",
+        &[
+            cairn_sim::cluster_world::INV_BOOT,
+            cairn_sim::cluster_world::INV_NODE_HOLDS,
+        ],
+    ),
     (
         "ack-send-before-shard",
         &[cairn_sim::server_world::oracle::INV_ACKED],

@@ -6,6 +6,7 @@ use cairn_engine::metadata::{MetaAction, MetaPlan};
 pub fn plan_hook(name: &str) -> Option<fn(MetaPlan) -> MetaPlan> {
     match name {
         "skip-meta-slot-rewrite" => Some(skip_meta_slot_rewrite),
+        "adoption-work-forgotten" => Some(adoption_work_forgotten),
         _ => None,
     }
 }
@@ -14,5 +15,15 @@ pub fn plan_hook(name: &str) -> Option<fn(MetaPlan) -> MetaPlan> {
 fn skip_meta_slot_rewrite(mut plan: MetaPlan) -> MetaPlan {
     plan.actions
         .retain(|a| !matches!(a, MetaAction::RewriteSlot { .. }));
+    plan
+}
+
+/// An adoption cut short is taken as done: boot starts from the adopted state as if its
+/// directory work had finished, so none is redone (partitions it removed stay on disk,
+/// those it created or purged are not made).
+fn adoption_work_forgotten(mut plan: MetaPlan) -> MetaPlan {
+    if let Some(adopting) = &plan.adopting {
+        plan.state = adopting.state.clone();
+    }
     plan
 }

@@ -41,7 +41,9 @@
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
-//!   (boot's `RewriteSlot` dropped), one more damaged copy from being lost.
+//!   (boot's `RewriteSlot` dropped), one more damaged copy from being lost;
+//! - `adoption-work-forgotten`: a cluster member's adoption cut short is taken as done at
+//!   boot, its directory work never redone (removed partitions stay on its disk).
 //!
 //! The owners ([`owners`]):
 //! - `ack-late-joiners`: a shard answers the sends that arrived while a persist ran as if
@@ -74,7 +76,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 22] = [
+pub const NAMES: [&str; 23] = [
     "raft-ack-before-sync",
     "vote-after-lost-state",
     "blank-counted",
@@ -86,6 +88,7 @@ pub const NAMES: [&str; 22] = [
     "dedup-wrong-reply",
     "session-outlives-user",
     "skip-meta-slot-rewrite",
+    "adoption-work-forgotten",
     "ack-late-joiners",
     "publish-before-sync",
     "ack-metadata-before-sync",

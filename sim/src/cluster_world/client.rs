@@ -1,6 +1,7 @@
 //! The group's clients: the proposer, which sends each op to whoever leads and retries one
 //! in doubt, and the administrator, which replaces a blank replica's old incarnation with it.
 
+use super::workload::Op;
 use super::*;
 
 impl World {
@@ -108,12 +109,17 @@ impl World {
             .or(Some(group))
     }
 
-    /// Proposes the creation of `name` once; `true` when the outcome is known.
+    /// Proposes the creation of stream `name` once; `true` when the outcome is known.
+    pub(super) async fn propose(&mut self, name: &str) -> bool {
+        self.propose_op(&Op::Create(name.to_owned())).await
+    }
+
+    /// Proposes `op` once; `true` when the outcome is known.
     ///
     /// Where nodes apply the commands, the op goes to a random up replica's decider, as a
     /// server's client op does (forwarded to the leader, answered once applied there);
     /// otherwise straight to the leader.
-    pub(super) async fn propose(&mut self, name: &str) -> bool {
+    pub(super) async fn propose_op(&mut self, op: &Op) -> bool {
         let target = match self.profile.nodes {
             true => self.any_up(),
             false => self.target(),
@@ -124,7 +130,7 @@ impl World {
         let nodes = self.profile.nodes;
         let proposal = {
             let group = group.clone();
-            let command = create(name);
+            let command = op.command();
             async move {
                 match nodes {
                     true => group
@@ -135,24 +141,27 @@ impl World {
                 }
             }
         };
+        let name = op.label();
         let span = self.begin(CLIENT_LANE, format!("{name} → {}", show_id(group.id())));
         let answer = self
             .while_nemesis(proposal, PROPOSE_TIMEOUT)
             .await
             .unwrap_or(Err(ProposeError::InDoubt));
         self.end(span, span_outcome(&answer));
-        self.judge_answer(name, &group, answer)
+        self.judge_answer(op, &group, answer)
     }
 
     /// What a proposal's answer means for the client's model; `true` when its outcome is
     /// known.
     fn judge_answer(
         &mut self,
-        name: &str,
+        op: &Op,
         group: &Arc<MetaGroup>,
         answer: Result<(u64, MetaOutcome), ProposeError>,
     ) -> bool {
         let to = show_id(group.id());
+        let name = op.label();
+        let name = name.as_str();
         match answer {
             Ok((index, MetaOutcome::Applied { repeated, .. })) => {
                 self.event(format!("{name} acknowledged by {to} at index {index}"));
@@ -167,19 +176,19 @@ impl World {
                     }
                     self.leaders_seen.insert((leader, index));
                 }
-                self.acked.insert(name.to_owned(), index);
                 if self.in_doubt.remove(name) {
                     self.decision("ClusterInDoubtResolved");
                 }
+                self.applied(op, index);
                 true
             }
             Ok((index, MetaOutcome::Refused { code, reason })) => {
                 if self.in_doubt.remove(name) {
-                    // An earlier attempt landed: the retry found the name taken.
+                    // An earlier attempt landed: the retry found the name taken (or gone).
                     self.event(format!(
                         "{name} found applied by {to} at index {index} ({code})"
                     ));
-                    self.acked.insert(name.to_owned(), index);
+                    self.applied(op, index);
                 } else {
                     self.fail(
                         INV_UNASKED,

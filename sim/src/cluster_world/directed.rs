@@ -15,7 +15,15 @@
 //! comes back on a blank disk while another replica restarts beside it: a founder that took
 //! the restarting replica for an empty one would make a new group over the live one. It
 //! must find the group, wait, and be added by the administrator, with every op kept.
+//!
+//! **An adoption cut short is finished at the next boot.** A member is down while a topic
+//! is deleted, another purged and a third made, and the leader's log moves on past a
+//! snapshot: the member comes back, is sent the snapshot, and its node crashes inside the
+//! adoption's directory work (removing the deleted topic's partition). Its next boot must
+//! finish the work (the `adoption-work-forgotten` canary takes it as done): no partition
+//! fenced, and its disk holds exactly its state's partitions.
 
+use super::workload::Op;
 use super::{
     run_script, ClusterProfile, ClusterReport, Counts, Script, World, INV_ACKED_PRESENT,
     INV_LIVENESS,
@@ -33,10 +41,12 @@ pub enum Scenario {
     BlankFounder,
     /// The leader stops gracefully with every other replica up.
     LeaderHandover,
+    /// A member far behind crashes inside adopting the leader's state.
+    AdoptionCutShort,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 4] = [
+pub const SCENARIOS: [(&str, Scenario); 5] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -53,7 +63,15 @@ pub const SCENARIOS: [(&str, Scenario); 4] = [
         "a_stopping_leader_hands_over_before_it_goes",
         Scenario::LeaderHandover,
     ),
+    (
+        "an_adoption_cut_short_is_finished_at_the_next_boot",
+        Scenario::AdoptionCutShort,
+    ),
 ];
+
+/// Entries between the group's snapshots in [`Scenario::AdoptionCutShort`] (elsewhere, none
+/// is taken).
+const ADOPTION_SNAPSHOT_EVERY: u64 = 8;
 
 /// The seed every scenario runs with (its entropy, disks and network).
 const SEED: u64 = 0xb1a4c;
@@ -80,7 +98,10 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         heal: 0.0,
         crash_leader: 0.0,
         nemesis_gap_ms: 1000,
-        snapshot_every: 1000,
+        snapshot_every: match scenario {
+            Scenario::AdoptionCutShort => ADOPTION_SNAPSHOT_EVERY,
+            _ => 1000,
+        },
         blank: 0.0,
         state_lost: match scenario {
             Scenario::BlankVoterStateLost => 1.0,
@@ -105,6 +126,7 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
         match scenario {
             Scenario::BlankFounder => blank_founder(&mut world).await,
             Scenario::LeaderHandover => handover(&mut world).await,
+            Scenario::AdoptionCutShort => adoption_cut_short(&mut world).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -185,17 +207,77 @@ async fn handover(world: &mut World) {
     }
 }
 
+/// The schedule of the module doc's last scenario, from a cluster that acknowledged stream
+/// `a`.
+async fn adoption_cut_short(world: &mut World) {
+    use cairn_faults::disk::{Call, Scripted};
+    let Some(l) = world.leader_at() else {
+        world.fail(INV_LIVENESS, "no leader after the first op".into());
+        return;
+    };
+    let b = (l + 1) % 3;
+    let create = |name: &str| Op::Create(name.into());
+    for op in [create("a/t1"), create("a/t2")] {
+        if !world.acknowledge_op(&op).await {
+            return;
+        }
+    }
+    world.crash_as(b, false);
+    let missed = [
+        Op::Delete("a/t1".into()),
+        Op::Purge("a/t2".into()),
+        create("a/t3"),
+    ];
+    // Then enough ops that the leader's log moves past a snapshot beyond b's last entry.
+    let fillers = (0..3 * ADOPTION_SNAPSHOT_EVERY).map(|n| create(&format!("f{n}")));
+    for op in missed.into_iter().chain(fillers) {
+        if !world.acknowledge_op(&op).await {
+            return;
+        }
+    }
+    // b's next removal of a partition's file is the adoption's (the deleted topic's).
+    world.replicas[b].disk.script(Scripted::CrashOnCall {
+        call: Call::Remove,
+        part: "/partitions/".into(),
+    });
+    world.replicas[b].armed = true;
+    world.start(b).await;
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while !world.replicas[b].disk.is_crashed() && !world.failed() {
+        if world.clock.now_nanos() >= deadline {
+            world.fail(
+                INV_LIVENESS,
+                "the member behind never reached its adoption's directory work".into(),
+            );
+            return;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(50)).await;
+    }
+    // The crash struck: restart_all takes the process down and boots it again.
+    world.restart_all().await;
+    world.judge_final().await;
+}
+
 impl World {
     /// Proposes `name` until it is acknowledged; a liveness failure past [`STEP_DEADLINE`].
     async fn acknowledge(&mut self, name: &str) -> bool {
+        self.acknowledge_op(&Op::Create(name.into())).await
+    }
+
+    /// Proposes `op` until it is acknowledged; a liveness failure past [`STEP_DEADLINE`].
+    async fn acknowledge_op(&mut self, op: &Op) -> bool {
         let deadline = self.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
         while self.clock.now_nanos() < deadline && !self.failed() {
-            if self.propose(name).await && self.acked.contains_key(name) {
-                return true;
+            if self.propose_op(op).await {
+                return !self.failed();
             }
             cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
         }
-        self.fail(INV_LIVENESS, format!("{name} was not acknowledged in time"));
+        let label = op.label();
+        self.fail(
+            INV_LIVENESS,
+            format!("{label} was not acknowledged in time"),
+        );
         false
     }
 }

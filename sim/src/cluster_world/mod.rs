@@ -25,6 +25,7 @@ mod client;
 pub mod directed;
 mod nemesis;
 mod oracle;
+mod workload;
 
 use crate::executor::{Executor, ExecutorHandle};
 use crate::report::Violation;
@@ -42,7 +43,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,9 +70,11 @@ pub use crate::report::INV_LIVENESS;
 pub const INV_BOOT: &str = "a replica whose disk took no damage boots";
 pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 pub const INV_FRESH: &str = "a fresh read sees every op acknowledged before it";
+pub const INV_NODE_HOLDS: &str =
+    "a replica's node holds exactly its state's partitions, on disk and served";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 21] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 22] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -144,6 +147,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 21] = [
     (
         "ClusterNodeAdopted",
         "a replica's node behind the leader's log adopted the leader's state whole (its snapshot)",
+    ),
+    (
+        "ClusterAdoptionRemoved",
+        "a replica's node adopted a state that removed or emptied partitions it held (deleted or purged while it was behind)",
     ),
     (
         "ClusterAdoptionCutShort",
@@ -330,8 +337,12 @@ struct World {
     replicas: Vec<Replica>,
     shared: Arc<Mutex<Shared>>,
     rng: ChaCha8Rng,
+    /// The names live by the acknowledged ops: name → the index of its creation.
     acked: BTreeMap<String, u64>,
+    /// The labels of ops in doubt ([`workload::Op::label`]).
     in_doubt: BTreeSet<String>,
+    /// Ops acknowledged (or found applied).
+    acknowledged: usize,
     crashes: usize,
     leaders_seen: BTreeSet<(NodeId, u64)>,
     /// The leader of the last acknowledgement (the timeline marks each new one).
@@ -360,43 +371,6 @@ fn members(replicas: usize) -> BTreeMap<MemberId, Peer> {
 
 fn host(id: MemberId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 1, id as u8))
-}
-
-/// The client's op number `n`: the creation of stream `s{n}`, or, where nodes apply the
-/// commands, three in four are the creation of topic `t{n}` (1 to 3 partitions: directory
-/// work, partition nonces) in the last stream made, named `s{m}/t{n}`.
-fn op_name(n: usize, nodes: bool) -> String {
-    match n % 4 {
-        0 => format!("s{n}"),
-        _ if !nodes => format!("s{n}"),
-        k => format!("s{}/t{n}", n - k),
-    }
-}
-
-/// The command that makes what `name` names ([`op_name`]; any other name is a stream).
-fn create(name: &str) -> MetaCommand {
-    let op = match name.split_once('/') {
-        Some((stream, topic)) => MetaOp::CreateTopic(CreateTopicRequest {
-            stream_id: WireIdentifier::named(stream).expect("a stream name"),
-            partitions_count: 1 + (name.len() % 3) as u32,
-            name: WireName::new(topic).expect("a topic name"),
-            options: WireOptions::empty(),
-        }),
-        None => MetaOp::CreateStream(CreateStreamRequest {
-            name: WireName::new(name).expect("a stream name"),
-            options: WireOptions::empty(),
-        }),
-    };
-    MetaCommand {
-        operation: op.operation().to_command_code().expect("a command"),
-        body: op.body().to_vec(),
-        timestamp: 0,
-        user_id: 0,
-        client: 0,
-        request: 0,
-        key: 0,
-        asked_at: 0,
-    }
 }
 
 /// Runs one cluster seed.
@@ -491,6 +465,7 @@ fn run_script(
         rng: ChaCha8Rng::seed_from_u64(seed ^ 0xd12ec),
         acked: BTreeMap::new(),
         in_doubt: BTreeSet::new(),
+        acknowledged: 0,
         crashes: 0,
         leaders_seen: BTreeSet::new(),
         last_leader: None,
@@ -622,9 +597,15 @@ async fn boot_node(
             cluster: Some(CLUSTER_ID),
         },
         shards: 1,
+        hooks: crate::canary::node_hooks(),
         ..NodeSettings::default()
     };
-    Node::start(env, &PathBuf::from(format!("/data/{id}")), settings).await
+    Node::start(env, &node_root(id), settings).await
+}
+
+/// Where member `id`'s node keeps its data.
+fn node_root(id: MemberId) -> PathBuf {
+    PathBuf::from(format!("/data/{id}"))
 }
 
 /// Runs one cluster seed as the swarm and `cairn-sim` run seeds: its report in the shape
@@ -710,12 +691,14 @@ impl World {
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
         }
-        let adopted = self.replicas[at]
-            .node
-            .take()
-            .map_or(0, |node| node.stats().meta_adoptions);
+        let stats = self.replicas[at].node.take().map(|node| node.stats());
+        let (adopted, removed) =
+            stats.map_or((0, 0), |s| (s.meta_adoptions, s.meta_adopted_removals));
         for _ in 0..adopted {
             self.decision("ClusterNodeAdopted");
+        }
+        for _ in 0..removed {
+            self.decision("ClusterAdoptionRemoved");
         }
         for _ in 0..replayed {
             self.decision("ClusterNodeReplayed");
@@ -743,12 +726,16 @@ impl World {
     }
 
     /// A restarted replica (likely behind, so likely sent a snapshot) may crash at a step
-    /// of an adoption: before the adopted state is synced, when its checkpoint is written
-    /// (its work done), or before its file is removed.
+    /// of an adoption: before the adopted state is synced, inside its directory work (a
+    /// partition's sync or removal, which an op's work may reach first), when its checkpoint
+    /// is written (its work done), or before its file is removed.
     fn arm_adoption_crash(&mut self, at: usize) {
         use cairn_faults::disk::{Call, Scripted};
-        const STEPS: [(Call, &str); 3] = [
+        const STEPS: [(Call, &str); 5] = [
             (Call::Sync, "metadata/adopt.bin"),
+            // Inside the directory work: a partition created or purged, one removed.
+            (Call::Sync, "/partitions/"),
+            (Call::Remove, "/partitions/"),
             (Call::Write, "metadata/snapshot.bin.tmp"),
             (Call::Remove, "metadata/adopt.bin"),
         ];
@@ -793,7 +780,8 @@ impl World {
         at: usize,
     ) -> Result<cairn_engine::node::Booted, cairn_engine::node::BootError> {
         let id = self.replicas[at].id;
-        let adopting = PathBuf::from(format!("/data/{id}/metadata"))
+        let adopting = node_root(id)
+            .join("metadata")
             .join(cairn_engine::metadata::adoption::FILE);
         let disk = self.replicas[at].disk.clone();
         let pending = cairn_engine::env::Disk::exists(&disk, &adopting).unwrap_or(false);
@@ -930,11 +918,15 @@ async fn direct(mut world: World) -> Counts {
         world.start(at).await;
     }
     let mut next = 0;
+    let mut op = None;
     while next < world.profile.ops && !world.failed() {
         world.rejoin().await;
-        let name = op_name(next, world.profile.nodes);
-        if world.propose(&name).await {
+        let (nodes, live) = (world.profile.nodes, &world.acked);
+        let drawn = op.get_or_insert_with(|| workload::draw(next, nodes, live, &mut world.rng));
+        let drawn = drawn.clone();
+        if world.propose_op(&drawn).await {
             next += 1;
+            op = None;
             world.fresh_read().await;
         } else {
             let wait = world.rng.gen_range(10..200);
@@ -963,7 +955,7 @@ impl World {
             world.decision("ClusterLeaderChanged");
         }
         (
-            world.acked.len(),
+            world.acknowledged,
             world.crashes,
             leaders.len(),
             std::mem::take(&mut world.decisions),

@@ -68,6 +68,9 @@ impl World {
                 && states.iter().all(|(_, (_, applied))| *applied == first)
             {
                 self.compare(states);
+                if !self.failed() {
+                    self.judge_nodes().await;
+                }
                 return;
             }
             if self.clock.now_nanos() >= deadline {
@@ -106,7 +109,8 @@ impl World {
         }
         for (id, (state, _)) in &states {
             let names = names_in(state);
-            if let Some(lost) = self.acked.keys().find(|n| !names.contains(*n)) {
+            let lost = |n: &&String| !names.contains(*n) && !self.may_be_gone(n);
+            if let Some(lost) = self.acked.keys().find(lost) {
                 self.fail(
                     INV_ACKED_PRESENT,
                     format!(
@@ -116,35 +120,39 @@ impl World {
                 );
                 return;
             }
-            let asked = |n: &String| self.acked.contains_key(n) || self.in_doubt.contains(n);
-            if let Some(extra) = names.iter().find(|n| !asked(n)) {
+            if let Some(extra) = names.iter().find(|n| !self.may_be_held(n)) {
                 self.fail(
                     INV_UNASKED,
-                    format!("replica {id} holds {extra}, which nobody asked for"),
+                    format!("replica {id} holds {extra}, which nobody asked for or was deleted"),
                 );
                 return;
             }
         }
         self.event(format!(
-            "final: {} replicas at index {top:?}, {} ops acknowledged, {} in doubt",
+            "final: {} replicas at index {top:?}, {} ops acknowledged, {} names live, {} in doubt",
             states.len(),
+            self.acknowledged,
             self.acked.len(),
             self.in_doubt.len()
         ));
     }
 }
 
-/// What `state` holds, by the client's names: streams by name, topics as `stream/topic`
-/// ([`super::op_name`]).
+/// What `state` holds, by the client's names ([`super::workload`]): streams by name, topics
+/// as `stream/topic`, groups as `stream/topic/group`.
 pub(super) fn names_in(state: &cairn_engine::state::MetaState) -> BTreeSet<String> {
-    state
-        .streams()
-        .values()
-        .flat_map(|s| {
-            let topics = s.topics.values().map(|t| format!("{}/{}", s.name, t.name));
-            std::iter::once(s.name.clone()).chain(topics)
-        })
-        .collect()
+    let mut names = BTreeSet::new();
+    for stream in state.streams().values() {
+        names.insert(stream.name.clone());
+        for topic in stream.topics.values() {
+            let at = format!("{}/{}", stream.name, topic.name);
+            for group in topic.groups.values() {
+                names.insert(format!("{at}/{}", group.name));
+            }
+            names.insert(at);
+        }
+    }
+    names
 }
 
 impl World {
@@ -172,7 +180,9 @@ impl World {
         }
         let (state, applied) = group.machine().state();
         let names = names_in(&state);
-        if let Some(missed) = self.acked.keys().find(|n| !names.contains(*n)) {
+        let extra = names.iter().find(|n| !self.may_be_held(n));
+        let missed = |n: &&String| !names.contains(*n) && !self.may_be_gone(n);
+        if let Some(missed) = self.acked.keys().find(missed) {
             self.fail(
                 INV_FRESH,
                 format!(
@@ -180,8 +190,89 @@ impl World {
                     self.acked[missed]
                 ),
             );
+        } else if let Some(extra) = extra {
+            self.fail(
+                INV_FRESH,
+                format!(
+                    "a fresh read at {to} (applied {applied:?}) shows {extra}, deleted by an op acknowledged before it"
+                ),
+            );
         } else if group.leader() != Some(group.id()) {
             self.decision("ClusterFreshRead");
         }
     }
+}
+
+impl World {
+    /// Each replica's node, where nodes apply the commands, once the replicas converged:
+    /// the partition directories on its disk are exactly its state's, and it serves each,
+    /// unfenced, under the state's identity (nonce included). Adoption, replay after a
+    /// restart and the directory work of deletes and purges all end here.
+    async fn judge_nodes(&mut self) {
+        for at in 0..self.replicas.len() {
+            let replica = &self.replicas[at];
+            let Some(node) = replica.node.clone() else {
+                continue;
+            };
+            let (id, disk) = (replica.id, replica.disk.clone());
+            let state = node.view().state.clone();
+            let root = node_root(id);
+            let on_disk: BTreeSet<PathBuf> = disk
+                .paths_under(&root.join("streams"))
+                .into_iter()
+                .filter(|p| is_partition_dir(&root, p))
+                .collect();
+            let identities = state.partitions();
+            let wanted: BTreeSet<PathBuf> = identities
+                .iter()
+                .map(|p| {
+                    cairn_engine::partition::partition_dir(
+                        &root,
+                        p.stream_id,
+                        p.topic_id,
+                        p.partition_id,
+                    )
+                })
+                .collect();
+            if on_disk != wanted {
+                let extra: Vec<_> = on_disk.difference(&wanted).collect();
+                let missing: Vec<_> = wanted.difference(&on_disk).collect();
+                self.fail(
+                    INV_NODE_HOLDS,
+                    format!("replica {id}'s disk holds partitions {extra:?} its state has not, and lacks {missing:?}"),
+                );
+                return;
+            }
+            let client = node.client(0x0c1a5);
+            for identity in identities {
+                let key = (identity.stream_id, identity.topic_id, identity.partition_id);
+                let served = client.partition_info(key).await;
+                let wrong = match &served {
+                    Ok(Some(info)) if info.fence.is_none() && info.identity == identity => continue,
+                    Ok(Some(info)) => format!(
+                        "serves {} (fence {:?}), its state has {identity}",
+                        info.identity, info.fence
+                    ),
+                    Ok(None) => "does not serve it".to_string(),
+                    Err(e) => format!("answered {e}"),
+                };
+                self.fail(
+                    INV_NODE_HOLDS,
+                    format!("replica {id}'s node, asked for partition {key:?}, {wrong}"),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Whether `path` is a partition's directory under `root`:
+/// `root/streams/s/topics/t/partitions/p`.
+fn is_partition_dir(root: &Path, path: &Path) -> bool {
+    let Ok(rest) = path.strip_prefix(root.join("streams")) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.iter().filter_map(|c| c.to_str()).collect();
+    let number = |s: &str| s.parse::<u32>().is_ok();
+    matches!(parts.as_slice(), [s, "topics", t, "partitions", p] if number(s) && number(t) && number(p))
 }

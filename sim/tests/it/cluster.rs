@@ -71,6 +71,7 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 &["ClusterDiskReplaced", "ClusterReplicaReplaced"]
             }
             Scenario::LeaderHandover => &["ClusterLeaderHandedOver"],
+            Scenario::AdoptionCutShort => &["ClusterAdoptionCutShort"],
         };
         for &row in rows {
             assert!(
@@ -78,28 +79,40 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 "{name} never reached {row}"
             );
         }
-        if scenario == cluster_world::directed::Scenario::BlankFounder {
+        let told = |what: &str| report.events.iter().any(|e| e.contains(what));
+        let event = match scenario {
+            // The crash struck inside the work, after the adoption was durable.
+            Scenario::AdoptionCutShort => Some("boot finishes adopting"),
             // The blank founder found the group and was added to it, not a group of its own.
-            assert!(
-                report
-                    .events
-                    .iter()
-                    .any(|e| e.contains("replaced member 1's old one")),
-                "{name}: {}",
-                report.events.join("\n")
-            );
+            Scenario::BlankFounder => Some("replaced member 1's old one"),
+            _ => None,
+        };
+        if let Some(event) = event {
+            assert!(told(event), "{name}: {}", report.events.join("\n"));
         }
         // C and the blank replica made no leader: nothing went through while the leader
         // was down.
         assert!(
-            !report
-                .events
-                .iter()
-                .any(|e| e.contains("without the old leader")),
+            !told("without the old leader"),
             "{name}: {}",
             report.events.join("\n")
         );
     }
+}
+
+#[test]
+fn an_adoption_taken_as_done_at_boot_is_caught() {
+    use cluster_world::directed::Scenario;
+    assert!(cairn_sim::canary::activate(Some("adoption-work-forgotten")));
+    let report = cluster_world::directed::run_scenario(Scenario::AdoptionCutShort, false);
+    cairn_sim::canary::activate(None);
+    let violation = report.violation.unwrap_or_else(|| {
+        panic!(
+            "adoption-work-forgotten passed\n{}",
+            report.events.join("\n")
+        )
+    });
+    assert_eq!(violation.invariant, cluster_world::INV_BOOT, "{violation}");
 }
 
 #[test]

@@ -1,0 +1,205 @@
+//! The client's ops, and the names they leave in the state.
+//!
+//! Without nodes, every op creates a stream `s{n}` (the machine keeps the state in memory).
+//! Where nodes apply the commands, ops make and unmake what has directories and offsets, so
+//! that a member adopting the leader's state has partitions to create, purge and remove:
+//!
+//! | op                       | label           | drawn                                  |
+//! |--------------------------|-----------------|----------------------------------------|
+//! | create stream `s{n}`     | `s{n}`          | every fourth op, or when none is live  |
+//! | create topic `s/t{n}`    | `s/t{n}`        | 45%, in the newest live stream         |
+//! | create group `s/t/g{n}`  | `s/t/g{n}`      | 15%, in a live topic                   |
+//! | delete group             | `-s/t/g`        | 8%, a live group                       |
+//! | purge topic              | `~s/t`          | 8%, a live topic (new nonces)          |
+//! | add a partition          | `+s/t`          | 8%, a live topic                       |
+//! | delete topic             | `-s/t`          | 10%, a live topic                      |
+//! | delete stream            | `-s`            | 6%, a live stream but the newest       |
+//!
+//! A draw that finds nothing to act on creates a topic. Every op's outcome is known before
+//! the next is drawn (one in doubt is retried until it is), so the live names are exact.
+
+use super::*;
+use iggy_binary_protocol::requests::consumer_groups::{
+    CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
+};
+use iggy_binary_protocol::requests::partitions::CreatePartitionsRequest;
+use iggy_binary_protocol::requests::streams::DeleteStreamRequest;
+use iggy_binary_protocol::requests::topics::{DeleteTopicRequest, PurgeTopicRequest};
+
+/// One op of the client's, by the name it acts on: a stream `s{n}`, a topic `s{m}/t{n}`
+/// or a group `s{m}/t{k}/g{n}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Op {
+    Create(String),
+    /// Deletes what the name names, and everything under it.
+    Delete(String),
+    /// Purges a topic: its partitions are replaced by empty ones of new nonces.
+    Purge(String),
+    /// Adds a partition to a topic.
+    Grow(String),
+}
+
+impl Op {
+    /// How the client's model and the timeline name it.
+    pub(super) fn label(&self) -> String {
+        match self {
+            Op::Create(name) => name.clone(),
+            Op::Delete(name) => format!("-{name}"),
+            Op::Purge(name) => format!("~{name}"),
+            Op::Grow(name) => format!("+{name}"),
+        }
+    }
+
+    /// The command that does it.
+    pub(super) fn command(&self) -> MetaCommand {
+        let op = match self {
+            Op::Create(name) => creation(name),
+            Op::Delete(name) => deletion(name),
+            Op::Purge(name) => {
+                let (stream_id, topic_id) = topic_ids(name);
+                MetaOp::PurgeTopic(PurgeTopicRequest {
+                    stream_id,
+                    topic_id,
+                })
+            }
+            Op::Grow(name) => {
+                let (stream_id, topic_id) = topic_ids(name);
+                MetaOp::CreatePartitions(CreatePartitionsRequest {
+                    stream_id,
+                    topic_id,
+                    partitions_count: 1,
+                })
+            }
+        };
+        MetaCommand {
+            operation: op.operation().to_command_code().expect("a command"),
+            body: op.body().to_vec(),
+            timestamp: 0,
+            user_id: 0,
+            client: 0,
+            request: 0,
+            key: 0,
+            asked_at: 0,
+        }
+    }
+}
+
+/// The creation of what `name` names (its last part's name; a topic gets 1 to 3 partitions).
+fn creation(name: &str) -> MetaOp {
+    let parts: Vec<&str> = name.split('/').collect();
+    match parts.as_slice() {
+        [stream, topic] => MetaOp::CreateTopic(CreateTopicRequest {
+            stream_id: named(stream),
+            partitions_count: 1 + (name.len() % 3) as u32,
+            name: WireName::new(*topic).expect("a topic name"),
+            options: WireOptions::empty(),
+        }),
+        [stream, topic, group] => MetaOp::CreateConsumerGroup(CreateConsumerGroupRequest {
+            stream_id: named(stream),
+            topic_id: named(topic),
+            name: WireName::new(*group).expect("a group name"),
+        }),
+        _ => MetaOp::CreateStream(CreateStreamRequest {
+            name: WireName::new(name).expect("a stream name"),
+            options: WireOptions::empty(),
+        }),
+    }
+}
+
+fn deletion(name: &str) -> MetaOp {
+    let parts: Vec<&str> = name.split('/').collect();
+    match parts.as_slice() {
+        [stream, topic] => MetaOp::DeleteTopic(DeleteTopicRequest {
+            stream_id: named(stream),
+            topic_id: named(topic),
+        }),
+        [stream, topic, group] => MetaOp::DeleteConsumerGroup(DeleteConsumerGroupRequest {
+            stream_id: named(stream),
+            topic_id: named(topic),
+            group_id: named(group),
+        }),
+        _ => MetaOp::DeleteStream(DeleteStreamRequest {
+            stream_id: named(name),
+        }),
+    }
+}
+
+fn named(name: &str) -> WireIdentifier {
+    WireIdentifier::named(name).expect("a name")
+}
+
+fn topic_ids(name: &str) -> (WireIdentifier, WireIdentifier) {
+    let (stream, topic) = name.split_once('/').expect("a topic's name");
+    (named(stream), named(topic))
+}
+
+/// How deep a name is: 0 a stream, 1 a topic, 2 a group.
+fn depth(name: &str) -> usize {
+    name.matches('/').count()
+}
+
+/// Whether `name` is `under` or inside it.
+pub(super) fn within(name: &str, under: &str) -> bool {
+    name == under
+        || name
+            .strip_prefix(under)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The client's op number `n`, drawn from the live names (name → the index its creation
+/// was acknowledged at).
+pub(super) fn draw(
+    n: usize,
+    nodes: bool,
+    live: &BTreeMap<String, u64>,
+    rng: &mut ChaCha8Rng,
+) -> Op {
+    let at = |d: usize| -> Vec<&String> { live.keys().filter(|k| depth(k) == d).collect() };
+    let (streams, topics, groups) = (at(0), at(1), at(2));
+    let newest = streams.iter().max_by_key(|s| live[s.as_str()]).copied();
+    let Some(newest) = newest.filter(|_| nodes && !n.is_multiple_of(4)) else {
+        return Op::Create(format!("s{n}"));
+    };
+    let pick = |rng: &mut ChaCha8Rng, of: &[&String]| of[rng.gen_range(0..of.len())].clone();
+    let roll = rng.gen_range(0..100);
+    let older: Vec<&String> = streams.iter().copied().filter(|s| *s != newest).collect();
+    match roll {
+        45..60 if !topics.is_empty() => Op::Create(format!("{}/g{n}", pick(rng, &topics))),
+        60..68 if !groups.is_empty() => Op::Delete(pick(rng, &groups)),
+        68..76 if !topics.is_empty() => Op::Purge(pick(rng, &topics)),
+        76..84 if !topics.is_empty() => Op::Grow(pick(rng, &topics)),
+        84..94 if !topics.is_empty() => Op::Delete(pick(rng, &topics)),
+        94..100 if !older.is_empty() => Op::Delete(pick(rng, &older)),
+        _ => Op::Create(format!("{newest}/t{n}")),
+    }
+}
+
+impl World {
+    /// An op's outcome is known applied: the live names follow it.
+    pub(super) fn applied(&mut self, op: &Op, index: u64) {
+        self.acknowledged += 1;
+        match op {
+            Op::Create(name) => {
+                self.acked.insert(name.clone(), index);
+            }
+            Op::Delete(name) => self.acked.retain(|live, _| !within(live, name)),
+            Op::Purge(_) | Op::Grow(_) => {}
+        }
+    }
+
+    /// Whether `name`, acknowledged live, may be missing: an op in doubt deletes it or what
+    /// it is in.
+    pub(super) fn may_be_gone(&self, name: &str) -> bool {
+        self.in_doubt.iter().any(|label| {
+            label
+                .strip_prefix('-')
+                .is_some_and(|deleted| within(name, deleted))
+        })
+    }
+
+    /// Whether `name`, found in a state, was asked for and not deleted since: live, or
+    /// created by an op in doubt.
+    pub(super) fn may_be_held(&self, name: &str) -> bool {
+        self.acked.contains_key(name) || self.in_doubt.contains(name)
+    }
+}
