@@ -18,7 +18,9 @@
 //!   their own timeouts, and after [`SimNet::power_on`] a peer's next use of a connection of
 //!   the old boot is reset, as the rebooted host's RST does;
 //! - a dropped end closes its direction (the peer reads the rest, then end of stream) and
-//!   resets the other (the peer's writes fail, as a closed socket's RST makes them).
+//!   resets the other (the peer's writes fail, as a closed socket's RST makes them). Stricter
+//!   than TCP, where the peer's first write after the close still succeeds and only a later
+//!   one fails: here the first does.
 //!
 //! Every fault is recorded.
 
@@ -601,12 +603,10 @@ impl SimStream {
     }
 
     async fn write_inner(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        let delay = self.chunk_delay();
         if self.write_resets() {
+            let delay = self.chunk_delay();
             return Err(self.reset_within(buf, delay));
         }
-        // The first chunk's delay is drawn already; each later one when it is queued.
-        let mut delay = Some(delay);
         let capacity = self
             .net
             .state
@@ -640,9 +640,10 @@ impl SimStream {
                 let room = capacity.saturating_sub(pipe.queued);
                 if room > 0 {
                     let n = room.min(buf.len());
-                    // Under the pipe's lock: a pipe's lock may be held while the network's
-                    // is taken, never the other way round.
-                    let delay = delay.take().unwrap_or_else(|| self.chunk_delay());
+                    // Drawn as the chunk is queued, under the faults in force now; under the
+                    // pipe's lock (a pipe's lock may be held while the network's is taken,
+                    // never the other way round).
+                    let delay = self.chunk_delay();
                     let due = (self.net.clock.now_nanos() + delay).max(pipe.last_delivery);
                     pipe.last_delivery = due;
                     pipe.chunks.push_back((due, buf[..n].to_vec()));
