@@ -495,12 +495,14 @@ fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_shor
 
     // One the checkpoint already holds (at or below the last op) is removed, and so is a
     // temporary one (an adoption that never began); the state is the checkpoint's.
-    std::fs::write(&file, adoption::encode(CLUSTER, view.op, 7, &view.state)).unwrap();
     let temp = db.path().join("metadata").join(adoption::TEMP);
-    std::fs::write(&temp, b"an adoption cut short before it began").unwrap();
-    let b = boot_member(db.path());
-    same_state(&a, &b);
-    assert!(!file.exists() && !temp.exists(), "both removed");
-    b.close().unwrap();
+    for op in [view.op, view.op - 1] {
+        std::fs::write(&file, adoption::encode(CLUSTER, op, 7, &view.state)).unwrap();
+        std::fs::write(&temp, b"an adoption cut short before it began").unwrap();
+        let b = boot_member(db.path());
+        same_state(&a, &b);
+        assert!(!file.exists() && !temp.exists(), "both removed (op {op})");
+        b.close().unwrap();
+    }
     a.close().unwrap();
 }
