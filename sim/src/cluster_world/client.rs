@@ -128,9 +128,20 @@ impl World {
             return false;
         };
         let nodes = self.profile.nodes;
+        // One key for every attempt at this op, until its outcome is known: an attempt the
+        // client gave up on that lands later (a forward delivered after a heal) is answered
+        // with the first outcome, never applied again after later ops.
+        let (key, asked_at) = match self.asking {
+            Some(asking) => asking,
+            None => {
+                let applied = group.machine().state().1.map_or(0, |a| a.index);
+                *self.asking.insert((self.rng.gen::<u128>().max(1), applied))
+            }
+        };
         let proposal = {
             let group = group.clone();
-            let command = op.command();
+            let mut command = op.command();
+            (command.key, command.asked_at) = (key, asked_at);
             async move {
                 match nodes {
                     true => group
@@ -148,7 +159,11 @@ impl World {
             .await
             .unwrap_or(Err(ProposeError::InDoubt));
         self.end(span, span_outcome(&answer));
-        self.judge_answer(op, &group, answer)
+        let known = self.judge_answer(op, &group, answer);
+        if known {
+            self.asking = None;
+        }
+        known
     }
 
     /// What a proposal's answer means for the client's model; `true` when its outcome is

@@ -17,11 +17,14 @@
 //! must find the group, wait, and be added by the administrator, with every op kept.
 //!
 //! **An adoption cut short is finished at the next boot.** A member is down while a topic
-//! is deleted, another purged and a third made, and the leader's log moves on past a
-//! snapshot: the member comes back, is sent the snapshot, and its node crashes inside the
-//! adoption's directory work (removing the deleted topic's partition). Its next boot must
-//! finish the work (the `adoption-work-forgotten` canary takes it as done): no partition
-//! fenced, and its disk holds exactly its state's partitions.
+//! is deleted, another purged and a third made, a group it stored an offset for deleted
+//! and its id taken by a new one, and the leader's log moves on past a snapshot: the member
+//! comes back, is sent the snapshot, and its node crashes inside the adoption's directory
+//! work (removing the deleted topic's partition). Its next boot must finish the work (the
+//! `adoption-work-forgotten` canary takes it as done): no partition fenced, its disk holds
+//! exactly its state's partitions, and the new group holds no offset of the old one. Where
+//! it missed only removals, that canary fences nothing: the oracle of each node's disk
+//! catches the deleted topic's partition left there.
 
 use super::workload::Op;
 use super::{
@@ -43,10 +46,12 @@ pub enum Scenario {
     LeaderHandover,
     /// A member far behind crashes inside adopting the leader's state.
     AdoptionCutShort,
+    /// The same, where what it missed only removes (nothing for boot to fence).
+    AdoptionOfRemovalsCutShort,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 5] = [
+pub const SCENARIOS: [(&str, Scenario); 6] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -66,6 +71,10 @@ pub const SCENARIOS: [(&str, Scenario); 5] = [
     (
         "an_adoption_cut_short_is_finished_at_the_next_boot",
         Scenario::AdoptionCutShort,
+    ),
+    (
+        "an_adoption_of_removals_cut_short_is_finished_at_the_next_boot",
+        Scenario::AdoptionOfRemovalsCutShort,
     ),
 ];
 
@@ -99,7 +108,9 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         crash_leader: 0.0,
         nemesis_gap_ms: 1000,
         snapshot_every: match scenario {
-            Scenario::AdoptionCutShort => ADOPTION_SNAPSHOT_EVERY,
+            Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
+                ADOPTION_SNAPSHOT_EVERY
+            }
             _ => 1000,
         },
         blank: 0.0,
@@ -126,7 +137,8 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
         match scenario {
             Scenario::BlankFounder => blank_founder(&mut world).await,
             Scenario::LeaderHandover => handover(&mut world).await,
-            Scenario::AdoptionCutShort => adoption_cut_short(&mut world).await,
+            Scenario::AdoptionCutShort => adoption_cut_short(&mut world, false).await,
+            Scenario::AdoptionOfRemovalsCutShort => adoption_cut_short(&mut world, true).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -208,8 +220,8 @@ async fn handover(world: &mut World) {
 }
 
 /// The schedule of the module doc's last scenario, from a cluster that acknowledged stream
-/// `a`.
-async fn adoption_cut_short(world: &mut World) {
+/// `a`; with `removals_only`, nothing the member misses creates or purges a partition.
+async fn adoption_cut_short(world: &mut World, removals_only: bool) {
     use cairn_faults::disk::{Call, Scripted};
     let Some(l) = world.leader_at() else {
         world.fail(INV_LIVENESS, "no leader after the first op".into());
@@ -217,31 +229,44 @@ async fn adoption_cut_short(world: &mut World) {
     };
     let b = (l + 1) % 3;
     let create = |name: &str| Op::Create(name.into());
-    for op in [create("a/t1"), create("a/t2")] {
+    for op in [
+        create("a/t1"),
+        create("a/t2"),
+        create("a/t4"),
+        create("a/t2/g1"),
+    ] {
         if !world.acknowledge_op(&op).await {
             return;
         }
     }
+    // b's node holds an offset of group g1, which is deleted while b is down and its id
+    // taken by g2: the adoption must remove the offset (g2 never stored one).
+    world.store_offset_on(b, "a/t2/g1").await;
     world.crash_as(b, false);
-    let missed = [
+    let mut missed = vec![
         Op::Delete("a/t1".into()),
-        Op::Purge("a/t2".into()),
-        create("a/t3"),
+        Op::Delete("a/t2/g1".into()),
+        create("a/t2/g2"),
     ];
+    if !removals_only {
+        // Not a/t2: a purge empties its partitions, offsets and all.
+        missed.extend([Op::Purge("a/t4".into()), create("a/t3")]);
+    }
     // Then enough ops that the leader's log moves past a snapshot beyond b's last entry.
-    let fillers = (0..3 * ADOPTION_SNAPSHOT_EVERY).map(|n| create(&format!("f{n}")));
+    let fillers = (0..5 * ADOPTION_SNAPSHOT_EVERY).map(|n| create(&format!("f{n}")));
     for op in missed.into_iter().chain(fillers) {
         if !world.acknowledge_op(&op).await {
             return;
         }
     }
-    // b's next removal of a partition's file is the adoption's (the deleted topic's).
+    // Once b's node booted (its boot may remove leftovers under partitions too), b's next
+    // removal of a partition's file is the adoption's (the deleted topic's).
+    world.start(b).await;
     world.replicas[b].disk.script(Scripted::CrashOnCall {
         call: Call::Remove,
         part: "/partitions/".into(),
     });
     world.replicas[b].armed = true;
-    world.start(b).await;
     let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
     while !world.replicas[b].disk.is_crashed() && !world.failed() {
         if world.clock.now_nanos() >= deadline {

@@ -72,6 +72,8 @@ pub const INV_UNASKED: &str = "a replica holds only what clients asked for";
 pub const INV_FRESH: &str = "a fresh read sees every op acknowledged before it";
 pub const INV_NODE_HOLDS: &str =
     "a replica's node holds exactly its state's partitions, on disk and served";
+pub const INV_NO_STALE_OFFSET: &str =
+    "a group holds no offset it did not store (none of a deleted group under its id)";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
 pub const CLUSTER_COVERAGE: [(&str, &str); 22] = [
@@ -150,7 +152,7 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 22] = [
     ),
     (
         "ClusterAdoptionRemoved",
-        "a replica's node adopted a state that removed or emptied partitions it held (deleted or purged while it was behind)",
+        "a replica's node adopted a state that removed or emptied partitions it held (deleted or purged while it was behind), live or finished at boot",
     ),
     (
         "ClusterAdoptionCutShort",
@@ -300,6 +302,8 @@ struct Replica {
     /// The node of its current process (when the profile runs nodes), until its counts
     /// are taken.
     node: Option<cairn_engine::node::Node>,
+    /// The partitions its last process's node served when it went.
+    served: BTreeSet<cairn_engine::partition::PartitionIdentity>,
 }
 
 struct Shared {
@@ -343,6 +347,10 @@ struct World {
     in_doubt: BTreeSet<String>,
     /// Ops acknowledged (or found applied).
     acknowledged: usize,
+    /// Groups an offset was stored for (or tried), by name.
+    stored: BTreeSet<String>,
+    /// The key and `asked_at` of the op being asked, until its outcome is known.
+    asking: Option<(u128, u64)>,
     crashes: usize,
     leaders_seen: BTreeSet<(NodeId, u64)>,
     /// The leader of the last acknowledgement (the timeline marks each new one).
@@ -450,6 +458,7 @@ fn run_script(
                 starts: 0,
                 armed: false,
                 node: None,
+                served: BTreeSet::new(),
             }
         })
         .collect();
@@ -466,6 +475,8 @@ fn run_script(
         acked: BTreeMap::new(),
         in_doubt: BTreeSet::new(),
         acknowledged: 0,
+        stored: BTreeSet::new(),
+        asking: None,
         crashes: 0,
         leaders_seen: BTreeSet::new(),
         last_leader: None,
@@ -691,7 +702,12 @@ impl World {
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
         }
-        let stats = self.replicas[at].node.take().map(|node| node.stats());
+        let node = self.replicas[at].node.take();
+        // The partitions it served: a boot that finishes an adoption compares against them.
+        if let Some(node) = &node {
+            self.replicas[at].served = node.view().state.partitions().into_iter().collect();
+        }
+        let stats = node.map(|node| node.stats());
         let (adopted, removed) =
             stats.map_or((0, 0), |s| (s.meta_adoptions, s.meta_adopted_removals));
         for _ in 0..adopted {
@@ -706,7 +722,8 @@ impl World {
     }
 
     /// What a node's boot found of an adoption the replica's last process began.
-    fn adoption_at_boot(&mut self, id: MemberId, plan: &cairn_engine::metadata::MetaPlan) {
+    fn adoption_at_boot(&mut self, at: usize, plan: &cairn_engine::metadata::MetaPlan) {
+        let id = self.replicas[at].id;
         use cairn_engine::metadata::MetaAction;
         let leftovers = plan.actions.iter().any(|a| {
             matches!(
@@ -719,6 +736,11 @@ impl World {
                 "replica {id}: boot finishes adopting the state after op {}",
                 a.op
             ));
+            // What its last process served that the adopted state has not (or purged).
+            let after: BTreeSet<_> = a.state.partitions().into_iter().collect();
+            if self.replicas[at].served.difference(&after).next().is_some() {
+                self.decision("ClusterAdoptionRemoved");
+            }
         }
         if leftovers || plan.adopting.is_some() {
             self.decision("ClusterAdoptionCutShort");
@@ -839,7 +861,7 @@ impl World {
         if self.profile.nodes {
             match self.boot_node_of(at).await {
                 Ok(booted) => {
-                    self.adoption_at_boot(id, &booted.plan);
+                    self.adoption_at_boot(at, &booted.plan);
                     // No fault here damages a partition's bytes: a fenced one is work
                     // (an op's or an adoption's) done wrong or redone wrong.
                     let fenced = booted.report.partitions.iter().find_map(|(key, boot)| {
@@ -924,6 +946,12 @@ async fn direct(mut world: World) -> Counts {
         let (nodes, live) = (world.profile.nodes, &world.acked);
         let drawn = op.get_or_insert_with(|| workload::draw(next, nodes, live, &mut world.rng));
         let drawn = drawn.clone();
+        if let workload::Op::Store(group) = &drawn {
+            world.store_offset(group).await;
+            next += 1;
+            op = None;
+            continue;
+        }
         if world.propose_op(&drawn).await {
             next += 1;
             op = None;

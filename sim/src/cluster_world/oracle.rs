@@ -262,7 +262,47 @@ impl World {
                 );
                 return;
             }
+            if let Some(evidence) = self.stale_offset(&client, &state).await {
+                self.fail(
+                    INV_NO_STALE_OFFSET,
+                    format!("replica {id}'s node: {evidence}"),
+                );
+                return;
+            }
         }
+    }
+
+    /// An offset held by a live group no offset was ever stored for (in any partition of
+    /// its topic, on the node `client` asks): what a deleted group under its id left.
+    async fn stale_offset(
+        &self,
+        client: &cairn_engine::node::Client,
+        state: &cairn_engine::state::MetaState,
+    ) -> Option<String> {
+        use iggy_binary_protocol::WireIdentifier as Id;
+        for (s, stream) in state.streams() {
+            for (t, topic) in &stream.topics {
+                for (g, group) in &topic.groups {
+                    let name = format!("{}/{}/{}", stream.name, topic.name, group.name);
+                    if !self.acked.contains_key(&name) || self.stored.contains(&name) {
+                        continue;
+                    }
+                    let consumer = super::workload::group_consumer(Id::numeric(*g));
+                    for p in topic.partitions.keys() {
+                        let (sid, tid) = (Id::numeric(*s), Id::numeric(*t));
+                        match client.get_offset(&consumer, &sid, &tid, Some(*p)).await {
+                            Ok(None) => {}
+                            found => {
+                                return Some(format!(
+                                    "group {name} (id {g}), never stored to, holds {found:?} in partition {p}"
+                                ))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        None
     }
 }
 

@@ -7,18 +7,27 @@
 //! | op                       | label           | drawn                                  |
 //! |--------------------------|-----------------|----------------------------------------|
 //! | create stream `s{n}`     | `s{n}`          | every fourth op, or when none is live  |
-//! | create topic `s/t{n}`    | `s/t{n}`        | 45%, in the newest live stream         |
+//! | create topic `s/t{n}`    | `s/t{n}`        | 40%, in the newest live stream (persisted) |
 //! | create group `s/t/g{n}`  | `s/t/g{n}`      | 15%, in a live topic                   |
+//! | store a group's offset   | `@s/t/g`        | 8%, a live group, on one node          |
 //! | delete group             | `-s/t/g`        | 8%, a live group                       |
 //! | purge topic              | `~s/t`          | 8%, a live topic (new nonces)          |
 //! | add a partition          | `+s/t`          | 8%, a live topic                       |
-//! | delete topic             | `-s/t`          | 10%, a live topic                      |
-//! | delete stream            | `-s`            | 6%, a live stream but the newest       |
+//! | delete topic             | `-s/t`          | 8%, a live topic                       |
+//! | delete stream            | `-s`            | 5%, a live stream but the newest       |
 //!
 //! A draw that finds nothing to act on creates a topic. Every op's outcome is known before
-//! the next is drawn (one in doubt is retried until it is), so the live names are exact.
+//! the next is drawn (one in doubt is retried, under the same key, until it is), so the
+//! live names are exact: an attempt given up on that lands later is answered with the first
+//! outcome by the state machine's table of keys, never applied after the ops that followed.
+//! A stored offset is no metadata op: one member's node sends a message to partition 0 of
+//! the group's topic, joins the group and stores offset 0 there, and nothing else. Group ids
+//! are reused, so the oracle holds that a live group never stored to holds no offset on any
+//! node: none of a deleted group under its id survives its deletion, applied as an op or
+//! within an adopted state.
 
 use super::*;
+use crate::wire::KIND_STRING;
 use iggy_binary_protocol::requests::consumer_groups::{
     CreateConsumerGroupRequest, DeleteConsumerGroupRequest,
 };
@@ -37,6 +46,8 @@ pub(super) enum Op {
     Purge(String),
     /// Adds a partition to a topic.
     Grow(String),
+    /// Stores an offset of a group on one member's node (no metadata op).
+    Store(String),
 }
 
 impl Op {
@@ -47,6 +58,7 @@ impl Op {
             Op::Delete(name) => format!("-{name}"),
             Op::Purge(name) => format!("~{name}"),
             Op::Grow(name) => format!("+{name}"),
+            Op::Store(name) => format!("@{name}"),
         }
     }
 
@@ -70,6 +82,7 @@ impl Op {
                     partitions_count: 1,
                 })
             }
+            Op::Store(_) => unreachable!("a stored offset is no metadata op"),
         };
         MetaCommand {
             operation: op.operation().to_command_code().expect("a command"),
@@ -88,11 +101,20 @@ impl Op {
 fn creation(name: &str) -> MetaOp {
     let parts: Vec<&str> = name.split('/').collect();
     match parts.as_slice() {
+        // `persisted`, offsets too: a stored offset (and the message under it) survives a
+        // crash, so a deleted group's is there for its deletion to remove.
         [stream, topic] => MetaOp::CreateTopic(CreateTopicRequest {
             stream_id: named(stream),
             partitions_count: 1 + (name.len() % 3) as u32,
             name: WireName::new(*topic).expect("a topic name"),
-            options: WireOptions::empty(),
+            options: crate::wire::options(&[
+                ("durability", KIND_STRING, b"persisted".to_vec()),
+                (
+                    "consumer_offset_durability",
+                    KIND_STRING,
+                    b"persisted".to_vec(),
+                ),
+            ]),
         }),
         [stream, topic, group] => MetaOp::CreateConsumerGroup(CreateConsumerGroupRequest {
             stream_id: named(stream),
@@ -133,6 +155,21 @@ fn topic_ids(name: &str) -> (WireIdentifier, WireIdentifier) {
     (named(stream), named(topic))
 }
 
+/// Stream, topic and group of a group's name `s/t/g`.
+pub(super) fn group_ids(name: &str) -> (WireIdentifier, WireIdentifier, WireIdentifier) {
+    let (topic, group) = name.rsplit_once('/').expect("a group's name");
+    let (stream, topic) = topic_ids(topic);
+    (stream, topic, named(group))
+}
+
+/// How a group is named as a consumer.
+pub(super) fn group_consumer(group: WireIdentifier) -> iggy_binary_protocol::WireConsumer {
+    iggy_binary_protocol::WireConsumer {
+        kind: iggy_binary_protocol::KIND_CONSUMER_GROUP,
+        id: group,
+    }
+}
+
 /// How deep a name is: 0 a stream, 1 a topic, 2 a group.
 fn depth(name: &str) -> usize {
     name.matches('/').count()
@@ -164,12 +201,13 @@ pub(super) fn draw(
     let roll = rng.gen_range(0..100);
     let older: Vec<&String> = streams.iter().copied().filter(|s| *s != newest).collect();
     match roll {
-        45..60 if !topics.is_empty() => Op::Create(format!("{}/g{n}", pick(rng, &topics))),
-        60..68 if !groups.is_empty() => Op::Delete(pick(rng, &groups)),
-        68..76 if !topics.is_empty() => Op::Purge(pick(rng, &topics)),
-        76..84 if !topics.is_empty() => Op::Grow(pick(rng, &topics)),
-        84..94 if !topics.is_empty() => Op::Delete(pick(rng, &topics)),
-        94..100 if !older.is_empty() => Op::Delete(pick(rng, &older)),
+        40..55 if !topics.is_empty() => Op::Create(format!("{}/g{n}", pick(rng, &topics))),
+        55..63 if !groups.is_empty() => Op::Store(pick(rng, &groups)),
+        63..71 if !groups.is_empty() => Op::Delete(pick(rng, &groups)),
+        71..79 if !topics.is_empty() => Op::Purge(pick(rng, &topics)),
+        79..87 if !topics.is_empty() => Op::Grow(pick(rng, &topics)),
+        87..95 if !topics.is_empty() => Op::Delete(pick(rng, &topics)),
+        95..100 if !older.is_empty() => Op::Delete(pick(rng, &older)),
         _ => Op::Create(format!("{newest}/t{n}")),
     }
 }
@@ -183,7 +221,60 @@ impl World {
                 self.acked.insert(name.clone(), index);
             }
             Op::Delete(name) => self.acked.retain(|live, _| !within(live, name)),
-            Op::Purge(_) | Op::Grow(_) => {}
+            Op::Purge(_) | Op::Grow(_) | Op::Store(_) => {}
+        }
+    }
+
+    /// Stores offset 0 of group `name` in partition 0 of its topic on a random up member's
+    /// node, as a member of the group (a message sent there first). The group counts as
+    /// stored to whatever the outcome: a node behind may not know the group yet.
+    pub(super) async fn store_offset(&mut self, name: &str) {
+        self.stored.insert(name.to_owned());
+        let up: Vec<usize> = self
+            .up()
+            .into_iter()
+            .filter(|&at| self.replicas[at].node.is_some())
+            .collect();
+        if !up.is_empty() {
+            let at = up[self.rng.gen_range(0..up.len())];
+            self.store_offset_on(at, name).await;
+        }
+    }
+
+    /// [`World::store_offset`] on replica `at`'s node (up, with a node), once it applied
+    /// what the leader had (so that it knows the group).
+    pub(super) async fn store_offset_on(&mut self, at: usize, name: &str) {
+        self.stored.insert(name.to_owned());
+        let node = self.replicas[at].node.clone().expect("a node");
+        if let Some(group) = self.replicas[at].group.clone() {
+            let barrier = async move { group.read_barrier().await };
+            if !matches!(
+                self.while_nemesis(barrier, PROPOSE_TIMEOUT).await,
+                Some(Ok(()))
+            ) {
+                return;
+            }
+        }
+        let (stream, topic, group) = group_ids(name);
+        let client = node.client(0x5707e);
+        let store = async move {
+            let mut batch = cairn_engine::format::BatchBuilder::new(0);
+            batch.push(1, 0, b"a message to hold an offset", b"");
+            let partition = iggy_binary_protocol::WirePartitioning::PartitionId(0);
+            client
+                .send(&stream, &topic, &partition, batch.build())
+                .await?;
+            client.join_group(&stream, &topic, &group).await?;
+            let consumer = group_consumer(group);
+            client
+                .store_offset(&consumer, &stream, &topic, Some(0), 0)
+                .await
+        };
+        let id = self.replicas[at].id;
+        match self.while_nemesis(store, PROPOSE_TIMEOUT).await {
+            Some(Ok(())) => self.event(format!("@{name} stored on replica {id}")),
+            Some(Err(e)) => self.event(format!("@{name} not stored on replica {id}: {e}")),
+            None => self.event(format!("@{name} on replica {id} timed out")),
         }
     }
 

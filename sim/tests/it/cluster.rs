@@ -71,18 +71,23 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 &["ClusterDiskReplaced", "ClusterReplicaReplaced"]
             }
             Scenario::LeaderHandover => &["ClusterLeaderHandedOver"],
-            Scenario::AdoptionCutShort => &["ClusterAdoptionCutShort"],
+            Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
+                &["ClusterAdoptionCutShort", "ClusterAdoptionRemoved"]
+            }
         };
         for &row in rows {
             assert!(
                 report.decisions.contains_key(row),
-                "{name} never reached {row}"
+                "{name} never reached {row}\n{}",
+                report.events.join("\n")
             );
         }
         let told = |what: &str| report.events.iter().any(|e| e.contains(what));
         let event = match scenario {
             // The crash struck inside the work, after the adoption was durable.
-            Scenario::AdoptionCutShort => Some("boot finishes adopting"),
+            Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
+                Some("boot finishes adopting")
+            }
             // The blank founder found the group and was added to it, not a group of its own.
             Scenario::BlankFounder => Some("replaced member 1's old one"),
             _ => None,
@@ -103,16 +108,26 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
 #[test]
 fn an_adoption_taken_as_done_at_boot_is_caught() {
     use cluster_world::directed::Scenario;
-    assert!(cairn_sim::canary::activate(Some("adoption-work-forgotten")));
-    let report = cluster_world::directed::run_scenario(Scenario::AdoptionCutShort, false);
-    cairn_sim::canary::activate(None);
-    let violation = report.violation.unwrap_or_else(|| {
-        panic!(
-            "adoption-work-forgotten passed\n{}",
-            report.events.join("\n")
-        )
-    });
-    assert_eq!(violation.invariant, cluster_world::INV_BOOT, "{violation}");
+    // Fenced at boot where the adoption created or purged partitions; where it only
+    // removed, caught by each node's disk holding exactly its state's partitions.
+    for (scenario, invariant) in [
+        (Scenario::AdoptionCutShort, cluster_world::INV_BOOT),
+        (
+            Scenario::AdoptionOfRemovalsCutShort,
+            cluster_world::INV_NODE_HOLDS,
+        ),
+    ] {
+        assert!(cairn_sim::canary::activate(Some("adoption-work-forgotten")));
+        let report = cluster_world::directed::run_scenario(scenario, false);
+        cairn_sim::canary::activate(None);
+        let violation = report.violation.unwrap_or_else(|| {
+            panic!(
+                "adoption-work-forgotten passed {scenario:?}\n{}",
+                report.events.join("\n")
+            )
+        });
+        assert_eq!(violation.invariant, invariant, "{scenario:?}: {violation}");
+    }
 }
 
 #[test]
