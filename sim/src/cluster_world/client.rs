@@ -197,19 +197,19 @@ impl World {
                 self.applied(op, index);
                 true
             }
+            // Every attempt carries the op's one key: had an earlier one applied, this one
+            // would be answered with its outcome. A refusal means none applied, and nothing
+            // in this workload is refused.
             Ok((index, MetaOutcome::Refused { code, reason })) => {
-                if self.in_doubt.remove(name) {
-                    // An earlier attempt landed: the retry found the name taken (or gone).
-                    self.event(format!(
-                        "{name} found applied by {to} at index {index} ({code})"
-                    ));
-                    self.applied(op, index);
+                let tries = if self.in_doubt.contains(name) {
+                    "after attempts in doubt"
                 } else {
-                    self.fail(
-                        INV_UNASKED,
-                        format!("{name}, proposed once, was refused at index {index}: {reason}"),
-                    );
-                }
+                    "proposed once"
+                };
+                self.fail(
+                    INV_UNASKED,
+                    format!("{name}, {tries}, was refused at index {index} ({code}): {reason}"),
+                );
                 true
             }
             Ok((index, MetaOutcome::Undecodable)) => {

@@ -234,6 +234,18 @@ impl World {
                     )
                 })
                 .collect();
+            // A stream's or topic's directory the state has not is a removal left undone.
+            let leftover = disk
+                .paths_under(&root.join("streams"))
+                .into_iter()
+                .find(|p| entity_dir(&root, p).is_some_and(|e| !has_entity(&state, e)));
+            if let Some(leftover) = leftover {
+                self.fail(
+                    INV_NODE_HOLDS,
+                    format!("replica {id}'s disk holds {leftover:?}, which its state has not"),
+                );
+                return;
+            }
             if on_disk != wanted {
                 let extra: Vec<_> = on_disk.difference(&wanted).collect();
                 let missing: Vec<_> = wanted.difference(&on_disk).collect();
@@ -308,6 +320,26 @@ impl World {
 
 /// Whether `path` is a partition's directory under `root`:
 /// `root/streams/s/topics/t/partitions/p`.
+/// The stream `(s, None)` or topic `(s, Some(t))` whose directory `path` is:
+/// `root/streams/s` or `root/streams/s/topics/t`.
+fn entity_dir(root: &Path, path: &Path) -> Option<(u32, Option<u32>)> {
+    let rest = path.strip_prefix(root.join("streams")).ok()?;
+    let parts: Vec<&str> = rest.iter().filter_map(|c| c.to_str()).collect();
+    match parts.as_slice() {
+        [s] => Some((s.parse().ok()?, None)),
+        [s, "topics", t] => Some((s.parse().ok()?, Some(t.parse().ok()?))),
+        _ => None,
+    }
+}
+
+fn has_entity(state: &cairn_engine::state::MetaState, (s, t): (u32, Option<u32>)) -> bool {
+    let stream = state.streams().get(&s);
+    match t {
+        None => stream.is_some(),
+        Some(t) => stream.is_some_and(|stream| stream.topics.contains_key(&t)),
+    }
+}
+
 fn is_partition_dir(root: &Path, path: &Path) -> bool {
     let Ok(rest) = path.strip_prefix(root.join("streams")) else {
         return false;

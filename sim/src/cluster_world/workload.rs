@@ -229,15 +229,19 @@ impl World {
     /// node, as a member of the group (a message sent there first). The group counts as
     /// stored to whatever the outcome: a node behind may not know the group yet.
     pub(super) async fn store_offset(&mut self, name: &str) {
-        self.stored.insert(name.to_owned());
         let up: Vec<usize> = self
             .up()
             .into_iter()
             .filter(|&at| self.replicas[at].node.is_some())
             .collect();
-        if !up.is_empty() {
-            let at = up[self.rng.gen_range(0..up.len())];
-            self.store_offset_on(at, name).await;
+        match up.is_empty() {
+            true => {
+                self.stored.insert(name.to_owned());
+            }
+            false => {
+                let at = up[self.rng.gen_range(0..up.len())];
+                self.store_offset_on(at, name).await;
+            }
         }
     }
 

@@ -32,6 +32,22 @@ fn settings(cluster: Option<u128>) -> NodeSettings {
     }
 }
 
+/// Two members on fresh directories, both fed by one sequencer, A deciding through it.
+fn joined_pair() -> (
+    (tempfile::TempDir, TestNode),
+    (tempfile::TempDir, TestNode),
+    Sequencer,
+) {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sequencer = Sequencer::default();
+    let a = boot_member(da.path());
+    let b = boot_member(db.path());
+    sequencer.join(&a.node);
+    sequencer.join(&b.node);
+    a.node.set_decider(Arc::new(sequencer.clone()));
+    ((da, a), (db, b), sequencer)
+}
+
 fn boot_member(root: &Path) -> TestNode {
     start(&real_env(), root, settings(Some(CLUSTER)))
         .expect("boot")
@@ -223,13 +239,7 @@ fn a_clustered_node_decides_nothing_itself_and_keeps_to_its_cluster() {
 
 #[test]
 fn a_retried_decision_applies_once_on_every_member_and_after_restarts() {
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let sequencer = Sequencer::default();
-    let a = boot_member(da.path());
-    let b = boot_member(db.path());
-    sequencer.join(&a.node);
-    sequencer.join(&b.node);
-    a.node.set_decider(Arc::new(sequencer.clone()));
+    let ((_da, a), (db, b), sequencer) = joined_pair();
     let stream = a.create_stream("orders").unwrap();
     let s = WireIdentifier::numeric(stream);
     let topic = a
@@ -375,13 +385,7 @@ fn group_consumer(g: u32) -> WireConsumer {
 #[test]
 fn a_member_behind_adopts_the_state_whole_and_boot_finishes_an_adoption_cut_short() {
     use cairn_engine::metadata::{adoption, MetaRefusal};
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let sequencer = Sequencer::default();
-    let a = boot_member(da.path());
-    let b = boot_member(db.path());
-    sequencer.join(&a.node);
-    sequencer.join(&b.node);
-    a.node.set_decider(Arc::new(sequencer.clone()));
+    let ((_da, a), (db, b), sequencer) = joined_pair();
     workload(&a, 0);
     workload(&a, 1);
     same_state(&a, &b);
