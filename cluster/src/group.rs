@@ -5,7 +5,9 @@ use crate::log::{LogOpenError, LogStore};
 use crate::net::{identify, serve_peers, AddressedHook, AppendedHook, PeerKey, PeerNetwork};
 use crate::rt::in_env;
 use crate::sm::{ApplyObserver, MetaMachine};
-use crate::types::{member_of, show_id, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft};
+use crate::types::{
+    member_of, show_id, LogId, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft,
+};
 use cairn_engine::env::{Env, TaskHandle};
 use openraft::errors::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, SnapshotPolicy};
@@ -211,6 +213,9 @@ pub struct Replica {
     pub(crate) decide_timeout: Duration,
     /// Turns to ask the leader for a read index (`decide::MAX_READS`).
     pub(crate) reads: cairn_engine::env::chan::Semaphore,
+    /// One membership change at a time on this replica: a second, arriving while the
+    /// first adds a learner, hands leadership over or waits for its commit, is refused.
+    pub(crate) changing: cairn_engine::env::chan::Semaphore,
     pub(crate) read_index: Option<ReadIndexHook>,
 }
 
@@ -316,6 +321,7 @@ impl MetaGroup {
             proposing: cairn_engine::env::chan::Semaphore::new(crate::net::MAX_PROPOSING),
             rekey: config.hooks.rekey.clone(),
             reads: cairn_engine::env::chan::Semaphore::new(crate::decide::MAX_READS),
+            changing: cairn_engine::env::chan::Semaphore::new(1),
             decide_timeout: config.decide_timeout,
             read_index: config.hooks.read_index.clone(),
         };
@@ -405,7 +411,8 @@ impl Replica {
     }
 
     /// Changes the group's voters ([`MemberChange`]); on the leader. Answers once the new
-    /// configuration is committed. Repeating a change that took effect does nothing. A
+    /// configuration is committed. One change at a time per replica: another arriving
+    /// meanwhile is refused (`Failed`). Repeating a change that took effect does nothing. A
     /// leader asked to remove its own member hands leadership over first and answers
     /// `NotLeader`, naming the one to ask (a leader outside its configuration would lead
     /// on until openraft noticed).
@@ -416,6 +423,11 @@ impl Replica {
     /// replicas, add this one: one joint-consensus change), never as a voter set read
     /// earlier, which a change made meanwhile could have made stale.
     pub async fn change(&self, change: MemberChange) -> Result<GroupStatus, ProposeError> {
+        let Some(_turn) = self.changing.try_acquire() else {
+            return Err(ProposeError::Failed(
+                "another membership change is in progress on this replica: ask again once it is answered".into(),
+            ));
+        };
         let status = self.status();
         if status.leader != Some(self.me) {
             return Err(ProposeError::NotLeader {
@@ -423,6 +435,17 @@ impl Replica {
                 leader: status.leader,
             });
         }
+        // The configuration this leader has committed may not be the group's yet: a change
+        // an earlier leader appended may still commit, until this leader committed an entry
+        // of its own term. Read it once everything through its last entry is applied (a
+        // change found already made is then made for good).
+        if !self.linearize().await {
+            return Err(ProposeError::NotLeader {
+                me: self.me,
+                leader: None,
+            });
+        }
+        let status = self.status();
         let (member, added) = match &change {
             MemberChange::Remove { member }
                 if *member == member_of(self.me)
@@ -479,12 +502,13 @@ impl Replica {
         if let Some(id) = added {
             steps.push(ChangeMembers::AddVoterIds(BTreeSet::from([id])));
         }
+        let before = self.membership_log_id();
         let changed = self
             .raft
             .change_membership(ChangeMembers::Batch(steps), false);
         in_env(&self.env, changed)
             .await
-            .map_err(|e| self.write_error(e))?;
+            .map_err(|e| change_error(self.write_error(e), before, self.membership_log_id()))?;
         // openraft answers once the uniform configuration is committed; its metrics may
         // still show the joint one for a moment: answer with the configuration the change
         // made (within a bound; a later change may keep it joint).
@@ -496,6 +520,14 @@ impl Replica {
             self.env.clock.sleep(HANDOVER_POLL).await;
         }
         Ok(self.status())
+    }
+
+    /// The log id of the configuration this replica goes by (committed or not).
+    fn membership_log_id(&self) -> Option<LogId> {
+        use openraft::async_runtime::WatchReceiver;
+        let metrics = self.raft.metrics();
+        let id = *metrics.borrow_watched().membership_config.log_id();
+        id
     }
 
     /// Makes `id` a learner and waits until it holds every committed entry.
@@ -688,5 +720,74 @@ async fn found(
             return;
         }
         env.clock.sleep(FOUND_RETRY).await;
+    }
+}
+
+/// What a failed membership change means, given the log id of the configuration the replica
+/// went by before it (`before`) and after (`after`). openraft makes a change in two entries,
+/// the joint configuration and then the uniform one, each its own call into the core: a
+/// leader lost between them answers the second `ForwardToLeader` with the joint one already
+/// in the log, and perhaps committed. Only a refusal that left the configuration as it found
+/// it appended nothing; any other is in doubt.
+fn change_error(error: ProposeError, before: Option<LogId>, after: Option<LogId>) -> ProposeError {
+    match error {
+        ProposeError::NotLeader { .. } if after != before => ProposeError::InDoubt,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_id(term: u64, index: u64) -> Option<LogId> {
+        type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+        Some(LogId::new(LeaderId { term, node_id: 1 }, index))
+    }
+
+    #[test]
+    fn a_change_refused_after_the_configuration_moved_is_in_doubt() {
+        let not_leader = ProposeError::NotLeader {
+            me: 1,
+            leader: None,
+        };
+        let failed = ProposeError::Failed("a precondition".into());
+        let cases = [
+            // (error, before, after, meaning)
+            (
+                not_leader.clone(),
+                log_id(2, 10),
+                log_id(2, 10),
+                not_leader.clone(),
+            ),
+            (not_leader.clone(), None, None, not_leader.clone()),
+            // The joint entry was appended: the uniform step's refusal is in doubt.
+            (
+                not_leader.clone(),
+                log_id(2, 10),
+                log_id(2, 11),
+                ProposeError::InDoubt,
+            ),
+            (
+                not_leader.clone(),
+                None,
+                log_id(1, 1),
+                ProposeError::InDoubt,
+            ),
+            (failed.clone(), log_id(2, 10), log_id(2, 11), failed.clone()),
+            (
+                ProposeError::InDoubt,
+                log_id(2, 10),
+                log_id(2, 10),
+                ProposeError::InDoubt,
+            ),
+        ];
+        for (error, before, after, meaning) in cases {
+            assert_eq!(
+                change_error(error.clone(), before, after),
+                meaning,
+                "{error:?}"
+            );
+        }
     }
 }

@@ -206,13 +206,18 @@ impl Admin {
     /// The member whose replica says it leads, and its address. Every configured member is
     /// asked first, then the leaders they name at addresses the configuration lacks (a
     /// replica added since): a leader that was killed is still named by its followers for
-    /// an election timeout, and is not taken for one because they name it.
+    /// an election timeout, and a removed replica names the last leader it heard of, so
+    /// neither is taken for one because it is named. Of replicas that say they lead, the
+    /// one in the highest term (an old leader cut off from the rest may not know yet).
     async fn leader(&self) -> Result<(MemberId, SocketAddr), String> {
         let mut last = String::from("no member is configured");
         let mut named = Vec::new();
+        let mut leading = Vec::new();
         for &(member, addr) in &self.members {
             match self.status_of(member, addr).await {
-                Ok(status) if status.leader == Some(status.me) => return Ok((member, addr)),
+                Ok(status) if status.leader == Some(status.me) => {
+                    leading.push((status.term, member, addr))
+                }
                 Ok(status) => {
                     last = format!("member {member} knows no reachable leader");
                     if let Some(leader) = status.leader.and_then(|l| self.address_of(l, &status)) {
@@ -228,11 +233,17 @@ impl Admin {
             }
             if let Ok(status) = self.status_of(member, addr).await {
                 if status.leader == Some(status.me) {
-                    return Ok((member, addr));
+                    leading.push((status.term, member, addr));
                 }
             }
         }
-        Err(format!("no reachable replica leads ({last})"))
+        match leading
+            .into_iter()
+            .max_by_key(|(term, member, _)| (*term, *member))
+        {
+            Some((_, member, addr)) => Ok((member, addr)),
+            None => Err(format!("no reachable replica leads ({last})")),
+        }
     }
 
     /// Where the replica `leader` is, as `status` (its committed configuration) has it.
