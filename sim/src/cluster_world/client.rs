@@ -1,5 +1,6 @@
 //! The group's clients: the proposer, which sends each op to whoever leads and retries one
-//! in doubt, and the administrator, which replaces a blank replica's old incarnation with it.
+//! in doubt, and the administrator, which replaces a blank replica's old incarnation with it,
+//! and now and then removes a member and adds it back.
 
 use super::workload::Op;
 use super::*;
@@ -8,9 +9,11 @@ impl World {
     /// The administrator: replaces the old incarnation of a blank replica that is up with
     /// it, through whoever leads. `true` when no blank replica waits any more.
     pub(super) async fn rejoin(&mut self) -> bool {
-        let Some(at) = (0..self.replicas.len())
-            .find(|&at| !self.replicas[at].joined && self.replicas[at].group.is_some())
-        else {
+        let now = self.clock.now_nanos();
+        let Some(at) = (0..self.replicas.len()).find(|&at| {
+            let r = &self.replicas[at];
+            !r.joined && r.group.is_some() && r.rejoin_after <= now
+        }) else {
             return self.replicas.iter().all(|r| r.joined);
         };
         let Some(leader) = self
@@ -66,17 +69,90 @@ impl World {
         }
     }
 
-    /// Where the leader some up replica names is, if it is up.
+    /// The administrator, as often as the profile says: removes a member that counts,
+    /// through whoever leads, while no more than a minority counts out with it. It counts
+    /// out from the start of the change (a joint configuration needs both halves' quorums),
+    /// and stays out until [`World::rejoin`] adds it back, unless the change was refused
+    /// before anything was appended.
+    pub(super) async fn remove_one(&mut self) {
+        let minority = (self.replicas.len() - 1) / 2;
+        if self.profile.remove == 0.0
+            || self.out() >= minority
+            || !self.rng.gen_bool(self.profile.remove)
+        {
+            return;
+        }
+        let counted: Vec<usize> = (0..self.replicas.len())
+            .filter(|&at| self.replicas[at].joined)
+            .collect();
+        let Some(leader) = self
+            .leader_at()
+            .and_then(|l| self.replicas[l].group.clone())
+        else {
+            return;
+        };
+        let at = counted[self.rng.gen_range(0..counted.len())];
+        let (id, incarnation) = (self.replicas[at].id, self.replicas[at].incarnation);
+        self.replicas[at].joined = false;
+        let wait = self.rng.gen_range(100..5_000) * 1_000_000;
+        self.replicas[at].rejoin_after = self.clock.now_nanos() + wait;
+        let changed = {
+            let leader = leader.clone();
+            async move { leader.change(MemberChange::Remove { member: id }).await }
+        };
+        let span = self.begin(ADMIN_LANE, format!("remove member {id}"));
+        let answer = self.while_nemesis(changed, CHANGE_TIMEOUT).await;
+        self.end(
+            span,
+            match &answer {
+                Some(Ok(_)) => SpanOutcome::Ok,
+                Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
+                None => SpanOutcome::Lost("timed out".into()),
+            },
+        );
+        match answer {
+            Some(Ok(status)) => {
+                let voting = status
+                    .voters
+                    .keys()
+                    .any(|v| cairn_cluster::types::member_of(*v) == id);
+                if voting && !status.joint {
+                    self.fail(
+                        crate::report::INV_ASSERTION,
+                        format!("removing member {id} answered with it voting: {status:?}"),
+                    );
+                    return;
+                }
+                self.decision("ClusterReplicaRemoved");
+                self.event(format!("member {id} removed"));
+            }
+            // Refused before anything was appended (a leader asked to remove itself hands
+            // over and names the next): the member still counts, unless the nemesis made
+            // it a new replica meanwhile (a blank one counts once it is added).
+            Some(Err(e @ (ProposeError::NotLeader { .. } | ProposeError::Failed(_)))) => {
+                self.replicas[at].joined = self.replicas[at].incarnation == incarnation;
+                self.event(format!("removing member {id} refused: {e}"));
+            }
+            Some(Err(e @ ProposeError::InDoubt)) => {
+                self.event(format!("removing member {id} in doubt: {e}"));
+            }
+            None => self.event(format!("removing member {id} timed out")),
+        }
+    }
+
+    /// Where the leader is: the up replica that says it leads, in the highest term if more
+    /// than one does (one cut off may not know yet that it was deposed). Not the leader
+    /// some replica names: a removed replica names the last leader it heard of forever,
+    /// as the administrator of production (`cairn cluster`) knows too.
     pub(super) fn leader_at(&self) -> Option<usize> {
-        let leader = self
-            .up()
+        self.up()
             .into_iter()
-            .find_map(|at| self.replicas[at].group.as_ref()?.leader())?;
-        let at = self
-            .replicas
-            .iter()
-            .position(|r| r.incarnation == Some(leader))?;
-        self.replicas[at].group.is_some().then_some(at)
+            .filter_map(|at| {
+                let status = self.replicas[at].group.as_ref()?.status();
+                (status.leader == Some(status.me)).then_some((status.term, at))
+            })
+            .max()
+            .map(|(_, at)| at)
     }
 
     /// A random up replica, if one is.

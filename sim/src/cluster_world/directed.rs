@@ -25,12 +25,18 @@
 //! exactly its state's partitions, and the new group holds no offset of the old one. Where
 //! it missed only removals, that canary fences nothing: the oracle of each node's disk
 //! catches the deleted topic's partition left there.
+//!
+//! **A member is removed and added back, one change at a time.** The leader asked to remove
+//! its own member hands leadership over and names the next leader, which removes it; while
+//! that leader adds it back, a second change (removing another member) is refused, not
+//! made beside the first; the member is a voter again and every op is kept.
 
 use super::workload::Op;
 use super::{
     run_script, ClusterProfile, ClusterReport, Counts, Script, World, INV_ACKED_PRESENT,
     INV_LIVENESS,
 };
+use crate::report::INV_ASSERTION;
 use std::time::Duration;
 
 /// A scripted schedule.
@@ -48,10 +54,12 @@ pub enum Scenario {
     AdoptionCutShort,
     /// The same, where what it missed only removes (nothing for boot to fence).
     AdoptionOfRemovalsCutShort,
+    /// The leader's member is removed and added back; a change asked meanwhile is refused.
+    RemovedAndAddedBack,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 6] = [
+pub const SCENARIOS: [(&str, Scenario); 7] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -75,6 +83,10 @@ pub const SCENARIOS: [(&str, Scenario); 6] = [
     (
         "an_adoption_of_removals_cut_short_is_finished_at_the_next_boot",
         Scenario::AdoptionOfRemovalsCutShort,
+    ),
+    (
+        "a_member_is_removed_and_added_back_one_change_at_a_time",
+        Scenario::RemovedAndAddedBack,
     ),
 ];
 
@@ -123,6 +135,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         clock_skew: 0.0,
         // As a server runs them: a node applies each replica's commands.
         nodes: true,
+        remove: 0.0,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }
@@ -139,6 +152,7 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
             Scenario::LeaderHandover => handover(&mut world).await,
             Scenario::AdoptionCutShort => adoption_cut_short(&mut world, false).await,
             Scenario::AdoptionOfRemovalsCutShort => adoption_cut_short(&mut world, true).await,
+            Scenario::RemovedAndAddedBack => removed_and_added_back(&mut world).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -215,6 +229,97 @@ async fn handover(world: &mut World) {
     if world.acknowledge("h0").await {
         world.net.power_on(world.replicas[l].ip);
         world.start(l).await;
+        world.judge_final().await;
+    }
+}
+
+/// The leader's member removed through the leader (which hands over) and its successor,
+/// then added back while a second change is refused.
+async fn removed_and_added_back(world: &mut World) {
+    use cairn_cluster::group::{MemberChange, ProposeError};
+    use cairn_cluster::types::member_of;
+    use cairn_engine::env::{race, Either};
+    let Some(l) = world.leader_at() else {
+        world.fail(INV_LIVENESS, "no leader after the first op".into());
+        return;
+    };
+    let (old, id) = (
+        world.replicas[l].group.clone().expect("up"),
+        world.replicas[l].id,
+    );
+    let remove = |member| MemberChange::Remove { member };
+    // Asked to remove itself, the leader hands over first and names its successor.
+    let successor = match old.change(remove(id)).await {
+        Err(ProposeError::NotLeader {
+            leader: Some(next), ..
+        }) if member_of(next) != id => member_of(next),
+        other => {
+            let evidence = format!("a leader asked to remove itself answered {other:?}");
+            return world.fail(INV_ASSERTION, evidence);
+        }
+    };
+    let at = |m| {
+        world
+            .replicas
+            .iter()
+            .position(|r| r.id == m)
+            .expect("a member")
+    };
+    let n = at(successor);
+    let leader = world.replicas[n].group.clone().expect("up");
+    world.replicas[l].joined = false;
+    // The old leader names its successor once it granted it its vote: the successor may
+    // take a moment more to hold its election won.
+    let mut removed = leader.change(remove(id)).await;
+    for _ in 0..50 {
+        if !matches!(removed, Err(ProposeError::NotLeader { .. })) {
+            break;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(100)).await;
+        removed = leader.change(remove(id)).await;
+    }
+    match removed {
+        Ok(status) if status.voters.keys().all(|v| member_of(*v) != id) => {
+            world.decision("ClusterReplicaRemoved");
+            world.event(format!("member {id} removed"));
+        }
+        other => {
+            let evidence = format!("removing member {id} at its successor answered {other:?}");
+            return world.fail(INV_ASSERTION, evidence);
+        }
+    }
+    if !world.acknowledge("r0").await {
+        return;
+    }
+    let third = world.replicas[3 - l - n].id;
+    let peer = super::members(3)[&id].clone();
+    let add = leader.change(MemberChange::Add { member: id, peer });
+    let mut add = std::pin::pin!(add);
+    match race(add.as_mut(), leader.change(remove(third))).await {
+        Either::Right(Err(ProposeError::Failed(reason))) if reason.contains("in progress") => {
+            world.event(format!(
+                "removing member {third} meanwhile refused: {reason}"
+            ));
+        }
+        other => {
+            let answer = match other {
+                Either::Left(a) => format!("the addition answered first: {a:?}"),
+                Either::Right(b) => format!("the second change answered {b:?}"),
+            };
+            return world.fail(INV_ASSERTION, format!("a change beside another: {answer}"));
+        }
+    }
+    match add.await {
+        Ok(status) if status.voters.keys().any(|v| member_of(*v) == id) => {
+            world.replicas[l].joined = true;
+            world.event(format!("member {id} added back"));
+        }
+        other => {
+            let evidence = format!("adding member {id} back answered {other:?}");
+            return world.fail(INV_ASSERTION, evidence);
+        }
+    }
+    if world.acknowledge("r1").await {
         world.judge_final().await;
     }
 }

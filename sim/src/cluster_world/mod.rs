@@ -5,7 +5,8 @@
 //! unsynced page cache and the host's connections), partitions pairs of hosts, replaces a
 //! replica's disk with a blank one or takes its state record (its vote) away, and heals.
 //! A replica that comes back blank is a new Raft node; an administrator (the director,
-//! between proposals) replaces the old one with it ([`MemberChange::Add`]).
+//! between proposals) replaces the old one with it ([`MemberChange::Add`]), and now and then
+//! removes a member ([`MemberChange::Remove`]) and adds it back a while later.
 //!
 //! Judged:
 //! - **agreement**: every replica that applies an entry at an index applies the same entry
@@ -17,9 +18,10 @@
 //! - **liveness**: with a majority up and connected, proposals keep being acknowledged; the
 //!   run fails if the final round cannot get one through within its virtual deadline.
 //!
-//! Only a minority is ever down at once (a blank replica not yet added counts as down), so
-//! every seed must make progress; the one exception is a power loss of every replica at
-//! once, after which all restart (what a quorum acknowledged was on its stable storage).
+//! Only a minority is ever down at once (a blank replica not yet added, and a removed one,
+//! count as down), so every seed must make progress; the one exception is a power loss of
+//! every replica at once, after which all restart (what a quorum acknowledged was on its
+//! stable storage).
 
 mod client;
 pub mod directed;
@@ -76,7 +78,7 @@ pub const INV_NO_STALE_OFFSET: &str =
     "a group holds no offset it did not store (none of a deleted group under its id)";
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 22] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 23] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -125,6 +127,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 22] = [
     (
         "ClusterFlappingPartition",
         "a partition between two replicas' hosts came and went 2 to 5 times within two seconds",
+    ),
+    (
+        "ClusterReplicaRemoved",
+        "an administrator removed a member's replica from the group (a leader handed over first), and later added it back",
     ),
     (
         "ClusterInDoubtResolved",
@@ -201,6 +207,10 @@ pub struct ClusterProfile {
     /// (`MetaMachine::with_node`); otherwise the machine keeps the state in memory (the
     /// only way a snapshot is installed today).
     pub nodes: bool,
+    /// Per client op: the administrator removes a member that counts (the leader's too:
+    /// it hands over first), while no more than a minority counts out with it; it is added
+    /// back a while later.
+    pub remove: f64,
 }
 
 impl ClusterProfile {
@@ -232,6 +242,11 @@ impl ClusterProfile {
             },
             // Drawn last: the draws above stay what they were for every seed.
             nodes: rng.gen_bool(0.5),
+            remove: if rng.gen_bool(0.5) {
+                rng.gen_range(0.0..0.08)
+            } else {
+                0.0
+            },
         }
     }
 }
@@ -291,8 +306,11 @@ struct Replica {
     /// The Raft id of this member's storage, once started.
     incarnation: Option<NodeId>,
     /// Whether the group counts this replica's incarnation (false from a blank start until
-    /// an administrator replaced the old one with it).
+    /// an administrator replaced the old one with it, and from the start of a removal until
+    /// it is added back).
     joined: bool,
+    /// A removed replica is added back no sooner than this (virtual nanoseconds).
+    rejoin_after: u64,
     group: Option<Arc<MetaGroup>>,
     /// The starts of this replica so far (each start is a new process).
     starts: u32,
@@ -454,6 +472,7 @@ fn run_script(
                 env,
                 incarnation: None,
                 joined: true,
+                rejoin_after: 0,
                 group: None,
                 starts: 0,
                 armed: false,
@@ -942,6 +961,7 @@ async fn direct(mut world: World) -> Counts {
     let mut next = 0;
     let mut op = None;
     while next < world.profile.ops && !world.failed() {
+        world.remove_one().await;
         world.rejoin().await;
         let (nodes, live) = (world.profile.nodes, &world.acked);
         let drawn = op.get_or_insert_with(|| workload::draw(next, nodes, live, &mut world.rng));

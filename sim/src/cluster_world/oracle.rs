@@ -43,12 +43,16 @@ impl World {
             return;
         }
         let target = self.acked.get("final").copied().unwrap_or(0);
-        // Every blank replica added (a group that does not count one never converges on it).
+        // Every blank or removed replica added (a group that does not count one never
+        // converges on it), a removed one without waiting.
+        for replica in &mut self.replicas {
+            replica.rejoin_after = 0;
+        }
         while !self.rejoin().await {
             if self.clock.now_nanos() >= deadline {
                 self.fail(
                     INV_LIVENESS,
-                    "a blank replica was never added to the healed cluster".into(),
+                    "a blank or removed replica was never added to the healed cluster".into(),
                 );
                 return;
             }
@@ -74,14 +78,47 @@ impl World {
                 return;
             }
             if self.clock.now_nanos() >= deadline {
+                let views = self.views();
                 self.fail(
                     INV_LIVENESS,
-                    format!("not every replica applied index {target} by the deadline"),
+                    format!("not every replica applied index {target} by the deadline: {views}"),
                 );
                 return;
             }
             cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(20)).await;
         }
+    }
+
+    /// What each replica makes of the group: its applied index, the leader it knows, its
+    /// configuration (the evidence of a replica left behind).
+    fn views(&self) -> String {
+        let view = |r: &Replica| match &r.group {
+            None => format!("replica {} down", r.id),
+            Some(g) => {
+                let s = g.status();
+                let ids = |m: &BTreeMap<NodeId, Peer>| {
+                    m.keys()
+                        .map(|id| show_id(*id))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                format!(
+                    "replica {} applied {:?}, leader {:?}, term {}, voters [{}], learners [{}]{}",
+                    show_id(s.me),
+                    s.last_applied,
+                    s.leader.map(show_id),
+                    s.term,
+                    ids(&s.voters),
+                    ids(&s.learners),
+                    if s.joint { ", joint" } else { "" }
+                )
+            }
+        };
+        self.replicas
+            .iter()
+            .map(view)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     pub(super) fn compare(

@@ -74,6 +74,7 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
             Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
                 &["ClusterAdoptionCutShort", "ClusterAdoptionRemoved"]
             }
+            Scenario::RemovedAndAddedBack => &["ClusterReplicaRemoved", "ClusterLeaderChanged"],
         };
         for &row in rows {
             assert!(
