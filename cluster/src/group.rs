@@ -160,10 +160,14 @@ pub enum ProposeError {
         "the proposal's fate is unknown (a change of leader or a stop): it may or may not apply"
     )]
     InDoubt,
-    /// Refused before anything was appended (a membership change in progress, a
-    /// precondition, a member that cannot be added).
+    /// Refused before anything was appended (a precondition, a member that cannot be
+    /// added).
     #[error("the replica refused: {0}")]
     Failed(String),
+    /// Refused before anything was appended because an earlier request of its kind is
+    /// still running there (a membership change): ask again later.
+    #[error("the replica is busy: {0}")]
+    Busy(String),
 }
 
 /// A change of the group's voters, decided by consensus (openraft's joint consensus).
@@ -412,7 +416,7 @@ impl Replica {
 
     /// Changes the group's voters ([`MemberChange`]); on the leader. Answers once the new
     /// configuration is committed. One change at a time per replica: another arriving
-    /// meanwhile is refused (`Failed`). Repeating a change that took effect does nothing. A
+    /// meanwhile is refused (`Busy`). Repeating a change that took effect does nothing. A
     /// leader asked to remove its own member hands leadership over first and answers
     /// `NotLeader`, naming the one to ask (a leader outside its configuration would lead
     /// on until openraft noticed).
@@ -424,8 +428,8 @@ impl Replica {
     /// earlier, which a change made meanwhile could have made stale.
     pub async fn change(&self, change: MemberChange) -> Result<GroupStatus, ProposeError> {
         let Some(_turn) = self.changing.try_acquire() else {
-            return Err(ProposeError::Failed(
-                "another membership change is in progress on this replica: ask again once it is answered".into(),
+            return Err(ProposeError::Busy(
+                "another membership change is in progress on this replica".into(),
             ));
         };
         let status = self.status();
@@ -727,11 +731,12 @@ async fn found(
 /// went by before it (`before`) and after (`after`). openraft makes a change in two entries,
 /// the joint configuration and then the uniform one, each its own call into the core: a
 /// leader lost between them answers the second `ForwardToLeader` with the joint one already
-/// in the log, and perhaps committed. Only a refusal that left the configuration as it found
-/// it appended nothing; any other is in doubt.
+/// in the log, and perhaps committed (and a second step refused for a precondition, or as a
+/// change openraft will not make, is as late). Only a refusal that left the configuration as
+/// it found it appended nothing; any other is in doubt.
 fn change_error(error: ProposeError, before: Option<LogId>, after: Option<LogId>) -> ProposeError {
     match error {
-        ProposeError::NotLeader { .. } if after != before => ProposeError::InDoubt,
+        _ if after != before => ProposeError::InDoubt,
         other => other,
     }
 }
@@ -774,7 +779,13 @@ mod tests {
                 log_id(1, 1),
                 ProposeError::InDoubt,
             ),
-            (failed.clone(), log_id(2, 10), log_id(2, 11), failed.clone()),
+            (failed.clone(), log_id(2, 10), log_id(2, 10), failed.clone()),
+            (
+                failed.clone(),
+                log_id(2, 10),
+                log_id(2, 11),
+                ProposeError::InDoubt,
+            ),
             (
                 ProposeError::InDoubt,
                 log_id(2, 10),

@@ -8,6 +8,7 @@
 //! in place of any earlier replica of the same member (one whose disk was wiped).
 
 use crate::config::ServerConfig;
+use cairn_cluster::decide::{DECIDE_TIMEOUT, READ_ATTEMPT};
 use cairn_cluster::group::{GroupStatus, MemberChange, ProposeError, CATCH_UP_TIMEOUT};
 use cairn_cluster::net::{ask, AdminReply, AdminRequest, PeerKey};
 use cairn_cluster::types::{member_of, show_id, MemberId, NodeId, Peer};
@@ -19,8 +20,12 @@ use std::time::Duration;
 
 /// How long one member may take to answer a status request.
 const STATUS_LIMIT: Duration = Duration::from_secs(2);
-/// How long the leader may take to decide a change (an added member catches up first).
-const CHANGE_LIMIT: Duration = Duration::from_secs(CATCH_UP_TIMEOUT.as_secs() + 10);
+/// How long the leader may take to decide a change: it first applies everything through
+/// its last entry (a read index, then up to a decision's timeout), and an added member
+/// catches up, before the change's two entries commit.
+const CHANGE_LIMIT: Duration = Duration::from_secs(
+    READ_ATTEMPT.as_secs() + DECIDE_TIMEOUT.as_secs() + CATCH_UP_TIMEOUT.as_secs() + 10,
+);
 /// Times a change is asked of the leader before it gives up (leadership moving, a leader
 /// not yet elected, an outcome in doubt), [`RETRY_WAIT`] apart.
 const MAX_ATTEMPTS: usize = 8;
@@ -169,13 +174,13 @@ impl Admin {
         for &(member, addr) in &self.members {
             answers.push((member, addr, self.status_of(member, addr).await));
         }
-        let leader = answers.iter().find_map(|(_, _, status)| {
-            status
-                .as_ref()
-                .ok()
-                .filter(|s| s.leader == Some(s.me))
-                .cloned()
-        });
+        // Of replicas that say they lead, the one in the highest term (as `leader`).
+        let leader = answers
+            .iter()
+            .filter_map(|(_, _, status)| status.as_ref().ok())
+            .filter(|s| s.leader == Some(s.me))
+            .max_by_key(|s| (s.term, s.me))
+            .cloned();
         let mut rows = Vec::with_capacity(answers.len());
         for (member, addr, answer) in answers {
             let row = match answer {
@@ -273,7 +278,9 @@ impl Admin {
             match ask(&self.env, cluster, member, addr, request, CHANGE_LIMIT).await {
                 Ok(AdminReply::Changed(Ok(status))) => return Ok(status),
                 Ok(AdminReply::Changed(Err(
-                    e @ (ProposeError::NotLeader { .. } | ProposeError::InDoubt),
+                    e @ (ProposeError::NotLeader { .. }
+                    | ProposeError::InDoubt
+                    | ProposeError::Busy(_)),
                 ))) => last = e.to_string(),
                 Ok(AdminReply::Changed(Err(e))) => return Err(e.to_string()),
                 Ok(other) => return Err(format!("the leader answered {other:?}")),

@@ -247,6 +247,29 @@ fn a_three_member_cluster_elects_fails_over_and_takes_back_a_wiped_member() {
         field(rows, wiped, "role") == "voter" && voters(rows) == 3
     });
 
+    // The leader's member removed (it hands over, and the administrator asks its
+    // successor), then added back: the same replica, a voter again.
+    let (rows, _) = members.wait_for("a leader", |rows| leader(rows).is_some());
+    let leading = leader(&rows).unwrap();
+    let replica = replica_of(&rows, leading);
+    let (code, json, stderr) = members.admin(SECRET, &["remove", &leading.to_string()]);
+    assert_eq!(code, 0, "remove: {json} {stderr}");
+    let voters_now = json["voters"].as_array().unwrap();
+    assert_eq!(voters_now.len(), 2, "the leader's member removed: {json}");
+    assert!(!voters_now.contains(&replica), "{json}");
+    members.wait_for("the removed member outside", |rows| {
+        field(rows, leading, "role") == "outside" && voters(rows) == 2
+    });
+    let (code, json, stderr) = members.admin(SECRET, &["add", &leading.to_string()]);
+    assert_eq!(code, 0, "add back: {json} {stderr}");
+    assert!(
+        json["voters"].as_array().unwrap().contains(&replica),
+        "{json}"
+    );
+    members.wait_for("the removed member a voter again", |rows| {
+        field(rows, leading, "role") == "voter" && voters(rows) == 3
+    });
+
     // Without the secret, no member answers, and says why.
     let (code, json, _) = members.admin("not the cluster's secret at all", &["status"]);
     assert_eq!(code, 1, "{json}");

@@ -129,7 +129,11 @@ impl World {
             // Refused before anything was appended (a leader asked to remove itself hands
             // over and names the next): the member still counts, unless the nemesis made
             // it a new replica meanwhile (a blank one counts once it is added).
-            Some(Err(e @ (ProposeError::NotLeader { .. } | ProposeError::Failed(_)))) => {
+            Some(Err(
+                e @ (ProposeError::NotLeader { .. }
+                | ProposeError::Failed(_)
+                | ProposeError::Busy(_)),
+            )) => {
                 self.replicas[at].joined = self.replicas[at].incarnation == incarnation;
                 self.event(format!("removing member {id} refused: {e}"));
             }

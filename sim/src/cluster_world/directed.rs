@@ -296,7 +296,7 @@ async fn removed_and_added_back(world: &mut World) {
     let add = leader.change(MemberChange::Add { member: id, peer });
     let mut add = std::pin::pin!(add);
     match race(add.as_mut(), leader.change(remove(third))).await {
-        Either::Right(Err(ProposeError::Failed(reason))) if reason.contains("in progress") => {
+        Either::Right(Err(ProposeError::Busy(reason))) => {
             world.event(format!(
                 "removing member {third} meanwhile refused: {reason}"
             ));
@@ -310,7 +310,12 @@ async fn removed_and_added_back(world: &mut World) {
         }
     }
     match add.await {
-        Ok(status) if status.voters.keys().any(|v| member_of(*v) == id) => {
+        Ok(status)
+            if !status.joint
+                && world.replicas[l]
+                    .incarnation
+                    .is_some_and(|i| status.voters.contains_key(&i)) =>
+        {
             world.replicas[l].joined = true;
             world.event(format!("member {id} added back"));
         }

@@ -130,7 +130,7 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 23] = [
     ),
     (
         "ClusterReplicaRemoved",
-        "an administrator removed a member's replica from the group (a leader handed over first), and later added it back",
+        "an administrator removed a member's replica from the group (a leader asked to remove itself hands over first)",
     ),
     (
         "ClusterInDoubtResolved",
