@@ -27,20 +27,9 @@ impl World {
             member: id,
             peer: members(self.profile.replicas)[&id].clone(),
         };
-        let changed = {
-            let leader = leader.clone();
-            async move { leader.change(change).await }
-        };
-        let span = self.begin(ADMIN_LANE, format!("add member {id}"));
-        let answer = self.while_nemesis(changed, CHANGE_TIMEOUT).await;
-        self.end(
-            span,
-            match &answer {
-                Some(Ok(_)) => SpanOutcome::Ok,
-                Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
-                None => SpanOutcome::Lost("timed out".into()),
-            },
-        );
+        let answer = self
+            .ask_change(leader, change, format!("add member {id}"))
+            .await;
         match answer {
             Some(Ok(status)) => {
                 let Some(incarnation) = self.replicas[at].incarnation else {
@@ -96,20 +85,10 @@ impl World {
         self.replicas[at].joined = false;
         let wait = self.rng.gen_range(100..5_000) * 1_000_000;
         self.replicas[at].rejoin_after = self.clock.now_nanos() + wait;
-        let changed = {
-            let leader = leader.clone();
-            async move { leader.change(MemberChange::Remove { member: id }).await }
-        };
-        let span = self.begin(ADMIN_LANE, format!("remove member {id}"));
-        let answer = self.while_nemesis(changed, CHANGE_TIMEOUT).await;
-        self.end(
-            span,
-            match &answer {
-                Some(Ok(_)) => SpanOutcome::Ok,
-                Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
-                None => SpanOutcome::Lost("timed out".into()),
-            },
-        );
+        let change = MemberChange::Remove { member: id };
+        let answer = self
+            .ask_change(leader, change, format!("remove member {id}"))
+            .await;
         match answer {
             Some(Ok(status)) => {
                 let voting = status
@@ -142,6 +121,28 @@ impl World {
             }
             None => self.event(format!("removing member {id} timed out")),
         }
+    }
+
+    /// Asks `leader` for `change` as the administrator (a bar on its lane), the nemesis acting
+    /// meanwhile; `None` when it did not answer within [`CHANGE_TIMEOUT`].
+    async fn ask_change(
+        &mut self,
+        leader: Arc<MetaGroup>,
+        change: MemberChange,
+        label: String,
+    ) -> Option<Result<cairn_cluster::group::GroupStatus, ProposeError>> {
+        let span = self.begin(ADMIN_LANE, label);
+        let changed = async move { leader.change(change).await };
+        let answer = self.while_nemesis(changed, CHANGE_TIMEOUT).await;
+        self.end(
+            span,
+            match &answer {
+                Some(Ok(_)) => SpanOutcome::Ok,
+                Some(Err(e)) => SpanOutcome::Refused(e.to_string()),
+                None => SpanOutcome::Lost("timed out".into()),
+            },
+        );
+        answer
     }
 
     /// Where the leader is: the up replica that says it leads, in the highest term if more

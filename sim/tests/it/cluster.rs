@@ -275,3 +275,36 @@ fn a_retry_under_a_new_key_and_a_read_before_the_read_index_are_caught() {
         );
     }
 }
+
+/// Seeds a hunt found where every seed's administrator removes members (its profile's
+/// `remove` on each), each failing liveness for a cause now fixed (docs/cluster.md, "Known
+/// problems"): a change cut between its two entries taken for a refusal (1315); an
+/// administrator asking a removed replica's stale leader (1909); a refused removal counting
+/// a replica gone blank meanwhile (1757); a change found made by a leader not yet committed
+/// in its term (5137, 6212). Each replays with the `remove` it was found with.
+#[test]
+fn seeds_a_removal_hunt_found_hold_their_invariants() {
+    let hunted: [(u64, f64); 5] = [
+        (1315, 0.08223516962107429),
+        (1757, 0.07437680618073525),
+        (1909, 0.04528155399515839),
+        (5137, 0.06437931969517428),
+        (6212, 0.059228998517093845),
+    ];
+    for (seed, remove) in hunted {
+        let profile = cluster_world::ClusterProfile {
+            remove,
+            ..cluster_world::ClusterProfile::from_seed(seed)
+        };
+        let report = cluster_world::run_profile(seed, profile);
+        assert!(
+            report.violation.is_none(),
+            "seed {seed}: {:?}",
+            report.violation
+        );
+        assert!(
+            report.decisions.contains_key("ClusterReplicaRemoved"),
+            "seed {seed} removed no member"
+        );
+    }
+}

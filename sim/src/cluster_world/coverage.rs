@@ -1,0 +1,94 @@
+//! The cluster scope's coverage rows: what the swarm must see reached.
+
+/// The cluster scope's coverage rows: decision name, and what reaching it means.
+pub const CLUSTER_COVERAGE: [(&str, &str); 23] = [
+    (
+        "ClusterTotalPowerLoss",
+        "every replica lost power at once, then all restarted",
+    ),
+    (
+        "ClusterLeaderHandedOver",
+        "a leader stopped gracefully and handed leadership to another replica first",
+    ),
+    (
+        "ClusterDiskReplaced",
+        "a replica's disk was replaced by a blank one and it came back as a new replica",
+    ),
+    (
+        "ClusterStateLost",
+        "a replica lost its state record (its vote) and came back as a new replica, its files set aside",
+    ),
+    (
+        "ClusterReplicaReplaced",
+        "an administrator replaced a blank replica's old incarnation with it (a learner caught up, then a voter)",
+    ),
+    (
+        "ClusterCrashInIo",
+        "a replica crashed inside a disk call (a write landed in part)",
+    ),
+    (
+        "ClusterLeaderChanged",
+        "a second leader was elected after the first (a new term)",
+    ),
+    (
+        "ClusterProcessCrash",
+        "a replica's process crashed under proposals",
+    ),
+    (
+        "ClusterPowerLoss",
+        "a replica lost power (its unsynced pages and connections)",
+    ),
+    ("ClusterPartition", "two replicas' hosts were partitioned"),
+    (
+        "ClusterClockSkew",
+        "a replica's clock ran fast or slow (up to 10%), its wall clock seconds off",
+    ),
+    (
+        "ClusterOneWayPartition",
+        "one replica's host could not reach another's, which still reached it",
+    ),
+    (
+        "ClusterFlappingPartition",
+        "a partition between two replicas' hosts came and went 2 to 5 times within two seconds",
+    ),
+    (
+        "ClusterReplicaRemoved",
+        "an administrator removed a member's replica from the group (a leader asked to remove itself hands over first)",
+    ),
+    (
+        "ClusterInDoubtResolved",
+        "a proposal in doubt was resolved by its retry (found applied, or applied once)",
+    ),
+    (
+        "ClusterSnapshotInstalled",
+        "a replica behind the leader's log caught up by installing its snapshot",
+    ),
+    (
+        "ClusterFreshRead",
+        "a follower read through the leader's read index and saw every op acknowledged before",
+    ),
+    (
+        "ClusterRetryRepeated",
+        "a member asked again for an op whose first attempt had applied, and was answered with that attempt's outcome (the same key)",
+    ),
+    (
+        "ClusterNodeReplayed",
+        "a restarted replica handed its node commands the node had applied before, and the node applied none twice",
+    ),
+    (
+        "ClusterNodeAdopted",
+        "a replica's node behind the leader's log adopted the leader's state whole (its snapshot)",
+    ),
+    (
+        "ClusterAdoptionRemoved",
+        "a replica's node adopted a state that removed or emptied partitions it held (deleted or purged while it was behind), live or finished at boot",
+    ),
+    (
+        "ClusterAdoptionCutShort",
+        "a replica's node stopped while adopting a state, and its next boot removed the adoption's leftovers or finished it",
+    ),
+    (
+        "ClusterBootFromSnapshot",
+        "a replica restarted from its snapshot and the log after it (its log's head purged)",
+    ),
+];
