@@ -200,6 +200,25 @@ pub struct GroupStatus {
     pub last_applied: Option<u64>,
 }
 
+impl GroupStatus {
+    /// Whether the replica that answered says it leads.
+    pub fn leads(&self) -> bool {
+        self.leader == Some(self.me)
+    }
+}
+
+/// Of `statuses`, a replica's that says it leads, in the highest term: a leader cut off from
+/// the rest may not know yet that it was deposed, and a removed replica names the last
+/// leader it heard of forever, so neither a claim alone nor a naming is enough.
+pub fn highest_leader<'a>(
+    statuses: impl IntoIterator<Item = &'a GroupStatus>,
+) -> Option<&'a GroupStatus> {
+    statuses
+        .into_iter()
+        .filter(|s| s.leads())
+        .max_by_key(|s| (s.term, s.me))
+}
+
 /// A running replica's Raft node and what its requests need: what the peer listener
 /// serves administrators with, and what [`MetaGroup`] derefs to.
 #[derive(Clone)]
@@ -735,10 +754,10 @@ async fn found(
 /// change openraft will not make, is as late). Only a refusal that left the configuration as
 /// it found it appended nothing; any other is in doubt.
 fn change_error(error: ProposeError, before: Option<LogId>, after: Option<LogId>) -> ProposeError {
-    match error {
-        _ if after != before => ProposeError::InDoubt,
-        other => other,
+    if after != before {
+        return ProposeError::InDoubt;
     }
+    error
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@
 
 use crate::config::ServerConfig;
 use cairn_cluster::decide::{DECIDE_TIMEOUT, READ_ATTEMPT};
-use cairn_cluster::group::{GroupStatus, MemberChange, ProposeError, CATCH_UP_TIMEOUT};
+use cairn_cluster::group::{
+    highest_leader, GroupStatus, MemberChange, ProposeError, CATCH_UP_TIMEOUT,
+};
 use cairn_cluster::net::{ask, AdminReply, AdminRequest, PeerKey};
 use cairn_cluster::types::{member_of, show_id, MemberId, NodeId, Peer};
 use cairn_engine::env::Env;
@@ -174,13 +176,8 @@ impl Admin {
         for &(member, addr) in &self.members {
             answers.push((member, addr, self.status_of(member, addr).await));
         }
-        // Of replicas that say they lead, the one in the highest term (as `leader`).
-        let leader = answers
-            .iter()
-            .filter_map(|(_, _, status)| status.as_ref().ok())
-            .filter(|s| s.leader == Some(s.me))
-            .max_by_key(|s| (s.term, s.me))
-            .cloned();
+        let statuses = answers.iter().filter_map(|(_, _, s)| s.as_ref().ok());
+        let leader = highest_leader(statuses).cloned();
         let mut rows = Vec::with_capacity(answers.len());
         for (member, addr, answer) in answers {
             let row = match answer {
@@ -220,9 +217,7 @@ impl Admin {
         let mut leading = Vec::new();
         for &(member, addr) in &self.members {
             match self.status_of(member, addr).await {
-                Ok(status) if status.leader == Some(status.me) => {
-                    leading.push((status.term, member, addr))
-                }
+                Ok(status) if status.leads() => leading.push((status.term, member, addr)),
                 Ok(status) => {
                     last = format!("member {member} knows no reachable leader");
                     if let Some(leader) = status.leader.and_then(|l| self.address_of(l, &status)) {
@@ -237,7 +232,7 @@ impl Admin {
                 continue;
             }
             if let Ok(status) = self.status_of(member, addr).await {
-                if status.leader == Some(status.me) {
+                if status.leads() {
                     leading.push((status.term, member, addr));
                 }
             }

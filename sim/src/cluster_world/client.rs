@@ -102,6 +102,11 @@ impl World {
                     );
                     return;
                 }
+                if voting {
+                    // Joint a moment longer (a later change finishes it); it counts out.
+                    self.event(format!("member {id} leaving: the configuration is joint"));
+                    return;
+                }
                 self.decision("ClusterReplicaRemoved");
                 self.event(format!("member {id} removed"));
             }
@@ -154,7 +159,7 @@ impl World {
             .into_iter()
             .filter_map(|at| {
                 let status = self.replicas[at].group.as_ref()?.status();
-                (status.leader == Some(status.me)).then_some((status.term, at))
+                status.leads().then_some((status.term, at))
             })
             .max()
             .map(|(_, at)| at)

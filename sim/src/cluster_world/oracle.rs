@@ -355,8 +355,6 @@ impl World {
     }
 }
 
-/// Whether `path` is a partition's directory under `root`:
-/// `root/streams/s/topics/t/partitions/p`.
 /// The stream `(s, None)` or topic `(s, Some(t))` whose directory `path` is:
 /// `root/streams/s` or `root/streams/s/topics/t`.
 fn entity_dir(root: &Path, path: &Path) -> Option<(u32, Option<u32>)> {
@@ -377,6 +375,8 @@ fn has_entity(state: &cairn_engine::state::MetaState, (s, t): (u32, Option<u32>)
     }
 }
 
+/// Whether `path` is a partition's directory under `root`:
+/// `root/streams/s/topics/t/partitions/p`.
 fn is_partition_dir(root: &Path, path: &Path) -> bool {
     let Ok(rest) = path.strip_prefix(root.join("streams")) else {
         return false;

@@ -248,7 +248,6 @@ impl World {
     /// [`World::store_offset`] on replica `at`'s node (up, with a node), once it applied
     /// what the leader had (so that it knows the group).
     pub(super) async fn store_offset_on(&mut self, at: usize, name: &str) {
-        self.stored.insert(name.to_owned());
         let node = self.replicas[at].node.clone().expect("a node");
         if let Some(group) = self.replicas[at].group.clone() {
             let barrier = async move { group.read_barrier().await };
@@ -259,6 +258,8 @@ impl World {
                 return;
             }
         }
+        // Tried from here on: a store that failed or timed out may have landed.
+        self.stored.insert(name.to_owned());
         let (stream, topic, group) = group_ids(name);
         let client = node.client(0x5707e);
         let store = async move {
