@@ -10,6 +10,8 @@
 //!   to it, answered once applied here.
 //! - [`net`]: peer traffic on the `Env` network (sans-IO frames, a client per peer, the
 //!   listener).
+//! - [`partition`]: a partition's replica group: its sends replicated through a Raft log
+//!   (the partition's prepare WAL) and stamped into its segments once committed.
 //! - [`group`]: one replica: the above assembled, founded, proposed to, and its group's
 //!   membership changed (a blank replica replacing the one it was).
 
@@ -17,6 +19,7 @@ pub mod decide;
 pub mod group;
 pub mod log;
 pub mod net;
+pub mod partition;
 pub mod rt;
 pub mod sm;
 pub mod types;

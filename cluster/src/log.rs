@@ -38,9 +38,7 @@
 //! a rotation creates the next segment and syncs the directory before the record names it;
 //! a purge records the purged id before it removes segments.
 
-use crate::types::{
-    member_of, replica_id, show_id, Entry, LogId, MemberId, MetaConfig, NodeId, Vote,
-};
+use crate::types::{member_of, replica_id, show_id, LogId, MemberId, MetaConfig, NodeId, Vote};
 use cairn_engine::env::{self, Env, OpenMode};
 use cairn_engine::slots;
 use openraft::entry::RaftEntry;
@@ -55,6 +53,24 @@ use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::xxh3_64;
 
 type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+
+/// A type configuration whose log this store keeps: every group of a node shares its ids,
+/// terms and votes (so one state record layout serves them), and differs in what its
+/// entries carry, which the store writes as MessagePack.
+pub trait LogTypes:
+    openraft::RaftTypeConfig<
+    NodeId = NodeId,
+    Term = u64,
+    LeaderId = LeaderId,
+    Vote = Vote,
+    Entry: Clone + serde::Serialize + serde::de::DeserializeOwned,
+>
+{
+}
+
+impl LogTypes for MetaConfig {}
+
+type EntryOf<C> = <C as openraft::RaftTypeConfig>::Entry;
 
 pub const STATE_FILE: &str = "state";
 const SEGMENT_PREFIX: &str = "log-";
@@ -204,12 +220,12 @@ struct Place {
     offset: u64,
 }
 
-struct Inner {
+struct Inner<C: LogTypes> {
     env: Env,
     dir: PathBuf,
     durable: Durable,
     /// Every entry not purged, in memory (the snapshot policy purges, which bounds it).
-    entries: BTreeMap<u64, Entry>,
+    entries: BTreeMap<u64, EntryOf<C>>,
     places: BTreeMap<u64, Place>,
     /// The segments on disk, by first index.
     segments: Vec<u64>,
@@ -217,10 +233,17 @@ struct Inner {
     set_aside: Option<PathBuf>,
 }
 
-/// The group's log storage ([`openraft::storage::RaftLogStorage`]); clones share it.
-#[derive(Clone)]
-pub struct LogStore {
-    inner: Arc<Mutex<Inner>>,
+/// A group's log storage ([`openraft::storage::RaftLogStorage`]); clones share it.
+pub struct LogStore<C: LogTypes = MetaConfig> {
+    inner: Arc<Mutex<Inner<C>>>,
+}
+
+impl<C: LogTypes> Clone for LogStore<C> {
+    fn clone(&self) -> Self {
+        LogStore {
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 fn segment_name(first: u64) -> String {
@@ -228,7 +251,7 @@ fn segment_name(first: u64) -> String {
 }
 
 /// Encodes one entry as a record.
-fn encode_record(entry: &Entry) -> io::Result<Vec<u8>> {
+fn encode_record<C: LogTypes>(entry: &EntryOf<C>) -> io::Result<Vec<u8>> {
     let body = rmp_serde::to_vec(entry).map_err(io::Error::other)?;
     if body.len() > MAX_ENTRY_LEN {
         return Err(io::Error::new(
@@ -255,7 +278,7 @@ type Stop = Option<(u64, String)>;
 
 /// The records of `bytes` from the start, each `(offset, entry)`, up to the first that does
 /// not decode, with why it did not (`None` when the bytes end on a record boundary).
-fn decode_records(bytes: &[u8]) -> (Vec<(u64, Entry)>, Stop) {
+fn decode_records<C: LogTypes>(bytes: &[u8]) -> (Vec<(u64, EntryOf<C>)>, Stop) {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -272,7 +295,7 @@ fn decode_records(bytes: &[u8]) -> (Vec<(u64, Entry)>, Stop) {
             return (out, fail("a record whose checksum does not match"));
         }
         let index = u64_at(bytes, at + 12);
-        let entry: Entry = match rmp_serde::from_slice(&summed[8..]) {
+        let entry: EntryOf<C> = match rmp_serde::from_slice(&summed[8..]) {
             Ok(e) => e,
             Err(_) => return (out, fail("a record whose entry does not decode")),
         };
@@ -285,7 +308,7 @@ fn decode_records(bytes: &[u8]) -> (Vec<(u64, Entry)>, Stop) {
     (out, None)
 }
 
-impl LogStore {
+impl<C: LogTypes> LogStore<C> {
     /// Opens (or creates) the log of `member`'s replica of cluster `cluster` in `dir`, by
     /// the table in the module doc; a new replica's incarnation is drawn from the `Env`'s
     /// entropy.
@@ -294,7 +317,7 @@ impl LogStore {
         dir: &Path,
         cluster: u128,
         member: MemberId,
-    ) -> Result<LogStore, LogOpenError> {
+    ) -> Result<LogStore<C>, LogOpenError> {
         LogStore::open_drawing(env, dir, cluster, member, None).await
     }
 
@@ -306,7 +329,7 @@ impl LogStore {
         cluster: u128,
         member: MemberId,
         draw: Option<&(dyn Fn(MemberId) -> u32 + Send + Sync)>,
-    ) -> Result<LogStore, LogOpenError> {
+    ) -> Result<LogStore<C>, LogOpenError> {
         let span = tracing::info_span!("open_raft_log", dir = %dir.display());
         let _entered = span.enter();
         let io = |path: &Path| {
@@ -411,7 +434,7 @@ impl LogStore {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<C>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -492,7 +515,7 @@ fn set_aside_leftovers(
     Ok(Some(lost))
 }
 
-impl Inner {
+impl<C: LogTypes> Inner<C> {
     fn segment_path(&self, first: u64) -> PathBuf {
         self.dir.join(segment_name(first))
     }
@@ -535,7 +558,7 @@ impl Inner {
                     why: format!("{synced} bytes were synced, the file has {len}"),
                 });
             }
-            let (records, stop) = decode_records(&bytes);
+            let (records, stop) = decode_records::<C>(&bytes);
             let mut end = len;
             if let Some((offset, why)) = stop {
                 if offset < synced {
@@ -612,7 +635,7 @@ impl Inner {
     }
 
     /// Why `entry` cannot follow the loaded entries: not the next index, or an older term.
-    fn breaks_chain(&self, entry: &Entry) -> Option<String> {
+    fn breaks_chain(&self, entry: &EntryOf<C>) -> Option<String> {
         let last = self
             .entries
             .values()
@@ -659,7 +682,10 @@ impl Inner {
         )
     }
 
-    fn append(&mut self, entries: Vec<Entry>) -> io::Result<()> {
+    /// Appends `entries` with one sync per segment they reach (group commit: openraft hands
+    /// over everything that arrived since its last append), then records the new end.
+    fn append(&mut self, entries: Vec<EntryOf<C>>) -> io::Result<()> {
+        let mut unsynced: Option<Box<dyn env::DiskFile>> = None;
         for entry in entries {
             assert!(
                 self.breaks_chain(&entry).is_none(),
@@ -667,17 +693,26 @@ impl Inner {
                 self.breaks_chain(&entry)
             );
             if self.durable.synced >= SEGMENT_BYTES {
+                // The full segment's bytes are synced before the record names the next one.
+                if let Some(file) = unsynced.take() {
+                    file.sync_data()?;
+                }
                 let first = entry.index();
                 self.create_segment(first)?;
                 self.durable.segment = first;
                 self.durable.synced = 0;
                 self.write_state()?;
             }
-            let record = encode_record(&entry)?;
-            let path = self.segment_path(self.durable.segment);
-            let file = self.env.disk.open(&path, OpenMode::ReadWrite)?;
+            let record = encode_record::<C>(&entry)?;
+            let file = match unsynced.take() {
+                Some(file) => file,
+                None => {
+                    let path = self.segment_path(self.durable.segment);
+                    self.env.disk.open(&path, OpenMode::ReadWrite)?
+                }
+            };
             file.write_all_at(&[io::IoSlice::new(&record)], self.durable.synced)?;
-            file.sync_data()?;
+            unsynced = Some(file);
             let place = Place {
                 segment: self.durable.segment,
                 offset: self.durable.synced,
@@ -685,6 +720,9 @@ impl Inner {
             self.durable.synced += record.len() as u64;
             self.places.insert(entry.index(), place);
             self.entries.insert(entry.index(), entry);
+        }
+        if let Some(file) = unsynced {
+            file.sync_data()?;
         }
         self.write_state()
     }
@@ -738,7 +776,7 @@ impl Inner {
         Ok(())
     }
 
-    fn range(&self, range: (Bound<u64>, Bound<u64>)) -> Vec<Entry> {
+    fn range(&self, range: (Bound<u64>, Bound<u64>)) -> Vec<EntryOf<C>> {
         self.entries.range(range).map(|(_, e)| e.clone()).collect()
     }
 }
@@ -747,11 +785,11 @@ fn bounds<RB: RangeBounds<u64>>(range: &RB) -> (Bound<u64>, Bound<u64>) {
     (range.start_bound().cloned(), range.end_bound().cloned())
 }
 
-impl RaftLogReader<MetaConfig> for LogStore {
+impl<C: LogTypes> RaftLogReader<C> for LogStore<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
-    ) -> io::Result<Vec<Entry>> {
+    ) -> io::Result<Vec<EntryOf<C>>> {
         Ok(self.lock().range(bounds(&range)))
     }
 
@@ -760,10 +798,10 @@ impl RaftLogReader<MetaConfig> for LogStore {
     }
 }
 
-impl openraft::storage::RaftLogStorage<MetaConfig> for LogStore {
-    type LogReader = LogStore;
+impl<C: LogTypes> openraft::storage::RaftLogStorage<C> for LogStore<C> {
+    type LogReader = LogStore<C>;
 
-    async fn get_log_state(&mut self) -> io::Result<LogState<MetaConfig>> {
+    async fn get_log_state(&mut self) -> io::Result<LogState<C>> {
         let inner = self.lock();
         let last = inner.entries.values().next_back().map(|e| e.log_id());
         Ok(LogState {
@@ -772,7 +810,7 @@ impl openraft::storage::RaftLogStorage<MetaConfig> for LogStore {
         })
     }
 
-    async fn get_log_reader(&mut self) -> LogStore {
+    async fn get_log_reader(&mut self) -> LogStore<C> {
         self.clone()
     }
 
@@ -797,12 +835,12 @@ impl openraft::storage::RaftLogStorage<MetaConfig> for LogStore {
         Ok(self.lock().durable.committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<MetaConfig>) -> io::Result<()>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry> + Send,
+        I: IntoIterator<Item = EntryOf<C>> + Send,
         I::IntoIter: Send,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
+        let entries: Vec<EntryOf<C>> = entries.into_iter().collect();
         let written = self.lock().append(entries);
         self.settle().await;
         match written {
@@ -831,4 +869,4 @@ impl openraft::storage::RaftLogStorage<MetaConfig> for LogStore {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -32,7 +32,6 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// The snapshot file in the group's directory, and its temporary name.
 pub const SNAPSHOT_FILE: &str = "snapshot";
-const SNAPSHOT_TEMP: &str = "snapshot.tmp";
 /// The largest snapshot file read back (the metadata state's own limits keep it far below).
 pub const MAX_SNAPSHOT_LEN: u64 = 256 << 20;
 
@@ -411,38 +410,58 @@ impl Inner {
     }
 }
 
-/// `[checksum u64][length u64][rmp of the snapshot]`: written to the temporary name, synced,
-/// renamed, and the directory synced, so the name holds a whole snapshot or the last one.
 fn write_snapshot(disk: &dyn Disk, dir: &Path, snapshot: &StoredSnapshot) -> io::Result<()> {
-    let _span = tracing::debug_span!("write_raft_snapshot", dir = %dir.display()).entered();
-    let body = rmp_serde::to_vec_named(snapshot).map_err(io::Error::other)?;
+    write_whole(disk, dir, SNAPSHOT_FILE, snapshot)
+}
+
+fn read_snapshot(disk: &dyn Disk, path: &Path) -> io::Result<Option<StoredSnapshot>> {
+    read_whole(disk, path, MAX_SNAPSHOT_LEN)
+}
+
+/// Writes `value` as `dir/name`, whole: `[checksum u64][length u64][rmp of the value]`
+/// written to `name.tmp`, synced, renamed, and the directory synced, so the name holds
+/// a whole value or the one before.
+pub(crate) fn write_whole<T: Serialize>(
+    disk: &dyn Disk,
+    dir: &Path,
+    name: &str,
+    value: &T,
+) -> io::Result<()> {
+    let _span = tracing::debug_span!("write_whole", dir = %dir.display(), name).entered();
+    let body = rmp_serde::to_vec_named(value).map_err(io::Error::other)?;
     let mut bytes = Vec::with_capacity(16 + body.len());
     bytes.extend_from_slice(&xxh3_64(&body).to_le_bytes());
     bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&body);
-    let temp = dir.join(SNAPSHOT_TEMP);
+    let temp = dir.join(format!("{name}.tmp"));
     let file = disk.open(&temp, OpenMode::CreateOrOpen)?;
     file.set_len(0)?;
     file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
     file.sync_data()?;
     drop(file);
-    disk.rename(&temp, &dir.join(SNAPSHOT_FILE))?;
+    disk.rename(&temp, &dir.join(name))?;
     disk.sync_dir(dir)
 }
 
-fn read_snapshot(disk: &dyn Disk, path: &Path) -> io::Result<Option<StoredSnapshot>> {
+/// What [`write_whole`] wrote at `path` (`None` if there is no file); damage (a checksum or
+/// length that does not match, more than `max` bytes) is an `InvalidData` error.
+pub(crate) fn read_whole<T: serde::de::DeserializeOwned>(
+    disk: &dyn Disk,
+    path: &Path,
+    max: u64,
+) -> io::Result<Option<T>> {
     if !disk.exists(path)? {
         return Ok(None);
     }
     let damaged = |why: String| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("the group's snapshot {} is damaged: {why}", path.display()),
+            format!("{} is damaged: {why}", path.display()),
         )
     };
     let file = disk.open(path, OpenMode::Read)?;
     let len = file.len()?;
-    if !(16..=MAX_SNAPSHOT_LEN).contains(&len) {
+    if !(16..=max).contains(&len) {
         return Err(damaged(format!("{len} bytes")));
     }
     let mut bytes = vec![0u8; len as usize];
@@ -453,8 +472,9 @@ fn read_snapshot(disk: &dyn Disk, path: &Path) -> io::Result<Option<StoredSnapsh
     if body_len != body.len() as u64 || xxh3_64(body) != checksum {
         return Err(damaged("its checksum or length does not match".into()));
     }
-    let stored: StoredSnapshot = rmp_serde::from_slice(body).map_err(|e| damaged(e.to_string()))?;
-    Ok(Some(stored))
+    rmp_serde::from_slice(body)
+        .map(Some)
+        .map_err(|e| damaged(e.to_string()))
 }
 
 impl RaftSnapshotBuilder<MetaConfig> for MetaMachine {

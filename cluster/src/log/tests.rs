@@ -1,5 +1,6 @@
 //! The boot table of the module doc, case by case, on a real disk.
 use super::*;
+use crate::types::Entry;
 use openraft::storage::RaftLogStorage;
 use openraft::EntryPayload;
 
@@ -55,7 +56,7 @@ fn a_torn_tail_past_the_synced_position_is_cut_and_appends_follow_it() {
     drop(store);
     let file = env.disk.open(&segment(&dir), OpenMode::ReadWrite).unwrap();
     let len = file.len().unwrap();
-    let half = &encode_record(&entry(1, 3)).unwrap()[..15];
+    let half = &encode_record::<MetaConfig>(&entry(1, 3)).unwrap()[..15];
     file.write_all_at(&[io::IoSlice::new(half)], len).unwrap();
     let mut store = open(&env, &dir, 1).unwrap();
     assert_eq!(indexes(&store), vec![0, 1, 2]);
@@ -210,7 +211,7 @@ fn an_older_term_after_a_newer_one_is_a_tail_to_cut() {
     // A stale record of an older term after the synced position: not a chain.
     let file = env.disk.open(&segment(&dir), OpenMode::ReadWrite).unwrap();
     let len = file.len().unwrap();
-    let stale = encode_record(&entry(1, 1)).unwrap();
+    let stale = encode_record::<MetaConfig>(&entry(1, 1)).unwrap();
     file.write_all_at(&[io::IoSlice::new(&stale)], len).unwrap();
     let store = open(&env, &dir, 1).unwrap();
     assert_eq!(indexes(&store), vec![0]);
@@ -274,4 +275,64 @@ fn a_missing_synced_segment_refuses_the_boot() {
         open(&env, &dir, 1),
         Err(LogOpenError::Damaged { .. })
     ));
+}
+
+/// A state machine openraft's storage suite can run with a [`LogStore`]: made afresh in a
+/// directory of its own for each case.
+pub(crate) trait SuiteMachine: openraft::storage::RaftStateMachine<Self::C> + Sized {
+    type C: LogTypes<Node: Default>;
+    fn open_for_suite(env: &Env, dir: &Path) -> Self;
+}
+
+impl SuiteMachine for crate::sm::MetaMachine {
+    type C = MetaConfig;
+    fn open_for_suite(env: &Env, dir: &Path) -> Self {
+        crate::sm::MetaMachine::open(env.disk.clone(), dir, CLUSTER, None).unwrap()
+    }
+}
+
+/// Builds a fresh log store and machine per case, each in its own directory.
+struct SuiteBuilder<M> {
+    env: Env,
+    root: tempfile::TempDir,
+    made: std::sync::atomic::AtomicU32,
+    machine: std::marker::PhantomData<fn() -> M>,
+}
+
+impl<M: SuiteMachine> openraft::testing::log::StoreBuilder<M::C, LogStore<M::C>, M>
+    for SuiteBuilder<M>
+{
+    async fn build(&self) -> Result<((), LogStore<M::C>, M), openraft::StorageError<M::C>> {
+        let n = self.made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = self.root.path().join(format!("case-{n}"));
+        let store = LogStore::open(&self.env, &dir, CLUSTER, 1).await.unwrap();
+        Ok(((), store, M::open_for_suite(&self.env, &dir)))
+    }
+}
+
+/// Runs openraft's own conformance suite for log storage and state machines (vote, log
+/// state, reads, truncation, purge, membership from the log and the machine, snapshots)
+/// against a [`LogStore`] on a real disk and `M`.
+pub(crate) fn run_openraft_storage_suite<M: SuiteMachine + 'static>()
+where
+    <M::C as openraft::RaftTypeConfig>::D: std::fmt::Debug,
+    <M::C as openraft::RaftTypeConfig>::R: std::fmt::Debug,
+{
+    let builder = SuiteBuilder::<M> {
+        env: cairn_engine::env::real::env_with_workers(1).unwrap(),
+        root: tempfile::tempdir().unwrap(),
+        made: Default::default(),
+        machine: std::marker::PhantomData,
+    };
+    let env = builder.env.clone();
+    cairn_engine::env::real::block_on(crate::rt::in_env(
+        &env,
+        openraft::testing::log::Suite::test_all(builder),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn passes_openraft_storage_suite() {
+    run_openraft_storage_suite::<crate::sm::MetaMachine>();
 }

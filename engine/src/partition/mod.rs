@@ -318,6 +318,13 @@ impl Partition {
         self.guarded(|log| log.append(batch))
     }
 
+    /// [`Partition::append`] stamped with the clock reading `now` instead of this node's
+    /// clock (never below the partition's last timestamp): a replica applying its group's
+    /// committed entry stamps it as every other replica does.
+    pub fn append_at(&mut self, batch: BytesMut, now: u64) -> Result<AppendAck> {
+        self.guarded(|log| log.append_at(batch, now))
+    }
+
     /// Appends many batches and, when the topic is `persisted`, makes them all durable with
     /// one flush and one sync per file (group commit). Each batch gets its own result: a
     /// batch is acknowledged only once durable; when the persist fails, the batches it made

@@ -355,12 +355,20 @@ impl OpenLog {
     }
 
     /// Admission: verify the producer's batch, stamp it, journal it; flush on thresholds.
-    pub(super) fn append(&mut self, mut batch: BytesMut) -> Result<AppendAck> {
+    pub(super) fn append(&mut self, batch: BytesMut) -> Result<AppendAck> {
+        let now = self.env.clock.wall_micros();
+        self.append_at(batch, now)
+    }
+
+    /// [`OpenLog::append`] with the clock reading `now` given: a replicated partition
+    /// stamps every replica's copy with its leader's reading, so the copies are the same
+    /// bytes.
+    pub(super) fn append_at(&mut self, mut batch: BytesMut, now: u64) -> Result<AppendAck> {
         let length = batch.len() as u64;
         self.journal
             .reserve(length, self.settings.max_journal_bytes)?;
         // Timestamps never go backwards within a partition, whatever the wall clock does.
-        let timestamp = self.env.clock.wall_micros().max(self.last_timestamp);
+        let timestamp = now.max(self.last_timestamp);
         let base_offset = self.next_offset;
         let header = match admit_batch(
             &mut batch,

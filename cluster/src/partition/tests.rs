@@ -1,0 +1,322 @@
+//! Three replicas of one partition in one process, their Raft messages handed over in
+//! memory: every replica's segments hold the same bytes, and a replica restarted after
+//! applying past its checkpoint applies nothing twice.
+
+use super::machine::PartMachine;
+use super::*;
+use crate::log::LogStore;
+use crate::rt::in_env;
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
+use cairn_engine::env::real::{block_on, env_with_workers};
+use cairn_engine::env::Env;
+use cairn_engine::format::BatchBuilder;
+use cairn_engine::partition::{Partition, PartitionIdentity, PollFrom};
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::{RaftNetworkFactory, RaftNetworkV2, SnapshotPolicy};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const CLUSTER: u128 = 0x5eed;
+const WAIT: Duration = Duration::from_secs(20);
+
+type Vote = openraft::alias::VoteOf<PartConfig>;
+
+/// The replicas reachable in memory, by Raft id (a stopped one is absent).
+#[derive(Clone, Default)]
+struct Router(Arc<Mutex<BTreeMap<NodeId, PartRaft>>>);
+
+impl Router {
+    fn get(&self, id: NodeId) -> Result<PartRaft, Unreachable<PartConfig>> {
+        let found = self.0.lock().unwrap().get(&id).cloned();
+        found.ok_or_else(|| Unreachable::new(&std::io::Error::other("stopped")))
+    }
+}
+
+struct Client {
+    router: Router,
+    target: NodeId,
+}
+
+impl RaftNetworkFactory<PartConfig> for Router {
+    type Network = Client;
+
+    async fn new_client(&mut self, target: NodeId, _node: &Peer) -> Client {
+        Client {
+            router: self.clone(),
+            target,
+        }
+    }
+}
+
+fn failed<E: std::error::Error + 'static>(e: E) -> RPCError<PartConfig> {
+    RPCError::Network(NetworkError::new(&e))
+}
+
+impl RaftNetworkV2<PartConfig> for Client {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<PartConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<PartConfig>, RPCError<PartConfig>> {
+        let raft = self.router.get(self.target)?;
+        raft.append_entries(rpc).await.map_err(failed)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<PartConfig>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<PartConfig>, RPCError<PartConfig>> {
+        let raft = self.router.get(self.target)?;
+        raft.vote(rpc).await.map_err(failed)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: PartSnapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<PartConfig>, StreamingError<PartConfig>> {
+        let raft = self.router.get(self.target)?;
+        raft.install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
+    }
+}
+
+/// One replica's storage: its directory, and what runs over it while it is up.
+struct Replica {
+    dir: PathBuf,
+    member: u32,
+    id: NodeId,
+    raft: PartRaft,
+    machine: PartMachine,
+}
+
+fn topic() -> TopicConfig {
+    TopicConfig {
+        durability: Durability::Replicated,
+        ..TopicConfig::default()
+    }
+}
+
+const IDENTITY: PartitionIdentity = PartitionIdentity {
+    stream_id: 1,
+    topic_id: 1,
+    partition_id: 0,
+    nonce: 7,
+};
+
+async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
+    let wal = dir.join("wal");
+    let log = LogStore::<PartConfig>::open(env, &wal, CLUSTER, member)
+        .await
+        .unwrap();
+    let data = dir.join("partition");
+    let settings = PartitionSettings::default();
+    let partition = if env.disk.exists(&data).unwrap() {
+        Partition::open(env, &data, IDENTITY, topic(), settings)
+            .unwrap()
+            .partition
+    } else {
+        Partition::create(env, &data, IDENTITY, topic(), settings).unwrap()
+    };
+    let machine = PartMachine::open(env.disk.clone(), &wal, partition).unwrap();
+    let config = openraft::Config {
+        heartbeat_interval: 50,
+        election_timeout_min: 300,
+        election_timeout_max: 600,
+        // A checkpoint every few entries, so restarts find entries applied past one.
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(5),
+        max_in_snapshot_log_to_keep: 100,
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let id = log.id();
+    let raft = PartRaft::new(id, Arc::new(config), router.clone(), log, machine.clone())
+        .await
+        .unwrap();
+    router.0.lock().unwrap().insert(id, raft.clone());
+    Replica {
+        dir: dir.to_owned(),
+        member,
+        id,
+        raft,
+        machine,
+    }
+}
+
+fn batch(seed: u64, count: u32) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(seed);
+    for i in 0..count {
+        let payload = format!("message {seed}.{i}");
+        builder.push(
+            u128::from(seed) << 32 | u128::from(i),
+            0,
+            payload.as_bytes(),
+            &[],
+        );
+    }
+    builder.build().to_vec()
+}
+
+/// Every batch of `machine`'s partition, as stored.
+fn stored(machine: &PartMachine) -> Vec<u8> {
+    machine.with_partition(|p| {
+        let polled = p.poll(PollFrom::Offset(0), 100_000).unwrap();
+        polled.batches.concat()
+    })
+}
+
+/// Proposes sends `from..to` on whichever replica leads (asking again, as a client does,
+/// while none does yet), each of 1 to 3 messages; the offsets each was answered with.
+async fn send(env: &Env, replicas: &[Replica], from: u64, to: u64) -> Vec<SendOutcome> {
+    let mut outcomes = Vec::new();
+    for seed in from..to {
+        let command = SendCommand {
+            batch: batch(seed, 1 + (seed % 3) as u32),
+            timestamp: 1_000 + seed,
+        };
+        let mut attempts = 0;
+        let outcome = loop {
+            let leader = replicas[0].raft.metrics().borrow_watched().current_leader;
+            let raft = leader.and_then(|l| replicas.iter().find(|r| r.id == l));
+            if let Some(replica) = raft {
+                match replica.raft.client_write(command.clone()).await {
+                    Ok(written) => break *written.response(),
+                    Err(e) if e.forward_to_leader().is_some() => {}
+                    Err(e) => panic!("send {seed}: {e}"),
+                }
+            }
+            attempts += 1;
+            assert!(attempts < 400, "no leader took send {seed}");
+            env.clock.sleep(Duration::from_millis(50)).await;
+        };
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+async fn settle(replicas: &[Replica]) {
+    let last = replicas
+        .iter()
+        .filter_map(|r| r.raft.metrics().borrow_watched().last_log_index)
+        .max();
+    for r in replicas {
+        r.raft
+            .wait(Some(WAIT))
+            .applied_index_at_least(last, "all applied")
+            .await
+            .unwrap();
+    }
+}
+
+fn dense(outcomes: &[SendOutcome], from: u64) -> u64 {
+    let mut next = from;
+    for o in outcomes {
+        assert_eq!(o.base_offset, next, "sends are answered dense offsets");
+        next += u64::from(o.message_count);
+    }
+    next
+}
+
+#[test]
+fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice() {
+    let env = env_with_workers(2).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::default();
+    block_on(in_env(&env, async {
+        let mut replicas = Vec::new();
+        for member in 1..=3 {
+            let dir = root.path().join(format!("r{member}"));
+            replicas.push(start(&env, &router, &dir, member).await);
+        }
+        let members: BTreeMap<NodeId, Peer> =
+            replicas.iter().map(|r| (r.id, Peer::default())).collect();
+        replicas[0].raft.initialize(members).await.unwrap();
+
+        let first = send(&env, &replicas, 0, 20).await;
+        let end = dense(&first, 0);
+        settle(&replicas).await;
+        let bytes = stored(&replicas[0].machine);
+        assert!(!bytes.is_empty());
+        for r in &replicas[1..] {
+            assert_eq!(
+                stored(&r.machine),
+                bytes,
+                "replica {} holds other bytes",
+                r.member
+            );
+        }
+
+        // A follower stops with batches in its segments past its checkpoint, and comes back.
+        let leader = replicas[0]
+            .raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .unwrap();
+        let at = replicas.iter().position(|r| r.id != leader).unwrap();
+        let stopping = replicas.remove(at);
+        stopping.machine.with_partition(|p| p.flush()).unwrap();
+        router.0.lock().unwrap().remove(&stopping.id);
+        stopping.raft.shutdown().await.unwrap();
+        let (dir, member, old_id) = (stopping.dir.clone(), stopping.member, stopping.id);
+        drop(stopping);
+
+        let second = send(&env, &replicas, 20, 30).await;
+        let end = dense(&second, end);
+        let back = start(&env, &router, &dir, member).await;
+        assert_eq!(back.id, old_id, "the same replica, with its vote");
+        replicas.push(back);
+        let third = send(&env, &replicas, 30, 40).await;
+        let end = dense(&third, end);
+        settle(&replicas).await;
+        let restarted = replicas.last().unwrap();
+        assert!(
+            restarted.machine.skipped() > 0,
+            "the restarted replica found sends past its checkpoint in its segments"
+        );
+        let bytes = stored(&replicas[0].machine);
+        for r in &replicas {
+            assert_eq!(
+                stored(&r.machine),
+                bytes,
+                "replica {} holds other bytes",
+                r.member
+            );
+            let next = r.machine.with_partition(|p| p.next_offset()).unwrap();
+            assert_eq!(next, end, "replica {} holds every send once", r.member);
+        }
+        for r in &replicas {
+            r.raft.shutdown().await.unwrap();
+        }
+    }));
+}
+
+impl crate::log::tests::SuiteMachine for PartMachine {
+    type C = PartConfig;
+    fn open_for_suite(env: &Env, dir: &Path) -> Self {
+        let settings = PartitionSettings::default();
+        let partition =
+            Partition::create(env, &dir.join("partition"), IDENTITY, topic(), settings).unwrap();
+        PartMachine::open(env.disk.clone(), dir, partition).unwrap()
+    }
+}
+
+#[test]
+fn passes_openraft_storage_suite() {
+    crate::log::tests::run_openraft_storage_suite::<PartMachine>();
+}
