@@ -108,6 +108,24 @@ pub struct PartitionSettings {
     pub max_poll_messages: u32,
     /// Most batch bytes one poll returns (a single larger batch is still returned whole).
     pub max_poll_bytes: u64,
+    /// The partition is a cluster replica's: its segments take only sends its group
+    /// committed, which the group's log holds durable, so appends show at once and the
+    /// segments are synced at the group's checkpoints ([`PartitionSettings::local`]).
+    pub replica: bool,
+}
+
+impl PartitionSettings {
+    /// What a partition's log follows on this node: the topic's configuration, except that
+    /// a replica's appends are never held for a persist of its own (`replica`).
+    pub fn local(&self, config: TopicConfig) -> TopicConfig {
+        if !self.replica {
+            return config;
+        }
+        TopicConfig {
+            durability: Durability::Replicated,
+            ..config
+        }
+    }
 }
 
 impl Default for PartitionSettings {
@@ -118,6 +136,7 @@ impl Default for PartitionSettings {
             max_journal_bytes: 512 * 1024 * 1024,
             max_poll_messages: 100_000,
             max_poll_bytes: 64 * 1024 * 1024,
+            replica: false,
         }
     }
 }

@@ -636,6 +636,7 @@ async fn start_owners(
             balanced: Mutex::new(BTreeMap::new()),
             workers: Mutex::new(workers),
             decider: std::sync::OnceLock::new(),
+            replicator: std::sync::OnceLock::new(),
         }),
     })
 }

@@ -534,7 +534,11 @@ impl Client {
     ) -> NodeResult<Sent> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        let view = self.view();
+        let key = self.resolve_partition(&view, stream, topic, partitioning)?;
+        if let Some(replicator) = self.node.replicator()? {
+            return replicator.replicate(replica(&view, key), batch).await;
+        }
         let pending = self.queue_send(key, batch).await?;
         self.node.answer(pending).await?
     }
@@ -571,11 +575,22 @@ impl Client {
     ) -> NodeResult<(u32, Dispatched)> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let key = self.resolve_partition(&self.view(), stream, topic, partitioning)?;
+        let view = self.view();
+        let key = self.resolve_partition(&view, stream, topic, partitioning)?;
         if let Some(fence) = self.partition_info(key).await?.and_then(|info| info.fence) {
             return Err(NodeError::Partition(PartitionError::Fenced(fence)));
         }
-        let pending = self.queue_send(key, batch).await?;
+        let pending = match self.node.replicator()? {
+            Some(replicator) => {
+                // The group orders it; its outcome comes as a queued send's would.
+                let (reply, pending) = oneshot();
+                let sent = replicator.replicate(replica(&view, key), batch);
+                let task = async move { reply.send(sent.await) };
+                drop(self.node.env().tasks.spawn(Box::pin(task)));
+                pending
+            }
+            None => self.queue_send(key, batch).await?,
+        };
         Ok((
             key.2,
             Dispatched {
@@ -932,5 +947,15 @@ impl Client {
         let (reply, pending) = oneshot();
         let request = GroupRequest::Members { key, reply };
         self.ask_groups(request, pending).await?
+    }
+}
+
+/// The identity of partition `key` in `view` (a replica group's name for it).
+fn replica(view: &MetaView, key: PartitionKey) -> crate::partition::PartitionIdentity {
+    crate::partition::PartitionIdentity {
+        stream_id: key.0,
+        topic_id: key.1,
+        partition_id: key.2,
+        nonce: view.topic(key.0, key.1).partitions[&key.2].nonce,
     }
 }

@@ -29,6 +29,7 @@ pub mod hooks;
 mod meta_owner;
 mod metrics;
 mod recorder;
+mod replicator;
 pub mod retention;
 mod settings;
 mod shard;
@@ -49,6 +50,7 @@ pub use decider::{Barrier, Decider, Decision};
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
+pub use replicator::{Replicated, Replicator};
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
 pub use shard::{shard_of, MAX_DRAIN, MAX_PARKED};
 pub use view::MetaView;
@@ -257,6 +259,8 @@ struct Inner {
     workers: Mutex<Vec<Box<dyn crate::env::TaskHandle>>>,
     /// In a cluster, who decides the metadata ops (installed once the replica runs).
     decider: std::sync::OnceLock<Arc<dyn Decider>>,
+    /// In a cluster, who orders the sends (installed once the partition replicas run).
+    replicator: std::sync::OnceLock<Arc<dyn Replicator>>,
 }
 
 /// Most `Balanced` cursors kept before the ones of deleted topics are dropped.

@@ -207,6 +207,7 @@ impl OpenLog {
         config: TopicConfig,
         settings: PartitionSettings,
     ) -> Result<OpenLog> {
+        let config = settings.local(config);
         let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);

@@ -79,6 +79,7 @@ impl ServerConfig {
             partition: PartitionSettings {
                 validate_checksum: self.node.validate_checksum,
                 max_poll_bytes: self.tcp.max_reply_bytes,
+                replica: self.cluster.enabled,
                 ..defaults.partition
             },
             // A member's metadata ops are decided by the cluster, under its id.

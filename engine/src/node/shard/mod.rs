@@ -300,6 +300,22 @@ impl Shard {
                     }
                 }
             }
+            ShardRequest::Apply {
+                key,
+                nonce,
+                batch,
+                timestamp,
+                reply,
+            } => {
+                let result = self.apply(key, nonce, batch, timestamp);
+                settle(&self.env).await;
+                reply.send(result);
+            }
+            ShardRequest::Checkpoint { key, nonce, reply } => {
+                let result = self.checkpoint(key, nonce);
+                settle(&self.env).await;
+                reply.send(result);
+            }
             ShardRequest::Poll {
                 key,
                 from,
@@ -438,6 +454,39 @@ impl Shard {
             nonce: owned.identity.nonce,
             ack,
         })
+    }
+
+    /// The partition `key` of nonce `nonce` (a replica group's, which names the one it
+    /// replicates: a purge makes another).
+    fn replica(&mut self, key: PartitionKey, nonce: u64) -> NodeResult<&mut Partition> {
+        match self.partitions.get_mut(&key) {
+            Some(owned) if owned.identity.nonce == nonce => Ok(&mut owned.partition),
+            _ => Err(Self::missing(key)),
+        }
+    }
+
+    /// Stamps a committed send into its replica (`ShardRequest::Apply`).
+    fn apply(
+        &mut self,
+        key: PartitionKey,
+        nonce: u64,
+        batch: BytesMut,
+        timestamp: u64,
+    ) -> NodeResult<Sent> {
+        let partition = self.replica(key, nonce)?;
+        let ack = partition.append_at(batch, timestamp)?;
+        debug_assert!(!ack.requires_persist, "a replica's appends show at once");
+        Ok(Sent {
+            partition: key.2,
+            nonce,
+            ack,
+        })
+    }
+
+    /// Syncs a replica for its group's checkpoint (`ShardRequest::Checkpoint`).
+    fn checkpoint(&mut self, key: PartitionKey, nonce: u64) -> NodeResult<u64> {
+        let point = self.replica(key, nonce)?.persist()?;
+        Ok(point.next_offset)
     }
 
     /// Makes every waiting send of `key` durable with one persist, then answers them: each
@@ -881,6 +930,8 @@ fn refuse_busy(request: ShardRequest) {
 fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
     match request {
         ShardRequest::Send { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Apply { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Checkpoint { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::GetOffset { reply, .. } => reply.send(Err(error())),

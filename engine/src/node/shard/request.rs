@@ -17,6 +17,22 @@ pub(crate) enum ShardRequest {
         ticket: u64,
         reply: Reply<NodeResult<Sent>>,
     },
+    /// A send the partition's replica group committed: stamped with the leader's clock
+    /// reading `timestamp`, into the partition of nonce `nonce` (any other is refused).
+    Apply {
+        key: PartitionKey,
+        nonce: u64,
+        batch: BytesMut,
+        timestamp: u64,
+        reply: Reply<NodeResult<Sent>>,
+    },
+    /// The group's checkpoint: every batch of the partition of nonce `nonce` synced; its
+    /// next offset.
+    Checkpoint {
+        key: PartitionKey,
+        nonce: u64,
+        reply: Reply<NodeResult<u64>>,
+    },
     Poll {
         key: PartitionKey,
         from: PollFrom,
@@ -86,6 +102,8 @@ impl ShardRequest {
     pub(super) fn key(&self) -> Option<PartitionKey> {
         match self {
             ShardRequest::Send { key, .. }
+            | ShardRequest::Apply { key, .. }
+            | ShardRequest::Checkpoint { key, .. }
             | ShardRequest::Poll { key, .. }
             | ShardRequest::StoreOffset { key, .. }
             | ShardRequest::GetOffset { key, .. }
