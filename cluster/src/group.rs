@@ -240,6 +240,8 @@ pub struct Replica {
     /// first adds a learner, hands leadership over or waits for its commit, is refused.
     pub(crate) changing: cairn_engine::env::chan::Semaphore,
     pub(crate) read_index: Option<ReadIndexHook>,
+    /// Who answers partition groups' requests on this member, once they run.
+    pub(crate) parts: Arc<std::sync::OnceLock<Arc<dyn crate::partition::net::PartServe>>>,
 }
 
 /// A running replica.
@@ -347,6 +349,7 @@ impl MetaGroup {
             changing: cairn_engine::env::chan::Semaphore::new(1),
             decide_timeout: config.decide_timeout,
             read_index: config.hooks.read_index.clone(),
+            parts: Arc::default(),
         };
         let appended = config.hooks.apply_uncommitted.then(|| {
             let machine = machine.clone();
@@ -665,6 +668,16 @@ impl Replica {
 
     pub fn id(&self) -> NodeId {
         self.me
+    }
+
+    /// The cluster's id.
+    pub fn cluster(&self) -> u128 {
+        self.cluster
+    }
+
+    /// A network to this replica's peers, as this replica (for the partition groups).
+    pub(crate) fn peer_network(&self) -> PeerNetwork {
+        PeerNetwork::new(&self.env, self.cluster, self.key.clone(), self.me)
     }
 
     /// If this replica leads, hands leadership to the voter whose log is longest and waits

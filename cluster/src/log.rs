@@ -1,4 +1,5 @@
-//! The metadata group's Raft log and vote, on the `Env` disk.
+//! A group's Raft log and vote, on the `Env` disk (the metadata group's, and each
+//! partition group's WAL).
 //!
 //! A group directory holds:
 //! - `state`: one 128-byte record kept in ping-pong slots (`cairn_engine::slots`): the
@@ -7,6 +8,9 @@
 //!   bytes are synced. It is rewritten after every append, truncation, purge and rotation.
 //! - `log-<first index, 20 digits>`: segments of entries, each
 //!   `[length u32][xxh3 u64 of index ++ body][index u64][body: the entry, MessagePack]`.
+//!
+//! Only each entry's place and log id stay in memory; entries are read back from their
+//! segment when openraft asks for them (a partition group's entries are whole batches).
 //!
 //! Boot ([`LogStore::open`]) follows the partition log's rule (DESIGN §5): synced bytes that
 //! fail verification are damage and refuse the boot; only bytes past the synced position
@@ -213,20 +217,24 @@ pub enum LogOpenError {
     Io { path: PathBuf, source: io::Error },
 }
 
-/// One entry's place on disk.
+/// One entry's place on disk, and its log id.
 #[derive(Debug, Clone, Copy)]
 struct Place {
     segment: u64,
     offset: u64,
+    /// The record's length, header included.
+    len: u64,
+    log_id: LogId,
 }
 
 struct Inner<C: LogTypes> {
     env: Env,
     dir: PathBuf,
     durable: Durable,
-    /// Every entry not purged, in memory (the snapshot policy purges, which bounds it).
-    entries: BTreeMap<u64, EntryOf<C>>,
+    /// Where every entry not purged is (read back from disk when asked for: a partition
+    /// group's entries are whole batches, too many to hold).
     places: BTreeMap<u64, Place>,
+    entry: std::marker::PhantomData<fn() -> C>,
     /// The segments on disk, by first index.
     segments: Vec<u64>,
     /// Where boot set aside the files of a replica that had lost its state record.
@@ -276,9 +284,10 @@ fn encode_record<C: LogTypes>(entry: &EntryOf<C>) -> io::Result<Vec<u8>> {
 /// Where the records of a segment stop decoding, and why.
 type Stop = Option<(u64, String)>;
 
-/// The records of `bytes` from the start, each `(offset, entry)`, up to the first that does
-/// not decode, with why it did not (`None` when the bytes end on a record boundary).
-fn decode_records<C: LogTypes>(bytes: &[u8]) -> (Vec<(u64, EntryOf<C>)>, Stop) {
+/// The records of `bytes` from the start, each `(offset, length, entry)`, up to the first
+/// that does not decode, with why it did not (`None` when the bytes end on a record
+/// boundary).
+fn decode_records<C: LogTypes>(bytes: &[u8]) -> (Vec<(u64, u64, EntryOf<C>)>, Stop) {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -302,7 +311,7 @@ fn decode_records<C: LogTypes>(bytes: &[u8]) -> (Vec<(u64, EntryOf<C>)>, Stop) {
         if entry.index() != index {
             return (out, fail("a record whose entry is not at its index"));
         }
-        out.push((at as u64, entry));
+        out.push((at as u64, (RECORD_HEADER + len) as u64, entry));
         at += RECORD_HEADER + len;
     }
     (out, None)
@@ -421,8 +430,8 @@ impl<C: LogTypes> LogStore<C> {
             env: env.clone(),
             dir: dir.to_owned(),
             durable,
-            entries: BTreeMap::new(),
             places: BTreeMap::new(),
+            entry: std::marker::PhantomData,
             segments: Vec::new(),
             set_aside,
         };
@@ -457,7 +466,7 @@ impl<C: LogTypes> LogStore<C> {
     /// The vote and the log's ends, as stored (the simulator's checks read them).
     pub fn summary(&self) -> (Option<Vote>, Option<LogId>, Option<LogId>) {
         let inner = self.lock();
-        let last = inner.entries.values().next_back().map(|e| e.log_id());
+        let last = inner.places.values().next_back().map(|p| p.log_id);
         (
             inner.durable.vote,
             inner.durable.purged,
@@ -566,7 +575,7 @@ impl<C: LogTypes> Inner<C> {
                 }
                 end = offset;
             }
-            for (offset, entry) in records {
+            for (offset, len, entry) in records {
                 if offset >= end {
                     break;
                 }
@@ -585,9 +594,10 @@ impl<C: LogTypes> Inner<C> {
                     Place {
                         segment: first,
                         offset,
+                        len,
+                        log_id: entry.log_id(),
                     },
                 );
-                self.entries.insert(entry.index(), entry);
             }
             if end < len {
                 tracing::info!(path = %path.display(), from = end, to = len, "cut the log's torn tail");
@@ -637,10 +647,10 @@ impl<C: LogTypes> Inner<C> {
     /// Why `entry` cannot follow the loaded entries: not the next index, or an older term.
     fn breaks_chain(&self, entry: &EntryOf<C>) -> Option<String> {
         let last = self
-            .entries
+            .places
             .values()
             .next_back()
-            .map(|e| e.log_id())
+            .map(|p| p.log_id)
             .or(self.durable.purged);
         let expected = last.map_or(entry.index(), |l| l.index + 1);
         if entry.index() != expected {
@@ -716,10 +726,11 @@ impl<C: LogTypes> Inner<C> {
             let place = Place {
                 segment: self.durable.segment,
                 offset: self.durable.synced,
+                len: record.len() as u64,
+                log_id: entry.log_id(),
             };
             self.durable.synced += record.len() as u64;
             self.places.insert(entry.index(), place);
-            self.entries.insert(entry.index(), entry);
         }
         if let Some(file) = unsynced {
             file.sync_data()?;
@@ -751,7 +762,6 @@ impl<C: LogTypes> Inner<C> {
             self.env.disk.remove_file(&self.segment_path(later))?;
             self.segments.retain(|&s| s != later);
         }
-        self.entries.split_off(&from);
         self.places.split_off(&from);
         Ok(())
     }
@@ -763,7 +773,6 @@ impl<C: LogTypes> Inner<C> {
         );
         self.durable.purged = Some(upto);
         self.write_state()?;
-        self.entries = self.entries.split_off(&(upto.index + 1));
         self.places = self.places.split_off(&(upto.index + 1));
         // A segment goes once the next one begins at or before the first kept index.
         let segments = self.segments.clone();
@@ -776,8 +785,34 @@ impl<C: LogTypes> Inner<C> {
         Ok(())
     }
 
-    fn range(&self, range: (Bound<u64>, Bound<u64>)) -> Vec<EntryOf<C>> {
-        self.entries.range(range).map(|(_, e)| e.clone()).collect()
+    /// The entries in `range`, read back from their segments.
+    fn range(&self, range: (Bound<u64>, Bound<u64>)) -> io::Result<Vec<EntryOf<C>>> {
+        let mut open: Option<(u64, Box<dyn env::DiskFile>)> = None;
+        let mut out = Vec::new();
+        for (&index, place) in self.places.range(range) {
+            if open.as_ref().map(|(s, _)| *s) != Some(place.segment) {
+                let path = self.segment_path(place.segment);
+                open = Some((place.segment, self.env.disk.open(&path, OpenMode::Read)?));
+            }
+            let (_, file) = open.as_ref().expect("opened above");
+            let mut bytes = vec![0u8; place.len as usize];
+            file.read_exact_at(&mut bytes, place.offset)?;
+            let (mut records, stop) = decode_records::<C>(&bytes);
+            match (records.pop(), stop) {
+                (Some((0, _, entry)), None) if entry.index() == index => out.push(entry),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "entry {index} in {} at {} does not read back",
+                            self.segment_path(place.segment).display(),
+                            place.offset
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -790,7 +825,7 @@ impl<C: LogTypes> RaftLogReader<C> for LogStore<C> {
         &mut self,
         range: RB,
     ) -> io::Result<Vec<EntryOf<C>>> {
-        Ok(self.lock().range(bounds(&range)))
+        self.lock().range(bounds(&range))
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
@@ -803,7 +838,7 @@ impl<C: LogTypes> openraft::storage::RaftLogStorage<C> for LogStore<C> {
 
     async fn get_log_state(&mut self) -> io::Result<LogState<C>> {
         let inner = self.lock();
-        let last = inner.entries.values().next_back().map(|e| e.log_id());
+        let last = inner.places.values().next_back().map(|p| p.log_id);
         Ok(LogState {
             last_purged_log_id: inner.durable.purged,
             last_log_id: last.or(inner.durable.purged),

@@ -90,6 +90,13 @@ enum Rpc {
     ReadIndex,
     /// An administrator's request (addressed to a member, any incarnation).
     Admin(AdminRequest),
+    /// A partition group's request (`crate::partition::net`: it names the group's replicas
+    /// at both ends), addressed to a member, any incarnation.
+    Part {
+        group: crate::partition::net::GroupName,
+        #[serde(with = "crate::types::bytes_serde")]
+        body: Vec<u8>,
+    },
 }
 
 /// What an administrator may ask of a member ([`ask`]).
@@ -134,6 +141,9 @@ enum Reply {
     /// The handshake's last frame: the listener's proof that it holds the secret.
     #[serde(with = "crate::types::bytes_serde")]
     Welcome(Vec<u8>),
+    /// A partition group's answer (`crate::partition::net::PartReply`).
+    #[serde(with = "crate::types::bytes_serde")]
+    Part(Vec<u8>),
     /// The request was not served: the Raft node failed, or the handshake did.
     Refused(String),
     /// The request was meant for another replica (one this member's storage replaced: a
@@ -376,6 +386,7 @@ async fn within<T>(
 }
 
 /// Makes a client per peer ([`openraft::RaftNetworkFactory`]).
+#[derive(Clone)]
 pub struct PeerNetwork {
     env: Env,
     cluster: u128,
@@ -423,10 +434,9 @@ impl<T> Exclusive<T> {
     }
 }
 
-impl openraft::RaftNetworkFactory<MetaConfig> for PeerNetwork {
-    type Network = PeerClient;
-
-    async fn new_client(&mut self, target: NodeId, node: &Peer) -> PeerClient {
+impl PeerNetwork {
+    /// A client of `target` at `node` (connected on first use).
+    pub(crate) fn client(&self, target: NodeId, node: &Peer) -> PeerClient {
         PeerClient {
             env: self.env.clone(),
             cluster: self.cluster,
@@ -440,7 +450,30 @@ impl openraft::RaftNetworkFactory<MetaConfig> for PeerNetwork {
     }
 }
 
+impl openraft::RaftNetworkFactory<MetaConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Peer) -> PeerClient {
+        self.client(target, node)
+    }
+}
+
 impl PeerClient {
+    /// Asks a partition group's request `body` of group `group`; the reply's body.
+    pub(crate) async fn call_part(
+        &mut self,
+        group: crate::partition::net::GroupName,
+        body: Vec<u8>,
+        limit: Duration,
+    ) -> io::Result<Vec<u8>> {
+        match self.call(Rpc::Part { group, body }, limit).await? {
+            Reply::Part(body) => Ok(body),
+            Reply::Refused(why) => Err(refused(why)),
+            Reply::Elsewhere(why) => Err(elsewhere(why)),
+            _ => Err(unexpected()),
+        }
+    }
+
     async fn call(&mut self, rpc: Rpc, limit: Duration) -> io::Result<Reply> {
         let span = tracing::debug_span!("raft_rpc", to = self.target);
         let request = Request {
@@ -502,15 +535,20 @@ impl PeerClient {
     }
 
     fn rpc_error(e: io::Error) -> RPCError<MetaConfig> {
-        match e.kind() {
-            // A peer that refuses the handshake (another secret, another member at the
-            // address) is unreachable, not a network error: openraft backs off from it.
-            io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::TimedOut
-            | io::ErrorKind::NotConnected
-            | io::ErrorKind::PermissionDenied => RPCError::Unreachable(Unreachable::new(&e)),
-            _ => RPCError::Network(NetworkError::new(&e)),
-        }
+        rpc_error(e)
+    }
+}
+
+/// The error openraft gets for a failed exchange.
+pub(crate) fn rpc_error<C: openraft::RaftTypeConfig>(e: io::Error) -> RPCError<C> {
+    match e.kind() {
+        // A peer that refuses the handshake (another secret, another member at the address)
+        // is unreachable, not a network error: openraft backs off from it.
+        io::ErrorKind::ConnectionRefused
+        | io::ErrorKind::TimedOut
+        | io::ErrorKind::NotConnected
+        | io::ErrorKind::PermissionDenied => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
     }
 }
 
@@ -792,9 +830,10 @@ async fn serve_connection(
             return;
         }
         let addressed = match (&request.rpc, &hook) {
-            (Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_) | Rpc::ReadIndex, _) => {
-                member_of(request.to) == member_of(me)
-            }
+            (
+                Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_) | Rpc::ReadIndex | Rpc::Part { .. },
+                _,
+            ) => member_of(request.to) == member_of(me),
             (_, Some(hook)) => hook(request.to, me),
             (_, None) => request.to == me,
         };
@@ -883,6 +922,9 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
             .await
             .map_or_else(|e| Reply::Refused(e.to_string()), Reply::TransferLeader),
         Rpc::Propose(command) => Reply::Proposed(propose_forwarded(replica, from, command).await),
+        Rpc::Part { group, body } => {
+            Reply::Part(crate::partition::net::answer(replica, from, group, &body).await)
+        }
         Rpc::ReadIndex => Reply::ReadIndex(replica.read_index_here().await),
         Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
         Rpc::Admin(AdminRequest::Change(change)) => {

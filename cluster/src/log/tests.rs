@@ -22,7 +22,7 @@ fn append(store: &mut LogStore, entries: Vec<Entry>) {
 }
 
 fn indexes(store: &LogStore) -> Vec<u64> {
-    store.lock().entries.keys().copied().collect()
+    store.lock().places.keys().copied().collect()
 }
 
 fn segment(dir: &Path) -> PathBuf {

@@ -17,13 +17,12 @@
 //! purged WAL: installing one refuses unless the partition already holds every batch it
 //! names (issue 24's catch-up by snapshot will send segments).
 
+use super::sink::PartitionSink;
 use super::{PartConfig, PartEntry, PartMembership, PartSnapshot, PartSnapshotMeta, SendOutcome};
 use crate::sm::{read_whole, write_whole};
 use crate::types::LogId;
-use bytes::BytesMut;
 use cairn_engine::env::Disk;
 use cairn_engine::format::BatchHeader;
-use cairn_engine::partition::Partition;
 use futures_util::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::EntryResponder;
@@ -46,16 +45,22 @@ struct Checkpoint {
     next_offset: u64,
 }
 
-/// The partition a group's committed sends are applied to; clones share it.
+/// A group's state machine over this member's replica of the partition; clones share it.
 #[derive(Clone)]
 pub struct PartMachine {
     inner: Arc<Mutex<Inner>>,
+    sink: Arc<dyn PartitionSink>,
+}
+
+/// What applying an entry needs of the replica, decided under the machine's lock.
+enum Step {
+    Done(Option<SendOutcome>),
+    Append { at: LogId, end: u64 },
 }
 
 struct Inner {
     disk: Arc<dyn Disk>,
     dir: PathBuf,
-    partition: Partition,
     applied: Option<LogId>,
     membership: PartMembership,
     /// The offset the next applied send starts at.
@@ -73,16 +78,20 @@ fn invalid(why: String) -> io::Error {
 }
 
 impl PartMachine {
-    /// The machine of the group whose directory is `dir`, over `partition` (opened by
-    /// recovery, or new).
-    pub fn open(disk: Arc<dyn Disk>, dir: &Path, partition: Partition) -> io::Result<Self> {
+    /// The machine of the group whose directory is `dir`, over `sink` (the replica, opened
+    /// by recovery, or new).
+    pub async fn open(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        sink: Arc<dyn PartitionSink>,
+    ) -> io::Result<Self> {
         let checkpoint: Option<Checkpoint> =
             read_whole(&*disk, &dir.join(CHECKPOINT_FILE), MAX_CHECKPOINT_LEN)?;
-        let held = partition.next_offset().map_err(io::Error::other)?;
+        let held = sink.next_offset().await?;
         let next = checkpoint.as_ref().map_or(0, |c| c.next_offset);
         if held < next {
             return Err(invalid(format!(
-                "the partition in {} holds offsets below {held}, its checkpoint says {next} were synced",
+                "the partition of {} holds offsets below {held}, its checkpoint says {next} were synced",
                 dir.display()
             )));
         }
@@ -92,7 +101,6 @@ impl PartMachine {
         let inner = Inner {
             disk,
             dir: dir.to_owned(),
-            partition,
             applied,
             membership,
             next,
@@ -102,16 +110,12 @@ impl PartMachine {
         };
         Ok(PartMachine {
             inner: Arc::new(Mutex::new(inner)),
+            sink,
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `read` run on the partition (polls, its offsets), between applies.
-    pub fn with_partition<T>(&self, read: impl FnOnce(&mut Partition) -> T) -> T {
-        read(&mut self.lock().partition)
     }
 
     /// Sends found in the segments already when applied (since the machine opened).
@@ -126,84 +130,84 @@ impl PartMachine {
 }
 
 impl Inner {
-    /// Applies one committed entry by the module doc's table; `Some` for a send.
-    fn apply(&mut self, entry: &PartEntry) -> io::Result<Option<SendOutcome>> {
+    /// What applying one committed entry takes, by the module doc's table (a send that the
+    /// replica must append is `Step::Append`, finished by [`Inner::appended`]).
+    fn step(&mut self, entry: &PartEntry) -> io::Result<Step> {
         let log_id = entry.log_id();
         assert!(
             self.applied.is_none_or(|a| a.index < log_id.index),
             "entries apply in index order, each once"
         );
-        let outcome = match &entry.payload {
-            EntryPayload::Normal(send) => Some(self.apply_send(send, log_id)?),
+        let step = match &entry.payload {
+            EntryPayload::Normal(send) => {
+                let count = BatchHeader::decode(&send.batch)
+                    .map_err(|e| {
+                        invalid(format!("the send committed at {log_id} is no batch: {e}"))
+                    })?
+                    .message_count;
+                let end = self.next + u64::from(count);
+                if end <= self.held {
+                    self.skipped += 1;
+                    self.next = end;
+                    Step::Done(Some(SendOutcome {
+                        base_offset: end - u64::from(count),
+                        message_count: count,
+                        timestamp: 0,
+                    }))
+                } else {
+                    assert!(
+                        self.next >= self.held,
+                        "a held batch ends at {}, inside the send committed at {log_id} ({}..{end})",
+                        self.held,
+                        self.next
+                    );
+                    return Ok(Step::Append { at: log_id, end });
+                }
+            }
             EntryPayload::Membership(m) => {
                 self.membership = PartMembership::new(Some(log_id), m.clone());
-                None
+                Step::Done(None)
             }
-            EntryPayload::Blank => None,
+            EntryPayload::Blank => Step::Done(None),
         };
         self.applied = Some(log_id);
-        Ok(outcome)
+        Ok(step)
     }
 
-    fn apply_send(&mut self, send: &super::SendCommand, at: LogId) -> io::Result<SendOutcome> {
-        let count = BatchHeader::decode(&send.batch)
-            .map_err(|e| invalid(format!("the send committed at {at} is no batch: {e}")))?
-            .message_count;
-        let end = self.next + u64::from(count);
-        if end <= self.held {
-            self.next = end;
-            self.skipped += 1;
-            return Ok(SendOutcome {
-                base_offset: end - u64::from(count),
-                message_count: count,
-                timestamp: 0,
-            });
-        }
-        assert!(
-            self.next >= self.held,
-            "a held batch ends at {}, inside the send committed at {at} ({}..{end})",
-            self.held,
-            self.next
-        );
-        let ack = self
-            .partition
-            .append_at(BytesMut::from(&send.batch[..]), send.timestamp)
-            .map_err(|e| {
-                io::Error::other(format!(
-                    "the partition refused the send committed at {at}, which its peers apply: {e}"
-                ))
-            })?;
+    /// Records a send the replica appended at `outcome`.
+    fn appended(&mut self, at: LogId, end: u64, outcome: &SendOutcome) {
         assert_eq!(
-            ack.base_offset, self.next,
+            outcome.base_offset, self.next,
             "a replica stamps a committed send at the offset its peers do"
         );
+        assert_eq!(outcome.base_offset + u64::from(outcome.message_count), end);
         self.next = end;
-        Ok(SendOutcome {
-            base_offset: ack.base_offset,
-            message_count: ack.message_count,
-            timestamp: ack.timestamp,
-        })
+        self.applied = Some(at);
     }
 
-    /// Persists the partition, then records the checkpoint (the module doc).
-    fn checkpoint(&mut self) -> io::Result<PartSnapshot> {
-        let _span =
-            tracing::debug_span!("partition_checkpoint", dir = %self.dir.display()).entered();
-        self.partition.persist().map_err(io::Error::other)?;
-        let checkpoint = Checkpoint {
+    /// The checkpoint of what is applied now; the replica must sync through its offset
+    /// before it is recorded.
+    fn checkpoint_now(&self) -> Checkpoint {
+        Checkpoint {
             meta: PartSnapshotMeta {
                 last_log_id: self.applied,
                 last_membership: self.membership.clone(),
             },
             next_offset: self.next,
-        };
+        }
+    }
+
+    fn record(&mut self, checkpoint: Checkpoint) -> io::Result<PartSnapshot> {
+        let _span =
+            tracing::debug_span!("partition_checkpoint", dir = %self.dir.display()).entered();
         write_whole(&*self.disk, &self.dir, CHECKPOINT_FILE, &checkpoint)?;
-        self.checkpoint = Some(checkpoint.clone());
-        snapshot_of(&checkpoint)
+        let snapshot = snapshot_of(&checkpoint);
+        self.checkpoint = Some(checkpoint);
+        snapshot
     }
 
     /// A leader's checkpoint, sent to this replica because it is behind the leader's WAL.
-    fn install(&mut self, meta: &PartSnapshotMeta, data: &[u8]) -> io::Result<()> {
+    fn install(&mut self, meta: &PartSnapshotMeta, data: &[u8], holds: u64) -> io::Result<()> {
         let sent: Checkpoint = rmp_serde::from_slice(data)
             .map_err(|e| invalid(format!("a checkpoint that does not decode: {e}")))?;
         if sent.meta.last_log_id != meta.last_log_id {
@@ -211,7 +215,6 @@ impl Inner {
         }
         // The segments hold committed batches only, in order: a partition that reaches the
         // checkpoint's offset holds exactly the batches it names.
-        let holds = self.partition.next_offset().map_err(io::Error::other)?;
         if !(self.next..=holds).contains(&sent.next_offset) {
             return Err(io::Error::other(format!(
                 "behind the leader's WAL: this replica's partition holds offsets below {holds}, the leader's checkpoint is at {}, and a checkpoint carries no messages",
@@ -238,8 +241,17 @@ fn snapshot_of(checkpoint: &Checkpoint) -> io::Result<PartSnapshot> {
 impl RaftSnapshotBuilder<PartConfig> for PartMachine {
     type SnapshotData = Vec<u8>;
 
+    /// Reads what is applied, syncs the replica (through at least that), then records it:
+    /// entries applied meanwhile are synced too, and the next checkpoint names them.
     async fn build_snapshot(&mut self) -> io::Result<PartSnapshot> {
-        self.lock().checkpoint()
+        let checkpoint = self.lock().checkpoint_now();
+        let synced = self.sink.checkpoint().await?;
+        assert!(
+            synced >= checkpoint.next_offset,
+            "a checkpoint syncs every applied send ({synced} < {})",
+            checkpoint.next_offset
+        );
+        self.lock().record(checkpoint)
     }
 }
 
@@ -258,7 +270,22 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
     {
         while let Some(next) = entries.next().await {
             let (entry, responder) = next?;
-            let outcome = self.lock().apply(&entry)?;
+            let step = self.lock().step(&entry)?;
+            let outcome = match (step, &entry.payload) {
+                (Step::Done(outcome), _) => outcome,
+                (Step::Append { at, end }, EntryPayload::Normal(send)) => {
+                    let outcome = self.sink.append(&send.batch, send.timestamp).await.map_err(
+                        |e| {
+                            io::Error::other(format!(
+                                "the replica refused the send committed at {at}, which its peers apply: {e}"
+                            ))
+                        },
+                    )?;
+                    self.lock().appended(at, end, &outcome);
+                    Some(outcome)
+                }
+                (Step::Append { .. }, _) => unreachable!("only a send appends"),
+            };
             if let Some(responder) = responder {
                 responder.send(outcome.unwrap_or_default());
             }
@@ -271,7 +298,8 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &PartSnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        self.lock().install(meta, &data)
+        let holds = self.sink.next_offset().await?;
+        self.lock().install(meta, &data, holds)
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<PartSnapshot>> {

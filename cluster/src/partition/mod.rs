@@ -21,7 +21,10 @@
 //! purged WAL (a checkpoint carries no messages: such a follower's machine refuses it,
 //! [`machine::PartMachine`]); `replicated` without a WAL sync; peer repair.
 
+pub mod groups;
 pub mod machine;
+pub mod net;
+pub mod sink;
 
 use crate::log::LogTypes;
 use crate::rt::EnvRuntime;

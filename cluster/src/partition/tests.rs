@@ -3,6 +3,7 @@
 //! applying past its checkpoint applies nothing twice.
 
 use super::machine::PartMachine;
+use super::sink::Held;
 use super::*;
 use crate::log::LogStore;
 use crate::rt::in_env;
@@ -11,6 +12,7 @@ use cairn_engine::env::real::{block_on, env_with_workers};
 use cairn_engine::env::Env;
 use cairn_engine::format::BatchBuilder;
 use cairn_engine::partition::{Partition, PartitionIdentity, PollFrom};
+use futures_util::FutureExt;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -102,6 +104,7 @@ struct Replica {
     id: NodeId,
     raft: PartRaft,
     machine: PartMachine,
+    held: Held,
 }
 
 fn topic() -> TopicConfig {
@@ -132,7 +135,10 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
     } else {
         Partition::create(env, &data, IDENTITY, topic(), settings).unwrap()
     };
-    let machine = PartMachine::open(env.disk.clone(), &wal, partition).unwrap();
+    let held = Held::new(partition);
+    let machine = PartMachine::open(env.disk.clone(), &wal, Arc::new(held.clone()))
+        .await
+        .unwrap();
     let config = openraft::Config {
         heartbeat_interval: 50,
         election_timeout_min: 300,
@@ -155,6 +161,7 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
         id,
         raft,
         machine,
+        held,
     }
 }
 
@@ -172,12 +179,10 @@ fn batch(seed: u64, count: u32) -> Vec<u8> {
     builder.build().to_vec()
 }
 
-/// Every batch of `machine`'s partition, as stored.
-fn stored(machine: &PartMachine) -> Vec<u8> {
-    machine.with_partition(|p| {
-        let polled = p.poll(PollFrom::Offset(0), 100_000).unwrap();
-        polled.batches.concat()
-    })
+/// Every batch of `replica`'s partition, as stored.
+fn stored(replica: &Replica) -> Vec<u8> {
+    let polled = replica.held.lock().poll(PollFrom::Offset(0), 100_000);
+    polled.unwrap().batches.concat()
 }
 
 /// Proposes sends `from..to` on whichever replica leads (asking again, as a client does,
@@ -250,15 +255,10 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
         let first = send(&env, &replicas, 0, 20).await;
         let end = dense(&first, 0);
         settle(&replicas).await;
-        let bytes = stored(&replicas[0].machine);
+        let bytes = stored(&replicas[0]);
         assert!(!bytes.is_empty());
         for r in &replicas[1..] {
-            assert_eq!(
-                stored(&r.machine),
-                bytes,
-                "replica {} holds other bytes",
-                r.member
-            );
+            assert_eq!(stored(r), bytes, "replica {} holds other bytes", r.member);
         }
 
         // A follower stops with batches in its segments past its checkpoint, and comes back.
@@ -270,7 +270,7 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
             .unwrap();
         let at = replicas.iter().position(|r| r.id != leader).unwrap();
         let stopping = replicas.remove(at);
-        stopping.machine.with_partition(|p| p.flush()).unwrap();
+        stopping.held.lock().flush().unwrap();
         router.0.lock().unwrap().remove(&stopping.id);
         stopping.raft.shutdown().await.unwrap();
         let (dir, member, old_id) = (stopping.dir.clone(), stopping.member, stopping.id);
@@ -289,15 +289,10 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
             restarted.machine.skipped() > 0,
             "the restarted replica found sends past its checkpoint in its segments"
         );
-        let bytes = stored(&replicas[0].machine);
+        let bytes = stored(&replicas[0]);
         for r in &replicas {
-            assert_eq!(
-                stored(&r.machine),
-                bytes,
-                "replica {} holds other bytes",
-                r.member
-            );
-            let next = r.machine.with_partition(|p| p.next_offset()).unwrap();
+            assert_eq!(stored(r), bytes, "replica {} holds other bytes", r.member);
+            let next = r.held.lock().next_offset().unwrap();
             assert_eq!(next, end, "replica {} holds every send once", r.member);
         }
         for r in &replicas {
@@ -312,7 +307,9 @@ impl crate::log::tests::SuiteMachine for PartMachine {
         let settings = PartitionSettings::default();
         let partition =
             Partition::create(env, &dir.join("partition"), IDENTITY, topic(), settings).unwrap();
-        PartMachine::open(env.disk.clone(), dir, partition).unwrap()
+        let sink = Arc::new(Held::new(partition));
+        let opened = PartMachine::open(env.disk.clone(), dir, sink).now_or_never();
+        opened.expect("a held partition answers at once").unwrap()
     }
 }
 

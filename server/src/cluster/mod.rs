@@ -6,15 +6,16 @@
 //! replication address, the founding of the group at the first start, and the membership
 //! changes an administrator asks for. The node's metadata ops (streams, topics, partitions,
 //! groups, users, tokens) are decided by the group and applied by every member's node; the
-//! root user is the group's first op, proposed by a leader that finds no user. Messages are
-//! not replicated yet: each node serves what it took itself (the README's cluster page
-//! says so).
+//! root user is the group's first op, proposed by a leader that finds no user. Each
+//! partition's sends are ordered by the partition's own group (`cairn_cluster::partition`),
+//! whose WAL lives under `{data_dir}/cluster/partitions`.
 
 pub mod admin;
 
 use crate::config::ServerConfig;
 use cairn_cluster::decide::GroupDecider;
 use cairn_cluster::group::{GroupConfig, MetaGroup, Replica};
+use cairn_cluster::partition::groups::{PartGroups, Timing};
 use cairn_cluster::types::show_id;
 use cairn_engine::env::Env;
 use cairn_engine::node::{Node, NodeError};
@@ -30,6 +31,18 @@ const ROOT_POLL: Duration = Duration::from_millis(200);
 pub fn group_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("cluster").join("metadata")
 }
+
+/// Where the partition groups' WALs live under the data directory.
+pub fn partitions_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("cluster").join("partitions")
+}
+
+/// The partition groups' Raft timing: an election within a second of a leader's silence,
+/// so sends resume within about that after a member dies.
+const PARTITION_TIMING: Timing = Timing {
+    heartbeat: Duration::from_millis(100),
+    election: (Duration::from_millis(400), Duration::from_millis(800)),
+};
 
 /// Starts this member's replica of the metadata group, as `[cluster]` configures it (a
 /// checked configuration with `enabled`), with `node` (booted clustered) applying its
@@ -58,13 +71,22 @@ pub async fn start(env: &Env, config: &ServerConfig, node: &Node) -> Result<Meta
         .await
         .map_err(|e| format!("the cluster's replica did not start: {e}"))?;
     node.set_decider(Arc::new(GroupDecider::new(Replica::clone(&started))));
+    let groups = PartGroups::new(
+        env,
+        node.clone(),
+        Replica::clone(&started),
+        partitions_dir(&config.data_dir),
+        PARTITION_TIMING,
+    );
+    groups.install();
+    drop(env.tasks.spawn(Box::pin(groups.run())));
     let me = cluster.me().expect("serving() found this node");
     tracing::info!(
         cluster = %cluster.name,
         member = cluster.node,
         replica = %show_id(started.id()),
         replication = %me.replication,
-        "member of the cluster; metadata is decided by the cluster, messages are not replicated yet: this node serves what it takes"
+        "member of the cluster; metadata and every partition's sends are replicated by it"
     );
     Ok(started)
 }

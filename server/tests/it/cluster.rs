@@ -495,3 +495,157 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
     );
     drop(nodes);
 }
+
+/// Every message payload of partition `p` of `orders/events` at `node`, in offset order
+/// (offsets checked dense).
+async fn stored_at(client: &iggy::prelude::IggyClient, p: u32) -> Vec<String> {
+    use iggy::prelude::{Consumer, Identifier, MessageClient, PollingStrategy};
+    let consumer = Consumer::new(Identifier::numeric(99).unwrap());
+    let (orders, events) = (crate::common::id("orders"), crate::common::id("events"));
+    let mut out = Vec::new();
+    loop {
+        let offset = out.len() as u64;
+        let strategy = PollingStrategy::offset(offset);
+        let polled = client
+            .poll_messages(&orders, &events, Some(p), &consumer, &strategy, 1000, false)
+            .await
+            .unwrap();
+        if polled.messages.is_empty() {
+            return out;
+        }
+        for (i, m) in polled.messages.iter().enumerate() {
+            assert_eq!(m.header.offset, offset + i as u64, "offsets are dense");
+            out.push(String::from_utf8(m.payload.to_vec()).unwrap());
+        }
+    }
+}
+
+/// Sends `payload` to partition `p` of `orders/events` (`None`: balanced).
+async fn send_one(
+    client: &iggy::prelude::IggyClient,
+    p: Option<u32>,
+    payload: &str,
+) -> Result<(), iggy::prelude::IggyError> {
+    use iggy::prelude::{IggyMessage, MessageClient, Partitioning};
+    use std::str::FromStr;
+    let partitioning = p.map_or_else(Partitioning::balanced, Partitioning::partition_id);
+    let mut batch = vec![IggyMessage::from_str(payload).unwrap()];
+    let (orders, events) = (crate::common::id("orders"), crate::common::id("events"));
+    client
+        .send_messages(&orders, &events, &partitioning, &mut batch)
+        .await
+        .map(drop)
+}
+
+/// Waits until every running member holds the same messages in both partitions, each
+/// holding every one of `acked` exactly once (and nothing twice); answers what they hold.
+async fn every_member_holds(
+    nodes: &[Option<Cairn>],
+    acked: &std::collections::BTreeSet<String>,
+) -> [Vec<String>; 2] {
+    let started = Instant::now();
+    loop {
+        let mut held: Vec<[Vec<String>; 2]> = Vec::new();
+        for node in nodes.iter().flatten() {
+            let client = client_of(node, "iggy", crate::common::PASSWORD).await;
+            held.push([stored_at(&client, 0).await, stored_at(&client, 1).await]);
+        }
+        let all: Vec<&String> = held[0].iter().flatten().collect();
+        let unique: std::collections::BTreeSet<&String> = all.iter().copied().collect();
+        let complete = acked.iter().all(|a| unique.contains(a));
+        if complete && held.iter().all(|h| *h == held[0]) {
+            assert_eq!(unique.len(), all.len(), "no message is held twice");
+            return held.swap_remove(0);
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "the members never held every acknowledged message alike: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
+    use iggy::prelude::{StreamClient, TopicClient};
+    use std::collections::BTreeSet;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = Members::new();
+    let mut nodes: Vec<Option<Cairn>> = (0..3)
+        .map(|i| Some(members.start(i + 1, dirs[i].path())))
+        .collect();
+    let (rows, _) = members.wait_for("a leader and three voters", |rows| {
+        leader(rows).is_some() && voters(rows) == 3
+    });
+    let first = leader(&rows).unwrap() as usize;
+    let followers: Vec<usize> = (1..=3).filter(|m| *m != first).collect();
+    let mut acked = BTreeSet::new();
+
+    runtime.block_on(async {
+        let follower = client_of(at(&nodes, followers[0]), "iggy", crate::common::PASSWORD).await;
+        follower.create_stream("orders").await.unwrap();
+        let options = crate::common::topic_options(2, iggy::prelude::Durability::Persisted);
+        let orders = crate::common::id("orders");
+        follower
+            .create_topic(&orders, "events", &options)
+            .await
+            .unwrap();
+        // Through a follower (forwarded to the partition's leader) and through the leader,
+        // by partition and balanced.
+        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
+        for i in 0..20u32 {
+            let via_follower = format!("follower {i}");
+            send_one(&follower, Some(i % 2), &via_follower)
+                .await
+                .unwrap();
+            let via_leader = format!("leader {i}");
+            send_one(&leading, None, &via_leader).await.unwrap();
+            acked.extend([via_follower, via_leader]);
+        }
+        let held = every_member_holds(&nodes, &acked).await;
+        assert_eq!(held[0].len() + held[1].len(), 40);
+    });
+
+    // The metadata leader made the partitions' groups, so it leads them: kill -9 it while a
+    // survivor's client sends, and measure how long sends fail.
+    let survivor = followers[0];
+    let client = runtime.block_on(client_of(
+        at(&nodes, survivor),
+        "iggy",
+        crate::common::PASSWORD,
+    ));
+    nodes[first - 1].take().unwrap().kill9();
+    let killed = Instant::now();
+    let mut resumed = None;
+    runtime.block_on(async {
+        for seq in 0u32.. {
+            let payload = format!("after the kill {seq}");
+            if send_one(&client, Some(seq % 2), &payload).await.is_ok() {
+                resumed.get_or_insert(killed.elapsed());
+                acked.insert(payload);
+                if acked.len() >= 80 {
+                    break;
+                }
+            }
+            assert!(
+                killed.elapsed() < SETTLE,
+                "sends never resumed after the kill"
+            );
+        }
+    });
+    let gap = resumed.expect("a send was acknowledged after the kill");
+    println!("cluster: sends resumed {gap:?} after kill -9 of the partitions' leader");
+
+    // The killed member restarts and catches up: every member holds every acknowledged
+    // message once, in the same order.
+    nodes[first - 1] = Some(members.start(first, dirs[first - 1].path()));
+    let held = runtime.block_on(every_member_holds(&nodes, &acked));
+    let total = held[0].len() + held[1].len();
+    assert!(
+        total >= acked.len(),
+        "{total} held, {} acknowledged",
+        acked.len()
+    );
+    drop(nodes);
+}

@@ -1,0 +1,533 @@
+//! A member's partition groups: one per partition of the metadata state, started as the
+//! state names them, stopped and removed as it drops them, and the node's sends ordered by
+//! them ([`cairn_engine::node::Replicator`]).
+//!
+//! | what [`PartGroups::sync`] finds | what it does |
+//! |---|---|
+//! | a partition of the state without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`) and machine over the node's replica, starts its Raft node |
+//! | a running group whose partition the state no longer holds (deleted, or purged: a new nonce) | stops it and removes its directory |
+//! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it: its voters are the metadata group's committed voters |
+//!
+//! Each replica of a group has its own Raft id: this member and the incarnation of its WAL,
+//! drawn when the WAL is made (`crate::partition::net`). A WAL that lost its state record
+//! (its vote) is set aside and made again, as a new replica that neither votes nor counts
+//! in its group. The member that makes a group asks every voter's member which replica of
+//! it runs (`PartRpc::Identify`) and makes it of those once all answered.
+//!
+//! A send ([`PartGroups::replicate`]) is proposed where this member's replica leads,
+//! forwarded to the leader otherwise (`PartRpc::Send`), and asked again while the group has
+//! no leader, for up to [`SEND_DEADLINE`].
+
+use super::machine::PartMachine;
+use super::net::{
+    group_name, identity_of, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc, PartServe,
+    SendRefused,
+};
+use super::sink::OnNode;
+use super::{PartConfig, PartRaft, PartSnapshot, SendCommand, SendOutcome};
+use crate::group::Replica;
+use crate::log::LogStore;
+use crate::rt::in_env;
+use crate::types::{member_of, show_id, NodeId, Peer};
+use bytes::BytesMut;
+use cairn_engine::env::{BoxFuture, Env};
+use cairn_engine::error::{NodeError, NodeResult};
+use cairn_engine::node::{Node, Replicated, Replicator, Sent};
+use cairn_engine::partition::{AppendAck, PartitionIdentity};
+use openraft::async_runtime::WatchReceiver;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often a member compares its groups with the metadata state.
+pub const SYNC_EVERY: Duration = Duration::from_millis(100);
+/// How long a send waits for its group to have a leader and commit it.
+pub const SEND_DEADLINE: Duration = Duration::from_secs(10);
+const SEND_RETRY: Duration = Duration::from_millis(20);
+/// The longest a forwarded send may take at the leader.
+const FORWARD_LIMIT: Duration = Duration::from_secs(10);
+/// The longest a member may take to say which replica of a group it runs.
+const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
+/// A checkpoint every so many entries; the WAL keeps [`LOG_KEPT`] entries behind it for
+/// followers that are behind.
+pub const CHECKPOINT_EVERY: u64 = 1024;
+pub const LOG_KEPT: u64 = 4096;
+
+/// The groups' Raft timing (the metadata group's).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub heartbeat: Duration,
+    pub election: (Duration, Duration),
+}
+
+/// A member's partition groups; clones share them.
+#[derive(Clone)]
+pub struct PartGroups {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    env: Env,
+    node: Node,
+    meta: Replica,
+    root: PathBuf,
+    networks: PartNetworks,
+    timing: Timing,
+    running: Mutex<BTreeMap<GroupName, PartRaft>>,
+    /// Groups that did not start, and why (tried again at every sync, logged once).
+    failed: Mutex<BTreeMap<GroupName, String>>,
+}
+
+/// The directory of group `name` under `root`.
+pub fn group_dir(root: &Path, name: GroupName) -> PathBuf {
+    root.join(format!("{}-{}-{}-{:016x}", name.0, name.1, name.2, name.3))
+}
+
+impl PartGroups {
+    pub fn new(env: &Env, node: Node, meta: Replica, root: PathBuf, timing: Timing) -> Self {
+        let networks = PartNetworks::new(meta.peer_network());
+        PartGroups {
+            inner: Arc::new(Inner {
+                env: env.clone(),
+                node,
+                meta,
+                root,
+                networks,
+                timing,
+                running: Mutex::default(),
+                failed: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Makes the groups the node's replicator and its peers' partition server.
+    pub fn install(&self) {
+        self.inner.node.set_replicator(Arc::new(self.clone()));
+        let serve: Arc<dyn PartServe> = Arc::new(self.clone());
+        assert!(
+            self.inner.meta.parts.set(serve).is_ok(),
+            "a member installs its groups once"
+        );
+    }
+
+    /// Keeps the groups in step with the metadata state until the node stops.
+    pub async fn run(self) {
+        let env = self.inner.env.clone();
+        in_env(&env, self.keep_in_step()).await
+    }
+
+    async fn keep_in_step(self) {
+        self.remove_strays();
+        while self.inner.node.failure().is_none() {
+            self.sync().await;
+            self.inner.env.clock.sleep(SYNC_EVERY).await;
+        }
+        self.shutdown().await;
+    }
+
+    fn me(&self) -> NodeId {
+        self.inner.meta.id()
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
+        self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn group(&self, name: GroupName) -> Option<PartRaft> {
+        self.running().get(&name).cloned()
+    }
+
+    /// The groups the metadata state names now.
+    fn wanted(&self) -> BTreeSet<GroupName> {
+        let view = self.inner.node.view();
+        let mut wanted = BTreeSet::new();
+        for (&s, stream) in view.state.streams() {
+            for (&t, topic) in &stream.topics {
+                for (&p, partition) in &topic.partitions {
+                    wanted.insert((s, t, p, partition.nonce));
+                }
+            }
+        }
+        wanted
+    }
+
+    /// One pass of the module doc's table.
+    pub async fn sync(&self) {
+        let wanted = self.wanted();
+        let gone: Vec<(GroupName, PartRaft)> = {
+            let mut running = self.running();
+            let names: Vec<GroupName> = running.keys().copied().collect();
+            let gone = names.into_iter().filter(|n| !wanted.contains(n));
+            gone.filter_map(|n| running.remove(&n).map(|r| (n, r)))
+                .collect()
+        };
+        for (name, raft) in gone {
+            let _ = in_env(&self.inner.env, raft.shutdown()).await;
+            let dir = group_dir(&self.inner.root, name);
+            if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "a dropped partition's group directory stays");
+            }
+        }
+        let missing: Vec<GroupName> = {
+            let running = self.running();
+            wanted
+                .into_iter()
+                .filter(|n| !running.contains_key(n))
+                .collect()
+        };
+        for name in missing {
+            match self.start(name).await {
+                Ok(raft) => {
+                    self.failed().remove(&name);
+                    self.running().insert(name, raft);
+                }
+                Err(why) => {
+                    if self.failed().insert(name, why.clone()).as_ref() != Some(&why) {
+                        tracing::error!(partition = %identity_of(name), %why, "the partition's replica group did not start");
+                    }
+                }
+            }
+        }
+        self.make_new_groups().await;
+    }
+
+    fn failed(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, String>> {
+        self.inner.failed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Removes the directories of groups the state does not name (left by a crash between
+    /// a deletion and its removal).
+    fn remove_strays(&self) {
+        let disk = &self.inner.env.disk;
+        let Ok(listing) = disk.read_dir(&self.inner.root) else {
+            return;
+        };
+        let wanted: BTreeSet<String> = self
+            .wanted()
+            .into_iter()
+            .map(|n| group_dir(&self.inner.root, n).display().to_string())
+            .collect();
+        for entry in listing.iter().filter(|e| e.is_dir) {
+            let dir = self.inner.root.join(&entry.name);
+            if !wanted.contains(&dir.display().to_string()) {
+                tracing::info!(dir = %dir.display(), "removing the group directory of a partition the state does not hold");
+                let _ = disk.remove_dir_all(&dir);
+            }
+        }
+    }
+
+    /// Opens group `name`'s WAL and machine and starts its Raft node.
+    async fn start(&self, name: GroupName) -> Result<PartRaft, String> {
+        let inner = &self.inner;
+        let dir = group_dir(&inner.root, name);
+        let cluster = inner.meta.cluster();
+        let member = member_of(self.me());
+        let log = LogStore::<PartConfig>::open(&inner.env, &dir, cluster, member)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(lost) = log.set_aside() {
+            tracing::warn!(partition = %identity_of(name), lost = %lost.display(), replica = %show_id(log.id()),
+                "the group's WAL lost its state record: this member runs a new replica of it, outside the group");
+        }
+        let sink = Arc::new(OnNode {
+            node: inner.node.clone(),
+            partition: identity_of(name),
+        });
+        let machine = PartMachine::open(inner.env.disk.clone(), &dir, sink)
+            .await
+            .map_err(|e| e.to_string())?;
+        let millis = |d: Duration| d.as_millis() as u64;
+        let config = openraft::Config {
+            cluster_name: format!("{cluster:032x}-{name:?}"),
+            heartbeat_interval: millis(inner.timing.heartbeat),
+            election_timeout_min: millis(inner.timing.election.0),
+            election_timeout_max: millis(inner.timing.election.1),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(CHECKPOINT_EVERY),
+            max_in_snapshot_log_to_keep: LOG_KEPT,
+            enable_pre_vote: Some(true),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| e.to_string())?;
+        let id = log.id();
+        let network = inner.networks.of(name, id);
+        let raft = PartRaft::new(id, Arc::new(config), network, log, machine);
+        in_env(&inner.env, raft).await.map_err(|e| e.to_string())
+    }
+
+    /// While this member leads the metadata group, makes the groups never made, of the
+    /// replicas the committed voters of the metadata group run.
+    async fn make_new_groups(&self) {
+        let meta = &self.inner.meta;
+        if meta.leader() != Some(self.me()) {
+            return;
+        }
+        let unmade: Vec<(GroupName, PartRaft)> = self
+            .running()
+            .iter()
+            .filter(|(_, raft)| never_made(raft))
+            .map(|(n, r)| (*n, r.clone()))
+            .collect();
+        if unmade.is_empty() || !meta.linearize().await {
+            return;
+        }
+        let voters: BTreeMap<NodeId, Peer> = meta.status().voters;
+        for (name, raft) in unmade {
+            let Some(replicas) = self.replicas_of(name, &raft, &voters).await else {
+                continue;
+            };
+            // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
+            let _ = in_env(&self.inner.env, raft.initialize(replicas)).await;
+        }
+    }
+
+    /// The replica of group `name` each member of `voters` runs, once every one answers.
+    async fn replicas_of(
+        &self,
+        name: GroupName,
+        raft: &PartRaft,
+        voters: &BTreeMap<NodeId, Peer>,
+    ) -> Option<BTreeMap<NodeId, Peer>> {
+        let mine = id_of(raft);
+        let mut replicas = BTreeMap::new();
+        for (&voter, peer) in voters {
+            let member = member_of(voter);
+            if member == member_of(mine) {
+                replicas.insert(mine, peer.clone());
+                continue;
+            }
+            let envelope = PartEnvelope {
+                from: mine,
+                to: u64::from(member) << 32,
+                rpc: PartRpc::Identify,
+            };
+            let asked = self
+                .inner
+                .networks
+                .call(peer, name, &envelope, IDENTIFY_LIMIT);
+            match asked.await {
+                Ok(PartReply::Identity(id)) if member_of(id) == member => {
+                    replicas.insert(id, peer.clone());
+                }
+                _ => return None,
+            }
+        }
+        Some(replicas)
+    }
+
+    /// Stops every group.
+    pub async fn shutdown(&self) {
+        let all: Vec<PartRaft> = std::mem::take(&mut *self.running()).into_values().collect();
+        for raft in all {
+            let _ = in_env(&self.inner.env, raft.shutdown()).await;
+        }
+    }
+
+    /// The send's Sent, as the node answers it.
+    fn sent(partition: PartitionIdentity, outcome: SendOutcome) -> Sent {
+        Sent {
+            partition: partition.partition_id,
+            nonce: partition.nonce,
+            ack: AppendAck {
+                base_offset: outcome.base_offset,
+                message_count: outcome.message_count,
+                timestamp: outcome.timestamp,
+                // Committed: a quorum synced it in the group's WAL.
+                durable: true,
+                requires_persist: false,
+            },
+        }
+    }
+
+    /// Has the group commit `batch` (the module doc).
+    async fn send(self, partition: PartitionIdentity, batch: BytesMut) -> NodeResult<Sent> {
+        let env = self.inner.env.clone();
+        let name = group_name(&partition);
+        let deadline = env.clock.monotonic_nanos() + SEND_DEADLINE.as_nanos() as u64;
+        let mut command = SendCommand {
+            batch: batch.to_vec(),
+            timestamp: 0,
+        };
+        let mut last = String::from("the group has no leader");
+        while env.clock.monotonic_nanos() < deadline {
+            if let Some(raft) = self.group(name) {
+                let leader = raft.metrics().borrow_watched().current_leader;
+                match leader {
+                    Some(l) if l == id_of(&raft) => {
+                        command.timestamp = env.clock.wall_micros();
+                        match raft.client_write(command.clone()).await {
+                            Ok(written) => return Ok(Self::sent(partition, *written.response())),
+                            Err(e) if e.forward_to_leader().is_some() => last = e.to_string(),
+                            Err(e) => return Err(NodeError::Undecided(e.to_string())),
+                        }
+                    }
+                    Some(l) => match self.forward(&raft, l, name, &command).await {
+                        Ok(outcome) => return Ok(Self::sent(partition, outcome)),
+                        Err(SendRefused::NotLeader(_)) => {
+                            last = format!("{} does not lead", show_id(l))
+                        }
+                        Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
+                    },
+                    None => {}
+                }
+            } else {
+                last = "this member runs no replica of the partition yet".into();
+            }
+            env.clock.sleep(SEND_RETRY).await;
+        }
+        Err(NodeError::Undecided(format!(
+            "partition {partition} did not take the send within {SEND_DEADLINE:?}: {last}"
+        )))
+    }
+
+    /// Forwards a send to `leader`, which the group's configuration names.
+    async fn forward(
+        &self,
+        raft: &PartRaft,
+        leader: NodeId,
+        name: GroupName,
+        command: &SendCommand,
+    ) -> Result<SendOutcome, SendRefused> {
+        let node = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow_watched();
+            metrics
+                .membership_config
+                .membership()
+                .get_node(&leader)
+                .cloned()
+        };
+        let Some(node) = node else {
+            return Err(SendRefused::NotLeader(None));
+        };
+        let envelope = PartEnvelope {
+            from: id_of(raft),
+            to: leader,
+            rpc: PartRpc::Send(command.clone()),
+        };
+        let asked = self
+            .inner
+            .networks
+            .call(&node, name, &envelope, FORWARD_LIMIT);
+        match asked.await {
+            Ok(PartReply::Sent(result)) => result,
+            Ok(PartReply::NoGroup) => Err(SendRefused::NotLeader(None)),
+            Ok(_) => Err(SendRefused::Failed(
+                "the leader answered another request".into(),
+            )),
+            // Sent and not answered: it may have committed. The client decides.
+            Err(e) => Err(SendRefused::Failed(format!(
+                "the send forwarded to {} has no answer (it may have landed): {e}",
+                show_id(leader)
+            ))),
+        }
+    }
+
+    /// A send a member forwarded: proposed when this member's replica leads.
+    async fn take_forwarded(
+        &self,
+        raft: &PartRaft,
+        from: NodeId,
+        mut command: SendCommand,
+    ) -> PartReply {
+        let metrics = raft.metrics().borrow_watched().clone();
+        if metrics
+            .membership_config
+            .membership()
+            .get_node(&from)
+            .is_none()
+        {
+            return PartReply::Sent(Err(SendRefused::Failed(format!(
+                "replica {} is not in the group's configuration",
+                show_id(from)
+            ))));
+        }
+        if metrics.current_leader != Some(metrics.id) {
+            return PartReply::Sent(Err(SendRefused::NotLeader(metrics.current_leader)));
+        }
+        command.timestamp = self.inner.env.clock.wall_micros();
+        PartReply::Sent(match raft.client_write(command).await {
+            Ok(written) => Ok(*written.response()),
+            Err(e) => match e.forward_to_leader() {
+                Some(f) => Err(SendRefused::NotLeader(f.leader_id)),
+                None => Err(SendRefused::Failed(e.to_string())),
+            },
+        })
+    }
+
+    async fn serve_rpc(&self, name: GroupName, envelope: PartEnvelope) -> PartReply {
+        let Some(raft) = self.group(name) else {
+            return PartReply::NoGroup;
+        };
+        let here = id_of(&raft);
+        let PartEnvelope { from, to, rpc } = envelope;
+        if let PartRpc::Identify = rpc {
+            return PartReply::Identity(here);
+        }
+        if to != here {
+            return PartReply::Elsewhere(here);
+        }
+        let refused = |e: &dyn std::fmt::Display| PartReply::Refused(e.to_string());
+        match rpc {
+            PartRpc::Append(r) => raft
+                .append_entries(r)
+                .await
+                .map_or_else(|e| refused(&e), PartReply::Append),
+            PartRpc::Vote(r) => raft
+                .vote(r)
+                .await
+                .map_or_else(|e| refused(&e), PartReply::Vote),
+            PartRpc::PreVote(r) => raft
+                .pre_vote(r)
+                .await
+                .map_or_else(|e| refused(&e), PartReply::Vote),
+            PartRpc::Snapshot { vote, meta, data } => {
+                let snapshot = PartSnapshot {
+                    meta,
+                    snapshot: data,
+                };
+                raft.install_full_snapshot(vote, snapshot)
+                    .await
+                    .map_or_else(|e| refused(&e), PartReply::Snapshot)
+            }
+            PartRpc::TransferLeader(r) => raft
+                .handle_transfer_leader(r)
+                .await
+                .map_or_else(|e| refused(&e), PartReply::TransferLeader),
+            PartRpc::Send(command) => self.take_forwarded(&raft, from, command).await,
+            PartRpc::Identify => unreachable!("answered above"),
+        }
+    }
+}
+
+/// The Raft id of this member's replica `raft`.
+fn id_of(raft: &PartRaft) -> NodeId {
+    raft.metrics().borrow_watched().id
+}
+
+/// Whether `raft`'s group was never made: no configuration, nothing in its log.
+fn never_made(raft: &PartRaft) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow_watched();
+    metrics.last_log_index.is_none()
+        && metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .next()
+            .is_none()
+}
+
+impl Replicator for PartGroups {
+    fn replicate(&self, partition: PartitionIdentity, batch: BytesMut) -> Replicated {
+        let env = self.inner.env.clone();
+        Box::pin(in_env(&env, self.clone().send(partition, batch)))
+    }
+}
+
+impl PartServe for PartGroups {
+    fn serve(&self, group: GroupName, envelope: PartEnvelope) -> BoxFuture<'_, PartReply> {
+        Box::pin(self.serve_rpc(group, envelope))
+    }
+}

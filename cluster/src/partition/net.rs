@@ -1,0 +1,359 @@
+//! Partition groups' traffic between members, on the metadata group's peer connections.
+//!
+//! A partition group's request is the metadata network's `Rpc::Part`, addressed to a member
+//! (any incarnation: the connection's handshake proved both members), carrying the group's
+//! name and a [`PartEnvelope`] as MessagePack: the group's replicas at both ends and a
+//! [`PartRpc`], answered by a [`PartReply`]. Each replica of a group has its own Raft id,
+//! the member and the incarnation of the group's WAL (drawn when it is made, as the
+//! metadata replica's is): a member whose WAL of a group was lost comes back as another
+//! replica of that group, which requests for the old one do not reach and which neither
+//! votes nor counts in it. A member speaks only for its own replicas (the envelope's `from`
+//! is checked against the connection's member).
+//!
+//! Every group of a member shares a few connections to each peer member ([`POOL`]; a group
+//! always uses the same one, so its requests to a peer stay in order), so the number of
+//! connections does not grow with the number of partitions.
+
+use super::{PartConfig, PartSnapshot, PartSnapshotMeta, SendCommand, SendOutcome};
+use crate::net::{PeerClient, PeerNetwork};
+use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
+use cairn_engine::env::BoxFuture;
+use cairn_engine::partition::PartitionIdentity;
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Connections each member keeps to each peer for all its partition groups.
+pub const POOL: usize = 4;
+
+/// A partition group's name between members: stream, topic, partition and nonce.
+pub type GroupName = (u32, u32, u32, u64);
+
+pub fn group_name(p: &PartitionIdentity) -> GroupName {
+    (p.stream_id, p.topic_id, p.partition_id, p.nonce)
+}
+
+pub fn identity_of(g: GroupName) -> PartitionIdentity {
+    PartitionIdentity {
+        stream_id: g.0,
+        topic_id: g.1,
+        partition_id: g.2,
+        nonce: g.3,
+    }
+}
+
+type Vote = openraft::alias::VoteOf<PartConfig>;
+
+/// A group's request between two of its replicas.
+#[derive(Serialize, Deserialize)]
+pub struct PartEnvelope {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub rpc: PartRpc,
+}
+
+#[derive(Serialize, Deserialize)]
+pub enum PartRpc {
+    /// Which replica of the group do you run? (`to` names the member only.)
+    Identify,
+    Append(AppendEntriesRequest<PartConfig>),
+    Vote(VoteRequest<PartConfig>),
+    PreVote(VoteRequest<PartConfig>),
+    Snapshot {
+        vote: Vote,
+        meta: PartSnapshotMeta,
+        #[serde(with = "crate::types::bytes_serde")]
+        data: Vec<u8>,
+    },
+    TransferLeader(TransferLeaderRequest<PartConfig>),
+    /// A member's send, forwarded to the member it believes leads the group.
+    Send(SendCommand),
+}
+
+/// Why a forwarded send was not committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SendRefused {
+    /// The member does not lead the group; the leader it knows, if any.
+    NotLeader(Option<NodeId>),
+    /// Anything else (the group stopped, the send's fate unknown): said in words.
+    Failed(String),
+}
+
+#[derive(Serialize, Deserialize)]
+pub enum PartReply {
+    Append(AppendEntriesResponse<PartConfig>),
+    Vote(VoteResponse<PartConfig>),
+    Snapshot(SnapshotResponse<PartConfig>),
+    TransferLeader(TransferLeaderResponse<PartConfig>),
+    Sent(Result<SendOutcome, SendRefused>),
+    /// The replica of the group this member runs.
+    Identity(NodeId),
+    /// The group's Raft node refused the request.
+    Refused(String),
+    /// This member runs no group of that name (not made yet here, or deleted).
+    NoGroup,
+    /// This member runs another replica of the group than the one addressed (its WAL was
+    /// made again): openraft takes it as unreachable.
+    Elsewhere(NodeId),
+}
+
+/// A member's side of its groups' traffic: answers a peer's request for group `group`.
+pub trait PartServe: Send + Sync {
+    fn serve(&self, group: GroupName, envelope: PartEnvelope) -> BoxFuture<'_, PartReply>;
+}
+
+pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    rmp_serde::to_vec(value).map_err(io::Error::other)
+}
+
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> io::Result<T> {
+    rmp_serde::from_slice(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The pooled connections to one peer.
+struct Pool {
+    slots: Vec<tokio::sync::Mutex<PeerClient>>,
+}
+
+/// Every group's network on this member: the pools, by peer.
+#[derive(Clone)]
+pub struct PartNetworks {
+    peers: PeerNetwork,
+    pools: Arc<Mutex<BTreeMap<MemberId, Arc<Pool>>>>,
+}
+
+impl PartNetworks {
+    pub fn new(peers: PeerNetwork) -> PartNetworks {
+        PartNetworks {
+            peers,
+            pools: Arc::default(),
+        }
+    }
+
+    /// The pool of connections to `member` at `node`.
+    fn pool(&self, member: MemberId, node: &Peer) -> Arc<Pool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = pools.entry(member).or_insert_with(|| {
+            // Addressed to the member, any incarnation (the envelope names the replica).
+            let target = u64::from(member) << 32;
+            let slots = (0..POOL)
+                .map(|_| tokio::sync::Mutex::new(self.peers.client(target, node)))
+                .collect();
+            Arc::new(Pool { slots })
+        });
+        pool.clone()
+    }
+
+    /// The network of this member's replica `me` of group `group` (openraft's factory).
+    pub fn of(&self, group: GroupName, me: NodeId) -> GroupNetwork {
+        GroupNetwork {
+            networks: self.clone(),
+            group,
+            me,
+        }
+    }
+
+    /// Asks `envelope` of its addressee's member (at `node`) for `group`, within `limit`.
+    pub async fn call(
+        &self,
+        node: &Peer,
+        group: GroupName,
+        envelope: &PartEnvelope,
+        limit: Duration,
+    ) -> io::Result<PartReply> {
+        let pool = self.pool(member_of(envelope.to), node);
+        let slot = slot_of(group);
+        let mut client = pool.slots[slot].lock().await;
+        let reply = client.call_part(group, encode(envelope)?, limit).await?;
+        decode(&reply)
+    }
+}
+
+fn slot_of(group: GroupName) -> usize {
+    let bytes = [
+        group.0.to_le_bytes(),
+        group.1.to_le_bytes(),
+        group.2.to_le_bytes(),
+    ]
+    .concat();
+    (xxhash_rust::xxh3::xxh3_64(&bytes) % POOL as u64) as usize
+}
+
+/// One group's network: openraft's factory of clients to each peer.
+#[derive(Clone)]
+pub struct GroupNetwork {
+    networks: PartNetworks,
+    group: GroupName,
+    me: NodeId,
+}
+
+pub struct GroupClient {
+    network: GroupNetwork,
+    target: NodeId,
+    node: Peer,
+}
+
+impl openraft::RaftNetworkFactory<PartConfig> for GroupNetwork {
+    type Network = GroupClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Peer) -> GroupClient {
+        GroupClient {
+            network: self.clone(),
+            target,
+            node: node.clone(),
+        }
+    }
+}
+
+impl GroupClient {
+    async fn ask(&self, rpc: PartRpc, limit: Duration) -> io::Result<PartReply> {
+        let network = &self.network;
+        let envelope = PartEnvelope {
+            from: network.me,
+            to: self.target,
+            rpc,
+        };
+        let asked = network
+            .networks
+            .call(&self.node, network.group, &envelope, limit);
+        match asked.await? {
+            PartReply::Refused(why) => Err(io::Error::other(format!("the peer refused: {why}"))),
+            PartReply::NoGroup => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the peer runs no replica of this partition yet",
+            )),
+            PartReply::Elsewhere(runs) => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!(
+                    "the peer runs replica {} of this partition, not {}",
+                    show_id(runs),
+                    show_id(self.target)
+                ),
+            )),
+            reply => Ok(reply),
+        }
+    }
+
+    async fn answered<T>(
+        &self,
+        rpc: PartRpc,
+        option: RPCOption,
+        pick: impl FnOnce(PartReply) -> Option<T>,
+    ) -> Result<T, RPCError<PartConfig>> {
+        let reply = self.ask(rpc, option.hard_ttl()).await;
+        let unexpected = || io::Error::new(io::ErrorKind::InvalidData, "another reply");
+        reply
+            .and_then(|r| pick(r).ok_or_else(unexpected))
+            .map_err(crate::net::rpc_error)
+    }
+}
+
+impl openraft::RaftNetworkV2<PartConfig> for GroupClient {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<PartConfig>, RPCError<PartConfig>> {
+        self.answered(PartRpc::Append(rpc), option, |r| match r {
+            PartReply::Append(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<PartConfig>, RPCError<PartConfig>> {
+        self.answered(PartRpc::Vote(rpc), option, |r| match r {
+            PartReply::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<PartConfig>, RPCError<PartConfig>> {
+        self.answered(PartRpc::PreVote(rpc), option, |r| match r {
+            PartReply::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<PartConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<PartConfig>, RPCError<PartConfig>> {
+        self.answered(PartRpc::TransferLeader(rpc), option, |r| match r {
+            PartReply::TransferLeader(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: PartSnapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<PartConfig>, StreamingError<PartConfig>> {
+        let rpc = PartRpc::Snapshot {
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot,
+        };
+        let reply = self.ask(rpc, option.hard_ttl()).await;
+        match reply {
+            Ok(PartReply::Snapshot(r)) => Ok(r),
+            Ok(_) => Err(StreamingError::Network(NetworkError::new(
+                &io::Error::other("another reply"),
+            ))),
+            Err(e) => match crate::net::rpc_error::<PartConfig>(e) {
+                RPCError::Unreachable(u) => Err(StreamingError::Unreachable(u)),
+                other => Err(StreamingError::Network(NetworkError::new(&other))),
+            },
+        }
+    }
+}
+
+/// Answers a peer's request `body` for group `group` with this member's groups, if they
+/// run; `from` is the member the connection's handshake proved.
+pub(crate) async fn answer(
+    replica: &crate::group::Replica,
+    from: NodeId,
+    group: GroupName,
+    body: &[u8],
+) -> Vec<u8> {
+    let reply = match (replica.parts.get(), decode::<PartEnvelope>(body)) {
+        (_, Ok(envelope)) if member_of(envelope.from) != member_of(from) => {
+            PartReply::Refused(format!(
+                "member {} spoke for replica {}",
+                member_of(from),
+                show_id(envelope.from)
+            ))
+        }
+        (Some(serve), Ok(envelope)) => serve.serve(group, envelope).await,
+        (None, _) => PartReply::NoGroup,
+        (_, Err(e)) => PartReply::Refused(format!("a request that does not decode: {e}")),
+    };
+    encode(&reply)
+        .unwrap_or_else(|e| encode(&PartReply::Refused(e.to_string())).expect("a refusal encodes"))
+}
