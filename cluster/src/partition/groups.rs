@@ -169,6 +169,26 @@ impl PartGroups {
                 tracing::warn!(dir = %dir.display(), error = %e, "a dropped partition's group directory stays");
             }
         }
+        // A group whose Raft node stopped (its machine or WAL failed) is started again from
+        // its storage; a failure that repeats is logged once.
+        let stopped: Vec<(GroupName, PartRaft, String)> = {
+            let mut running = self.running();
+            let names: Vec<GroupName> = running.keys().copied().collect();
+            names
+                .into_iter()
+                .filter_map(|n| {
+                    let why = stopped_why(&running[&n])?;
+                    running.remove(&n).map(|r| (n, r, why))
+                })
+                .collect()
+        };
+        for (name, raft, why) in stopped {
+            let _ = in_env(&self.inner.env, raft.shutdown()).await;
+            let why = format!("its replica stopped: {why}");
+            if self.failed().insert(name, why.clone()).as_ref() != Some(&why) {
+                tracing::error!(partition = %identity_of(name), %why, "the partition's replica group stopped; starting it again");
+            }
+        }
         let missing: Vec<GroupName> = {
             let running = self.running();
             wanted
@@ -179,7 +199,6 @@ impl PartGroups {
         for name in missing {
             match self.start(name).await {
                 Ok(raft) => {
-                    self.failed().remove(&name);
                     self.running().insert(name, raft);
                 }
                 Err(why) => {
@@ -499,6 +518,13 @@ impl PartGroups {
             PartRpc::Identify => unreachable!("answered above"),
         }
     }
+}
+
+/// Why `raft`'s Raft node stopped, if it did.
+fn stopped_why(raft: &PartRaft) -> Option<String> {
+    let metrics = raft.metrics();
+    let running = &metrics.borrow_watched().running_state;
+    running.as_ref().err().map(|fatal| fatal.to_string())
 }
 
 /// The Raft id of this member's replica `raft`.

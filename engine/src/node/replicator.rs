@@ -45,17 +45,17 @@ impl Node {
         );
     }
 
-    /// The replicator, on a clustered node; a clustered node without one refuses sends
-    /// (its replicas show appends before any sync: only a group may order them).
+    /// The replicator, once installed. A node whose partitions are replicas
+    /// (`PartitionSettings::replica`: they show appends before any sync) refuses sends
+    /// until then: only a group may order them. A node whose partitions are its own (a
+    /// single node, or the simulator's metadata-only cluster members) appends them itself.
     pub(super) fn replicator(&self) -> NodeResult<Option<Arc<dyn Replicator>>> {
-        if !self.clustered() {
-            return Ok(None);
-        }
         match self.inner.replicator.get() {
             Some(replicator) => Ok(Some(replicator.clone())),
-            None => Err(NodeError::Undecided(
+            None if self.inner.settings.partition.replica => Err(NodeError::Undecided(
                 "this member's partition replicas have not started".into(),
             )),
+            None => Ok(None),
         }
     }
 
