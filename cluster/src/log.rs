@@ -67,12 +67,16 @@ pub trait LogTypes:
     Term = u64,
     LeaderId = LeaderId,
     Vote = Vote,
-    Entry: Clone + serde::Serialize + serde::de::DeserializeOwned,
+    Entry: serde::Serialize + serde::de::DeserializeOwned,
 >
 {
+    /// The longest entry body this group's log takes.
+    const MAX_ENTRY_LEN: usize;
 }
 
-impl LogTypes for MetaConfig {}
+impl LogTypes for MetaConfig {
+    const MAX_ENTRY_LEN: usize = MAX_ENTRY_LEN;
+}
 
 type EntryOf<C> = <C as openraft::RaftTypeConfig>::Entry;
 
@@ -80,7 +84,7 @@ pub const STATE_FILE: &str = "state";
 const SEGMENT_PREFIX: &str = "log-";
 /// A segment is sealed and the next one begun once it holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 4 << 20;
-/// The longest entry body: a metadata operation's body is at most 256 KiB.
+/// The longest entry body of the metadata group: an operation's body is at most 256 KiB.
 pub const MAX_ENTRY_LEN: usize = 1 << 20;
 const RECORD_HEADER: usize = 20;
 const STATE_MAGIC: &[u8; 4] = b"CRFT";
@@ -261,12 +265,13 @@ fn segment_name(first: u64) -> String {
 /// Encodes one entry as a record.
 fn encode_record<C: LogTypes>(entry: &EntryOf<C>) -> io::Result<Vec<u8>> {
     let body = rmp_serde::to_vec(entry).map_err(io::Error::other)?;
-    if body.len() > MAX_ENTRY_LEN {
+    if body.len() > C::MAX_ENTRY_LEN {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "a log entry of {} bytes (at most {MAX_ENTRY_LEN})",
-                body.len()
+                "a log entry of {} bytes (at most {})",
+                body.len(),
+                C::MAX_ENTRY_LEN
             ),
         ));
     }
@@ -296,7 +301,7 @@ fn decode_records<C: LogTypes>(bytes: &[u8]) -> (Vec<(u64, u64, EntryOf<C>)>, St
             return (out, fail("a partial record header"));
         }
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4")) as usize;
-        if len > MAX_ENTRY_LEN || bytes.len() - at - RECORD_HEADER < len {
+        if len > C::MAX_ENTRY_LEN || bytes.len() - at - RECORD_HEADER < len {
             return (out, fail("a record longer than what follows it"));
         }
         let summed = &bytes[at + 12..at + RECORD_HEADER + len];

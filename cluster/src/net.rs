@@ -435,6 +435,10 @@ impl<T> Exclusive<T> {
 }
 
 impl PeerNetwork {
+    pub(crate) fn env(&self) -> &Env {
+        &self.env
+    }
+
     /// A client of `target` at `node` (connected on first use).
     pub(crate) fn client(&self, target: NodeId, node: &Peer) -> PeerClient {
         PeerClient {

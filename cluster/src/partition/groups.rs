@@ -6,7 +6,9 @@
 //! |---|---|
 //! | a partition of the state without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`) and machine over the node's replica, starts its Raft node |
 //! | a running group whose partition the state no longer holds (deleted, or purged: a new nonce) | stops it and removes its directory |
-//! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it: its voters are the metadata group's committed voters |
+//! | a running group whose Raft node stopped (its WAL or machine failed) | drops it, to start it again from its storage |
+//! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |
+//! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the metadata group's committed voters' members run |
 //!
 //! Each replica of a group has its own Raft id: this member and the incarnation of its WAL,
 //! drawn when the WAL is made (`crate::partition::net`). A WAL that lost its state record
@@ -32,9 +34,11 @@ use crate::types::{member_of, show_id, NodeId, Peer};
 use bytes::BytesMut;
 use cairn_engine::env::{BoxFuture, Env};
 use cairn_engine::error::{NodeError, NodeResult};
+use cairn_engine::format::{verify_batch, Layout};
 use cairn_engine::node::{Node, Replicated, Replicator, Sent};
-use cairn_engine::partition::{AppendAck, PartitionIdentity};
+use cairn_engine::partition::{AppendAck, PartitionError, PartitionIdentity};
 use openraft::async_runtime::WatchReceiver;
+use openraft::errors::ClientWriteError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -49,6 +53,9 @@ const SEND_RETRY: Duration = Duration::from_millis(20);
 const FORWARD_LIMIT: Duration = Duration::from_secs(10);
 /// The longest a member may take to say which replica of a group it runs.
 const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
+/// The first wait before a group that failed is started again, and the longest.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// A checkpoint every so many entries; the WAL keeps [`LOG_KEPT`] entries behind it for
 /// followers that are behind.
 pub const CHECKPOINT_EVERY: u64 = 1024;
@@ -75,8 +82,15 @@ struct Inner {
     networks: PartNetworks,
     timing: Timing,
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
-    /// Groups that did not start, and why (tried again at every sync, logged once).
-    failed: Mutex<BTreeMap<GroupName, String>>,
+    /// Groups that did not start or stopped: why (logged once per reason), when to try
+    /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
+    failed: Mutex<BTreeMap<GroupName, Failed>>,
+}
+
+struct Failed {
+    why: String,
+    not_before: u64,
+    tries: u32,
 }
 
 /// The directory of group `name` under `root`.
@@ -155,6 +169,14 @@ impl PartGroups {
     /// One pass of the module doc's table.
     pub async fn sync(&self) {
         let wanted = self.wanted();
+        self.drop_gone(&wanted).await;
+        self.drop_stopped().await;
+        self.start_missing(&wanted).await;
+        self.make_new_groups().await;
+    }
+
+    /// Stops the groups whose partitions the state no longer holds and removes their WALs.
+    async fn drop_gone(&self, wanted: &BTreeSet<GroupName>) {
         let gone: Vec<(GroupName, PartRaft)> = {
             let mut running = self.running();
             let names: Vec<GroupName> = running.keys().copied().collect();
@@ -169,8 +191,12 @@ impl PartGroups {
                 tracing::warn!(dir = %dir.display(), error = %e, "a dropped partition's group directory stays");
             }
         }
-        // A group whose Raft node stopped (its machine or WAL failed) is started again from
-        // its storage; a failure that repeats is logged once.
+        self.failed().retain(|n, _| wanted.contains(n));
+    }
+
+    /// Drops the groups whose Raft node stopped (their machine or WAL failed): started
+    /// again from their storage once their wait is over.
+    async fn drop_stopped(&self) {
         let stopped: Vec<(GroupName, PartRaft, String)> = {
             let mut running = self.running();
             let names: Vec<GroupName> = running.keys().copied().collect();
@@ -184,16 +210,21 @@ impl PartGroups {
         };
         for (name, raft, why) in stopped {
             let _ = in_env(&self.inner.env, raft.shutdown()).await;
-            let why = format!("its replica stopped: {why}");
-            if self.failed().insert(name, why.clone()).as_ref() != Some(&why) {
-                tracing::error!(partition = %identity_of(name), %why, "the partition's replica group stopped; starting it again");
-            }
+            self.note_failure(name, format!("its replica stopped: {why}"));
         }
+    }
+
+    /// Starts the groups of `wanted` not running whose wait after a failure is over.
+    async fn start_missing(&self, wanted: &BTreeSet<GroupName>) {
+        let now = self.inner.env.clock.monotonic_nanos();
         let missing: Vec<GroupName> = {
             let running = self.running();
+            let failed = self.failed();
+            let due = |n: &GroupName| failed.get(n).is_none_or(|f| f.not_before <= now);
             wanted
-                .into_iter()
-                .filter(|n| !running.contains_key(n))
+                .iter()
+                .filter(|n| !running.contains_key(n) && due(n))
+                .copied()
                 .collect()
         };
         for name in missing {
@@ -201,18 +232,37 @@ impl PartGroups {
                 Ok(raft) => {
                     self.running().insert(name, raft);
                 }
-                Err(why) => {
-                    if self.failed().insert(name, why.clone()).as_ref() != Some(&why) {
-                        tracing::error!(partition = %identity_of(name), %why, "the partition's replica group did not start");
-                    }
-                }
+                Err(why) => self.note_failure(name, format!("it did not start: {why}")),
             }
         }
-        self.make_new_groups().await;
     }
 
-    fn failed(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, String>> {
+    fn failed(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, Failed>> {
         self.inner.failed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that group `name` failed (`why`): tried again after a wait that doubles with
+    /// each failure; a reason logged once.
+    fn note_failure(&self, name: GroupName, why: String) {
+        let now = self.inner.env.clock.monotonic_nanos();
+        let mut failed = self.failed();
+        let tries = failed.get(&name).map_or(0, |f| f.tries) + 1;
+        let wait = RETRY_FIRST
+            .saturating_mul(1 << tries.min(16))
+            .min(RETRY_MAX);
+        let again = failed.get(&name).is_some_and(|f| f.why == why);
+        if !again {
+            tracing::error!(partition = %identity_of(name), %why, retry_in = ?wait,
+                "a partition's replica group is not running");
+        }
+        failed.insert(
+            name,
+            Failed {
+                why,
+                not_before: now + wait.as_nanos() as u64,
+                tries,
+            },
+        );
     }
 
     /// Removes the directories of groups the state does not name (left by a crash between
@@ -359,8 +409,13 @@ impl PartGroups {
         }
     }
 
-    /// Has the group commit `batch` (the module doc).
+    /// Has the group commit `batch` (the module doc). The batch is verified first, with
+    /// this node's limits, as admission would: a committed batch that a replica refused
+    /// would stop every replica of the group.
     async fn send(self, partition: PartitionIdentity, batch: BytesMut) -> NodeResult<Sent> {
+        let limits = self.inner.node.replica_limits();
+        verify_batch(&batch, &limits, Layout::Stored)
+            .map_err(|e| NodeError::Partition(PartitionError::InvalidBatch(e)))?;
         let env = self.inner.env.clone();
         let name = group_name(&partition);
         let deadline = env.clock.monotonic_nanos() + SEND_DEADLINE.as_nanos() as u64;
@@ -372,23 +427,25 @@ impl PartGroups {
         while env.clock.monotonic_nanos() < deadline {
             if let Some(raft) = self.group(name) {
                 let leader = raft.metrics().borrow_watched().current_leader;
-                match leader {
+                let answered = match leader {
                     Some(l) if l == id_of(&raft) => {
                         command.timestamp = env.clock.wall_micros();
-                        match raft.client_write(command.clone()).await {
-                            Ok(written) => return Ok(Self::sent(partition, *written.response())),
-                            Err(e) if e.forward_to_leader().is_some() => last = e.to_string(),
-                            Err(e) => return Err(NodeError::Undecided(e.to_string())),
-                        }
+                        propose(&raft, command.clone()).await
                     }
-                    Some(l) => match self.forward(&raft, l, name, &command).await {
-                        Ok(outcome) => return Ok(Self::sent(partition, outcome)),
-                        Err(SendRefused::NotLeader(_)) => {
-                            last = format!("{} does not lead", show_id(l))
-                        }
-                        Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
-                    },
-                    None => {}
+                    Some(l) => self.forward(&raft, l, name, &command).await,
+                    None => Err(SendRefused::NotLeader(None)),
+                };
+                match answered {
+                    Ok((outcome, index)) => {
+                        // Answered once this member's copy shows it too (read your writes
+                        // where you sent), or the deadline passed: it is committed anyway.
+                        let waiting = raft.wait(Some(SEND_DEADLINE));
+                        let wait = waiting.applied_index_at_least(Some(index), "applied here");
+                        let _ = in_env(&env, wait).await;
+                        return Ok(Self::sent(partition, outcome));
+                    }
+                    Err(SendRefused::NotLeader(_)) => last = "no leader took it".into(),
+                    Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
                 }
             } else {
                 last = "this member runs no replica of the partition yet".into();
@@ -407,7 +464,7 @@ impl PartGroups {
         leader: NodeId,
         name: GroupName,
         command: &SendCommand,
-    ) -> Result<SendOutcome, SendRefused> {
+    ) -> Result<(SendOutcome, u64), SendRefused> {
         let node = {
             let metrics = raft.metrics();
             let metrics = metrics.borrow_watched();
@@ -431,7 +488,7 @@ impl PartGroups {
             .call(&node, name, &envelope, FORWARD_LIMIT);
         match asked.await {
             Ok(PartReply::Sent(result)) => result,
-            Ok(PartReply::NoGroup) => Err(SendRefused::NotLeader(None)),
+            Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
             Ok(_) => Err(SendRefused::Failed(
                 "the leader answered another request".into(),
             )),
@@ -465,14 +522,14 @@ impl PartGroups {
         if metrics.current_leader != Some(metrics.id) {
             return PartReply::Sent(Err(SendRefused::NotLeader(metrics.current_leader)));
         }
+        let limits = self.inner.node.replica_limits();
+        if let Err(e) = verify_batch(&command.batch, &limits, Layout::Stored) {
+            return PartReply::Sent(Err(SendRefused::Failed(format!(
+                "the leader refuses the batch: {e}"
+            ))));
+        }
         command.timestamp = self.inner.env.clock.wall_micros();
-        PartReply::Sent(match raft.client_write(command).await {
-            Ok(written) => Ok(*written.response()),
-            Err(e) => match e.forward_to_leader() {
-                Some(f) => Err(SendRefused::NotLeader(f.leader_id)),
-                None => Err(SendRefused::Failed(e.to_string())),
-            },
-        })
+        PartReply::Sent(propose(raft, command).await)
     }
 
     async fn serve_rpc(&self, name: GroupName, envelope: PartEnvelope) -> PartReply {
@@ -517,6 +574,22 @@ impl PartGroups {
             PartRpc::Send(command) => self.take_forwarded(&raft, from, command).await,
             PartRpc::Identify => unreachable!("answered above"),
         }
+    }
+}
+
+/// Proposes `command` on `raft`, its leader: where it landed and its log index. A
+/// proposal whose fate openraft cannot tell (its entry discarded, the node stopped with it
+/// handed over) is reported as possibly landed, never asked again here.
+async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, u64), SendRefused> {
+    match raft.client_write(command).await {
+        Ok(written) => Ok((*written.response(), written.log_id().index)),
+        Err(e) => match e.into_api_error() {
+            Some(ClientWriteError::ForwardToLeader(f)) => Err(SendRefused::NotLeader(f.leader_id)),
+            Some(ClientWriteError::LogEntryDiscarded(_)) | None => Err(SendRefused::Failed(
+                "the send's leader lost its leadership with it (it may have landed)".into(),
+            )),
+            Some(other) => Err(SendRefused::Failed(other.to_string())),
+        },
     }
 }
 

@@ -43,6 +43,9 @@ const MAX_CHECKPOINT_LEN: u64 = 1 << 20;
 struct Checkpoint {
     meta: PartSnapshotMeta,
     next_offset: u64,
+    /// The timestamp the last applied send was stamped with.
+    #[serde(default)]
+    last_timestamp: u64,
 }
 
 /// A group's state machine over this member's replica of the partition; clones share it.
@@ -55,7 +58,7 @@ pub struct PartMachine {
 /// What applying an entry needs of the replica, decided under the machine's lock.
 enum Step {
     Done(Option<SendOutcome>),
-    Append { at: LogId, end: u64 },
+    Append { at: LogId, end: u64, stamp: u64 },
 }
 
 struct Inner {
@@ -65,6 +68,10 @@ struct Inner {
     membership: PartMembership,
     /// The offset the next applied send starts at.
     next: u64,
+    /// The timestamp the last applied send was stamped with: a send is stamped with its
+    /// leader's clock reading or this, whichever is later, so every replica stamps the
+    /// same whatever its own segments still hold (retention runs on each member's clock).
+    last_timestamp: u64,
     /// The partition's next offset when it was opened: sends ending at or below it are in
     /// the segments already.
     held: u64,
@@ -98,12 +105,14 @@ impl PartMachine {
         let (applied, membership) = checkpoint.as_ref().map_or_else(Default::default, |c| {
             (c.meta.last_log_id, c.meta.last_membership.clone())
         });
+        let last_timestamp = checkpoint.as_ref().map_or(0, |c| c.last_timestamp);
         let inner = Inner {
             disk,
             dir: dir.to_owned(),
             applied,
             membership,
             next,
+            last_timestamp,
             held,
             skipped: 0,
             checkpoint,
@@ -146,13 +155,15 @@ impl Inner {
                     })?
                     .message_count;
                 let end = self.next + u64::from(count);
+                let stamp = send.timestamp.max(self.last_timestamp);
                 if end <= self.held {
                     self.skipped += 1;
                     self.next = end;
+                    self.last_timestamp = stamp;
                     Step::Done(Some(SendOutcome {
                         base_offset: end - u64::from(count),
                         message_count: count,
-                        timestamp: 0,
+                        timestamp: stamp,
                     }))
                 } else {
                     assert!(
@@ -161,7 +172,11 @@ impl Inner {
                         self.held,
                         self.next
                     );
-                    return Ok(Step::Append { at: log_id, end });
+                    return Ok(Step::Append {
+                        at: log_id,
+                        end,
+                        stamp,
+                    });
                 }
             }
             EntryPayload::Membership(m) => {
@@ -175,13 +190,18 @@ impl Inner {
     }
 
     /// Records a send the replica appended at `outcome`.
-    fn appended(&mut self, at: LogId, end: u64, outcome: &SendOutcome) {
+    fn appended(&mut self, at: LogId, (end, stamp): (u64, u64), outcome: &SendOutcome) {
         assert_eq!(
             outcome.base_offset, self.next,
             "a replica stamps a committed send at the offset its peers do"
         );
+        assert_eq!(
+            outcome.timestamp, stamp,
+            "a replica stamps a committed send with the timestamp its peers do"
+        );
         assert_eq!(outcome.base_offset + u64::from(outcome.message_count), end);
         self.next = end;
+        self.last_timestamp = stamp;
         self.applied = Some(at);
     }
 
@@ -194,12 +214,24 @@ impl Inner {
                 last_membership: self.membership.clone(),
             },
             next_offset: self.next,
+            last_timestamp: self.last_timestamp,
         }
     }
 
+    /// Records `checkpoint`, unless a newer one is recorded already (an installed one, or,
+    /// after the group restarted, the new machine's: openraft builds in a task of its own).
     fn record(&mut self, checkpoint: Checkpoint) -> io::Result<PartSnapshot> {
         let _span =
             tracing::debug_span!("partition_checkpoint", dir = %self.dir.display()).entered();
+        let path = self.dir.join(CHECKPOINT_FILE);
+        let stored: Option<Checkpoint> = read_whole(&*self.disk, &path, MAX_CHECKPOINT_LEN)?;
+        let newest = [stored, self.checkpoint.clone()]
+            .into_iter()
+            .flatten()
+            .max_by_key(|c| c.meta.last_log_id);
+        if let Some(newer) = newest.filter(|n| n.meta.last_log_id > checkpoint.meta.last_log_id) {
+            return snapshot_of(&newer);
+        }
         write_whole(&*self.disk, &self.dir, CHECKPOINT_FILE, &checkpoint)?;
         let snapshot = snapshot_of(&checkpoint);
         self.checkpoint = Some(checkpoint);
@@ -222,6 +254,7 @@ impl Inner {
             )));
         }
         self.next = sent.next_offset;
+        self.last_timestamp = sent.last_timestamp;
         self.held = self.held.max(holds);
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
@@ -273,15 +306,15 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
             let step = self.lock().step(&entry)?;
             let outcome = match (step, &entry.payload) {
                 (Step::Done(outcome), _) => outcome,
-                (Step::Append { at, end }, EntryPayload::Normal(send)) => {
-                    let outcome = self.sink.append(&send.batch, send.timestamp).await.map_err(
+                (Step::Append { at, end, stamp }, EntryPayload::Normal(send)) => {
+                    let outcome = self.sink.append(&send.batch, stamp).await.map_err(
                         |e| {
                             io::Error::other(format!(
                                 "the replica refused the send committed at {at}, which its peers apply: {e}"
                             ))
                         },
                     )?;
-                    self.lock().appended(at, end, &outcome);
+                    self.lock().appended(at, (end, stamp), &outcome);
                     Some(outcome)
                 }
                 (Step::Append { .. }, _) => unreachable!("only a send appends"),

@@ -15,11 +15,7 @@
 //! segments, then records the applied entry and the partition's next offset, and only then
 //! may openraft purge the WAL behind it.
 //!
-//! Not yet (issue 24, in this order): the groups run in a node and a server (created with
-//! their partitions, fed by the node's sends); one timer and one connection per peer for
-//! every group a node holds; leader routing; catch-up of a follower behind the leader's
-//! purged WAL (a checkpoint carries no messages: such a follower's machine refuses it,
-//! [`machine::PartMachine`]); `replicated` without a WAL sync; peer repair.
+//! Where it runs and what is not built yet: `docs/cluster.md`, "Partitions".
 
 pub mod groups;
 pub mod machine;
@@ -73,7 +69,11 @@ openraft::declare_raft_types!(
         AsyncRuntime = EnvRuntime,
 );
 
-impl LogTypes for PartConfig {}
+impl LogTypes for PartConfig {
+    /// The largest batch and its envelope.
+    const MAX_ENTRY_LEN: usize =
+        cairn_engine::format::Limits::MAX_BATCH_BYTES as usize + (64 << 10);
+}
 
 pub type PartEntry = openraft::alias::EntryOf<PartConfig>;
 pub type PartMembership = openraft::alias::StoredMembershipOf<PartConfig>;

@@ -19,6 +19,7 @@ use crate::net::{PeerClient, PeerNetwork};
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
 use cairn_engine::env::BoxFuture;
 use cairn_engine::partition::PartitionIdentity;
+use openraft::entry::RaftEntry;
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError};
 use openraft::network::RPCOption;
 use openraft::raft::{
@@ -32,8 +33,15 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Connections each member keeps to each peer for all its partition groups.
+/// Connections each member keeps to each peer for all its partition groups' Raft traffic.
 pub const POOL: usize = 4;
+/// Connections each member keeps to each peer for forwarded sends and identifications
+/// (apart from the Raft traffic: a forwarded send holds its connection until it commits,
+/// which may need Raft traffic between the same two members).
+pub const FORWARD_POOL: usize = 8;
+/// The most entry bytes one AppendEntries carries (one entry more always goes: a batch is
+/// at most 64 MiB, far below the frame limit); the rest follow in the next request.
+pub const APPEND_BUDGET: usize = 32 << 20;
 
 /// A partition group's name between members: stream, topic, partition and nonce.
 pub type GroupName = (u32, u32, u32, u64);
@@ -94,7 +102,9 @@ pub enum PartReply {
     Vote(VoteResponse<PartConfig>),
     Snapshot(SnapshotResponse<PartConfig>),
     TransferLeader(TransferLeaderResponse<PartConfig>),
-    Sent(Result<SendOutcome, SendRefused>),
+    /// Where a forwarded send landed, and its log index (the forwarder waits until it
+    /// applied that far, so its own copy shows the send when the client hears of it).
+    Sent(Result<(SendOutcome, u64), SendRefused>),
     /// The replica of the group this member runs.
     Identity(NodeId),
     /// The group's Raft node refused the request.
@@ -122,13 +132,19 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> io::Result<T> {
 /// The pooled connections to one peer.
 struct Pool {
     slots: Vec<tokio::sync::Mutex<PeerClient>>,
+    /// The next slot a forwarded request takes (round robin).
+    turn: std::sync::atomic::AtomicUsize,
 }
+
+/// A peer member and the replication address it was reached at (a member re-added at
+/// another address gets pools of its own).
+type PoolKey = (MemberId, String, bool);
 
 /// Every group's network on this member: the pools, by peer.
 #[derive(Clone)]
 pub struct PartNetworks {
     peers: PeerNetwork,
-    pools: Arc<Mutex<BTreeMap<MemberId, Arc<Pool>>>>,
+    pools: Arc<Mutex<BTreeMap<PoolKey, Arc<Pool>>>>,
 }
 
 impl PartNetworks {
@@ -139,16 +155,21 @@ impl PartNetworks {
         }
     }
 
-    /// The pool of connections to `member` at `node`.
-    fn pool(&self, member: MemberId, node: &Peer) -> Arc<Pool> {
+    /// The pool of connections to `member` at `node`, for forwarded requests or Raft's.
+    fn pool(&self, member: MemberId, node: &Peer, forwarded: bool) -> Arc<Pool> {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let pool = pools.entry(member).or_insert_with(|| {
+        let key = (member, node.raft.clone(), forwarded);
+        let pool = pools.entry(key).or_insert_with(|| {
             // Addressed to the member, any incarnation (the envelope names the replica).
             let target = u64::from(member) << 32;
-            let slots = (0..POOL)
+            let size = if forwarded { FORWARD_POOL } else { POOL };
+            let slots = (0..size)
                 .map(|_| tokio::sync::Mutex::new(self.peers.client(target, node)))
                 .collect();
-            Arc::new(Pool { slots })
+            Arc::new(Pool {
+                slots,
+                turn: Default::default(),
+            })
         });
         pool.clone()
     }
@@ -170,12 +191,42 @@ impl PartNetworks {
         envelope: &PartEnvelope,
         limit: Duration,
     ) -> io::Result<PartReply> {
-        let pool = self.pool(member_of(envelope.to), node);
-        let slot = slot_of(group);
-        let mut client = pool.slots[slot].lock().await;
+        let forwarded = matches!(envelope.rpc, PartRpc::Send(_) | PartRpc::Identify);
+        let pool = self.pool(member_of(envelope.to), node, forwarded);
+        let slot = if forwarded {
+            pool.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.slots.len()
+        } else {
+            slot_of(group)
+        };
+        let env = self.peers.env();
+        let locked = cairn_engine::env::race(pool.slots[slot].lock(), env.clock.sleep(limit));
+        let mut client = match locked.await {
+            cairn_engine::env::Either::Left(client) => client,
+            cairn_engine::env::Either::Right(()) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "every connection to the peer stayed busy",
+                ))
+            }
+        };
         let reply = client.call_part(group, encode(envelope)?, limit).await?;
         decode(&reply)
     }
+}
+
+/// How many of `entries`, from the first, fit `budget` bytes (at least one).
+fn entries_within(entries: &[super::PartEntry], budget: usize) -> usize {
+    let mut total = 0usize;
+    for (i, entry) in entries.iter().enumerate() {
+        total += match &entry.payload {
+            openraft::EntryPayload::Normal(send) => send.batch.len() + 64,
+            _ => 1024,
+        };
+        if total > budget && i > 0 {
+            return i;
+        }
+    }
+    entries.len()
 }
 
 fn slot_of(group: GroupName) -> usize {
@@ -260,16 +311,26 @@ impl GroupClient {
 impl openraft::RaftNetworkV2<PartConfig> for GroupClient {
     type SnapshotData = Vec<u8>;
 
+    /// Sends the entries that fit [`APPEND_BUDGET`] and answers a partial success for
+    /// them when more were asked (openraft sends the rest next).
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<PartConfig>,
+        mut rpc: AppendEntriesRequest<PartConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<PartConfig>, RPCError<PartConfig>> {
-        self.answered(PartRpc::Append(rpc), option, |r| match r {
+        let fit = entries_within(&rpc.entries, APPEND_BUDGET);
+        let cut = (fit < rpc.entries.len()).then(|| rpc.entries[fit - 1].log_id());
+        rpc.entries.truncate(fit);
+        let reply = self.answered(PartRpc::Append(rpc), option, |r| match r {
             PartReply::Append(r) => Some(r),
             _ => None,
-        })
-        .await
+        });
+        match (reply.await?, cut) {
+            (AppendEntriesResponse::Success, Some(last)) => {
+                Ok(AppendEntriesResponse::PartialSuccess(Some(last)))
+            }
+            (reply, _) => Ok(reply),
+        }
     }
 
     async fn vote(

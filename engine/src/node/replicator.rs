@@ -59,6 +59,12 @@ impl Node {
         }
     }
 
+    /// The limits a batch must meet to be admitted into this node's partitions (a
+    /// replicator verifies a send against them before its group commits it).
+    pub fn replica_limits(&self) -> crate::format::Limits {
+        self.inner.settings.partition.limits
+    }
+
     /// Stamps a send `partition`'s group committed into this member's replica, with the
     /// leader's clock reading `timestamp`.
     pub async fn apply_replicated(

@@ -599,6 +599,10 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
             send_one(&follower, Some(i % 2), &via_follower)
                 .await
                 .unwrap();
+            // Read your writes where you sent: the follower answers once its own copy
+            // applied the send (polled once, no retry).
+            let held = stored_at(&follower, i % 2).await;
+            assert_eq!(held.last(), Some(&via_follower), "the follower's own copy");
             let via_leader = format!("leader {i}");
             send_one(&leading, None, &via_leader).await.unwrap();
             acked.extend([via_follower, via_leader]);
