@@ -362,6 +362,38 @@ async fn streams_until(
     }
 }
 
+/// Three members started on data directories of their own, with a leader and three voters.
+struct Running {
+    dirs: Vec<tempfile::TempDir>,
+    members: Members,
+    nodes: Vec<Option<Cairn>>,
+    /// The member that leads, and the others.
+    first: usize,
+    followers: Vec<usize>,
+}
+
+impl Running {
+    fn start() -> Running {
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let members = Members::new();
+        let nodes: Vec<Option<Cairn>> = (0..3)
+            .map(|i| Some(members.start(i + 1, dirs[i].path())))
+            .collect();
+        let (rows, _) = members.wait_for("a leader and three voters", |rows| {
+            leader(rows).is_some() && voters(rows) == 3
+        });
+        let first = leader(&rows).unwrap() as usize;
+        let followers: Vec<usize> = (1..=3).filter(|m| *m != first).collect();
+        Running {
+            dirs,
+            members,
+            nodes,
+            first,
+            followers,
+        }
+    }
+}
+
 /// Member `m` (1-based) of `nodes`, running.
 fn at(nodes: &[Option<Cairn>], m: usize) -> &Cairn {
     nodes[m - 1].as_ref().unwrap()
@@ -371,16 +403,13 @@ fn at(nodes: &[Option<Cairn>], m: usize) -> &Cairn {
 fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
     use iggy::prelude::{StreamClient, TopicClient, UserClient, UserStatus};
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = Members::new();
-    let mut nodes: Vec<Option<Cairn>> = (0..3)
-        .map(|i| Some(members.start(i + 1, dirs[i].path())))
-        .collect();
-    let (rows, _) = members.wait_for("a leader and three voters", |rows| {
-        leader(rows).is_some() && voters(rows) == 3
-    });
-    let first = leader(&rows).unwrap() as usize;
-    let followers: Vec<usize> = (1..=3).filter(|m| *m != first).collect();
+    let Running {
+        dirs,
+        members,
+        mut nodes,
+        first,
+        followers,
+    } = Running::start();
 
     runtime.block_on(async {
         let at = |m| at(&nodes, m);
@@ -570,16 +599,13 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
     use iggy::prelude::{StreamClient, TopicClient};
     use std::collections::BTreeSet;
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = Members::new();
-    let mut nodes: Vec<Option<Cairn>> = (0..3)
-        .map(|i| Some(members.start(i + 1, dirs[i].path())))
-        .collect();
-    let (rows, _) = members.wait_for("a leader and three voters", |rows| {
-        leader(rows).is_some() && voters(rows) == 3
-    });
-    let first = leader(&rows).unwrap() as usize;
-    let followers: Vec<usize> = (1..=3).filter(|m| *m != first).collect();
+    let Running {
+        dirs,
+        members,
+        mut nodes,
+        first,
+        followers,
+    } = Running::start();
     let mut acked = BTreeSet::new();
 
     runtime.block_on(async {
