@@ -385,9 +385,13 @@ impl MetaGroup {
         &self.log
     }
 
-    /// Hands leadership over ([`Replica::hand_over`], within [`HANDOVER_TIMEOUT`]), then
-    /// stops: a graceful shutdown.
+    /// Hands the leadership of its partition groups and then its own over
+    /// ([`Replica::hand_over`], each within [`HANDOVER_TIMEOUT`]), then stops: a graceful
+    /// shutdown.
     pub async fn stop(&self) -> Option<NodeId> {
+        if let Some(parts) = self.replica.parts.get() {
+            parts.hand_over(HANDOVER_TIMEOUT).await;
+        }
         let leader = self.hand_over(HANDOVER_TIMEOUT).await;
         self.shutdown().await;
         leader

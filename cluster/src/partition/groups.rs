@@ -385,6 +385,36 @@ impl PartGroups {
         Some(replicas)
     }
 
+    /// Hands each group this member leads to its voter that holds the most of its log, and
+    /// waits (at most `limit`) until none is led here: sends then resume at once elsewhere
+    /// instead of after an election timeout.
+    async fn hand_over_all(self, limit: Duration) {
+        let led: Vec<PartRaft> = self
+            .running()
+            .values()
+            .filter(|raft| raft.metrics().borrow_watched().current_leader == Some(id_of(raft)))
+            .cloned()
+            .collect();
+        for raft in &led {
+            if let Some(to) = successor(raft) {
+                let _ = raft.trigger().transfer_leader(to).await;
+            }
+        }
+        let env = &self.inner.env;
+        let deadline = env.clock.monotonic_nanos() + limit.as_nanos() as u64;
+        let leads =
+            |raft: &PartRaft| raft.metrics().borrow_watched().current_leader == Some(id_of(raft));
+        while led.iter().any(leads) && env.clock.monotonic_nanos() < deadline {
+            env.clock.sleep(SEND_RETRY).await;
+        }
+        let kept = led.iter().filter(|r| leads(r)).count();
+        tracing::info!(
+            handed = led.len() - kept,
+            kept,
+            "handed the partition groups this member led over"
+        );
+    }
+
     /// Stops every group.
     pub async fn shutdown(&self) {
         let all: Vec<PartRaft> = std::mem::take(&mut *self.running()).into_values().collect();
@@ -593,6 +623,17 @@ async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, 
     }
 }
 
+/// The voter of `raft`'s group, other than this replica, that holds the most of its log
+/// (as this leader knows).
+fn successor(raft: &PartRaft) -> Option<NodeId> {
+    let metrics = raft.metrics().borrow_watched().clone();
+    let matched = metrics.replication.unwrap_or_default();
+    let voters = metrics.membership_config.membership().voter_ids();
+    voters
+        .filter(|id| *id != metrics.id)
+        .max_by_key(|id| (matched.get(id).cloned().flatten(), *id))
+}
+
 /// Why `raft`'s Raft node stopped, if it did.
 fn stopped_why(raft: &PartRaft) -> Option<String> {
     let metrics = raft.metrics();
@@ -628,5 +669,10 @@ impl Replicator for PartGroups {
 impl PartServe for PartGroups {
     fn serve(&self, group: GroupName, envelope: PartEnvelope) -> BoxFuture<'_, PartReply> {
         Box::pin(self.serve_rpc(group, envelope))
+    }
+
+    fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()> {
+        let env = self.inner.env.clone();
+        Box::pin(in_env(&env, self.clone().hand_over_all(limit)))
     }
 }

@@ -116,9 +116,13 @@ pub enum PartReply {
     Elsewhere(NodeId),
 }
 
-/// A member's side of its groups' traffic: answers a peer's request for group `group`.
+/// A member's partition groups, as its metadata replica reaches them.
 pub trait PartServe: Send + Sync {
+    /// Answers a peer's request for group `group`.
     fn serve(&self, group: GroupName, envelope: PartEnvelope) -> BoxFuture<'_, PartReply>;
+    /// Hands the leadership of every group this member leads to another replica, waiting
+    /// at most `limit` (a graceful shutdown).
+    fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()>;
 }
 
 pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {

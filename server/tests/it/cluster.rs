@@ -677,5 +677,33 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         "{total} held, {} acknowledged",
         acked.len()
     );
+
+    // SIGTERM of the other survivor: it hands the groups it leads over before it exits,
+    // and sends through the first survivor go on.
+    let mut stopped = nodes[followers[1] - 1].take().unwrap();
+    // SAFETY: a signal to our own child process.
+    unsafe {
+        libc::kill(stopped.child.id() as i32, libc::SIGTERM);
+    }
+    assert_eq!(stopped.child.wait().unwrap().code(), Some(0));
+    let said = stopped.drain_output();
+    let handed = said
+        .iter()
+        .find(|l| l.contains("handed the partition groups this member led over"))
+        .unwrap_or_else(|| panic!("no handover of partition groups reported: {said:#?}"));
+    assert!(handed.contains("kept=0"), "{handed}");
+    let sent = Instant::now();
+    runtime.block_on(async {
+        for seq in 0u32..10 {
+            let payload = format!("after the handover {seq}");
+            send_one(&client, Some(seq % 2), &payload).await.unwrap();
+            acked.insert(payload);
+        }
+    });
+    println!(
+        "cluster: {handed}; 10 sends took {:?} after it exited",
+        sent.elapsed()
+    );
+    runtime.block_on(every_member_holds(&nodes, &acked));
     drop(nodes);
 }
