@@ -219,7 +219,7 @@ impl PartNetworks {
 }
 
 /// How many of `entries`, from the first, fit `budget` bytes (at least one).
-fn entries_within(entries: &[super::PartEntry], budget: usize) -> usize {
+pub(super) fn entries_within(entries: &[super::PartEntry], budget: usize) -> usize {
     let mut total = 0usize;
     for (i, entry) in entries.iter().enumerate() {
         total += match &entry.payload {

@@ -317,3 +317,57 @@ impl crate::log::tests::SuiteMachine for PartMachine {
 fn passes_openraft_storage_suite() {
     crate::log::tests::run_openraft_storage_suite::<PartMachine>();
 }
+
+fn send_entry(index: u64, bytes: usize) -> PartEntry {
+    let leader = openraft::impls::leader_id_adv::LeaderId {
+        term: 1,
+        node_id: 1,
+    };
+    PartEntry {
+        log_id: crate::types::LogId::new(leader, index),
+        payload: openraft::EntryPayload::Normal(SendCommand {
+            batch: vec![0; bytes],
+            timestamp: 0,
+        }),
+    }
+}
+
+/// An AppendEntries takes entries up to its byte budget, and always the first.
+#[test]
+fn an_append_carries_entries_up_to_its_budget_and_always_one() {
+    use super::net::entries_within;
+    let mib = 1 << 20;
+    let entries: Vec<PartEntry> = (1..=5).map(|i| send_entry(i, 10 * mib)).collect();
+    let cases = [
+        (5 * mib, 1, "one entry past the budget still goes"),
+        (25 * mib, 2, "two fit 25 MiB, the third would not"),
+        (100 * mib, 5, "all fit"),
+    ];
+    for (budget, fit, why) in cases {
+        assert_eq!(entries_within(&entries, budget), fit, "{why}");
+    }
+    assert_eq!(entries_within(&[], mib), 0, "nothing to send");
+}
+
+/// A partition's WAL takes a batch far above the metadata group's 1 MiB entry limit, and
+/// reads it back whole after a restart.
+#[test]
+fn a_partition_wal_takes_a_batch_of_many_mebibytes() {
+    use openraft::storage::{IOFlushed, RaftLogStorage};
+    use openraft::RaftLogReader;
+    let env = env_with_workers(1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let big = send_entry(1, 9 << 20);
+    block_on(in_env(&env, async {
+        let mut log = LogStore::<PartConfig>::open(&env, dir.path(), CLUSTER, 1)
+            .await
+            .unwrap();
+        log.append([big.clone()], IOFlushed::noop()).await.unwrap();
+        drop(log);
+        let mut log = LogStore::<PartConfig>::open(&env, dir.path(), CLUSTER, 1)
+            .await
+            .unwrap();
+        let read = log.try_get_log_entries(1..2).await.unwrap();
+        assert_eq!(read, vec![big]);
+    }));
+}
