@@ -82,6 +82,9 @@ struct Inner {
     networks: PartNetworks,
     timing: Timing,
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
+    /// Per group this member led: the metadata voters it last reconciled the group's
+    /// voters with, or when to try again (`members`).
+    reconciled: Mutex<BTreeMap<GroupName, (BTreeSet<NodeId>, u64)>>,
     /// Groups that did not start or stopped: why (logged once per reason), when to try
     /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
     failed: Mutex<BTreeMap<GroupName, Failed>>,
@@ -110,6 +113,7 @@ impl PartGroups {
                 networks,
                 timing,
                 running: Mutex::default(),
+                reconciled: Mutex::default(),
                 failed: Mutex::default(),
             }),
         }
@@ -144,6 +148,32 @@ impl PartGroups {
         self.inner.meta.id()
     }
 
+    pub(super) fn meta(&self) -> &Replica {
+        &self.inner.meta
+    }
+
+    pub(super) fn env(&self) -> &Env {
+        &self.inner.env
+    }
+
+    pub(super) fn reconciled(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, (BTreeSet<NodeId>, u64)>> {
+        self.inner
+            .reconciled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The groups whose leader is this member's replica.
+    pub(super) fn led(&self) -> Vec<(GroupName, PartRaft)> {
+        self.running()
+            .iter()
+            .filter(|(_, raft)| raft.metrics().borrow_watched().current_leader == Some(id_of(raft)))
+            .map(|(n, r)| (*n, r.clone()))
+            .collect()
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
         self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -173,6 +203,7 @@ impl PartGroups {
         self.drop_stopped().await;
         self.start_missing(&wanted).await;
         self.make_new_groups().await;
+        self.reconcile().await;
     }
 
     /// Stops the groups whose partitions the state no longer holds and removes their WALs.
@@ -192,6 +223,7 @@ impl PartGroups {
             }
         }
         self.failed().retain(|n, _| wanted.contains(n));
+        self.reconciled().retain(|n, _| wanted.contains(n));
     }
 
     /// Drops the groups whose Raft node stopped (their machine or WAL failed): started
@@ -343,7 +375,9 @@ impl PartGroups {
         }
         let voters: BTreeMap<NodeId, Peer> = meta.status().voters;
         for (name, raft) in unmade {
-            let Some(replicas) = self.replicas_of(name, &raft, &voters).await else {
+            // A group another replica holds exists: this one is new (a wiped member's),
+            // and joins when the group's leader reconciles (`members`).
+            let Some((replicas, false)) = self.replicas_made(name, &raft, &voters).await else {
                 continue;
             };
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
@@ -352,14 +386,28 @@ impl PartGroups {
     }
 
     /// The replica of group `name` each member of `voters` runs, once every one answers.
-    async fn replicas_of(
+    pub(super) async fn replicas_of(
         &self,
         name: GroupName,
         raft: &PartRaft,
         voters: &BTreeMap<NodeId, Peer>,
     ) -> Option<BTreeMap<NodeId, Peer>> {
+        self.replicas_made(name, raft, voters)
+            .await
+            .map(|(replicas, _)| replicas)
+    }
+
+    /// [`PartGroups::replicas_of`], and whether any other member's replica holds any of
+    /// the group.
+    async fn replicas_made(
+        &self,
+        name: GroupName,
+        raft: &PartRaft,
+        voters: &BTreeMap<NodeId, Peer>,
+    ) -> Option<(BTreeMap<NodeId, Peer>, bool)> {
         let mine = id_of(raft);
         let mut replicas = BTreeMap::new();
+        let mut any_made = false;
         for (&voter, peer) in voters {
             let member = member_of(voter);
             if member == member_of(mine) {
@@ -376,25 +424,21 @@ impl PartGroups {
                 .networks
                 .call(peer, name, &envelope, IDENTIFY_LIMIT);
             match asked.await {
-                Ok(PartReply::Identity(id)) if member_of(id) == member => {
+                Ok(PartReply::Identity { id, made }) if member_of(id) == member => {
                     replicas.insert(id, peer.clone());
+                    any_made |= made;
                 }
                 _ => return None,
             }
         }
-        Some(replicas)
+        Some((replicas, any_made))
     }
 
     /// Hands each group this member leads to its voter that holds the most of its log, and
     /// waits (at most `limit`) until none is led here: sends then resume at once elsewhere
     /// instead of after an election timeout.
     async fn hand_over_all(self, limit: Duration) {
-        let led: Vec<PartRaft> = self
-            .running()
-            .values()
-            .filter(|raft| raft.metrics().borrow_watched().current_leader == Some(id_of(raft)))
-            .cloned()
-            .collect();
+        let led: Vec<PartRaft> = self.led().into_iter().map(|(_, raft)| raft).collect();
         for raft in &led {
             if let Some(to) = successor(raft) {
                 let _ = raft.trigger().transfer_leader(to).await;
@@ -569,7 +613,8 @@ impl PartGroups {
         let here = id_of(&raft);
         let PartEnvelope { from, to, rpc } = envelope;
         if let PartRpc::Identify = rpc {
-            return PartReply::Identity(here);
+            let made = !never_made(&raft);
+            return PartReply::Identity { id: here, made };
         }
         if to != here {
             return PartReply::Elsewhere(here);
@@ -642,7 +687,7 @@ fn stopped_why(raft: &PartRaft) -> Option<String> {
 }
 
 /// The Raft id of this member's replica `raft`.
-fn id_of(raft: &PartRaft) -> NodeId {
+pub(super) fn id_of(raft: &PartRaft) -> NodeId {
     raft.metrics().borrow_watched().id
 }
 

@@ -19,6 +19,7 @@
 
 pub mod groups;
 pub mod machine;
+pub mod members;
 pub mod net;
 pub mod sink;
 

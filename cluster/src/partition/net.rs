@@ -105,8 +105,12 @@ pub enum PartReply {
     /// Where a forwarded send landed, and its log index (the forwarder waits until it
     /// applied that far, so its own copy shows the send when the client hears of it).
     Sent(Result<(SendOutcome, u64), SendRefused>),
-    /// The replica of the group this member runs.
-    Identity(NodeId),
+    /// The replica of the group this member runs, and whether it holds any of the group
+    /// (a configuration or a log): a group is made only where no member's replica does.
+    Identity {
+        id: NodeId,
+        made: bool,
+    },
     /// The group's Raft node refused the request.
     Refused(String),
     /// This member runs no group of that name (not made yet here, or deleted).

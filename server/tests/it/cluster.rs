@@ -707,3 +707,61 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
     runtime.block_on(every_member_holds(&nodes, &acked));
     drop(nodes);
 }
+
+#[test]
+fn a_wiped_member_added_back_is_refilled_with_every_partition() {
+    use iggy::prelude::{StreamClient, TopicClient};
+    use std::collections::BTreeSet;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Running {
+        dirs,
+        members,
+        mut nodes,
+        first,
+        followers,
+    } = Running::start();
+    let mut acked = BTreeSet::new();
+    let leading = runtime.block_on(async {
+        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
+        leading.create_stream("orders").await.unwrap();
+        let options = crate::common::topic_options(2, iggy::prelude::Durability::Persisted);
+        let orders = crate::common::id("orders");
+        leading
+            .create_topic(&orders, "events", &options)
+            .await
+            .unwrap();
+        for i in 0..30u32 {
+            let payload = format!("before the wipe {i}");
+            send_one(&leading, None, &payload).await.unwrap();
+            acked.insert(payload);
+        }
+        every_member_holds(&nodes, &acked).await;
+        leading
+    });
+
+    // A follower's disk is wiped: it comes back as new replicas, outside every group, and
+    // the others go on taking sends.
+    let wiped = followers[0];
+    nodes[wiped - 1].take().unwrap().kill9();
+    let dir = dirs[wiped - 1].path();
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::create_dir(dir).unwrap();
+    nodes[wiped - 1] = Some(members.start(wiped, dir));
+    members.wait_for("the wiped member outside the group", |rows| {
+        field(rows, wiped as u64, "role") == "outside"
+    });
+    runtime.block_on(async {
+        for i in 0..30u32 {
+            let payload = format!("while it is out {i}");
+            send_one(&leading, None, &payload).await.unwrap();
+            acked.insert(payload);
+        }
+    });
+
+    // Added back by the administrator: each partition's group makes its new replica a
+    // learner, refills it from the WAL, then a voter; it holds every acknowledged message.
+    let (code, json, stderr) = members.admin(SECRET, &["add", &wiped.to_string()]);
+    assert_eq!(code, 0, "add: {json} {stderr}");
+    runtime.block_on(every_member_holds(&nodes, &acked));
+    drop(nodes);
+}
