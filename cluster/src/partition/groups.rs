@@ -84,7 +84,7 @@ struct Inner {
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
     /// Per group this member led: the metadata voters it last reconciled the group's
     /// voters with, or when to try again (`members`).
-    reconciled: Mutex<BTreeMap<GroupName, (BTreeSet<NodeId>, u64)>>,
+    reconciled: Mutex<BTreeMap<GroupName, super::members::Reconciled>>,
     /// Groups that did not start or stopped: why (logged once per reason), when to try
     /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
     failed: Mutex<BTreeMap<GroupName, Failed>>,
@@ -158,7 +158,7 @@ impl PartGroups {
 
     pub(super) fn reconciled(
         &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, (BTreeSet<NodeId>, u64)>> {
+    ) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, super::members::Reconciled>> {
         self.inner
             .reconciled
             .lock()
@@ -169,7 +169,7 @@ impl PartGroups {
     pub(super) fn led(&self) -> Vec<(GroupName, PartRaft)> {
         self.running()
             .iter()
-            .filter(|(_, raft)| raft.metrics().borrow_watched().current_leader == Some(id_of(raft)))
+            .filter(|(_, raft)| leads(raft))
             .map(|(n, r)| (*n, r.clone()))
             .collect()
     }
@@ -438,16 +438,17 @@ impl PartGroups {
     /// waits (at most `limit`) until none is led here: sends then resume at once elsewhere
     /// instead of after an election timeout.
     async fn hand_over_all(self, limit: Duration) {
-        let led: Vec<PartRaft> = self.led().into_iter().map(|(_, raft)| raft).collect();
-        for raft in &led {
-            if let Some(to) = successor(raft) {
-                let _ = raft.trigger().transfer_leader(to).await;
+        // Only groups with another voter to take over are waited for.
+        let mut led: Vec<PartRaft> = Vec::new();
+        for (_, raft) in self.led() {
+            if let Some(to) = successor(&raft) {
+                if raft.trigger().transfer_leader(to).await.is_ok() {
+                    led.push(raft);
+                }
             }
         }
         let env = &self.inner.env;
         let deadline = env.clock.monotonic_nanos() + limit.as_nanos() as u64;
-        let leads =
-            |raft: &PartRaft| raft.metrics().borrow_watched().current_leader == Some(id_of(raft));
         while led.iter().any(leads) && env.clock.monotonic_nanos() < deadline {
             env.clock.sleep(SEND_RETRY).await;
         }
@@ -669,14 +670,17 @@ async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, 
 }
 
 /// The voter of `raft`'s group, other than this replica, that holds the most of its log
-/// (as this leader knows).
+/// and answered a heartbeat most recently (as this leader knows).
 fn successor(raft: &PartRaft) -> Option<NodeId> {
     let metrics = raft.metrics().borrow_watched().clone();
     let matched = metrics.replication.unwrap_or_default();
+    let heard = metrics.heartbeat.unwrap_or_default();
     let voters = metrics.membership_config.membership().voter_ids();
-    voters
-        .filter(|id| *id != metrics.id)
-        .max_by_key(|id| (matched.get(id).cloned().flatten(), *id))
+    voters.filter(|id| *id != metrics.id).max_by_key(|id| {
+        let log = matched.get(id).cloned().flatten();
+        let last_heard = heard.get(id).cloned().flatten();
+        (log, last_heard)
+    })
 }
 
 /// Why `raft`'s Raft node stopped, if it did.
@@ -684,6 +688,14 @@ fn stopped_why(raft: &PartRaft) -> Option<String> {
     let metrics = raft.metrics();
     let running = &metrics.borrow_watched().running_state;
     running.as_ref().err().map(|fatal| fatal.to_string())
+}
+
+/// Whether this member's replica `raft` leads its group (one read of its metrics: a
+/// second read while the first is held could wait behind openraft's next write forever).
+pub(super) fn leads(raft: &PartRaft) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow_watched();
+    metrics.current_leader == Some(metrics.id)
 }
 
 /// The Raft id of this member's replica `raft`.

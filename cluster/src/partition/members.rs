@@ -6,18 +6,25 @@
 //! | the metadata voters as at its last reconciliation of the group | nothing |
 //! | a member of the metadata voters without a replica among the group's voters (added, or back on a wiped disk as a new replica) | makes that member's replica a learner, waits until it holds every committed entry, then makes the voters the wanted set in one joint change |
 //! | a voter whose member the metadata group no longer has | removes it in the same change |
-//! | a member that does not answer which replica it runs | nothing yet: tried again once [`RECONCILE_RETRY`] passed |
+//! | a member that does not answer which replica it runs, a learner that does not catch up within [`CATCH_UP_LIMIT`], a change that does not commit within [`CHANGE_LIMIT`] | nothing more now: tried again once [`RECONCILE_RETRY`] passed |
+//! | a learner whose member is not wanted (left over from a change cut short) | removes it in the same change |
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
+//! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
+//!
+//! Each group's reconciliation runs as a task of its own (at most one per group), so a slow
+//! one never holds up the member's other groups; it is forgotten when this member stops
+//! leading the group, and done again if it leads it again.
 //!
 //! A new replica catches up from the leader's WAL, which keeps [`super::groups::LOG_KEPT`]
 //! entries behind the last checkpoint; one further behind cannot catch up until
 //! checkpoints carry messages (docs/cluster.md, "Partitions: Not yet").
 
-use super::groups::{id_of, PartGroups};
+use super::groups::{leads, PartGroups};
 use super::net::{identity_of, GroupName};
 use super::PartRaft;
 use crate::rt::in_env;
 use crate::types::{show_id, NodeId, Peer};
+use cairn_engine::env::{race, Either};
 use openraft::async_runtime::WatchReceiver;
 use openraft::ChangeMembers;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,36 +33,67 @@ use std::time::Duration;
 /// How long a new replica may take to catch up before a reconciliation gives up (and is
 /// tried again later).
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
+/// How long the membership change may take to commit.
+pub const CHANGE_LIMIT: Duration = Duration::from_secs(10);
 /// How long after a reconciliation that did not finish it is tried again.
 pub const RECONCILE_RETRY: Duration = Duration::from_secs(2);
 const CATCH_UP_POLL: Duration = Duration::from_millis(50);
 
+/// Where a group's reconciliation stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Done for this set of metadata voters.
+    With(BTreeSet<NodeId>),
+    /// A task is at it.
+    Running,
+    /// Not done; tried again from this monotonic time on.
+    RetryAt(u64),
+}
+
 impl PartGroups {
-    /// Reconciles every group this member leads whose metadata voters changed since.
+    /// Starts a reconciliation of each group this member leads whose metadata voters
+    /// changed since its last one (none while the metadata configuration is joint).
     pub(super) async fn reconcile(&self) {
-        let voters = self.meta().status().voters;
-        let key: BTreeSet<NodeId> = voters.keys().copied().collect();
+        let status = self.meta().status();
+        let led: BTreeMap<GroupName, PartRaft> = self.led().into_iter().collect();
         let now = self.env().clock.monotonic_nanos();
+        let key: BTreeSet<NodeId> = status.voters.keys().copied().collect();
         let due: Vec<(GroupName, PartRaft)> = {
-            let reconciled = self.reconciled();
-            self.led()
+            let mut reconciled = self.reconciled();
+            reconciled.retain(|n, r| led.contains_key(n) || *r == Reconciled::Running);
+            if status.joint {
+                return;
+            }
+            let due: Vec<(GroupName, PartRaft)> = led
                 .into_iter()
                 .filter(|(name, _)| match reconciled.get(name) {
-                    Some((done, _)) if *done == key => false,
-                    Some((_, not_before)) => *not_before <= now,
+                    Some(Reconciled::With(done)) => *done != key,
+                    Some(Reconciled::Running) => false,
+                    Some(Reconciled::RetryAt(at)) => *at <= now,
                     None => true,
                 })
-                .collect()
+                .collect();
+            for (name, _) in &due {
+                reconciled.insert(*name, Reconciled::Running);
+            }
+            due
         };
         for (name, raft) in due {
-            let done = self.reconcile_group(name, &raft, &voters).await;
-            let retry = now + RECONCILE_RETRY.as_nanos() as u64;
-            let record = if done {
-                (key.clone(), 0)
-            } else {
-                (BTreeSet::new(), retry)
+            let groups = self.clone();
+            let (voters, key) = (status.voters.clone(), key.clone());
+            let task = async move {
+                let done = groups.reconcile_group(name, &raft, &voters).await;
+                let retry =
+                    groups.env().clock.monotonic_nanos() + RECONCILE_RETRY.as_nanos() as u64;
+                let record = if done {
+                    Reconciled::With(key)
+                } else {
+                    Reconciled::RetryAt(retry)
+                };
+                groups.reconciled().insert(name, record);
             };
-            self.reconciled().insert(name, record);
+            let env = self.env().clone();
+            drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
         }
     }
 
@@ -70,51 +108,64 @@ impl PartGroups {
         let Some(wanted) = self.replicas_of(name, raft, voters).await else {
             return false;
         };
-        let (current, joint) = {
+        let (current, learners, joint) = {
             let metrics = raft.metrics();
             let metrics = metrics.borrow_watched();
             let membership = metrics.membership_config.membership();
             let current: BTreeSet<NodeId> = membership.voter_ids().collect();
-            (current, membership.get_joint_config().len() > 1)
+            let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+            (current, learners, membership.get_joint_config().len() > 1)
         };
         let wanted_ids: BTreeSet<NodeId> = wanted.keys().copied().collect();
-        if current == wanted_ids && !joint {
+        let stray: BTreeSet<NodeId> = learners.difference(&wanted_ids).copied().collect();
+        if current == wanted_ids && stray.is_empty() && !joint {
             return true;
         }
         for (&id, peer) in wanted.iter().filter(|(id, _)| !current.contains(id)) {
             tracing::info!(partition = %identity_of(name), replica = %show_id(id), "a member's replica joins the partition's group");
             let added = raft.add_learner(id, peer.clone(), false);
-            if in_env(self.env(), added).await.is_err() || !self.caught_up(raft, id).await {
+            let Some(Ok(added)) = self.within(CHANGE_LIMIT, added).await else {
+                return false;
+            };
+            // Caught up once it holds the log as far as it was when it became a learner.
+            if !self.caught_up(raft, id, added.log_id().index).await {
                 return false;
             }
         }
-        let changed = raft.change_membership(ChangeMembers::ReplaceAllVoters(wanted_ids), false);
-        in_env(self.env(), changed).await.is_ok()
+        let steps = vec![
+            ChangeMembers::ReplaceAllVoters(wanted_ids),
+            ChangeMembers::RemoveNodes(stray),
+        ];
+        let changed = raft.change_membership(ChangeMembers::Batch(steps), false);
+        matches!(self.within(CHANGE_LIMIT, changed).await, Some(Ok(_)))
     }
 
-    /// Waits (at most [`CATCH_UP_LIMIT`]) until replica `id` holds every entry committed.
-    async fn caught_up(&self, raft: &PartRaft, id: NodeId) -> bool {
+    /// `future` (an openraft call) if it completes within `limit`.
+    async fn within<T>(
+        &self,
+        limit: Duration,
+        future: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let env = self.env();
+        match race(in_env(env, future), env.clock.sleep(limit)).await {
+            Either::Left(out) => Some(out),
+            Either::Right(()) => None,
+        }
+    }
+
+    /// Waits (at most [`CATCH_UP_LIMIT`], and while this replica leads) until replica `id`
+    /// holds the log through `index`.
+    async fn caught_up(&self, raft: &PartRaft, id: NodeId, index: u64) -> bool {
         let env = self.env();
         let deadline = env.clock.monotonic_nanos() + CATCH_UP_LIMIT.as_nanos() as u64;
-        while env.clock.monotonic_nanos() < deadline {
-            let (matched, committed, leads) = {
+        while env.clock.monotonic_nanos() < deadline && leads(raft) {
+            let matched = {
                 let metrics = raft.metrics();
                 let metrics = metrics.borrow_watched();
-                let matched = metrics
-                    .replication
-                    .as_ref()
-                    .and_then(|r| r.get(&id).cloned().flatten());
-                let committed = metrics.cluster_committed;
-                (
-                    matched,
-                    committed,
-                    metrics.current_leader == Some(id_of(raft)),
-                )
+                let replication = metrics.replication.as_ref();
+                replication.and_then(|r| r.get(&id).cloned().flatten())
             };
-            if !leads {
-                return false;
-            }
-            if matched.map(|m| m.index) >= committed.map(|c| c.index) {
+            if matched.is_some_and(|m| m.index >= index) {
                 return true;
             }
             env.clock.sleep(CATCH_UP_POLL).await;

@@ -763,5 +763,17 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
     let (code, json, stderr) = members.admin(SECRET, &["add", &wiped.to_string()]);
     assert_eq!(code, 0, "add: {json} {stderr}");
     runtime.block_on(every_member_holds(&nodes, &acked));
+
+    // It is a voter of every group, not a learner: with the other follower killed, the
+    // leader and it are each group's quorum, and sends go on.
+    nodes[followers[1] - 1].take().unwrap().kill9();
+    runtime.block_on(async {
+        for i in 0..10u32 {
+            let payload = format!("with the refilled member as quorum {i}");
+            send_one(&leading, Some(i % 2), &payload).await.unwrap();
+            acked.insert(payload);
+        }
+        every_member_holds(&nodes, &acked).await;
+    });
     drop(nodes);
 }
