@@ -549,6 +549,48 @@ async fn stored_at(client: &iggy::prelude::IggyClient, p: u32) -> Vec<String> {
     }
 }
 
+/// Makes consumer group `workers` of `orders/events` through `maker`; a member of it on
+/// `node` polls as the group (auto-commit on) until it read `count` messages; what it read,
+/// each once.
+async fn group_reads(
+    maker: &iggy::prelude::IggyClient,
+    node: &Cairn,
+    count: usize,
+) -> std::collections::BTreeSet<String> {
+    use iggy::prelude::{Consumer, ConsumerGroupClient, MessageClient, PollingStrategy};
+    let (orders, events) = (crate::common::id("orders"), crate::common::id("events"));
+    maker
+        .create_consumer_group(&orders, &events, "workers")
+        .await
+        .unwrap();
+    let member = client_of(node, "iggy", crate::common::PASSWORD).await;
+    let workers = crate::common::id("workers");
+    member
+        .join_consumer_group(&orders, &events, &workers)
+        .await
+        .unwrap();
+    let consumer = Consumer::group(workers);
+    let strategy = PollingStrategy::next();
+    let mut read = Vec::new();
+    let started = Instant::now();
+    while read.len() < count {
+        let polled = member
+            .poll_messages(&orders, &events, None, &consumer, &strategy, 100, true)
+            .await
+            .unwrap();
+        read.extend(
+            polled
+                .messages
+                .iter()
+                .map(|m| String::from_utf8(m.payload.to_vec()).unwrap()),
+        );
+        assert!(started.elapsed() < SETTLE, "the group read {read:?} only");
+    }
+    let once: std::collections::BTreeSet<String> = read.iter().cloned().collect();
+    assert_eq!(once.len(), read.len(), "nothing read twice: {read:?}");
+    once
+}
+
 /// Sends `payload` to partition `p` of `orders/events` (`None`: balanced).
 async fn send_one(
     client: &iggy::prelude::IggyClient,
@@ -635,6 +677,13 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         }
         let held = every_member_holds(&nodes, &acked).await;
         assert_eq!(held[0].len() + held[1].len(), 40);
+        // A consumer group made through the follower; its member, on the other follower,
+        // reads every message once from that member's copy (auto-commit on).
+        let workers = group_reads(&follower, at(&nodes, followers[1]), 40).await;
+        assert_eq!(
+            workers, acked,
+            "the group read every acknowledged message once"
+        );
     });
 
     // The metadata leader made the partitions' groups, so it leads them: kill -9 it while a
