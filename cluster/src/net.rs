@@ -537,10 +537,6 @@ impl PeerClient {
             in_flight: false,
         }
     }
-
-    fn rpc_error(e: io::Error) -> RPCError<MetaConfig> {
-        rpc_error(e)
-    }
 }
 
 /// The error openraft gets for a failed exchange.
@@ -562,10 +558,10 @@ fn answered<T>(
     pick: impl FnOnce(Reply) -> Option<T>,
 ) -> Result<T, RPCError<MetaConfig>> {
     match reply {
-        Ok(Reply::Refused(why)) => Err(PeerClient::rpc_error(refused(why))),
-        Ok(Reply::Elsewhere(why)) => Err(PeerClient::rpc_error(elsewhere(why))),
-        Ok(reply) => pick(reply).ok_or_else(|| PeerClient::rpc_error(unexpected())),
-        Err(e) => Err(PeerClient::rpc_error(e)),
+        Ok(Reply::Refused(why)) => Err(rpc_error(refused(why))),
+        Ok(Reply::Elsewhere(why)) => Err(rpc_error(elsewhere(why))),
+        Ok(reply) => pick(reply).ok_or_else(|| rpc_error(unexpected())),
+        Err(e) => Err(rpc_error(e)),
     }
 }
 
@@ -650,7 +646,7 @@ impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
             meta: snapshot.meta,
             data: snapshot.snapshot,
         };
-        let failed = |e: io::Error| match Self::rpc_error(e) {
+        let failed = |e: io::Error| match rpc_error(e) {
             RPCError::Unreachable(u) => StreamingError::Unreachable(u),
             other => StreamingError::Network(NetworkError::new(&other)),
         };

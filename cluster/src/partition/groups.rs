@@ -82,6 +82,8 @@ struct Inner {
     networks: PartNetworks,
     timing: Timing,
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
+    /// The groups the view of op `.0` names ([`PartGroups::wanted`]).
+    wanted: Mutex<(u64, Arc<BTreeSet<GroupName>>)>,
     /// Per group this member led: the metadata voters it last reconciled the group's
     /// voters with, or when to try again (`members`).
     reconciled: Mutex<BTreeMap<GroupName, super::members::Reconciled>>,
@@ -113,6 +115,7 @@ impl PartGroups {
                 networks,
                 timing,
                 running: Mutex::default(),
+                wanted: Mutex::default(),
                 reconciled: Mutex::default(),
                 failed: Mutex::default(),
             }),
@@ -182,18 +185,15 @@ impl PartGroups {
         self.running().get(&name).cloned()
     }
 
-    /// The groups the metadata state names now.
-    fn wanted(&self) -> BTreeSet<GroupName> {
+    /// The groups the metadata state names now (computed again only when the view moved).
+    fn wanted(&self) -> Arc<BTreeSet<GroupName>> {
         let view = self.inner.node.view();
-        let mut wanted = BTreeSet::new();
-        for (&s, stream) in view.state.streams() {
-            for (&t, topic) in &stream.topics {
-                for (&p, partition) in &topic.partitions {
-                    wanted.insert((s, t, p, partition.nonce));
-                }
-            }
+        let mut cached = self.inner.wanted.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.0 != view.op || cached.1.is_empty() {
+            let names = view.state.partitions().iter().map(group_name).collect();
+            *cached = (view.op, Arc::new(names));
         }
-        wanted
+        cached.1.clone()
     }
 
     /// One pass of the module doc's table.
@@ -280,7 +280,7 @@ impl PartGroups {
         let mut failed = self.failed();
         let tries = failed.get(&name).map_or(0, |f| f.tries) + 1;
         let wait = RETRY_FIRST
-            .saturating_mul(1 << tries.min(16))
+            .saturating_mul(1 << (tries - 1).min(16))
             .min(RETRY_MAX);
         let again = failed.get(&name).is_some_and(|f| f.why == why);
         if !again {
@@ -306,8 +306,8 @@ impl PartGroups {
         };
         let wanted: BTreeSet<String> = self
             .wanted()
-            .into_iter()
-            .map(|n| group_dir(&self.inner.root, n).display().to_string())
+            .iter()
+            .map(|n| group_dir(&self.inner.root, *n).display().to_string())
             .collect();
         for entry in listing.iter().filter(|e| e.is_dir) {
             let dir = self.inner.root.join(&entry.name);

@@ -131,11 +131,6 @@ impl PartMachine {
     pub fn skipped(&self) -> u64 {
         self.lock().skipped
     }
-
-    /// The last entry applied.
-    pub fn applied(&self) -> Option<LogId> {
-        self.lock().applied
-    }
 }
 
 impl Inner {

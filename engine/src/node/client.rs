@@ -537,7 +537,7 @@ impl Client {
         let view = self.view();
         let key = self.resolve_partition(&view, stream, topic, partitioning)?;
         if let Some(replicator) = self.node.replicator()? {
-            return replicator.replicate(replica(&view, key), batch).await;
+            return replicator.replicate(replica_of(&view, key)?, batch).await;
         }
         let pending = self.queue_send(key, batch).await?;
         self.node.answer(pending).await?
@@ -584,7 +584,7 @@ impl Client {
             Some(replicator) => {
                 // The group orders it; its outcome comes as a queued send's would.
                 let (reply, pending) = oneshot();
-                let sent = replicator.replicate(replica(&view, key), batch);
+                let sent = replicator.replicate(replica_of(&view, key)?, batch);
                 let task = async move { reply.send(sent.await) };
                 drop(self.node.env().tasks.spawn(Box::pin(task)));
                 pending
@@ -951,11 +951,13 @@ impl Client {
 }
 
 /// The identity of partition `key` in `view` (a replica group's name for it).
-fn replica(view: &MetaView, key: PartitionKey) -> crate::partition::PartitionIdentity {
-    crate::partition::PartitionIdentity {
-        stream_id: key.0,
-        topic_id: key.1,
-        partition_id: key.2,
-        nonce: view.topic(key.0, key.1).partitions[&key.2].nonce,
-    }
+fn replica_of(
+    view: &MetaView,
+    key: PartitionKey,
+) -> NodeResult<crate::partition::PartitionIdentity> {
+    view.partition(key).ok_or(NodeError::PartitionNotFound {
+        stream: key.0,
+        topic: key.1,
+        partition: key.2,
+    })
 }

@@ -591,6 +591,36 @@ async fn group_reads(
     once
 }
 
+/// Makes stream `orders` and its `persisted` topic `events` of 2 partitions through
+/// `client`.
+async fn make_orders_events(client: &iggy::prelude::IggyClient) {
+    use iggy::prelude::{StreamClient, TopicClient};
+    client.create_stream("orders").await.unwrap();
+    let options = crate::common::topic_options(2, iggy::prelude::Durability::Persisted);
+    let orders = crate::common::id("orders");
+    client
+        .create_topic(&orders, "events", &options)
+        .await
+        .unwrap();
+}
+
+/// Sends `payload` to `orders/events` with the messages key `key`.
+async fn send_keyed(
+    client: &iggy::prelude::IggyClient,
+    key: &str,
+    payload: &str,
+) -> Result<(), iggy::prelude::IggyError> {
+    use iggy::prelude::{IggyMessage, MessageClient, Partitioning};
+    use std::str::FromStr;
+    let partitioning = Partitioning::messages_key_str(key).unwrap();
+    let mut batch = vec![IggyMessage::from_str(payload).unwrap()];
+    let (orders, events) = (crate::common::id("orders"), crate::common::id("events"));
+    client
+        .send_messages(&orders, &events, &partitioning, &mut batch)
+        .await
+        .map(drop)
+}
+
 /// Sends `payload` to partition `p` of `orders/events` (`None`: balanced).
 async fn send_one(
     client: &iggy::prelude::IggyClient,
@@ -609,11 +639,9 @@ async fn send_one(
 }
 
 /// Waits until every running member holds the same messages in both partitions, each
-/// holding every one of `acked` exactly once (and nothing twice); answers what they hold.
-async fn every_member_holds(
-    nodes: &[Option<Cairn>],
-    acked: &std::collections::BTreeSet<String>,
-) -> [Vec<String>; 2] {
+/// holding every one of `acked` (in the order they were acknowledged) exactly once, in that
+/// order within its partition (and nothing twice); answers what they hold.
+async fn every_member_holds(nodes: &[Option<Cairn>], acked: &[String]) -> [Vec<String>; 2] {
     let started = Instant::now();
     loop {
         let mut held: Vec<[Vec<String>; 2]> = Vec::new();
@@ -626,6 +654,18 @@ async fn every_member_holds(
         let complete = acked.iter().all(|a| unique.contains(a));
         if complete && held.iter().all(|h| *h == held[0]) {
             assert_eq!(unique.len(), all.len(), "no message is held twice");
+            let rank: std::collections::BTreeMap<&String, usize> =
+                acked.iter().enumerate().map(|(i, a)| (a, i)).collect();
+            for partition in &held[0] {
+                let ranks: Vec<usize> = partition
+                    .iter()
+                    .filter_map(|m| rank.get(m).copied())
+                    .collect();
+                assert!(
+                    ranks.windows(2).all(|w| w[0] < w[1]),
+                    "a partition holds acknowledged messages out of their order: {partition:?}"
+                );
+            }
             return held.swap_remove(0);
         }
         assert!(
@@ -638,7 +678,6 @@ async fn every_member_holds(
 
 #[test]
 fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
-    use iggy::prelude::{StreamClient, TopicClient};
     use std::collections::BTreeSet;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let Running {
@@ -648,17 +687,11 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         first,
         followers,
     } = Running::start();
-    let mut acked = BTreeSet::new();
+    let mut acked: Vec<String> = Vec::new();
 
     runtime.block_on(async {
         let follower = client_of(at(&nodes, followers[0]), "iggy", crate::common::PASSWORD).await;
-        follower.create_stream("orders").await.unwrap();
-        let options = crate::common::topic_options(2, iggy::prelude::Durability::Persisted);
-        let orders = crate::common::id("orders");
-        follower
-            .create_topic(&orders, "events", &options)
-            .await
-            .unwrap();
+        make_orders_events(&follower).await;
         // Through a follower (forwarded to the partition's leader) and through the leader,
         // by partition and balanced.
         let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
@@ -675,13 +708,21 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
             send_one(&leading, None, &via_leader).await.unwrap();
             acked.extend([via_follower, via_leader]);
         }
+        for i in 0..10u32 {
+            let keyed = format!("keyed {i}");
+            send_keyed(&leading, &format!("customer-{}", i % 3), &keyed)
+                .await
+                .unwrap();
+            acked.push(keyed);
+        }
         let held = every_member_holds(&nodes, &acked).await;
-        assert_eq!(held[0].len() + held[1].len(), 40);
+        assert_eq!(held[0].len() + held[1].len(), 50);
         // A consumer group made through the follower; its member, on the other follower,
         // reads every message once from that member's copy (auto-commit on).
-        let workers = group_reads(&follower, at(&nodes, followers[1]), 40).await;
+        let workers = group_reads(&follower, at(&nodes, followers[1]), 50).await;
+        let all: BTreeSet<String> = acked.iter().cloned().collect();
         assert_eq!(
-            workers, acked,
+            workers, all,
             "the group read every acknowledged message once"
         );
     });
@@ -694,16 +735,48 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         "iggy",
         crate::common::PASSWORD,
     ));
+    // A producer on the leader sends as the kill comes: what it was told is acknowledged.
+    let during: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let leader_client = runtime.block_on(client_of(
+        at(&nodes, first),
+        "iggy",
+        crate::common::PASSWORD,
+    ));
+    let producer = {
+        let during = during.clone();
+        runtime.spawn(async move {
+            for seq in 0u32.. {
+                let payload = format!("during the kill {seq}");
+                if send_one(&leader_client, Some(seq % 2), &payload)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                during.lock().unwrap().push(payload);
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
     nodes[first - 1].take().unwrap().kill9();
     let killed = Instant::now();
+    producer.abort();
+    let during = during.lock().unwrap().clone();
+    assert!(
+        !during.is_empty(),
+        "the producer on the leader sent before the kill"
+    );
+    acked.extend(during);
     let mut resumed = None;
+    let mut after = 0;
     runtime.block_on(async {
         for seq in 0u32.. {
             let payload = format!("after the kill {seq}");
             if send_one(&client, Some(seq % 2), &payload).await.is_ok() {
                 resumed.get_or_insert(killed.elapsed());
-                acked.insert(payload);
-                if acked.len() >= 80 {
+                acked.push(payload);
+                after += 1;
+                if after >= 40 {
                     break;
                 }
             }
@@ -719,13 +792,7 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
     // The killed member restarts and catches up: every member holds every acknowledged
     // message once, in the same order.
     nodes[first - 1] = Some(members.start(first, dirs[first - 1].path()));
-    let held = runtime.block_on(every_member_holds(&nodes, &acked));
-    let total = held[0].len() + held[1].len();
-    assert!(
-        total >= acked.len(),
-        "{total} held, {} acknowledged",
-        acked.len()
-    );
+    runtime.block_on(every_member_holds(&nodes, &acked));
 
     // SIGTERM of the other survivor: it hands the groups it leads over before it exits,
     // and sends through the first survivor go on.
@@ -746,7 +813,7 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         for seq in 0u32..10 {
             let payload = format!("after the handover {seq}");
             send_one(&client, Some(seq % 2), &payload).await.unwrap();
-            acked.insert(payload);
+            acked.push(payload);
         }
     });
     println!(
@@ -759,8 +826,6 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
 
 #[test]
 fn a_wiped_member_added_back_is_refilled_with_every_partition() {
-    use iggy::prelude::{StreamClient, TopicClient};
-    use std::collections::BTreeSet;
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let Running {
         dirs,
@@ -769,20 +834,14 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
         first,
         followers,
     } = Running::start();
-    let mut acked = BTreeSet::new();
+    let mut acked: Vec<String> = Vec::new();
     let leading = runtime.block_on(async {
         let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
-        leading.create_stream("orders").await.unwrap();
-        let options = crate::common::topic_options(2, iggy::prelude::Durability::Persisted);
-        let orders = crate::common::id("orders");
-        leading
-            .create_topic(&orders, "events", &options)
-            .await
-            .unwrap();
+        make_orders_events(&leading).await;
         for i in 0..30u32 {
             let payload = format!("before the wipe {i}");
             send_one(&leading, None, &payload).await.unwrap();
-            acked.insert(payload);
+            acked.push(payload);
         }
         every_member_holds(&nodes, &acked).await;
         leading
@@ -803,7 +862,7 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
         for i in 0..30u32 {
             let payload = format!("while it is out {i}");
             send_one(&leading, None, &payload).await.unwrap();
-            acked.insert(payload);
+            acked.push(payload);
         }
     });
 
@@ -820,7 +879,7 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
         for i in 0..10u32 {
             let payload = format!("with the refilled member as quorum {i}");
             send_one(&leading, Some(i % 2), &payload).await.unwrap();
-            acked.insert(payload);
+            acked.push(payload);
         }
         every_member_holds(&nodes, &acked).await;
     });
