@@ -250,9 +250,10 @@ const HELLO_LABEL: &str = "cairn-peer-hello-v1";
 const WELCOME_LABEL: &str = "cairn-peer-welcome-v1";
 /// How long an opener may take over its side of the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections a member serves at once (its peers' few each, administrators'); more are
-/// closed as they arrive.
-pub const MAX_PEER_CONNECTIONS: usize = 64;
+/// Connections a member serves at once, proven or not; more are closed as they arrive.
+/// Each peer member holds at most [`served::PER_MEMBER`], so this leaves room for six peers
+/// and for connections still in their handshake.
+pub const MAX_PEER_CONNECTIONS: usize = 512;
 
 /// The listener's first frame: a nonce the opener's proof must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -763,6 +764,7 @@ pub async fn serve_peers(
 ) {
     let env = replica.env.clone();
     let open = Arc::new(AtomicUsize::new(0));
+    let served = served::Served::default();
     loop {
         let Ok((stream, from)) = listener.accept().await else {
             // The listener failed (the node is going down, or the network is): back off.
@@ -775,7 +777,13 @@ pub async fn serve_peers(
         }
         tracing::debug!(%from, "a peer connected");
         let counted = Counted::new(&open);
-        let task = serve_connection(stream, replica.clone(), key.clone(), stored, hooks.clone());
+        let task = serve_connection(
+            stream,
+            (replica.clone(), served.clone()),
+            key.clone(),
+            stored,
+            hooks.clone(),
+        );
         let task = async move {
             let _counted = counted;
             task.await
@@ -802,7 +810,7 @@ impl Drop for Counted {
 
 async fn serve_connection(
     mut stream: Box<dyn ByteStream>,
-    replica: Replica,
+    (replica, served): (Replica, served::Served),
     key: PeerKey,
     stored: bool,
     (hook, appended): (Option<AddressedHook>, Option<AppendedHook>),
@@ -816,8 +824,11 @@ async fn serve_connection(
             return;
         }
     };
+    // Closed when its member opened too many newer ones (`served`).
+    let mut entry = served.admit(member_of(peer));
     loop {
-        let Ok(request) = read_message::<Request>(&mut *stream, MAX_FRAME).await else {
+        let read = read_message::<Request>(&mut *stream, MAX_FRAME);
+        let env::Either::Left(Ok(request)) = env::race(read, &mut entry.closed).await else {
             return;
         };
         // The handshake proved who opened the connection: its requests speak for it alone.
@@ -950,5 +961,6 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
     }
 }
 
+mod served;
 #[cfg(test)]
 mod tests;
