@@ -20,7 +20,7 @@
 //! forwarded to the leader otherwise (`PartRpc::Send`), and asked again while the group has
 //! no leader, for up to [`SEND_DEADLINE`].
 
-use super::machine::PartMachine;
+use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
     group_name, identity_of, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc, PartServe,
     SendRefused,
@@ -57,15 +57,21 @@ const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 /// A checkpoint every so many entries; the WAL keeps [`LOG_KEPT`] entries behind it for
-/// followers that are behind.
+/// followers that are behind (production's [`Tuning`]).
 pub const CHECKPOINT_EVERY: u64 = 1024;
 pub const LOG_KEPT: u64 = 4096;
 
-/// The groups' Raft timing (the metadata group's).
+/// The groups' Raft timing, and how often they checkpoint and how much WAL they keep.
 #[derive(Debug, Clone, Copy)]
-pub struct Timing {
+pub struct Tuning {
     pub heartbeat: Duration,
     pub election: (Duration, Duration),
+    /// Entries between checkpoints ([`CHECKPOINT_EVERY`] in production; the simulator's
+    /// are few, so checkpoints and the restarts that skip what they hold happen).
+    pub checkpoint_every: u64,
+    /// Entries the WAL keeps behind a checkpoint ([`LOG_KEPT`]): a replica further behind
+    /// cannot catch up (a checkpoint carries no messages yet).
+    pub log_kept: u64,
 }
 
 /// A member's partition groups; clones share them.
@@ -80,7 +86,7 @@ struct Inner {
     meta: Replica,
     root: PathBuf,
     networks: PartNetworks,
-    timing: Timing,
+    tuning: Tuning,
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
     /// The groups the view of op `.0` names ([`PartGroups::wanted`]).
     wanted: Mutex<(u64, Arc<BTreeSet<GroupName>>)>,
@@ -90,6 +96,9 @@ struct Inner {
     /// Groups that did not start or stopped: why (logged once per reason), when to try
     /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
     failed: Mutex<BTreeMap<GroupName, Failed>>,
+    /// What this member's machines did.
+    counts: Arc<MachineCounts>,
+    hooks: MachineHooks,
 }
 
 struct Failed {
@@ -98,13 +107,46 @@ struct Failed {
     tries: u32,
 }
 
+/// A group as one member's replica sees it ([`PartGroups::views`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupView {
+    pub partition: PartitionIdentity,
+    /// This member's replica, while its group runs.
+    pub replica: Option<NodeId>,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    /// The index of the last entry applied (0 for none).
+    pub applied: u64,
+    /// Whether the group's configuration, as this replica knows it, counts it as a voter.
+    pub voter: bool,
+    /// The group's voters, as this replica knows them.
+    pub voters: Vec<NodeId>,
+    /// Why its replica here does not run, if it failed.
+    pub failed: Option<String>,
+}
+
+impl GroupView {
+    fn down(name: GroupName, failed: Option<String>) -> Self {
+        GroupView {
+            partition: identity_of(name),
+            replica: None,
+            leader: None,
+            term: 0,
+            applied: 0,
+            voter: false,
+            voters: Vec::new(),
+            failed,
+        }
+    }
+}
+
 /// The directory of group `name` under `root`.
 pub fn group_dir(root: &Path, name: GroupName) -> PathBuf {
     root.join(format!("{}-{}-{}-{:016x}", name.0, name.1, name.2, name.3))
 }
 
 impl PartGroups {
-    pub fn new(env: &Env, node: Node, meta: Replica, root: PathBuf, timing: Timing) -> Self {
+    pub fn new(env: &Env, node: Node, meta: Replica, root: PathBuf, tuning: Tuning) -> Self {
         let networks = PartNetworks::new(meta.peer_network());
         PartGroups {
             inner: Arc::new(Inner {
@@ -113,12 +155,24 @@ impl PartGroups {
                 meta,
                 root,
                 networks,
-                timing,
+                tuning,
                 running: Mutex::default(),
                 wanted: Mutex::default(),
                 reconciled: Mutex::default(),
                 failed: Mutex::default(),
+                counts: Arc::default(),
+                hooks: MachineHooks::default(),
             }),
+        }
+    }
+
+    /// The same groups, their machines with `hooks` (a canary's; before they start).
+    pub fn with_hooks(self, hooks: MachineHooks) -> Self {
+        let mut inner =
+            Arc::into_inner(self.inner).expect("hooks are set before the groups are shared");
+        inner.hooks = hooks;
+        PartGroups {
+            inner: Arc::new(inner),
         }
     }
 
@@ -175,6 +229,38 @@ impl PartGroups {
             .filter(|(_, raft)| leads(raft))
             .map(|(n, r)| (*n, r.clone()))
             .collect()
+    }
+
+    /// What each group of the metadata state is at this member (running or not), as its
+    /// replica here sees it.
+    pub fn views(&self) -> Vec<GroupView> {
+        let running = self.running();
+        self.wanted()
+            .iter()
+            .map(|name| {
+                let Some(raft) = running.get(name) else {
+                    let why = self.failed().get(name).map(|f| f.why.clone());
+                    return GroupView::down(*name, why);
+                };
+                let m = raft.metrics().borrow_watched().clone();
+                let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+                GroupView {
+                    partition: identity_of(*name),
+                    replica: Some(m.id),
+                    leader: m.current_leader,
+                    term: m.current_term,
+                    applied: m.last_applied.map_or(0, |l| l.index),
+                    voter: voters.contains(&m.id),
+                    voters,
+                    failed: None,
+                }
+            })
+            .collect()
+    }
+
+    /// What this member's group machines did.
+    pub fn counts(&self) -> &MachineCounts {
+        &self.inner.counts
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
@@ -335,17 +421,22 @@ impl PartGroups {
             node: inner.node.clone(),
             partition: identity_of(name),
         });
-        let machine = PartMachine::open(inner.env.disk.clone(), &dir, sink)
-            .await
-            .map_err(|e| e.to_string())?;
+        let machine = PartMachine::open(
+            inner.env.disk.clone(),
+            &dir,
+            sink,
+            (inner.counts.clone(), inner.hooks.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let millis = |d: Duration| d.as_millis() as u64;
         let config = openraft::Config {
             cluster_name: format!("{cluster:032x}-{name:?}"),
-            heartbeat_interval: millis(inner.timing.heartbeat),
-            election_timeout_min: millis(inner.timing.election.0),
-            election_timeout_max: millis(inner.timing.election.1),
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(CHECKPOINT_EVERY),
-            max_in_snapshot_log_to_keep: LOG_KEPT,
+            heartbeat_interval: millis(inner.tuning.heartbeat),
+            election_timeout_min: millis(inner.tuning.election.0),
+            election_timeout_max: millis(inner.tuning.election.1),
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(inner.tuning.checkpoint_every),
+            max_in_snapshot_log_to_keep: inner.tuning.log_kept,
             enable_pre_vote: Some(true),
             ..Default::default()
         }
@@ -671,7 +762,7 @@ async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, 
 
 /// The voter of `raft`'s group, other than this replica, that holds the most of its log
 /// and answered a heartbeat most recently (as this leader knows).
-fn successor(raft: &PartRaft) -> Option<NodeId> {
+pub(super) fn successor(raft: &PartRaft) -> Option<NodeId> {
     let metrics = raft.metrics().borrow_watched().clone();
     let matched = metrics.replication.unwrap_or_default();
     let heard = metrics.heartbeat.unwrap_or_default();

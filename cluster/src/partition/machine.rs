@@ -30,6 +30,7 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The checkpoint's file in the group's directory.
@@ -55,6 +56,27 @@ pub struct PartMachine {
     sink: Arc<dyn PartitionSink>,
 }
 
+/// The stamp a replica gives a committed send, given its leader's clock reading (a canary's
+/// hook: production stamps the leader's reading on every replica).
+pub type StampHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
+
+/// A machine's optional hooks (`None` in production).
+#[derive(Clone, Default)]
+pub struct MachineHooks {
+    pub stamp: Option<StampHook>,
+}
+
+/// What machines did, summed over those that share it (a member's groups do): what the
+/// simulator's coverage counts.
+#[derive(Debug, Default)]
+pub struct MachineCounts {
+    /// Sends found in the segments already when applied (the table's first row).
+    pub skipped: AtomicU64,
+    /// Checkpoints recorded (built here or installed from a leader).
+    pub checkpoints: AtomicU64,
+    pub installed: AtomicU64,
+}
+
 /// What applying an entry needs of the replica, decided under the machine's lock.
 enum Step {
     Done(Option<SendOutcome>),
@@ -77,6 +99,8 @@ struct Inner {
     held: u64,
     /// Sends the first row of the table skipped since the machine opened.
     skipped: u64,
+    counts: Arc<MachineCounts>,
+    hooks: MachineHooks,
     checkpoint: Option<Checkpoint>,
 }
 
@@ -86,11 +110,12 @@ fn invalid(why: String) -> io::Error {
 
 impl PartMachine {
     /// The machine of the group whose directory is `dir`, over `sink` (the replica, opened
-    /// by recovery, or new).
+    /// by recovery, or new), counting into `counts`.
     pub async fn open(
         disk: Arc<dyn Disk>,
         dir: &Path,
         sink: Arc<dyn PartitionSink>,
+        (counts, hooks): (Arc<MachineCounts>, MachineHooks),
     ) -> io::Result<Self> {
         let checkpoint: Option<Checkpoint> =
             read_whole(&*disk, &dir.join(CHECKPOINT_FILE), MAX_CHECKPOINT_LEN)?;
@@ -115,6 +140,8 @@ impl PartMachine {
             last_timestamp,
             held,
             skipped: 0,
+            counts,
+            hooks,
             checkpoint,
         };
         Ok(PartMachine {
@@ -150,9 +177,14 @@ impl Inner {
                     })?
                     .message_count;
                 let end = self.next + u64::from(count);
-                let stamp = send.timestamp.max(self.last_timestamp);
+                let leader = match &self.hooks.stamp {
+                    Some(hook) => hook(send.timestamp),
+                    None => send.timestamp,
+                };
+                let stamp = leader.max(self.last_timestamp);
                 if end <= self.held {
                     self.skipped += 1;
+                    self.counts.skipped.fetch_add(1, Ordering::Relaxed);
                     self.next = end;
                     self.last_timestamp = stamp;
                     Step::Done(Some(SendOutcome {
@@ -228,6 +260,7 @@ impl Inner {
             return snapshot_of(&newer);
         }
         write_whole(&*self.disk, &self.dir, CHECKPOINT_FILE, &checkpoint)?;
+        self.counts.checkpoints.fetch_add(1, Ordering::Relaxed);
         let snapshot = snapshot_of(&checkpoint);
         self.checkpoint = Some(checkpoint);
         snapshot
@@ -254,6 +287,7 @@ impl Inner {
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         write_whole(&*self.disk, &self.dir, CHECKPOINT_FILE, &sent)?;
+        self.counts.installed.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = Some(sent);
         Ok(())
     }

@@ -136,9 +136,14 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
         Partition::create(env, &data, IDENTITY, topic(), settings).unwrap()
     };
     let held = Held::new(partition);
-    let machine = PartMachine::open(env.disk.clone(), &wal, Arc::new(held.clone()))
-        .await
-        .unwrap();
+    let machine = PartMachine::open(
+        env.disk.clone(),
+        &wal,
+        Arc::new(held.clone()),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     let config = openraft::Config {
         heartbeat_interval: 50,
         election_timeout_min: 300,
@@ -308,7 +313,8 @@ impl crate::log::tests::SuiteMachine for PartMachine {
         let partition =
             Partition::create(env, &dir.join("partition"), IDENTITY, topic(), settings).unwrap();
         let sink = Arc::new(Held::new(partition));
-        let opened = PartMachine::open(env.disk.clone(), dir, sink).now_or_never();
+        let opened =
+            PartMachine::open(env.disk.clone(), dir, sink, Default::default()).now_or_never();
         opened.expect("a held partition answers at once").unwrap()
     }
 }

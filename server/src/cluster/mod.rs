@@ -15,7 +15,7 @@ pub mod admin;
 use crate::config::ServerConfig;
 use cairn_cluster::decide::GroupDecider;
 use cairn_cluster::group::{GroupConfig, MetaGroup, Replica};
-use cairn_cluster::partition::groups::{PartGroups, Timing};
+use cairn_cluster::partition::groups::{PartGroups, Tuning, CHECKPOINT_EVERY, LOG_KEPT};
 use cairn_cluster::types::show_id;
 use cairn_engine::env::Env;
 use cairn_engine::node::{Node, NodeError};
@@ -39,9 +39,11 @@ pub fn partitions_dir(data_dir: &Path) -> PathBuf {
 
 /// The partition groups' Raft timing: an election within a second of a leader's silence,
 /// so sends resume within about that after a member dies.
-const PARTITION_TIMING: Timing = Timing {
+const PARTITION_TUNING: Tuning = Tuning {
     heartbeat: Duration::from_millis(100),
     election: (Duration::from_millis(400), Duration::from_millis(800)),
+    checkpoint_every: CHECKPOINT_EVERY,
+    log_kept: LOG_KEPT,
 };
 
 /// Starts this member's replica of the metadata group, as `[cluster]` configures it (a
@@ -76,7 +78,7 @@ pub async fn start(env: &Env, config: &ServerConfig, node: &Node) -> Result<Meta
         node.clone(),
         Replica::clone(&started),
         partitions_dir(&config.data_dir),
-        PARTITION_TIMING,
+        PARTITION_TUNING,
     );
     groups.install();
     drop(env.tasks.spawn(Box::pin(groups.run())));
