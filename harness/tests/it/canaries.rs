@@ -18,7 +18,20 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 10] = [
+const EXPECTED: [(&str, &[&str]); 12] = [
+    // A send acknowledged from cached WALs is lost with them (a total power loss), or the
+    // WALs that lost synced bytes refuse to open (no fault here damages a disk).
+    (
+        "part-wal-unsynced",
+        &[
+            cairn_sim::cluster_world::INV_MESSAGE_LOST,
+            cairn_sim::cluster_world::INV_BOOT,
+        ],
+    ),
+    (
+        "part-stamp-local-clock",
+        &[cairn_sim::cluster_world::INV_MESSAGES_AGREE],
+    ),
     (
         "vote-after-lost-state",
         &[cairn_sim::cluster_world::INV_AGREEMENT],

@@ -49,3 +49,16 @@ pub fn addressed_hook(name: &str) -> Option<AddressedHook> {
         _ => None,
     }
 }
+
+/// `part-stamp-local-clock`: a replica stamps each committed send with its own clock's
+/// reading when it applies it, instead of its leader's, so replicas hold different bytes
+/// (timestamps) at the same offsets.
+pub fn stamp_hook(
+    name: &str,
+    clock: Arc<dyn cairn_engine::env::Clock>,
+) -> Option<cairn_cluster::partition::machine::StampHook> {
+    match name {
+        "part-stamp-local-clock" => Some(Arc::new(move |_leader| clock.wall_micros())),
+        _ => None,
+    }
+}

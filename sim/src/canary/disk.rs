@@ -36,6 +36,7 @@ pub fn plane_disk_hook(name: &str) -> Option<DiskHook> {
 pub fn replica_disk_hook(name: &str) -> Option<DiskHook> {
     match name {
         "raft-ack-before-sync" => Some(raft_ack_before_sync),
+        "part-wal-unsynced" => Some(part_wal_unsynced),
         _ => None,
     }
 }
@@ -48,6 +49,21 @@ fn raft_ack_before_sync(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
         skip_file_sync: |path| {
             path.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("log-"))
+        },
+        skip_dir_sync: |_| false,
+    })
+}
+
+/// A partition group's WAL segments are never synced: a replica tells its leader a send is
+/// flushed (so it counts toward the group's quorum) while it is only in the cache. The
+/// metadata group's log is synced as it should be.
+fn part_wal_unsynced(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    Arc::new(SkippingDisk {
+        inner: disk,
+        skip_file_sync: |path| {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let in_partitions = path.to_string_lossy().contains("/cluster/partitions/");
+            in_partitions && name.is_some_and(|n| n.starts_with("log-"))
         },
         skip_dir_sync: |_| false,
     })

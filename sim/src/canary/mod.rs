@@ -24,7 +24,9 @@
 //! - `ack-metadata-before-sync`: the metadata journal is never synced, so a metadata
 //!   operation is applied and answered before its entry is durable;
 //! - `raft-ack-before-sync`: a cluster replica's Raft log is never synced, so it tells its
-//!   leader entries are flushed (and counts toward the quorum) while they are only cached.
+//!   leader entries are flushed (and counts toward the quorum) while they are only cached;
+//! - `part-wal-unsynced`: the same for the partition groups' WALs alone, so a `persisted`
+//!   send is acknowledged before a quorum holds it on stable storage.
 //!
 //! The cluster's replicas ([`cluster`]):
 //! - `vote-after-lost-state`: a replica that lost its state record (its vote) or its whole
@@ -37,7 +39,9 @@
 //! - `retry-rekeyed`: a member asks again for an op whose attempt's fate it could not
 //!   learn under a new key, so the op may apply twice;
 //! - `read-stale`: a member serves a fresh read without waiting for the leader's read
-//!   index.
+//!   index;
+//! - `part-stamp-local-clock`: a partition replica stamps each committed send with its own
+//!   clock when it applies it, not with its leader's, so replicas' bytes differ.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -76,8 +80,10 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 23] = [
+pub const NAMES: [&str; 25] = [
     "raft-ack-before-sync",
+    "part-wal-unsynced",
+    "part-stamp-local-clock",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
@@ -165,6 +171,16 @@ pub fn server_hooks() -> ServerHooks {
 }
 
 /// A cluster replica's hooks the active canary needs.
+/// The partition group machines' hooks the active canary needs, for a replica whose clock
+/// is `clock`.
+pub fn part_machine_hooks(
+    clock: std::sync::Arc<dyn cairn_engine::env::Clock>,
+) -> cairn_cluster::partition::machine::MachineHooks {
+    cairn_cluster::partition::machine::MachineHooks {
+        stamp: active().and_then(|name| cluster::stamp_hook(name, clock)),
+    }
+}
+
 pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
     cairn_cluster::group::GroupHooks {
         incarnation: active().and_then(cluster::incarnation_hook),

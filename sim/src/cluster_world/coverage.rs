@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 23] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 27] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -90,5 +90,21 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 23] = [
     (
         "ClusterBootFromSnapshot",
         "a replica restarted from its snapshot and the log after it (its log's head purged)",
+    ),
+    (
+        "ClusterMessagesReplicated",
+        "a send was acknowledged once its partition's group committed it (proposed at its leader, or forwarded there)",
+    ),
+    (
+        "ClusterMessagesReadAtFollower",
+        "a poll read messages from a member whose replica of the partition does not lead its group",
+    ),
+    (
+        "ClusterMessagesLeaderChanged",
+        "a partition's group elected a leader in a later term than its first",
+    ),
+    (
+        "ClusterMessagesCheckpointed",
+        "a partition's group checkpointed (its replica synced, the applied entry recorded)",
     ),
 ];

@@ -136,6 +136,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         // As a server runs them: a node applies each replica's commands.
         nodes: true,
         remove: 0.0,
+        messages: false,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }

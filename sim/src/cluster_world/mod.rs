@@ -26,6 +26,7 @@
 mod client;
 mod coverage;
 pub mod directed;
+mod messages;
 mod nemesis;
 mod oracle;
 mod workload;
@@ -35,6 +36,7 @@ use crate::report::Violation;
 use crate::timeline::{LaneKind, MarkKind, SpanOutcome, Timeline, Verdict};
 use cairn_cluster::group::{GroupConfig, MemberChange, MetaGroup, ProposeError};
 use cairn_cluster::net::PeerKey;
+use cairn_cluster::partition::groups::{GroupView, PartGroups, Tuning};
 use cairn_cluster::types::{show_id, Entry, MemberId, MetaCommand, MetaOutcome, NodeId, Peer};
 use cairn_engine::env::Env;
 use cairn_engine::state::ops::MetaOp;
@@ -76,6 +78,7 @@ pub const INV_FRESH: &str = "a fresh read sees every op acknowledged before it";
 pub const INV_NODE_HOLDS: &str =
     "a replica's node holds exactly its state's partitions, on disk and served";
 pub use coverage::CLUSTER_COVERAGE;
+pub use messages::{INV_MESSAGES_AGREE, INV_MESSAGE_LOST, INV_MESSAGE_UNSENT, INV_READ_COMMITTED};
 
 pub const INV_NO_STALE_OFFSET: &str =
     "a group holds no offset it did not store (none of a deleted group under its id)";
@@ -121,6 +124,9 @@ pub struct ClusterProfile {
     /// it hands over first), while no more than a minority counts out with it; it is added
     /// back a while later.
     pub remove: f64,
+    /// With `nodes`: each member's node runs its replicas of the partitions' groups
+    /// ([`messages`]), and the client sends and polls messages through them.
+    pub messages: bool,
 }
 
 impl ClusterProfile {
@@ -157,7 +163,15 @@ impl ClusterProfile {
             } else {
                 0.0
             },
+            messages: rng.gen_bool(0.5),
         }
+        .messages_with_nodes()
+    }
+
+    /// Messages run through nodes only.
+    fn messages_with_nodes(mut self) -> Self {
+        self.messages &= self.nodes;
+        self
     }
 }
 
@@ -232,6 +246,8 @@ struct Replica {
     node: Option<cairn_engine::node::Node>,
     /// The partitions its last process's node served when it went.
     served: BTreeSet<cairn_engine::partition::PartitionIdentity>,
+    /// Its node's partition groups, when the profile runs messages.
+    parts: Option<PartGroups>,
 }
 
 struct Shared {
@@ -283,6 +299,8 @@ struct World {
     leaders_seen: BTreeSet<(NodeId, u64)>,
     /// The leader of the last acknowledgement (the timeline marks each new one).
     last_leader: Option<NodeId>,
+    /// The messages the client sent and read (profile `messages`).
+    messages: messages::Messages,
     /// The nemesis acts only while the client works (the final round is calm).
     nemesis_on: bool,
     /// When the nemesis acts next (virtual nanoseconds).
@@ -394,6 +412,7 @@ fn run_script(
                 armed: false,
                 node: None,
                 served: BTreeSet::new(),
+                parts: None,
             }
         })
         .collect();
@@ -415,6 +434,7 @@ fn run_script(
         crashes: 0,
         leaders_seen: BTreeSet::new(),
         last_leader: None,
+        messages: messages::Messages::default(),
         nemesis_on: true,
         next_nemesis: 0,
         decisions: BTreeMap::new(),
@@ -533,9 +553,10 @@ fn group_dir(id: MemberId) -> PathBuf {
 async fn boot_node(
     env: &Env,
     id: MemberId,
+    replicas: bool,
 ) -> Result<cairn_engine::node::Booted, cairn_engine::node::BootError> {
     use cairn_engine::node::{Node, NodeSettings, PasswordCost};
-    let settings = NodeSettings {
+    let mut settings = NodeSettings {
         password_cost: PasswordCost::CHEAP,
         meta: cairn_engine::metadata::MetaSettings {
             // Small: checkpoints come every few ops, so boots replay from them.
@@ -546,6 +567,8 @@ async fn boot_node(
         hooks: crate::canary::node_hooks(),
         ..NodeSettings::default()
     };
+    // A member whose partitions' groups run: its partitions are their replicas.
+    settings.partition.replica = replicas;
     Node::start(env, &node_root(id), settings).await
 }
 
@@ -636,6 +659,9 @@ impl World {
         });
         for _ in 0..installed {
             self.decision("ClusterSnapshotInstalled");
+        }
+        if let Some(parts) = self.replicas[at].parts.take() {
+            self.count_parts(&parts);
         }
         let node = self.replicas[at].node.take();
         // The partitions it served: a boot that finishes an adoption compares against them.
@@ -746,7 +772,7 @@ impl World {
             let calls = self.rng.gen_range(0..30);
             disk.arm_crash(calls);
             let env = self.replicas[at].env.clone();
-            let booted = boot_node(&env, id).await;
+            let booted = boot_node(&env, id, self.profile.messages).await;
             if !disk.is_crashed() {
                 disk.disarm_crash();
                 return booted;
@@ -761,7 +787,7 @@ impl World {
                 "replica {id}: crashed inside a boot finishing an adoption"
             ));
         }
-        boot_node(&self.replicas[at].env.clone(), id).await
+        boot_node(&self.replicas[at].env.clone(), id, self.profile.messages).await
     }
 
     fn failed(&self) -> bool {
@@ -849,6 +875,7 @@ impl World {
                     show(last)
                 );
                 self.mark(&replica_lane(id), MarkKind::Boot, label);
+                self.start_parts(at, &group);
                 self.replicas[at].group = Some(Arc::new(group));
             }
             Err(e) => {
@@ -879,11 +906,21 @@ async fn direct(mut world: World) -> Counts {
     while next < world.profile.ops && !world.failed() {
         world.remove_one().await;
         world.rejoin().await;
-        let (nodes, live) = (world.profile.nodes, &world.acked);
-        let drawn = op.get_or_insert_with(|| workload::draw(next, nodes, live, &mut world.rng));
+        let kinds = (world.profile.nodes, world.profile.messages);
+        let live = &world.acked;
+        let drawn = op.get_or_insert_with(|| workload::draw(next, kinds, live, &mut world.rng));
         let drawn = drawn.clone();
-        if let workload::Op::Store(group) = &drawn {
-            world.store_offset(group).await;
+        // Stores, sends and polls are no metadata ops: done once tried.
+        let tried = match &drawn {
+            workload::Op::Store(group) => world.store_offset(group).await,
+            workload::Op::Send(topic) => {
+                let balanced = iggy_binary_protocol::WirePartitioning::Balanced;
+                world.send_messages(topic, balanced).await
+            }
+            workload::Op::Poll(topic) => world.poll_messages(topic).await,
+            _ => false,
+        };
+        if tried {
             next += 1;
             op = None;
             continue;

@@ -127,11 +127,14 @@ impl World {
         to
     }
 
-    /// Replicas that count as down: down, with a crash armed, or blank and not yet added.
+    /// Replicas that count as down: down, with a crash armed, blank and not yet added, or
+    /// with partition replicas that do not count in their groups yet.
     pub(super) fn out(&self) -> usize {
-        self.replicas
-            .iter()
-            .filter(|r| r.group.is_none() || r.armed || !r.joined)
+        (0..self.replicas.len())
+            .filter(|&at| {
+                let r = &self.replicas[at];
+                r.group.is_none() || r.armed || !r.joined || self.parts_outside(at)
+            })
             .count()
     }
 

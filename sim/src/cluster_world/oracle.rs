@@ -75,6 +75,10 @@ impl World {
                 if !self.failed() {
                     self.judge_nodes().await;
                 }
+                if !self.failed() && self.profile.messages {
+                    let deadline = self.clock.now_nanos() + FINAL_DEADLINE.as_nanos() as u64;
+                    self.judge_messages(deadline).await;
+                }
                 return;
             }
             if self.clock.now_nanos() >= deadline {

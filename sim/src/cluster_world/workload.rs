@@ -16,6 +16,10 @@
 //! | delete topic             | `-s/t`          | 8%, a live topic                       |
 //! | delete stream            | `-s`            | 5%, a live stream but the newest       |
 //!
+//! Where messages run (profile `messages`), first: 30% send one or two messages to a live
+//! topic through a random member (`>s/t`), 10% poll a random partition of one at a random
+//! member (`<s/t`); [`super::messages`].
+//!
 //! A draw that finds nothing to act on creates a topic. Every op's outcome is known before
 //! the next is drawn (one in doubt is retried, under the same key, until it is), so the
 //! live names are exact: an attempt given up on that lands later is answered with the first
@@ -48,6 +52,10 @@ pub(super) enum Op {
     Grow(String),
     /// Stores an offset of a group on one member's node (no metadata op).
     Store(String),
+    /// Sends messages to a topic through one member (profile `messages`; no metadata op).
+    Send(String),
+    /// Polls a partition of a topic at one member (profile `messages`; no metadata op).
+    Poll(String),
 }
 
 impl Op {
@@ -59,6 +67,8 @@ impl Op {
             Op::Purge(name) => format!("~{name}"),
             Op::Grow(name) => format!("+{name}"),
             Op::Store(name) => format!("@{name}"),
+            Op::Send(name) => format!(">{name}"),
+            Op::Poll(name) => format!("<{name}"),
         }
     }
 
@@ -82,7 +92,9 @@ impl Op {
                     partitions_count: 1,
                 })
             }
-            Op::Store(_) => unreachable!("a stored offset is no metadata op"),
+            Op::Store(_) | Op::Send(_) | Op::Poll(_) => {
+                unreachable!("stores, sends and polls are no metadata ops")
+            }
         };
         MetaCommand {
             operation: op.operation().to_command_code().expect("a command"),
@@ -187,12 +199,22 @@ pub(super) fn within(name: &str, under: &str) -> bool {
 /// was acknowledged at).
 pub(super) fn draw(
     n: usize,
-    nodes: bool,
+    (nodes, messages): (bool, bool),
     live: &BTreeMap<String, u64>,
     rng: &mut ChaCha8Rng,
 ) -> Op {
     let at = |d: usize| -> Vec<&String> { live.keys().filter(|k| depth(k) == d).collect() };
     let (streams, topics, groups) = (at(0), at(1), at(2));
+    // Where messages run, two ops in five send or poll (drawn only then: the other
+    // profiles' draws stay what they were).
+    if messages && !topics.is_empty() {
+        let topic = topics[rng.gen_range(0..topics.len())].clone();
+        match rng.gen_range(0..100) {
+            0..30 => return Op::Send(topic),
+            30..40 => return Op::Poll(topic),
+            _ => {}
+        }
+    }
     let newest = streams.iter().max_by_key(|s| live[s.as_str()]).copied();
     let Some(newest) = newest.filter(|_| nodes && !n.is_multiple_of(4)) else {
         return Op::Create(format!("s{n}"));
@@ -221,14 +243,15 @@ impl World {
                 self.acked.insert(name.clone(), index);
             }
             Op::Delete(name) => self.acked.retain(|live, _| !within(live, name)),
-            Op::Purge(_) | Op::Grow(_) | Op::Store(_) => {}
+            Op::Purge(_) | Op::Grow(_) | Op::Store(_) | Op::Send(_) | Op::Poll(_) => {}
         }
     }
 
     /// Stores offset 0 of group `name` in partition 0 of its topic on a random up member's
     /// node, as a member of the group (a message sent there first). The group counts as
-    /// stored to whatever the outcome: a node behind may not know the group yet.
-    pub(super) async fn store_offset(&mut self, name: &str) {
+    /// stored to whatever the outcome: a node behind may not know the group yet. True: it
+    /// was tried.
+    pub(super) async fn store_offset(&mut self, name: &str) -> bool {
         let up: Vec<usize> = self
             .up()
             .into_iter()
@@ -243,6 +266,7 @@ impl World {
                 self.store_offset_on(at, name).await;
             }
         }
+        true
     }
 
     /// [`World::store_offset`] on replica `at`'s node (up, with a node), once it applied
@@ -262,9 +286,11 @@ impl World {
         self.stored.insert(name.to_owned());
         let (stream, topic, group) = group_ids(name);
         let client = node.client(0x5707e);
+        // A message like any other the client sends (in doubt: the store may fail after it).
+        let payload = self.new_message();
         let store = async move {
             let mut batch = cairn_engine::format::BatchBuilder::new(0);
-            batch.push(1, 0, b"a message to hold an offset", b"");
+            batch.push(1, 0, payload.as_bytes(), b"");
             let partition = iggy_binary_protocol::WirePartitioning::PartitionId(0);
             client
                 .send(&stream, &topic, &partition, batch.build())

@@ -1,0 +1,596 @@
+//! Messages through the partition groups (profile `messages`): every member's node runs its
+//! replicas of the partitions' groups (`cairn_cluster::partition::groups::PartGroups`), as a
+//! server does, and the client sends messages through a random member (proposed at the
+//! group's leader, or forwarded to it) and polls a random member's replica.
+//!
+//! Judged:
+//! - **read committed**: a message a poll read stays where it was read (a replica that
+//!   showed a batch its group never committed is caught when the final read differs), and
+//!   every message read was sent;
+//! - after the final heal, once a last send to every partition went through (liveness) and
+//!   every replica applied it: **agreement**, every replica's partition holds the same
+//!   batches, byte for byte; **nothing lost**, every acknowledged message is where its
+//!   acknowledgement put it (unless its partition was purged or deleted since);
+//!   **nothing unsent**, offsets are dense from 0 and each message is one the client sent,
+//!   held once.
+//!
+//! A send whose answer never came (timed out, refused, its member crashed) is in doubt: it
+//! may be held once, or not at all.
+
+use super::*;
+use cairn_engine::node::Node;
+use iggy_binary_protocol::requests::messages::PollMessagesRequest;
+use iggy_binary_protocol::{WireConsumer, WirePartitioning, WirePollingStrategy};
+
+pub const INV_MESSAGES_AGREE: &str = "replicas hold the same batches at every offset";
+pub const INV_MESSAGE_LOST: &str = "an acknowledged message is never lost";
+pub const INV_MESSAGE_UNSENT: &str =
+    "a partition holds only messages a client sent, each once, at dense offsets";
+pub const INV_READ_COMMITTED: &str = "a message a poll read stays where it was read";
+
+/// How long the client waits for a send's answer (a group without a leader keeps it up to
+/// `SEND_DEADLINE`, 10 s, before it answers).
+const SEND_TIMEOUT: Duration = Duration::from_secs(12);
+/// Most messages one poll asks for.
+const POLL_COUNT: u32 = 1000;
+
+/// Where a message sits: the topic's name `s/t`, the partition, its nonce and the offset.
+pub(super) type Place = (String, u32, u64, u64);
+
+/// A message as a replica holds it: its offset, its payload, and a hash of its batch's
+/// header and its own frame (stamps, id and checksums included: replicas hold the same
+/// bytes).
+type Held = (u64, String, u64);
+
+/// The client's model of the messages it sent and read.
+#[derive(Debug, Default)]
+pub(super) struct Messages {
+    /// Acknowledged messages: payload → where the acknowledgement put it.
+    acked: BTreeMap<String, Place>,
+    /// Messages sent without an answer: held once, or not at all.
+    doubt: BTreeSet<String>,
+    /// What polls read: place → payload.
+    seen: BTreeMap<Place, String>,
+    /// Messages sent so far (each payload is `m{n}`).
+    sent: u64,
+}
+
+/// A partition of the final state, by the client's names.
+#[derive(Debug, Clone)]
+struct Final {
+    topic: String,
+    identity: cairn_engine::partition::PartitionIdentity,
+}
+
+/// The partition groups' tuning here: production's timing; a checkpoint every 2 to 8
+/// entries (an eighth of the profile's `snapshot_every`: a partition sees few sends in a
+/// seed), so that checkpoints happen and restarts begin from them; a WAL that keeps every entry a seed makes (a checkpoint carries no messages yet,
+/// so a replica behind a purged WAL could not catch up: catch-up by snapshot is not built).
+fn tuning(profile: &ClusterProfile) -> Tuning {
+    Tuning {
+        heartbeat: Duration::from_millis(100),
+        election: (Duration::from_millis(400), Duration::from_millis(800)),
+        checkpoint_every: (profile.snapshot_every / 8).max(2),
+        log_kept: 1 << 20,
+    }
+}
+
+/// Where member `id` keeps its partition groups' WALs.
+fn parts_dir(id: MemberId) -> PathBuf {
+    node_root(id).join("cluster").join("partitions")
+}
+
+impl World {
+    /// Starts member `at`'s partition groups over its node (booted), as a server does once
+    /// its metadata replica (`group`) started.
+    pub(super) fn start_parts(&mut self, at: usize, group: &MetaGroup) {
+        let Some(node) = self.replicas[at]
+            .node
+            .clone()
+            .filter(|_| self.profile.messages)
+        else {
+            return;
+        };
+        let env = self.replicas[at].env.clone();
+        let id = self.replicas[at].id;
+        let meta = cairn_cluster::group::Replica::clone(group);
+        let parts = PartGroups::new(&env, node, meta, parts_dir(id), tuning(&self.profile))
+            .with_hooks(crate::canary::part_machine_hooks(env.clock.clone()));
+        parts.install();
+        drop(env.tasks.spawn(Box::pin(parts.clone().run())));
+        self.replicas[at].parts = Some(parts);
+    }
+
+    /// Counts what member's groups did, before its process goes.
+    pub(super) fn count_parts(&mut self, parts: &PartGroups) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counts = parts.counts();
+        let (skipped, checkpoints) = (
+            counts.skipped.load(Relaxed),
+            counts.checkpoints.load(Relaxed),
+        );
+        self.event(format!(
+            "groups of this process: {skipped} sends skipped, {checkpoints} checkpoints"
+        ));
+        if checkpoints > 0 {
+            self.decision("ClusterMessagesCheckpointed");
+        }
+    }
+
+    /// Whether member `at`'s partition replicas do not all count in their groups yet
+    /// (a group not running, or its replica here no voter as it knows): a member whose
+    /// groups lag the metadata group's voters counts as out.
+    pub(super) fn parts_outside(&self, at: usize) -> bool {
+        self.replicas[at]
+            .parts
+            .as_ref()
+            .is_some_and(|p| p.views().iter().any(|v| !v.voter))
+    }
+
+    /// An up member whose node runs partition groups, at random.
+    fn member_with_groups(&mut self) -> Option<usize> {
+        let up: Vec<usize> = self
+            .up()
+            .into_iter()
+            .filter(|&at| self.replicas[at].parts.is_some())
+            .collect();
+        (!up.is_empty()).then(|| up[self.rng.gen_range(0..up.len())])
+    }
+
+    /// A new message's payload (`m{n}`), in doubt until acknowledged.
+    pub(super) fn new_message(&mut self) -> String {
+        self.messages.sent += 1;
+        let payload = format!("m{}", self.messages.sent);
+        self.messages.doubt.insert(payload.clone());
+        payload
+    }
+
+    /// Sends one or two new messages to topic `topic` (`s/t`) through a random member,
+    /// to the partition `partitioning` names.
+    pub(super) async fn send_messages(
+        &mut self,
+        topic: &str,
+        partitioning: WirePartitioning,
+    ) -> bool {
+        let Some(at) = self.member_with_groups() else {
+            return true;
+        };
+        let count = self.rng.gen_range(1..=2);
+        let payloads: Vec<String> = (0..count).map(|_| self.new_message()).collect();
+        let mut batch = cairn_engine::format::BatchBuilder::new(0);
+        for payload in &payloads {
+            batch.push(u128::from(self.messages.sent), 0, payload.as_bytes(), b"");
+        }
+        let (stream, topic_id) = topic_ids_owned(topic);
+        let client = self.replicas[at]
+            .node
+            .as_ref()
+            .expect("a node")
+            .client(0x5e7d);
+        let send = async move {
+            client
+                .send(&stream, &topic_id, &partitioning, batch.build())
+                .await
+        };
+        let id = self.replicas[at].id;
+        let label = format!("send {} to {topic} at replica {id}", payloads.join(","));
+        let span = self.begin(CLIENT_LANE, label.clone());
+        let answer = self.while_nemesis(send, SEND_TIMEOUT).await;
+        match answer {
+            Some(Ok(sent)) => {
+                self.end(span, SpanOutcome::Ok);
+                let base = sent.ack.base_offset;
+                self.event(format!(
+                    "{label}: acknowledged at {}:{} offset {base}",
+                    sent.partition, sent.nonce
+                ));
+                for (i, payload) in payloads.into_iter().enumerate() {
+                    self.messages.doubt.remove(&payload);
+                    let place = (
+                        topic.to_owned(),
+                        sent.partition,
+                        sent.nonce,
+                        base + i as u64,
+                    );
+                    self.messages.acked.insert(payload, place);
+                }
+                self.decision("ClusterMessagesReplicated");
+            }
+            Some(Err(e)) => {
+                self.end(span, SpanOutcome::Refused(e.to_string()));
+                self.event(format!("{label}: in doubt ({e})"));
+            }
+            None => {
+                self.end(span, SpanOutcome::Lost("timed out".into()));
+                self.event(format!("{label}: in doubt (timed out)"));
+            }
+        }
+        true
+    }
+
+    /// Polls a random partition of topic `topic` at a random member, from offset 0: what
+    /// it reads must stay where it was read, and must have been sent.
+    pub(super) async fn poll_messages(&mut self, topic: &str) -> bool {
+        let Some(at) = self.member_with_groups() else {
+            return true;
+        };
+        let node = self.replicas[at].node.clone().expect("a node");
+        let Some(partitions) = partitions_of(&node, topic) else {
+            return true;
+        };
+        let partition = partitions[self.rng.gen_range(0..partitions.len())];
+        let id = self.replicas[at].id;
+        let poll = async move { read_from(&node, topic_ids_owned(topic), partition, 0).await };
+        let Some(Ok(Some((nonce, messages)))) = self.while_nemesis(poll, PROPOSE_TIMEOUT).await
+        else {
+            return true;
+        };
+        if !messages.is_empty() && self.member_leads(at, topic, partition) == Some(false) {
+            self.decision("ClusterMessagesReadAtFollower");
+        }
+        for (offset, payload, _) in messages {
+            let place = (topic.to_owned(), partition, nonce, offset);
+            self.judge_read(&place, &payload, &format!("a poll at replica {id}"));
+            self.messages.seen.entry(place).or_insert(payload);
+            if self.failed() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Whether member `at`'s replica of `topic`'s `partition` leads its group, if it runs.
+    fn member_leads(&self, at: usize, topic: &str, partition: u32) -> Option<bool> {
+        let node = self.replicas[at].node.as_ref()?;
+        let identity = identity_of(node, topic, partition)?;
+        let views = self.replicas[at].parts.as_ref()?.views();
+        let view = views.into_iter().find(|v| v.partition == identity)?;
+        Some(view.replica.is_some() && view.leader == view.replica)
+    }
+
+    /// A message read at `place`: sent, and where an earlier read or its acknowledgement
+    /// put it.
+    fn judge_read(&mut self, place: &Place, payload: &str, by: &str) {
+        let known =
+            self.messages.acked.contains_key(payload) || self.messages.doubt.contains(payload);
+        if !known {
+            self.fail(
+                INV_MESSAGE_UNSENT,
+                format!("{by} read {payload:?} at {place:?}, which the client never sent"),
+            );
+        } else if let Some(before) = self.messages.seen.get(place).filter(|p| *p != payload) {
+            self.fail(
+                INV_READ_COMMITTED,
+                format!(
+                    "{by} read {payload:?} at {place:?}, where an earlier poll read {before:?}"
+                ),
+            );
+        } else if let Some(acked) = self.messages.acked.get(payload).filter(|a| *a != place) {
+            self.fail(
+                INV_MESSAGE_UNSENT,
+                format!("{by} read {payload:?} at {place:?}, acknowledged at {acked:?}"),
+            );
+        }
+    }
+
+    /// After the final heal: a send to every partition of the converged state, then every
+    /// replica's copy of each compared (the module doc's judgement).
+    pub(super) async fn judge_messages(&mut self, deadline: u64) {
+        let Some(state) = self.replicas[0]
+            .node
+            .as_ref()
+            .map(|n| n.view().state.clone())
+        else {
+            return;
+        };
+        let finals = finals_of(&state);
+        for partition in &finals {
+            if !self.final_send(partition, deadline).await {
+                return;
+            }
+        }
+        for partition in &finals {
+            if !self.judge_partition(partition, deadline).await {
+                return;
+            }
+        }
+        let views: Vec<GroupView> = self
+            .replicas
+            .iter()
+            .filter_map(|r| r.parts.as_ref())
+            .flat_map(|p| p.views())
+            .collect();
+        if views.iter().any(|v| v.term > 1) {
+            self.decision("ClusterMessagesLeaderChanged");
+        }
+        self.event(format!(
+            "final: {} partitions agree, {} messages acknowledged, {} in doubt, {} read",
+            finals.len(),
+            self.messages.acked.len(),
+            self.messages.doubt.len(),
+            self.messages.seen.len()
+        ));
+    }
+
+    /// A last message to `partition` through a random member, asked again until one is
+    /// acknowledged by `deadline` (liveness): it commits everything before it.
+    async fn final_send(&mut self, partition: &Final, deadline: u64) -> bool {
+        let p = partition.identity.partition_id;
+        while self.clock.now_nanos() < deadline {
+            let before = self.messages.acked.len();
+            self.send_messages(&partition.topic, WirePartitioning::PartitionId(p))
+                .await;
+            if self.messages.acked.len() > before {
+                return true;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
+        }
+        let what = format!(
+            "no send to {} partition {p} went through the healed cluster",
+            partition.topic
+        );
+        self.stalled(partition.identity, what);
+        false
+    }
+
+    /// A partition's group made no progress by the final deadline: a replica that did not
+    /// start (no fault here damages a disk: its WAL or its replica refused) breaks
+    /// [`INV_BOOT`]; otherwise it is the group's liveness.
+    fn stalled(&mut self, identity: cairn_engine::partition::PartitionIdentity, what: String) {
+        let refused = self.replicas.iter().find_map(|r| {
+            let views = r.parts.as_ref()?.views();
+            let why = views
+                .into_iter()
+                .find(|v| v.partition == identity)?
+                .failed?;
+            Some(format!("replica {}'s group of it did not run: {why}", r.id))
+        });
+        match refused {
+            Some(refused) => self.fail(INV_BOOT, format!("{what}: {refused}")),
+            None => {
+                let views = self.part_views(identity);
+                self.fail(INV_LIVENESS, format!("{what}: {views}"));
+            }
+        }
+    }
+
+    /// What every member's replica of `identity` makes of its group.
+    fn part_views(&self, identity: cairn_engine::partition::PartitionIdentity) -> String {
+        let view = |r: &Replica| {
+            let found = r
+                .parts
+                .as_ref()
+                .and_then(|p| p.views().into_iter().find(|v| v.partition == identity));
+            format!("replica {}: {found:?}", r.id)
+        };
+        self.replicas
+            .iter()
+            .map(view)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Waits until every replica of `partition` holds the same number of messages (its
+    /// final send applied everywhere), then compares and checks their copies.
+    async fn judge_partition(&mut self, partition: &Final, deadline: u64) -> bool {
+        let target = self
+            .messages
+            .acked
+            .values()
+            .filter(|(t, p, n, _)| {
+                *t == partition.topic
+                    && *p == partition.identity.partition_id
+                    && *n == partition.identity.nonce
+            })
+            .map(|place| place.3 + 1)
+            .max()
+            .unwrap_or(0);
+        let nodes: Vec<(MemberId, Node)> = self
+            .replicas
+            .iter()
+            .filter_map(|r| Some((r.id, r.node.clone()?)))
+            .collect();
+        let copies = loop {
+            let mut copies = Vec::new();
+            for (id, node) in &nodes {
+                let ids = topic_ids_owned(&partition.topic);
+                let read = read_from(node, ids, partition.identity.partition_id, 0).await;
+                if let Ok(Some((nonce, messages))) = read {
+                    if nonce == partition.identity.nonce && messages.len() as u64 >= target {
+                        copies.push((*id, messages));
+                    }
+                }
+            }
+            let lengths: BTreeSet<usize> = copies.iter().map(|(_, m)| m.len()).collect();
+            if copies.len() == nodes.len() && lengths.len() == 1 {
+                break copies;
+            }
+            if self.clock.now_nanos() >= deadline {
+                let what = format!(
+                    "not every replica of {} partition {} reached offset {target} by the deadline",
+                    partition.topic, partition.identity.partition_id
+                );
+                self.stalled(partition.identity, what);
+                return false;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(20)).await;
+        };
+        self.judge_copies(partition, copies)
+    }
+
+    /// Every replica's copy of `partition`: the same messages at the same offsets, dense
+    /// from 0, each sent once, every acknowledged and every read one where it was put.
+    fn judge_copies(&mut self, partition: &Final, copies: Vec<(MemberId, Vec<Held>)>) -> bool {
+        let (first_id, first) = &copies[0];
+        for (id, copy) in &copies[1..] {
+            if let Some(at) = (0..first.len()).find(|&i| copy[i] != first[i]) {
+                self.fail(
+                    INV_MESSAGES_AGREE,
+                    format!(
+                        "{} partition {}: replica {id} holds {:?}, replica {first_id} {:?}",
+                        partition.topic, partition.identity.partition_id, copy[at], first[at]
+                    ),
+                );
+                return false;
+            }
+        }
+        let (topic, p, nonce) = (
+            partition.topic.clone(),
+            partition.identity.partition_id,
+            partition.identity.nonce,
+        );
+        let mut held = BTreeSet::new();
+        for (i, (offset, payload, _)) in first.iter().enumerate() {
+            let place = (topic.clone(), p, nonce, *offset);
+            if *offset != i as u64 || !held.insert(payload.clone()) {
+                self.fail(
+                    INV_MESSAGE_UNSENT,
+                    format!("{topic} partition {p}: {payload:?} at offset {offset}, entry {i} (offsets not dense, or held twice)"),
+                );
+                return false;
+            }
+            self.judge_read(&place, payload, &format!("replica {first_id}'s final copy"));
+            if self.failed() {
+                return false;
+            }
+        }
+        let at = |place: &Place| first.get(place.3 as usize).map(|(_, m, _)| m.clone());
+        let here = |place: &Place| place.0 == topic && place.1 == p && place.2 == nonce;
+        let lost = self
+            .messages
+            .acked
+            .iter()
+            .find(|(m, place)| here(place) && at(place).as_ref() != Some(*m));
+        if let Some((message, place)) = lost {
+            self.fail(
+                INV_MESSAGE_LOST,
+                format!(
+                    "{message:?}, acknowledged at {place:?}, is not there: {:?}",
+                    at(place)
+                ),
+            );
+            return false;
+        }
+        let unread = self
+            .messages
+            .seen
+            .iter()
+            .find(|(place, m)| here(place) && at(place).as_ref() != Some(*m));
+        if let Some((place, message)) = unread {
+            self.fail(
+                INV_READ_COMMITTED,
+                format!(
+                    "{message:?}, read at {place:?}, is not there: {:?}",
+                    at(place)
+                ),
+            );
+            return false;
+        }
+        true
+    }
+}
+
+/// The partitions of `state`, by the client's topic names.
+fn finals_of(state: &cairn_engine::state::MetaState) -> Vec<Final> {
+    let mut finals = Vec::new();
+    for stream in state.streams().values() {
+        for topic in stream.topics.values() {
+            for p in topic.partitions.values() {
+                finals.push(Final {
+                    topic: format!("{}/{}", stream.name, topic.name),
+                    identity: cairn_engine::partition::PartitionIdentity {
+                        stream_id: stream.id,
+                        topic_id: topic.id,
+                        partition_id: p.id,
+                        nonce: p.nonce,
+                    },
+                });
+            }
+        }
+    }
+    finals
+}
+
+/// The partitions `node` knows of topic `topic` (`s/t`), if it knows the topic.
+fn partitions_of(node: &Node, topic: &str) -> Option<Vec<u32>> {
+    let view = node.view();
+    let (s, t) = topic.split_once('/')?;
+    let stream = view.state.streams().values().find(|x| x.name == s)?;
+    let topic = stream.topics.values().find(|x| x.name == t)?;
+    let ids: Vec<u32> = topic.partitions.keys().copied().collect();
+    (!ids.is_empty()).then_some(ids)
+}
+
+/// The identity of `topic`'s `partition` as `node` knows it.
+fn identity_of(
+    node: &Node,
+    topic: &str,
+    partition: u32,
+) -> Option<cairn_engine::partition::PartitionIdentity> {
+    let state = node.view().state.clone();
+    finals_of(&state)
+        .into_iter()
+        .find(|f| f.topic == topic && f.identity.partition_id == partition)
+        .map(|f| f.identity)
+}
+
+fn topic_ids_owned(topic: &str) -> (WireIdentifier, WireIdentifier) {
+    let (s, t) = topic.split_once('/').expect("a topic's name");
+    (
+        WireIdentifier::named(s).expect("a name"),
+        WireIdentifier::named(t).expect("a name"),
+    )
+}
+
+/// Every message of `partition` of topic `ids` at `node` from `from` on, in pages: the
+/// partition's nonce and (offset, payload) of each (`None` when the node has no such
+/// topic or partition).
+async fn read_from(
+    node: &Node,
+    ids: (WireIdentifier, WireIdentifier),
+    partition: u32,
+    from: u64,
+) -> cairn_engine::error::NodeResult<Option<(u64, Vec<Held>)>> {
+    let client = node.client(0x9011);
+    let mut messages = Vec::new();
+    let mut nonce = None;
+    let mut next = from;
+    loop {
+        let request = PollMessagesRequest {
+            consumer: WireConsumer::consumer(WireIdentifier::numeric(0x9011)),
+            stream_id: ids.0.clone(),
+            topic_id: ids.1.clone(),
+            partition_id: Some(partition),
+            strategy: WirePollingStrategy::offset(next),
+            count: POLL_COUNT,
+            auto_commit: false,
+        };
+        let Some(polled) = client.poll(&request).await? else {
+            return Ok(None);
+        };
+        if nonce.is_some_and(|n| n != polled.incarnation) {
+            // Purged between two pages: read again.
+            return Ok(None);
+        }
+        nonce = Some(polled.incarnation);
+        let before = messages.len();
+        for batch in &polled.batches {
+            let base =
+                cairn_engine::format::BatchHeader::decode(batch).map_or(0, |h| h.base_offset);
+            for m in cairn_engine::format::MessageIter::new(batch, base) {
+                if m.offset >= next {
+                    let payload = String::from_utf8_lossy(m.payload).into_owned();
+                    // The batch's header (its stamp: offset, timestamp, checksum) and the
+                    // message's frame.
+                    let header = &batch[..cairn_engine::format::BATCH_HEADER_LEN.min(batch.len())];
+                    let frame = xxhash::xxh3::xxh3_64(&[header, &batch[m.frame.clone()]].concat());
+                    messages.push((m.offset, payload, frame));
+                }
+            }
+        }
+        match messages.last() {
+            Some(&(last, _, _)) if messages.len() > before => next = last + 1,
+            _ => return Ok(Some((polled.incarnation, messages))),
+        }
+    }
+}
