@@ -250,6 +250,14 @@ const HELLO_LABEL: &str = "cairn-peer-hello-v1";
 const WELCOME_LABEL: &str = "cairn-peer-welcome-v1";
 /// How long an opener may take over its side of the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A served connection that carries no request for this long is closed: a peer that died
+/// without closing it (a power loss) leaves it open otherwise. Clients make a connection
+/// idle for [`CLIENT_IDLE`] again before they use it, so a live peer never finds its own
+/// closed under it.
+pub const PEER_IDLE: Duration = Duration::from_secs(120);
+pub const CLIENT_IDLE: Duration = Duration::from_secs(60);
+const _: () = assert!(CLIENT_IDLE.as_nanos() < PEER_IDLE.as_nanos());
+
 /// Connections a member serves at once, proven or not; more are closed as they arrive.
 /// Each peer member holds at most [`served::PER_MEMBER`], so this leaves room for six peers
 /// and for connections still in their handshake.
@@ -419,6 +427,9 @@ pub struct PeerClient {
     /// exchange that openraft cancelled (dropped mid-way) leaves it set, and the next call
     /// starts on a new connection instead of reading the old request's reply as its own.
     in_flight: bool,
+    /// When the connection last carried an exchange (monotonic nanoseconds): one idle for
+    /// [`CLIENT_IDLE`] is made again, before the peer closes it ([`PEER_IDLE`]).
+    used_at: u64,
 }
 
 /// A value reachable only through `&mut` ([`Exclusive::get_mut`]): openraft wants its
@@ -451,6 +462,7 @@ impl PeerNetwork {
             addr: node.raft.parse().ok(),
             stream: Exclusive(None),
             in_flight: false,
+            used_at: 0,
         }
     }
 }
@@ -488,7 +500,9 @@ impl PeerClient {
             rpc,
         };
         let env = self.env.clone();
-        if self.in_flight {
+        let now = env.clock.monotonic_nanos();
+        let idle = now.saturating_sub(self.used_at) > CLIENT_IDLE.as_nanos() as u64;
+        if self.in_flight || idle {
             *self.stream.get_mut() = None;
         }
         self.in_flight = true;
@@ -512,7 +526,10 @@ impl PeerClient {
         .instrument(span)
         .await;
         match &result {
-            Ok(_) => self.in_flight = false,
+            Ok(_) => {
+                self.in_flight = false;
+                self.used_at = env.clock.monotonic_nanos();
+            }
             // The stream may hold half a request or reply: start over on a new one.
             Err(_) => *self.stream.get_mut() = None,
         }
@@ -536,6 +553,7 @@ impl PeerClient {
             addr: Some(addr),
             stream: Exclusive(None),
             in_flight: false,
+            used_at: 0,
         }
     }
 }
@@ -828,7 +846,9 @@ async fn serve_connection(
     let mut entry = served.admit(member_of(peer));
     loop {
         let read = read_message::<Request>(&mut *stream, MAX_FRAME);
-        let env::Either::Left(Ok(request)) = env::race(read, &mut entry.closed).await else {
+        let idle = replica.env.clock.sleep(PEER_IDLE);
+        let closed = env::race(&mut entry.closed, idle);
+        let env::Either::Left(Ok(request)) = env::race(read, closed).await else {
             return;
         };
         // The handshake proved who opened the connection: its requests speak for it alone.

@@ -3,10 +3,13 @@
 //! A peer's process that died without closing its connections (a power loss, a host that
 //! vanished) leaves them open here: nothing reads a close that never comes. Its next
 //! process opens new ones. So each member may hold at most [`PER_MEMBER`] connections here;
-//! a newer one closes its oldest, which are a dead process's first. A live member needs at
-//! most 32 (`decide::MAX_READS` and `MAX_FORWARDS` metadata asks, its Raft clients, its
-//! partition groups' pools of `partition::net::POOL` and `FORWARD_POOL`), so only the dead
-//! are closed.
+//! a newer one closes its oldest, which are a dead process's first. A live member opens at
+//! most 32 at once (`decide::MAX_READS` and `MAX_FORWARDS` metadata asks, its Raft clients,
+//! its partition groups' pools of `partition::net::POOL` and `FORWARD_POOL`), so a live
+//! one's are closed only past twice that (one-exchange connections whose client gave up
+//! while this member still answers them count until it has). What no newer connection
+//! closes (a replaced member's, whose id never connects again) closes once idle for
+//! `net::PEER_IDLE`.
 //!
 //! | a connection that proved member `m` arrives | `m` holds |
 //! |---|---|

@@ -121,6 +121,8 @@ pub struct GroupView {
     pub voter: bool,
     /// The group's voters, as this replica knows them.
     pub voters: Vec<NodeId>,
+    /// Whether that configuration is joint (a change under way).
+    pub joint: bool,
     /// Why its replica here does not run, if it failed.
     pub failed: Option<String>,
 }
@@ -135,6 +137,7 @@ impl GroupView {
             applied: 0,
             voter: false,
             voters: Vec::new(),
+            joint: false,
             failed,
         }
     }
@@ -243,7 +246,9 @@ impl PartGroups {
                     return GroupView::down(*name, why);
                 };
                 let m = raft.metrics().borrow_watched().clone();
-                let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+                let membership = m.membership_config.membership();
+                let voters: Vec<NodeId> = membership.voter_ids().collect();
+                let joint = membership.get_joint_config().len() > 1;
                 GroupView {
                     partition: identity_of(*name),
                     replica: Some(m.id),
@@ -252,6 +257,7 @@ impl PartGroups {
                     applied: m.last_applied.map_or(0, |l| l.index),
                     voter: voters.contains(&m.id),
                     voters,
+                    joint,
                     failed: None,
                 }
             })
@@ -763,11 +769,17 @@ async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, 
 /// The voter of `raft`'s group, other than this replica, that holds the most of its log
 /// and answered a heartbeat most recently (as this leader knows).
 pub(super) fn successor(raft: &PartRaft) -> Option<NodeId> {
+    successor_among(raft, |_| true)
+}
+
+/// [`successor`], among the voters `wanted` takes.
+pub(super) fn successor_among(raft: &PartRaft, wanted: impl Fn(NodeId) -> bool) -> Option<NodeId> {
     let metrics = raft.metrics().borrow_watched().clone();
     let matched = metrics.replication.unwrap_or_default();
     let heard = metrics.heartbeat.unwrap_or_default();
     let voters = metrics.membership_config.membership().voter_ids();
-    voters.filter(|id| *id != metrics.id).max_by_key(|id| {
+    let others = voters.filter(|id| *id != metrics.id && wanted(*id));
+    others.max_by_key(|id| {
         let log = matched.get(id).cloned().flatten();
         let last_heard = heard.get(id).cloned().flatten();
         (log, last_heard)

@@ -72,8 +72,9 @@ pub struct MachineHooks {
 pub struct MachineCounts {
     /// Sends found in the segments already when applied (the table's first row).
     pub skipped: AtomicU64,
-    /// Checkpoints recorded (built here or installed from a leader).
+    /// Checkpoints built and recorded here.
     pub checkpoints: AtomicU64,
+    /// Checkpoints installed from a leader.
     pub installed: AtomicU64,
 }
 

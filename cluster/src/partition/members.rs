@@ -10,7 +10,7 @@
 //! | a learner whose member is not wanted (left over from a change cut short) | removes it in the same change |
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
 //! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
-//! | its own member no metadata voter | hands the group over to another voter (a leader never removes itself), and the next leader reconciles |
+//! | its own member no metadata voter (seen once the metadata configuration is not joint) | hands the group over to a wanted voter (a leader never removes itself), and the next leader reconciles |
 //!
 //! Each group's reconciliation runs as a task of its own (at most one per group), so a slow
 //! one never holds up the member's other groups; it is forgotten when this member stops
@@ -20,7 +20,7 @@
 //! entries behind the last checkpoint; one further behind cannot catch up until
 //! checkpoints carry messages (docs/cluster.md, "Partitions: Not yet").
 
-use super::groups::{id_of, leads, successor, PartGroups};
+use super::groups::{id_of, leads, successor, successor_among, PartGroups};
 use super::net::{identity_of, GroupName};
 use super::PartRaft;
 use crate::rt::in_env;
@@ -121,9 +121,14 @@ impl PartGroups {
         if !wanted_ids.contains(&id_of(raft)) {
             // This member is no metadata voter: a leader must not remove itself (openraft
             // leaves it leading as a learner, which no later change may come from), so it
-            // hands the group over, and its successor reconciles.
-            if let Some(to) = successor(raft) {
-                let _ = in_env(self.env(), raft.trigger().transfer_leader(to)).await;
+            // hands the group to a wanted voter (or, with none, any other), and its
+            // successor reconciles.
+            let to =
+                successor_among(raft, |id| wanted_ids.contains(&id)).or_else(|| successor(raft));
+            if let Some(to) = to {
+                let _ = self
+                    .within(CHANGE_LIMIT, raft.trigger().transfer_leader(to))
+                    .await;
             }
             return false;
         }

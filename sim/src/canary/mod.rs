@@ -170,7 +170,6 @@ pub fn server_hooks() -> ServerHooks {
     }
 }
 
-/// A cluster replica's hooks the active canary needs.
 /// The partition group machines' hooks the active canary needs, for a replica whose clock
 /// is `clock`.
 pub fn part_machine_hooks(
@@ -181,6 +180,7 @@ pub fn part_machine_hooks(
     }
 }
 
+/// A cluster replica's hooks the active canary needs.
 pub fn cluster_hooks() -> cairn_cluster::group::GroupHooks {
     cairn_cluster::group::GroupHooks {
         incarnation: active().and_then(cluster::incarnation_hook),

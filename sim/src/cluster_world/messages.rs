@@ -33,6 +33,8 @@ pub const INV_READ_COMMITTED: &str = "a message a poll read stays where it was r
 const SEND_TIMEOUT: Duration = Duration::from_secs(12);
 /// Most messages one poll asks for.
 const POLL_COUNT: u32 = 1000;
+/// The longest the final round waits for one replica's copy of a partition.
+const READ_LIMIT: Duration = Duration::from_secs(5);
 
 /// Where a message sits: the topic's name `s/t`, the partition, its nonce and the offset.
 pub(super) type Place = (String, u32, u64, u64);
@@ -51,6 +53,9 @@ pub(super) struct Messages {
     doubt: BTreeSet<String>,
     /// What polls read: place → payload.
     seen: BTreeMap<Place, String>,
+    /// Where each message was first found (read, or in a final copy): a message is sent
+    /// once, so it is held in one place only, whatever partition or incarnation.
+    placed: BTreeMap<String, Place>,
     /// Messages sent so far (each payload is `m{n}`).
     sent: u64,
 }
@@ -117,14 +122,42 @@ impl World {
         }
     }
 
-    /// Whether member `at`'s partition replicas do not all count in their groups yet
-    /// (a group not running, or its replica here no voter as it knows): a member whose
-    /// groups lag the metadata group's voters counts as out.
-    pub(super) fn parts_outside(&self, at: usize) -> bool {
-        self.replicas[at]
-            .parts
-            .as_ref()
-            .is_some_and(|p| p.views().iter().any(|v| !v.voter))
+    /// Whether member `at`'s partition replicas do not all count in their groups yet: a
+    /// member whose groups lag the metadata group's voters counts as out. A replica counts
+    /// where its group's leader (the up replica leading in the highest term) has it among
+    /// its voters in a configuration that is not joint; in a group without a leader, where
+    /// its own configuration has it (a group never made counts no one out).
+    pub(super) fn parts_outside(&self, at: usize, all: &[Vec<GroupView>]) -> bool {
+        let Some(mine) = all.get(at).filter(|_| self.replicas[at].parts.is_some()) else {
+            return false;
+        };
+        let all: Vec<&GroupView> = all.iter().flatten().collect();
+        let counted = |mine: &GroupView| {
+            let leader = all
+                .iter()
+                .filter(|v| v.partition == mine.partition && v.replica.is_some())
+                .filter(|v| v.leader == v.replica)
+                .max_by_key(|v| v.term);
+            let never_made = all
+                .iter()
+                .all(|v| v.partition != mine.partition || v.voters.is_empty());
+            match (leader, mine.replica) {
+                (Some(l), Some(me)) => !l.joint && l.voters.contains(&me),
+                (Some(_), None) => false,
+                (None, _) => mine.voter || never_made,
+            }
+        };
+        mine.iter().any(|mine| !counted(mine))
+    }
+
+    /// Each member's [`PartGroups::views`] (none for a member down or without groups), by
+    /// position.
+    pub(super) fn part_views_of_all(&self) -> Vec<Vec<GroupView>> {
+        let views = |r: &Replica| match (&r.group, &r.parts) {
+            (Some(_), Some(parts)) => parts.views(),
+            _ => Vec::new(),
+        };
+        self.replicas.iter().map(views).collect()
     }
 
     /// An up member whose node runs partition groups, at random.
@@ -159,7 +192,9 @@ impl World {
         let payloads: Vec<String> = (0..count).map(|_| self.new_message()).collect();
         let mut batch = cairn_engine::format::BatchBuilder::new(0);
         for payload in &payloads {
-            batch.push(u128::from(self.messages.sent), 0, payload.as_bytes(), b"");
+            // Each message's id is its number (`m{n}`).
+            let id: u128 = payload[1..].parse().expect("a message's number");
+            batch.push(id, 0, payload.as_bytes(), b"");
         }
         let (stream, topic_id) = topic_ids_owned(topic);
         let client = self.replicas[at]
@@ -270,12 +305,20 @@ impl World {
                 INV_MESSAGE_UNSENT,
                 format!("{by} read {payload:?} at {place:?}, acknowledged at {acked:?}"),
             );
+        } else if let Some(first) = self.messages.placed.get(payload).filter(|p| *p != place) {
+            self.fail(
+                INV_MESSAGE_UNSENT,
+                format!("{by} read {payload:?} at {place:?}, found before at {first:?}"),
+            );
+        } else {
+            let first = self.messages.placed.entry(payload.to_owned());
+            first.or_insert_with(|| place.clone());
         }
     }
 
     /// After the final heal: a send to every partition of the converged state, then every
     /// replica's copy of each compared (the module doc's judgement).
-    pub(super) async fn judge_messages(&mut self, deadline: u64) {
+    pub(super) async fn judge_messages(&mut self) {
         let Some(state) = self.replicas[0]
             .node
             .as_ref()
@@ -284,13 +327,15 @@ impl World {
             return;
         };
         let finals = finals_of(&state);
+        // Each partition has the final round's time of its own.
+        let deadline = |w: &World| w.clock.now_nanos() + FINAL_DEADLINE.as_nanos() as u64;
         for partition in &finals {
-            if !self.final_send(partition, deadline).await {
+            if !self.final_send(partition, deadline(self)).await {
                 return;
             }
         }
         for partition in &finals {
-            if !self.judge_partition(partition, deadline).await {
+            if !self.judge_partition(partition, deadline(self)).await {
                 return;
             }
         }
@@ -394,7 +439,12 @@ impl World {
             let mut copies = Vec::new();
             for (id, node) in &nodes {
                 let ids = topic_ids_owned(&partition.topic);
-                let read = read_from(node, ids, partition.identity.partition_id, 0).await;
+                let read = read_from(node, ids, partition.identity.partition_id, 0);
+                let nap = cairn_engine::env::Clock::sleep(&self.clock, READ_LIMIT);
+                let read = match cairn_engine::env::race(read, nap).await {
+                    cairn_engine::env::Either::Left(read) => read,
+                    cairn_engine::env::Either::Right(()) => Ok(None),
+                };
                 if let Ok(Some((nonce, messages))) = read {
                     if nonce == partition.identity.nonce && messages.len() as u64 >= target {
                         copies.push((*id, messages));

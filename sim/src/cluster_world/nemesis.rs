@@ -130,10 +130,11 @@ impl World {
     /// Replicas that count as down: down, with a crash armed, blank and not yet added, or
     /// with partition replicas that do not count in their groups yet.
     pub(super) fn out(&self) -> usize {
+        let views = self.part_views_of_all();
         (0..self.replicas.len())
             .filter(|&at| {
                 let r = &self.replicas[at];
-                r.group.is_none() || r.armed || !r.joined || self.parts_outside(at)
+                r.group.is_none() || r.armed || !r.joined || self.parts_outside(at, &views)
             })
             .count()
     }

@@ -76,8 +76,7 @@ impl World {
                     self.judge_nodes().await;
                 }
                 if !self.failed() && self.profile.messages {
-                    let deadline = self.clock.now_nanos() + FINAL_DEADLINE.as_nanos() as u64;
-                    self.judge_messages(deadline).await;
+                    self.judge_messages().await;
                 }
                 return;
             }
