@@ -123,31 +123,34 @@ impl World {
     }
 
     /// Whether member `at`'s partition replicas do not all count in their groups yet: a
-    /// member whose groups lag the metadata group's voters counts as out. A replica counts
-    /// where its group's leader (the up replica leading in the highest term) has it among
-    /// its voters in a configuration that is not joint; in a group without a leader, where
-    /// its own configuration has it (a group never made counts no one out).
+    /// member whose groups lag the metadata group's voters counts as out. Judged for every
+    /// group any up member runs (a member whose node has not learnt of a group yet runs no
+    /// replica of it, and counts out): its replica counts where the group's leader (the up
+    /// replica leading in the highest term) has it among its voters in a configuration that
+    /// is not joint; in a group without a leader, where its own configuration has it; a
+    /// group made nowhere yet counts no one out.
     pub(super) fn parts_outside(&self, at: usize, all: &[Vec<GroupView>]) -> bool {
-        let Some(mine) = all.get(at).filter(|_| self.replicas[at].parts.is_some()) else {
+        if self.replicas[at].parts.is_none() {
             return false;
-        };
-        let all: Vec<&GroupView> = all.iter().flatten().collect();
-        let counted = |mine: &GroupView| {
-            let leader = all
-                .iter()
-                .filter(|v| v.partition == mine.partition && v.replica.is_some())
-                .filter(|v| v.leader == v.replica)
+        }
+        let mine = &all[at];
+        let every: Vec<&GroupView> = all.iter().flatten().collect();
+        let groups: BTreeSet<cairn_engine::partition::PartitionIdentity> =
+            every.iter().map(|v| v.partition).collect();
+        let counted = |group: cairn_engine::partition::PartitionIdentity| {
+            let of_group = || every.iter().filter(move |v| v.partition == group);
+            let leader = of_group()
+                .filter(|v| v.replica.is_some() && v.leader == v.replica)
                 .max_by_key(|v| v.term);
-            let never_made = all
-                .iter()
-                .all(|v| v.partition != mine.partition || v.voters.is_empty());
-            match (leader, mine.replica) {
+            let never_made = of_group().all(|v| v.voters.is_empty());
+            let mine = mine.iter().find(|v| v.partition == group);
+            match (leader, mine.and_then(|m| m.replica)) {
                 (Some(l), Some(me)) => !l.joint && l.voters.contains(&me),
                 (Some(_), None) => false,
-                (None, _) => mine.voter || never_made,
+                (None, _) => never_made || mine.is_some_and(|m| m.voter),
             }
         };
-        mine.iter().any(|mine| !counted(mine))
+        groups.into_iter().any(|group| !counted(group))
     }
 
     /// Each member's [`PartGroups::views`] (none for a member down or without groups), by
