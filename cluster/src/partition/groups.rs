@@ -9,6 +9,7 @@
 //! | a running group whose Raft node stopped (its WAL or machine failed) | drops it, to start it again from its storage |
 //! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |
 //! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the metadata group's committed voters' members run |
+//! | such a group whose replica here voted (for a maker that lost the group's first entry with its disk) | starts that replica again as a new one, which the next pass makes the group of |
 //!
 //! Each replica of a group has its own Raft id: this member and the incarnation of its WAL,
 //! drawn when the WAL is made (`crate::partition::net`). A WAL that lost its state record
@@ -477,8 +478,30 @@ impl PartGroups {
             let Some((replicas, false)) = self.replicas_made(name, &raft, &voters).await else {
                 continue;
             };
+            if voted(&raft) {
+                // It voted for a maker that lost the group's first entry (with its disk)
+                // before any replica held it: openraft initializes no replica that voted.
+                // It holds nothing but that vote, so it starts again as a new replica
+                // (a blank vote, another Raft id), of which the group is made next time.
+                self.start_again_blank(name).await;
+                continue;
+            }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
             let _ = in_env(&self.inner.env, raft.initialize(replicas)).await;
+        }
+    }
+
+    /// Stops this member's replica of group `name` and removes its WAL, so that the next
+    /// pass starts a new replica of it (only for a replica that holds nothing but a vote).
+    async fn start_again_blank(&self, name: GroupName) {
+        let Some(raft) = self.running().remove(&name) else {
+            return;
+        };
+        let _ = in_env(&self.inner.env, raft.shutdown()).await;
+        let dir = group_dir(&self.inner.root, name);
+        tracing::warn!(partition = %identity_of(name), "a replica that voted in a making that never took starts again as a new one");
+        if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
+            self.note_failure(name, format!("its WAL could not be removed: {e}"));
         }
     }
 
@@ -804,6 +827,11 @@ pub(super) fn leads(raft: &PartRaft) -> bool {
 /// The Raft id of this member's replica `raft`.
 pub(super) fn id_of(raft: &PartRaft) -> NodeId {
     raft.metrics().borrow_watched().id
+}
+
+/// Whether `raft`, holding no entry, voted (openraft then refuses to initialize it).
+fn voted(raft: &PartRaft) -> bool {
+    never_made(raft) && raft.metrics().borrow_watched().current_term > 0
 }
 
 /// Whether `raft`'s group was never made: no configuration, nothing in its log.
