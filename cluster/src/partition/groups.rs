@@ -483,7 +483,7 @@ impl PartGroups {
                 // before any replica held it: openraft initializes no replica that voted.
                 // It holds nothing but that vote, so it starts again as a new replica
                 // (a blank vote, another Raft id), of which the group is made next time.
-                self.start_again_blank(name).await;
+                self.start_again_blank(name, &raft).await;
                 continue;
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
@@ -493,11 +493,24 @@ impl PartGroups {
 
     /// Stops this member's replica of group `name` and removes its WAL, so that the next
     /// pass starts a new replica of it (only for a replica that holds nothing but a vote).
-    async fn start_again_blank(&self, name: GroupName) {
-        let Some(raft) = self.running().remove(&name) else {
-            return;
+    async fn start_again_blank(&self, name: GroupName, checked: &PartRaft) {
+        let raft = {
+            let mut running = self.running();
+            // Only the replica checked, not one started since under the name.
+            if running
+                .get(&name)
+                .is_none_or(|r| id_of(r) != id_of(checked))
+            {
+                return;
+            }
+            running.remove(&name).expect("checked above")
         };
         let _ = in_env(&self.inner.env, raft.shutdown()).await;
+        // An entry that reached it meanwhile (another leader made the group after this one
+        // asked) keeps its WAL: the next pass starts it again from it.
+        if !never_made(&raft) {
+            return;
+        }
         let dir = group_dir(&self.inner.root, name);
         tracing::warn!(partition = %identity_of(name), "a replica that voted in a making that never took starts again as a new one");
         if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
