@@ -101,4 +101,59 @@ impl Node {
         self.enqueue(self.shard(key), request).await?;
         self.answer(pending).await?
     }
+
+    /// Replaces this member's replica of `partition` (fenced, or behind what its peers still
+    /// hold) with an empty one whose log starts at `start`, its directory removed: its
+    /// group refills it from its peers (a cluster member's replicas only).
+    pub async fn rebuild_replica(
+        &self,
+        partition: PartitionIdentity,
+        start: u64,
+    ) -> NodeResult<()> {
+        self.check_running()?;
+        let key = key_of(&partition);
+        let (reply, pending) = oneshot();
+        let request = ShardRequest::Rebuild {
+            key,
+            nonce: partition.nonce,
+            start,
+            reply,
+        };
+        self.enqueue(self.shard(key), request).await?;
+        self.answer(pending).await?
+    }
+
+    /// The stored batches of this member's replica of `partition` from offset `from`, at
+    /// most `max_bytes` of them (a first batch always whole): what a peer's replica behind
+    /// its group's log refills itself with. The replica's segments hold committed batches
+    /// only, the same bytes on every replica.
+    pub async fn read_replica(
+        &self,
+        partition: PartitionIdentity,
+        from: u64,
+        max_bytes: u64,
+    ) -> NodeResult<Vec<bytes::Bytes>> {
+        self.check_running()?;
+        let key = key_of(&partition);
+        let (reply, pending) = oneshot();
+        let request = ShardRequest::Poll {
+            key,
+            from: crate::partition::PollFrom::Offset(from),
+            count: u32::MAX,
+            max_bytes,
+            commit: None,
+            resolved_at: 0,
+            ticket: self.ticket(),
+            reply,
+        };
+        self.enqueue(self.shard(key), request).await?;
+        let polled = self.answer(pending).await??;
+        if polled.incarnation != partition.nonce {
+            return Err(NodeError::InvalidRequest(format!(
+                "partition {partition} was made again (its replica is incarnation {})",
+                polled.incarnation
+            )));
+        }
+        Ok(polled.batches)
+    }
 }

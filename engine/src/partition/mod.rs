@@ -150,6 +150,35 @@ impl Partition {
         settings: PartitionSettings,
         hooks: PartitionHooks,
     ) -> Result<Partition> {
+        let place = (env, dir, identity);
+        Self::create_starting(place, config, (settings, hooks), 0)
+    }
+
+    /// [`Partition::create_unlinked`] of a partition whose log starts at offset `start`
+    /// (as one whose retention removed everything below it): a cluster's replica rebuilt
+    /// from its peers, which hold nothing below `start`. The parent directory is synced.
+    pub fn create_at(
+        (env, dir, identity): (&Env, &Path, PartitionIdentity),
+        config: TopicConfig,
+        (settings, hooks): (PartitionSettings, PartitionHooks),
+        start: u64,
+    ) -> Result<Partition> {
+        let place = (env, dir, identity);
+        let partition = Self::create_starting(place, config, (settings, hooks), start)?;
+        if let Some(parent) = dir.parent() {
+            env.disk
+                .sync_dir(parent)
+                .map_err(io_error("sync_dir", parent))?;
+        }
+        Ok(partition)
+    }
+
+    fn create_starting(
+        (env, dir, identity): (&Env, &Path, PartitionIdentity),
+        config: TopicConfig,
+        (settings, hooks): (PartitionSettings, PartitionHooks),
+        start: u64,
+    ) -> Result<Partition> {
         let disk = env.disk.as_ref();
         let _span =
             tracing::info_span!("partition_create", dir = %dir.display(), %identity).entered();
@@ -162,7 +191,7 @@ impl Partition {
             disk.create_dir_all(&path)
                 .map_err(io_error("create_dir_all", &path))?;
         }
-        for name in [log_name(0), index_name(0)] {
+        for name in [log_name(start), index_name(start)] {
             let path = dir.join(name);
             let file = disk
                 .open(&path, OpenMode::CreateOrOpen)
@@ -171,16 +200,16 @@ impl Partition {
             file.sync_data().map_err(io_error("sync_data", &path))?;
         }
         let durable = DurablePoint {
-            segment_start: 0,
+            segment_start: start,
             position: 0,
-            next_offset: 0,
+            next_offset: start,
         };
         for sequence in [0, 1] {
             let record = Superblock {
                 sequence,
                 identity,
                 durable,
-                log_start: 0,
+                log_start: start,
                 offsets: OffsetSet::default(),
             };
             superblock::write_slot(disk, dir, &record)

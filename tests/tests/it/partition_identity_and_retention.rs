@@ -311,3 +311,38 @@ fn a_crash_anywhere_inside_a_deletion_recovers_to_the_old_or_the_new_start() {
         "some crash fell between the record and the unlinks"
     );
 }
+
+/// A partition created at an offset (a cluster replica rebuilt from peers that hold
+/// nothing below it) starts there, takes batches from there, and reopens clean with the
+/// same log start.
+#[test]
+fn a_partition_created_at_an_offset_starts_there_and_reopens_clean() {
+    let env = real_env();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let persisted = config(Durability::Persisted);
+    let place = (&env, dir.as_path(), ID);
+    let hooks = cairn_engine::partition::PartitionHooks::default();
+    let mut partition = Partition::create_at(place, persisted, (settings(), hooks), 700).unwrap();
+    assert_eq!(partition.next_offset().unwrap(), 700);
+    assert_eq!(partition.log_start().unwrap(), 700);
+    let ack = partition.append(batch(1, 3, 100)).unwrap();
+    assert_eq!(ack.base_offset, 700, "the first batch lands at the start");
+    partition.persist().unwrap();
+    partition.close().unwrap();
+
+    let opened = open(&env, &dir, persisted);
+    assert!(opened.plan.fence.is_none(), "{:?}", opened.plan.fence);
+    assert!(opened.plan.actions.is_empty(), "{:?}", opened.plan.actions);
+    let mut partition = opened.partition;
+    assert_eq!(partition.log_start().unwrap(), 700);
+    assert_eq!(partition.next_offset().unwrap(), 703);
+    let polled = partition.poll(PollFrom::First, 10).unwrap();
+    assert_eq!(messages(&polled.batches).len(), 3);
+    let before = partition.poll(PollFrom::Offset(0), 10).unwrap();
+    assert_eq!(
+        messages(&before.batches)[0].0,
+        700,
+        "nothing below the start"
+    );
+}

@@ -316,6 +316,16 @@ impl Shard {
                 settle(&self.env).await;
                 reply.send(result);
             }
+            ShardRequest::Rebuild {
+                key,
+                nonce,
+                start,
+                reply,
+            } => {
+                let result = self.rebuild(key, nonce, start);
+                settle(&self.env).await;
+                reply.send(result);
+            }
             ShardRequest::Poll {
                 key,
                 from,
@@ -772,6 +782,40 @@ impl Shard {
         Ok(())
     }
 
+    /// Replaces this member's replica `key` (of nonce `nonce`) with an empty one starting at
+    /// `start` ([`ShardRequest::Rebuild`]); only a cluster member's replicas, whose peers
+    /// hold what it held.
+    fn rebuild(&mut self, key: PartitionKey, nonce: u64, start: u64) -> NodeResult<()> {
+        if !self.settings.replica {
+            return Err(NodeError::InvalidRequest(
+                "only a cluster member's replica is rebuilt from its peers".into(),
+            ));
+        }
+        let identity = match self.partitions.get(&key) {
+            Some(owned) if owned.identity.nonce == nonce => owned.identity,
+            _ => return Err(Self::missing(key)),
+        };
+        let view = self.view.load();
+        let topic = view.find_topic(key.0, key.1);
+        let config = topic.map(|t| t.options.config()).unwrap_or_default();
+        let dir = self.dir(key);
+        let fence = self.partitions[&key].partition.fence_reason().cloned();
+        tracing::warn!(dir = %dir.display(), ?fence, start,
+            "rebuilding a replica's partition for its peers to refill: its directory is removed");
+        self.partitions.remove(&key);
+        let removed = super::work::remove_durably(self.env.disk.as_ref(), &dir);
+        removed.map_err(|source| PartitionError::Io {
+            op: "remove a replica to rebuild it",
+            path: dir.clone(),
+            source,
+        })?;
+        let (settings, hooks) = (self.settings, self.hooks.partition);
+        let place = (&self.env, dir.as_path(), identity);
+        let partition = Partition::create_at(place, config, (settings, hooks), start)?;
+        self.own(identity, partition);
+        Ok(())
+    }
+
     /// The partition is there already (done before a crash): open it.
     fn reopen(
         &mut self,
@@ -932,6 +976,7 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Send { reply, .. } => reply.send(Err(error())),
         ShardRequest::Apply { reply, .. } => reply.send(Err(error())),
         ShardRequest::Checkpoint { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Rebuild { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::GetOffset { reply, .. } => reply.send(Err(error())),

@@ -33,6 +33,15 @@ pub(crate) enum ShardRequest {
         nonce: u64,
         reply: Reply<NodeResult<u64>>,
     },
+    /// A cluster member's replica of the partition of nonce `nonce` (fenced, or behind what
+    /// its peers still hold) replaced by an empty one whose log starts at `start`, for its
+    /// group to refill from its peers: its directory is removed first.
+    Rebuild {
+        key: PartitionKey,
+        nonce: u64,
+        start: u64,
+        reply: Reply<NodeResult<()>>,
+    },
     Poll {
         key: PartitionKey,
         from: PollFrom,
@@ -104,6 +113,7 @@ impl ShardRequest {
             ShardRequest::Send { key, .. }
             | ShardRequest::Apply { key, .. }
             | ShardRequest::Checkpoint { key, .. }
+            | ShardRequest::Rebuild { key, .. }
             | ShardRequest::Poll { key, .. }
             | ShardRequest::StoreOffset { key, .. }
             | ShardRequest::GetOffset { key, .. }
