@@ -26,7 +26,8 @@ use super::net::{
     group_name, identity_of, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc, PartServe,
     SendRefused,
 };
-use super::sink::OnNode;
+use super::refill;
+use super::sink::{OnNode, PartitionSink};
 use super::{PartConfig, PartRaft, PartSnapshot, SendCommand, SendOutcome};
 use crate::group::Replica;
 use crate::log::LogStore;
@@ -71,7 +72,7 @@ pub struct Tuning {
     /// are few, so checkpoints and the restarts that skip what they hold happen).
     pub checkpoint_every: u64,
     /// Entries the WAL keeps behind a checkpoint ([`LOG_KEPT`]): a replica further behind
-    /// cannot catch up (a checkpoint carries no messages yet).
+    /// is sent the checkpoint and refills its partition from its peers (`refill`).
     pub log_kept: u64,
 }
 
@@ -428,6 +429,7 @@ impl PartGroups {
             node: inner.node.clone(),
             partition: identity_of(name),
         });
+        self.repair(name, log.id(), (&*sink, &dir)).await?;
         let machine = PartMachine::open(
             inner.env.disk.clone(),
             &dir,
@@ -453,6 +455,70 @@ impl PartGroups {
         let network = inner.networks.of(name, id);
         let raft = PartRaft::new(id, Arc::new(config), network, log, machine);
         in_env(&inner.env, raft).await.map_err(|e| e.to_string())
+    }
+
+    /// Repairs this member's replica `me` of group `name` from its peers when it must
+    /// (`refill::needs_repair`: fenced, or short of its checkpoint), before its machine
+    /// opens; the peers are the replicas the metadata voters' members run.
+    async fn repair(
+        &self,
+        name: GroupName,
+        me: NodeId,
+        (sink, dir): (&dyn PartitionSink, &Path),
+    ) -> Result<(), String> {
+        let inner = &self.inner;
+        let checkpointed = super::machine::checkpointed(&*inner.env.disk, dir);
+        let checkpointed = checkpointed.map_err(|e| e.to_string())?;
+        let needed = refill::needs_repair(sink, checkpointed).await;
+        if !needed.map_err(|e| e.to_string())? {
+            return Ok(());
+        }
+        let mut peers = Vec::new();
+        for (voter, peer) in inner.meta.status().voters {
+            if member_of(voter) == member_of(me) {
+                continue;
+            }
+            if let Some((id, _)) = self.identify(name, me, (voter, &peer)).await {
+                peers.push((id, peer));
+            }
+        }
+        let source = FromPeers {
+            networks: inner.networks.clone(),
+            group: name,
+            me,
+        };
+        let repaired = refill::repair(sink, checkpointed, &peers, &source).await;
+        let next = repaired.map_err(|e| format!("repairing the replica from its peers: {e}"))?;
+        tracing::warn!(partition = %identity_of(name), next, "repaired a replica's partition from its peers");
+        inner
+            .counts
+            .repaired
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Which replica of group `name` the member of metadata voter `voter` runs, and
+    /// whether it holds any of the group; `None` when it does not answer.
+    async fn identify(
+        &self,
+        name: GroupName,
+        mine: NodeId,
+        (voter, peer): (NodeId, &Peer),
+    ) -> Option<(NodeId, bool)> {
+        let member = member_of(voter);
+        let envelope = PartEnvelope {
+            from: mine,
+            to: u64::from(member) << 32,
+            rpc: PartRpc::Identify,
+        };
+        let asked = self
+            .inner
+            .networks
+            .call(peer, name, &envelope, IDENTIFY_LIMIT);
+        match asked.await {
+            Ok(PartReply::Identity { id, made }) if member_of(id) == member => Some((id, made)),
+            _ => None,
+        }
     }
 
     /// While this member leads the metadata group, makes the groups never made, of the
@@ -547,22 +613,9 @@ impl PartGroups {
                 replicas.insert(mine, peer.clone());
                 continue;
             }
-            let envelope = PartEnvelope {
-                from: mine,
-                to: u64::from(member) << 32,
-                rpc: PartRpc::Identify,
-            };
-            let asked = self
-                .inner
-                .networks
-                .call(peer, name, &envelope, IDENTIFY_LIMIT);
-            match asked.await {
-                Ok(PartReply::Identity { id, made }) if member_of(id) == member => {
-                    replicas.insert(id, peer.clone());
-                    any_made |= made;
-                }
-                _ => return None,
-            }
+            let (id, made) = self.identify(name, mine, (voter, peer)).await?;
+            replicas.insert(id, peer.clone());
+            any_made |= made;
         }
         Some((replicas, any_made))
     }
@@ -772,9 +825,30 @@ impl PartGroups {
                     meta,
                     snapshot: data,
                 };
-                raft.install_full_snapshot(vote, snapshot)
+                let source = Arc::new(FromPeers {
+                    networks: self.inner.networks.clone(),
+                    group: name,
+                    me: here,
+                });
+                let env = &self.inner.env;
+                refill::install_or_refill(env, &raft, (vote, snapshot), from, source)
                     .await
                     .map_or_else(|e| refused(&e), PartReply::Snapshot)
+            }
+            PartRpc::Fetch { from, max_bytes } => {
+                let replica = OnNode {
+                    node: self.inner.node.clone(),
+                    partition: identity_of(name),
+                };
+                let read = replica
+                    .read(from, max_bytes.min(refill::FETCH_BUDGET))
+                    .await;
+                read.map_or_else(
+                    |e| refused(&e),
+                    |batches| PartReply::Batches {
+                        bytes: batches.concat(),
+                    },
+                )
             }
             PartRpc::TransferLeader(r) => raft
                 .handle_transfer_leader(r)
@@ -783,6 +857,40 @@ impl PartGroups {
             PartRpc::Send(command) => self.take_forwarded(&raft, from, command).await,
             PartRpc::Identify => unreachable!("answered above"),
         }
+    }
+}
+
+/// A replica's peers, as it refills its partition from theirs (`refill`).
+struct FromPeers {
+    networks: PartNetworks,
+    group: GroupName,
+    me: NodeId,
+}
+
+impl refill::PeerBatches for FromPeers {
+    fn fetch(
+        &self,
+        peer: NodeId,
+        node: Peer,
+        from: u64,
+    ) -> BoxFuture<'static, std::io::Result<Vec<bytes::Bytes>>> {
+        let (networks, group) = (self.networks.clone(), self.group);
+        let envelope = PartEnvelope {
+            from: self.me,
+            to: peer,
+            rpc: PartRpc::Fetch {
+                from,
+                max_bytes: refill::FETCH_BUDGET,
+            },
+        };
+        Box::pin(async move {
+            let reply = networks.call(&node, group, &envelope, refill::FETCH_LIMIT);
+            match reply.await? {
+                PartReply::Batches { bytes } => refill::split_batches(bytes.into()),
+                PartReply::Refused(why) => Err(std::io::Error::other(why)),
+                _ => Err(std::io::Error::other("the peer runs no such replica")),
+            }
+        })
     }
 }
 

@@ -13,9 +13,10 @@
 //! it are applied again, and those whose batches the segments still hold are skipped by the
 //! first row. A partition that holds less than its checkpoint says was synced is damage.
 //!
-//! A checkpoint holds no messages, so it cannot catch up a follower behind the leader's
-//! purged WAL: installing one refuses unless the partition already holds every batch it
-//! names (issue 24's catch-up by snapshot will send segments).
+//! A checkpoint holds no messages: a replica sent one past what its partition holds (it is
+//! behind the leader's purged WAL) first takes the missing batches from its peers' segments
+//! ([`super::refill`], [`PartMachine::take_refilled`]); installing one refuses unless the
+//! partition holds every batch it names by then.
 
 use super::sink::PartitionSink;
 use super::{PartConfig, PartEntry, PartMembership, PartSnapshot, PartSnapshotMeta, SendOutcome};
@@ -30,7 +31,7 @@ use openraft::{EntryPayload, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The checkpoint's file in the group's directory.
@@ -54,6 +55,8 @@ struct Checkpoint {
 pub struct PartMachine {
     inner: Arc<Mutex<Inner>>,
     sink: Arc<dyn PartitionSink>,
+    /// Set while a refill from peers runs (at most one per replica).
+    refilling: Arc<AtomicBool>,
 }
 
 /// The stamp a replica gives a committed send, given its leader's clock reading (a canary's
@@ -76,6 +79,11 @@ pub struct MachineCounts {
     pub checkpoints: AtomicU64,
     /// Checkpoints installed from a leader.
     pub installed: AtomicU64,
+    /// Batches taken from peers' segments (catch-up beyond the WAL).
+    pub refilled: AtomicU64,
+    /// Replicas repaired from their peers before their machine opened (fenced, or short of
+    /// their checkpoint).
+    pub repaired: AtomicU64,
 }
 
 /// What applying an entry needs of the replica, decided under the machine's lock.
@@ -148,7 +156,36 @@ impl PartMachine {
         Ok(PartMachine {
             inner: Arc::new(Mutex::new(inner)),
             sink,
+            refilling: Arc::default(),
         })
+    }
+
+    /// This member's replica of the partition.
+    pub fn sink(&self) -> &Arc<dyn PartitionSink> {
+        &self.sink
+    }
+
+    /// Marks a refill from peers started; false when one runs already.
+    pub(super) fn start_refill(&self) -> bool {
+        !self.refilling.swap(true, Ordering::AcqRel)
+    }
+
+    pub(super) fn end_refill(&self) {
+        self.refilling.store(false, Ordering::Release);
+    }
+
+    /// Appends `batches`, fetched from a peer's replica of the partition, where the
+    /// partition ends: each whole and verified, those it holds already skipped, each stored
+    /// with its own offset and stamp (admitted again, it is the same bytes). Run by the
+    /// state machine's worker, between applies (`Raft::with_state_machine`): the first row
+    /// of the module's table then skips the entries whose batches this put in the segments.
+    /// The partition's next offset.
+    pub async fn take_refilled(&self, batches: Vec<bytes::Bytes>) -> io::Result<u64> {
+        let (next, taken) = super::refill::append_fetched(&*self.sink, batches).await?;
+        let mut inner = self.lock();
+        inner.counts.refilled.fetch_add(taken, Ordering::Relaxed);
+        inner.held = inner.held.max(next);
+        Ok(next)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -278,7 +315,7 @@ impl Inner {
         // checkpoint's offset holds exactly the batches it names.
         if !(self.next..=holds).contains(&sent.next_offset) {
             return Err(io::Error::other(format!(
-                "behind the leader's WAL: this replica's partition holds offsets below {holds}, the leader's checkpoint is at {}, and a checkpoint carries no messages",
+                "behind the leader's WAL: this replica's partition holds offsets below {holds}, the leader's checkpoint is at {} (refilled from peers first, the checkpoint installs once it holds them)",
                 sent.next_offset
             )));
         }
@@ -292,6 +329,21 @@ impl Inner {
         self.checkpoint = Some(sent);
         Ok(())
     }
+}
+
+/// The offset below which the checkpoint recorded in `dir` says the partition holds every
+/// batch (0 for none).
+pub fn checkpointed(disk: &dyn Disk, dir: &Path) -> io::Result<u64> {
+    let checkpoint: Option<Checkpoint> =
+        read_whole(disk, &dir.join(CHECKPOINT_FILE), MAX_CHECKPOINT_LEN)?;
+    Ok(checkpoint.map_or(0, |c| c.next_offset))
+}
+
+/// The offset below which a checkpoint's partition holds every batch.
+pub fn checkpoint_offset(data: &[u8]) -> io::Result<u64> {
+    let checkpoint: Checkpoint = rmp_serde::from_slice(data)
+        .map_err(|e| invalid(format!("a checkpoint that does not decode: {e}")))?;
+    Ok(checkpoint.next_offset)
 }
 
 fn snapshot_of(checkpoint: &Checkpoint) -> io::Result<PartSnapshot> {
@@ -360,8 +412,10 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
         self.clone()
     }
 
+    /// Syncs the partition first: batches refilled from peers are durable before the
+    /// checkpoint that names them is recorded.
     async fn install_snapshot(&mut self, meta: &PartSnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        let holds = self.sink.next_offset().await?;
+        let holds = self.sink.checkpoint().await?;
         self.lock().install(meta, &data, holds)
     }
 

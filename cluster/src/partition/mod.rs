@@ -21,6 +21,7 @@ pub mod groups;
 pub mod machine;
 pub mod members;
 pub mod net;
+pub mod refill;
 pub mod sink;
 
 use crate::log::LogTypes;

@@ -85,6 +85,12 @@ pub enum PartRpc {
     TransferLeader(TransferLeaderRequest<PartConfig>),
     /// A member's send, forwarded to the member it believes leads the group.
     Send(SendCommand),
+    /// The stored batches from offset `from`, at most `max_bytes` (a replica behind the
+    /// leader's WAL refills itself: `refill`).
+    Fetch {
+        from: u64,
+        max_bytes: u64,
+    },
 }
 
 /// Why a forwarded send was not committed.
@@ -110,6 +116,11 @@ pub enum PartReply {
     Identity {
         id: NodeId,
         made: bool,
+    },
+    /// Stored batches, back to back (a `Fetch`'s answer).
+    Batches {
+        #[serde(with = "crate::types::bytes_serde")]
+        bytes: Vec<u8>,
     },
     /// The group's Raft node refused the request.
     Refused(String),
@@ -199,7 +210,10 @@ impl PartNetworks {
         envelope: &PartEnvelope,
         limit: Duration,
     ) -> io::Result<PartReply> {
-        let forwarded = matches!(envelope.rpc, PartRpc::Send(_) | PartRpc::Identify);
+        let forwarded = matches!(
+            envelope.rpc,
+            PartRpc::Send(_) | PartRpc::Identify | PartRpc::Fetch { .. }
+        );
         let pool = self.pool(member_of(envelope.to), node, forwarded);
         let slot = if forwarded {
             pool.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.slots.len()

@@ -5,11 +5,13 @@
 //! held here ([`Held`]).
 
 use super::SendOutcome;
-use bytes::BytesMut;
-use cairn_engine::env::BoxFuture;
+use bytes::{Bytes, BytesMut};
+use cairn_engine::config::{PartitionSettings, TopicConfig};
+use cairn_engine::env::{BoxFuture, Env};
 use cairn_engine::node::Node;
 use cairn_engine::partition::{AppendAck, Partition, PartitionIdentity};
 use std::io;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// This member's replica of a group's partition.
@@ -24,6 +26,14 @@ pub trait PartitionSink: Send + Sync + 'static {
     ) -> BoxFuture<'a, io::Result<SendOutcome>>;
     /// Syncs every batch it holds; its next offset.
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>>;
+    /// The batches it holds from offset `from`, as stored, at most `max_bytes` of them (a
+    /// first batch always whole): what a peer behind the group's log refills itself with.
+    fn read(&self, from: u64, max_bytes: u64) -> BoxFuture<'_, io::Result<Vec<Bytes>>>;
+    /// Why it is fenced (damaged synced bytes, found at recovery or since), if it is.
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>>;
+    /// Replaces it with an empty replica whose log starts at `start`, its files removed:
+    /// its peers refill it (`refill::repair`).
+    fn rebuild(&self, start: u64) -> BoxFuture<'_, io::Result<()>>;
 }
 
 fn outcome(ack: AppendAck) -> SendOutcome {
@@ -40,14 +50,19 @@ pub struct OnNode {
     pub partition: PartitionIdentity,
 }
 
+impl OnNode {
+    async fn info(&self) -> io::Result<Option<cairn_engine::node::PartitionInfo>> {
+        let key = cairn_engine::state::key_of(&self.partition);
+        let info = self.node.client(0).partition_info(key).await;
+        let info = info.map_err(io::Error::other)?;
+        Ok(info.filter(|i| i.identity == self.partition))
+    }
+}
+
 impl PartitionSink for OnNode {
     fn next_offset(&self) -> BoxFuture<'_, io::Result<u64>> {
         Box::pin(async move {
-            let key = cairn_engine::state::key_of(&self.partition);
-            let info = self.node.client(0).partition_info(key).await;
-            let info = info.map_err(io::Error::other)?;
-            let info = info.filter(|i| i.identity == self.partition);
-            match info {
+            match self.info().await? {
                 Some(info) if info.fence.is_none() => Ok(info
                     .visible_next_offset
                     .expect("an open partition has a next offset")),
@@ -85,19 +100,80 @@ impl PartitionSink for OnNode {
             synced.map_err(io::Error::other)
         })
     }
+
+    fn read(&self, from: u64, max_bytes: u64) -> BoxFuture<'_, io::Result<Vec<Bytes>>> {
+        Box::pin(async move {
+            let read = self.node.read_replica(self.partition, from, max_bytes);
+            read.await.map_err(io::Error::other)
+        })
+    }
+
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>> {
+        Box::pin(async move {
+            let info = self.info().await?;
+            Ok(info.and_then(|i| i.fence).map(|reason| reason.to_string()))
+        })
+    }
+
+    fn rebuild(&self, start: u64) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            let rebuilt = self.node.rebuild_replica(self.partition, start);
+            rebuilt.await.map_err(io::Error::other)
+        })
+    }
 }
 
-/// A partition held here (tests, tools).
+/// A partition held here (tests, tools), and where it lives (to rebuild it).
 #[derive(Clone)]
-pub struct Held(pub Arc<Mutex<Partition>>);
+pub struct Held {
+    partition: Arc<Mutex<Partition>>,
+    place: Option<Arc<HeldPlace>>,
+}
+
+/// Where a held partition lives, and what it is.
+pub struct HeldPlace {
+    pub env: Env,
+    pub dir: PathBuf,
+    pub identity: PartitionIdentity,
+    pub config: TopicConfig,
+    pub settings: PartitionSettings,
+}
 
 impl Held {
+    /// A partition that cannot be rebuilt.
     pub fn new(partition: Partition) -> Held {
-        Held(Arc::new(Mutex::new(partition)))
+        Held {
+            partition: Arc::new(Mutex::new(partition)),
+            place: None,
+        }
+    }
+
+    /// A partition that lives at `place`.
+    pub fn at(place: HeldPlace, partition: Partition) -> Held {
+        Held {
+            partition: Arc::new(Mutex::new(partition)),
+            place: Some(Arc::new(place)),
+        }
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Partition> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.partition.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn rebuilt(&self, start: u64) -> io::Result<()> {
+        let place = self.place.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a held partition without a place",
+            )
+        })?;
+        let mut partition = self.lock();
+        place.env.disk.remove_dir_all(&place.dir)?;
+        let at = (&place.env, place.dir.as_path(), place.identity);
+        let hooks = Default::default();
+        *partition = Partition::create_at(at, place.config, (place.settings, hooks), start)
+            .map_err(io::Error::other)?;
+        Ok(())
     }
 }
 
@@ -119,5 +195,21 @@ impl PartitionSink for Held {
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>> {
         let synced = self.lock().persist().map_err(io::Error::other);
         Box::pin(async move { synced.map(|point| point.next_offset) })
+    }
+
+    fn read(&self, from: u64, max_bytes: u64) -> BoxFuture<'_, io::Result<Vec<Bytes>>> {
+        let from = cairn_engine::partition::PollFrom::Offset(from);
+        let polled = self.lock().poll_within(from, u32::MAX, max_bytes);
+        Box::pin(async move { polled.map(|p| p.batches).map_err(io::Error::other) })
+    }
+
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>> {
+        let fence = self.lock().fence_reason().map(|r| r.to_string());
+        Box::pin(async move { Ok(fence) })
+    }
+
+    fn rebuild(&self, start: u64) -> BoxFuture<'_, io::Result<()>> {
+        let rebuilt = self.rebuilt(start);
+        Box::pin(async move { rebuilt })
     }
 }

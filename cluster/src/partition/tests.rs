@@ -1,15 +1,17 @@
 //! Three replicas of one partition in one process, their Raft messages handed over in
-//! memory: every replica's segments hold the same bytes, and a replica restarted after
-//! applying past its checkpoint applies nothing twice.
+//! memory: every replica's segments hold the same bytes, a replica restarted after
+//! applying past its checkpoint applies nothing twice, and one behind the leader's purged
+//! WAL refills its partition from its peers' segments.
 
-use super::machine::PartMachine;
-use super::sink::Held;
+use super::machine::{MachineCounts, PartMachine};
+use super::refill;
+use super::sink::{Held, HeldPlace, PartitionSink};
 use super::*;
 use crate::log::LogStore;
 use crate::rt::in_env;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::env::real::{block_on, env_with_workers};
-use cairn_engine::env::Env;
+use cairn_engine::env::{BoxFuture, Env};
 use cairn_engine::format::BatchBuilder;
 use cairn_engine::partition::{Partition, PartitionIdentity, PollFrom};
 use futures_util::FutureExt;
@@ -31,14 +33,54 @@ const WAIT: Duration = Duration::from_secs(20);
 
 type Vote = openraft::alias::VoteOf<PartConfig>;
 
-/// The replicas reachable in memory, by Raft id (a stopped one is absent).
-#[derive(Clone, Default)]
-struct Router(Arc<Mutex<BTreeMap<NodeId, PartRaft>>>);
+/// The replicas reachable in memory, by Raft id (a stopped one is absent), and their
+/// partitions.
+#[derive(Clone)]
+struct Router {
+    env: Env,
+    up: Arc<Mutex<BTreeMap<NodeId, (PartRaft, Held)>>>,
+}
 
 impl Router {
+    fn new(env: &Env) -> Router {
+        Router {
+            env: env.clone(),
+            up: Arc::default(),
+        }
+    }
+
     fn get(&self, id: NodeId) -> Result<PartRaft, Unreachable<PartConfig>> {
-        let found = self.0.lock().unwrap().get(&id).cloned();
+        let found = self
+            .up
+            .lock()
+            .unwrap()
+            .get(&id)
+            .map(|(raft, _)| raft.clone());
         found.ok_or_else(|| Unreachable::new(&std::io::Error::other("stopped")))
+    }
+
+    fn down(&self, id: NodeId) {
+        self.up.lock().unwrap().remove(&id);
+    }
+}
+
+impl refill::PeerBatches for Router {
+    fn fetch(
+        &self,
+        peer: NodeId,
+        _node: Peer,
+        from: u64,
+    ) -> BoxFuture<'static, std::io::Result<Vec<bytes::Bytes>>> {
+        let held = self
+            .up
+            .lock()
+            .unwrap()
+            .get(&peer)
+            .map(|(_, held)| held.clone());
+        Box::pin(async move {
+            let held = held.ok_or_else(|| std::io::Error::other("stopped"))?;
+            held.read(from, refill::FETCH_BUDGET).await
+        })
     }
 }
 
@@ -91,9 +133,11 @@ impl RaftNetworkV2<PartConfig> for Client {
         _option: RPCOption,
     ) -> Result<SnapshotResponse<PartConfig>, StreamingError<PartConfig>> {
         let raft = self.router.get(self.target)?;
-        raft.install_full_snapshot(vote, snapshot)
+        let source = Arc::new(self.router.clone());
+        let env = &self.router.env;
+        refill::install_or_refill(env, &raft, (vote, snapshot), 0, source)
             .await
-            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
+            .map_err(|e| StreamingError::Network(NetworkError::new(&std::io::Error::other(e))))
     }
 }
 
@@ -105,6 +149,7 @@ struct Replica {
     raft: PartRaft,
     machine: PartMachine,
     held: Held,
+    counts: Arc<MachineCounts>,
 }
 
 fn topic() -> TopicConfig {
@@ -121,7 +166,9 @@ const IDENTITY: PartitionIdentity = PartitionIdentity {
     nonce: 7,
 };
 
-async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
+/// Starts (or starts again) the replica of `member` in `dir`, its WAL keeping `kept`
+/// entries behind each checkpoint.
+async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u64) -> Replica {
     let wal = dir.join("wal");
     let log = LogStore::<PartConfig>::open(env, &wal, CLUSTER, member)
         .await
@@ -135,12 +182,34 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
     } else {
         Partition::create(env, &data, IDENTITY, topic(), settings).unwrap()
     };
-    let held = Held::new(partition);
+    let place = HeldPlace {
+        env: env.clone(),
+        dir: data,
+        identity: IDENTITY,
+        config: topic(),
+        settings,
+    };
+    let held = Held::at(place, partition);
+    // What a member's group start does first (`groups.rs`): repair from the peers.
+    let checkpointed = super::machine::checkpointed(&*env.disk, &wal).unwrap();
+    if refill::needs_repair(&held, checkpointed).await.unwrap() {
+        let peers: Vec<(NodeId, Peer)> = router
+            .up
+            .lock()
+            .unwrap()
+            .keys()
+            .map(|id| (*id, Peer::default()))
+            .collect();
+        refill::repair(&held, checkpointed, &peers, router)
+            .await
+            .unwrap();
+    }
+    let counts = Arc::new(MachineCounts::default());
     let machine = PartMachine::open(
         env.disk.clone(),
         &wal,
         Arc::new(held.clone()),
-        Default::default(),
+        (counts.clone(), Default::default()),
     )
     .await
     .unwrap();
@@ -150,7 +219,7 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
         election_timeout_max: 600,
         // A checkpoint every few entries, so restarts find entries applied past one.
         snapshot_policy: SnapshotPolicy::LogsSinceLast(5),
-        max_in_snapshot_log_to_keep: 100,
+        max_in_snapshot_log_to_keep: kept,
         ..Default::default()
     }
     .validate()
@@ -159,7 +228,11 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
     let raft = PartRaft::new(id, Arc::new(config), router.clone(), log, machine.clone())
         .await
         .unwrap();
-    router.0.lock().unwrap().insert(id, raft.clone());
+    router
+        .up
+        .lock()
+        .unwrap()
+        .insert(id, (raft.clone(), held.clone()));
     Replica {
         dir: dir.to_owned(),
         member,
@@ -167,6 +240,7 @@ async fn start(env: &Env, router: &Router, dir: &Path, member: u32) -> Replica {
         raft,
         machine,
         held,
+        counts,
     }
 }
 
@@ -242,16 +316,90 @@ fn dense(outcomes: &[SendOutcome], from: u64) -> u64 {
     next
 }
 
+/// Stops a follower of `replicas` (its segments flushed, not synced): its directory, member
+/// and Raft id.
+async fn stop_a_follower(router: &Router, replicas: &mut Vec<Replica>) -> (PathBuf, u32, NodeId) {
+    let leader = replicas[0].raft.metrics().borrow_watched().current_leader;
+    let at = replicas.iter().position(|r| Some(r.id) != leader).unwrap();
+    let stopping = replicas.remove(at);
+    stopping.held.lock().flush().unwrap();
+    router.down(stopping.id);
+    stopping.raft.shutdown().await.unwrap();
+    (stopping.dir.clone(), stopping.member, stopping.id)
+}
+
+/// A follower whose partition's synced bytes are damaged while it is down comes back fenced:
+/// its group's start rebuilds it and refills it from its peers' segments, and the group's
+/// log applies the rest.
 #[test]
-fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice() {
+fn a_follower_whose_partition_is_damaged_repairs_it_from_its_peers() {
     let env = env_with_workers(2).unwrap();
     let root = tempfile::tempdir().unwrap();
-    let router = Router::default();
+    let router = Router::new(&env);
     block_on(in_env(&env, async {
         let mut replicas = Vec::new();
         for member in 1..=3 {
             let dir = root.path().join(format!("r{member}"));
-            replicas.push(start(&env, &router, &dir, member).await);
+            replicas.push(start(&env, &router, (&dir, member), 0).await);
+        }
+        let members: BTreeMap<NodeId, Peer> =
+            replicas.iter().map(|r| (r.id, Peer::default())).collect();
+        replicas[0].raft.initialize(members).await.unwrap();
+        let end = dense(&send(&env, &replicas, 0, 30).await, 0);
+        settle(&replicas).await;
+
+        let (dir, member, id) = stop_a_follower(&router, &mut replicas).await;
+        let data = dir.join("partition");
+        let log = data.join(cairn_engine::partition::segment::log_name(0));
+        let file = env.disk.open(&log, cairn_engine::env::OpenMode::ReadWrite);
+        let file = file.unwrap();
+        let mut byte = [0u8];
+        assert_eq!(file.read_at(&mut byte, 100).unwrap(), 1);
+        byte[0] ^= 0x55;
+        file.write_all_at(&[std::io::IoSlice::new(&byte)], 100)
+            .unwrap();
+        file.sync_data().unwrap();
+        let opened = Partition::open(&env, &data, IDENTITY, topic(), PartitionSettings::default());
+        let fence = opened.unwrap().partition.fence_reason().cloned();
+        assert!(fence.is_some(), "damaged synced bytes fence the partition");
+
+        let end = dense(&send(&env, &replicas, 30, 40).await, end);
+        let back = start(&env, &router, (&dir, member), 0).await;
+        assert_eq!(
+            back.id, id,
+            "the same replica: only its partition was rebuilt"
+        );
+        replicas.push(back);
+        let end = dense(&send(&env, &replicas, 40, 45).await, end);
+        settle(&replicas).await;
+        all_hold_the_same(&replicas, end);
+        for r in &replicas {
+            r.raft.shutdown().await.unwrap();
+        }
+    }));
+}
+
+/// Every replica holds the same bytes, each send once (`end` offsets).
+fn all_hold_the_same(replicas: &[Replica], end: u64) {
+    let bytes = stored(&replicas[0]);
+    assert!(!bytes.is_empty());
+    for r in replicas {
+        assert_eq!(stored(r), bytes, "replica {} holds other bytes", r.member);
+        let next = r.held.lock().next_offset().unwrap();
+        assert_eq!(next, end, "replica {} holds every send once", r.member);
+    }
+}
+
+#[test]
+fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice() {
+    let env = env_with_workers(2).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::new(&env);
+    block_on(in_env(&env, async {
+        let mut replicas = Vec::new();
+        for member in 1..=3 {
+            let dir = root.path().join(format!("r{member}"));
+            replicas.push(start(&env, &router, (&dir, member), 100).await);
         }
         let members: BTreeMap<NodeId, Peer> =
             replicas.iter().map(|r| (r.id, Peer::default())).collect();
@@ -267,23 +415,10 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
         }
 
         // A follower stops with batches in its segments past its checkpoint, and comes back.
-        let leader = replicas[0]
-            .raft
-            .metrics()
-            .borrow_watched()
-            .current_leader
-            .unwrap();
-        let at = replicas.iter().position(|r| r.id != leader).unwrap();
-        let stopping = replicas.remove(at);
-        stopping.held.lock().flush().unwrap();
-        router.0.lock().unwrap().remove(&stopping.id);
-        stopping.raft.shutdown().await.unwrap();
-        let (dir, member, old_id) = (stopping.dir.clone(), stopping.member, stopping.id);
-        drop(stopping);
-
+        let (dir, member, old_id) = stop_a_follower(&router, &mut replicas).await;
         let second = send(&env, &replicas, 20, 30).await;
         let end = dense(&second, end);
-        let back = start(&env, &router, &dir, member).await;
+        let back = start(&env, &router, (&dir, member), 100).await;
         assert_eq!(back.id, old_id, "the same replica, with its vote");
         replicas.push(back);
         let third = send(&env, &replicas, 30, 40).await;
@@ -294,12 +429,66 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
             restarted.machine.skipped() > 0,
             "the restarted replica found sends past its checkpoint in its segments"
         );
-        let bytes = stored(&replicas[0]);
+        all_hold_the_same(&replicas, end);
         for r in &replicas {
-            assert_eq!(stored(r), bytes, "replica {} holds other bytes", r.member);
-            let next = r.held.lock().next_offset().unwrap();
-            assert_eq!(next, end, "replica {} holds every send once", r.member);
+            r.raft.shutdown().await.unwrap();
         }
+    }));
+}
+
+/// A follower that stops while its leader checkpoints and purges its WAL past it is sent a
+/// checkpoint when it comes back: it refills its partition from its peers' segments,
+/// installs the checkpoint, and holds what they hold, the same bytes.
+#[test]
+fn a_follower_behind_the_purged_wal_refills_its_partition_from_its_peers() {
+    let env = env_with_workers(2).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::new(&env);
+    block_on(in_env(&env, async {
+        let mut replicas = Vec::new();
+        for member in 1..=3 {
+            let dir = root.path().join(format!("r{member}"));
+            replicas.push(start(&env, &router, (&dir, member), 0).await);
+        }
+        let members: BTreeMap<NodeId, Peer> =
+            replicas.iter().map(|r| (r.id, Peer::default())).collect();
+        replicas[0].raft.initialize(members).await.unwrap();
+        let end = dense(&send(&env, &replicas, 0, 10).await, 0);
+        settle(&replicas).await;
+
+        let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
+        let end = dense(&send(&env, &replicas, 10, 60).await, end);
+        // A leader purges once its replication to the stopped follower fails again.
+        for r in &replicas {
+            let purged =
+                |m: &openraft::RaftMetrics<PartConfig>| m.purged.is_some_and(|p| p.index > 10);
+            let wait = r.raft.wait(Some(WAIT));
+            wait.metrics(purged, "purged past the stopped one")
+                .await
+                .unwrap();
+        }
+        replicas.push(start(&env, &router, (&dir, member), 0).await);
+        let end = dense(&send(&env, &replicas, 60, 70).await, end);
+        settle(&replicas).await;
+        let back = replicas.last().unwrap();
+        let counted =
+            |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            counted(&back.counts.refilled) > 0,
+            "it took batches from its peers"
+        );
+        assert!(
+            counted(&back.counts.installed) > 0,
+            "it installed a checkpoint"
+        );
+        all_hold_the_same(&replicas, end);
+
+        // What it installed is durable: it comes back from its own storage.
+        let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
+        replicas.push(start(&env, &router, (&dir, member), 0).await);
+        let end = dense(&send(&env, &replicas, 70, 75).await, end);
+        settle(&replicas).await;
+        all_hold_the_same(&replicas, end);
         for r in &replicas {
             r.raft.shutdown().await.unwrap();
         }

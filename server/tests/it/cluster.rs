@@ -885,3 +885,89 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
     });
     drop(nodes);
 }
+
+/// Every non-empty segment log under `dir`.
+fn segment_logs(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(segment_logs(&path));
+        } else if path.extension().is_some_and(|e| e == "log")
+            && entry.metadata().is_ok_and(|m| m.len() > 0)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_member_whose_partitions_are_damaged_repairs_them_from_its_peers() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Running {
+        dirs,
+        members,
+        mut nodes,
+        first,
+        followers,
+    } = Running::start();
+    let mut acked: Vec<String> = Vec::new();
+    let leading = runtime.block_on(async {
+        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
+        make_orders_events(&leading).await;
+        for i in 0..20u32 {
+            let payload = format!("before the damage {i}");
+            send_one(&leading, None, &payload).await.unwrap();
+            acked.push(payload);
+        }
+        every_member_holds(&nodes, &acked).await;
+        leading
+    });
+
+    // A follower stops gracefully (its partitions synced), and a byte of each of its
+    // partitions' synced segments flips: its boot fences them.
+    let damaged = followers[0];
+    nodes[damaged - 1].take().unwrap().terminate();
+    let logs = segment_logs(&dirs[damaged - 1].path().join("streams"));
+    assert_eq!(logs.len(), 2, "a segment per partition: {logs:?}");
+    for log in &logs {
+        let mut bytes = std::fs::read(log).unwrap();
+        bytes[100] ^= 0x55;
+        std::fs::write(log, bytes).unwrap();
+    }
+    nodes[damaged - 1] = Some(members.start(damaged, dirs[damaged - 1].path()));
+
+    // Its groups rebuild each partition from the peers' segments: it holds every
+    // acknowledged message again, and counts in each group's quorum.
+    runtime.block_on(async {
+        for i in 0..10u32 {
+            let payload = format!("after the damage {i}");
+            send_one(&leading, Some(i % 2), &payload).await.unwrap();
+            acked.push(payload);
+        }
+        every_member_holds(&nodes, &acked).await;
+    });
+    let said = at(&nodes, damaged).drain_output();
+    let repaired = said
+        .iter()
+        .filter(|l| l.contains("repaired a replica's partition from its peers"))
+        .count();
+    assert_eq!(
+        repaired, 2,
+        "each damaged partition was repaired: {said:#?}"
+    );
+    nodes[followers[1] - 1].take().unwrap().kill9();
+    runtime.block_on(async {
+        for i in 0..5u32 {
+            let payload = format!("with the repaired member as quorum {i}");
+            send_one(&leading, Some(i % 2), &payload).await.unwrap();
+            acked.push(payload);
+        }
+        every_member_holds(&nodes, &acked).await;
+    });
+    drop(nodes);
+}

@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 27] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 28] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -106,5 +106,9 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 27] = [
     (
         "ClusterMessagesCheckpointed",
         "a partition's group checkpointed (its replica synced, the applied entry recorded)",
+    ),
+    (
+        "ClusterMessagesRefilled",
+        "a replica behind its leader's purged WAL took the missing batches from its peers' segments and installed the leader's checkpoint",
     ),
 ];

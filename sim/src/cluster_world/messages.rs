@@ -69,14 +69,16 @@ struct Final {
 
 /// The partition groups' tuning here: production's timing; a checkpoint every 2 to 8
 /// entries (an eighth of the profile's `snapshot_every`: a partition sees few sends in a
-/// seed), so that checkpoints happen and restarts begin from them; a WAL that keeps every entry a seed makes (a checkpoint carries no messages yet,
-/// so a replica behind a purged WAL could not catch up: catch-up by snapshot is not built).
+/// seed), so that checkpoints happen and restarts begin from them; a WAL that keeps half
+/// as many behind each (0 to 4), so a replica that was down or cut off falls behind its
+/// leader's purged WAL and refills its partition from its peers (`refill`).
 fn tuning(profile: &ClusterProfile) -> Tuning {
+    let checkpoint_every = (profile.snapshot_every / 8).max(2);
     Tuning {
         heartbeat: Duration::from_millis(100),
         election: (Duration::from_millis(400), Duration::from_millis(800)),
-        checkpoint_every: (profile.snapshot_every / 8).max(2),
-        log_kept: 1 << 20,
+        checkpoint_every,
+        log_kept: checkpoint_every / 2,
     }
 }
 
@@ -114,11 +116,18 @@ impl World {
             counts.skipped.load(Relaxed),
             counts.checkpoints.load(Relaxed),
         );
+        let (refilled, installed) = (
+            counts.refilled.load(Relaxed),
+            counts.installed.load(Relaxed),
+        );
         self.event(format!(
-            "groups of this process: {skipped} sends skipped, {checkpoints} checkpoints"
+            "groups of this process: {skipped} sends skipped, {checkpoints} checkpoints, {refilled} batches refilled from peers, {installed} checkpoints installed"
         ));
         if checkpoints > 0 {
             self.decision("ClusterMessagesCheckpointed");
+        }
+        if refilled > 0 && installed > 0 {
+            self.decision("ClusterMessagesRefilled");
         }
     }
 
