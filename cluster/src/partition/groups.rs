@@ -4,7 +4,7 @@
 //!
 //! | what [`PartGroups::sync`] finds | what it does |
 //! |---|---|
-//! | a partition of the state without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`) and machine over the node's replica, starts its Raft node |
+//! | a partition of the state without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`), repairs the node's replica from its peers if it is fenced or short of its checkpoint (`refill::repair`), opens the machine over it, starts its Raft node |
 //! | a running group whose partition the state no longer holds (deleted, or purged: a new nonce) | stops it and removes its directory |
 //! | a running group whose Raft node stopped (its WAL or machine failed) | drops it, to start it again from its storage |
 //! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |

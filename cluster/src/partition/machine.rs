@@ -174,6 +174,20 @@ impl PartMachine {
         self.refilling.store(false, Ordering::Release);
     }
 
+    /// Rebuilds the replica empty from offset `start` (every peer's retention removed the
+    /// batches it lacks below it). Run by the state machine's worker, as
+    /// [`PartMachine::take_refilled`] is.
+    pub async fn rebuild_at(&self, start: u64) -> io::Result<()> {
+        tracing::warn!(
+            start,
+            "rebuilding a replica's partition where its peers' batches start"
+        );
+        self.sink.rebuild(start).await?;
+        let mut inner = self.lock();
+        inner.held = inner.held.max(start);
+        Ok(())
+    }
+
     /// Appends `batches`, fetched from a peer's replica of the partition, where the
     /// partition ends: each whole and verified, those it holds already skipped, each stored
     /// with its own offset and stamp (admitted again, it is the same bytes). Run by the

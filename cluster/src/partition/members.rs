@@ -17,8 +17,8 @@
 //! leading the group, and done again if it leads it again.
 //!
 //! A new replica catches up from the leader's WAL, which keeps [`super::groups::LOG_KEPT`]
-//! entries behind the last checkpoint; one further behind cannot catch up until
-//! checkpoints carry messages (docs/cluster.md, "Partitions: Not yet").
+//! entries behind the last checkpoint; one further behind is sent the checkpoint and refills
+//! its partition from its peers' segments first (`super::refill`).
 
 use super::groups::{id_of, leads, successor, successor_among, PartGroups};
 use super::net::{identity_of, GroupName};

@@ -123,9 +123,25 @@ async fn refill_to(
 ) -> io::Result<u64> {
     let mut next = machine.sink().next_offset().await?;
     while next < target {
-        let batches = fetch_any(peers, next, source).await?;
+        let (first, batches) = fetch_first(peers, next, source).await?;
+        // Where every peer's retention removed what this replica lacks, it starts again
+        // empty where the lowest peer's batches start (nothing below is kept anywhere).
+        let rebuild = match first {
+            Some(first) if first == next => None,
+            Some(first) if first <= target => Some(first),
+            _ => {
+                return Err(io::Error::other(format!(
+                    "no peer holds the batches from offset {next}, below the checkpoint's {target}"
+                )))
+            }
+        };
         let taken = raft.with_state_machine(move |sm: &mut PartMachine| {
-            Box::pin(async move { sm.take_refilled(batches).await })
+            Box::pin(async move {
+                if let Some(start) = rebuild {
+                    sm.rebuild_at(start).await?;
+                }
+                sm.take_refilled(batches).await
+            })
         });
         let now = taken.await.map_err(io::Error::other)??;
         assert!(
@@ -135,32 +151,6 @@ async fn refill_to(
         next = now;
     }
     Ok(next)
-}
-
-/// The batches from `from` of the first peer that holds them.
-async fn fetch_any(
-    peers: &[(NodeId, Peer)],
-    from: u64,
-    source: &dyn PeerBatches,
-) -> io::Result<Vec<Bytes>> {
-    let mut why = Vec::new();
-    for (id, node) in peers {
-        match source.fetch(*id, node.clone(), from).await {
-            Ok(batches) => match first_offset(&batches) {
-                Some(first) if first == from => return Ok(batches),
-                Some(first) => why.push(format!(
-                    "{} starts at {first} (retention removed what is before)",
-                    show_id(*id)
-                )),
-                None => why.push(format!("{} holds nothing from there", show_id(*id))),
-            },
-            Err(e) => why.push(format!("{}: {e}", show_id(*id))),
-        }
-    }
-    Err(io::Error::other(format!(
-        "no peer serves the batches from offset {from}: {}",
-        why.join("; ")
-    )))
 }
 
 fn first_offset(batches: &[Bytes]) -> Option<u64> {
@@ -252,7 +242,12 @@ pub async fn repair(
     }
     let mut next = append_fetched(sink, batches).await?.0;
     while next < checkpointed {
-        let batches = fetch_any(peers, next, source).await?;
+        let (first, batches) = fetch_first(peers, next, source).await?;
+        if first != Some(next) {
+            return Err(io::Error::other(format!(
+                "no peer holds the batches from offset {next}, below the checkpoint's {checkpointed}"
+            )));
+        }
         let now = append_fetched(sink, batches).await?.0;
         assert!(
             now > next,
@@ -265,7 +260,8 @@ pub async fn repair(
 
 /// Of every peer's batches from `from` (at `from`, or later where its retention removed
 /// what is before), those that start lowest, and their first offset (`None`: no peer that
-/// answered holds anything from there). At least one peer must answer.
+/// answered holds anything from there); the first peer's that start at `from` end the
+/// search. At least one peer must answer.
 async fn fetch_first(
     peers: &[(NodeId, Peer)],
     from: u64,
@@ -284,6 +280,9 @@ async fn fetch_first(
                     .is_none_or(|(low, _)| rank(first) < rank(*low))
                 {
                     lowest = Some((first, batches));
+                }
+                if first == Some(from) {
+                    break;
                 }
             }
             Err(e) => why.push(format!("{}: {e}", show_id(*id))),
