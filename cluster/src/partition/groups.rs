@@ -487,7 +487,8 @@ impl PartGroups {
             group: name,
             me,
         };
-        let repaired = refill::repair(sink, checkpointed, &peers, &source).await;
+        let hole = inner.hooks.refill_hole;
+        let repaired = refill::repair(sink, checkpointed, (&peers, hole), &source).await;
         let next = repaired.map_err(|e| format!("repairing the replica from its peers: {e}"))?;
         tracing::warn!(partition = %identity_of(name), next, "repaired a replica's partition from its peers");
         inner

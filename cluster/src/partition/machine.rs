@@ -63,10 +63,13 @@ pub struct PartMachine {
 /// hook: production stamps the leader's reading on every replica).
 pub type StampHook = Arc<dyn Fn(u64) -> u64 + Send + Sync>;
 
-/// A machine's optional hooks (`None` in production).
+/// A machine's optional hooks (`None`, `false` in production).
 #[derive(Clone, Default)]
 pub struct MachineHooks {
     pub stamp: Option<StampHook>,
+    /// A canary's: a refill or a repair from peers jumps the partition to the offset it
+    /// must reach (rebuilt empty there) instead of taking the batches below it.
+    pub refill_hole: bool,
 }
 
 /// What machines did, summed over those that share it (a member's groups do): what the
@@ -163,6 +166,11 @@ impl PartMachine {
     /// This member's replica of the partition.
     pub fn sink(&self) -> &Arc<dyn PartitionSink> {
         &self.sink
+    }
+
+    /// Whether a canary has refills skip the batches they must take ([`MachineHooks`]).
+    pub(super) fn refill_hole(&self) -> bool {
+        self.lock().hooks.refill_hole
     }
 
     /// Marks a refill from peers started; false when one runs already.

@@ -121,6 +121,13 @@ async fn refill_to(
     peers: &[(NodeId, Peer)],
     source: &dyn PeerBatches,
 ) -> io::Result<u64> {
+    if machine.refill_hole() {
+        let jumped = raft.with_state_machine(move |sm: &mut PartMachine| {
+            Box::pin(async move { sm.rebuild_at(target).await })
+        });
+        jumped.await.map_err(io::Error::other)??;
+        return Ok(target);
+    }
     let mut next = machine.sink().next_offset().await?;
     while next < target {
         let (first, batches) = fetch_first(peers, next, source).await?;
@@ -213,9 +220,14 @@ pub async fn needs_repair(sink: &dyn PartitionSink, checkpointed: u64) -> io::Re
 pub async fn repair(
     sink: &dyn PartitionSink,
     checkpointed: u64,
-    peers: &[(NodeId, Peer)],
+    (peers, hole): (&[(NodeId, Peer)], bool),
     source: &dyn PeerBatches,
 ) -> io::Result<u64> {
+    if hole {
+        // A canary's ([`super::machine::MachineHooks::refill_hole`]).
+        sink.rebuild(checkpointed).await?;
+        return Ok(checkpointed);
+    }
     let fence = sink.fenced().await?;
     let held = match &fence {
         Some(_) => None,

@@ -204,7 +204,7 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
             .keys()
             .map(|id| (*id, Peer::default()))
             .collect();
-        refill::repair(&held, checkpointed, &peers, router)
+        refill::repair(&held, checkpointed, (&peers, false), router)
             .await
             .unwrap();
     }

@@ -41,7 +41,9 @@
 //! - `read-stale`: a member serves a fresh read without waiting for the leader's read
 //!   index;
 //! - `part-stamp-local-clock`: a partition replica stamps each committed send with its own
-//!   clock when it applies it, not with its leader's, so replicas' bytes differ.
+//!   clock when it applies it, not with its leader's, so replicas' bytes differ;
+//! - `part-refill-hole`: a replica refilled or repaired from its peers jumps its partition
+//!   to the offset it must reach instead of taking the batches below it.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -80,10 +82,11 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 25] = [
+pub const NAMES: [&str; 26] = [
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
+    "part-refill-hole",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
@@ -177,6 +180,7 @@ pub fn part_machine_hooks(
 ) -> cairn_cluster::partition::machine::MachineHooks {
     cairn_cluster::partition::machine::MachineHooks {
         stamp: active().and_then(|name| cluster::stamp_hook(name, clock)),
+        refill_hole: active() == Some("part-refill-hole"),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 28] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 30] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -106,6 +106,14 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 28] = [
     (
         "ClusterMessagesCheckpointed",
         "a partition's group checkpointed (its replica synced, the applied entry recorded)",
+    ),
+    (
+        "ClusterPartitionDamaged",
+        "the nemesis flipped a byte of a partition's segment on a crashed member, which then started again",
+    ),
+    (
+        "ClusterPartitionRepaired",
+        "a member's group start found its replica fenced or short of its checkpoint and repaired it from its peers' segments",
     ),
     (
         "ClusterMessagesRefilled",

@@ -18,7 +18,10 @@
 //! may be held once, or not at all.
 
 use super::*;
+use cairn_engine::env::{Disk, OpenMode};
 use cairn_engine::node::Node;
+use cairn_engine::partition::partition_dir;
+use cairn_engine::state::key_of;
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::{WireConsumer, WirePartitioning, WirePollingStrategy};
 
@@ -35,6 +38,8 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(12);
 const POLL_COUNT: u32 = 1000;
 /// The longest the final round waits for one replica's copy of a partition.
 const READ_LIMIT: Duration = Duration::from_secs(5);
+/// How often a nemesis step (of a world that runs messages) damages a partition's bytes.
+pub(super) const PARTITION_DAMAGE: f64 = 0.04;
 
 /// Where a message sits: the topic's name `s/t`, the partition, its nonce and the offset.
 pub(super) type Place = (String, u32, u64, u64);
@@ -58,6 +63,18 @@ pub(super) struct Messages {
     placed: BTreeMap<String, Place>,
     /// Messages sent so far (each payload is `m{n}`).
     sent: u64,
+}
+
+/// Where two replicas' copies hold different messages at the same position, said.
+fn overlap_differs(copies: &[(MemberId, Vec<Held>)]) -> Option<String> {
+    let (first_id, first) = copies.first()?;
+    copies[1..].iter().find_map(|(id, copy)| {
+        let at = first.iter().zip(copy).position(|(a, b)| a != b)?;
+        Some(format!(
+            "replica {id} holds {:?}, replica {first_id} {:?}",
+            copy[at], first[at]
+        ))
+    })
 }
 
 /// A partition of the final state, by the client's names.
@@ -108,9 +125,61 @@ impl World {
         self.replicas[at].parts = Some(parts);
     }
 
-    /// Counts what member's groups did, before its process goes.
-    pub(super) fn count_parts(&mut self, parts: &PartGroups) {
+    /// Crashes replica `at`, flips a byte of one of its partitions' segment logs (damage to
+    /// bytes it may have synced, as a bad sector or an operator's tool does), and starts it
+    /// again: its boot fences the partition (or truncates it, above its durable end), and
+    /// its group's start repairs it from its peers' segments.
+    pub(super) async fn damage_partition(&mut self, at: usize) {
+        self.crash(at);
+        let id = self.replicas[at].id;
+        let root = node_root(id);
+        let mut logs = Vec::new();
+        for p in &self.replicas[at].served {
+            let dir = partition_dir(&root, p.stream_id, p.topic_id, p.partition_id);
+            let disk = &self.replicas[at].disk;
+            for entry in Disk::read_dir(disk, &dir).unwrap_or_default() {
+                let path = dir.join(&entry.name);
+                let len = Disk::open(disk, &path, OpenMode::Read).and_then(|f| f.len());
+                match len {
+                    Ok(len) if entry.name.ends_with(".log") && len > 0 => {
+                        logs.push((key_of(p), path, len))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !logs.is_empty() {
+            let (key, path, len) = logs.swap_remove(self.rng.gen_range(0..logs.len()));
+            let position = self.rng.gen_range(0..len);
+            let disk = &self.replicas[at].disk;
+            let mut byte = [0u8];
+            let read = Disk::open(disk, &path, OpenMode::Read)
+                .and_then(|f| f.read_at(&mut byte, position));
+            assert_eq!(read.ok(), Some(1), "a byte inside the file");
+            disk.overwrite(&path, position, &[byte[0] ^ 0x5a]);
+            self.replicas[at].damaged.insert(key);
+            self.decision("ClusterPartitionDamaged");
+            let what = format!("a byte of {} at {position} flipped", path.display());
+            self.event(format!("replica {id}: {what}"));
+            self.mark(&replica_lane(id), MarkKind::DiskFault, what);
+        }
+        self.net.power_on(self.replicas[at].ip);
+        self.start(at).await;
+    }
+
+    /// Counts what member `at`'s groups did, before its process goes; a damaged partition
+    /// whose group ran in it was repaired (a group starts only over a sound replica).
+    pub(super) fn count_parts(&mut self, at: usize, parts: &PartGroups) {
         use std::sync::atomic::Ordering::Relaxed;
+        let running: BTreeSet<cairn_engine::state::PartitionKey> = parts
+            .views()
+            .into_iter()
+            .filter(|v| v.replica.is_some() && v.failed.is_none())
+            .map(|v| key_of(&v.partition))
+            .collect();
+        self.replicas[at]
+            .damaged
+            .retain(|key| !running.contains(key));
         let counts = parts.counts();
         let (skipped, checkpoints) = (
             counts.skipped.load(Relaxed),
@@ -128,6 +197,9 @@ impl World {
         }
         if refilled > 0 && installed > 0 {
             self.decision("ClusterMessagesRefilled");
+        }
+        if counts.repaired.load(Relaxed) > 0 {
+            self.decision("ClusterPartitionRepaired");
         }
     }
 
@@ -449,6 +521,9 @@ impl World {
             .collect();
         let copies = loop {
             let mut copies = Vec::new();
+            // Every copy read, however short: at the deadline, copies that differ where
+            // they overlap are a disagreement, not a stall.
+            let mut answered = Vec::new();
             for (id, node) in &nodes {
                 let ids = topic_ids_owned(&partition.topic);
                 let read = read_from(node, ids, partition.identity.partition_id, 0);
@@ -459,7 +534,10 @@ impl World {
                 };
                 if let Ok(Some((nonce, messages))) = read {
                     if nonce == partition.identity.nonce && messages.len() as u64 >= target {
-                        copies.push((*id, messages));
+                        copies.push((*id, messages.clone()));
+                    }
+                    if nonce == partition.identity.nonce {
+                        answered.push((*id, messages));
                     }
                 }
             }
@@ -468,6 +546,14 @@ impl World {
                 break copies;
             }
             if self.clock.now_nanos() >= deadline {
+                if let Some(differ) = overlap_differs(&answered) {
+                    let (topic, p) = (&partition.topic, partition.identity.partition_id);
+                    self.fail(
+                        INV_MESSAGES_AGREE,
+                        format!("{topic} partition {p}: {differ}"),
+                    );
+                    return false;
+                }
                 let what = format!(
                     "not every replica of {} partition {} reached offset {target} by the deadline",
                     partition.topic, partition.identity.partition_id

@@ -258,6 +258,9 @@ struct Replica {
     served: BTreeSet<cairn_engine::partition::PartitionIdentity>,
     /// Its node's partition groups, when the profile runs messages.
     parts: Option<PartGroups>,
+    /// Partitions whose segment bytes the nemesis damaged on its disk, until its group of
+    /// each was seen running again (repaired): its boot may fence only these.
+    damaged: BTreeSet<cairn_engine::state::PartitionKey>,
 }
 
 struct Shared {
@@ -422,6 +425,7 @@ fn run_script(
                 armed: false,
                 node: None,
                 served: BTreeSet::new(),
+                damaged: BTreeSet::new(),
                 parts: None,
             }
         })
@@ -671,7 +675,7 @@ impl World {
             self.decision("ClusterSnapshotInstalled");
         }
         if let Some(parts) = self.replicas[at].parts.take() {
-            self.count_parts(&parts);
+            self.count_parts(at, &parts);
         }
         let node = self.replicas[at].node.take();
         // The partitions it served: a boot that finishes an adoption compares against them.
@@ -833,10 +837,13 @@ impl World {
             match self.boot_node_of(at).await {
                 Ok(booted) => {
                     self.adoption_at_boot(at, &booted.plan);
-                    // No fault here damages a partition's bytes: a fenced one is work
-                    // (an op's or an adoption's) done wrong or redone wrong.
+                    // Only the nemesis's damage to a partition's bytes may fence one (its
+                    // group's start then repairs it from its peers); any other fenced one
+                    // is work (an op's or an adoption's) done wrong or redone wrong.
+                    let damaged = &self.replicas[at].damaged;
                     let fenced = booted.report.partitions.iter().find_map(|(key, boot)| {
-                        boot.fence().map(|reason| format!("{key:?}: {reason}"))
+                        let reason = boot.fence().filter(|_| !damaged.contains(key))?;
+                        Some(format!("{key:?}: {reason}"))
                     });
                     if let Some(fenced) = fenced {
                         self.fail(INV_BOOT, format!("replica {id}'s node fenced {fenced}"));

@@ -87,6 +87,7 @@ impl World {
             let replica = &mut self.replicas[at];
             replica.disk = replica_disk(self.seed, id, replica.disks, &self.clock);
             replica.disks += 1;
+            replica.damaged.clear();
             replica.env.disk = wrap_disk(&replica.disk);
             self.decision("ClusterDiskReplaced");
             self.event(format!("replica {id}: its disk is replaced by a blank one"));
@@ -139,7 +140,8 @@ impl World {
             .count()
     }
 
-    /// One nemesis step: heal, crash, bounce, restart one, partition, or nothing.
+    /// One nemesis step: heal, crash, damage a partition, bounce, restart one, partition, or
+    /// nothing.
     pub(super) async fn nemesis(&mut self) {
         // An armed crash that struck: the process goes down now.
         for at in 0..self.replicas.len() {
@@ -191,6 +193,12 @@ impl World {
             } else {
                 self.crash(at);
             }
+        } else if self.profile.messages
+            && out < minority
+            && self.rng.gen_bool(messages::PARTITION_DAMAGE)
+        {
+            let at = self.victim();
+            self.damage_partition(at).await;
         } else if out < minority && self.rng.gen_bool(self.profile.bounce) {
             let at = self.victim();
             self.crash(at);
