@@ -23,8 +23,8 @@
 
 use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
-    group_name, identity_of, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc, PartServe,
-    SendRefused,
+    group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
+    PartServe, SendRefused,
 };
 use super::refill;
 use super::sink::{OnNode, PartitionSink};
@@ -469,7 +469,9 @@ impl PartGroups {
         let inner = &self.inner;
         let checkpointed = super::machine::checkpointed(&*inner.env.disk, dir);
         let checkpointed = checkpointed.map_err(|e| e.to_string())?;
-        let needed = refill::needs_repair(sink, checkpointed).await;
+        let disk = &*inner.env.disk;
+        let mark = refill::RepairMark { disk, dir };
+        let needed = refill::needs_repair(sink, checkpointed, &mark).await;
         if !needed.map_err(|e| e.to_string())? {
             return Ok(());
         }
@@ -488,7 +490,8 @@ impl PartGroups {
             me,
         };
         let hole = inner.hooks.refill_hole;
-        let repaired = refill::repair(sink, checkpointed, (&peers, hole), &source).await;
+        let at = (checkpointed, &mark);
+        let repaired = refill::repair(sink, at, (&peers, hole), &source).await;
         let next = repaired.map_err(|e| format!("repairing the replica from its peers: {e}"))?;
         tracing::warn!(partition = %identity_of(name), next, "repaired a replica's partition from its peers");
         inner
@@ -836,20 +839,26 @@ impl PartGroups {
                     .await
                     .map_or_else(|e| refused(&e), PartReply::Snapshot)
             }
+            // A member speaks for its own replicas only; a fetch, for one of the group's.
+            PartRpc::Fetch { .. } if !member_of_group(&raft, from) => PartReply::Refused(format!(
+                "replica {} is no replica of this group",
+                show_id(from)
+            )),
             PartRpc::Fetch { from, max_bytes } => {
                 let replica = OnNode {
                     node: self.inner.node.clone(),
                     partition: identity_of(name),
                 };
-                let read = replica
-                    .read(from, max_bytes.min(refill::FETCH_BUDGET))
-                    .await;
-                read.map_or_else(
-                    |e| refused(&e),
-                    |batches| PartReply::Batches {
+                let bounds = replica.bounds().await;
+                let read = replica.read(from, max_bytes.min(refill::FETCH_BUDGET));
+                match (bounds, read.await) {
+                    (Ok((start, next)), Ok(batches)) => PartReply::Batches {
                         bytes: batches.concat(),
+                        start,
+                        next,
                     },
-                )
+                    (Err(e), _) | (_, Err(e)) => refused(&e),
+                }
             }
             PartRpc::TransferLeader(r) => raft
                 .handle_transfer_leader(r)
@@ -861,38 +870,12 @@ impl PartGroups {
     }
 }
 
-/// A replica's peers, as it refills its partition from theirs (`refill`).
-struct FromPeers {
-    networks: PartNetworks,
-    group: GroupName,
-    me: NodeId,
-}
-
-impl refill::PeerBatches for FromPeers {
-    fn fetch(
-        &self,
-        peer: NodeId,
-        node: Peer,
-        from: u64,
-    ) -> BoxFuture<'static, std::io::Result<Vec<bytes::Bytes>>> {
-        let (networks, group) = (self.networks.clone(), self.group);
-        let envelope = PartEnvelope {
-            from: self.me,
-            to: peer,
-            rpc: PartRpc::Fetch {
-                from,
-                max_bytes: refill::FETCH_BUDGET,
-            },
-        };
-        Box::pin(async move {
-            let reply = networks.call(&node, group, &envelope, refill::FETCH_LIMIT);
-            match reply.await? {
-                PartReply::Batches { bytes } => refill::split_batches(bytes.into()),
-                PartReply::Refused(why) => Err(std::io::Error::other(why)),
-                _ => Err(std::io::Error::other("the peer runs no such replica")),
-            }
-        })
-    }
+/// Whether `replica` is a voter or learner of the group `raft` runs, as it knows it.
+fn member_of_group(raft: &PartRaft, replica: NodeId) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow_watched();
+    let mut nodes = metrics.membership_config.membership().nodes();
+    nodes.any(|(id, _)| *id == replica)
 }
 
 /// Proposes `command` on `raft`, its leader: where it landed and its log index. A

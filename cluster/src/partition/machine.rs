@@ -186,6 +186,11 @@ impl PartMachine {
     /// batches it lacks below it). Run by the state machine's worker, as
     /// [`PartMachine::take_refilled`] is.
     pub async fn rebuild_at(&self, start: u64) -> io::Result<()> {
+        let applied_to = self.lock().next;
+        assert!(
+            start >= applied_to,
+            "a rebuild keeps every batch applied ({start} < {applied_to})"
+        );
         tracing::warn!(
             start,
             "rebuilding a replica's partition where its peers' batches start"
@@ -202,6 +207,20 @@ impl PartMachine {
     /// state machine's worker, between applies (`Raft::with_state_machine`): the first row
     /// of the module's table then skips the entries whose batches this put in the segments.
     /// The partition's next offset.
+    /// One refill step, decided here against what the partition holds now: where the
+    /// peers' batches (`batches`) start past its end (`first`: their retention removed
+    /// what it lacks), it starts again empty there first; then it takes them.
+    pub async fn take_refilled_from(
+        &self,
+        first: u64,
+        batches: Vec<bytes::Bytes>,
+    ) -> io::Result<u64> {
+        if first > self.sink.next_offset().await? {
+            self.rebuild_at(first).await?;
+        }
+        self.take_refilled(batches).await
+    }
+
     pub async fn take_refilled(&self, batches: Vec<bytes::Bytes>) -> io::Result<u64> {
         let (next, taken) = super::refill::append_fetched(&*self.sink, batches).await?;
         let mut inner = self.lock();

@@ -3,7 +3,7 @@
 //!
 //! | the leader finds | it does |
 //! |---|---|
-//! | the metadata voters as at its last reconciliation of the group | nothing |
+//! | the metadata voters as at its last reconciliation of the group, and the group's configuration as that reconciliation left it | nothing |
 //! | a member of the metadata voters without a replica among the group's voters (added, or back on a wiped disk as a new replica) | makes that member's replica a learner, waits until it holds every committed entry, then makes the voters the wanted set in one joint change |
 //! | a voter whose member the metadata group no longer has | removes it in the same change |
 //! | a member that does not answer which replica it runs, a learner that does not catch up within [`CATCH_UP_LIMIT`], a change that does not commit within [`CHANGE_LIMIT`] | nothing more now: tried again once [`RECONCILE_RETRY`] passed |
@@ -24,12 +24,17 @@ use super::groups::{id_of, leads, successor, successor_among, PartGroups};
 use super::net::{identity_of, GroupName};
 use super::PartRaft;
 use crate::rt::in_env;
-use crate::types::{show_id, NodeId, Peer};
+use crate::types::{show_id, LogId, NodeId, Peer};
 use cairn_engine::env::{race, Either};
 use openraft::async_runtime::WatchReceiver;
 use openraft::ChangeMembers;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+/// The log id of the configuration `raft` runs under.
+fn configured_at(raft: &PartRaft) -> Option<LogId> {
+    *raft.metrics().borrow_watched().membership_config.log_id()
+}
 
 /// How long a new replica may take to catch up before a reconciliation gives up (and is
 /// tried again later).
@@ -43,8 +48,10 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(50);
 /// Where a group's reconciliation stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reconciled {
-    /// Done for this set of metadata voters.
-    With(BTreeSet<NodeId>),
+    /// Done for this set of metadata voters, leaving the group's configuration of this log
+    /// id (another leader's change since, or a record left from an earlier leadership,
+    /// makes it due again).
+    With(BTreeSet<NodeId>, Option<LogId>),
     /// A task is at it.
     Running,
     /// Not done; tried again from this monotonic time on.
@@ -67,8 +74,8 @@ impl PartGroups {
             }
             let due: Vec<(GroupName, PartRaft)> = led
                 .into_iter()
-                .filter(|(name, _)| match reconciled.get(name) {
-                    Some(Reconciled::With(done)) => *done != key,
+                .filter(|(name, raft)| match reconciled.get(name) {
+                    Some(Reconciled::With(done, at)) => *done != key || configured_at(raft) != *at,
                     Some(Reconciled::Running) => false,
                     Some(Reconciled::RetryAt(at)) => *at <= now,
                     None => true,
@@ -87,7 +94,7 @@ impl PartGroups {
                 let retry =
                     groups.env().clock.monotonic_nanos() + RECONCILE_RETRY.as_nanos() as u64;
                 let record = if done {
-                    Reconciled::With(key)
+                    Reconciled::With(key, configured_at(&raft))
                 } else {
                     Reconciled::RetryAt(retry)
                 };

@@ -117,10 +117,13 @@ pub enum PartReply {
         id: NodeId,
         made: bool,
     },
-    /// Stored batches, back to back (a `Fetch`'s answer).
+    /// Stored batches, back to back, and where the replica's log starts and ends (a
+    /// `Fetch`'s answer).
     Batches {
         #[serde(with = "crate::types::bytes_serde")]
         bytes: Vec<u8>,
+        start: u64,
+        next: u64,
     },
     /// The group's Raft node refused the request.
     Refused(String),
@@ -414,6 +417,44 @@ impl openraft::RaftNetworkV2<PartConfig> for GroupClient {
                 other => Err(StreamingError::Network(NetworkError::new(&other))),
             },
         }
+    }
+}
+
+/// A replica's peers, as it refills its partition from theirs (`refill`).
+pub struct FromPeers {
+    pub networks: PartNetworks,
+    pub group: GroupName,
+    pub me: NodeId,
+}
+
+impl super::refill::PeerBatches for FromPeers {
+    fn fetch(
+        &self,
+        peer: NodeId,
+        node: Peer,
+        from: u64,
+    ) -> BoxFuture<'static, io::Result<super::refill::Fetched>> {
+        let (networks, group) = (self.networks.clone(), self.group);
+        let envelope = PartEnvelope {
+            from: self.me,
+            to: peer,
+            rpc: PartRpc::Fetch {
+                from,
+                max_bytes: super::refill::FETCH_BUDGET,
+            },
+        };
+        Box::pin(async move {
+            let reply = networks.call(&node, group, &envelope, super::refill::FETCH_LIMIT);
+            match reply.await? {
+                PartReply::Batches { bytes, start, next } => Ok(super::refill::Fetched {
+                    batches: super::refill::split_batches(bytes.into())?,
+                    start,
+                    next,
+                }),
+                PartReply::Refused(why) => Err(io::Error::other(why)),
+                _ => Err(io::Error::other("the peer runs no such replica")),
+            }
+        })
     }
 }
 

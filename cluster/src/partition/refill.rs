@@ -22,11 +22,12 @@ use super::{PartConfig, PartRaft, PartSnapshot};
 use crate::rt::in_env;
 use crate::types::{show_id, NodeId, Peer};
 use bytes::Bytes;
-use cairn_engine::env::{BoxFuture, Env};
+use cairn_engine::env::{BoxFuture, Disk, Env, OpenMode};
 use cairn_engine::format::{verify_batch, BatchHeader, Layout, Limits};
 use openraft::async_runtime::WatchReceiver;
 use openraft::raft::SnapshotResponse;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,16 +38,20 @@ pub const FETCH_LIMIT: Duration = Duration::from_secs(10);
 
 type Vote = openraft::alias::VoteOf<PartConfig>;
 
+/// A peer's answer to a fetch: its stored batches from the offset asked (or from where
+/// its log starts, if later), at most [`FETCH_BUDGET`] of them, and where its partition's
+/// log starts and ends.
+pub struct Fetched {
+    pub batches: Vec<Bytes>,
+    pub start: u64,
+    pub next: u64,
+}
+
 /// Where a replica's missing batches come from: its peers' replicas of the partition.
 pub trait PeerBatches: Send + Sync + 'static {
-    /// The stored batches replica `peer` (reached at `node`) holds from offset `from`, at
-    /// most [`FETCH_BUDGET`] of them.
-    fn fetch(
-        &self,
-        peer: NodeId,
-        node: Peer,
-        from: u64,
-    ) -> BoxFuture<'static, io::Result<Vec<Bytes>>>;
+    /// What replica `peer` (reached at `node`) holds from offset `from`.
+    fn fetch(&self, peer: NodeId, node: Peer, from: u64)
+        -> BoxFuture<'static, io::Result<Fetched>>;
 }
 
 /// Installs `snapshot` on `raft` once its partition holds every batch the checkpoint
@@ -95,7 +100,8 @@ pub async fn install_or_refill(
     ))
 }
 
-/// One refill, logged; the machine is free for the next once it ends.
+/// One refill, logged; the machine is free for the next once it ends (or its task
+/// unwinds).
 async fn refill(
     raft: PartRaft,
     machine: PartMachine,
@@ -103,8 +109,15 @@ async fn refill(
     peers: Vec<(NodeId, Peer)>,
     source: Arc<dyn PeerBatches>,
 ) {
+    struct Ended(PartMachine);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.end_refill();
+        }
+    }
+    let ended = Ended(machine.clone());
     let refilled = refill_to(&raft, &machine, target, &peers, &*source).await;
-    machine.end_refill();
+    drop(ended);
     let replica = show_id(raft.metrics().borrow_watched().id);
     match refilled {
         Ok(next) => tracing::info!(%replica, next, "refilled a replica's partition from its peers"),
@@ -114,6 +127,9 @@ async fn refill(
     }
 }
 
+/// Takes batches from `peers` until the partition reaches `target`, each step in the
+/// state machine's worker (`PartMachine::take_refilled_from` decides there, against what
+/// the partition holds then, whether it starts again where the peers' batches start).
 async fn refill_to(
     raft: &PartRaft,
     machine: &PartMachine,
@@ -130,31 +146,16 @@ async fn refill_to(
     }
     let mut next = machine.sink().next_offset().await?;
     while next < target {
-        let (first, batches) = fetch_first(peers, next, source).await?;
-        // Where every peer's retention removed what this replica lacks, it starts again
-        // empty where the lowest peer's batches start (nothing below is kept anywhere).
-        let rebuild = match first {
-            Some(first) if first == next => None,
-            Some(first) if first <= target => Some(first),
-            _ => {
-                return Err(io::Error::other(format!(
-                    "no peer holds the batches from offset {next}, below the checkpoint's {target}"
-                )))
-            }
-        };
+        let (first, batches) = fetch_best(peers, next, target, source).await?;
         let taken = raft.with_state_machine(move |sm: &mut PartMachine| {
-            Box::pin(async move {
-                if let Some(start) = rebuild {
-                    sm.rebuild_at(start).await?;
-                }
-                sm.take_refilled(batches).await
-            })
+            Box::pin(async move { sm.take_refilled_from(first, batches).await })
         });
         let now = taken.await.map_err(io::Error::other)??;
-        assert!(
-            now > next,
-            "a fetched batch starts where the partition ends: it moves on"
-        );
+        if now <= next {
+            return Err(io::Error::other(format!(
+                "a refill step from offset {next} took nothing (the peers' batches start at {first})"
+            )));
+        }
         next = now;
     }
     Ok(next)
@@ -202,24 +203,86 @@ pub async fn append_fetched(
     Ok((next, taken))
 }
 
-/// Whether this member's replica must be repaired from its peers before its group's
-/// machine opens: its partition is fenced (damaged synced bytes), or it holds less than
-/// the group's last checkpoint (`checkpointed`) names (rebuilt before, or a refill cut
-/// short).
-pub async fn needs_repair(sink: &dyn PartitionSink, checkpointed: u64) -> io::Result<bool> {
-    if sink.fenced().await?.is_some() {
-        return Ok(true);
-    }
-    Ok(sink.next_offset().await? < checkpointed)
+/// The group directory's record that a repair rebuilt this member's replica and has not
+/// finished refilling it (file [`REPAIR_MARK`]): a replica short of its checkpoint without
+/// it lost synced bytes, which is refused, never repaired.
+pub struct RepairMark<'a> {
+    pub disk: &'a dyn Disk,
+    pub dir: &'a Path,
 }
 
-/// Repairs this member's replica from `peers` ([`needs_repair`]): a fenced partition, or
-/// one whose peers hold nothing where it ends, is rebuilt empty where a peer's batches
-/// start (only once a peer answered: a replica no peer can refill keeps its bytes), then
-/// refilled up to `checkpointed` and synced. The group's log then applies what follows.
-pub async fn repair(
+/// The repair mark's file in a group's directory.
+pub const REPAIR_MARK: &str = "repairing";
+
+impl RepairMark<'_> {
+    fn path(&self) -> PathBuf {
+        self.dir.join(REPAIR_MARK)
+    }
+
+    fn present(&self) -> io::Result<bool> {
+        self.disk.exists(&self.path())
+    }
+
+    fn set(&self) -> io::Result<()> {
+        let file = self.disk.open(&self.path(), OpenMode::CreateOrOpen)?;
+        file.sync_data()?;
+        self.disk.sync_dir(self.dir)
+    }
+
+    fn clear(&self) -> io::Result<()> {
+        self.disk.remove_file(&self.path())?;
+        self.disk.sync_dir(self.dir)
+    }
+}
+
+/// Whether this member's replica must be repaired from its peers before its group's
+/// machine opens:
+///
+/// | the replica | |
+/// |---|---|
+/// | fenced for damage to its own files (`FenceReason::own_files_damaged`) | repaired |
+/// | fenced otherwise (an I/O call failed, another's directory in the way) | refused with the reason (a restart reads again; an operator sorts the directory) |
+/// | short of its checkpoint, with the repair mark | repaired (a repair cut short) |
+/// | short of its checkpoint, without it | refused: synced bytes were lost |
+/// | holding its checkpoint | nothing (a leftover mark is cleared) |
+pub async fn needs_repair(
     sink: &dyn PartitionSink,
     checkpointed: u64,
+    mark: &RepairMark<'_>,
+) -> io::Result<bool> {
+    match sink.fenced().await? {
+        Some((_, true)) => return Ok(true),
+        Some((why, false)) => {
+            return Err(io::Error::other(format!(
+                "the replica is fenced ({why}), not for damage to its own files: not rebuilt from its peers"
+            )))
+        }
+        None => {}
+    }
+    let held = sink.next_offset().await?;
+    if held >= checkpointed {
+        if mark.present()? {
+            mark.clear()?;
+        }
+        return Ok(false);
+    }
+    if mark.present()? {
+        return Ok(true);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the replica holds offsets below {held}, its checkpoint says {checkpointed} were synced: synced bytes were lost"),
+    ))
+}
+
+/// Repairs this member's replica from `peers` ([`needs_repair`]): once a peer that holds
+/// everything through `checkpointed` answered, a fenced partition, or one whose peers hold
+/// nothing where it ends, is rebuilt empty where that peer's batches start (the repair
+/// mark set first), refilled up to `checkpointed` and synced, and the mark cleared. The
+/// group's log then applies what follows.
+pub async fn repair(
+    sink: &dyn PartitionSink,
+    (checkpointed, mark): (u64, &RepairMark<'_>),
     (peers, hole): (&[(NodeId, Peer)], bool),
     source: &dyn PeerBatches,
 ) -> io::Result<u64> {
@@ -234,75 +297,68 @@ pub async fn repair(
         None => Some(sink.next_offset().await?),
     };
     let from = held.unwrap_or(0);
-    let (first, batches) = fetch_first(peers, from, source).await?;
-    // Peers that hold nothing from there leave a partition with no checkpoint to start at
-    // 0 (its group's log holds every entry); one with a checkpoint waits for a peer that
-    // holds what it names.
-    let start = first.or((checkpointed == 0).then_some(0)).ok_or_else(|| {
-        io::Error::other(format!(
-            "no peer holds the batches from offset {from}, below the checkpoint's {checkpointed}"
-        ))
-    })?;
-    if fence.is_some() || held.is_some_and(|h| h < start) {
+    let (first, batches) = fetch_best(peers, from, checkpointed, source).await?;
+    if fence.is_some() || held.is_some_and(|h| h < first) {
         tracing::warn!(
             ?fence,
             held,
-            start,
+            first,
             "rebuilding a replica's partition from its peers"
         );
-        sink.rebuild(start).await?;
+        mark.set()?;
+        sink.rebuild(first).await?;
     }
     let mut next = append_fetched(sink, batches).await?.0;
     while next < checkpointed {
-        let (first, batches) = fetch_first(peers, next, source).await?;
-        if first != Some(next) {
+        let (first, batches) = fetch_best(peers, next, checkpointed, source).await?;
+        if first != next {
             return Err(io::Error::other(format!(
-                "no peer holds the batches from offset {next}, below the checkpoint's {checkpointed}"
+                "the peers' batches go on at {first}, this replica's partition ends at {next}"
             )));
         }
-        let now = append_fetched(sink, batches).await?.0;
-        assert!(
-            now > next,
-            "a fetched batch starts where the partition ends: it moves on"
-        );
-        next = now;
+        next = append_fetched(sink, batches).await?.0;
     }
-    sink.checkpoint().await
+    let synced = sink.checkpoint().await?;
+    if mark.present()? {
+        mark.clear()?;
+    }
+    Ok(synced)
 }
 
-/// Of every peer's batches from `from` (at `from`, or later where its retention removed
-/// what is before), those that start lowest, and their first offset (`None`: no peer that
-/// answered holds anything from there); the first peer's that start at `from` end the
-/// search. At least one peer must answer.
-async fn fetch_first(
+/// Of the peers that hold everything through `need`, the batches of the one whose start
+/// from `from` is lowest (its first batch, at `from` or later where its retention removed
+/// what is before; where it holds none from there, its end), and that start. The first
+/// peer that starts at `from` ends the search; none qualifying is an error, saying why.
+async fn fetch_best(
     peers: &[(NodeId, Peer)],
     from: u64,
+    need: u64,
     source: &dyn PeerBatches,
-) -> io::Result<(Option<u64>, Vec<Bytes>)> {
+) -> io::Result<(u64, Vec<Bytes>)> {
     let mut why = Vec::new();
-    let mut lowest: Option<(Option<u64>, Vec<Bytes>)> = None;
+    let mut best: Option<(u64, Vec<Bytes>)> = None;
     for (id, node) in peers {
         match source.fetch(*id, node.clone(), from).await {
-            Ok(batches) => {
-                let first = first_offset(&batches);
-                // `None` holds nothing: it sorts after any offset.
-                let rank = |f: Option<u64>| f.map_or(u128::MAX, u128::from);
-                if lowest
-                    .as_ref()
-                    .is_none_or(|(low, _)| rank(first) < rank(*low))
-                {
-                    lowest = Some((first, batches));
+            Ok(fetched) if fetched.next < need => why.push(format!(
+                "{} holds offsets below {} only",
+                show_id(*id),
+                fetched.next
+            )),
+            Ok(fetched) => {
+                let first = first_offset(&fetched.batches).unwrap_or(fetched.next.max(from));
+                if best.as_ref().is_none_or(|(low, _)| first < *low) {
+                    best = Some((first, fetched.batches));
                 }
-                if first == Some(from) {
+                if first == from {
                     break;
                 }
             }
             Err(e) => why.push(format!("{}: {e}", show_id(*id))),
         }
     }
-    lowest.ok_or_else(|| {
+    best.ok_or_else(|| {
         io::Error::other(format!(
-            "no peer answered for the batches from offset {from}: {}",
+            "no peer holds the batches from offset {from} through {need}: {}",
             why.join("; ")
         ))
     })

@@ -29,8 +29,12 @@ pub trait PartitionSink: Send + Sync + 'static {
     /// The batches it holds from offset `from`, as stored, at most `max_bytes` of them (a
     /// first batch always whole): what a peer behind the group's log refills itself with.
     fn read(&self, from: u64, max_bytes: u64) -> BoxFuture<'_, io::Result<Vec<Bytes>>>;
-    /// Why it is fenced (damaged synced bytes, found at recovery or since), if it is.
-    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>>;
+    /// Why it is fenced (damaged synced bytes, found at recovery or since), if it is, and
+    /// whether the reason says its own files are damaged or missing (it may be rebuilt
+    /// from peers: `FenceReason::own_files_damaged`).
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<(String, bool)>>>;
+    /// Where its log starts and its next offset.
+    fn bounds(&self) -> BoxFuture<'_, io::Result<(u64, u64)>>;
     /// Replaces it with an empty replica whose log starts at `start`, its files removed:
     /// its peers refill it (`refill::repair`).
     fn rebuild(&self, start: u64) -> BoxFuture<'_, io::Result<()>>;
@@ -108,10 +112,19 @@ impl PartitionSink for OnNode {
         })
     }
 
-    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>> {
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<(String, bool)>>> {
         Box::pin(async move {
             let info = self.info().await?;
-            Ok(info.and_then(|i| i.fence).map(|reason| reason.to_string()))
+            let fence = info.and_then(|i| i.fence);
+            Ok(fence.map(|reason| (reason.to_string(), reason.own_files_damaged())))
+        })
+    }
+
+    fn bounds(&self) -> BoxFuture<'_, io::Result<(u64, u64)>> {
+        Box::pin(async move {
+            let next = self.next_offset().await?;
+            let info = self.info().await?;
+            Ok((info.map_or(next, |i| i.log_start), next))
         })
     }
 
@@ -203,9 +216,21 @@ impl PartitionSink for Held {
         Box::pin(async move { polled.map(|p| p.batches).map_err(io::Error::other) })
     }
 
-    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<String>>> {
-        let fence = self.lock().fence_reason().map(|r| r.to_string());
+    fn fenced(&self) -> BoxFuture<'_, io::Result<Option<(String, bool)>>> {
+        let fence = self
+            .lock()
+            .fence_reason()
+            .map(|r| (r.to_string(), r.own_files_damaged()));
         Box::pin(async move { Ok(fence) })
+    }
+
+    fn bounds(&self) -> BoxFuture<'_, io::Result<(u64, u64)>> {
+        let partition = self.lock();
+        let bounds = partition
+            .log_start()
+            .and_then(|s| Ok((s, partition.next_offset()?)));
+        let bounds = bounds.map_err(io::Error::other);
+        Box::pin(async move { bounds })
     }
 
     fn rebuild(&self, start: u64) -> BoxFuture<'_, io::Result<()>> {

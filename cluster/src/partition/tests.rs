@@ -72,7 +72,7 @@ impl refill::PeerBatches for Router {
         peer: NodeId,
         _node: Peer,
         from: u64,
-    ) -> BoxFuture<'static, std::io::Result<Vec<bytes::Bytes>>> {
+    ) -> BoxFuture<'static, std::io::Result<refill::Fetched>> {
         let held = self
             .up
             .lock()
@@ -81,7 +81,13 @@ impl refill::PeerBatches for Router {
             .map(|(_, held)| held.clone());
         Box::pin(async move {
             let held = held.ok_or_else(|| std::io::Error::other("stopped"))?;
-            held.read(from, refill::FETCH_BUDGET).await
+            let (start, next) = held.bounds().await?;
+            let batches = held.read(from, refill::FETCH_BUDGET).await?;
+            Ok(refill::Fetched {
+                batches,
+                start,
+                next,
+            })
         })
     }
 }
@@ -196,7 +202,14 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
     let held = Held::at(place, partition);
     // What a member's group start does first (`groups.rs`): repair from the peers.
     let checkpointed = super::machine::checkpointed(&*env.disk, &wal).unwrap();
-    if refill::needs_repair(&held, checkpointed).await.unwrap() {
+    let mark = refill::RepairMark {
+        disk: &*env.disk,
+        dir: &wal,
+    };
+    if refill::needs_repair(&held, checkpointed, &mark)
+        .await
+        .unwrap()
+    {
         let peers: Vec<(NodeId, Peer)> = router
             .up
             .lock()
@@ -204,7 +217,7 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
             .keys()
             .map(|id| (*id, Peer::default()))
             .collect();
-        refill::repair(&held, checkpointed, (&peers, false), router)
+        refill::repair(&held, (checkpointed, &mark), (&peers, false), router)
             .await
             .unwrap();
     }
@@ -632,4 +645,54 @@ fn a_partition_wal_takes_a_batch_of_many_mebibytes() {
         let read = log.try_get_log_entries(1..2).await.unwrap();
         assert_eq!(read, vec![big]);
     }));
+}
+
+/// `refill::needs_repair`'s table, case by case.
+#[test]
+fn a_replica_is_repaired_only_for_damage_to_its_own_files_or_a_repair_cut_short() {
+    use cairn_engine::partition::FenceReason;
+    let env = env_with_workers(1).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let mark = refill::RepairMark {
+        disk: &*env.disk,
+        dir,
+    };
+    let fenced = |reason: FenceReason| Held::new(Partition::fenced(reason));
+    let partition = Partition::create(
+        &env,
+        &dir.join("partition"),
+        IDENTITY,
+        topic(),
+        PartitionSettings::default(),
+    );
+    let empty = Held::new(partition.unwrap());
+    let needs = |held: &Held, checkpointed: u64| {
+        refill::needs_repair(held, checkpointed, &mark)
+            .now_or_never()
+            .expect("a held partition answers at once")
+    };
+    let damaged = fenced(FenceReason::DirectoryMissing { dir: dir.into() });
+    assert!(needs(&damaged, 10).unwrap(), "damage to its own files");
+    let failed = fenced(FenceReason::IoFailed {
+        op: "sync",
+        path: dir.into(),
+        error: "EIO".into(),
+    });
+    let refused = needs(&failed, 10).unwrap_err().to_string();
+    assert!(refused.contains("not for damage"), "{refused}");
+    let lost = needs(&empty, 10).unwrap_err().to_string();
+    assert!(lost.contains("synced bytes were lost"), "{lost}");
+    assert!(!needs(&empty, 0).unwrap(), "it holds its checkpoint");
+
+    // A repair cut short left its mark: it goes on; once the replica holds its
+    // checkpoint, the mark is cleared.
+    let at = dir.join(refill::REPAIR_MARK);
+    let made = env
+        .disk
+        .open(&at, cairn_engine::env::OpenMode::CreateOrOpen);
+    drop(made.unwrap());
+    assert!(needs(&empty, 10).unwrap());
+    assert!(!needs(&empty, 0).unwrap());
+    assert!(!env.disk.exists(&at).unwrap(), "the mark is cleared");
 }

@@ -150,6 +150,39 @@ crate::names::variant_names!(FenceReason:
     DirectoryInTheWay,
 );
 
+impl FenceReason {
+    /// Whether the fence says the partition's own files are damaged or missing, so a
+    /// cluster member may rebuild its replica from its peers' copies. Not for an I/O call
+    /// that failed while serving or a read the device refused (a restart reads again), nor
+    /// for a directory that holds another partition's or someone's data (kept for an
+    /// operator).
+    pub fn own_files_damaged(&self) -> bool {
+        use FenceReason::*;
+        match self {
+            NoSuperblock { .. }
+            | LogStartMissing { .. }
+            | StoredOffsetsMissing { .. }
+            | DirectoryMissing { .. }
+            | SuperblockMisplaced { .. }
+            | DurableEndUncertain { .. }
+            | MissingLog { .. }
+            | DurableSegmentMissing { .. }
+            | ChainGap { .. }
+            | SegmentNameMismatch { .. }
+            | SealedSegmentCorrupt { .. }
+            | CorruptBelowDurable { .. }
+            | LogShorterThanDurable { .. }
+            | DurableOffsetMismatch { .. }
+            | EmptySealedSegment { .. } => true,
+            ReadFailed { .. }
+            | IoFailed { .. }
+            | SuperblockIdentity { .. }
+            | IdentityDuplicated { .. }
+            | DirectoryInTheWay { .. } => false,
+        }
+    }
+}
+
 impl fmt::Display for FenceReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use FenceReason::*;

@@ -168,7 +168,8 @@ impl World {
     }
 
     /// Counts what member `at`'s groups did, before its process goes; a damaged partition
-    /// whose group ran in it was repaired (a group starts only over a sound replica).
+    /// its boot fenced and whose group then ran was repaired (a group starts only over a
+    /// sound replica).
     pub(super) fn count_parts(&mut self, at: usize, parts: &PartGroups) {
         use std::sync::atomic::Ordering::Relaxed;
         let running: BTreeSet<cairn_engine::state::PartitionKey> = parts
@@ -177,9 +178,16 @@ impl World {
             .filter(|v| v.replica.is_some() && v.failed.is_none())
             .map(|v| key_of(&v.partition))
             .collect();
-        self.replicas[at]
-            .damaged
-            .retain(|key| !running.contains(key));
+        let replica = &mut self.replicas[at];
+        let repaired: Vec<_> = replica
+            .found_damaged
+            .intersection(&running)
+            .copied()
+            .collect();
+        for key in repaired {
+            replica.damaged.remove(&key);
+            replica.found_damaged.remove(&key);
+        }
         let counts = parts.counts();
         let (skipped, checkpoints) = (
             counts.skipped.load(Relaxed),

@@ -258,9 +258,12 @@ struct Replica {
     served: BTreeSet<cairn_engine::partition::PartitionIdentity>,
     /// Its node's partition groups, when the profile runs messages.
     parts: Option<PartGroups>,
-    /// Partitions whose segment bytes the nemesis damaged on its disk, until its group of
-    /// each was seen running again (repaired): its boot may fence only these.
+    /// Partitions whose segment bytes the nemesis damaged on its disk: its boot may fence
+    /// only these, until a boot found one fenced and its group of it then ran (repaired;
+    /// damage no boot found, in bytes it never reads or above its durable end, stays).
     damaged: BTreeSet<cairn_engine::state::PartitionKey>,
+    /// Of those, the ones its last boot fenced.
+    found_damaged: BTreeSet<cairn_engine::state::PartitionKey>,
 }
 
 struct Shared {
@@ -426,6 +429,7 @@ fn run_script(
                 node: None,
                 served: BTreeSet::new(),
                 damaged: BTreeSet::new(),
+                found_damaged: BTreeSet::new(),
                 parts: None,
             }
         })
@@ -845,6 +849,14 @@ impl World {
                         let reason = boot.fence().filter(|_| !damaged.contains(key))?;
                         Some(format!("{key:?}: {reason}"))
                     });
+                    let found: BTreeSet<_> = booted
+                        .report
+                        .partitions
+                        .iter()
+                        .filter(|(key, boot)| boot.fence().is_some() && damaged.contains(key))
+                        .map(|(key, _)| *key)
+                        .collect();
+                    self.replicas[at].found_damaged = found;
                     if let Some(fenced) = fenced {
                         self.fail(INV_BOOT, format!("replica {id}'s node fenced {fenced}"));
                         return;

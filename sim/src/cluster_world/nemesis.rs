@@ -88,6 +88,7 @@ impl World {
             replica.disk = replica_disk(self.seed, id, replica.disks, &self.clock);
             replica.disks += 1;
             replica.damaged.clear();
+            replica.found_damaged.clear();
             replica.env.disk = wrap_disk(&replica.disk);
             self.decision("ClusterDiskReplaced");
             self.event(format!("replica {id}: its disk is replaced by a blank one"));

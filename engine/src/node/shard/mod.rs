@@ -53,6 +53,7 @@ pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
 pub const MAX_PARKED: usize = 4096;
 const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
+mod replica;
 mod request;
 pub(crate) use request::{ShardRequest, ShardWork};
 
@@ -466,39 +467,6 @@ impl Shard {
         })
     }
 
-    /// The partition `key` of nonce `nonce` (a replica group's, which names the one it
-    /// replicates: a purge makes another).
-    fn replica(&mut self, key: PartitionKey, nonce: u64) -> NodeResult<&mut Partition> {
-        match self.partitions.get_mut(&key) {
-            Some(owned) if owned.identity.nonce == nonce => Ok(&mut owned.partition),
-            _ => Err(Self::missing(key)),
-        }
-    }
-
-    /// Stamps a committed send into its replica (`ShardRequest::Apply`).
-    fn apply(
-        &mut self,
-        key: PartitionKey,
-        nonce: u64,
-        batch: BytesMut,
-        timestamp: u64,
-    ) -> NodeResult<Sent> {
-        let partition = self.replica(key, nonce)?;
-        let ack = partition.append_at(batch, timestamp)?;
-        debug_assert!(!ack.requires_persist, "a replica's appends show at once");
-        Ok(Sent {
-            partition: key.2,
-            nonce,
-            ack,
-        })
-    }
-
-    /// Syncs a replica for its group's checkpoint (`ShardRequest::Checkpoint`).
-    fn checkpoint(&mut self, key: PartitionKey, nonce: u64) -> NodeResult<u64> {
-        let point = self.replica(key, nonce)?.persist()?;
-        Ok(point.next_offset)
-    }
-
     /// Makes every waiting send of `key` durable with one persist, then answers them: each
     /// only once the sync that covers its batch returned.
     async fn persist(
@@ -779,40 +747,6 @@ impl Shard {
             Partition::create_unlinked(&self.env, &dir, identity, config, settings, hooks)?;
         self.own(identity, partition);
         self.held.insert(key);
-        Ok(())
-    }
-
-    /// Replaces this member's replica `key` (of nonce `nonce`) with an empty one starting at
-    /// `start` ([`ShardRequest::Rebuild`]); only a cluster member's replicas, whose peers
-    /// hold what it held.
-    fn rebuild(&mut self, key: PartitionKey, nonce: u64, start: u64) -> NodeResult<()> {
-        if !self.settings.replica {
-            return Err(NodeError::InvalidRequest(
-                "only a cluster member's replica is rebuilt from its peers".into(),
-            ));
-        }
-        let identity = match self.partitions.get(&key) {
-            Some(owned) if owned.identity.nonce == nonce => owned.identity,
-            _ => return Err(Self::missing(key)),
-        };
-        let view = self.view.load();
-        let topic = view.find_topic(key.0, key.1);
-        let config = topic.map(|t| t.options.config()).unwrap_or_default();
-        let dir = self.dir(key);
-        let fence = self.partitions[&key].partition.fence_reason().cloned();
-        tracing::warn!(dir = %dir.display(), ?fence, start,
-            "rebuilding a replica's partition for its peers to refill: its directory is removed");
-        self.partitions.remove(&key);
-        let removed = super::work::remove_durably(self.env.disk.as_ref(), &dir);
-        removed.map_err(|source| PartitionError::Io {
-            op: "remove a replica to rebuild it",
-            path: dir.clone(),
-            source,
-        })?;
-        let (settings, hooks) = (self.settings, self.hooks.partition);
-        let place = (&self.env, dir.as_path(), identity);
-        let partition = Partition::create_at(place, config, (settings, hooks), start)?;
-        self.own(identity, partition);
         Ok(())
     }
 
