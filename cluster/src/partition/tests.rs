@@ -340,6 +340,20 @@ fn dense(outcomes: &[SendOutcome], from: u64) -> u64 {
     next
 }
 
+/// Starts the replicas of members 1 to 3 under `root` (their WALs keeping `kept` entries
+/// behind each checkpoint) and makes the group of them.
+async fn three_started(env: &Env, router: &Router, root: &Path, kept: u64) -> Vec<Replica> {
+    let mut replicas = Vec::new();
+    for member in 1..=3 {
+        let dir = root.join(format!("r{member}"));
+        replicas.push(start(env, router, (&dir, member), kept).await);
+    }
+    let members: BTreeMap<NodeId, Peer> =
+        replicas.iter().map(|r| (r.id, Peer::default())).collect();
+    replicas[0].raft.initialize(members).await.unwrap();
+    replicas
+}
+
 /// Stops a follower of `replicas` (its segments flushed, not synced): its directory, member
 /// and Raft id.
 async fn stop_a_follower(router: &Router, replicas: &mut Vec<Replica>) -> (PathBuf, u32, NodeId) {
@@ -361,14 +375,7 @@ fn a_follower_behind_its_peers_retention_starts_again_where_their_batches_start(
     let root = tempfile::tempdir().unwrap();
     let router = Router::new(&env);
     block_on(in_env(&env, async {
-        let mut replicas = Vec::new();
-        for member in 1..=3 {
-            let dir = root.path().join(format!("r{member}"));
-            replicas.push(start(&env, &router, (&dir, member), 0).await);
-        }
-        let members: BTreeMap<NodeId, Peer> =
-            replicas.iter().map(|r| (r.id, Peer::default())).collect();
-        replicas[0].raft.initialize(members).await.unwrap();
+        let mut replicas = three_started(&env, &router, root.path(), 0).await;
         let end = dense(&send(&env, &replicas, 0, 10).await, 0);
         settle(&replicas).await;
 
@@ -405,14 +412,7 @@ fn a_follower_whose_partition_is_damaged_repairs_it_from_its_peers() {
     let root = tempfile::tempdir().unwrap();
     let router = Router::new(&env);
     block_on(in_env(&env, async {
-        let mut replicas = Vec::new();
-        for member in 1..=3 {
-            let dir = root.path().join(format!("r{member}"));
-            replicas.push(start(&env, &router, (&dir, member), 0).await);
-        }
-        let members: BTreeMap<NodeId, Peer> =
-            replicas.iter().map(|r| (r.id, Peer::default())).collect();
-        replicas[0].raft.initialize(members).await.unwrap();
+        let mut replicas = three_started(&env, &router, root.path(), 0).await;
         let end = dense(&send(&env, &replicas, 0, 30).await, 0);
         settle(&replicas).await;
 
@@ -484,14 +484,7 @@ fn three_replicas_hold_the_same_bytes_and_a_restarted_one_applies_nothing_twice(
     let root = tempfile::tempdir().unwrap();
     let router = Router::new(&env);
     block_on(in_env(&env, async {
-        let mut replicas = Vec::new();
-        for member in 1..=3 {
-            let dir = root.path().join(format!("r{member}"));
-            replicas.push(start(&env, &router, (&dir, member), 100).await);
-        }
-        let members: BTreeMap<NodeId, Peer> =
-            replicas.iter().map(|r| (r.id, Peer::default())).collect();
-        replicas[0].raft.initialize(members).await.unwrap();
+        let mut replicas = three_started(&env, &router, root.path(), 100).await;
 
         let first = send(&env, &replicas, 0, 20).await;
         let end = dense(&first, 0);
@@ -533,14 +526,7 @@ fn a_follower_behind_the_purged_wal_refills_its_partition_from_its_peers() {
     let root = tempfile::tempdir().unwrap();
     let router = Router::new(&env);
     block_on(in_env(&env, async {
-        let mut replicas = Vec::new();
-        for member in 1..=3 {
-            let dir = root.path().join(format!("r{member}"));
-            replicas.push(start(&env, &router, (&dir, member), 0).await);
-        }
-        let members: BTreeMap<NodeId, Peer> =
-            replicas.iter().map(|r| (r.id, Peer::default())).collect();
-        replicas[0].raft.initialize(members).await.unwrap();
+        let mut replicas = three_started(&env, &router, root.path(), 0).await;
         let end = dense(&send(&env, &replicas, 0, 10).await, 0);
         settle(&replicas).await;
 
