@@ -839,11 +839,9 @@ impl PartGroups {
                     .await
                     .map_or_else(|e| refused(&e), PartReply::Snapshot)
             }
-            // A member speaks for its own replicas only; a fetch, for one of the group's.
-            PartRpc::Fetch { .. } if !member_of_group(&raft, from) => PartReply::Refused(format!(
-                "replica {} is no replica of this group",
-                show_id(from)
-            )),
+            // Any member's replica may fetch (the connection proved the member, the
+            // envelope that it speaks for its own): every member holds every partition,
+            // and a replica outside its group (a member's new one) repairs too.
             PartRpc::Fetch { from, max_bytes } => {
                 let replica = OnNode {
                     node: self.inner.node.clone(),
@@ -868,14 +866,6 @@ impl PartGroups {
             PartRpc::Identify => unreachable!("answered above"),
         }
     }
-}
-
-/// Whether `replica` is a voter or learner of the group `raft` runs, as it knows it.
-fn member_of_group(raft: &PartRaft, replica: NodeId) -> bool {
-    let metrics = raft.metrics();
-    let metrics = metrics.borrow_watched();
-    let mut nodes = metrics.membership_config.membership().nodes();
-    nodes.any(|(id, _)| *id == replica)
 }
 
 /// Proposes `command` on `raft`, its leader: where it landed and its log index. A
