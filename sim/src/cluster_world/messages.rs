@@ -215,9 +215,11 @@ impl World {
     /// member whose groups lag the metadata group's voters counts as out. Judged for every
     /// group any up member runs (a member whose node has not learnt of a group yet runs no
     /// replica of it, and counts out): its replica counts where the group's leader (the up
-    /// replica leading in the highest term) has it among its voters in a configuration that
-    /// is not joint; in a group without a leader, where its own configuration has it; a
-    /// group made nowhere yet counts no one out.
+    /// replica leading in the highest term) has it among its voters; in a group without a
+    /// leader, where its own configuration has it; either only while no up replica's
+    /// configuration is joint (seed 0x5f5e39f: a leader's uniform configuration, appended
+    /// there only, let a second disk go while its followers were still joint, leaving the
+    /// old half one replica); a group made nowhere yet counts no one out.
     pub(super) fn parts_outside(&self, at: usize, all: &[Vec<GroupView>]) -> bool {
         if self.replicas[at].parts.is_none() {
             return false;
@@ -232,11 +234,14 @@ impl World {
                 .filter(|v| v.replica.is_some() && v.leader == v.replica)
                 .max_by_key(|v| v.term);
             let never_made = of_group().all(|v| v.voters.is_empty());
+            // A change under way anywhere (a leader's uniform configuration may be appended
+            // only there, its followers still joint) counts the member out.
+            let settled = of_group().all(|v| !v.joint);
             let mine = mine.iter().find(|v| v.partition == group);
             match (leader, mine.and_then(|m| m.replica)) {
-                (Some(l), Some(me)) => !l.joint && l.voters.contains(&me),
+                (Some(l), Some(me)) => settled && l.voters.contains(&me),
                 (Some(_), None) => false,
-                (None, _) => never_made || mine.is_some_and(|m| m.voter),
+                (None, _) => never_made || (settled && mine.is_some_and(|m| m.voter)),
             }
         };
         groups.into_iter().any(|group| !counted(group))
