@@ -418,8 +418,10 @@ pub(crate) async fn user_session(mut a: Actor) {
     }
 }
 
-/// Logs the session out: answered, or the connection evicted (a logout without a session);
-/// never refused with a code (the server answers it itself, asking the node nothing).
+/// Logs the session out: answered, or the connection evicted (a logout without a session).
+/// The server answers a logout itself, asking the node nothing; a refusal can only be the
+/// client's login again after its connection reset, so only what excuses a refused login
+/// (the node stopped, the server went down) excuses it.
 async fn logout(a: &mut Actor, name: &str) {
     let begun = a.begin(&format!("log out user {name}"));
     let result = a.client().logout().await;
@@ -427,12 +429,9 @@ async fn logout(a: &mut Actor, name: &str) {
     a.after(&begun);
     match outcome(&result) {
         Outcome::Ok => lock(&a.world).decision("Logout"),
-        Outcome::Refused(code) => a.fail(violation(
-            INV_META,
-            format!(
-                "log out user {name}: refused with code {code}; a logout is answered or evicted"
-            ),
-        )),
+        Outcome::Refused(code) => {
+            a.read_refusal_in_doubt(&begun, code, &format!("log out user {name}"), INV_META);
+        }
         Outcome::Unknown | Outcome::NotSent => {}
     }
 }
