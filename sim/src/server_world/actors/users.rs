@@ -327,6 +327,24 @@ fn judge_login(
     limited: bool,
     result: &Result<Client, ClientError>,
 ) -> Result<(), crate::report::Violation> {
+    let code = match result {
+        Ok(_) => None,
+        Err(e) => match login_refusal(e) {
+            Some(code) => Some(code),
+            None => return Ok(()),
+        },
+    };
+    judge_login_code(a, begun, (name, password), limited, code)
+}
+
+/// [`judge_login`], given the login's refusal code (`None`: it was answered).
+fn judge_login_code(
+    a: &Actor,
+    begun: &Begun,
+    (name, password): (&str, &str),
+    limited: bool,
+    code: Option<u32>,
+) -> Result<(), crate::report::Violation> {
     let mut w = lock(&a.world);
     let epoch_changed = w.oracle.epoch != begun.epoch;
     if w.oracle.users_in_doubt.contains(name)
@@ -340,13 +358,6 @@ fn judge_login(
         .refused_logins
         .get(&(name.to_string(), password.to_string()))
         .copied();
-    let code = match result {
-        Ok(_) => None,
-        Err(e) => match login_refusal(e) {
-            Some(code) => Some(code),
-            None => return Ok(()),
-        },
-    };
     if code == Some(CODE_UNAVAILABLE) {
         // The server could not check the credentials: that says nothing about them, but
         // only the node stopping or the server going down may say it (a login writes
@@ -410,7 +421,8 @@ pub(crate) async fn user_session(mut a: Actor) {
             }
             if lock(&a.world).chance(RELOGIN_SHARE) {
                 if lock(&a.world).chance(0.5) {
-                    logout(&mut a, &name).await;
+                    let limited = failures.may_be_limited();
+                    logout(&mut a, (&name, &password), limited).await;
                 }
                 break;
             }
@@ -420,9 +432,9 @@ pub(crate) async fn user_session(mut a: Actor) {
 
 /// Logs the session out: answered, or the connection evicted (a logout without a session).
 /// The server answers a logout itself, asking the node nothing; a refusal can only be the
-/// client's login again after its connection reset, so only what excuses a refused login
-/// (the node stopped, the server went down) excuses it.
-async fn logout(a: &mut Actor, name: &str) {
+/// client's login again (as `user`) after its connection reset, judged as a login is
+/// (`limited` as there).
+async fn logout(a: &mut Actor, (name, password): (&str, &str), limited: bool) {
     let begun = a.begin(&format!("log out user {name}"));
     let result = a.client().logout().await;
     a.end(&begun, &result);
@@ -430,7 +442,9 @@ async fn logout(a: &mut Actor, name: &str) {
     match outcome(&result) {
         Outcome::Ok => lock(&a.world).decision("Logout"),
         Outcome::Refused(code) => {
-            a.read_refusal_in_doubt(&begun, code, &format!("log out user {name}"), INV_META);
+            if let Err(v) = judge_login_code(a, &begun, (name, password), limited, Some(code)) {
+                a.fail(v);
+            }
         }
         Outcome::Unknown | Outcome::NotSent => {}
     }
