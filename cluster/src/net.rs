@@ -502,10 +502,16 @@ impl PeerClient {
         let env = self.env.clone();
         let now = env.clock.monotonic_nanos();
         let idle = now.saturating_sub(self.used_at) > CLIENT_IDLE.as_nanos() as u64;
-        if self.in_flight || idle {
+        let closed = self
+            .stream
+            .get_mut()
+            .as_mut()
+            .is_some_and(|s| closed_by_peer(&mut **s));
+        if self.in_flight || idle || closed {
             *self.stream.get_mut() = None;
         }
         self.in_flight = true;
+        let wrote = std::sync::atomic::AtomicBool::new(false);
         let result = within(&env, limit, async {
             if self.stream.get_mut().is_none() {
                 let addr = self.addr.ok_or_else(|| {
@@ -520,11 +526,18 @@ impl PeerClient {
                 *self.stream.get_mut() = Some(stream);
             }
             let stream = self.stream.get_mut().as_mut().expect("connected above");
+            wrote.store(true, std::sync::atomic::Ordering::Relaxed);
             write_message(&mut **stream, &request).await?;
             read_message::<Reply>(&mut **stream, MAX_FRAME).await
         })
         .instrument(span)
         .await;
+        // Failed before a byte of the request was written (no connection, a refused
+        // handshake, the limit passed while connecting): the peer cannot have run it.
+        let result = match result {
+            Err(e) if !wrote.load(std::sync::atomic::Ordering::Relaxed) => Err(unsent(e)),
+            other => other,
+        };
         match &result {
             Ok(_) => {
                 self.in_flight = false;
@@ -584,14 +597,42 @@ fn answered<T>(
     }
 }
 
+/// Whether an idle connection's peer closed it (its process ended, so a request written
+/// now would meet a reset and be in doubt) or sent what no request asked for: a read that
+/// completes at once. A live peer's connection has nothing to read, and the read waits.
+fn closed_by_peer(stream: &mut dyn ByteStream) -> bool {
+    let mut byte = [0u8; 1];
+    futures_util::FutureExt::now_or_never(stream.read(&mut byte)).is_some()
+}
+
+/// Why a request was not run by its peer, known for certain: it was never sent (no
+/// connection, a refused handshake), or the peer answered that it did not take it. A
+/// request that failed otherwise may have run.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRun(String);
+
+/// Whether `e` says for certain that the peer did not run the request ([`NotRun`]).
+pub fn not_run(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<NotRun>())
+}
+
+/// `e`, marked as a request the peer did not run ([`NotRun`]).
+pub(crate) fn unsent(e: io::Error) -> io::Error {
+    if not_run(&e) {
+        return e;
+    }
+    io::Error::new(e.kind(), NotRun(format!("not sent: {e}")))
+}
+
 fn refused(why: String) -> io::Error {
-    io::Error::other(format!("the peer refused: {why}"))
+    io::Error::other(NotRun(format!("the peer refused: {why}")))
 }
 
 fn elsewhere(why: String) -> io::Error {
     io::Error::new(
         io::ErrorKind::NotConnected,
-        format!("not that replica: {why}"),
+        NotRun(format!("not that replica: {why}")),
     )
 }
 

@@ -754,6 +754,8 @@ impl PartGroups {
         match asked.await {
             Ok(PartReply::Sent(result)) => result,
             Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
+            // Never run there (not sent, or refused): asked again, of the leader then.
+            Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
             Ok(_) => Err(SendRefused::Failed(
                 "the leader answered another request".into(),
             )),

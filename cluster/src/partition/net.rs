@@ -228,10 +228,10 @@ impl PartNetworks {
         let mut client = match locked.await {
             cairn_engine::env::Either::Left(client) => client,
             cairn_engine::env::Either::Right(()) => {
-                return Err(io::Error::new(
+                return Err(crate::net::unsent(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "every connection to the peer stayed busy",
-                ))
+                )))
             }
         };
         let reply = client.call_part(group, encode(envelope)?, limit).await?;
