@@ -198,6 +198,16 @@ pub struct GroupStatus {
     /// On the leader: the last log index each replica is known to hold.
     pub matched: BTreeMap<NodeId, Option<u64>>,
     pub last_applied: Option<u64>,
+    /// This member's partition groups (none before they are installed).
+    #[serde(default)]
+    pub partitions: PartitionsLed,
+}
+
+/// How many partition groups a member runs a replica of, and how many of them it leads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionsLed {
+    pub running: u64,
+    pub led: u64,
 }
 
 impl GroupStatus {
@@ -643,6 +653,11 @@ impl Replica {
                 })
                 .unwrap_or_default(),
             last_applied: metrics.last_applied.as_ref().map(|l| l.index),
+            partitions: self
+                .parts
+                .get()
+                .map(|p| p.partitions_led())
+                .unwrap_or_default(),
         }
     }
 

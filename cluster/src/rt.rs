@@ -84,6 +84,11 @@ impl std::fmt::Debug for EnvRuntime {
 pub struct EnvInstant(u64);
 
 impl EnvInstant {
+    /// The reading: nanoseconds since the `Env`'s clock's origin (its `monotonic_nanos`).
+    pub fn reading(self) -> u64 {
+        self.0
+    }
+
     fn nanos(d: Duration) -> u64 {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }

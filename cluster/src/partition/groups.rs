@@ -95,6 +95,9 @@ struct Inner {
     /// Per group this member led: the metadata voters it last reconciled the group's
     /// voters with, or when to try again (`members`).
     reconciled: Mutex<BTreeMap<GroupName, super::members::Reconciled>>,
+    /// Per group this member leads: when its last hand-over to its preferred member began
+    /// (`balance`).
+    balanced: Mutex<BTreeMap<GroupName, u64>>,
     /// Groups that did not start or stopped: why (logged once per reason), when to try
     /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
     failed: Mutex<BTreeMap<GroupName, Failed>>,
@@ -164,6 +167,7 @@ impl PartGroups {
                 running: Mutex::default(),
                 wanted: Mutex::default(),
                 reconciled: Mutex::default(),
+                balanced: Mutex::default(),
                 failed: Mutex::default(),
                 counts: Arc::default(),
                 hooks: MachineHooks::default(),
@@ -216,6 +220,17 @@ impl PartGroups {
 
     pub(super) fn env(&self) -> &Env {
         &self.inner.env
+    }
+
+    pub(super) fn tuning(&self) -> &Tuning {
+        &self.inner.tuning
+    }
+
+    pub(super) fn balanced(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, u64>> {
+        self.inner
+            .balanced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn reconciled(
@@ -298,6 +313,7 @@ impl PartGroups {
         self.start_missing(&wanted).await;
         self.make_new_groups().await;
         self.reconcile().await;
+        self.balance();
     }
 
     /// Stops the groups whose partitions the state no longer holds and removes their WALs.
@@ -959,5 +975,13 @@ impl PartServe for PartGroups {
     fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()> {
         let env = self.inner.env.clone();
         Box::pin(in_env(&env, self.clone().hand_over_all(limit)))
+    }
+
+    fn partitions_led(&self) -> crate::group::PartitionsLed {
+        let running = self.running();
+        crate::group::PartitionsLed {
+            running: running.len() as u64,
+            led: running.values().filter(|raft| leads(raft)).count() as u64,
+        }
     }
 }

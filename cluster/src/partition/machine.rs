@@ -87,6 +87,8 @@ pub struct MachineCounts {
     /// Replicas repaired from their peers before their machine opened (fenced, or short of
     /// their checkpoint).
     pub repaired: AtomicU64,
+    /// Hand-overs of a group's leadership to its preferred member begun here (`balance`).
+    pub balanced: AtomicU64,
 }
 
 /// What applying an entry needs of the replica, decided under the machine's lock.

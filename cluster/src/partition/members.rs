@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The log id of the configuration `raft` runs under.
-fn configured_at(raft: &PartRaft) -> Option<LogId> {
+pub(super) fn configured_at(raft: &PartRaft) -> Option<LogId> {
     *raft.metrics().borrow_watched().membership_config.log_id()
 }
 

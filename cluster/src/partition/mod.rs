@@ -17,6 +17,7 @@
 //!
 //! Where it runs and what is not built yet: `docs/cluster.md`, "Partitions".
 
+pub mod balance;
 pub mod groups;
 pub mod machine;
 pub mod members;

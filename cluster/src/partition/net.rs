@@ -141,6 +141,8 @@ pub trait PartServe: Send + Sync {
     /// Hands the leadership of every group this member leads to another replica, waiting
     /// at most `limit` (a graceful shutdown).
     fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()>;
+    /// The groups this member runs a replica of, and how many of them it leads.
+    fn partitions_led(&self) -> crate::group::PartitionsLed;
 }
 
 pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {

@@ -10,7 +10,7 @@
 use crate::config::ServerConfig;
 use cairn_cluster::decide::{DECIDE_TIMEOUT, READ_ATTEMPT};
 use cairn_cluster::group::{
-    highest_leader, GroupStatus, MemberChange, ProposeError, CATCH_UP_TIMEOUT,
+    highest_leader, GroupStatus, MemberChange, PartitionsLed, ProposeError, CATCH_UP_TIMEOUT,
 };
 use cairn_cluster::net::{ask, AdminReply, AdminRequest, PeerKey};
 use cairn_cluster::types::{member_of, show_id, MemberId, NodeId, Peer};
@@ -69,6 +69,8 @@ struct MemberRow {
     role: &'static str,
     leader: Option<String>,
     applied: Option<u64>,
+    /// The partition groups it runs a replica of, and of those the ones it leads.
+    partitions: Option<PartitionsLed>,
     error: Option<String>,
 }
 
@@ -188,6 +190,7 @@ impl Admin {
                     role: role(status.me, leader.as_ref().unwrap_or(&status)),
                     leader: status.leader.map(show_id),
                     applied: status.last_applied,
+                    partitions: Some(status.partitions),
                     error: None,
                 },
                 Err(error) => MemberRow {
@@ -197,6 +200,7 @@ impl Admin {
                     role: "unreachable",
                     leader: None,
                     applied: None,
+                    partitions: None,
                     error: Some(error),
                 },
             };
@@ -307,19 +311,21 @@ fn print_status(name: &str, rows: &[MemberRow], json: bool) -> ExitCode {
     } else {
         println!("cluster {name}");
         println!(
-            "{:<7} {:<12} {:<12} {:<22} {:<12} {:>8}",
-            "member", "replica", "role", "replication", "leader", "applied"
+            "{:<7} {:<12} {:<12} {:<22} {:<12} {:>8} {:>11}",
+            "member", "replica", "role", "replication", "leader", "applied", "partitions"
         );
         for row in rows {
             let dash = || "-".to_string();
             println!(
-                "{:<7} {:<12} {:<12} {:<22} {:<12} {:>8}",
+                "{:<7} {:<12} {:<12} {:<22} {:<12} {:>8} {:>11}",
                 row.member,
                 row.replica.clone().unwrap_or_else(dash),
                 row.role,
                 row.replication,
                 row.leader.clone().unwrap_or_else(dash),
                 row.applied.map_or_else(dash, |a| a.to_string()),
+                row.partitions
+                    .map_or_else(dash, |p| format!("{} led/{}", p.led, p.running)),
             );
             if let Some(error) = &row.error {
                 println!("        {error}");

@@ -561,6 +561,16 @@ impl prometheus_client::collector::Collector for ClusterCollector {
                 "The index of the last entry this replica applied",
                 applied,
             ),
+            (
+                "cairn_cluster_partitions",
+                "Partition groups this member runs a replica of",
+                status.partitions.running,
+            ),
+            (
+                "cairn_cluster_partitions_led",
+                "Partition groups this member's replica leads (each group's preferred member leads it while it is up)",
+                status.partitions.led,
+            ),
         ];
         for (name, help, value) in gauges {
             gauge(&mut encoder, name, help, as_i64(value))?;

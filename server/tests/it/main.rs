@@ -13,6 +13,7 @@ mod budgets;
 mod check_cli;
 mod cli_e2e;
 mod cluster;
+mod cluster_repair;
 mod crash_restart;
 mod http_api;
 mod http_compat;

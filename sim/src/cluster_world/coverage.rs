@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 30] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 31] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -118,5 +118,9 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 30] = [
     (
         "ClusterMessagesRefilled",
         "a replica behind its leader's purged WAL took the missing batches from its peers' segments and installed the leader's checkpoint",
+    ),
+    (
+        "ClusterLeadershipSpread",
+        "a partition group's leader handed the group to its preferred member's replica (up and caught up)",
     ),
 ];

@@ -209,6 +209,9 @@ impl World {
         if counts.repaired.load(Relaxed) > 0 {
             self.decision("ClusterPartitionRepaired");
         }
+        if counts.balanced.load(Relaxed) > 0 {
+            self.decision("ClusterLeadershipSpread");
+        }
     }
 
     /// Whether member `at`'s partition replicas do not all count in their groups yet: a
