@@ -830,10 +830,13 @@ impl PartGroups {
         }
         let refused = |e: &dyn std::fmt::Display| PartReply::Refused(e.to_string());
         match rpc {
-            PartRpc::Append(r) => raft
-                .append_entries(r)
-                .await
-                .map_or_else(|e| refused(&e), PartReply::Append),
+            PartRpc::Append(r) => {
+                if self.inner.hooks.apply_uncommitted {
+                    super::machine::apply_on_arrival(&raft, &r.entries).await;
+                }
+                let appended = raft.append_entries(r).await;
+                appended.map_or_else(|e| refused(&e), PartReply::Append)
+            }
             PartRpc::Vote(r) => raft
                 .vote(r)
                 .await
@@ -868,9 +871,8 @@ impl PartGroups {
                 let bounds = replica.bounds().await;
                 let read = replica.read(from, max_bytes.min(refill::FETCH_BUDGET));
                 match (bounds, read.await) {
-                    (Ok((start, next)), Ok(batches)) => PartReply::Batches {
+                    (Ok((_, next)), Ok(batches)) => PartReply::Batches {
                         bytes: batches.concat(),
-                        start,
                         next,
                     },
                     (Err(e), _) | (_, Err(e)) => refused(&e),

@@ -70,6 +70,9 @@ pub struct MachineHooks {
     /// A canary's: a refill or a repair from peers jumps the partition to the offset it
     /// must reach (rebuilt empty there) instead of taking the batches below it.
     pub refill_hole: bool,
+    /// A canary's: a follower appends the sends of a leader's append to its partition as
+    /// they arrive, before they commit ([`apply_on_arrival`]).
+    pub apply_uncommitted: bool,
 }
 
 /// What machines did, summed over those that share it (a member's groups do): what the
@@ -113,6 +116,8 @@ struct Inner {
     held: u64,
     /// Sends the first row of the table skipped since the machine opened.
     skipped: u64,
+    /// The canary `part-apply-uncommitted`'s: the first log index it has not taken early.
+    taken_early: u64,
     counts: Arc<MachineCounts>,
     hooks: MachineHooks,
     checkpoint: Option<Checkpoint>,
@@ -154,6 +159,7 @@ impl PartMachine {
             last_timestamp,
             held,
             skipped: 0,
+            taken_early: 0,
             counts,
             hooks,
             checkpoint,
@@ -233,6 +239,34 @@ impl PartMachine {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The canary `part-apply-uncommitted`: appends the sends of `entries` (a leader's
+    /// append, not committed yet) to the partition where it ends, each at most once, so
+    /// openraft's apply of each later finds it held and skips it (the table's first row).
+    /// A leader that loses its term before they commit leaves this replica holding sends
+    /// no one decided, at offsets where its peers store others.
+    async fn apply_uncommitted(&self, entries: Vec<PartEntry>) -> io::Result<()> {
+        for entry in entries {
+            let EntryPayload::Normal(send) = &entry.payload else {
+                continue;
+            };
+            let index = entry.log_id().index;
+            let stamp = {
+                let inner = self.lock();
+                let first = inner.applied.map_or(0, |a| a.index + 1);
+                if index < first.max(inner.taken_early) {
+                    continue;
+                }
+                send.timestamp.max(inner.last_timestamp)
+            };
+            let outcome = self.sink.append(&send.batch, stamp).await?;
+            let mut inner = self.lock();
+            let end = outcome.base_offset + u64::from(outcome.message_count);
+            inner.held = inner.held.max(end);
+            inner.taken_early = index + 1;
+        }
+        Ok(())
     }
 
     /// Sends found in the segments already when applied (since the machine opened).
@@ -371,6 +405,22 @@ impl Inner {
         self.counts.installed.fetch_add(1, Ordering::Relaxed);
         self.checkpoint = Some(sent);
         Ok(())
+    }
+}
+
+/// The canary `part-apply-uncommitted` ([`MachineHooks::apply_uncommitted`]): has the
+/// machine of `raft` take the sends of a leader's append before openraft stores them, in
+/// its worker (between applies).
+pub async fn apply_on_arrival(raft: &super::PartRaft, entries: &[PartEntry]) {
+    if entries.is_empty() {
+        return;
+    }
+    let entries = entries.to_vec();
+    let early = raft.with_state_machine(move |sm: &mut PartMachine| {
+        Box::pin(async move { sm.apply_uncommitted(entries).await })
+    });
+    if let Ok(Err(e)) = early.await {
+        tracing::warn!(error = %e, "the canary's early apply failed");
     }
 }
 

@@ -117,12 +117,11 @@ pub enum PartReply {
         id: NodeId,
         made: bool,
     },
-    /// Stored batches, back to back, and where the replica's log starts and ends (a
+    /// Stored batches, back to back, and where the replica's log ends (a
     /// `Fetch`'s answer).
     Batches {
         #[serde(with = "crate::types::bytes_serde")]
         bytes: Vec<u8>,
-        start: u64,
         next: u64,
     },
     /// The group's Raft node refused the request.
@@ -448,9 +447,8 @@ impl super::refill::PeerBatches for FromPeers {
         Box::pin(async move {
             let reply = networks.call(&node, group, &envelope, super::refill::FETCH_LIMIT);
             match reply.await? {
-                PartReply::Batches { bytes, start, next } => Ok(super::refill::Fetched {
+                PartReply::Batches { bytes, next } => Ok(super::refill::Fetched {
                     batches: super::refill::split_batches(bytes.into())?,
-                    start,
                     next,
                 }),
                 PartReply::Refused(why) => Err(io::Error::other(why)),

@@ -40,10 +40,9 @@ type Vote = openraft::alias::VoteOf<PartConfig>;
 
 /// A peer's answer to a fetch: its stored batches from the offset asked (or from where
 /// its log starts, if later), at most [`FETCH_BUDGET`] of them, and where its partition's
-/// log starts and ends.
+/// log ends.
 pub struct Fetched {
     pub batches: Vec<Bytes>,
-    pub start: u64,
     pub next: u64,
 }
 

@@ -81,13 +81,9 @@ impl refill::PeerBatches for Router {
             .map(|(_, held)| held.clone());
         Box::pin(async move {
             let held = held.ok_or_else(|| std::io::Error::other("stopped"))?;
-            let (start, next) = held.bounds().await?;
+            let (_, next) = held.bounds().await?;
             let batches = held.read(from, refill::FETCH_BUDGET).await?;
-            Ok(refill::Fetched {
-                batches,
-                start,
-                next,
-            })
+            Ok(refill::Fetched { batches, next })
         })
     }
 }

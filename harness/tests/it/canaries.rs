@@ -18,7 +18,7 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 13] = [
+const EXPECTED: [(&str, &[&str]); 14] = [
     // A send acknowledged from cached WALs is lost with them (a total power loss), or the
     // WALs that lost synced bytes refuse to open (no fault here damages a disk).
     (
@@ -36,6 +36,15 @@ const EXPECTED: [(&str, &[&str]); 13] = [
     // peers at those offsets (the next ones, or none where they acknowledged one).
     (
         "part-refill-hole",
+        &[
+            cairn_sim::cluster_world::INV_MESSAGES_AGREE,
+            cairn_sim::cluster_world::INV_MESSAGE_LOST,
+        ],
+    ),
+    // A send a replica took before it committed, which a later leader discarded, holds
+    // offsets where its peers store the committed ones (or none).
+    (
+        "part-apply-uncommitted",
         &[
             cairn_sim::cluster_world::INV_MESSAGES_AGREE,
             cairn_sim::cluster_world::INV_MESSAGE_LOST,

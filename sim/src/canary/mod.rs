@@ -43,7 +43,9 @@
 //! - `part-stamp-local-clock`: a partition replica stamps each committed send with its own
 //!   clock when it applies it, not with its leader's, so replicas' bytes differ;
 //! - `part-refill-hole`: a replica refilled or repaired from its peers jumps its partition
-//!   to the offset it must reach instead of taking the batches below it.
+//!   to the offset it must reach instead of taking the batches below it;
+//! - `part-apply-uncommitted`: a partition replica appends the sends a leader sends it as
+//!   they arrive, before they commit; one a later leader discards stays in its partition.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -82,11 +84,12 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 26] = [
+pub const NAMES: [&str; 27] = [
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
     "part-refill-hole",
+    "part-apply-uncommitted",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
@@ -181,6 +184,7 @@ pub fn part_machine_hooks(
     cairn_cluster::partition::machine::MachineHooks {
         stamp: active().and_then(|name| cluster::stamp_hook(name, clock)),
         refill_hole: active() == Some("part-refill-hole"),
+        apply_uncommitted: active() == Some("part-apply-uncommitted"),
     }
 }
 
