@@ -21,6 +21,7 @@
 //! forwarded to the leader otherwise (`PartRpc::Send`), and asked again while the group has
 //! no leader, for up to [`SEND_DEADLINE`].
 
+use super::installed::Installed;
 use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
     group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
@@ -34,10 +35,10 @@ use crate::log::LogStore;
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, NodeId, Peer};
 use bytes::BytesMut;
-use cairn_engine::env::{BoxFuture, Env};
+use cairn_engine::env::Env;
 use cairn_engine::error::{NodeError, NodeResult};
 use cairn_engine::format::{verify_batch, Layout};
-use cairn_engine::node::{Node, Replicated, Replicator, Sent};
+use cairn_engine::node::{Node, Sent};
 use cairn_engine::partition::{AppendAck, PartitionError, PartitionIdentity};
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ClientWriteError;
@@ -80,6 +81,15 @@ pub struct Tuning {
 #[derive(Clone)]
 pub struct PartGroups {
     inner: Arc<Inner>,
+}
+
+/// [`PartGroups`] held weakly (`installed`).
+pub(super) struct WeakGroups(std::sync::Weak<Inner>);
+
+impl WeakGroups {
+    pub(super) fn upgrade(&self) -> Option<PartGroups> {
+        self.0.upgrade().map(|inner| PartGroups { inner })
+    }
 }
 
 struct Inner {
@@ -185,10 +195,12 @@ impl PartGroups {
         }
     }
 
-    /// Makes the groups the node's replicator and its peers' partition server.
+    /// Makes the groups the node's replicator and its peers' partition server (each
+    /// reaching them weakly: `installed`).
     pub fn install(&self) {
-        self.inner.node.set_replicator(Arc::new(self.clone()));
-        let serve: Arc<dyn PartServe> = Arc::new(self.clone());
+        let weak = || Installed(WeakGroups(Arc::downgrade(&self.inner)));
+        self.inner.node.set_replicator(Arc::new(weak()));
+        let serve: Arc<dyn PartServe> = Arc::new(weak());
         assert!(
             self.inner.meta.parts.set(serve).is_ok(),
             "a member installs its groups once"
@@ -284,6 +296,15 @@ impl PartGroups {
     /// What this member's group machines did.
     pub fn counts(&self) -> &MachineCounts {
         &self.inner.counts
+    }
+
+    /// The groups this member runs a replica of, and how many of them it leads.
+    pub(super) fn partitions_led(&self) -> crate::group::PartitionsLed {
+        let running = self.running();
+        crate::group::PartitionsLed {
+            running: running.len() as u64,
+            led: running.values().filter(|raft| leads(raft)).count() as u64,
+        }
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
@@ -643,7 +664,7 @@ impl PartGroups {
     /// Hands each group this member leads to its voter that holds the most of its log, and
     /// waits (at most `limit`) until none is led here: sends then resume at once elsewhere
     /// instead of after an election timeout.
-    async fn hand_over_all(self, limit: Duration) {
+    pub(super) async fn hand_over_all(self, limit: Duration) {
         // Only groups with another voter to take over are waited for.
         let mut led: Vec<PartRaft> = Vec::new();
         for (_, raft) in self.led() {
@@ -693,7 +714,11 @@ impl PartGroups {
     /// Has the group commit `batch` (the module doc). The batch is verified first, with
     /// this node's limits, as admission would: a committed batch that a replica refused
     /// would stop every replica of the group.
-    async fn send(self, partition: PartitionIdentity, batch: BytesMut) -> NodeResult<Sent> {
+    pub(super) async fn send(
+        self,
+        partition: PartitionIdentity,
+        batch: BytesMut,
+    ) -> NodeResult<Sent> {
         let limits = self.inner.node.replica_limits();
         verify_batch(&batch, &limits, Layout::Stored)
             .map_err(|e| NodeError::Partition(PartitionError::InvalidBatch(e)))?;
@@ -815,7 +840,7 @@ impl PartGroups {
         PartReply::Sent(propose(raft, command).await)
     }
 
-    async fn serve_rpc(&self, name: GroupName, envelope: PartEnvelope) -> PartReply {
+    pub(super) async fn serve_rpc(&self, name: GroupName, envelope: PartEnvelope) -> PartReply {
         let Some(raft) = self.group(name) else {
             return PartReply::NoGroup;
         };
@@ -960,30 +985,4 @@ fn never_made(raft: &PartRaft) -> bool {
             .voter_ids()
             .next()
             .is_none()
-}
-
-impl Replicator for PartGroups {
-    fn replicate(&self, partition: PartitionIdentity, batch: BytesMut) -> Replicated {
-        let env = self.inner.env.clone();
-        Box::pin(in_env(&env, self.clone().send(partition, batch)))
-    }
-}
-
-impl PartServe for PartGroups {
-    fn serve(&self, group: GroupName, envelope: PartEnvelope) -> BoxFuture<'_, PartReply> {
-        Box::pin(self.serve_rpc(group, envelope))
-    }
-
-    fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()> {
-        let env = self.inner.env.clone();
-        Box::pin(in_env(&env, self.clone().hand_over_all(limit)))
-    }
-
-    fn partitions_led(&self) -> crate::group::PartitionsLed {
-        let running = self.running();
-        crate::group::PartitionsLed {
-            running: running.len() as u64,
-            led: running.values().filter(|raft| leads(raft)).count() as u64,
-        }
-    }
 }

@@ -19,6 +19,7 @@
 
 pub mod balance;
 pub mod groups;
+mod installed;
 pub mod machine;
 pub mod members;
 pub mod net;
