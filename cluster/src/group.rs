@@ -198,7 +198,8 @@ pub struct GroupStatus {
     /// On the leader: the last log index each replica is known to hold.
     pub matched: BTreeMap<NodeId, Option<u64>>,
     pub last_applied: Option<u64>,
-    /// This member's partition groups (none before they are installed).
+    /// This member's partition groups (none before they are installed; counted only by
+    /// [`Replica::status_with_partitions`]).
     #[serde(default)]
     pub partitions: PartitionsLed,
 }
@@ -653,11 +654,20 @@ impl Replica {
                 })
                 .unwrap_or_default(),
             last_applied: metrics.last_applied.as_ref().map(|l| l.index),
+            partitions: PartitionsLed::default(),
+        }
+    }
+
+    /// [`Replica::status`] with this member's partition groups counted (a walk over every
+    /// group: for an administrator and `/metrics`, not for the paths that run per request).
+    pub fn status_with_partitions(&self) -> GroupStatus {
+        GroupStatus {
             partitions: self
                 .parts
                 .get()
                 .map(|p| p.partitions_led())
                 .unwrap_or_default(),
+            ..self.status()
         }
     }
 

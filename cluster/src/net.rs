@@ -36,6 +36,9 @@ use crate::types::{
     SnapshotMeta, Vote,
 };
 use cairn_engine::env::{self, ByteStream, Env, Listener};
+pub(crate) use fate::unsent;
+use fate::{closed_by_peer, elsewhere, refused, unexpected};
+pub use fate::{not_run, NotRun};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
 use openraft::raft::{
@@ -483,10 +486,11 @@ impl PeerClient {
         body: Vec<u8>,
         limit: Duration,
     ) -> io::Result<Vec<u8>> {
+        // A request refused, or that reached another replica, was not run there.
         match self.call(Rpc::Part { group, body }, limit).await? {
             Reply::Part(body) => Ok(body),
-            Reply::Refused(why) => Err(refused(why)),
-            Reply::Elsewhere(why) => Err(elsewhere(why)),
+            Reply::Refused(why) => Err(unsent(refused(why))),
+            Reply::Elsewhere(why) => Err(unsent(elsewhere(why))),
             _ => Err(unexpected()),
         }
     }
@@ -595,52 +599,6 @@ fn answered<T>(
         Ok(reply) => pick(reply).ok_or_else(|| rpc_error(unexpected())),
         Err(e) => Err(rpc_error(e)),
     }
-}
-
-/// Whether an idle connection's peer closed it (its process ended, so a request written
-/// now would meet a reset and be in doubt) or sent what no request asked for: a read that
-/// completes at once. A live peer's connection has nothing to read, and the read waits.
-fn closed_by_peer(stream: &mut dyn ByteStream) -> bool {
-    let mut byte = [0u8; 1];
-    futures_util::FutureExt::now_or_never(stream.read(&mut byte)).is_some()
-}
-
-/// Why a request was not run by its peer, known for certain: it was never sent (no
-/// connection, a refused handshake), or the peer answered that it did not take it. A
-/// request that failed otherwise may have run.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotRun(String);
-
-/// Whether `e` says for certain that the peer did not run the request ([`NotRun`]).
-pub fn not_run(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<NotRun>())
-}
-
-/// `e`, marked as a request the peer did not run ([`NotRun`]).
-pub(crate) fn unsent(e: io::Error) -> io::Error {
-    if not_run(&e) {
-        return e;
-    }
-    io::Error::new(e.kind(), NotRun(format!("not sent: {e}")))
-}
-
-fn refused(why: String) -> io::Error {
-    io::Error::other(NotRun(format!("the peer refused: {why}")))
-}
-
-fn elsewhere(why: String) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotConnected,
-        NotRun(format!("not that replica: {why}")),
-    )
-}
-
-fn unexpected() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        "the peer answered another request",
-    )
 }
 
 impl openraft::RaftNetworkV2<MetaConfig> for PeerClient {
@@ -998,7 +956,9 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
             Reply::Part(crate::partition::net::answer(replica, from, group, &body).await)
         }
         Rpc::ReadIndex => Reply::ReadIndex(replica.read_index_here().await),
-        Rpc::Admin(AdminRequest::Status) => Reply::Admin(AdminReply::Status(replica.status())),
+        Rpc::Admin(AdminRequest::Status) => {
+            Reply::Admin(AdminReply::Status(replica.status_with_partitions()))
+        }
         Rpc::Admin(AdminRequest::Change(change)) => {
             tracing::info!(?change, "an administrator changes the group");
             Reply::Admin(AdminReply::Changed(replica.change(change).await))
@@ -1022,6 +982,7 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
     }
 }
 
+mod fate;
 mod served;
 #[cfg(test)]
 mod tests;

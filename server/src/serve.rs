@@ -397,7 +397,7 @@ async fn serve(
         let _ = server
             .context()
             .cluster
-            .set(Arc::new(move || replica.status()));
+            .set(Arc::new(move || replica.status_with_partitions()));
     }
     if let Some(budget) = descriptor_budget(&config, sealed_handles) {
         tracing::info!(

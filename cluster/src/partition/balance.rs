@@ -14,22 +14,28 @@
 //! |---|---|
 //! | the group's reconciliation not done for the voters it last found (`members`) | nothing: membership first |
 //! | itself the preferred member | nothing |
-//! | the preferred member's replica no voter, or not heard within the shortest election timeout | nothing (it is down or cut off) |
+//! | this member leaving (a graceful stop hands every group over: [`PartGroups::hand_over_all`]) | nothing |
+//! | the preferred member's replica no voter, or not heard within three heartbeats | nothing (it is down or cut off) |
 //! | that replica more than [`CAUGHT_UP_LAG`] entries behind its last entry | nothing yet (the transfer would hold sends until it caught up) |
 //! | a hand-over of this group begun less than [`BALANCE_RETRY`] ago | nothing (one that failed ends in an election) |
-//! | otherwise | hands the group over, and counts it ([`super::machine::MachineCounts::balanced`]) |
+//! | the preferred member answering that it is leaving, or not answering which replica it runs | nothing |
+//! | otherwise | hands the group over; once the preferred replica leads, counts it ([`super::machine::MachineCounts::balanced`]) |
 //!
 //! A failed hand-over costs one election: a leader that is handing over sends no
 //! heartbeats, so its followers elect one of themselves.
+//!
+//! A graceful stop ([`PartGroups::hand_over_all`]) first marks the member leaving, which
+//! its answers to `Identify` say, then hands each group it leads to the voter holding the
+//! most of its log, again for any handed back meanwhile, until it leads none.
 
-use super::groups::{id_of, leads, PartGroups};
+use super::groups::{id_of, leads, successor, PartGroups, IDENTIFY_LIMIT, SEND_RETRY};
 use super::members::{configured_at, Reconciled};
-use super::net::GroupName;
+use super::net::{GroupName, PartEnvelope, PartReply, PartRpc};
 use super::PartRaft;
 use crate::rt::in_env;
 use crate::types::{member_of, MemberId, NodeId};
 use openraft::async_runtime::WatchReceiver;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -38,6 +44,8 @@ use std::time::Duration;
 pub const CAUGHT_UP_LAG: u64 = 16;
 /// How long after a hand-over of a group is begun another may be.
 pub const BALANCE_RETRY: Duration = Duration::from_secs(3);
+/// How often a leaving member hands a group over again that is still led here.
+const HAND_OVER_AGAIN: Duration = Duration::from_millis(500);
 
 /// The member that should lead group `name`, of its voters' members `members` (none for
 /// none): the partition's numbers pick one, so a topic's partitions go round the members.
@@ -55,6 +63,9 @@ impl PartGroups {
     /// Hands each group this member leads, settled, to its preferred member's replica
     /// where the module doc's table says so (a task each; the pass does not wait).
     pub(super) fn balance(&self) {
+        if self.leaving().load(Relaxed) {
+            return;
+        }
         let now = self.env().clock.monotonic_nanos();
         let retry = BALANCE_RETRY.as_nanos() as u64;
         let key: BTreeSet<NodeId> = self.meta().status().voters.keys().copied().collect();
@@ -79,13 +90,93 @@ impl PartGroups {
                 .collect()
         };
         for (name, raft, to) in due {
-            self.counts().balanced.fetch_add(1, Relaxed);
-            tracing::info!(partition = %super::net::identity_of(name), to = %crate::types::show_id(to), "handing the partition's leadership to its preferred member");
-            let env = self.env().clone();
-            let task = async move {
-                let _ = raft.trigger().transfer_leader(to).await;
-            };
+            let (groups, env) = (self.clone(), self.env().clone());
+            let task = async move { groups.hand_to_preferred(name, raft, to).await };
             drop(env.tasks.spawn(Box::pin(in_env(&env, task))));
+        }
+    }
+
+    /// Hands group `name` (led by `raft`) to replica `to` unless its member says it is
+    /// leaving or does not answer; counts it once `to` leads.
+    async fn hand_to_preferred(&self, name: GroupName, raft: PartRaft, to: NodeId) {
+        let node = raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .get_node(&to)
+            .cloned();
+        let Some(node) = node else { return };
+        let envelope = PartEnvelope {
+            from: id_of(&raft),
+            to,
+            rpc: PartRpc::Identify,
+        };
+        match self
+            .networks()
+            .call(&node, name, &envelope, IDENTIFY_LIMIT)
+            .await
+        {
+            Ok(PartReply::Identity {
+                id, leaving: false, ..
+            }) if id == to => {}
+            _ => return,
+        }
+        tracing::info!(partition = %super::net::identity_of(name), to = %crate::types::show_id(to), "handing the partition's leadership to its preferred member");
+        if raft.trigger().transfer_leader(to).await.is_err() {
+            return;
+        }
+        let env = self.env();
+        let deadline = env.clock.monotonic_nanos() + BALANCE_RETRY.as_nanos() as u64;
+        while env.clock.monotonic_nanos() < deadline {
+            if raft.metrics().borrow_watched().current_leader == Some(to) {
+                self.counts().balanced.fetch_add(1, Relaxed);
+                return;
+            }
+            env.clock.sleep(SEND_RETRY).await;
+        }
+    }
+
+    /// A graceful stop: marks this member leaving (it takes no group back, and says so),
+    /// then hands each group it leads to its voter that holds the most of its log, again
+    /// for one handed back meanwhile (by a leader that had not asked yet), and waits (at
+    /// most `limit`) until none is led here: sends then resume at once elsewhere instead of
+    /// after an election timeout.
+    pub(super) async fn hand_over_all(self, limit: Duration) {
+        self.leaving().store(true, Relaxed);
+        let env = self.env().clone();
+        let deadline = env.clock.monotonic_nanos() + limit.as_nanos() as u64;
+        let again = HAND_OVER_AGAIN.as_nanos() as u64;
+        let mut asked: BTreeMap<GroupName, u64> = BTreeMap::new();
+        loop {
+            let now = env.clock.monotonic_nanos();
+            // Only groups with another voter to take over are waited for.
+            let led: Vec<(GroupName, PartRaft)> = self
+                .led()
+                .into_iter()
+                .filter(|(_, r)| successor(r).is_some())
+                .collect();
+            if led.is_empty() || now >= deadline {
+                let kept = led.len();
+                let handed = asked.len().saturating_sub(kept);
+                tracing::info!(
+                    handed,
+                    kept,
+                    "handed the partition groups this member led over"
+                );
+                return;
+            }
+            for (name, raft) in led {
+                if asked.get(&name).is_some_and(|at| now < at + again) {
+                    continue;
+                }
+                if let Some(to) = successor(&raft) {
+                    if raft.trigger().transfer_leader(to).await.is_ok() {
+                        asked.insert(name, now);
+                    }
+                }
+            }
+            env.clock.sleep(SEND_RETRY).await;
         }
     }
 
@@ -101,7 +192,7 @@ impl PartGroups {
         }
         let to = voters.into_iter().find(|id| member_of(*id) == want)?;
         let heard = metrics.heartbeat.as_ref()?.get(&to).cloned().flatten()?;
-        let window = self.tuning().election.0.as_nanos() as u64;
+        let window = 3 * self.tuning().heartbeat.as_nanos() as u64;
         if now.saturating_sub(heard.reading()) > window {
             return None;
         }
@@ -131,8 +222,11 @@ mod tests {
             preferred((1, 1, 0, 8), &members)
         );
         assert_eq!(preferred((1, 1, 0, 7), &BTreeSet::new()), None);
-        // A member that is no voter is never picked.
+        // Two members share a topic's partitions in turn.
         let two: BTreeSet<MemberId> = [1, 3].into();
-        assert!((0..6).all(|p| preferred((2, 5, p, 1), &two).is_some_and(|m| two.contains(&m))));
+        let shared: BTreeSet<MemberId> = (0..2)
+            .filter_map(|p| preferred((2, 5, p, 1), &two))
+            .collect();
+        assert_eq!(shared, two);
     }
 }

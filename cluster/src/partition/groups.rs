@@ -1,6 +1,6 @@
 //! A member's partition groups: one per partition of the metadata state, started as the
 //! state names them, stopped and removed as it drops them, and the node's sends ordered by
-//! them ([`cairn_engine::node::Replicator`]).
+//! them ([`cairn_engine::node::Replicator`], reached weakly: `installed`).
 //!
 //! | what [`PartGroups::sync`] finds | what it does |
 //! |---|---|
@@ -10,6 +10,8 @@
 //! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |
 //! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the metadata group's committed voters' members run |
 //! | such a group whose replica here voted (for a maker that lost the group's first entry with its disk) | starts that replica again as a new one, which the next pass makes the group of |
+//! | a group this member leads whose voters changed since its last reconciliation | reconciles them (`members`) |
+//! | a group this member leads, reconciled, whose preferred member is up and caught up | hands it to that member (`balance`) |
 //!
 //! Each replica of a group has its own Raft id: this member and the incarnation of its WAL,
 //! drawn when the WAL is made (`crate::partition::net`). A WAL that lost its state record
@@ -17,7 +19,7 @@
 //! in its group. The member that makes a group asks every voter's member which replica of
 //! it runs (`PartRpc::Identify`) and makes it of those once all answered.
 //!
-//! A send ([`PartGroups::replicate`]) is proposed where this member's replica leads,
+//! A send ([`PartGroups::send`]) is proposed where this member's replica leads,
 //! forwarded to the leader otherwise (`PartRpc::Send`), and asked again while the group has
 //! no leader, for up to [`SEND_DEADLINE`].
 
@@ -51,11 +53,11 @@ use std::time::Duration;
 pub const SYNC_EVERY: Duration = Duration::from_millis(100);
 /// How long a send waits for its group to have a leader and commit it.
 pub const SEND_DEADLINE: Duration = Duration::from_secs(10);
-const SEND_RETRY: Duration = Duration::from_millis(20);
+pub(super) const SEND_RETRY: Duration = Duration::from_millis(20);
 /// The longest a forwarded send may take at the leader.
 const FORWARD_LIMIT: Duration = Duration::from_secs(10);
 /// The longest a member may take to say which replica of a group it runs.
-const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
+pub(super) const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
 /// The first wait before a group that failed is started again, and the longest.
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -108,6 +110,8 @@ struct Inner {
     /// Per group this member leads: when its last hand-over to its preferred member began
     /// (`balance`).
     balanced: Mutex<BTreeMap<GroupName, u64>>,
+    /// Set once a graceful stop hands every group over (`balance`): none is taken back.
+    leaving: std::sync::atomic::AtomicBool,
     /// Groups that did not start or stopped: why (logged once per reason), when to try
     /// again and how many tries failed (the wait doubles, up to [`RETRY_MAX`]).
     failed: Mutex<BTreeMap<GroupName, Failed>>,
@@ -178,6 +182,7 @@ impl PartGroups {
                 wanted: Mutex::default(),
                 reconciled: Mutex::default(),
                 balanced: Mutex::default(),
+                leaving: Default::default(),
                 failed: Mutex::default(),
                 counts: Arc::default(),
                 hooks: MachineHooks::default(),
@@ -228,6 +233,14 @@ impl PartGroups {
 
     pub(super) fn meta(&self) -> &Replica {
         &self.inner.meta
+    }
+
+    pub(super) fn networks(&self) -> &PartNetworks {
+        &self.inner.networks
+    }
+
+    pub(super) fn leaving(&self) -> &std::sync::atomic::AtomicBool {
+        &self.inner.leaving
     }
 
     pub(super) fn env(&self) -> &Env {
@@ -557,7 +570,7 @@ impl PartGroups {
             .networks
             .call(peer, name, &envelope, IDENTIFY_LIMIT);
         match asked.await {
-            Ok(PartReply::Identity { id, made }) if member_of(id) == member => Some((id, made)),
+            Ok(PartReply::Identity { id, made, .. }) if member_of(id) == member => Some((id, made)),
             _ => None,
         }
     }
@@ -659,32 +672,6 @@ impl PartGroups {
             any_made |= made;
         }
         Some((replicas, any_made))
-    }
-
-    /// Hands each group this member leads to its voter that holds the most of its log, and
-    /// waits (at most `limit`) until none is led here: sends then resume at once elsewhere
-    /// instead of after an election timeout.
-    pub(super) async fn hand_over_all(self, limit: Duration) {
-        // Only groups with another voter to take over are waited for.
-        let mut led: Vec<PartRaft> = Vec::new();
-        for (_, raft) in self.led() {
-            if let Some(to) = successor(&raft) {
-                if raft.trigger().transfer_leader(to).await.is_ok() {
-                    led.push(raft);
-                }
-            }
-        }
-        let env = &self.inner.env;
-        let deadline = env.clock.monotonic_nanos() + limit.as_nanos() as u64;
-        while led.iter().any(leads) && env.clock.monotonic_nanos() < deadline {
-            env.clock.sleep(SEND_RETRY).await;
-        }
-        let kept = led.iter().filter(|r| leads(r)).count();
-        tracing::info!(
-            handed = led.len() - kept,
-            kept,
-            "handed the partition groups this member led over"
-        );
     }
 
     /// Stops every group.
@@ -848,7 +835,15 @@ impl PartGroups {
         let PartEnvelope { from, to, rpc } = envelope;
         if let PartRpc::Identify = rpc {
             let made = !never_made(&raft);
-            return PartReply::Identity { id: here, made };
+            let leaving = self
+                .inner
+                .leaving
+                .load(std::sync::atomic::Ordering::Relaxed);
+            return PartReply::Identity {
+                id: here,
+                made,
+                leaving,
+            };
         }
         if to != here {
             return PartReply::Elsewhere(here);

@@ -112,10 +112,13 @@ pub enum PartReply {
     /// applied that far, so its own copy shows the send when the client hears of it).
     Sent(Result<(SendOutcome, u64), SendRefused>),
     /// The replica of the group this member runs, and whether it holds any of the group
-    /// (a configuration or a log): a group is made only where no member's replica does.
+    /// (a configuration or a log): a group is made only where no member's replica does;
+    /// and whether the member is leaving (a graceful stop: it takes no group back).
     Identity {
         id: NodeId,
         made: bool,
+        #[serde(default)]
+        leaving: bool,
     },
     /// Stored batches, back to back, and where the replica's log ends (a
     /// `Fetch`'s answer).

@@ -1,0 +1,55 @@
+//! What is known of a request's fate when no answer came: whether its peer certainly did
+//! not run it ([`NotRun`]), and whether a pooled connection is still worth writing to.
+
+use cairn_engine::env::ByteStream;
+use std::io;
+
+/// Whether an idle connection's peer closed it (its process ended, so a request written
+/// now would meet a reset and be in doubt) or sent what no request asked for: a read that
+/// completes at once. A live peer's connection has nothing to read, and the read waits.
+/// The read is polled once and dropped, which loses nothing on the peer connections'
+/// streams (plain TCP, or the simulator's, which take bytes only when a read completes);
+/// a TLS stream's read may write, so peer traffic over TLS would need another probe.
+pub(super) fn closed_by_peer(stream: &mut dyn ByteStream) -> bool {
+    let mut byte = [0u8; 1];
+    futures_util::FutureExt::now_or_never(stream.read(&mut byte)).is_some()
+}
+
+/// Why a request was not run by its peer, known for certain: it was never sent (no
+/// connection, a refused handshake, a pool that stayed busy), or the peer answered that it
+/// did not take it (a partition request refused or addressed to another replica). A
+/// request that failed otherwise may have run.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRun(String);
+
+/// Whether `e` says for certain that the peer did not run the request ([`NotRun`]).
+pub fn not_run(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<NotRun>())
+}
+
+/// `e`, marked as a request the peer did not run ([`NotRun`]).
+pub(crate) fn unsent(e: io::Error) -> io::Error {
+    if not_run(&e) {
+        return e;
+    }
+    io::Error::new(e.kind(), NotRun(format!("not run: {e}")))
+}
+
+pub(super) fn refused(why: String) -> io::Error {
+    io::Error::other(format!("the peer refused: {why}"))
+}
+
+pub(super) fn elsewhere(why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        format!("not that replica: {why}"),
+    )
+}
+
+pub(super) fn unexpected() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "the peer answered another request",
+    )
+}
