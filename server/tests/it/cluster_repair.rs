@@ -5,7 +5,28 @@
 use crate::cluster::{
     at, client_of, every_member_holds, field, make_orders_events, send_one, Running, SECRET,
 };
+use crate::common::Cairn;
 use std::path::Path;
+
+/// A client of member `first`, once it made `orders/events` and sent `count` messages
+/// (`"{what} {i}"`, balanced) that every member then holds; and those messages.
+async fn orders_sent(
+    nodes: &[Option<Cairn>],
+    first: usize,
+    what: &str,
+    count: u32,
+) -> (iggy::prelude::IggyClient, Vec<String>) {
+    let leading = client_of(at(nodes, first), "iggy", crate::common::PASSWORD).await;
+    make_orders_events(&leading).await;
+    let mut acked = Vec::new();
+    for i in 0..count {
+        let payload = format!("{what} {i}");
+        send_one(&leading, None, &payload).await.unwrap();
+        acked.push(payload);
+    }
+    every_member_holds(nodes, &acked).await;
+    (leading, acked)
+}
 
 #[test]
 fn a_wiped_member_added_back_is_refilled_with_every_partition() {
@@ -17,18 +38,7 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
         first,
         followers,
     } = Running::start();
-    let mut acked: Vec<String> = Vec::new();
-    let leading = runtime.block_on(async {
-        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
-        make_orders_events(&leading).await;
-        for i in 0..30u32 {
-            let payload = format!("before the wipe {i}");
-            send_one(&leading, None, &payload).await.unwrap();
-            acked.push(payload);
-        }
-        every_member_holds(&nodes, &acked).await;
-        leading
-    });
+    let (leading, mut acked) = runtime.block_on(orders_sent(&nodes, first, "before the wipe", 30));
 
     // A follower's disk is wiped: it comes back as new replicas, outside every group, and
     // the others go on taking sends.
@@ -98,18 +108,8 @@ fn a_member_whose_partitions_are_damaged_repairs_them_from_its_peers() {
         first,
         followers,
     } = Running::start();
-    let mut acked: Vec<String> = Vec::new();
-    let leading = runtime.block_on(async {
-        let leading = client_of(at(&nodes, first), "iggy", crate::common::PASSWORD).await;
-        make_orders_events(&leading).await;
-        for i in 0..20u32 {
-            let payload = format!("before the damage {i}");
-            send_one(&leading, None, &payload).await.unwrap();
-            acked.push(payload);
-        }
-        every_member_holds(&nodes, &acked).await;
-        leading
-    });
+    let (leading, mut acked) =
+        runtime.block_on(orders_sent(&nodes, first, "before the damage", 20));
 
     // A follower stops gracefully (its partitions synced), and a byte of each of its
     // partitions' synced segments flips: its boot fences them.
