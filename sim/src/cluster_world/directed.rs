@@ -353,6 +353,8 @@ async fn adoption_cut_short(world: &mut World, removals_only: bool) {
     // b's node holds an offset of group g1, which is deleted while b is down and its id
     // taken by g2: the adoption must remove the offset (g2 never stored one).
     world.store_offset_on(b, "a/t2/g1").await;
+    // No entry b holds is past the leader's last one.
+    let behind = world.last_index_at(l);
     world.crash_as(b, false);
     let mut missed = vec![
         Op::Delete("a/t1".into()),
@@ -369,6 +371,11 @@ async fn adoption_cut_short(world: &mut World, removals_only: bool) {
         if !world.acknowledge_op(&op).await {
             return;
         }
+    }
+    // The others purge once no replication to b reads the entries (openraft keeps them while
+    // it backs off from an unreachable b); until then b would take entries, not a snapshot.
+    if !world.purged_past(behind).await {
+        return;
     }
     // Once b's node booted (its boot may remove leftovers under partitions too), b's next
     // removal of a partition's file is the adoption's (the deleted topic's).
@@ -395,6 +402,34 @@ async fn adoption_cut_short(world: &mut World, removals_only: bool) {
 }
 
 impl World {
+    /// The index of the last entry in replica `at`'s log (0 for none).
+    fn last_index_at(&self, at: usize) -> u64 {
+        let group = self.replicas[at].group.as_ref();
+        group
+            .and_then(|g| g.log().summary().2)
+            .map_or(0, |l| l.index)
+    }
+
+    /// Waits until every up replica purged its log past `index`; a liveness failure past
+    /// [`STEP_DEADLINE`].
+    async fn purged_past(&mut self, index: u64) -> bool {
+        let deadline = self.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+        while self.clock.now_nanos() < deadline && !self.failed() {
+            let purged = |at: usize| {
+                let group = self.replicas[at].group.as_ref();
+                group
+                    .and_then(|g| g.log().summary().1)
+                    .map_or(0, |l| l.index)
+            };
+            if self.up().into_iter().all(|at| purged(at) > index) {
+                return true;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(50)).await;
+        }
+        self.fail(INV_LIVENESS, format!("no purge past index {index} in time"));
+        false
+    }
+
     /// Proposes `name` until it is acknowledged; a liveness failure past [`STEP_DEADLINE`].
     async fn acknowledge(&mut self, name: &str) -> bool {
         self.acknowledge_op(&Op::Create(name.into())).await
