@@ -103,7 +103,20 @@ impl IntoResponse for ApiError {
             field: self.field.as_deref(),
         };
         tracing::debug!(status = %self.status, code = self.code, reason = %self.reason, "http request refused");
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        // Refused before its body was read whole: what is left of the body would be read
+        // as the next request, so the connection ends with this answer, and says so (a
+        // client that pooled it would send its next request into a closing socket).
+        if matches!(
+            self.status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
+            let close = axum::http::HeaderValue::from_static("close");
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, close);
+        }
+        response
     }
 }
 

@@ -254,6 +254,9 @@ async fn sends_complete_as_the_durability_page_says_and_errors_carry_iggy_codes(
         .post("/streams/s/topics/r/messages", send_body(0, &big))
         .await;
     assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The body was not read whole: the connection closes, and the client is told so
+    // (the next request must not go into the closing socket).
+    assert_eq!(reply.headers()[reqwest::header::CONNECTION], "close");
     // Already exists, not found, no such partition.
     let (status, code, _, _) = error_of(api.post("/streams", json!({"name": "s"})).await).await;
     assert_eq!((status, code), (StatusCode::BAD_REQUEST, 1012));
