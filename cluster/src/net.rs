@@ -36,10 +36,10 @@ use crate::types::{
     SnapshotMeta, Vote,
 };
 use cairn_engine::env::{self, ByteStream, Env, Listener};
-pub(crate) use fate::unsent;
-use fate::{closed_by_peer, elsewhere, refused, unexpected};
+use fate::{answered, closed_by_peer, elsewhere, refused, unexpected};
 pub use fate::{not_run, NotRun};
-use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+pub(crate) use fate::{rpc_error, unsent};
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError};
 use openraft::network::RPCOption;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
@@ -100,6 +100,8 @@ enum Rpc {
         #[serde(with = "crate::types::bytes_serde")]
         body: Vec<u8>,
     },
+    /// A member's beat (`crate::partition::quiet`), addressed to a member.
+    Beat(#[serde(with = "crate::types::bytes_serde")] Vec<u8>),
 }
 
 /// What an administrator may ask of a member ([`ask`]).
@@ -153,6 +155,9 @@ enum Reply {
     /// wiped disk, a lost state record) or another cluster. openraft takes it as an
     /// unreachable peer, and backs off, until an administrator replaces the old replica.
     Elsewhere(String),
+    /// A member's answer to a beat (`crate::partition::quiet::BeatReply`).
+    #[serde(with = "crate::types::bytes_serde")]
+    Beat(Vec<u8>),
 }
 
 /// The frame carrying `body`.
@@ -264,7 +269,7 @@ const _: () = assert!(CLIENT_IDLE.as_nanos() < PEER_IDLE.as_nanos());
 /// Connections a member serves at once, proven or not; more are closed as they arrive.
 /// Each peer member holds at most [`served::PER_MEMBER`], so this leaves room for six peers
 /// and for connections still in their handshake.
-pub const MAX_PEER_CONNECTIONS: usize = 512;
+pub const MAX_PEER_CONNECTIONS: usize = 640;
 
 /// The listener's first frame: a nonce the opener's proof must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -495,6 +500,19 @@ impl PeerClient {
         }
     }
 
+    /// Beats the peer member (`crate::partition::quiet`): its answer.
+    pub(crate) async fn call_beat(
+        &mut self,
+        body: Vec<u8>,
+        limit: Duration,
+    ) -> io::Result<Vec<u8>> {
+        match self.call(Rpc::Beat(body), limit).await? {
+            Reply::Beat(body) => Ok(body),
+            Reply::Refused(why) => Err(refused(why)),
+            _ => Err(unexpected()),
+        }
+    }
+
     async fn call(&mut self, rpc: Rpc, limit: Duration) -> io::Result<Reply> {
         let span = tracing::debug_span!("raft_rpc", to = self.target);
         let request = Request {
@@ -572,32 +590,6 @@ impl PeerClient {
             in_flight: false,
             used_at: 0,
         }
-    }
-}
-
-/// The error openraft gets for a failed exchange.
-pub(crate) fn rpc_error<C: openraft::RaftTypeConfig>(e: io::Error) -> RPCError<C> {
-    match e.kind() {
-        // A peer that refuses the handshake (another secret, another member at the address)
-        // is unreachable, not a network error: openraft backs off from it.
-        io::ErrorKind::ConnectionRefused
-        | io::ErrorKind::TimedOut
-        | io::ErrorKind::NotConnected
-        | io::ErrorKind::PermissionDenied => RPCError::Unreachable(Unreachable::new(&e)),
-        _ => RPCError::Network(NetworkError::new(&e)),
-    }
-}
-
-/// The answer `pick` takes from a peer's reply, or the error openraft gets.
-fn answered<T>(
-    reply: io::Result<Reply>,
-    pick: impl FnOnce(Reply) -> Option<T>,
-) -> Result<T, RPCError<MetaConfig>> {
-    match reply {
-        Ok(Reply::Refused(why)) => Err(rpc_error(refused(why))),
-        Ok(Reply::Elsewhere(why)) => Err(rpc_error(elsewhere(why))),
-        Ok(reply) => pick(reply).ok_or_else(|| rpc_error(unexpected())),
-        Err(e) => Err(rpc_error(e)),
     }
 }
 
@@ -861,7 +853,12 @@ async fn serve_connection(
         }
         let addressed = match (&request.rpc, &hook) {
             (
-                Rpc::Identify | Rpc::Admin(_) | Rpc::Propose(_) | Rpc::ReadIndex | Rpc::Part { .. },
+                Rpc::Identify
+                | Rpc::Admin(_)
+                | Rpc::Propose(_)
+                | Rpc::ReadIndex
+                | Rpc::Part { .. }
+                | Rpc::Beat(_),
                 _,
             ) => member_of(request.to) == member_of(me),
             (_, Some(hook)) => hook(request.to, me),
@@ -955,6 +952,7 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
         Rpc::Part { group, body } => {
             Reply::Part(crate::partition::net::answer(replica, from, group, &body).await)
         }
+        Rpc::Beat(body) => Reply::Beat(crate::partition::net::answer_beat(replica, from, &body)),
         Rpc::ReadIndex => Reply::ReadIndex(replica.read_index_here().await),
         Rpc::Admin(AdminRequest::Status) => {
             Reply::Admin(AdminReply::Status(replica.status_with_partitions()))

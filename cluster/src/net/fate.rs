@@ -1,7 +1,10 @@
 //! What is known of a request's fate when no answer came: whether its peer certainly did
 //! not run it ([`NotRun`]), and whether a pooled connection is still worth writing to.
 
+use super::Reply;
+use crate::types::MetaConfig;
 use cairn_engine::env::ByteStream;
+use openraft::errors::{NetworkError, RPCError, Unreachable};
 use std::io;
 
 /// Whether an idle connection's peer closed it (its process ended, so a request written
@@ -52,4 +55,30 @@ pub(super) fn unexpected() -> io::Error {
         io::ErrorKind::InvalidData,
         "the peer answered another request",
     )
+}
+
+/// The error openraft gets for a failed exchange.
+pub(crate) fn rpc_error<C: openraft::RaftTypeConfig>(e: io::Error) -> RPCError<C> {
+    match e.kind() {
+        // A peer that refuses the handshake (another secret, another member at the address)
+        // is unreachable, not a network error: openraft backs off from it.
+        io::ErrorKind::ConnectionRefused
+        | io::ErrorKind::TimedOut
+        | io::ErrorKind::NotConnected
+        | io::ErrorKind::PermissionDenied => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+/// The answer `pick` takes from a peer's reply, or the error openraft gets.
+pub(super) fn answered<T>(
+    reply: io::Result<Reply>,
+    pick: impl FnOnce(Reply) -> Option<T>,
+) -> Result<T, RPCError<MetaConfig>> {
+    match reply {
+        Ok(Reply::Refused(why)) => Err(rpc_error(refused(why))),
+        Ok(Reply::Elsewhere(why)) => Err(rpc_error(elsewhere(why))),
+        Ok(reply) => pick(reply).ok_or_else(|| rpc_error(unexpected())),
+        Err(e) => Err(rpc_error(e)),
+    }
 }

@@ -4,8 +4,9 @@
 //! vanished) leaves them open here: nothing reads a close that never comes. Its next
 //! process opens new ones. So each member may hold at most [`PER_MEMBER`] connections here;
 //! a newer one closes its oldest, which are a dead process's first. A live member opens at
-//! most 32 at once (`decide::MAX_READS` and `MAX_FORWARDS` metadata asks, its Raft clients,
-//! its partition groups' pools of `partition::net::POOL` and `FORWARD_POOL`), so a live
+//! most 45 at once (`decide::MAX_READS` and `MAX_FORWARDS` metadata asks, its Raft clients,
+//! its partition groups' pools of `partition::net::POOL` and `FORWARD_POOL`, its beat:
+//! `partition::quiet`), so a live
 //! one's are closed only past twice that (one-exchange connections whose client gave up
 //! while this member still answers them count until it has). What no newer connection
 //! closes (a replaced member's, whose id never connects again) closes once idle for
@@ -23,17 +24,20 @@ use std::sync::{Arc, Mutex};
 use crate::types::MemberId;
 
 /// Connections one peer member may hold here at once: twice what a live one needs.
-pub const PER_MEMBER: usize = 64;
+pub const PER_MEMBER: usize = 96;
 
 /// The metadata group's Raft clients of one peer (replication, heartbeats, votes, a
 /// snapshot's), at most.
 const RAFT_CLIENTS: usize = 4;
+/// The connection a peer member beats this one on (`partition::quiet`).
+const BEAT_CLIENTS: usize = 1;
 const _: () = assert!(
     2 * (crate::decide::MAX_READS
         + crate::decide::MAX_FORWARDS
         + RAFT_CLIENTS
         + crate::partition::net::POOL
-        + crate::partition::net::FORWARD_POOL)
+        + crate::partition::net::FORWARD_POOL
+        + BEAT_CLIENTS)
         <= PER_MEMBER
 );
 

@@ -123,6 +123,7 @@ impl PartGroups {
             _ => return,
         }
         tracing::info!(partition = %super::net::identity_of(name), to = %crate::types::show_id(to), "handing the partition's leadership to its preferred member");
+        self.wake(name, &raft);
         if raft.trigger().transfer_leader(to).await.is_err() {
             return;
         }
@@ -171,6 +172,7 @@ impl PartGroups {
                     continue;
                 }
                 if let Some(to) = successor(&raft) {
+                    self.wake(name, &raft);
                     if raft.trigger().transfer_leader(to).await.is_ok() {
                         asked.insert(name, now);
                     }

@@ -29,9 +29,10 @@ use super::net::{
     group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
     PartServe, SendRefused,
 };
+use super::quiet::Quiet;
 use super::refill;
 use super::sink::{OnNode, PartitionSink};
-use super::{PartConfig, PartRaft, PartSnapshot, SendCommand, SendOutcome};
+use super::{PartConfig, PartRaft, SendCommand, SendOutcome};
 use crate::group::Replica;
 use crate::log::LogStore;
 use crate::rt::in_env;
@@ -65,6 +66,9 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// followers that are behind (production's [`Tuning`]).
 pub const CHECKPOINT_EVERY: u64 = 1024;
 pub const LOG_KEPT: u64 = 4096;
+/// How long a group's leader waits, its log unchanged, before it offers the group to
+/// sleep (production's [`Tuning`]: `quiet`).
+pub const QUIET_AFTER: Duration = Duration::from_secs(2);
 
 /// The groups' Raft timing, and how often they checkpoint and how much WAL they keep.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +81,9 @@ pub struct Tuning {
     /// Entries the WAL keeps behind a checkpoint ([`LOG_KEPT`]): a replica further behind
     /// is sent the checkpoint and refills its partition from its peers (`refill`).
     pub log_kept: u64,
+    /// How long a group's leader waits, its log unchanged, before it offers the group to
+    /// sleep (`quiet`).
+    pub quiet_after: Duration,
 }
 
 /// A member's partition groups; clones share them.
@@ -118,6 +125,8 @@ struct Inner {
     /// What this member's machines did.
     counts: Arc<MachineCounts>,
     hooks: MachineHooks,
+    /// Its idle groups asleep, and what it heard of its peers (`quiet`).
+    quiet: Quiet,
 }
 
 struct Failed {
@@ -186,6 +195,7 @@ impl PartGroups {
                 failed: Mutex::default(),
                 counts: Arc::default(),
                 hooks: MachineHooks::default(),
+                quiet: Quiet::new(env.entropy.next_u64()),
             }),
         }
     }
@@ -215,6 +225,8 @@ impl PartGroups {
     /// Keeps the groups in step with the metadata state until the node stops.
     pub async fn run(self) {
         let env = self.inner.env.clone();
+        let beat = Box::pin(in_env(&env, self.clone().beat()));
+        drop(env.tasks.spawn(beat));
         in_env(&env, self.keep_in_step()).await
     }
 
@@ -245,6 +257,29 @@ impl PartGroups {
 
     pub(super) fn env(&self) -> &Env {
         &self.inner.env
+    }
+
+    pub(super) fn quiet(&self) -> &Quiet {
+        &self.inner.quiet
+    }
+
+    pub(super) fn node(&self) -> &Node {
+        &self.inner.node
+    }
+
+    pub(super) fn hooks(&self) -> &MachineHooks {
+        &self.inner.hooks
+    }
+
+    /// The running groups, as they are now.
+    pub(super) fn running_groups(&self) -> BTreeMap<GroupName, PartRaft> {
+        self.running().clone()
+    }
+
+    /// Wakes group `name` (its replica here `raft`: `quiet`).
+    pub(super) fn wake(&self, name: GroupName, raft: &PartRaft) {
+        let now = self.inner.env.clock.monotonic_nanos();
+        self.inner.quiet.wake(name, raft, now);
     }
 
     pub(super) fn tuning(&self) -> &Tuning {
@@ -723,6 +758,7 @@ impl PartGroups {
                 let answered = match leader {
                     Some(l) if l == id_of(&raft) => {
                         command.timestamp = env.clock.wall_micros();
+                        self.wake(name, &raft);
                         propose(&raft, command.clone()).await
                     }
                     Some(l) => self.forward(&raft, l, name, &command).await,
@@ -794,124 +830,15 @@ impl PartGroups {
             ))),
         }
     }
-
-    /// A send a member forwarded: proposed when this member's replica leads.
-    async fn take_forwarded(
-        &self,
-        raft: &PartRaft,
-        from: NodeId,
-        mut command: SendCommand,
-    ) -> PartReply {
-        let metrics = raft.metrics().borrow_watched().clone();
-        if metrics
-            .membership_config
-            .membership()
-            .get_node(&from)
-            .is_none()
-        {
-            return PartReply::Sent(Err(SendRefused::Failed(format!(
-                "replica {} is not in the group's configuration",
-                show_id(from)
-            ))));
-        }
-        if metrics.current_leader != Some(metrics.id) {
-            return PartReply::Sent(Err(SendRefused::NotLeader(metrics.current_leader)));
-        }
-        let limits = self.inner.node.replica_limits();
-        if let Err(e) = verify_batch(&command.batch, &limits, Layout::Stored) {
-            return PartReply::Sent(Err(SendRefused::Failed(format!(
-                "the leader refuses the batch: {e}"
-            ))));
-        }
-        command.timestamp = self.inner.env.clock.wall_micros();
-        PartReply::Sent(propose(raft, command).await)
-    }
-
-    pub(super) async fn serve_rpc(&self, name: GroupName, envelope: PartEnvelope) -> PartReply {
-        let Some(raft) = self.group(name) else {
-            return PartReply::NoGroup;
-        };
-        let here = id_of(&raft);
-        let PartEnvelope { from, to, rpc } = envelope;
-        if let PartRpc::Identify = rpc {
-            let made = !never_made(&raft);
-            let leaving = self
-                .inner
-                .leaving
-                .load(std::sync::atomic::Ordering::Relaxed);
-            return PartReply::Identity {
-                id: here,
-                made,
-                leaving,
-            };
-        }
-        if to != here {
-            return PartReply::Elsewhere(here);
-        }
-        let refused = |e: &dyn std::fmt::Display| PartReply::Refused(e.to_string());
-        match rpc {
-            PartRpc::Append(r) => {
-                if self.inner.hooks.apply_uncommitted {
-                    super::machine::apply_on_arrival(&raft, &r.entries).await;
-                }
-                let appended = raft.append_entries(r).await;
-                appended.map_or_else(|e| refused(&e), PartReply::Append)
-            }
-            PartRpc::Vote(r) => raft
-                .vote(r)
-                .await
-                .map_or_else(|e| refused(&e), PartReply::Vote),
-            PartRpc::PreVote(r) => raft
-                .pre_vote(r)
-                .await
-                .map_or_else(|e| refused(&e), PartReply::Vote),
-            PartRpc::Snapshot { vote, meta, data } => {
-                let snapshot = PartSnapshot {
-                    meta,
-                    snapshot: data,
-                };
-                let source = Arc::new(FromPeers {
-                    networks: self.inner.networks.clone(),
-                    group: name,
-                    me: here,
-                });
-                let env = &self.inner.env;
-                refill::install_or_refill(env, &raft, (vote, snapshot), from, source)
-                    .await
-                    .map_or_else(|e| refused(&e), PartReply::Snapshot)
-            }
-            // Any member's replica may fetch (the connection proved the member, the
-            // envelope that it speaks for its own): every member holds every partition,
-            // and a replica outside its group (a member's new one) repairs too.
-            PartRpc::Fetch { from, max_bytes } => {
-                let replica = OnNode {
-                    node: self.inner.node.clone(),
-                    partition: identity_of(name),
-                };
-                let bounds = replica.bounds().await;
-                let read = replica.read(from, max_bytes.min(refill::FETCH_BUDGET));
-                match (bounds, read.await) {
-                    (Ok((_, next)), Ok(batches)) => PartReply::Batches {
-                        bytes: batches.concat(),
-                        next,
-                    },
-                    (Err(e), _) | (_, Err(e)) => refused(&e),
-                }
-            }
-            PartRpc::TransferLeader(r) => raft
-                .handle_transfer_leader(r)
-                .await
-                .map_or_else(|e| refused(&e), PartReply::TransferLeader),
-            PartRpc::Send(command) => self.take_forwarded(&raft, from, command).await,
-            PartRpc::Identify => unreachable!("answered above"),
-        }
-    }
 }
 
 /// Proposes `command` on `raft`, its leader: where it landed and its log index. A
 /// proposal whose fate openraft cannot tell (its entry discarded, the node stopped with it
 /// handed over) is reported as possibly landed, never asked again here.
-async fn propose(raft: &PartRaft, command: SendCommand) -> Result<(SendOutcome, u64), SendRefused> {
+pub(super) async fn propose(
+    raft: &PartRaft,
+    command: SendCommand,
+) -> Result<(SendOutcome, u64), SendRefused> {
     match raft.client_write(command).await {
         Ok(written) => Ok((*written.response(), written.log_id().index)),
         Err(e) => match e.into_api_error() {
@@ -970,7 +897,7 @@ fn voted(raft: &PartRaft) -> bool {
 }
 
 /// Whether `raft`'s group was never made: no configuration, nothing in its log.
-fn never_made(raft: &PartRaft) -> bool {
+pub(super) fn never_made(raft: &PartRaft) -> bool {
     let metrics = raft.metrics();
     let metrics = metrics.borrow_watched();
     metrics.last_log_index.is_none()
@@ -981,3 +908,5 @@ fn never_made(raft: &PartRaft) -> bool {
             .next()
             .is_none()
 }
+
+mod serve;

@@ -10,6 +10,7 @@ use super::groups::{PartGroups, WeakGroups};
 use super::net::{GroupName, PartEnvelope, PartReply, PartServe};
 use crate::group::PartitionsLed;
 use crate::rt::in_env;
+use crate::types::MemberId;
 use bytes::BytesMut;
 use cairn_engine::env::BoxFuture;
 use cairn_engine::error::NodeError;
@@ -58,6 +59,12 @@ impl PartServe for Installed {
             }
             None => Box::pin(async {}),
         }
+    }
+
+    fn beat(&self, from: MemberId, body: &[u8]) -> Vec<u8> {
+        self.groups()
+            .map(|groups| groups.answer_beat(from, body))
+            .unwrap_or_default()
     }
 
     fn partitions_led(&self) -> PartitionsLed {

@@ -73,6 +73,9 @@ pub struct MachineHooks {
     /// A canary's: a follower appends the sends of a leader's append to its partition as
     /// they arrive, before they commit ([`apply_on_arrival`]).
     pub apply_uncommitted: bool,
+    /// A canary's: a sleeping group's follower stays asleep when its leader's member goes
+    /// silent or restarts (`quiet`).
+    pub deaf_when_quiet: bool,
 }
 
 /// What machines did, summed over those that share it (a member's groups do): what the
@@ -92,6 +95,10 @@ pub struct MachineCounts {
     pub repaired: AtomicU64,
     /// Hand-overs of a group's leadership to its preferred member begun here (`balance`).
     pub balanced: AtomicU64,
+    /// Groups put to sleep by their leader here (`quiet`).
+    pub slept: AtomicU64,
+    /// Sleeping groups woken here because their leader's member went silent or restarted.
+    pub woken: AtomicU64,
 }
 
 /// What applying an entry needs of the replica, decided under the machine's lock.

@@ -133,6 +133,7 @@ impl PartGroups {
             let to =
                 successor_among(raft, |id| wanted_ids.contains(&id)).or_else(|| successor(raft));
             if let Some(to) = to {
+                self.wake(name, raft);
                 let _ = self
                     .within(CHANGE_LIMIT, raft.trigger().transfer_leader(to))
                     .await;
@@ -143,6 +144,7 @@ impl PartGroups {
         if current == wanted_ids && stray.is_empty() && !joint {
             return true;
         }
+        self.wake(name, raft);
         for (&id, peer) in wanted.iter().filter(|(id, _)| !current.contains(id)) {
             tracing::info!(partition = %identity_of(name), replica = %show_id(id), "a member's replica joins the partition's group");
             let added = raft.add_learner(id, peer.clone(), false);

@@ -23,6 +23,7 @@ mod installed;
 pub mod machine;
 pub mod members;
 pub mod net;
+pub mod quiet;
 pub mod refill;
 pub mod sink;
 

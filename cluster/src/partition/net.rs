@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Connections each member keeps to each peer for all its partition groups' Raft traffic.
-pub const POOL: usize = 4;
+pub const POOL: usize = 16;
 /// Connections each member keeps to each peer for forwarded sends and identifications
 /// (apart from the Raft traffic: a forwarded send holds its connection until it commits,
 /// which may need Raft traffic between the same two members).
@@ -143,6 +143,8 @@ pub trait PartServe: Send + Sync {
     /// Hands the leadership of every group this member leads to another replica, waiting
     /// at most `limit` (a graceful shutdown).
     fn hand_over(&self, limit: Duration) -> BoxFuture<'_, ()>;
+    /// Answers peer member `from`'s beat (`quiet`): encoded, empty for none.
+    fn beat(&self, from: MemberId, body: &[u8]) -> Vec<u8>;
     /// The groups this member runs a replica of, and how many of them it leads.
     fn partitions_led(&self) -> crate::group::PartitionsLed;
 }
@@ -198,6 +200,11 @@ impl PartNetworks {
             })
         });
         pool.clone()
+    }
+
+    /// A connection of its own to member `target` (any incarnation) at `node`.
+    pub(super) fn client(&self, target: NodeId, node: &Peer) -> PeerClient {
+        self.peers.client(target, node)
     }
 
     /// The network of this member's replica `me` of group `group` (openraft's factory).
@@ -458,6 +465,14 @@ impl super::refill::PeerBatches for FromPeers {
                 _ => Err(io::Error::other("the peer runs no such replica")),
             }
         })
+    }
+}
+
+/// Answers peer `from`'s beat with this member's groups (`quiet`), if they run.
+pub(crate) fn answer_beat(replica: &crate::group::Replica, from: NodeId, body: &[u8]) -> Vec<u8> {
+    match replica.parts.get() {
+        Some(serve) => serve.beat(member_of(from), body),
+        None => Vec::new(),
     }
 }
 

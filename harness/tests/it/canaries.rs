@@ -20,7 +20,7 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 14] = [
+const EXPECTED: [(&str, &[&str]); 15] = [
     // A send acknowledged from cached WALs is lost with them (a total power loss), or the
     // WALs that lost synced bytes refuse to open (no fault here damages a disk).
     (
@@ -52,6 +52,9 @@ const EXPECTED: [(&str, &[&str]); 14] = [
             cairn_sim::cluster_world::INV_MESSAGE_LOST,
         ],
     ),
+    // A sleeping group's followers that never wake elect no leader once their leader's
+    // member is gone: no send goes through.
+    ("part-quiet-deaf", &[cairn_sim::report::INV_LIVENESS]),
     (
         "vote-after-lost-state",
         &[cairn_sim::cluster_world::INV_AGREEMENT],

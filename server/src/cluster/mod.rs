@@ -15,7 +15,9 @@ pub mod admin;
 use crate::config::ServerConfig;
 use cairn_cluster::decide::GroupDecider;
 use cairn_cluster::group::{GroupConfig, MetaGroup, Replica};
-use cairn_cluster::partition::groups::{PartGroups, Tuning, CHECKPOINT_EVERY, LOG_KEPT};
+use cairn_cluster::partition::groups::{
+    PartGroups, Tuning, CHECKPOINT_EVERY, LOG_KEPT, QUIET_AFTER,
+};
 use cairn_cluster::types::show_id;
 use cairn_engine::env::Env;
 use cairn_engine::node::{Node, NodeError};
@@ -44,6 +46,7 @@ const PARTITION_TUNING: Tuning = Tuning {
     election: (Duration::from_millis(400), Duration::from_millis(800)),
     checkpoint_every: CHECKPOINT_EVERY,
     log_kept: LOG_KEPT,
+    quiet_after: QUIET_AFTER,
 };
 
 /// Starts this member's replica of the metadata group, as `[cluster]` configures it (a

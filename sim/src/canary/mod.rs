@@ -45,7 +45,9 @@
 //! - `part-refill-hole`: a replica refilled or repaired from its peers jumps its partition
 //!   to the offset it must reach instead of taking the batches below it;
 //! - `part-apply-uncommitted`: a partition replica appends the sends a leader sends it as
-//!   they arrive, before they commit; one a later leader discards stays in its partition.
+//!   they arrive, before they commit; one a later leader discards stays in its partition;
+//! - `part-quiet-deaf`: a sleeping partition group's followers stay asleep when their
+//!   leader's member goes silent (`quiet`), so the group elects no leader without it.
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -84,12 +86,13 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 27] = [
+pub const NAMES: [&str; 28] = [
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
     "part-refill-hole",
     "part-apply-uncommitted",
+    "part-quiet-deaf",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
@@ -185,6 +188,7 @@ pub fn part_machine_hooks(
         stamp: active().and_then(|name| cluster::stamp_hook(name, clock)),
         refill_hole: active() == Some("part-refill-hole"),
         apply_uncommitted: active() == Some("part-apply-uncommitted"),
+        deaf_when_quiet: active() == Some("part-quiet-deaf"),
     }
 }
 

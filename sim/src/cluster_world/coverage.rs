@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 31] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 33] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -122,5 +122,13 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 31] = [
     (
         "ClusterLeadershipSpread",
         "a partition group's leader handed the group to its preferred member's replica (up and caught up)",
+    ),
+    (
+        "ClusterGroupsSlept",
+        "an idle partition group's replicas stopped their Raft timers, every voter's member agreeing (quiet)",
+    ),
+    (
+        "ClusterQuietWoken",
+        "a sleeping partition group was woken because its leader's member went silent or restarted",
     ),
 ];

@@ -56,10 +56,13 @@ pub enum Scenario {
     AdoptionOfRemovalsCutShort,
     /// The leader's member is removed and added back; a change asked meanwhile is refused.
     RemovedAndAddedBack,
+    /// A partition group falls asleep (`quiet`), then its leader's member dies and stays
+    /// down: its followers must wake and elect one of themselves.
+    QuietLeaderDies,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 7] = [
+pub const SCENARIOS: [(&str, Scenario); 8] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -87,6 +90,10 @@ pub const SCENARIOS: [(&str, Scenario); 7] = [
     (
         "a_member_is_removed_and_added_back_one_change_at_a_time",
         Scenario::RemovedAndAddedBack,
+    ),
+    (
+        "a_sleeping_group_whose_leader_dies_elects_another",
+        Scenario::QuietLeaderDies,
     ),
 ];
 
@@ -136,7 +143,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         // As a server runs them: a node applies each replica's commands.
         nodes: true,
         remove: 0.0,
-        messages: false,
+        messages: scenario == Scenario::QuietLeaderDies,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }
@@ -154,6 +161,7 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
             Scenario::AdoptionCutShort => adoption_cut_short(&mut world, false).await,
             Scenario::AdoptionOfRemovalsCutShort => adoption_cut_short(&mut world, true).await,
             Scenario::RemovedAndAddedBack => removed_and_added_back(&mut world).await,
+            Scenario::QuietLeaderDies => quiet_leader_dies(&mut world).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -232,6 +240,60 @@ async fn handover(world: &mut World) {
         world.start(l).await;
         world.judge_final().await;
     }
+}
+
+/// A group of one partition sleeps, then its leader's member crashes and stays down: a
+/// send through another member must go through (a new leader) well within the step's
+/// deadline, and the followers' members count the wake.
+async fn quiet_leader_dies(world: &mut World) {
+    use iggy_binary_protocol::WirePartitioning;
+    if !world.acknowledge("a/t1").await {
+        return;
+    }
+    let to_zero = || WirePartitioning::PartitionId(0);
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while world.messages.acked.is_empty() && world.clock.now_nanos() < deadline {
+        world.send_messages("a/t1", to_zero()).await;
+    }
+    // Idle past the leader's wait (the preferred member's, or five times that), and a beat.
+    let idle = cairn_cluster::partition::groups::QUIET_AFTER * 6;
+    cairn_engine::env::Clock::sleep(&world.clock, idle).await;
+    let slept: u64 = world
+        .replicas
+        .iter()
+        .filter_map(|r| r.parts.as_ref())
+        .map(|p| p.asleep())
+        .sum();
+    world.event(format!("{slept} replicas of partition groups asleep"));
+    let Some(l) = (0..3).find(|&at| world.member_leads(at, "a/t1", 0) == Some(true)) else {
+        world.fail(INV_LIVENESS, "partition 0 of a/t1 has no leader".into());
+        return;
+    };
+    world.crash_as(l, false);
+    let before = world.messages.acked.len();
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while world.messages.acked.len() == before && world.clock.now_nanos() < deadline {
+        world.send_messages("a/t1", to_zero()).await;
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(50)).await;
+    }
+    if world.messages.acked.len() == before {
+        world.fail(
+            INV_LIVENESS,
+            "no send went through after the sleeping group's leader died".into(),
+        );
+        return;
+    }
+    let woken: u64 = world
+        .replicas
+        .iter()
+        .filter_map(|r| r.parts.as_ref())
+        .map(|p| p.counts().woken.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    if slept > 0 && woken > 0 {
+        world.decision("ClusterQuietWoken");
+    }
+    world.start(l).await;
+    world.judge_final().await;
 }
 
 /// The leader's member removed through the leader (which hands over) and its successor,

@@ -53,7 +53,7 @@ type Held = (u64, String, u64);
 #[derive(Debug, Default)]
 pub(super) struct Messages {
     /// Acknowledged messages: payload → where the acknowledgement put it.
-    acked: BTreeMap<String, Place>,
+    pub(super) acked: BTreeMap<String, Place>,
     /// Messages sent without an answer: held once, or not at all.
     doubt: BTreeSet<String>,
     /// What polls read: place → payload.
@@ -96,6 +96,8 @@ fn tuning(profile: &ClusterProfile) -> Tuning {
         election: (Duration::from_millis(400), Duration::from_millis(800)),
         checkpoint_every,
         log_kept: checkpoint_every / 2,
+        // Production's: a group idle that long sleeps (`quiet`), several times a seed.
+        quiet_after: cairn_cluster::partition::groups::QUIET_AFTER,
     }
 }
 
@@ -211,6 +213,12 @@ impl World {
         }
         if counts.balanced.load(Relaxed) > 0 {
             self.decision("ClusterLeadershipSpread");
+        }
+        if counts.slept.load(Relaxed) > 0 {
+            self.decision("ClusterGroupsSlept");
+        }
+        if counts.woken.load(Relaxed) > 0 {
+            self.decision("ClusterQuietWoken");
         }
     }
 
@@ -375,7 +383,7 @@ impl World {
     }
 
     /// Whether member `at`'s replica of `topic`'s `partition` leads its group, if it runs.
-    fn member_leads(&self, at: usize, topic: &str, partition: u32) -> Option<bool> {
+    pub(super) fn member_leads(&self, at: usize, topic: &str, partition: u32) -> Option<bool> {
         let node = self.replicas[at].node.as_ref()?;
         let identity = identity_of(node, topic, partition)?;
         let views = self.replicas[at].parts.as_ref()?.views();

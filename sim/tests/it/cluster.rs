@@ -79,6 +79,7 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 &["ClusterDiskReplaced", "ClusterReplicaReplaced"]
             }
             Scenario::LeaderHandover => &["ClusterLeaderHandedOver"],
+            Scenario::QuietLeaderDies => &["ClusterGroupsSlept", "ClusterQuietWoken"],
             Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
                 &["ClusterAdoptionCutShort", "ClusterAdoptionRemoved"]
             }
@@ -353,4 +354,23 @@ fn seeds_the_messages_world_found_hold_their_invariants() {
             "seed {seed} replicated no message"
         );
     }
+}
+
+#[test]
+fn a_sleeping_group_whose_followers_never_wake_is_caught() {
+    use cluster_world::directed::Scenario;
+    assert!(cairn_sim::canary::activate(Some("part-quiet-deaf")));
+    let report = cluster_world::directed::run_scenario(Scenario::QuietLeaderDies, false);
+    cairn_sim::canary::activate(None);
+    let violation = report.violation.unwrap_or_else(|| {
+        panic!(
+            "part-quiet-deaf passed QuietLeaderDies\n{}",
+            report.events.join("\n")
+        )
+    });
+    assert_eq!(
+        violation.invariant,
+        cairn_sim::report::INV_LIVENESS,
+        "{violation}"
+    );
 }

@@ -1,0 +1,432 @@
+//! Quiet groups: an idle partition group's replicas stop their Raft timers (openraft's
+//! tick, which otherwise wakes every replica five times a heartbeat), so idle partitions
+//! cost neither heartbeats nor wake-ups; one beat between each pair of members every
+//! heartbeat ([`Beat`]) stands in for all of their groups' heartbeats.
+//!
+//! | who | finds | does |
+//! |---|---|---|
+//! | a group's leader | its last applied entry unchanged for [`Tuning::quiet_after`] (five times that where another member is preferred, so `balance` goes first), every voter matched at it, its configuration uniform and without learners | offers the group in its next beat to each other voter's member |
+//! | a member the leader's member beats | its replica follows that leader in the offer's vote and applied the offer's last entry | stops its replica's tick; answers that the group sleeps |
+//! | the leader | every other voter's member answered so, the group unchanged since the offer | stops its own tick: the group sleeps |
+//! | any replica | a Raft request of the group arrives; this member proposes to the group, changes its voters or hands it over | starts the tick again: the group wakes |
+//! | a follower's member | a sleeping group's leader's member unheard for the shortest election timeout, or heard with another epoch (it restarted) | wakes the group: its election timer, long expired, runs ([`MachineCounts::woken`]) |
+//! | any member | a peer heard with another epoch than before | wakes every sleeping group (the peer's replicas restarted awake, and would elect) |
+//!
+//! A member's epoch is drawn when its groups start, so a restarted member is told apart
+//! from a slow one. A group wakes on any Raft request before it answers the next, and a
+//! leader wakes before it proposes: a write is never held by a sleeping group. A follower
+//! that wakes on silence while its leader lives costs at most an election (its leader's
+//! lease lapsed while the group slept), never an entry.
+//!
+//! [`Tuning::quiet_after`]: super::groups::Tuning
+//! [`MachineCounts::woken`]: super::machine::MachineCounts
+
+use super::balance::preferred;
+use super::groups::PartGroups;
+use super::net::{decode, encode, identity_of, GroupName};
+use super::{PartConfig, PartRaft};
+use crate::net::PeerClient;
+use crate::types::{member_of, MemberId, Peer};
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+
+type Vote = openraft::alias::VoteOf<PartConfig>;
+type LogId = openraft::alias::LogIdOf<PartConfig>;
+
+/// The most groups one beat offers to one member (the rest wait for the next beats).
+pub const MAX_OFFERS: usize = 4096;
+/// A sleeping group's leader is preferred elsewhere: it waits this many times longer.
+const UNBALANCED_FACTOR: u64 = 5;
+
+/// What a member tells each peer every heartbeat.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Beat {
+    /// The sender's epoch, drawn when its groups started.
+    pub epoch: u64,
+    /// Groups the sender leads that may sleep.
+    pub offers: Vec<Offer>,
+}
+
+/// A group its leader offers to sleep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    pub group: GroupName,
+    /// The leader's vote (committed).
+    pub vote: Vote,
+    /// Its last applied entry: the last of its log and of every voter's.
+    pub applied: LogId,
+}
+
+/// A member's answer to a [`Beat`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BeatReply {
+    pub epoch: u64,
+    /// The offers whose replicas here now sleep.
+    pub asleep: Vec<(GroupName, LogId)>,
+}
+
+/// This member's quiet groups and what it heard of its peers.
+pub struct Quiet {
+    epoch: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// When each peer member was last heard, and its epoch then.
+    heard: BTreeMap<MemberId, (u64, u64)>,
+    groups: BTreeMap<GroupName, Sleep>,
+}
+
+#[derive(Debug)]
+enum Sleep {
+    /// Awake since `since` (monotonic nanoseconds), its leader's last applied entry then.
+    Awake { since: u64, applied: Option<LogId> },
+    /// Offered to the other voters' members `others`; those whose replica sleeps.
+    Offered {
+        offer: Offer,
+        others: BTreeSet<MemberId>,
+        asleep: BTreeSet<MemberId>,
+    },
+    /// Asleep, led here.
+    Leading,
+    /// Asleep, led by `leader`'s member in its epoch `epoch`.
+    Following { leader: MemberId, epoch: u64 },
+}
+
+impl Quiet {
+    pub fn new(epoch: u64) -> Quiet {
+        Quiet {
+            epoch,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes group `name` (this member's replica `raft`): its tick runs again, and it
+    /// counts as awake from `now`.
+    pub fn wake(&self, name: GroupName, raft: &PartRaft, now: u64) {
+        let mut state = self.lock();
+        let asleep = matches!(
+            state.groups.get(&name),
+            Some(Sleep::Leading | Sleep::Following { .. })
+        );
+        if asleep {
+            tracing::debug!(partition = %identity_of(name), "a sleeping group wakes");
+            raft.runtime_config().tick(true);
+        }
+        let applied = None;
+        state.groups.insert(
+            name,
+            Sleep::Awake {
+                since: now,
+                applied,
+            },
+        );
+    }
+
+    /// How many groups sleep here.
+    pub fn asleep(&self) -> u64 {
+        let state = self.lock();
+        let asleep = |s: &&Sleep| matches!(s, Sleep::Leading | Sleep::Following { .. });
+        state.groups.values().filter(asleep).count() as u64
+    }
+
+    /// Records that `member` was heard at `now` in `epoch`; whether its epoch changed.
+    fn heard(state: &mut State, member: MemberId, epoch: u64, now: u64) -> bool {
+        let before = state.heard.insert(member, (now, epoch));
+        before.is_some_and(|(_, e)| e != epoch)
+    }
+}
+
+impl PartGroups {
+    /// How many of this member's replicas sleep.
+    pub fn asleep(&self) -> u64 {
+        self.quiet().asleep()
+    }
+
+    /// Beats every peer member every heartbeat and puts idle groups to sleep or wakes them
+    /// (the module doc), until the node stops.
+    pub(super) async fn beat(self) {
+        let mut clients: BTreeMap<(MemberId, String), PeerClient> = BTreeMap::new();
+        while self.node().failure().is_none() {
+            self.quiet_pass();
+            let me = member_of(self.meta().id());
+            let peers: BTreeMap<(MemberId, String), Peer> = self
+                .meta()
+                .status()
+                .voters
+                .into_iter()
+                .filter(|(id, _)| member_of(*id) != me)
+                .map(|(id, peer)| ((member_of(id), peer.raft.clone()), peer))
+                .collect();
+            clients.retain(|key, _| peers.contains_key(key));
+            for (key, peer) in &peers {
+                let target = u64::from(key.0) << 32;
+                let networks = self.networks();
+                clients
+                    .entry(key.clone())
+                    .or_insert_with(|| networks.client(target, peer));
+            }
+            let limit = self.tuning().heartbeat;
+            let calls = clients.iter_mut().map(|((member, _), client)| {
+                let beat = Beat {
+                    epoch: self.quiet().epoch,
+                    offers: self.offers_for(*member),
+                };
+                async move {
+                    let body = encode(&beat).ok()?;
+                    let reply = client.call_beat(body, limit).await.ok()?;
+                    Some((*member, decode::<BeatReply>(&reply).ok()?))
+                }
+            });
+            let replies = futures_util::future::join_all(calls).await;
+            for (member, reply) in replies.into_iter().flatten() {
+                self.take_beat_reply(member, reply);
+            }
+            self.env().clock.sleep(limit).await;
+        }
+    }
+
+    /// The groups offered to `member` that its replicas have not said they sleep in.
+    fn offers_for(&self, member: MemberId) -> Vec<Offer> {
+        let state = self.quiet().lock();
+        let wanted = |s: &Sleep| match s {
+            Sleep::Offered {
+                offer,
+                others,
+                asleep,
+            } if others.contains(&member) && !asleep.contains(&member) => Some(offer.clone()),
+            _ => None,
+        };
+        state
+            .groups
+            .values()
+            .filter_map(wanted)
+            .take(MAX_OFFERS)
+            .collect()
+    }
+
+    /// A peer's answer to this member's beat.
+    fn take_beat_reply(&self, member: MemberId, reply: BeatReply) {
+        let now = self.env().clock.monotonic_nanos();
+        let changed = {
+            let mut state = self.quiet().lock();
+            let changed = Quiet::heard(&mut state, member, reply.epoch, now);
+            for (group, applied) in reply.asleep {
+                if let Some(Sleep::Offered { offer, asleep, .. }) = state.groups.get_mut(&group) {
+                    if offer.applied == applied {
+                        asleep.insert(member);
+                    }
+                }
+            }
+            changed
+        };
+        if changed {
+            self.wake_all();
+        }
+    }
+
+    /// Answers peer `from`'s beat: its offers whose replicas here may sleep now sleep.
+    pub(super) fn answer_beat(&self, from: MemberId, body: &[u8]) -> Vec<u8> {
+        let now = self.env().clock.monotonic_nanos();
+        let mut asleep = Vec::new();
+        let changed = match decode::<Beat>(body) {
+            Err(e) => {
+                tracing::warn!(from, error = %e, "a peer's beat does not decode");
+                false
+            }
+            Ok(beat) => {
+                let running = self.running_groups();
+                let mut state = self.quiet().lock();
+                let changed = Quiet::heard(&mut state, from, beat.epoch, now);
+                for offer in beat.offers.into_iter().take(MAX_OFFERS) {
+                    let Some(raft) = running.get(&offer.group) else {
+                        continue;
+                    };
+                    if !follows(raft, from, &offer) {
+                        continue;
+                    }
+                    tracing::debug!(partition = %identity_of(offer.group), "a group this member follows sleeps");
+                    raft.runtime_config().tick(false);
+                    let leader = Sleep::Following {
+                        leader: from,
+                        epoch: beat.epoch,
+                    };
+                    state.groups.insert(offer.group, leader);
+                    asleep.push((offer.group, offer.applied));
+                }
+                changed
+            }
+        };
+        if changed {
+            self.wake_all();
+        }
+        let reply = BeatReply {
+            epoch: self.quiet().epoch,
+            asleep,
+        };
+        encode(&reply).unwrap_or_default()
+    }
+
+    /// Wakes every sleeping group (a peer restarted).
+    fn wake_all(&self) {
+        let running = self.running_groups();
+        let now = self.env().clock.monotonic_nanos();
+        let names: Vec<GroupName> = self.quiet().lock().groups.keys().copied().collect();
+        for name in names {
+            if let Some(raft) = running.get(&name) {
+                self.quiet().wake(name, raft, now);
+            }
+        }
+    }
+
+    /// One pass over the groups: a leader's idle groups offered, offered groups every
+    /// voter's member sleeps in put to sleep here, sleeping groups whose leader's member
+    /// went silent or restarted woken.
+    fn quiet_pass(&self) {
+        let now = self.env().clock.monotonic_nanos();
+        let running = self.running_groups();
+        let me = member_of(self.meta().id());
+        let silent_after = self.tuning().election.0.as_nanos() as u64;
+        let deaf = self.hooks().deaf_when_quiet;
+        let mut woken = Vec::new();
+        {
+            let mut state = self.quiet().lock();
+            let heard = state.heard.clone();
+            state.groups.retain(|name, _| running.contains_key(name));
+            for (name, raft) in &running {
+                let sleep = state.groups.remove(name);
+                let next = match sleep {
+                    Some(Sleep::Following { leader, epoch }) => {
+                        let alive = heard.get(&leader).is_some_and(|&(at, e)| {
+                            e == epoch && now.saturating_sub(at) <= silent_after
+                        });
+                        if !alive && !deaf {
+                            tracing::debug!(partition = %identity_of(*name), leader, "a sleeping group's leader's member went silent or restarted");
+                            woken.push(*name);
+                        }
+                        Some(Sleep::Following { leader, epoch })
+                    }
+                    Some(Sleep::Leading) => Some(Sleep::Leading),
+                    other => self.leader_step(*name, raft, other, (me, now)),
+                };
+                if let Some(next) = next {
+                    state.groups.insert(*name, next);
+                }
+            }
+        }
+        for name in woken {
+            self.quiet().wake(name, &running[&name], now);
+            self.counts().woken.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// What an awake or offered group `name` becomes at this pass, as its replica here
+    /// (`raft`) finds it; `None` where it does not lead.
+    fn leader_step(
+        &self,
+        name: GroupName,
+        raft: &PartRaft,
+        sleep: Option<Sleep>,
+        (me, now): (MemberId, u64),
+    ) -> Option<Sleep> {
+        let (offer, others) = idle_offer(name, raft)?;
+        let awake = Sleep::Awake {
+            since: now,
+            applied: Some(offer.applied),
+        };
+        let Some(sleep) = sleep else {
+            return Some(awake);
+        };
+        let members: BTreeSet<MemberId> = others.iter().copied().chain([me]).collect();
+        let wait = self.tuning().quiet_after.as_nanos() as u64;
+        let wait = match preferred(name, &members) {
+            Some(m) if m != me => wait * UNBALANCED_FACTOR,
+            _ => wait,
+        };
+        match sleep {
+            Sleep::Awake { since, applied } if applied == Some(offer.applied) => {
+                if now.saturating_sub(since) < wait {
+                    return Some(Sleep::Awake { since, applied });
+                }
+                let asleep = BTreeSet::new();
+                Some(Sleep::Offered {
+                    offer,
+                    others,
+                    asleep,
+                })
+            }
+            Sleep::Offered {
+                offer: offered,
+                others: offered_to,
+                asleep,
+            } if offered == offer && offered_to == others => {
+                if asleep.is_superset(&others) {
+                    tracing::debug!(partition = %identity_of(name), "a group this member leads sleeps");
+                    raft.runtime_config().tick(false);
+                    self.counts().slept.fetch_add(1, Relaxed);
+                    return Some(Sleep::Leading);
+                }
+                Some(Sleep::Offered {
+                    offer,
+                    others,
+                    asleep,
+                })
+            }
+            _ => Some(awake),
+        }
+    }
+}
+
+/// The offer of `raft`'s group, and the other voters' members, if it leads the group and
+/// the group is idle: every voter matched at the last applied entry, which ends its log;
+/// a uniform configuration without learners; a committed vote.
+fn idle_offer(group: GroupName, raft: &PartRaft) -> Option<(Offer, BTreeSet<MemberId>)> {
+    let metrics = raft.metrics();
+    let m = metrics.borrow_watched();
+    if m.state != ServerState::Leader || !m.vote.is_committed() {
+        return None;
+    }
+    let applied = m.last_applied?;
+    if m.last_log_index != Some(applied.index) {
+        return None;
+    }
+    let membership = m.membership_config.membership();
+    if membership.get_joint_config().len() != 1 || membership.learner_ids().next().is_some() {
+        return None;
+    }
+    let replication = m.replication.as_ref()?;
+    let mut others = BTreeSet::new();
+    for voter in membership.voter_ids().filter(|v| *v != m.id) {
+        if replication.get(&voter).cloned().flatten() != Some(applied) {
+            return None;
+        }
+        others.insert(member_of(voter));
+    }
+    let offer = Offer {
+        group,
+        vote: m.vote,
+        applied,
+    };
+    Some((offer, others))
+}
+
+/// Whether `raft`, this member's replica, follows member `leader`'s replica in `offer`'s
+/// vote and applied its last entry, the last of its log.
+fn follows(raft: &PartRaft, leader: MemberId, offer: &Offer) -> bool {
+    let metrics = raft.metrics();
+    let m = metrics.borrow_watched();
+    m.state == ServerState::Follower
+        && m.vote == offer.vote
+        && m.current_leader.map(member_of) == Some(leader)
+        && m.last_applied == Some(offer.applied)
+        && m.last_log_index == Some(offer.applied.index)
+}
