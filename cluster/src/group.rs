@@ -204,11 +204,15 @@ pub struct GroupStatus {
     pub partitions: PartitionsLed,
 }
 
-/// How many partition groups a member runs a replica of, and how many of them it leads.
+/// How many partition groups a member runs a replica of, how many of them it leads, and
+/// in how many its replica is a voter of a settled configuration (a member added back
+/// counts in the quorum of the others only once this reaches `running`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionsLed {
     pub running: u64,
     pub led: u64,
+    #[serde(default)]
+    pub voting: u64,
 }
 
 impl GroupStatus {

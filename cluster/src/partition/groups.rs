@@ -352,6 +352,7 @@ impl PartGroups {
         crate::group::PartitionsLed {
             running: running.len() as u64,
             led: running.values().filter(|raft| leads(raft)).count() as u64,
+            voting: running.values().filter(|raft| votes(raft)).count() as u64,
         }
     }
 
@@ -441,6 +442,7 @@ impl PartGroups {
         for name in missing {
             match self.start(name).await {
                 Ok(raft) => {
+                    self.inner.quiet.started(name, &raft);
                     self.running().insert(name, raft);
                 }
                 Err(why) => self.note_failure(name, format!("it did not start: {why}")),
@@ -642,6 +644,7 @@ impl PartGroups {
                 continue;
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
+            self.wake(name, &raft);
             let _ = in_env(&self.inner.env, raft.initialize(replicas)).await;
         }
     }
@@ -884,6 +887,15 @@ pub(super) fn leads(raft: &PartRaft) -> bool {
     let metrics = raft.metrics();
     let metrics = metrics.borrow_watched();
     metrics.current_leader == Some(metrics.id)
+}
+
+/// Whether this member's replica `raft` is a voter of its group's configuration, which is
+/// not joint (a change under way).
+fn votes(raft: &PartRaft) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow_watched();
+    let membership = metrics.membership_config.membership();
+    membership.get_joint_config().len() == 1 && membership.voter_ids().any(|v| v == metrics.id)
 }
 
 /// The Raft id of this member's replica `raft`.

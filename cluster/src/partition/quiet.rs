@@ -1,16 +1,18 @@
 //! Quiet groups: an idle partition group's replicas stop their Raft timers (openraft's
 //! tick, which otherwise wakes every replica five times a heartbeat), so idle partitions
-//! cost neither heartbeats nor wake-ups; one beat between each pair of members every
-//! heartbeat ([`Beat`]) stands in for all of their groups' heartbeats.
+//! cost neither heartbeats nor wake-ups; one beat from each member to each peer about
+//! every heartbeat ([`Beat`]) stands in for all of their groups' heartbeats.
 //!
 //! | who | finds | does |
 //! |---|---|---|
 //! | a group's leader | its last applied entry unchanged for [`Tuning::quiet_after`] (five times that where another member is preferred, so `balance` goes first), every voter matched at it, its configuration uniform and without learners | offers the group in its next beat to each other voter's member |
 //! | a member the leader's member beats | its replica follows that leader in the offer's vote and applied the offer's last entry | stops its replica's tick; answers that the group sleeps |
 //! | the leader | every other voter's member answered so, the group unchanged since the offer | stops its own tick: the group sleeps |
-//! | any replica | a Raft request of the group arrives; this member proposes to the group, changes its voters or hands it over | starts the tick again: the group wakes |
+//! | any replica | a Raft request of the group but an empty append (a heartbeat) is answered; this member proposes to the group, makes it, changes its voters or hands it over | starts the tick again: the group wakes |
 //! | a follower's member | a sleeping group's leader's member unheard for the shortest election timeout, or heard with another epoch (it restarted) | wakes the group: its election timer, long expired, runs ([`MachineCounts::woken`]) |
-//! | any member | a peer heard with another epoch than before | wakes every sleeping group (the peer's replicas restarted awake, and would elect) |
+//! | any member | a peer heard with another epoch than before | wakes the groups that peer led asleep here (counted too) and those led asleep here with a voter there (its replicas restarted awake, and would elect) |
+//! | a member whose replica of a group it led asleep or offered stops or starts again | — | moves its epoch on: the group's followers wake it (a group whose leader's replica is gone elects) |
+//! | a member starting its replica of a group never made | — | stops its tick (dormant) until a Raft request, or its making here, wakes it |
 //!
 //! A member's epoch is drawn when its groups start, so a restarted member is told apart
 //! from a slow one. A group wakes on any Raft request before it answers the next, and a
@@ -22,7 +24,7 @@
 //! [`MachineCounts::woken`]: super::machine::MachineCounts
 
 use super::balance::preferred;
-use super::groups::PartGroups;
+use super::groups::{never_made, PartGroups};
 use super::net::{decode, encode, identity_of, GroupName};
 use super::{PartConfig, PartRaft};
 use crate::net::PeerClient;
@@ -71,7 +73,9 @@ pub struct BeatReply {
 
 /// This member's quiet groups and what it heard of its peers.
 pub struct Quiet {
-    epoch: u64,
+    /// Drawn when the groups start; moved on when a group this member led asleep or
+    /// offered goes (its replica stopped), so its followers wake it ([`Quiet::epoch_moved`]).
+    epoch: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
 }
 
@@ -92,22 +96,50 @@ enum Sleep {
         others: BTreeSet<MemberId>,
         asleep: BTreeSet<MemberId>,
     },
-    /// Asleep, led here.
-    Leading,
+    /// Asleep, led here; the other voters' members.
+    Leading { others: BTreeSet<MemberId> },
     /// Asleep, led by `leader`'s member in its epoch `epoch`.
     Following { leader: MemberId, epoch: u64 },
+    /// A replica of a group never made (its tick stopped when it started): it cannot
+    /// elect, and thousands made at once would otherwise each tick fifty times a second
+    /// until their making reaches them.
+    Dormant,
 }
 
 impl Quiet {
     pub fn new(epoch: u64) -> Quiet {
         Quiet {
-            epoch,
+            epoch: epoch.into(),
             state: Mutex::default(),
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+
+    /// A group this member led asleep or offered went (its replica stopped, or started
+    /// again): a new epoch tells its followers, which wake every group led here.
+    fn epoch_moved(&self, gone: Option<&Sleep>) {
+        if matches!(gone, Some(Sleep::Leading { .. } | Sleep::Offered { .. })) {
+            self.epoch.fetch_add(1, Relaxed);
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This member's replica `raft` of group `name` started: dormant if the group was
+    /// never made (a Raft request or its making here wakes it).
+    pub fn started(&self, name: GroupName, raft: &PartRaft) {
+        let mut state = self.lock();
+        let before = state.groups.remove(&name);
+        self.epoch_moved(before.as_ref());
+        if never_made(raft) {
+            raft.runtime_config().tick(false);
+            state.groups.insert(name, Sleep::Dormant);
+        }
     }
 
     /// Wakes group `name` (this member's replica `raft`): its tick runs again, and it
@@ -116,7 +148,7 @@ impl Quiet {
         let mut state = self.lock();
         let asleep = matches!(
             state.groups.get(&name),
-            Some(Sleep::Leading | Sleep::Following { .. })
+            Some(Sleep::Leading { .. } | Sleep::Following { .. } | Sleep::Dormant)
         );
         if asleep {
             tracing::debug!(partition = %identity_of(name), "a sleeping group wakes");
@@ -135,7 +167,7 @@ impl Quiet {
     /// How many groups sleep here.
     pub fn asleep(&self) -> u64 {
         let state = self.lock();
-        let asleep = |s: &&Sleep| matches!(s, Sleep::Leading | Sleep::Following { .. });
+        let asleep = |s: &&Sleep| matches!(s, Sleep::Leading { .. } | Sleep::Following { .. });
         state.groups.values().filter(asleep).count() as u64
     }
 
@@ -175,10 +207,12 @@ impl PartGroups {
                     .entry(key.clone())
                     .or_insert_with(|| networks.client(target, peer));
             }
-            let limit = self.tuning().heartbeat;
+            // Room for a reconnection and its handshake; a beat late by that much is
+            // still well within the silence followers wait for.
+            let limit = self.tuning().election.0 / 2;
             let calls = clients.iter_mut().map(|((member, _), client)| {
                 let beat = Beat {
-                    epoch: self.quiet().epoch,
+                    epoch: self.quiet().epoch(),
                     offers: self.offers_for(*member),
                 };
                 async move {
@@ -191,7 +225,7 @@ impl PartGroups {
             for (member, reply) in replies.into_iter().flatten() {
                 self.take_beat_reply(member, reply);
             }
-            self.env().clock.sleep(limit).await;
+            self.env().clock.sleep(self.tuning().heartbeat).await;
         }
     }
 
@@ -230,7 +264,7 @@ impl PartGroups {
             changed
         };
         if changed {
-            self.wake_all();
+            self.wake_member(member);
         }
     }
 
@@ -244,7 +278,10 @@ impl PartGroups {
                 false
             }
             Ok(beat) => {
-                let running = self.running_groups();
+                let running = match beat.offers.is_empty() {
+                    true => BTreeMap::new(),
+                    false => self.running_groups(),
+                };
                 let mut state = self.quiet().lock();
                 let changed = Quiet::heard(&mut state, from, beat.epoch, now);
                 for offer in beat.offers.into_iter().take(MAX_OFFERS) {
@@ -267,23 +304,47 @@ impl PartGroups {
             }
         };
         if changed {
-            self.wake_all();
+            self.wake_member(from);
         }
         let reply = BeatReply {
-            epoch: self.quiet().epoch,
+            epoch: self.quiet().epoch(),
             asleep,
         };
         encode(&reply).unwrap_or_default()
     }
 
-    /// Wakes every sleeping group (a peer restarted).
-    fn wake_all(&self) {
+    /// Wakes the groups member `member` restarted in (another epoch): those it led asleep
+    /// here (its replicas restarted awake), and those led asleep here with a voter there
+    /// (its replicas would elect, the leader's lease long lapsed).
+    fn wake_member(&self, member: MemberId) {
         let running = self.running_groups();
         let now = self.env().clock.monotonic_nanos();
-        let names: Vec<GroupName> = self.quiet().lock().groups.keys().copied().collect();
-        for name in names {
-            if let Some(raft) = running.get(&name) {
-                self.quiet().wake(name, raft, now);
+        let (followed, led): (Vec<GroupName>, Vec<GroupName>) = {
+            let state = self.quiet().lock();
+            let mut followed = Vec::new();
+            let mut led = Vec::new();
+            for (name, sleep) in &state.groups {
+                match sleep {
+                    Sleep::Following { leader, .. } if *leader == member => followed.push(*name),
+                    Sleep::Leading { others } | Sleep::Offered { others, .. }
+                        if others.contains(&member) =>
+                    {
+                        led.push(*name)
+                    }
+                    _ => {}
+                }
+            }
+            (followed, led)
+        };
+        for name in &followed {
+            if let Some(raft) = running.get(name) {
+                self.quiet().wake(*name, raft, now);
+                self.counts().woken.fetch_add(1, Relaxed);
+            }
+        }
+        for name in &led {
+            if let Some(raft) = running.get(name) {
+                self.quiet().wake(*name, raft, now);
             }
         }
     }
@@ -298,10 +359,21 @@ impl PartGroups {
         let silent_after = self.tuning().election.0.as_nanos() as u64;
         let deaf = self.hooks().deaf_when_quiet;
         let mut woken = Vec::new();
+        let mut made = Vec::new();
         {
             let mut state = self.quiet().lock();
             let heard = state.heard.clone();
-            state.groups.retain(|name, _| running.contains_key(name));
+            // A group led asleep or offered here whose replica stopped: a new epoch.
+            let gone: Vec<GroupName> = state
+                .groups
+                .keys()
+                .filter(|name| !running.contains_key(name))
+                .copied()
+                .collect();
+            for name in gone {
+                let sleep = state.groups.remove(&name);
+                self.quiet().epoch_moved(sleep.as_ref());
+            }
             for (name, raft) in &running {
                 let sleep = state.groups.remove(name);
                 let next = match sleep {
@@ -315,7 +387,13 @@ impl PartGroups {
                         }
                         Some(Sleep::Following { leader, epoch })
                     }
-                    Some(Sleep::Leading) => Some(Sleep::Leading),
+                    Some(Sleep::Leading { others }) => Some(Sleep::Leading { others }),
+                    // Made without a request reaching it first: wakes (below).
+                    Some(Sleep::Dormant) if !never_made(raft) => {
+                        made.push(*name);
+                        Some(Sleep::Dormant)
+                    }
+                    Some(Sleep::Dormant) => Some(Sleep::Dormant),
                     other => self.leader_step(*name, raft, other, (me, now)),
                 };
                 if let Some(next) = next {
@@ -326,6 +404,9 @@ impl PartGroups {
         for name in woken {
             self.quiet().wake(name, &running[&name], now);
             self.counts().woken.fetch_add(1, Relaxed);
+        }
+        for name in made {
+            self.quiet().wake(name, &running[&name], now);
         }
     }
 
@@ -373,7 +454,7 @@ impl PartGroups {
                     tracing::debug!(partition = %identity_of(name), "a group this member leads sleeps");
                     raft.runtime_config().tick(false);
                     self.counts().slept.fetch_add(1, Relaxed);
-                    return Some(Sleep::Leading);
+                    return Some(Sleep::Leading { others });
                 }
                 Some(Sleep::Offered {
                     offer,

@@ -324,8 +324,7 @@ fn print_status(name: &str, rows: &[MemberRow], json: bool) -> ExitCode {
                 row.replication,
                 row.leader.clone().unwrap_or_else(dash),
                 row.applied.map_or_else(dash, |a| a.to_string()),
-                row.partitions
-                    .map_or_else(dash, |p| format!("{} led/{}", p.led, p.running)),
+                row.partitions.map_or_else(dash, partitions_shown),
             );
             if let Some(error) = &row.error {
                 println!("        {error}");
@@ -339,5 +338,14 @@ fn print_status(name: &str, rows: &[MemberRow], json: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(exit::FAILED)
+    }
+}
+
+/// A member's partitions as `cairn cluster status` shows them: how many it leads of those
+/// it runs, and how many of those its replica does not vote in yet.
+fn partitions_shown(p: cairn_cluster::group::PartitionsLed) -> String {
+    match p.running.saturating_sub(p.voting) {
+        0 => format!("{} led/{}", p.led, p.running),
+        out => format!("{} led/{}, {out} not voting", p.led, p.running),
     }
 }

@@ -64,6 +64,13 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
     let (code, json, stderr) = members.admin(SECRET, &["add", &wiped.to_string()]);
     assert_eq!(code, 0, "add: {json} {stderr}");
     runtime.block_on(every_member_holds(&nodes, &acked));
+    // Holding the messages (a learner does) is not voting: until each group's change
+    // settles, the old replica still counts in its quorum.
+    members.wait_for("the wiped member a voter of every group", |rows| {
+        let row = rows.iter().find(|r| r["member"] == wiped as u64);
+        let partitions = row.map(|r| &r["partitions"]);
+        partitions.is_some_and(|p| p["running"].as_u64() == Some(2) && p["voting"] == p["running"])
+    });
 
     // It is a voter of every group, not a learner: with the other follower killed, the
     // leader and it are each group's quorum, and sends go on.
