@@ -396,6 +396,7 @@ impl PartGroups {
                 .collect()
         };
         for (name, raft) in gone {
+            self.inner.quiet.forget(name);
             let _ = in_env(&self.inner.env, raft.shutdown()).await;
             let dir = group_dir(&self.inner.root, name);
             if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {

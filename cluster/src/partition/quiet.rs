@@ -143,25 +143,32 @@ impl Quiet {
     }
 
     /// Wakes group `name` (this member's replica `raft`): its tick runs again, and it
-    /// counts as awake from `now`.
+    /// counts as awake from `now`. A group with no entry is awake and not yet watched
+    /// (a follower's, or a leader's the next pass finds): nothing to do, so a follower's
+    /// appends take no entry.
     pub fn wake(&self, name: GroupName, raft: &PartRaft, now: u64) {
         let mut state = self.lock();
-        let asleep = matches!(
-            state.groups.get(&name),
-            Some(Sleep::Leading { .. } | Sleep::Following { .. } | Sleep::Dormant)
-        );
-        if asleep {
+        let Some(sleep) = state.groups.get_mut(&name) else {
+            return;
+        };
+        if matches!(
+            sleep,
+            Sleep::Leading { .. } | Sleep::Following { .. } | Sleep::Dormant
+        ) {
             tracing::debug!(partition = %identity_of(name), "a sleeping group wakes");
             raft.runtime_config().tick(true);
         }
-        let applied = None;
-        state.groups.insert(
-            name,
-            Sleep::Awake {
-                since: now,
-                applied,
-            },
-        );
+        *sleep = Sleep::Awake {
+            since: now,
+            applied: None,
+        };
+    }
+
+    /// Group `name` was dropped because its partition is gone (deleted or purged): its
+    /// entry goes without moving the epoch (its peers drop theirs too; no group needs a
+    /// new leader).
+    pub fn forget(&self, name: GroupName) {
+        self.lock().groups.remove(&name);
     }
 
     /// How many groups sleep here.
