@@ -3,13 +3,14 @@
 
 use crate::log::{LogOpenError, LogStore};
 use crate::net::{identify, serve_peers, AddressedHook, AppendedHook, PeerKey, PeerNetwork};
-use crate::rt::in_env;
+use crate::rt::{in_env, EnvInstant};
 use crate::sm::{ApplyObserver, MetaMachine};
 use crate::types::{
     member_of, show_id, LogId, MemberId, MetaCommand, MetaOutcome, NodeId, Peer, Raft,
 };
 use cairn_engine::env::{Env, TaskHandle};
 use openraft::errors::{ClientWriteError, RaftError};
+use openraft::metrics::SerdeInstant;
 use openraft::{ChangeMembers, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -198,6 +199,10 @@ pub struct GroupStatus {
     /// On the leader: the last log index each replica is known to hold.
     pub matched: BTreeMap<NodeId, Option<u64>>,
     pub last_applied: Option<u64>,
+    /// On the leader: how long ago (ms) each other replica last answered its heartbeat
+    /// (absent: never, since this replica leads).
+    #[serde(default)]
+    pub heard_ms: BTreeMap<NodeId, u64>,
     /// This member's partition groups (none before they are installed; counted only by
     /// [`Replica::status_with_partitions`]).
     #[serde(default)]
@@ -658,8 +663,23 @@ impl Replica {
                 })
                 .unwrap_or_default(),
             last_applied: metrics.last_applied.as_ref().map(|l| l.index),
+            heard_ms: self.heard_ms(metrics.heartbeat.as_ref()),
             partitions: PartitionsLed::default(),
         }
+    }
+
+    /// How long ago (ms) each replica in `heartbeat` (the leader's metrics) answered one.
+    fn heard_ms(
+        &self,
+        heartbeat: Option<&BTreeMap<NodeId, Option<SerdeInstant<EnvInstant>>>>,
+    ) -> BTreeMap<NodeId, u64> {
+        let now = self.env.clock.monotonic_nanos();
+        let ago = |at: &SerdeInstant<EnvInstant>| now.saturating_sub(at.reading()) / 1_000_000;
+        heartbeat
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, at)| Some((*id, ago(at.as_ref()?))))
+            .collect()
     }
 
     /// [`Replica::status`] with this member's partition groups counted (a walk over every

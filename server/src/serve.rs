@@ -5,6 +5,7 @@
 //! The root user is created at the first boot with the configured password, or a random one
 //! printed once; the node library's test default never reaches the server.
 
+use crate::command::ClusterSource;
 use crate::config::{LogFormat, ServerConfig};
 use crate::{Server, ServerLimits, ServerSettings};
 use cairn_engine::env::chan::Latch;
@@ -394,10 +395,13 @@ async fn serve(
     let _ = server.context().figures.set(crate::process::read);
     if let Some(group) = &group {
         let replica = cairn_cluster::group::Replica::clone(group);
-        let _ = server
-            .context()
-            .cluster
-            .set(Arc::new(move || replica.status_with_partitions()));
+        let _ = server.context().cluster.set(ClusterSource {
+            name: config.cluster.name.clone(),
+            status: Box::new(move |partitions| match partitions {
+                true => replica.status_with_partitions(),
+                false => replica.status(),
+            }),
+        });
     }
     if let Some(budget) = descriptor_budget(&config, sealed_handles) {
         tracing::info!(

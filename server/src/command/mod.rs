@@ -30,6 +30,7 @@ pub mod permissions;
 pub mod registry;
 pub mod replies;
 pub mod responses;
+pub mod roster;
 pub mod session;
 pub mod status;
 pub mod table;
@@ -72,6 +73,7 @@ use iggy_binary_protocol::responses::consumer_groups::{
     ConsumerGroupDetailsResponse, GetConsumerGroupsResponse, SyncConsumerGroupResponse,
 };
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
+use iggy_binary_protocol::responses::messages::PollRoutingResponse;
 use iggy_binary_protocol::responses::personal_access_tokens::{
     GetPersonalAccessTokensResponse, RawPersonalAccessTokenResponse,
 };
@@ -86,9 +88,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The server's version string in login replies and stats.
 pub const SERVER_VERSION: &str = concat!("cairn ", env!("CARGO_PKG_VERSION"));
 
-/// Reads the cluster's group as this member's replica sees it.
-pub type ClusterSource =
-    std::sync::Arc<dyn Fn() -> cairn_cluster::group::GroupStatus + std::marker::Send + Sync>;
+/// The cluster this member serves in: its name, and its metadata group as this member's
+/// replica sees it.
+pub struct ClusterSource {
+    /// What `GetClusterMetadata` answers as the cluster's name.
+    pub name: String,
+    /// The group's status: cheap (`false`: for each request that reads the roster), or
+    /// with this member's partition groups counted (`true`: a walk over every group, for
+    /// `/metrics`).
+    pub status: Box<dyn Fn(bool) -> cairn_cluster::group::GroupStatus + std::marker::Send + Sync>,
+}
 
 /// What every command shares: the node and the server's own bookkeeping (no listener state).
 pub struct Context {
@@ -212,6 +221,13 @@ pub enum Command {
     GetTopics(GetTopicsRequest),
     SendMessages(Send),
     PollMessages(PollMessagesRequest),
+    /// A poll the SDK routed here (`POLL_MESSAGES_ON_PRIMARY`), on a data connection
+    /// attached to its coordinator's session ([`roster`]).
+    PollOnPrimary(PollMessagesRequest),
+    /// Where a consumer's auto-commit polls go (`GET_POLL_ROUTING`).
+    PollRouting(PollMessagesRequest),
+    /// Where a consumer's offset writes go (`GET_CONSUMER_OFFSET_ROUTING`).
+    OffsetRouting(GetConsumerOffsetRequest),
     GetConsumerOffset(GetConsumerOffsetRequest),
     StoreConsumerOffset(StoreConsumerOffsetRequest),
     DeleteConsumerOffset(DeleteConsumerOffsetRequest),
@@ -269,6 +285,7 @@ pub enum Reply {
     Topics(GetTopicsResponse),
     Sent(SendOutcome),
     Polled(Polled),
+    Routing(PollRoutingResponse),
     ConsumerOffset(ConsumerOffsetResponse),
     Group(ConsumerGroupDetailsResponse),
     Groups(GetConsumerGroupsResponse),
@@ -381,7 +398,7 @@ fn resolve(view: &MetaView, target: Target<'_>) -> cairn_engine::node::NodeResul
 async fn dispatch(call: &Call<'_>, command: Command) -> Result<Reply, Status> {
     match command {
         Command::GetStats => reads::stats(call).await,
-        Command::GetClusterMetadata => Ok(reads::cluster_metadata(call)),
+        Command::GetClusterMetadata => Ok(roster::cluster_metadata(call)),
         Command::GetMe => Ok(reads::client(call, call.caller.client_id)),
         Command::GetClient(r) => Ok(reads::client(call, r.client_id)),
         Command::GetClients => Ok(reads::clients(call)),
@@ -394,7 +411,8 @@ async fn dispatch(call: &Call<'_>, command: Command) -> Result<Reply, Status> {
         Command::GetTopic(_) => reads::topic(call).await,
         Command::GetTopics(_) => reads::topics(call).await,
         Command::SendMessages(send) => messages::send(call, send).await,
-        Command::PollMessages(r) => messages::poll(call, r).await,
+        Command::PollMessages(r) | Command::PollOnPrimary(r) => messages::poll(call, r).await,
+        Command::PollRouting(_) | Command::OffsetRouting(_) => Ok(roster::routing(call)),
         Command::GetConsumerOffset(r) => consumers::get_offset(call, r).await,
         Command::StoreConsumerOffset(r) => consumers::store_offset(call, r).await,
         Command::DeleteConsumerOffset(r) => consumers::delete_offset(call, r).await,
@@ -435,6 +453,9 @@ impl Command {
             Command::GetTopics(_) => GET_TOPICS_CODE,
             Command::SendMessages(_) => SEND_MESSAGES_CODE,
             Command::PollMessages(_) => POLL_MESSAGES_CODE,
+            Command::PollOnPrimary(_) => POLL_MESSAGES_ON_PRIMARY_CODE,
+            Command::PollRouting(_) => GET_POLL_ROUTING_CODE,
+            Command::OffsetRouting(_) => GET_CONSUMER_OFFSET_ROUTING_CODE,
             Command::GetConsumerOffset(_) => GET_CONSUMER_OFFSET_CODE,
             Command::StoreConsumerOffset(_) => STORE_CONSUMER_OFFSET_CODE,
             Command::DeleteConsumerOffset(_) => DELETE_CONSUMER_OFFSET_CODE,
@@ -465,7 +486,10 @@ impl Command {
             Command::GetTopic(r) => Target::Topic(&r.stream_id, &r.topic_id),
             Command::GetTopics(r) => Target::Stream(&r.stream_id),
             Command::SendMessages(r) => Target::Topic(&r.stream, &r.topic),
-            Command::PollMessages(r) => Target::Topic(&r.stream_id, &r.topic_id),
+            Command::PollMessages(r) | Command::PollOnPrimary(r) | Command::PollRouting(r) => {
+                Target::Topic(&r.stream_id, &r.topic_id)
+            }
+            Command::OffsetRouting(r) => Target::Topic(&r.stream_id, &r.topic_id),
             Command::GetConsumerOffset(r) => Target::Topic(&r.stream_id, &r.topic_id),
             Command::StoreConsumerOffset(r) => Target::Topic(&r.stream_id, &r.topic_id),
             Command::DeleteConsumerOffset(r) => Target::Topic(&r.stream_id, &r.topic_id),

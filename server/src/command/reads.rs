@@ -12,9 +12,7 @@ use iggy_binary_protocol::responses::clients::{
     ClientDetailsResponse, ClientResponse, ConsumerGroupInfoResponse, GetClientsResponse,
 };
 use iggy_binary_protocol::responses::streams::GetStreamsResponse;
-use iggy_binary_protocol::responses::system::{
-    ClusterMetadataResponse, ClusterNodeResponse, StatsResponse,
-};
+use iggy_binary_protocol::responses::system::StatsResponse;
 use iggy_binary_protocol::responses::topics::GetTopicsResponse;
 use iggy_binary_protocol::responses::users::GetUsersResponse;
 
@@ -171,25 +169,6 @@ pub fn clients(call: &Call<'_>) -> Reply {
             .iter()
             .map(|(id, e)| client_response(*id, e, call.view))
             .collect(),
-    })
-}
-
-/// One node, the leader, at the address the binary listener is bound to
-/// (`docs/wire.md` §5.1).
-pub fn cluster_metadata(call: &Call<'_>) -> Reply {
-    let addr = call.cx.local_addr;
-    Reply::ClusterMetadata(ClusterMetadataResponse {
-        name: "cairn".into(),
-        nodes: vec![ClusterNodeResponse {
-            name: "cairn-0".into(),
-            ip: addr.ip().to_string(),
-            tcp_port: addr.port(),
-            quic_port: 0,
-            http_port: 0,
-            websocket_port: 0,
-            role: 0,
-            status: 0,
-        }],
     })
 }
 

@@ -19,6 +19,8 @@ pub struct ClientEntry {
     pub user_id: Option<u32>,
     /// The protocol client id of its current login (memberships are keyed by it).
     pub client: u128,
+    /// The session number of its current login (0: none).
+    pub session: u64,
     /// Consumer groups joined through it, each with the incarnation joined (the op that
     /// created the group: ids are reused, so a membership of a deleted group never passes
     /// for one of the group that took its id).
@@ -422,6 +424,16 @@ impl Registry {
         self.lock().anonymous
     }
 
+    /// The user of the live login `(client, session)`, if a connection holds it.
+    pub fn login_of(&self, client: u128, session: u64) -> Option<u32> {
+        let inner = self.lock();
+        let ids = inner.by_client.get(&client)?;
+        ids.iter()
+            .filter_map(|id| inner.clients.get(id))
+            .find(|e| e.session == session && session != 0)
+            .and_then(|e| e.user_id)
+    }
+
     /// The numeric id of the (first) connection whose login is `client`.
     pub fn id_of(&self, client: u128) -> Option<u32> {
         self.lock()
@@ -440,6 +452,7 @@ mod tests {
             address: "127.0.0.1:5000".parse().unwrap(),
             user_id: None,
             client: 1,
+            session: 0,
             groups: BTreeMap::new(),
             since: 0,
         }

@@ -178,10 +178,13 @@ pub const TABLE: &[Row] = &[
     entry(DELETE_PERSONAL_ACCESS_TOKEN_CODE, "personal_access_token.delete", typed!(DeletePersonalAccessToken), Rule::Open,             Refuse,   true,  true),
     // Messages
     entry(POLL_MESSAGES_CODE,              "message.poll",         typed!(PollMessages),            Rule::Topic(Action::Poll),            Refuse,   false, false),
+    entry(POLL_MESSAGES_ON_PRIMARY_CODE,   "message.poll_primary", typed!(PollOnPrimary),           Rule::Topic(Action::Poll),            Refuse,   false, false),
+    entry(GET_POLL_ROUTING_CODE,           "message.poll_routing", typed!(PollRouting),             Rule::Topic(Action::Poll),            Refuse,   false, false),
     entry(SEND_MESSAGES_CODE,              "message.send",         send,                            Rule::Topic(Action::Send),            Refuse,   false, false),
     // Consumer offsets
     entry(GET_CONSUMER_OFFSET_CODE,        "consumer_offset.get",  typed!(GetConsumerOffset),       Rule::Topic(Action::Poll),            Refuse,   false, false),
     entry(STORE_CONSUMER_OFFSET_CODE,      "consumer_offset.store", typed!(StoreConsumerOffset),    Rule::Topic(Action::Poll),            Refuse,   false, false),
+    entry(GET_CONSUMER_OFFSET_ROUTING_CODE, "consumer_offset.routing", typed!(OffsetRouting),       Rule::Topic(Action::Poll),            Refuse,   false, false),
     entry(DELETE_CONSUMER_OFFSET_CODE,     "consumer_offset.delete", typed!(DeleteConsumerOffset),  Rule::Topic(Action::Poll),            Refuse,   false, false),
     // Streams
     entry(GET_STREAM_CODE,                 "stream.get",           typed!(GetStream),               Rule::Stream(Action::ReadStream),     NotFound, false, false),
@@ -244,6 +247,9 @@ impl Row {
                 | GET_CLIENT_CODE
                 | GET_CLIENTS_CODE
                 | POLL_MESSAGES_CODE
+                | POLL_MESSAGES_ON_PRIMARY_CODE
+                | GET_POLL_ROUTING_CODE
+                | GET_CONSUMER_OFFSET_ROUTING_CODE
                 | SEND_MESSAGES_CODE
                 | GET_CONSUMER_OFFSET_CODE
                 | STORE_CONSUMER_OFFSET_CODE

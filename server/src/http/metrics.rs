@@ -531,7 +531,7 @@ impl prometheus_client::collector::Collector for ClusterCollector {
         let Some(source) = self.cx.cluster.get() else {
             return Ok(());
         };
-        let status = source();
+        let status = (source.status)(true);
         let leads = status.leader == Some(status.me);
         let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let applied = status.last_applied.unwrap_or(0);

@@ -7,6 +7,7 @@
 //! header, the session, the body and the permission are all checked before the node is
 //! called.
 
+use super::attach;
 use super::dedup::Dedup;
 use super::encode::{encode, Encoded};
 use super::frame::{self, Echo, ReplyMeta};
@@ -15,8 +16,8 @@ use crate::command::login::{self, LoginRefused, Waiter};
 use crate::command::{self, codes, table, Caller, Session, Status, SERVER_VERSION};
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::codes::{
-    LOGIN_REGISTER_CODE, LOGIN_USER_CODE, LOGIN_WITH_PERSONAL_ACCESS_TOKEN_CODE, LOGOUT_USER_CODE,
-    PING_CODE,
+    ATTACH_CONSUMER_SESSION_CODE, LOGIN_REGISTER_CODE, LOGIN_USER_CODE,
+    LOGIN_WITH_PERSONAL_ACCESS_TOKEN_CODE, LOGOUT_USER_CODE, PING_CODE,
 };
 use iggy_binary_protocol::requests::users::{LoginRegisterRequest, LoginRegisterWithPatRequest};
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
@@ -49,6 +50,8 @@ pub struct Conn {
 pub struct Login {
     pub session: Session,
     pub dedup: Dedup,
+    /// The coordinator login this data connection acts for, if attached ([`super::attach`]).
+    pub attached: Option<Session>,
 }
 
 /// What to write back.
@@ -113,7 +116,14 @@ async fn answer_request(
             if let Err(answer) = gate(conn, echo, &request.header).await {
                 return answer;
             }
-            run(conn, echo, code, body).await
+            match code {
+                ATTACH_CONSUMER_SESSION_CODE => {
+                    let attached = table::whole(&body).and_then(|r| attach::attach(conn, r));
+                    conn.listener.cx.metrics.command(code, status_of(&attached));
+                    reply(conn, echo, attached.map(|()| Bytes::new()))
+                }
+                code => run(conn, echo, code, body).await,
+            }
         }
     }
 }
@@ -138,16 +148,17 @@ async fn run(conn: &mut Conn, echo: Echo, code: u32, body: BytesMut) -> Answer {
         }
     }
     let cx = conn.listener.cx.clone();
-    let result = match table::decode(code, body) {
-        Ok(command) => {
+    let (client_id, reply_room) = (conn.id, conn.reply_room);
+    let result = match (table::decode(code, body), attach::check(conn, code)) {
+        (Ok(command), Ok(())) => {
             let caller = Caller {
-                session: &login(conn).session,
-                client_id: conn.id,
-                reply_room: conn.reply_room,
+                session: attach::acting(conn, code),
+                client_id,
+                reply_room,
             };
             command::execute(&cx, &caller, command).await
         }
-        Err(status) => {
+        (Err(status), _) | (_, Err(status)) => {
             cx.metrics.command(code, status.code);
             Err(status)
         }
@@ -166,6 +177,10 @@ async fn run(conn: &mut Conn, echo: Echo, code: u32, body: BytesMut) -> Answer {
         login.dedup.insert(key, pieces.concat().into());
     }
     answer
+}
+
+fn status_of(result: &Result<(), Status>) -> u32 {
+    result.as_ref().map_or_else(|s| s.code, |()| 0)
 }
 
 fn login(conn: &Conn) -> &Login {
@@ -316,6 +331,7 @@ async fn register(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
     let renewed = cx.registry.renew(conn.id, |entry| {
         entry.user_id = Some(session.user_id);
         entry.client = session.client;
+        entry.session = session.session;
         entry.groups.clear();
     });
     let Some(renewed) = renewed else {
@@ -335,6 +351,7 @@ async fn register(conn: &mut Conn, echo: Echo, body: &[u8]) -> Answer {
     conn.login = Some(Login {
         session,
         dedup: Dedup::default(),
+        attached: None,
     });
     reply(conn, echo, Ok(response.to_bytes()))
 }
@@ -365,6 +382,7 @@ pub async fn end_session(conn: &mut Conn) {
         let since = conn.connected_at;
         cx.registry.update(conn.id, |entry| {
             entry.user_id = None;
+            entry.session = 0;
             entry.groups.clear();
             entry.since = since;
         });

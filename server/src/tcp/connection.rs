@@ -61,6 +61,7 @@ pub fn start(listener: Arc<Listener>, stream: Box<dyn ByteStream>, peer: SocketA
         address: peer,
         user_id: None,
         client: 0,
+        session: 0,
         groups: BTreeMap::new(),
         since: connected_at,
     };

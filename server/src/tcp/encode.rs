@@ -25,6 +25,7 @@ pub fn encode(reply: Reply) -> Encoded {
         Reply::Done | Reply::NotFound => Encoded::Body(Bytes::new()),
         Reply::Stats(r) => body(&*r),
         Reply::ClusterMetadata(r) => body(&r),
+        Reply::Routing(r) => body(&r),
         Reply::Client(r) => body(&r),
         Reply::Clients(r) => body(&r),
         Reply::User(r) => body(&r),

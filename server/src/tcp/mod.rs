@@ -21,6 +21,7 @@
 //! the permission are checked.
 
 pub mod answer;
+pub mod attach;
 pub mod connection;
 pub mod dedup;
 pub mod encode;

@@ -621,3 +621,64 @@ fn a_frame_its_session_may_not_send_is_never_buffered() {
         "root's frame is held while it arrives: {held}"
     );
 }
+
+/// The poll routing's attachment (`ATTACH_CONSUMER_SESSION`): a data connection acts for a
+/// live login of its own user only; a poll on the primary needs a live attachment.
+#[test]
+fn a_data_connection_attaches_only_to_a_live_login_of_its_own_user() {
+    use iggy::prelude::{UserClient, UserStatus};
+    use iggy_binary_protocol::requests::system::AttachConsumerSessionRequest;
+    const ATTACH: u32 = iggy_binary_protocol::codes::ATTACH_CONSUMER_SESSION_CODE;
+    const ON_PRIMARY: u32 = iggy_binary_protocol::codes::POLL_MESSAGES_ON_PRIMARY_CODE;
+    let dir = tempfile::tempdir().unwrap();
+    let cairn = Cairn::start(dir.path());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let root = common::sdk_client(&cairn, "iggy", PASSWORD).await.unwrap();
+        root.create_user("bob", "bob-password", UserStatus::Active, None)
+            .await
+            .unwrap();
+    });
+    let mut coordinator = Raw::login(&cairn);
+    let attach = |client: u128, session: u64| {
+        AttachConsumerSessionRequest {
+            client_id: client,
+            session,
+            metadata_watermark: 0,
+        }
+        .to_bytes()
+        .to_vec()
+    };
+    let mut data = Raw::connect(&cairn);
+    data.client = coordinator.client + 1;
+    data.register().unwrap();
+    // Unattached, a poll on the primary is not accepted: the SDK routes again.
+    assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 58);
+    // A session no connection holds, or another user's: refused.
+    let stale = attach(coordinator.client, coordinator.session + 1);
+    assert_eq!(status_of(data.read(ATTACH, &stale)), 58);
+    let mut bob = Raw::connect(&cairn);
+    bob.client = coordinator.client + 2;
+    bob.register_as("bob", "bob-password").unwrap();
+    let roots = attach(coordinator.client, coordinator.session);
+    assert_eq!(status_of(bob.read(ATTACH, &roots)), 41, "bob acts for root");
+    assert_eq!(status_of(bob.read(ON_PRIMARY, &poll_body())), 58);
+    // Root's own data connection attaches: its poll reaches the command (stream 0 does
+    // not exist), acting for the coordinator's login.
+    assert_eq!(status_of(data.read(ATTACH, &roots)), 0);
+    assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 1009);
+    // The coordinator logs out: the attachment goes with its login.
+    coordinator.request += 1;
+    let logout = header(
+        coordinator.client,
+        Operation::Logout,
+        0,
+        coordinator.request,
+        coordinator.session,
+        &[],
+    );
+    assert!(matches!(
+        coordinator.exchange(&logout, &[]),
+        Back::Reply { status: 0, .. }
+    ));
+    assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 58);
+}

@@ -139,6 +139,28 @@ fn scrape(node: &Cairn, name: &str) -> u64 {
     })
 }
 
+fn scrape_or_0(node: &Cairn, name: &str) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let token = crate::common::http_token(node, "iggy", crate::common::PASSWORD).await;
+        let text = reqwest::Client::new()
+            .get(format!("{}/metrics", node.http_url()))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    })
+}
+
 pub(crate) fn field<'a>(
     rows: &'a [serde_json::Value],
     member: u64,
@@ -425,6 +447,50 @@ impl Running {
     }
 }
 
+/// Asks `node` for the cluster's roster until every member is in it at its client address,
+/// `leader` alone as leader, every one healthy.
+async fn roster_until(members: &Members, node: &Cairn, leader: usize) {
+    use iggy::prelude::{ClusterClient, ClusterNodeRole, ClusterNodeStatus};
+    let client = client_of(node, "iggy", crate::common::PASSWORD).await;
+    let started = Instant::now();
+    loop {
+        let roster = client.get_cluster_metadata().await.unwrap();
+        let shown: Vec<(String, String, ClusterNodeRole)> = roster
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    format!("{}:{}", n.ip, n.endpoints.tcp),
+                    n.role,
+                )
+            })
+            .collect();
+        let expected: Vec<(String, String, ClusterNodeRole)> = (1..=3)
+            .map(|m| {
+                let role = match m == leader {
+                    true => ClusterNodeRole::Leader,
+                    false => ClusterNodeRole::Follower,
+                };
+                (
+                    format!("cairn-{m}"),
+                    members.client[m - 1].to_string(),
+                    role,
+                )
+            })
+            .collect();
+        let healthy = roster
+            .nodes
+            .iter()
+            .all(|n| n.status == ClusterNodeStatus::Healthy);
+        if shown == expected && healthy && roster.name == "test" {
+            return;
+        }
+        assert!(started.elapsed() < SETTLE, "the roster: {roster:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Member `m` (1-based) of `nodes`, running.
 pub(crate) fn at(nodes: &[Option<Cairn>], m: usize) -> &Cairn {
     nodes[m - 1].as_ref().unwrap()
@@ -444,7 +510,13 @@ fn metadata_is_decided_by_the_cluster_and_served_by_every_member() {
 
     runtime.block_on(async {
         let at = |m| at(&nodes, m);
-        // Created through a follower (forwarded to the leader), a user through the leader.
+        // Every member answers the roster: the three members at their client addresses,
+        // the metadata leader marked so, every one healthy as the leader hears it.
+        for m in 1..=3 {
+            roster_until(&members, at(m), first).await;
+        }
+        // Created through a follower (the SDK moves to the leader its roster names), a
+        // user through the leader.
         let follower = client_of(at(followers[0]), "iggy", crate::common::PASSWORD).await;
         let stream = follower.create_stream("orders").await.unwrap();
         follower
@@ -761,6 +833,24 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         );
     });
 
+    // The roster names three members, so the group's member (moved to the metadata
+    // leader at login) polled through Iggy's poll routing: asked where (103), attached a
+    // data connection to its session (14) and polled there (104), acting as its session.
+    for (command, what) in [
+        ("message.poll_routing", "routed"),
+        ("consumer_session.attach", "attached"),
+        ("message.poll_primary", "polled on the primary"),
+    ] {
+        let sample = format!("cairn_commands_total{{command=\"{command}\",status=\"ok\"}}");
+        let counts: Vec<u64> = (1..=3)
+            .map(|m| scrape_or_0(at(&nodes, m), &sample))
+            .collect();
+        assert!(
+            counts[first - 1] > 0,
+            "the group's polls were never {what} on the leader: {counts:?}"
+        );
+    }
+
     // The metadata leader made the partitions' groups, so it led both first; each group
     // is handed to its preferred member, so two members lead one each.
     let (leaders, took) = spread(&members, 2, None);
@@ -774,7 +864,7 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
         "iggy",
         crate::common::PASSWORD,
     ));
-    // A producer on the leader sends as the kill comes: what it was told is acknowledged.
+    // A producer sends as the kill comes: what it was told is acknowledged.
     let during: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
     let leader_client = runtime.block_on(client_of(
         at(&nodes, victim),
@@ -838,13 +928,52 @@ fn sends_are_replicated_and_every_acknowledged_one_outlives_a_killed_leader() {
     // message once, in the same order, and it leads its partition again.
     nodes[victim - 1] = Some(members.start(victim, dirs[victim - 1].path()));
     runtime.block_on(every_member_holds(&nodes, &acked));
-    let (back, took) = spread(&members, 2, Some(victim));
-    let stopping = back.into_iter().find(|m| *m != victim).unwrap();
-    assert_ne!(stopping, survivor, "the survivor's client sends on");
+    let (_, took) = spread(&members, 2, Some(victim));
     println!("cluster: the restarted member led its partition again within {took:?}");
 
-    // SIGTERM of the other partition's leader: it hands its group over before it exits,
-    // and sends through the survivor go on.
+    // kill -9 of the member an SDK client was made for and sits on (the metadata leader,
+    // so its roster kept it there): the next send fails, and the client walks the roster
+    // the member gave it to a live member and sends on.
+    let (rows, _) = members.wait_for("a metadata leader", |rows| leader(rows).is_some());
+    let on = leader(&rows).unwrap() as usize;
+    let pinned = runtime.block_on(client_of(at(&nodes, on), "iggy", crate::common::PASSWORD));
+    runtime
+        .block_on(send_one(&pinned, Some(0), "before the failover"))
+        .unwrap();
+    acked.push("before the failover".into());
+    nodes[on - 1].take().unwrap().kill9();
+    let killed = Instant::now();
+    let gap = runtime.block_on(async {
+        for seq in 0u32.. {
+            let payload = format!("after the failover {seq}");
+            if send_one(&pinned, Some(seq % 2), &payload).await.is_ok() {
+                acked.push(payload);
+                return killed.elapsed();
+            }
+            assert!(
+                killed.elapsed() < SETTLE,
+                "the SDK client never failed over"
+            );
+        }
+        unreachable!()
+    });
+    println!("cluster: an SDK client failed over through the roster and sent {gap:?} after kill -9 of its member");
+    nodes[on - 1] = Some(members.start(on, dirs[on - 1].path()));
+    runtime.block_on(every_member_holds(&nodes, &acked));
+    let (back, _) = spread(&members, 2, None);
+    // The sends below go through a client on the metadata leader, so the member stopped
+    // is a partition's leader other than it.
+    let (rows, _) = members.wait_for("a metadata leader", |rows| leader(rows).is_some());
+    let metadata_leader = leader(&rows).unwrap() as usize;
+    let stopping = back.into_iter().find(|m| *m != metadata_leader).unwrap();
+    let client = runtime.block_on(client_of(
+        at(&nodes, metadata_leader),
+        "iggy",
+        crate::common::PASSWORD,
+    ));
+
+    // SIGTERM of a partition's leader: it hands its group over before it exits, and sends
+    // through the metadata leader go on.
     let mut stopped = nodes[stopping - 1].take().unwrap();
     // SAFETY: a signal to our own child process.
     unsafe {
