@@ -50,8 +50,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How often a member compares its groups with the metadata state.
+/// How often a member looks whether what its groups follow moved ([`PassStamp`]).
 pub const SYNC_EVERY: Duration = Duration::from_millis(100);
+/// A full pass over its groups at least this often, moved or not: what the stamp does not
+/// cover (a replica that stopped, a reconciliation or hand-over to try again, a group
+/// whose configuration changed by itself) is seen within it.
+pub const FULL_PASS_EVERY: Duration = Duration::from_secs(1);
 /// How long a send waits for its group to have a leader and commit it.
 pub const SEND_DEADLINE: Duration = Duration::from_secs(10);
 pub(super) const SEND_RETRY: Duration = Duration::from_millis(20);
@@ -127,6 +131,19 @@ struct Inner {
     hooks: MachineHooks,
     /// Its idle groups asleep, and what it heard of its peers (`quiet`).
     quiet: Quiet,
+}
+
+/// What [`PartGroups::keep_in_step`] compares between ticks: the metadata op its groups
+/// follow, the metadata group's leader (who makes new groups) and voters (whom groups
+/// reconcile with), whether a failed group is due to start again, how many run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PassStamp {
+    op: u64,
+    leader: Option<NodeId>,
+    voters: BTreeSet<NodeId>,
+    joint: bool,
+    retry_due: bool,
+    running: usize,
 }
 
 struct Failed {
@@ -232,11 +249,43 @@ impl PartGroups {
 
     async fn keep_in_step(self) {
         self.remove_strays();
+        let full_every = FULL_PASS_EVERY.as_nanos() as u64;
+        let mut last: Option<(PassStamp, u64)> = None;
         while self.inner.node.failure().is_none() {
-            self.sync().await;
+            let (stamp, now) = (self.stamp(), self.inner.env.clock.monotonic_nanos());
+            let due = last
+                .as_ref()
+                .is_none_or(|(was, at)| *was != stamp || now >= at.saturating_add(full_every));
+            if due {
+                self.sync().await;
+                last = Some((stamp, now));
+            }
             self.inner.env.clock.sleep(SYNC_EVERY).await;
         }
         self.shutdown().await;
+    }
+
+    /// What a pass follows, read without a walk over the groups: when it moved, the next
+    /// tick passes at once rather than at [`FULL_PASS_EVERY`].
+    fn stamp(&self) -> PassStamp {
+        let status = self.inner.meta.status();
+        let now = self.inner.env.clock.monotonic_nanos();
+        // In `start_missing`'s order: the running groups, then the failed ones.
+        let (running, retry_due) = {
+            let running = self.running();
+            let failed = self.failed();
+            let due =
+                |(n, f): (&GroupName, &Failed)| f.not_before <= now && !running.contains_key(n);
+            (running.len(), failed.iter().any(due))
+        };
+        PassStamp {
+            op: self.inner.node.view().op,
+            leader: status.leader,
+            voters: status.voters.keys().copied().collect(),
+            joint: status.joint,
+            retry_due,
+            running,
+        }
     }
 
     fn me(&self) -> NodeId {

@@ -14,6 +14,7 @@
 //! | a member whose replica of a group it led asleep or offered stops or starts again | — | moves its epoch on: the group's followers wake it (a group whose leader's replica is gone elects) |
 //! | a member starting its replica of a group never made | — | stops its tick (dormant) until a Raft request, or its making here, wakes it |
 //!
+//! A whole pass runs every [`QUIET_PASS_EVERY`] beats; every beat looks for silent members.
 //! A member's epoch is drawn when its groups start, so a restarted member is told apart
 //! from a slow one. A group wakes on any Raft request before it answers the next, and a
 //! leader wakes before it proposes: a write is never held by a sleeping group. A follower
@@ -41,6 +42,10 @@ type LogId = openraft::alias::LogIdOf<PartConfig>;
 
 /// The most groups one beat offers to one member (the rest wait for the next beats).
 pub const MAX_OFFERS: usize = 4096;
+/// A whole pass over the groups (offers, sleeps, the dormant made) every so many beats;
+/// the beats between only look for silent members (`wake_followers_of_silent`), so a
+/// silent leader's groups still wake within a beat of the election timeout.
+pub const QUIET_PASS_EVERY: u64 = 5;
 /// A sleeping group's leader is preferred elsewhere: it waits this many times longer.
 const UNBALANCED_FACTOR: u64 = 5;
 
@@ -195,8 +200,13 @@ impl PartGroups {
     /// (the module doc), until the node stops.
     pub(super) async fn beat(self) {
         let mut clients: BTreeMap<(MemberId, String), PeerClient> = BTreeMap::new();
+        let mut beats: u64 = 0;
         while self.node().failure().is_none() {
-            self.quiet_pass();
+            match beats % QUIET_PASS_EVERY {
+                0 => self.quiet_pass(),
+                _ => self.wake_followers_of_silent(),
+            }
+            beats = beats.wrapping_add(1);
             let me = member_of(self.meta().id());
             let peers: BTreeMap<(MemberId, String), Peer> = self
                 .meta()
@@ -356,6 +366,42 @@ impl PartGroups {
         }
     }
 
+    /// Between passes, each beat: wakes the groups following a leader whose member went
+    /// silent (a walk over the groups only while some member is silent).
+    fn wake_followers_of_silent(&self) {
+        if self.hooks().deaf_when_quiet {
+            return;
+        }
+        let now = self.env().clock.monotonic_nanos();
+        let silent_after = self.tuning().election.0.as_nanos() as u64;
+        let followed: Vec<GroupName> = {
+            let state = self.quiet().lock();
+            let silent: BTreeSet<MemberId> = (state.heard.iter())
+                .filter(|(_, (at, _))| now.saturating_sub(*at) > silent_after)
+                .map(|(member, _)| *member)
+                .collect();
+            if silent.is_empty() {
+                return;
+            }
+            let of_silent = |(name, sleep): (&GroupName, &Sleep)| match sleep {
+                Sleep::Following { leader, .. } if silent.contains(leader) => Some(*name),
+                _ => None,
+            };
+            state.groups.iter().filter_map(of_silent).collect()
+        };
+        if followed.is_empty() {
+            return;
+        }
+        let running = self.running_groups();
+        for name in followed {
+            if let Some(raft) = running.get(&name) {
+                tracing::debug!(partition = %identity_of(name), "a sleeping group's leader's member went silent");
+                self.quiet().wake(name, raft, now);
+                self.counts().woken.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
     /// One pass over the groups: a leader's idle groups offered, offered groups every
     /// voter's member sleeps in put to sleep here, sleeping groups whose leader's member
     /// went silent or restarted woken.
@@ -381,10 +427,11 @@ impl PartGroups {
                 let sleep = state.groups.remove(&name);
                 self.quiet().epoch_moved(sleep.as_ref());
             }
+            // Asleep groups stay in place (a lookup each); only the others are stepped.
             for (name, raft) in &running {
-                let sleep = state.groups.remove(name);
-                let next = match sleep {
+                match state.groups.get(name) {
                     Some(Sleep::Following { leader, epoch }) => {
+                        let (leader, epoch) = (*leader, *epoch);
                         let alive = heard.get(&leader).is_some_and(|&(at, e)| {
                             e == epoch && now.saturating_sub(at) <= silent_after
                         });
@@ -392,19 +439,20 @@ impl PartGroups {
                             tracing::debug!(partition = %identity_of(*name), leader, "a sleeping group's leader's member went silent or restarted");
                             woken.push(*name);
                         }
-                        Some(Sleep::Following { leader, epoch })
                     }
-                    Some(Sleep::Leading { others }) => Some(Sleep::Leading { others }),
+                    Some(Sleep::Leading { .. }) => {}
                     // Made without a request reaching it first: wakes (below).
-                    Some(Sleep::Dormant) if !never_made(raft) => {
-                        made.push(*name);
-                        Some(Sleep::Dormant)
+                    Some(Sleep::Dormant) => {
+                        if !never_made(raft) {
+                            made.push(*name);
+                        }
                     }
-                    Some(Sleep::Dormant) => Some(Sleep::Dormant),
-                    other => self.leader_step(*name, raft, other, (me, now)),
-                };
-                if let Some(next) = next {
-                    state.groups.insert(*name, next);
+                    _ => {
+                        let sleep = state.groups.remove(name);
+                        if let Some(next) = self.leader_step(*name, raft, sleep, (me, now)) {
+                            state.groups.insert(*name, next);
+                        }
+                    }
                 }
             }
         }
