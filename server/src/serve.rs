@@ -395,8 +395,13 @@ async fn serve(
     let _ = server.context().figures.set(crate::process::read);
     if let Some(group) = &group {
         let replica = cairn_cluster::group::Replica::clone(group);
+        let me = config
+            .cluster
+            .me()
+            .expect("a member's configuration names itself");
         let _ = server.context().cluster.set(ClusterSource {
             name: config.cluster.name.clone(),
+            client: me.client,
             status: Box::new(move |partitions| match partitions {
                 true => replica.status_with_partitions(),
                 false => replica.status(),

@@ -257,8 +257,9 @@ impl PartGroups {
                 .as_ref()
                 .is_none_or(|(was, at)| *was != stamp || now >= at.saturating_add(full_every));
             if due {
-                self.sync().await;
-                last = Some((stamp, now));
+                // Groups left unmade (a peer that did not answer yet) are tried next tick.
+                let unmade = self.sync().await;
+                last = (!unmade).then_some((stamp, now));
             }
             self.inner.env.clock.sleep(SYNC_EVERY).await;
         }
@@ -424,15 +425,17 @@ impl PartGroups {
         cached.1.clone()
     }
 
-    /// One pass of the module doc's table.
-    pub async fn sync(&self) {
+    /// One pass of the module doc's table; whether groups this member should make were
+    /// left unmade.
+    pub async fn sync(&self) -> bool {
         let wanted = self.wanted();
         self.drop_gone(&wanted).await;
         self.drop_stopped().await;
         self.start_missing(&wanted).await;
-        self.make_new_groups().await;
+        let unmade = self.make_new_groups().await;
         self.reconcile().await;
         self.balance();
+        unmade
     }
 
     /// Stops the groups whose partitions the state no longer holds and removes their WALs.
@@ -664,10 +667,10 @@ impl PartGroups {
 
     /// While this member leads the metadata group, makes the groups never made, of the
     /// replicas the committed voters of the metadata group run.
-    async fn make_new_groups(&self) {
+    async fn make_new_groups(&self) -> bool {
         let meta = &self.inner.meta;
         if meta.leader() != Some(self.me()) {
-            return;
+            return false;
         }
         let unmade: Vec<(GroupName, PartRaft)> = self
             .running()
@@ -675,15 +678,24 @@ impl PartGroups {
             .filter(|(_, raft)| never_made(raft))
             .map(|(n, r)| (*n, r.clone()))
             .collect();
-        if unmade.is_empty() || !meta.linearize().await {
-            return;
+        if unmade.is_empty() {
+            return false;
         }
+        if !meta.linearize().await {
+            return true;
+        }
+        let mut left = false;
         let voters: BTreeMap<NodeId, Peer> = meta.status().voters;
         for (name, raft) in unmade {
             // A group another replica holds exists: this one is new (a wiped member's),
             // and joins when the group's leader reconciles (`members`).
-            let Some((replicas, false)) = self.replicas_made(name, &raft, &voters).await else {
-                continue;
+            let replicas = match self.replicas_made(name, &raft, &voters).await {
+                Some((replicas, false)) => replicas,
+                Some((_, true)) => continue,
+                None => {
+                    left = true;
+                    continue;
+                }
             };
             if voted(&raft) {
                 // It voted for a maker that lost the group's first entry (with its disk)
@@ -691,12 +703,14 @@ impl PartGroups {
                 // It holds nothing but that vote, so it starts again as a new replica
                 // (a blank vote, another Raft id), of which the group is made next time.
                 self.start_again_blank(name, &raft).await;
+                left = true;
                 continue;
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
             self.wake(name, &raft);
             let _ = in_env(&self.inner.env, raft.initialize(replicas)).await;
         }
+        left
     }
 
     /// Stops this member's replica of group `name` and removes its WAL, so that the next

@@ -88,6 +88,9 @@ pub struct Quiet {
 struct State {
     /// When each peer member was last heard, and its epoch then.
     heard: BTreeMap<MemberId, (u64, u64)>,
+    /// Per silent member, the last hearing whose silence the groups following it were
+    /// woken for (`wake_followers_of_silent`): one walk per silence, not one per beat.
+    swept: BTreeMap<MemberId, u64>,
     groups: BTreeMap<GroupName, Sleep>,
 }
 
@@ -375,16 +378,20 @@ impl PartGroups {
         let now = self.env().clock.monotonic_nanos();
         let silent_after = self.tuning().election.0.as_nanos() as u64;
         let followed: Vec<GroupName> = {
-            let state = self.quiet().lock();
-            let silent: BTreeSet<MemberId> = (state.heard.iter())
+            let mut state = self.quiet().lock();
+            let silent: BTreeMap<MemberId, u64> = (state.heard.iter())
                 .filter(|(_, (at, _))| now.saturating_sub(*at) > silent_after)
-                .map(|(member, _)| *member)
+                .filter(|(member, (at, _))| state.swept.get(member) != Some(at))
+                .map(|(member, (at, _))| (*member, *at))
                 .collect();
             if silent.is_empty() {
                 return;
             }
+            // A group follows a member asleep only on its beat, which moves its hearing:
+            // none can start following it during this silence once swept.
+            state.swept.extend(silent.iter().map(|(m, at)| (*m, *at)));
             let of_silent = |(name, sleep): (&GroupName, &Sleep)| match sleep {
-                Sleep::Following { leader, .. } if silent.contains(leader) => Some(*name),
+                Sleep::Following { leader, .. } if silent.contains_key(leader) => Some(*name),
                 _ => None,
             };
             state.groups.iter().filter_map(of_silent).collect()

@@ -93,6 +93,8 @@ pub const SERVER_VERSION: &str = concat!("cairn ", env!("CARGO_PKG_VERSION"));
 pub struct ClusterSource {
     /// What `GetClusterMetadata` answers as the cluster's name.
     pub name: String,
+    /// This member's configured client address (what clients are told to dial).
+    pub client: SocketAddr,
     /// The group's status: cheap (`false`: for each request that reads the roster), or
     /// with this member's partition groups counted (`true`: a walk over every group, for
     /// `/metrics`).

@@ -20,7 +20,7 @@
 
 use super::{Call, Reply};
 use cairn_cluster::group::GroupStatus;
-use cairn_cluster::types::{member_of, NodeId};
+use cairn_cluster::types::{member_of, NodeId, Peer};
 use iggy_binary_protocol::requests::system::AttachConsumerSessionRequest;
 use iggy_binary_protocol::responses::messages::PollRoutingResponse;
 use iggy_binary_protocol::responses::system::{ClusterMetadataResponse, ClusterNodeResponse};
@@ -41,12 +41,7 @@ pub fn cluster_metadata(call: &Call<'_>) -> Reply {
             // A member in no configuration yet (wiped, waiting to be added) names itself
             // alone: an empty roster is an error to the SDK.
             if nodes.is_empty() {
-                nodes.push(node(
-                    member_name(status.me),
-                    call.cx.local_addr,
-                    ClusterNodeRole::Follower,
-                    ClusterNodeStatus::Starting,
-                ));
+                nodes.push(alone(status.me, source.client));
             }
             ClusterMetadataResponse {
                 name: source.name.clone(),
@@ -68,10 +63,13 @@ pub fn routing(call: &Call<'_>) -> Reply {
     let primary = match call.cx.cluster.get() {
         Some(source) => {
             let status = (source.status)(false);
-            roster(&status)
-                .into_iter()
-                .find(|n| n.name == member_name(status.me))
-                .unwrap_or_else(|| single(call.cx.local_addr))
+            let (voter, learner) = (
+                status.voters.get(&status.me),
+                status.learners.get(&status.me),
+            );
+            let me = voter.map(|p| (p, true)).or(learner.map(|p| (p, false)));
+            me.and_then(|(peer, voter)| member(&status, status.me, peer, voter))
+                .unwrap_or_else(|| alone(status.me, source.client))
         }
         None => single(call.cx.local_addr),
     };
@@ -89,6 +87,17 @@ pub fn routing(call: &Call<'_>) -> Reply {
 /// incarnation of its storage).
 fn member_name(id: NodeId) -> String {
     format!("cairn-{}", member_of(id))
+}
+
+/// A member in no configuration yet (wiped, waiting to be added), at its configured
+/// client address.
+fn alone(me: NodeId, client: SocketAddr) -> ClusterNodeResponse {
+    node(
+        member_name(me),
+        client,
+        ClusterNodeRole::Follower,
+        ClusterNodeStatus::Starting,
+    )
 }
 
 /// The one node of a single-node server.
@@ -127,15 +136,24 @@ pub fn roster(status: &GroupStatus) -> Vec<ClusterNodeResponse> {
     let learners = status.learners.iter().map(|(id, peer)| (*id, peer, false));
     voters
         .chain(learners)
-        .filter_map(|(id, peer, voter)| {
-            let addr: SocketAddr = peer.client.parse().ok()?;
-            let role = match status.leader == Some(id) {
-                true => ClusterNodeRole::Leader,
-                false => ClusterNodeRole::Follower,
-            };
-            Some(node(member_name(id), addr, role, health(status, id, voter)))
-        })
+        .filter_map(|(id, peer, voter)| member(status, id, peer, voter))
         .collect()
+}
+
+/// Member `id` (its replica's `peer` addresses; a `voter` or a learner) as `status` shows
+/// it; `None` when its client address does not parse.
+fn member(
+    status: &GroupStatus,
+    id: NodeId,
+    peer: &Peer,
+    voter: bool,
+) -> Option<ClusterNodeResponse> {
+    let addr: SocketAddr = peer.client.parse().ok()?;
+    let role = match status.leader == Some(id) {
+        true => ClusterNodeRole::Leader,
+        false => ClusterNodeRole::Follower,
+    };
+    Some(node(member_name(id), addr, role, health(status, id, voter)))
 }
 
 /// The health of member `id` as `status`'s replica knows it (the module's table).
@@ -158,7 +176,7 @@ fn health(status: &GroupStatus, id: NodeId, voter: bool) -> ClusterNodeStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_cluster::types::{replica_id, Peer};
+    use cairn_cluster::types::replica_id;
 
     /// Member `m`'s replica (of an incarnation the roster does not show).
     fn r(m: u32) -> NodeId {

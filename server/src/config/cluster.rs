@@ -172,6 +172,16 @@ impl ClusterConfig {
                     format!("member ids are nonzero and unique ({} is not)", member.id),
                 ));
             }
+            // Clients are told it (`GetClusterMetadata`) and dial it.
+            if member.client.ip().is_unspecified() {
+                return Err(rules.fail(
+                    "cluster.members",
+                    format!(
+                        "member {}'s client address {} is where clients dial it: not an unspecified IP",
+                        member.id, member.client
+                    ),
+                ));
+            }
             // Every member's two addresses are its own: no two alike among all of them.
             for addr in [member.replication, member.client] {
                 if !addrs.insert(addr) {

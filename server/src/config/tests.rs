@@ -856,7 +856,7 @@ fn a_cluster_is_configured_by_variables_and_checked() {
     other.name = "another".into();
     assert_ne!(other.cluster_id(), cluster.cluster_id());
 
-    let refusals: [(&str, Vars, &str); 7] = [
+    let refusals: [(&str, Vars, &str); 8] = [
         (
             "no secret",
             cluster_vars("2", "x")
@@ -902,6 +902,15 @@ fn a_cluster_is_configured_by_variables_and_checked() {
                 v
             },
             "127.0.0.1:9003 is given twice",
+        ),
+        (
+            "a client address clients cannot dial",
+            {
+                let mut v = cluster_vars("2", "sixteen bytes at least");
+                v[4].1 = v[4].1.replace("127.0.0.1:9003", "0.0.0.0:9003");
+                v
+            },
+            "member 3's client address 0.0.0.0:9003 is where clients dial it",
         ),
     ];
     for (case, vars, expected) in refusals {

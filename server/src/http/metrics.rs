@@ -571,6 +571,11 @@ impl prometheus_client::collector::Collector for ClusterCollector {
                 "Partition groups this member's replica leads (each group's preferred member leads it while it is up)",
                 status.partitions.led,
             ),
+            (
+                "cairn_cluster_partitions_voting",
+                "Partition groups in whose settled configuration this member's replica votes (below cairn_cluster_partitions while a member added back is refilled)",
+                status.partitions.voting,
+            ),
         ];
         for (name, help, value) in gauges {
             gauge(&mut encoder, name, help, as_i64(value))?;

@@ -50,8 +50,9 @@ pub struct Conn {
 pub struct Login {
     pub session: Session,
     pub dedup: Dedup,
-    /// The coordinator login this data connection acts for, if attached ([`super::attach`]).
-    pub attached: Option<Session>,
+    /// The coordinator login this data connection acts for, if it attached
+    /// ([`super::attach`]).
+    pub attached: Option<attach::Attached>,
 }
 
 /// What to write back.

@@ -8,10 +8,10 @@
 //! | request on a logged-in connection          | answer                                  |
 //! |--------------------------------------------|-----------------------------------------|
 //! | attach to a live login of the same user    | done; 104, 121, 122 act for that login  |
-//! | attach to a login no connection holds now  | 58: the SDK routes again                |
-//! | attach to another user's login             | 41: no tenant acts as another           |
-//! | 104 unattached, or its login ended since   | 58: the SDK routes and attaches again   |
-//! | 121, 122 unattached                        | act for this connection's own login     |
+//! | attach to a login no connection holds now, or to another user's | 58 (the same answer: whether another user's session exists is not told); the SDK routes again |
+//! | 104 unattached                             | 58: the SDK routes and attaches again   |
+//! | 104, 121, 122 attached to a login that ended since | 58: never acts for the connection's own login instead (a group's offset written after the coordinator left it) |
+//! | 121, 122 never attached                    | act for this connection's own login     |
 //!
 //! Architecture invariant: an attachment never widens what a connection may do: the acting
 //! session is this connection's own login (its user, incarnation, password or token, all
@@ -19,7 +19,7 @@
 //! number, which key its group memberships.
 
 use super::answer::Conn;
-use crate::command::{codes, Session, Status};
+use crate::command::{Session, Status};
 use iggy_binary_protocol::codes::{
     DELETE_CONSUMER_OFFSET_CODE, POLL_MESSAGES_ON_PRIMARY_CODE, STORE_CONSUMER_OFFSET_CODE,
 };
@@ -35,22 +35,7 @@ pub fn attach(conn: &mut Conn, request: AttachConsumerSessionRequest) -> Result<
     let own = &login.session;
     let holder = cx.registry.login_of(request.client_id, request.session);
     match holder {
-        None => {
-            login.attached = None;
-            Err(Status::because(
-                NOT_ACCEPTED,
-                "no connection holds the session to attach to",
-            ))
-        }
-        Some(user) if user != own.user_id => {
-            tracing::info!(
-                user = own.user_id,
-                other = user,
-                "refused an attachment to another user's session"
-            );
-            Err(Status::of(codes::UNAUTHORIZED))
-        }
-        Some(_) => {
+        Some(user) if user == own.user_id => {
             let acting = Session {
                 client: request.client_id,
                 session: request.session,
@@ -62,10 +47,33 @@ pub fn attach(conn: &mut Conn, request: AttachConsumerSessionRequest) -> Result<
                 node: cx.node.client(request.client_id),
             };
             tracing::debug!(user = own.user_id, "a data connection attached");
-            login.attached = Some(acting);
+            login.attached = Some(Attached::Live(acting));
             Ok(())
         }
+        other => {
+            if other.is_some() {
+                tracing::info!(
+                    user = own.user_id,
+                    "refused an attachment to another user's session"
+                );
+            }
+            login.attached = Some(Attached::Ended);
+            Err(Status::because(
+                NOT_ACCEPTED,
+                "no login of this user holds the session to attach to",
+            ))
+        }
     }
+}
+
+/// A data connection's attachment.
+pub enum Attached {
+    /// Acting for this login (the coordinator's client id and session, this connection's
+    /// user and checks).
+    Live(Session),
+    /// Its login ended, or the last attachment was refused: routed requests answer 58
+    /// until it attaches again.
+    Ended,
 }
 
 fn routed(code: u32) -> bool {
@@ -75,26 +83,25 @@ fn routed(code: u32) -> bool {
     )
 }
 
-/// Before a request of `code`: drops an attachment whose login ended, and refuses a poll on
-/// the primary without a live one.
+/// Before a request of `code`: marks ended an attachment whose login ended, and refuses a
+/// routed request without a live one (the module doc's table).
 pub fn check(conn: &mut Conn, code: u32) -> Result<(), Status> {
     if !routed(code) {
         return Ok(());
     }
     let registry = &conn.listener.cx.registry;
     let login = conn.login.as_mut().expect("the gate passed");
-    let live = login
-        .attached
-        .as_ref()
-        .is_some_and(|a| registry.login_of(a.client, a.session) == Some(a.user_id));
-    if !live {
-        login.attached = None;
+    if let Some(Attached::Live(a)) = &login.attached {
+        if registry.login_of(a.client, a.session) != Some(a.user_id) {
+            login.attached = Some(Attached::Ended);
+        }
     }
-    match live || code != POLL_MESSAGES_ON_PRIMARY_CODE {
-        true => Ok(()),
-        false => Err(Status::because(
+    match (&login.attached, code) {
+        (Some(Attached::Live(_)), _) => Ok(()),
+        (None, code) if code != POLL_MESSAGES_ON_PRIMARY_CODE => Ok(()),
+        _ => Err(Status::because(
             NOT_ACCEPTED,
-            "a poll on the primary needs a live attached session",
+            "a routed request needs a live attached session",
         )),
     }
 }
@@ -104,7 +111,7 @@ pub fn check(conn: &mut Conn, code: u32) -> Result<(), Status> {
 pub fn acting(conn: &Conn, code: u32) -> &Session {
     let login = conn.login.as_ref().expect("the gate passed");
     match (&login.attached, routed(code)) {
-        (Some(attached), true) => attached,
+        (Some(Attached::Live(attached)), true) => attached,
         _ => &login.session,
     }
 }

@@ -159,9 +159,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             Ok(reservation) => reservation,
             Err(ended) => return ended,
         };
-        let poll = frame::non_replicated_code(&header)
-            == Some(iggy_binary_protocol::codes::POLL_MESSAGES_CODE);
-        conn.reply_room = match (&reservation, poll) {
+        conn.reply_room = match (&reservation, is_poll(&header)) {
             (Some(held), true) => held.bytes(),
             _ => u64::MAX,
         };
@@ -265,18 +263,26 @@ async fn reply_room(
     conn: &Conn,
     header: &[u8; HEADER_SIZE],
 ) -> Result<Option<crate::command::replies::Held>, Ended> {
-    let poll =
-        frame::non_replicated_code(header) == Some(iggy_binary_protocol::codes::POLL_MESSAGES_CODE);
     let Some(login) = &conn.login else {
         return Ok(None);
     };
     let (cx, user) = (&conn.listener.cx, login.session.user_id);
     let wait = conn.listener.limits.idle_timeout;
-    let reserved = match poll {
+    let reserved = match is_poll(header) {
         true => cx.replies.reserve(&cx.env, user, wait).await,
         false => cx.replies.reserve_other(&cx.env, user, wait).await,
     };
     reserved.map(Some).ok_or(Ended::Idle(wait))
+}
+
+/// Whether the request polls messages (as itself, or routed to this member: code 104), so
+/// its reply is reserved as a poll's and its batches cut at that room.
+fn is_poll(header: &[u8; HEADER_SIZE]) -> bool {
+    use iggy_binary_protocol::codes::{POLL_MESSAGES_CODE, POLL_MESSAGES_ON_PRIMARY_CODE};
+    matches!(
+        frame::non_replicated_code(header),
+        Some(POLL_MESSAGES_CODE | POLL_MESSAGES_ON_PRIMARY_CODE)
+    )
 }
 
 fn is_send(header: &[u8; HEADER_SIZE]) -> bool {

@@ -660,7 +660,11 @@ fn a_data_connection_attaches_only_to_a_live_login_of_its_own_user() {
     bob.client = coordinator.client + 2;
     bob.register_as("bob", "bob-password").unwrap();
     let roots = attach(coordinator.client, coordinator.session);
-    assert_eq!(status_of(bob.read(ATTACH, &roots)), 41, "bob acts for root");
+    assert_eq!(
+        status_of(bob.read(ATTACH, &roots)),
+        58,
+        "bob acts for root, or learns that root's session exists"
+    );
     assert_eq!(status_of(bob.read(ON_PRIMARY, &poll_body())), 58);
     // Root's own data connection attaches: its poll reaches the command (stream 0 does
     // not exist), acting for the coordinator's login.
@@ -681,4 +685,20 @@ fn a_data_connection_attaches_only_to_a_live_login_of_its_own_user() {
         Back::Reply { status: 0, .. }
     ));
     assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 58);
+    // Nor does an offset write fall back to the data connection's own login.
+    let store = iggy_binary_protocol::requests::consumer_offsets::StoreConsumerOffsetRequest {
+        consumer: iggy_binary_protocol::WireConsumer {
+            kind: iggy_binary_protocol::KIND_CONSUMER,
+            id: iggy_binary_protocol::WireIdentifier::numeric(1),
+        },
+        stream_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        topic_id: iggy_binary_protocol::WireIdentifier::numeric(0),
+        partition_id: Some(0),
+        offset: 0,
+        ack: iggy_binary_protocol::AckLevel::Quorum,
+    }
+    .to_bytes()
+    .to_vec();
+    let stored = data.replicated(Operation::StoreConsumerOffset, &store);
+    assert_eq!(status_of(stored), 58, "an offset for an ended login");
 }

@@ -126,7 +126,7 @@ impl Members {
 }
 
 /// The value of `/metrics`' sample `name` on `node`, scraped as root.
-fn scrape(node: &Cairn, name: &str) -> u64 {
+pub(crate) fn scrape(node: &Cairn, name: &str) -> u64 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

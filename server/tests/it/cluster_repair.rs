@@ -71,6 +71,8 @@ fn a_wiped_member_added_back_is_refilled_with_every_partition() {
         let partitions = row.map(|r| &r["partitions"]);
         partitions.is_some_and(|p| p["running"].as_u64() == Some(2) && p["voting"] == p["running"])
     });
+    let voting = crate::cluster::scrape(at(&nodes, wiped), "cairn_cluster_partitions_voting");
+    assert_eq!(voting, 2, "its /metrics count the groups it votes in");
 
     // It is a voter of every group, not a learner: with the other follower killed, the
     // leader and it are each group's quorum, and sends go on.
