@@ -180,6 +180,21 @@ impl Raw {
         self.exchange(&frame, body)
     }
 
+    /// Logs the session out (a Logout, its request number advanced); it must be answered.
+    fn logout(&mut self) {
+        self.request += 1;
+        let frame = header(
+            self.client,
+            Operation::Logout,
+            0,
+            self.request,
+            self.session,
+            &[],
+        );
+        let back = self.exchange(&frame, &[]);
+        assert!(matches!(back, Back::Reply { status: 0, .. }), "{back:?}");
+    }
+
     fn ping_ok(&mut self) {
         assert!(
             matches!(self.read(1, &[]), Back::Reply { status: 0, .. }),
@@ -527,19 +542,7 @@ fn a_connection_that_logs_out_may_log_in_again_on_the_same_socket() {
     // Longer than the handshake timeout after connecting: a fresh one starts at the logout
     // (the SDK's re-login is Logout then Register on one socket).
     std::thread::sleep(Duration::from_millis(1500));
-    raw.request += 1;
-    let logout = header(
-        raw.client,
-        Operation::Logout,
-        0,
-        raw.request,
-        raw.session,
-        &[],
-    );
-    assert!(matches!(
-        raw.exchange(&logout, &[]),
-        Back::Reply { status: 0, .. }
-    ));
+    raw.logout();
     assert_eq!(status_of(raw.read(201, &[])), 40, "no data after logout");
     raw.client += 1;
     if let Err(other) = raw.register() {
@@ -671,19 +674,7 @@ fn a_data_connection_attaches_only_to_a_live_login_of_its_own_user() {
     assert_eq!(status_of(data.read(ATTACH, &roots)), 0);
     assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 1009);
     // The coordinator logs out: the attachment goes with its login.
-    coordinator.request += 1;
-    let logout = header(
-        coordinator.client,
-        Operation::Logout,
-        0,
-        coordinator.request,
-        coordinator.session,
-        &[],
-    );
-    assert!(matches!(
-        coordinator.exchange(&logout, &[]),
-        Back::Reply { status: 0, .. }
-    ));
+    coordinator.logout();
     assert_eq!(status_of(data.read(ON_PRIMARY, &poll_body())), 58);
     // Nor does an offset write fall back to the data connection's own login.
     let store = iggy_binary_protocol::requests::consumer_offsets::StoreConsumerOffsetRequest {

@@ -139,6 +139,7 @@ pub(crate) fn scrape(node: &Cairn, name: &str) -> u64 {
     })
 }
 
+/// [`scrape`], 0 where the sample is not there (a counter never counted).
 fn scrape_or_0(node: &Cairn, name: &str) -> u64 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -146,18 +147,8 @@ fn scrape_or_0(node: &Cairn, name: &str) -> u64 {
         .unwrap();
     runtime.block_on(async {
         let token = crate::common::http_token(node, "iggy", crate::common::PASSWORD).await;
-        let text = reqwest::Client::new()
-            .get(format!("{}/metrics", node.http_url()))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .map_or(0, |v| v.trim().parse().unwrap())
+        let (value, _) = crate::common::metric_if_any(node, &token, name).await;
+        value.unwrap_or(0)
     })
 }
 

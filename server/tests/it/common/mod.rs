@@ -242,6 +242,12 @@ pub async fn http_token(cairn: &Cairn, user: &str, password: &str) -> String {
 /// The value of `/metrics`' sample `name` (a counter's name ends in `_total`), scraped with
 /// `token`.
 pub async fn metric(cairn: &Cairn, token: &str, name: &str) -> u64 {
+    let (value, text) = metric_if_any(cairn, token, name).await;
+    value.unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+/// `/metrics`' sample `name`, if it is there, and the whole scrape.
+pub async fn metric_if_any(cairn: &Cairn, token: &str, name: &str) -> (Option<u64>, String) {
     let text = reqwest::Client::new()
         .get(format!("{}/metrics", cairn.http_url()))
         .bearer_auth(token)
@@ -251,12 +257,10 @@ pub async fn metric(cairn: &Cairn, token: &str, name: &str) -> u64 {
         .text()
         .await
         .unwrap();
-    text.lines()
+    let value = (text.lines())
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
+        .map(|v| v.trim().parse().unwrap());
+    (value, text)
 }
 
 /// Every per-stream right on stream `stream`, nothing else.
