@@ -121,10 +121,17 @@ fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
             caught.push((format!("scenario {scenario}"), violation.invariant));
         }
     }
+    // The first seed that catches it, unless an engine assertion caught it there and no
+    // catch so far names what the canary must be caught as: then the hunt goes on for a seed
+    // whose oracle names it (an assertion stops the run before the oracle looks).
+    let expected = EXPECTED.iter().find(|(n, _)| *n == name).map(|(_, e)| *e);
     for seed in SWARM_START..SWARM_START + MAX_SEEDS {
         if let Some(violation) = run_seed(seed, false).violation {
             caught.push((format!("seed {seed:#x}"), violation.invariant));
-            break;
+            let named = expected.is_none_or(|e| caught.iter().any(|(_, i)| e.contains(i)));
+            if named || violation.invariant != cairn_sim::report::INV_ASSERTION {
+                break;
+            }
         }
     }
     cairn_sim::canary::activate(None);
@@ -158,7 +165,7 @@ fn every_canary_is_caught_naming_the_invariant() {
             .iter()
             .filter(|(w, _)| w.starts_with("scenario"))
             .count();
-        let seed = caught.iter().find(|(w, _)| w.starts_with("seed"));
+        let seed = caught.iter().rev().find(|(w, _)| w.starts_with("seed"));
         println!(
             "canary {name}: {scenarios} directed scenarios object {directed:?}; swarm: {}",
             seed.map_or(
