@@ -19,32 +19,26 @@
 //! in its group. The member that makes a group asks every voter's member which replica of
 //! it runs (`PartRpc::Identify`) and makes it of those once all answered.
 //!
-//! A send ([`PartGroups::send`]) is proposed where this member's replica leads,
-//! forwarded to the leader otherwise (`PartRpc::Send`), and asked again while the group has
-//! no leader, for up to [`SEND_DEADLINE`].
+//! Sends and offset writes: `write` (its table).
 
 use super::installed::Installed;
 use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
     group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
-    PartServe, SendRefused,
+    PartServe,
 };
 use super::quiet::Quiet;
 use super::refill;
 use super::sink::{OnNode, PartitionSink};
-use super::{PartConfig, PartRaft, SendCommand, SendOutcome};
+use super::{PartConfig, PartRaft};
 use crate::group::Replica;
 use crate::log::LogStore;
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, NodeId, Peer};
-use bytes::BytesMut;
 use cairn_engine::env::Env;
-use cairn_engine::error::{NodeError, NodeResult};
-use cairn_engine::format::{verify_batch, Layout};
-use cairn_engine::node::{Node, Sent};
-use cairn_engine::partition::{AppendAck, PartitionError, PartitionIdentity};
+use cairn_engine::node::Node;
+use cairn_engine::partition::PartitionIdentity;
 use openraft::async_runtime::WatchReceiver;
-use openraft::errors::ClientWriteError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -60,7 +54,7 @@ pub const FULL_PASS_EVERY: Duration = Duration::from_secs(1);
 pub const SEND_DEADLINE: Duration = Duration::from_secs(10);
 pub(super) const SEND_RETRY: Duration = Duration::from_millis(20);
 /// The longest a forwarded send may take at the leader.
-const FORWARD_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const FORWARD_LIMIT: Duration = Duration::from_secs(10);
 /// The longest a member may take to say which replica of a group it runs.
 pub(super) const IDENTIFY_LIMIT: Duration = Duration::from_secs(1);
 /// The first wait before a group that failed is started again, and the longest.
@@ -569,7 +563,7 @@ impl PartGroups {
             node: inner.node.clone(),
             partition: identity_of(name),
         });
-        self.repair(name, log.id(), (&*sink, &dir)).await?;
+        let repaired = self.repair(name, log.id(), (&*sink, &dir)).await?;
         let machine = PartMachine::open(
             inner.env.disk.clone(),
             &dir,
@@ -578,6 +572,11 @@ impl PartGroups {
         )
         .await
         .map_err(|e| e.to_string())?;
+        if repaired {
+            // Its offset files went with its directory; the checkpoint's offsets come back.
+            let restored = machine.restore_offsets().await;
+            restored.map_err(|e| format!("restoring the repaired replica's offsets: {e}"))?;
+        }
         let millis = |d: Duration| d.as_millis() as u64;
         let config = openraft::Config {
             cluster_name: format!("{cluster:032x}-{name:?}"),
@@ -599,13 +598,14 @@ impl PartGroups {
 
     /// Repairs this member's replica `me` of group `name` from its peers when it must
     /// (`refill::needs_repair`: fenced, or short of its checkpoint), before its machine
-    /// opens; the peers are the replicas the metadata voters' members run.
+    /// opens; the peers are the replicas the metadata voters' members run. Whether it
+    /// repaired it.
     async fn repair(
         &self,
         name: GroupName,
         me: NodeId,
         (sink, dir): (&dyn PartitionSink, &Path),
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let inner = &self.inner;
         let checkpointed = super::machine::checkpointed(&*inner.env.disk, dir);
         let checkpointed = checkpointed.map_err(|e| e.to_string())?;
@@ -613,7 +613,7 @@ impl PartGroups {
         let mark = refill::RepairMark { disk, dir };
         let needed = refill::needs_repair(sink, checkpointed, &mark).await;
         if !needed.map_err(|e| e.to_string())? {
-            return Ok(());
+            return Ok(false);
         }
         let mut peers = Vec::new();
         for (voter, peer) in inner.meta.status().voters {
@@ -638,7 +638,7 @@ impl PartGroups {
             .counts
             .repaired
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
+        Ok(true)
     }
 
     /// Which replica of group `name` the member of metadata voter `voter` runs, and
@@ -783,139 +783,6 @@ impl PartGroups {
             let _ = in_env(&self.inner.env, raft.shutdown()).await;
         }
     }
-
-    /// The send's Sent, as the node answers it.
-    fn sent(partition: PartitionIdentity, outcome: SendOutcome) -> Sent {
-        Sent {
-            partition: partition.partition_id,
-            nonce: partition.nonce,
-            ack: AppendAck {
-                base_offset: outcome.base_offset,
-                message_count: outcome.message_count,
-                timestamp: outcome.timestamp,
-                // Committed: a quorum synced it in the group's WAL.
-                durable: true,
-                requires_persist: false,
-            },
-        }
-    }
-
-    /// Has the group commit `batch` (the module doc). The batch is verified first, with
-    /// this node's limits, as admission would: a committed batch that a replica refused
-    /// would stop every replica of the group.
-    pub(super) async fn send(
-        self,
-        partition: PartitionIdentity,
-        batch: BytesMut,
-    ) -> NodeResult<Sent> {
-        let limits = self.inner.node.replica_limits();
-        verify_batch(&batch, &limits, Layout::Stored)
-            .map_err(|e| NodeError::Partition(PartitionError::InvalidBatch(e)))?;
-        let env = self.inner.env.clone();
-        let name = group_name(&partition);
-        let deadline = env.clock.monotonic_nanos() + SEND_DEADLINE.as_nanos() as u64;
-        let mut command = SendCommand {
-            batch: batch.to_vec(),
-            timestamp: 0,
-        };
-        let mut last = String::from("the group has no leader");
-        while env.clock.monotonic_nanos() < deadline {
-            if let Some(raft) = self.group(name) {
-                let leader = raft.metrics().borrow_watched().current_leader;
-                let answered = match leader {
-                    Some(l) if l == id_of(&raft) => {
-                        command.timestamp = env.clock.wall_micros();
-                        self.wake(name, &raft);
-                        propose(&raft, command.clone()).await
-                    }
-                    Some(l) => self.forward(&raft, l, name, &command).await,
-                    None => Err(SendRefused::NotLeader(None)),
-                };
-                match answered {
-                    Ok((outcome, index)) => {
-                        // Answered once this member's copy shows it too (read your writes
-                        // where you sent), or the deadline passed: it is committed anyway.
-                        let waiting = raft.wait(Some(SEND_DEADLINE));
-                        let wait = waiting.applied_index_at_least(Some(index), "applied here");
-                        let _ = in_env(&env, wait).await;
-                        return Ok(Self::sent(partition, outcome));
-                    }
-                    Err(SendRefused::NotLeader(_)) => last = "no leader took it".into(),
-                    Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
-                }
-            } else {
-                last = "this member runs no replica of the partition yet".into();
-            }
-            env.clock.sleep(SEND_RETRY).await;
-        }
-        Err(NodeError::Undecided(format!(
-            "partition {partition} did not take the send within {SEND_DEADLINE:?}: {last}"
-        )))
-    }
-
-    /// Forwards a send to `leader`, which the group's configuration names.
-    async fn forward(
-        &self,
-        raft: &PartRaft,
-        leader: NodeId,
-        name: GroupName,
-        command: &SendCommand,
-    ) -> Result<(SendOutcome, u64), SendRefused> {
-        let node = {
-            let metrics = raft.metrics();
-            let metrics = metrics.borrow_watched();
-            metrics
-                .membership_config
-                .membership()
-                .get_node(&leader)
-                .cloned()
-        };
-        let Some(node) = node else {
-            return Err(SendRefused::NotLeader(None));
-        };
-        let envelope = PartEnvelope {
-            from: id_of(raft),
-            to: leader,
-            rpc: PartRpc::Send(command.clone()),
-        };
-        let asked = self
-            .inner
-            .networks
-            .call(&node, name, &envelope, FORWARD_LIMIT);
-        match asked.await {
-            Ok(PartReply::Sent(result)) => result,
-            Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
-            // Never run there (not sent, or refused): asked again, of the leader then.
-            Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
-            Ok(_) => Err(SendRefused::Failed(
-                "the leader answered another request".into(),
-            )),
-            // Sent and not answered: it may have committed. The client decides.
-            Err(e) => Err(SendRefused::Failed(format!(
-                "the send forwarded to {} has no answer (it may have landed): {e}",
-                show_id(leader)
-            ))),
-        }
-    }
-}
-
-/// Proposes `command` on `raft`, its leader: where it landed and its log index. A
-/// proposal whose fate openraft cannot tell (its entry discarded, the node stopped with it
-/// handed over) is reported as possibly landed, never asked again here.
-pub(super) async fn propose(
-    raft: &PartRaft,
-    command: SendCommand,
-) -> Result<(SendOutcome, u64), SendRefused> {
-    match raft.client_write(command).await {
-        Ok(written) => Ok((*written.response(), written.log_id().index)),
-        Err(e) => match e.into_api_error() {
-            Some(ClientWriteError::ForwardToLeader(f)) => Err(SendRefused::NotLeader(f.leader_id)),
-            Some(ClientWriteError::LogEntryDiscarded(_)) | None => Err(SendRefused::Failed(
-                "the send's leader lost its leadership with it (it may have landed)".into(),
-            )),
-            Some(other) => Err(SendRefused::Failed(other.to_string())),
-        },
-    }
 }
 
 /// The voter of `raft`'s group, other than this replica, that holds the most of its log
@@ -986,3 +853,6 @@ pub(super) fn never_made(raft: &PartRaft) -> bool {
 }
 
 mod serve;
+mod write;
+
+pub(super) use write::{propose, stamp};

@@ -14,7 +14,7 @@ use crate::types::MemberId;
 use bytes::BytesMut;
 use cairn_engine::env::BoxFuture;
 use cairn_engine::error::NodeError;
-use cairn_engine::node::{Replicated, Replicator};
+use cairn_engine::node::{OffsetOrdered, OffsetWrite, Replicated, Replicator};
 use cairn_engine::partition::PartitionIdentity;
 use std::time::Duration;
 
@@ -34,13 +34,23 @@ impl Replicator for Installed {
                 let env = groups.env().clone();
                 Box::pin(in_env(&env, groups.send(partition, batch)))
             }
-            None => Box::pin(async {
-                Err(NodeError::Undecided(
-                    "this member's partition groups have stopped".into(),
-                ))
-            }),
+            None => Box::pin(async { Err(stopped()) }),
         }
     }
+
+    fn order_offset(&self, partition: PartitionIdentity, write: OffsetWrite) -> OffsetOrdered {
+        match self.groups() {
+            Some(groups) => {
+                let env = groups.env().clone();
+                Box::pin(in_env(&env, groups.order_offset(partition, write)))
+            }
+            None => Box::pin(async { Err(stopped()) }),
+        }
+    }
+}
+
+fn stopped() -> NodeError {
+    NodeError::Undecided("this member's partition groups have stopped".into())
 }
 
 impl PartServe for Installed {

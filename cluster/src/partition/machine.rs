@@ -4,31 +4,41 @@
 //! |---|---|
 //! | a send whose batch ends at or below what the partition held when opened | already in the segments (applied before a restart, after the last checkpoint): skipped, its offsets counted |
 //! | any other send | admitted and stamped at the next offset with the leader's timestamp (`Partition::append_at`); the partition shows it at once |
+//! | an offset write past the last message the sends before it committed, or a new consumer past [`MAX_CONSUMER_OFFSETS`] | refused (its outcome says why): every replica decides it on the same sends and consumers |
+//! | any other offset write | recorded in the machine's offsets, then applied to the replica (`PartitionSink::write_offset`: a consumer group's only to the incarnation it names) |
 //! | a blank or membership entry | nothing in the partition (a membership is recorded) |
 //! | a send the partition refuses, or an I/O failure | the replica stops (an error to openraft): a replica that skipped a committed send would hold other bytes at its offsets than its peers |
 //!
 //! **Checkpoint** (openraft's snapshot of this machine, file `checkpoint` in the group's
-//! directory): the partition persisted (every segment synced), then the applied entry, the
-//! membership and the partition's next offset written whole. Boot reads it: entries after
+//! directory): the partition persisted (every segment and offset file synced), then the
+//! applied entry, the membership, the partition's next offset and the machine's consumer
+//! offsets written whole. Boot reads it: entries after
 //! it are applied again, and those whose batches the segments still hold are skipped by the
 //! first row. A partition that holds less than its checkpoint says was synced is damage.
 //!
 //! A checkpoint holds no messages: a replica sent one past what its partition holds (it is
 //! behind the leader's purged WAL) first takes the missing batches from its peers' segments
 //! ([`super::refill`], [`PartMachine::take_refilled`]); installing one refuses unless the
-//! partition holds every batch it names by then.
+//! partition holds every batch it names by then, and writes its consumer offsets to the
+//! replica first (and deletes those it no longer holds). A replica rebuilt from its peers
+//! has the machine's offsets written again ([`PartMachine::restore_offsets`]).
 
 use super::sink::PartitionSink;
-use super::{PartConfig, PartEntry, PartMembership, PartSnapshot, PartSnapshotMeta, SendOutcome};
+use super::{
+    OffsetCommand, PartCommand, PartConfig, PartEntry, PartMembership, PartOutcome, PartSnapshot,
+    PartSnapshotMeta, SendOutcome,
+};
 use crate::sm::{read_whole, write_whole};
 use crate::types::LogId;
 use cairn_engine::env::Disk;
 use cairn_engine::format::BatchHeader;
+use cairn_engine::partition::offsets::MAX_CONSUMER_OFFSETS;
 use futures_util::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::EntryResponder;
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,8 +46,13 @@ use std::sync::{Arc, Mutex};
 
 /// The checkpoint's file in the group's directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
-/// The largest checkpoint read back (a membership and a few numbers).
+/// The largest checkpoint read back (a membership, a few numbers and at most
+/// [`MAX_CONSUMER_OFFSETS`] offsets of about 20 bytes each).
 const MAX_CHECKPOINT_LEN: u64 = 1 << 20;
+const _: () = assert!(MAX_CONSUMER_OFFSETS as u64 * 32 < MAX_CHECKPOINT_LEN / 2);
+
+/// A stored offset's key in the machine: whether a consumer group's, and the id.
+type OffsetKey = (bool, u32);
 
 /// What a checkpoint records: every entry through `meta.last_log_id` is applied and the
 /// partition's segments, synced, hold every batch below `next_offset`.
@@ -48,6 +63,9 @@ struct Checkpoint {
     /// The timestamp the last applied send was stamped with.
     #[serde(default)]
     last_timestamp: u64,
+    /// The consumer offsets stored through the applied entry (each with `offset` set).
+    #[serde(default)]
+    offsets: Vec<OffsetCommand>,
 }
 
 /// A group's state machine over this member's replica of the partition; clones share it.
@@ -103,8 +121,18 @@ pub struct MachineCounts {
 
 /// What applying an entry needs of the replica, decided under the machine's lock.
 enum Step {
-    Done(Option<SendOutcome>),
-    Append { at: LogId, end: u64, stamp: u64 },
+    Done(PartOutcome),
+    Append {
+        at: LogId,
+        end: u64,
+        stamp: u64,
+    },
+    /// An offset write to apply to the replica; `outcome` decided already.
+    Offset {
+        at: LogId,
+        write: OffsetCommand,
+        outcome: PartOutcome,
+    },
 }
 
 struct Inner {
@@ -125,6 +153,9 @@ struct Inner {
     skipped: u64,
     /// The canary `part-apply-uncommitted`'s: the first log index it has not taken early.
     taken_early: u64,
+    /// The consumer offsets stored through `applied` (at most [`MAX_CONSUMER_OFFSETS`]): what
+    /// decides an offset write's outcome and what a checkpoint carries.
+    offsets: BTreeMap<OffsetKey, OffsetCommand>,
     counts: Arc<MachineCounts>,
     hooks: MachineHooks,
     checkpoint: Option<Checkpoint>,
@@ -157,6 +188,9 @@ impl PartMachine {
             (c.meta.last_log_id, c.meta.last_membership.clone())
         });
         let last_timestamp = checkpoint.as_ref().map_or(0, |c| c.last_timestamp);
+        let offsets = checkpoint
+            .as_ref()
+            .map_or_else(Default::default, |c| keyed(&c.offsets));
         let inner = Inner {
             disk,
             dir: dir.to_owned(),
@@ -167,6 +201,7 @@ impl PartMachine {
             held,
             skipped: 0,
             taken_early: 0,
+            offsets,
             counts,
             hooks,
             checkpoint,
@@ -211,8 +246,20 @@ impl PartMachine {
             "rebuilding a replica's partition where its peers' batches start"
         );
         self.sink.rebuild(start).await?;
-        let mut inner = self.lock();
-        inner.held = inner.held.max(start);
+        {
+            let mut inner = self.lock();
+            inner.held = inner.held.max(start);
+        }
+        self.restore_offsets().await
+    }
+
+    /// Writes every offset the machine holds to the replica (rebuilt empty, its offset
+    /// files gone with its directory).
+    pub async fn restore_offsets(&self) -> io::Result<()> {
+        let offsets: Vec<OffsetCommand> = self.lock().offsets.values().copied().collect();
+        for offset in offsets {
+            self.sink.write_offset(offset.write()).await?;
+        }
         Ok(())
     }
 
@@ -255,7 +302,7 @@ impl PartMachine {
     /// no one decided, at offsets where its peers store others.
     async fn apply_uncommitted(&self, entries: Vec<PartEntry>) -> io::Result<()> {
         for entry in entries {
-            let EntryPayload::Normal(send) = &entry.payload else {
+            let EntryPayload::Normal(PartCommand::Send(send)) = &entry.payload else {
                 continue;
             };
             let index = entry.log_id().index;
@@ -292,7 +339,10 @@ impl Inner {
             "entries apply in index order, each once"
         );
         let step = match &entry.payload {
-            EntryPayload::Normal(send) => {
+            EntryPayload::Normal(PartCommand::Offset(write)) => {
+                return Ok(self.offset_step(log_id, *write));
+            }
+            EntryPayload::Normal(PartCommand::Send(send)) => {
                 let count = BatchHeader::decode(&send.batch)
                     .map_err(|e| {
                         invalid(format!("the send committed at {log_id} is no batch: {e}"))
@@ -309,7 +359,7 @@ impl Inner {
                     self.counts.skipped.fetch_add(1, Ordering::Relaxed);
                     self.next = end;
                     self.last_timestamp = stamp;
-                    Step::Done(Some(SendOutcome {
+                    Step::Done(PartOutcome::Sent(SendOutcome {
                         base_offset: end - u64::from(count),
                         message_count: count,
                         timestamp: stamp,
@@ -330,12 +380,55 @@ impl Inner {
             }
             EntryPayload::Membership(m) => {
                 self.membership = PartMembership::new(Some(log_id), m.clone());
-                Step::Done(None)
+                Step::Done(PartOutcome::Nothing)
             }
-            EntryPayload::Blank => Step::Done(None),
+            EntryPayload::Blank => Step::Done(PartOutcome::Nothing),
         };
         self.applied = Some(log_id);
         Ok(step)
+    }
+
+    /// An offset write's step, by the module doc's table: decided on the sends applied
+    /// before it and the offsets the machine holds, never on the replica's files. A refused
+    /// write is applied (nothing to do); another is recorded here and finished by
+    /// [`Inner::offset_written`] once the replica took it.
+    fn offset_step(&mut self, at: LogId, write: OffsetCommand) -> Step {
+        let key = (write.group, write.id);
+        let outcome = match write.offset {
+            Some(offset) if offset >= self.next => PartOutcome::OffsetBeyondEnd { next: self.next },
+            Some(_)
+                if !self.offsets.contains_key(&key)
+                    && self.offsets.len() >= MAX_CONSUMER_OFFSETS =>
+            {
+                PartOutcome::TooManyOffsets {
+                    limit: MAX_CONSUMER_OFFSETS,
+                }
+            }
+            Some(_) => {
+                self.offsets.insert(key, write);
+                PartOutcome::OffsetStored
+            }
+            None => {
+                let held = self.offsets.remove(&key);
+                PartOutcome::OffsetDeleted {
+                    found: held.is_some_and(|h| h.made_at == write.made_at),
+                }
+            }
+        };
+        match outcome {
+            PartOutcome::OffsetStored | PartOutcome::OffsetDeleted { .. } => {
+                Step::Offset { at, write, outcome }
+            }
+            refused => {
+                self.applied = Some(at);
+                Step::Done(refused)
+            }
+        }
+    }
+
+    /// Records an offset write the replica applied.
+    fn offset_written(&mut self, at: LogId) {
+        self.applied = Some(at);
     }
 
     /// Records a send the replica appended at `outcome`.
@@ -364,6 +457,7 @@ impl Inner {
             },
             next_offset: self.next,
             last_timestamp: self.last_timestamp,
+            offsets: self.offsets.values().copied().collect(),
         }
     }
 
@@ -388,10 +482,21 @@ impl Inner {
         snapshot
     }
 
-    /// A leader's checkpoint, sent to this replica because it is behind the leader's WAL.
-    fn install(&mut self, meta: &PartSnapshotMeta, data: &[u8], holds: u64) -> io::Result<()> {
-        let sent: Checkpoint = rmp_serde::from_slice(data)
-            .map_err(|e| invalid(format!("a checkpoint that does not decode: {e}")))?;
+    /// The offset writes that bring the replica from the machine's offsets to `sent`'s:
+    /// each it holds stored, then each the machine holds that it does not deleted.
+    fn offsets_to_install(&self, sent: &Checkpoint) -> Vec<OffsetCommand> {
+        let wanted = keyed(&sent.offsets);
+        let gone = self.offsets.iter().filter(|(k, _)| !wanted.contains_key(k));
+        let deletes = gone.map(|(_, held)| OffsetCommand {
+            offset: None,
+            ..*held
+        });
+        sent.offsets.iter().copied().chain(deletes).collect()
+    }
+
+    /// A leader's checkpoint, sent to this replica because it is behind the leader's WAL;
+    /// its offsets are on the replica already ([`Inner::offsets_to_install`]).
+    fn install(&mut self, meta: &PartSnapshotMeta, sent: Checkpoint, holds: u64) -> io::Result<()> {
         if sent.meta.last_log_id != meta.last_log_id {
             return Err(invalid("a checkpoint whose data is not its meta".into()));
         }
@@ -405,6 +510,7 @@ impl Inner {
         }
         self.next = sent.next_offset;
         self.last_timestamp = sent.last_timestamp;
+        self.offsets = keyed(&sent.offsets);
         self.held = self.held.max(holds);
         self.applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
@@ -413,6 +519,16 @@ impl Inner {
         self.checkpoint = Some(sent);
         Ok(())
     }
+}
+
+/// Offsets by their keys.
+fn keyed(offsets: &[OffsetCommand]) -> BTreeMap<OffsetKey, OffsetCommand> {
+    offsets.iter().map(|o| ((o.group, o.id), *o)).collect()
+}
+
+fn decode_checkpoint(data: &[u8]) -> io::Result<Checkpoint> {
+    rmp_serde::from_slice(data)
+        .map_err(|e| invalid(format!("a checkpoint that does not decode: {e}")))
 }
 
 /// The canary `part-apply-uncommitted` ([`MachineHooks::apply_uncommitted`]): has the
@@ -441,9 +557,7 @@ pub fn checkpointed(disk: &dyn Disk, dir: &Path) -> io::Result<u64> {
 
 /// The offset below which a checkpoint's partition holds every batch.
 pub fn checkpoint_offset(data: &[u8]) -> io::Result<u64> {
-    let checkpoint: Checkpoint = rmp_serde::from_slice(data)
-        .map_err(|e| invalid(format!("a checkpoint that does not decode: {e}")))?;
-    Ok(checkpoint.next_offset)
+    Ok(decode_checkpoint(data)?.next_offset)
 }
 
 fn snapshot_of(checkpoint: &Checkpoint) -> io::Result<PartSnapshot> {
@@ -488,7 +602,19 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
             let step = self.lock().step(&entry)?;
             let outcome = match (step, &entry.payload) {
                 (Step::Done(outcome), _) => outcome,
-                (Step::Append { at, end, stamp }, EntryPayload::Normal(send)) => {
+                (Step::Offset { at, write, outcome }, _) => {
+                    self.sink.write_offset(write.write()).await.map_err(|e| {
+                        io::Error::other(format!(
+                            "the replica refused {write} committed at {at}, which its peers apply: {e}"
+                        ))
+                    })?;
+                    self.lock().offset_written(at);
+                    outcome
+                }
+                (
+                    Step::Append { at, end, stamp },
+                    EntryPayload::Normal(PartCommand::Send(send)),
+                ) => {
                     let outcome = self.sink.append(&send.batch, stamp).await.map_err(
                         |e| {
                             io::Error::other(format!(
@@ -497,12 +623,12 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
                         },
                     )?;
                     self.lock().appended(at, (end, stamp), &outcome);
-                    Some(outcome)
+                    PartOutcome::Sent(outcome)
                 }
                 (Step::Append { .. }, _) => unreachable!("only a send appends"),
             };
             if let Some(responder) = responder {
-                responder.send(outcome.unwrap_or_default());
+                responder.send(outcome);
             }
         }
         Ok(())
@@ -516,7 +642,15 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
     /// checkpoint that names them is recorded.
     async fn install_snapshot(&mut self, meta: &PartSnapshotMeta, data: Vec<u8>) -> io::Result<()> {
         let holds = self.sink.checkpoint().await?;
-        self.lock().install(meta, &data, holds)
+        let sent = decode_checkpoint(&data)?;
+        let writes = self.lock().offsets_to_install(&sent);
+        for write in &writes {
+            self.sink.write_offset(write.write()).await?;
+        }
+        if !writes.is_empty() {
+            self.sink.checkpoint().await?;
+        }
+        self.lock().install(meta, sent, holds)
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<PartSnapshot>> {

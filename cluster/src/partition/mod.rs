@@ -30,6 +30,8 @@ pub mod sink;
 use crate::log::LogTypes;
 use crate::rt::EnvRuntime;
 use crate::types::{bytes_serde, NodeId, Peer};
+use cairn_engine::node::OffsetWrite;
+use cairn_engine::partition::{ConsumerId, ConsumerKind};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -55,8 +57,68 @@ impl fmt::Display for SendCommand {
     }
 }
 
-/// Where an applied send landed, as every replica computed it (zero for an entry that is
-/// not a send).
+/// An entry of a partition group's log: a send, or a consumer offset written between
+/// sends (every replica applies it after the sends committed before it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartCommand {
+    Send(SendCommand),
+    Offset(OffsetCommand),
+}
+
+impl fmt::Display for PartCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PartCommand::Send(send) => send.fmt(f),
+            PartCommand::Offset(o) => o.fmt(f),
+        }
+    }
+}
+
+/// A consumer offset stored (`offset`) or deleted (`None`), as the group replicates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetCommand {
+    /// A consumer group's offset (else a single consumer's).
+    pub group: bool,
+    pub id: u32,
+    /// For a group, the op that made it (`OffsetWrite::made_at`); 0 for a consumer.
+    pub made_at: u64,
+    pub offset: Option<u64>,
+}
+
+impl OffsetCommand {
+    pub fn of(write: OffsetWrite) -> OffsetCommand {
+        OffsetCommand {
+            group: write.consumer.kind == ConsumerKind::Group,
+            id: write.consumer.id,
+            made_at: write.made_at,
+            offset: write.offset,
+        }
+    }
+
+    pub fn write(&self) -> OffsetWrite {
+        let consumer = match self.group {
+            true => ConsumerId::group(self.id),
+            false => ConsumerId::consumer(self.id),
+        };
+        OffsetWrite {
+            consumer,
+            made_at: self.made_at,
+            offset: self.offset,
+        }
+    }
+}
+
+impl fmt::Display for OffsetCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whose = if self.group { "group" } else { "consumer" };
+        match self.offset {
+            Some(offset) => write!(f, "{whose} {}'s offset {offset}", self.id),
+            None => write!(f, "{whose} {}'s offset deleted", self.id),
+        }
+    }
+}
+
+/// Where an applied send landed, as every replica computed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SendOutcome {
     pub base_offset: u64,
@@ -64,11 +126,35 @@ pub struct SendOutcome {
     pub timestamp: u64,
 }
 
+/// What applying an entry did, as every replica decided it (the machine's own state, not
+/// its replica's files, decides an offset write's outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum PartOutcome {
+    /// A blank or membership entry.
+    #[default]
+    Nothing,
+    Sent(SendOutcome),
+    /// An offset stored, or deleted (whether one was stored for that incarnation).
+    OffsetStored,
+    OffsetDeleted {
+        found: bool,
+    },
+    /// Refused: past the last message the sends before it committed (`next`, the offset
+    /// after it).
+    OffsetBeyondEnd {
+        next: u64,
+    },
+    /// Refused: the partition holds offsets of `limit` consumers already.
+    TooManyOffsets {
+        limit: usize,
+    },
+}
+
 openraft::declare_raft_types!(
     /// A partition group's type configuration.
     pub PartConfig:
-        D = SendCommand,
-        R = SendOutcome,
+        D = PartCommand,
+        R = PartOutcome,
         NodeId = NodeId,
         Node = Peer,
         AsyncRuntime = EnvRuntime,

@@ -14,7 +14,7 @@
 //! always uses the same one, so its requests to a peer stay in order), so the number of
 //! connections does not grow with the number of partitions.
 
-use super::{PartConfig, PartSnapshot, PartSnapshotMeta, SendCommand, SendOutcome};
+use super::{PartCommand, PartConfig, PartOutcome, PartSnapshot, PartSnapshotMeta};
 use crate::net::{PeerClient, PeerNetwork};
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
 use cairn_engine::env::BoxFuture;
@@ -83,8 +83,9 @@ pub enum PartRpc {
         data: Vec<u8>,
     },
     TransferLeader(TransferLeaderRequest<PartConfig>),
-    /// A member's send, forwarded to the member it believes leads the group.
-    Send(SendCommand),
+    /// A member's send or offset write, forwarded to the member it believes leads the
+    /// group.
+    Send(PartCommand),
     /// The stored batches from offset `from`, at most `max_bytes` (a replica behind the
     /// leader's WAL refills itself: `refill`).
     Fetch {
@@ -108,9 +109,9 @@ pub enum PartReply {
     Vote(VoteResponse<PartConfig>),
     Snapshot(SnapshotResponse<PartConfig>),
     TransferLeader(TransferLeaderResponse<PartConfig>),
-    /// Where a forwarded send landed, and its log index (the forwarder waits until it
-    /// applied that far, so its own copy shows the send when the client hears of it).
-    Sent(Result<(SendOutcome, u64), SendRefused>),
+    /// What a forwarded write did, and its log index (the forwarder waits until it
+    /// applied that far, so its own copy shows the write when the client hears of it).
+    Sent(Result<(PartOutcome, u64), SendRefused>),
     /// The replica of the group this member runs, and whether it holds any of the group
     /// (a configuration or a log): a group is made only where no member's replica does;
     /// and whether the member is leaving (a graceful stop: it takes no group back).
@@ -255,7 +256,7 @@ pub(super) fn entries_within(entries: &[super::PartEntry], budget: usize) -> usi
     let mut total = 0usize;
     for (i, entry) in entries.iter().enumerate() {
         total += match &entry.payload {
-            openraft::EntryPayload::Normal(send) => send.batch.len() + 64,
+            openraft::EntryPayload::Normal(PartCommand::Send(send)) => send.batch.len() + 64,
             _ => 1024,
         };
         if total > budget && i > 0 {

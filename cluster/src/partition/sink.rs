@@ -8,7 +8,7 @@ use super::SendOutcome;
 use bytes::{Bytes, BytesMut};
 use cairn_engine::config::{PartitionSettings, TopicConfig};
 use cairn_engine::env::{BoxFuture, Env};
-use cairn_engine::node::Node;
+use cairn_engine::node::{Node, OffsetWrite};
 use cairn_engine::partition::{AppendAck, Partition, PartitionIdentity};
 use std::io;
 use std::path::PathBuf;
@@ -24,7 +24,10 @@ pub trait PartitionSink: Send + Sync + 'static {
         batch: &'a [u8],
         timestamp: u64,
     ) -> BoxFuture<'a, io::Result<SendOutcome>>;
-    /// Syncs every batch it holds; its next offset.
+    /// Applies a consumer offset write the group committed (a group's, only to the
+    /// incarnation of the group it names: `Node::apply_replicated_offset`).
+    fn write_offset(&self, write: OffsetWrite) -> BoxFuture<'_, io::Result<()>>;
+    /// Syncs every batch and offset it holds; its next offset.
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>>;
     /// The batches it holds from offset `from`, as stored, at most `max_bytes` of them (a
     /// first batch always whole): what a peer behind the group's log refills itself with.
@@ -95,6 +98,13 @@ impl PartitionSink for OnNode {
                 .await
                 .map(|sent| outcome(sent.ack))
                 .map_err(io::Error::other)
+        })
+    }
+
+    fn write_offset(&self, write: OffsetWrite) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            let applied = self.node.apply_replicated_offset(self.partition, write);
+            applied.await.map(|_| ()).map_err(io::Error::other)
         })
     }
 
@@ -205,8 +215,23 @@ impl PartitionSink for Held {
         Box::pin(async move { appended.map(outcome).map_err(io::Error::other) })
     }
 
+    fn write_offset(&self, write: OffsetWrite) -> BoxFuture<'_, io::Result<()>> {
+        let mut partition = self.lock();
+        let written = match write.offset {
+            Some(offset) => partition.store_replicated_offset(write.consumer, offset),
+            None => partition.delete_offset(write.consumer).map(|_| ()),
+        };
+        Box::pin(async move { written.map_err(io::Error::other) })
+    }
+
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>> {
-        let synced = self.lock().persist().map_err(io::Error::other);
+        let mut partition = self.lock();
+        let synced = partition.persist().and_then(|point| {
+            partition.sync_offsets()?;
+            Ok(point)
+        });
+        let synced = synced.map_err(io::Error::other);
+        drop(partition);
         Box::pin(async move { synced.map(|point| point.next_offset) })
     }
 

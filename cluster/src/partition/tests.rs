@@ -202,10 +202,10 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
         disk: &*env.disk,
         dir: &wal,
     };
-    if refill::needs_repair(&held, checkpointed, &mark)
+    let repaired = refill::needs_repair(&held, checkpointed, &mark)
         .await
-        .unwrap()
-    {
+        .unwrap();
+    if repaired {
         let peers: Vec<(NodeId, Peer)> = router
             .up
             .lock()
@@ -226,6 +226,9 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
     )
     .await
     .unwrap();
+    if repaired {
+        machine.restore_offsets().await.unwrap();
+    }
     let config = openraft::Config {
         heartbeat_interval: 50,
         election_timeout_min: 300,
@@ -289,28 +292,58 @@ fn stored(replica: &Replica) -> Vec<u8> {
 async fn send(env: &Env, replicas: &[Replica], from: u64, to: u64) -> Vec<SendOutcome> {
     let mut outcomes = Vec::new();
     for seed in from..to {
-        let command = SendCommand {
+        let command = PartCommand::Send(SendCommand {
             batch: batch(seed, 1 + (seed % 3) as u32),
             timestamp: 1_000 + seed,
-        };
-        let mut attempts = 0;
-        let outcome = loop {
-            let leader = replicas[0].raft.metrics().borrow_watched().current_leader;
-            let raft = leader.and_then(|l| replicas.iter().find(|r| r.id == l));
-            if let Some(replica) = raft {
-                match replica.raft.client_write(command.clone()).await {
-                    Ok(written) => break *written.response(),
-                    Err(e) if e.forward_to_leader().is_some() => {}
-                    Err(e) => panic!("send {seed}: {e}"),
-                }
-            }
-            attempts += 1;
-            assert!(attempts < 400, "no leader took send {seed}");
-            env.clock.sleep(Duration::from_millis(50)).await;
-        };
-        outcomes.push(outcome);
+        });
+        match write(env, replicas, command).await {
+            PartOutcome::Sent(outcome) => outcomes.push(outcome),
+            other => panic!("send {seed} applied as {other:?}"),
+        }
     }
     outcomes
+}
+
+/// Proposes `command` on whichever replica leads (asking again, as a client does, while
+/// none does yet): what applying it did.
+async fn write(env: &Env, replicas: &[Replica], command: PartCommand) -> PartOutcome {
+    for _ in 0..400 {
+        let leader = replicas[0].raft.metrics().borrow_watched().current_leader;
+        let raft = leader.and_then(|l| replicas.iter().find(|r| r.id == l));
+        if let Some(replica) = raft {
+            match replica.raft.client_write(command.clone()).await {
+                Ok(written) => return *written.response(),
+                Err(e) if e.forward_to_leader().is_some() => {}
+                Err(e) => panic!("{command}: {e}"),
+            }
+        }
+        env.clock.sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no leader took {command}")
+}
+
+/// Stores (`Some`) or deletes consumer `id`'s offset through the group.
+async fn offset(env: &Env, replicas: &[Replica], id: u32, offset: Option<u64>) -> PartOutcome {
+    let command = OffsetCommand {
+        group: false,
+        id,
+        made_at: 0,
+        offset,
+    };
+    write(env, replicas, PartCommand::Offset(command)).await
+}
+
+/// Every replica holds `expected` as consumer `id`'s offset.
+fn all_hold_offset(replicas: &[Replica], id: u32, expected: Option<u64>) {
+    let consumer = cairn_engine::partition::ConsumerId::consumer(id);
+    for r in replicas {
+        let held = r.held.lock().get_offset(consumer).unwrap();
+        assert_eq!(
+            held, expected,
+            "replica {}: consumer {id}'s offset",
+            r.member
+        );
+    }
 }
 
 async fn settle(replicas: &[Replica]) {
@@ -410,6 +443,12 @@ fn a_follower_whose_partition_is_damaged_repairs_it_from_its_peers() {
     block_on(in_env(&env, async {
         let mut replicas = three_started(&env, &router, root.path(), 0).await;
         let end = dense(&send(&env, &replicas, 0, 30).await, 0);
+        assert_eq!(
+            offset(&env, &replicas, 9, Some(20)).await,
+            PartOutcome::OffsetStored
+        );
+        // Checkpoints past the offset's entry: the rebuilt replica's WAL no longer holds it.
+        let end = dense(&send(&env, &replicas, 30, 50).await, end);
         settle(&replicas).await;
 
         let (dir, member, id) = stop_a_follower(&router, &mut replicas).await;
@@ -427,16 +466,17 @@ fn a_follower_whose_partition_is_damaged_repairs_it_from_its_peers() {
         let fence = opened.unwrap().partition.fence_reason().cloned();
         assert!(fence.is_some(), "damaged synced bytes fence the partition");
 
-        let end = dense(&send(&env, &replicas, 30, 40).await, end);
+        let end = dense(&send(&env, &replicas, 50, 60).await, end);
         let back = start(&env, &router, (&dir, member), 0).await;
         assert_eq!(
             back.id, id,
             "the same replica: only its partition was rebuilt"
         );
         replicas.push(back);
-        let end = dense(&send(&env, &replicas, 40, 45).await, end);
+        let end = dense(&send(&env, &replicas, 60, 65).await, end);
         settle(&replicas).await;
         all_hold_the_same(&replicas, end);
+        all_hold_offset(&replicas, 9, Some(20));
         for r in &replicas {
             r.raft.shutdown().await.unwrap();
         }
@@ -557,6 +597,65 @@ fn a_follower_behind_the_purged_wal_refills_its_partition_from_its_peers() {
     }));
 }
 
+/// Consumer offsets go through the group: every replica holds each one stored, an offset
+/// past the sends committed before it is refused on every replica alike, and a follower
+/// behind the purged WAL installs the leader's checkpoint with its offsets (the ones it
+/// missed stored, one deleted meanwhile deleted), durably.
+#[test]
+fn offsets_reach_every_replica_and_a_checkpoint_carries_them_to_one_behind() {
+    let env = env_with_workers(2).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::new(&env);
+    block_on(in_env(&env, async {
+        let mut replicas = three_started(&env, &router, root.path(), 0).await;
+        let end = dense(&send(&env, &replicas, 0, 10).await, 0);
+        for (id, at) in [(1, 5), (2, 3)] {
+            let stored = offset(&env, &replicas, id, Some(at)).await;
+            assert_eq!(stored, PartOutcome::OffsetStored);
+        }
+        let past = offset(&env, &replicas, 3, Some(end)).await;
+        assert_eq!(past, PartOutcome::OffsetBeyondEnd { next: end });
+        settle(&replicas).await;
+        all_hold_offset(&replicas, 1, Some(5));
+        all_hold_offset(&replicas, 3, None);
+
+        let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
+        let end = dense(&send(&env, &replicas, 10, 40).await, end);
+        let last = end - 1;
+        assert_eq!(
+            offset(&env, &replicas, 1, Some(last)).await,
+            PartOutcome::OffsetStored
+        );
+        let deleted = offset(&env, &replicas, 2, None).await;
+        assert_eq!(deleted, PartOutcome::OffsetDeleted { found: true });
+        let again = offset(&env, &replicas, 2, None).await;
+        assert_eq!(again, PartOutcome::OffsetDeleted { found: false });
+        let end = dense(&send(&env, &replicas, 40, 60).await, end);
+        wait_for_purge_past(&replicas, 20).await;
+        replicas.push(start(&env, &router, (&dir, member), 0).await);
+        settle(&replicas).await;
+        let back = replicas.last().unwrap();
+        let installed = back
+            .counts
+            .installed
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(installed > 0, "it installed a checkpoint");
+        all_hold_the_same(&replicas, end);
+        all_hold_offset(&replicas, 1, Some(last));
+        all_hold_offset(&replicas, 2, None);
+
+        // What it installed is durable: it comes back from its own storage.
+        let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
+        replicas.push(start(&env, &router, (&dir, member), 0).await);
+        settle(&replicas).await;
+        all_hold_offset(&replicas, 1, Some(last));
+        all_hold_offset(&replicas, 2, None);
+        for r in &replicas {
+            r.raft.shutdown().await.unwrap();
+        }
+    }));
+}
+
 impl crate::log::tests::SuiteMachine for PartMachine {
     type C = PartConfig;
     fn open_for_suite(env: &Env, dir: &Path) -> Self {
@@ -582,10 +681,10 @@ fn send_entry(index: u64, bytes: usize) -> PartEntry {
     };
     PartEntry {
         log_id: crate::types::LogId::new(leader, index),
-        payload: openraft::EntryPayload::Normal(SendCommand {
+        payload: openraft::EntryPayload::Normal(PartCommand::Send(SendCommand {
             batch: vec![0; bytes],
             timestamp: 0,
-        }),
+        })),
     }
 }
 

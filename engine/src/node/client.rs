@@ -4,6 +4,8 @@
 //! sends, polls and offsets for the partition's shard, memberships for the groups owner),
 //! bounds the caller's requests in flight, and waits for the one-shot answer.
 
+mod offsets;
+
 use super::auth::{token_login, Login};
 use super::groups::GroupRequest;
 use super::meta_owner::{MetaReply, OpRequest, OwnerRequest};
@@ -687,13 +689,16 @@ impl Client {
             }
         };
         let key = (s, t, p);
+        // A cluster member's group orders the auto-commit after the poll read.
+        let replicated = self.node.replicator()?.is_some();
+        let commit = request.auto_commit.then_some(consumer_id);
         let (reply, pending) = oneshot();
         let shard_request = ShardRequest::Poll {
             key,
             from,
             count: request.count,
             max_bytes,
-            commit: request.auto_commit.then_some(consumer_id),
+            commit: commit.filter(|_| !replicated),
             resolved_at: view.op,
             ticket: self.node.ticket(),
             reply,
@@ -701,130 +706,14 @@ impl Client {
         self.node
             .enqueue(self.node.shard(key), shard_request)
             .await?;
-        self.node.answer(pending).await?.map(Some)
-    }
-
-    /// The partition and consumer an offset call means, and the op of the view that named
-    /// the consumer. A group consumer without a partition id means the member's current
-    /// partition (the one its last poll read), as in Iggy.
-    async fn offset_target(
-        &self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
-        partition: Option<u32>,
-    ) -> NodeResult<(PartitionKey, ConsumerId, u64)> {
-        let view = self.view();
-        let (s, t) = view.topic_ids(stream, topic)?;
-        let id = Self::consumer_id(&view, consumer, s, t)?;
-        let p = match (partition, consumer.kind) {
-            (Some(p), _) => p,
-            (None, KIND_CONSUMER_GROUP) => {
-                let (reply, pending) = oneshot();
-                let request = GroupRequest::Current {
-                    key: (s, t, id.id),
-                    client: self.id,
-                    reply,
-                };
-                self.ask_groups(request, pending).await??
+        let polled = self.node.answer(pending).await??;
+        let last = super::shard::last_offset(&polled);
+        if let (true, Some(consumer), Some(last)) = (replicated, commit, last) {
+            if let Some(ordered) = self.order_offset(key, consumer, Some(last))? {
+                ordered.await?;
             }
-            (None, _) => 0,
-        };
-        Ok(((s, t, p), id, view.op))
-    }
-
-    /// The partition an offset call with these arguments means (a group member's current
-    /// one when no partition is named).
-    pub async fn offset_partition(
-        &self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
-        partition: Option<u32>,
-    ) -> NodeResult<PartitionKey> {
-        Ok(self
-            .offset_target(consumer, stream, topic, partition)
-            .await?
-            .0)
-    }
-
-    async fn ask_shard<T>(
-        &self,
-        key: PartitionKey,
-        request: ShardRequest,
-        pending: Pending<NodeResult<T>>,
-    ) -> NodeResult<T> {
-        self.node.enqueue(self.node.shard(key), request).await?;
-        self.node.answer(pending).await?
-    }
-
-    pub async fn store_offset(
-        &self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
-        partition: Option<u32>,
-        offset: u64,
-    ) -> NodeResult<()> {
-        let _permit = self.permits.acquire().await;
-        self.node.check_running()?;
-        let (key, consumer, resolved_at) = self
-            .offset_target(consumer, stream, topic, partition)
-            .await?;
-        let (reply, pending) = oneshot();
-        let request = ShardRequest::StoreOffset {
-            key,
-            consumer,
-            resolved_at,
-            offset,
-            reply,
-        };
-        self.ask_shard(key, request, pending).await
-    }
-
-    pub async fn get_offset(
-        &self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
-        partition: Option<u32>,
-    ) -> NodeResult<Option<u64>> {
-        let _permit = self.permits.acquire().await;
-        self.node.check_running()?;
-        let (key, consumer, _) = self
-            .offset_target(consumer, stream, topic, partition)
-            .await?;
-        let (reply, pending) = oneshot();
-        let request = ShardRequest::GetOffset {
-            key,
-            consumer,
-            reply,
-        };
-        self.ask_shard(key, request, pending).await
-    }
-
-    pub async fn delete_offset(
-        &self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
-        partition: Option<u32>,
-    ) -> NodeResult<()> {
-        let _permit = self.permits.acquire().await;
-        self.node.check_running()?;
-        let (key, consumer_id, _) = self
-            .offset_target(consumer, stream, topic, partition)
-            .await?;
-        let (reply, pending) = oneshot();
-        let request = ShardRequest::DeleteOffset {
-            key,
-            consumer: consumer_id,
-            reply,
-        };
-        if !self.ask_shard(key, request, pending).await? {
-            return Err(NodeError::OffsetNotFound(format!("{consumer_id:?}")));
         }
-        Ok(())
+        Ok(Some(polled))
     }
 
     /// Deletes the `count` oldest sealed segments of a partition (`DeleteSegments`); the

@@ -18,7 +18,7 @@ use super::shard::ShardRequest;
 use super::{Node, Sent};
 use crate::env::chan::oneshot;
 use crate::error::{NodeError, NodeResult};
-use crate::partition::PartitionIdentity;
+use crate::partition::{ConsumerId, ConsumerKind, PartitionIdentity};
 use crate::state::key_of;
 use bytes::BytesMut;
 use std::future::Future;
@@ -28,11 +28,41 @@ use std::sync::Arc;
 /// Where a replicated send landed, once its group committed it.
 pub type Replicated = Pin<Box<dyn Future<Output = NodeResult<Sent>> + Send>>;
 
-/// Who orders a clustered node's sends.
+/// Whether a replicated offset write found an offset to replace or delete, once its group
+/// committed it.
+pub type OffsetOrdered = Pin<Box<dyn Future<Output = NodeResult<bool>> + Send>>;
+
+/// A consumer offset write a partition's group orders among its sends: `offset` stored, or
+/// (`None`) the stored one deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetWrite {
+    pub consumer: ConsumerId,
+    /// For a consumer group's offset, the op that made the group (`Group::created_op`:
+    /// group ids are reused, so a write binds to this incarnation); 0 for a consumer.
+    pub made_at: u64,
+    pub offset: Option<u64>,
+}
+
+/// What a replica did with a committed offset write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetApplied {
+    Stored,
+    /// Deleted; whether this replica held one.
+    Deleted(bool),
+    /// The write's consumer group is gone (deleted, or made again since the write was
+    /// asked): its offsets went with it, so nothing is stored.
+    GroupGone,
+}
+
+/// Who orders a clustered node's sends and offset writes.
 pub trait Replicator: Send + Sync {
     /// Has `partition`'s group commit `batch` (as its client sent it), answering where it
     /// landed once committed.
     fn replicate(&self, partition: PartitionIdentity, batch: BytesMut) -> Replicated;
+    /// Has `partition`'s group commit `write` after the sends it committed before: every
+    /// replica applies it ([`Node::apply_replicated_offset`]), so a client that moves to
+    /// another member (its own failed) reads the offset it stored.
+    fn order_offset(&self, partition: PartitionIdentity, write: OffsetWrite) -> OffsetOrdered;
 }
 
 impl Node {
@@ -85,6 +115,63 @@ impl Node {
         };
         self.enqueue(self.shard(key), request).await?;
         self.answer(pending).await?
+    }
+
+    /// Applies an offset write `partition`'s group committed to this member's replica. A
+    /// group's write waits until this node's metadata holds the group's making (the member
+    /// that asked held it), then applies only to that incarnation of the group: one deleted
+    /// or made again meanwhile took its offsets along ([`Shard::retired`] closes the race
+    /// with a deletion after this look).
+    pub async fn apply_replicated_offset(
+        &self,
+        partition: PartitionIdentity,
+        write: OffsetWrite,
+    ) -> NodeResult<OffsetApplied> {
+        let view = self.view_through(write.made_at).await?;
+        let key = key_of(&partition);
+        if write.consumer.kind == ConsumerKind::Group {
+            let group = view
+                .state
+                .find_topic(key.0, key.1)
+                .and_then(|t| t.groups.get(&write.consumer.id));
+            if group.is_none_or(|g| g.created_op != write.made_at) {
+                return Ok(OffsetApplied::GroupGone);
+            }
+        }
+        let (reply, pending) = oneshot();
+        let request = ShardRequest::ApplyOffset {
+            key,
+            nonce: partition.nonce,
+            write,
+            resolved_at: view.op,
+            reply,
+        };
+        self.enqueue(self.shard(key), request).await?;
+        self.answer(pending).await?
+    }
+
+    /// This node's view once it holds op `op` (applied in order behind whatever this node's
+    /// metadata group committed: no op waits for a partition group, so this ends unless
+    /// the node stops).
+    async fn view_through(&self, op: u64) -> NodeResult<Arc<super::MetaView>> {
+        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+        let mut looks = 0u64;
+        loop {
+            self.check_running()?;
+            let view = self.view();
+            if view.op >= op {
+                return Ok(view);
+            }
+            looks += 1;
+            if looks.is_multiple_of(2_000) {
+                tracing::warn!(
+                    op,
+                    held = view.op,
+                    "an offset write waits for this member's metadata to reach its group's making"
+                );
+            }
+            self.env().clock.sleep(LOOK_EVERY).await;
+        }
     }
 
     /// Syncs every batch of this member's replica of `partition` (its group's checkpoint);

@@ -430,6 +430,17 @@ impl Partition {
         self.guarded(|log| log.store_offset(consumer, offset))
     }
 
+    /// Stores an offset a cluster member's partition group ordered (checked there, against
+    /// the sends ordered before it, not against this replica's end).
+    pub fn store_replicated_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {
+        self.guarded(|log| log.store_offset_unchecked(consumer, offset))
+    }
+
+    /// Syncs the offset files stored unsynced since the last call (a replica's checkpoint).
+    pub fn sync_offsets(&mut self) -> Result<()> {
+        self.guarded(|log| log.sync_offsets())
+    }
+
     pub fn get_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
         self.log_ref()?.get_offset(consumer)
     }

@@ -22,7 +22,7 @@ use super::superblock::PartitionIdentity;
 use crate::config::Durability;
 use crate::env::{Disk, OpenMode};
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
@@ -232,6 +232,11 @@ pub struct ConsumerOffsets {
     dir: PathBuf,
     owner: u64,
     entries: BTreeMap<ConsumerId, StoredOffset>,
+    /// Files written without a sync since the last [`ConsumerOffsets::sync`] (at most one
+    /// per consumer: bounded by [`MAX_CONSUMER_OFFSETS`]), and whether a directory changed
+    /// unsynced (a rename or a removal).
+    unsynced: BTreeSet<ConsumerId>,
+    dirs_unsynced: bool,
 }
 
 /// Most consumers (single consumers and groups together) with a stored offset in one
@@ -245,6 +250,8 @@ impl ConsumerOffsets {
             dir: dir.to_path_buf(),
             owner,
             entries,
+            unsynced: BTreeSet::new(),
+            dirs_unsynced: false,
         }
     }
 
@@ -273,14 +280,12 @@ impl ConsumerOffsets {
         durability: Durability,
     ) -> io::Result<()> {
         let path = consumer.path(&self.dir);
-        write(
-            disk,
-            &path,
-            self.owner,
-            consumer,
-            offset,
-            durability == Durability::Persisted,
-        )?;
+        let durable = durability == Durability::Persisted;
+        write(disk, &path, self.owner, consumer, offset, durable)?;
+        if !durable {
+            self.unsynced.insert(consumer);
+            self.dirs_unsynced = true;
+        }
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())
     }
@@ -295,13 +300,32 @@ impl ConsumerOffsets {
         if !self.entries.contains_key(&consumer) {
             return Ok(false);
         }
-        remove(
-            disk,
-            &consumer.path(&self.dir),
-            durability == Durability::Persisted,
-        )?;
+        let durable = durability == Durability::Persisted;
+        remove(disk, &consumer.path(&self.dir), durable)?;
+        self.unsynced.remove(&consumer);
+        self.dirs_unsynced |= !durable;
         self.entries.remove(&consumer);
         Ok(true)
+    }
+
+    /// Syncs every file written unsynced since the last call, then the directories that
+    /// name them: a cluster member's checkpoint of the partition, after which its group
+    /// no longer holds the writes in its log.
+    pub fn sync(&mut self, disk: &dyn Disk) -> io::Result<()> {
+        let _span = tracing::debug_span!("sync_offsets", dir = %self.dir.display()).entered();
+        for consumer in std::mem::take(&mut self.unsynced) {
+            disk.open(&consumer.path(&self.dir), OpenMode::Read)?
+                .sync_data()?;
+        }
+        if std::mem::take(&mut self.dirs_unsynced) {
+            for kind in ConsumerKind::ALL {
+                match disk.sync_dir(&self.dir.join("offsets").join(kind.dir())) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    synced => synced?,
+                }
+            }
+        }
+        Ok(())
     }
 }
 

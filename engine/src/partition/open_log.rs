@@ -821,13 +821,38 @@ impl OpenLog {
         if last.is_none_or(|last| offset > last) {
             return Err(PartitionError::OffsetBeyondEnd { offset, last });
         }
-        let durability = self.config.consumer_offset_durability;
         let new_member = self.offsets.get(consumer).is_none();
         if new_member && self.offsets.len() >= super::offsets::MAX_CONSUMER_OFFSETS {
             return Err(PartitionError::TooManyOffsets {
                 limit: super::offsets::MAX_CONSUMER_OFFSETS,
             });
         }
+        self.store_offset_unchecked(consumer, offset)
+    }
+
+    /// Syncs the offset files written unsynced (a replica's checkpoint).
+    pub(super) fn sync_offsets(&mut self) -> Result<()> {
+        let dir = self.dir.join("offsets");
+        self.offsets
+            .sync(self.env.disk.as_ref())
+            .map_err(|source| PartitionError::Io {
+                op: "sync offsets in",
+                path: dir,
+                source,
+            })
+    }
+
+    /// [`OpenLog::store_offset`] without its checks: a replica's group checked the offset
+    /// against the sends it ordered before it and counted its consumers (its machine holds
+    /// at most [`super::offsets::MAX_CONSUMER_OFFSETS`]), and a replica rebuilt or refilled
+    /// holds its offsets before its batches.
+    pub(super) fn store_offset_unchecked(
+        &mut self,
+        consumer: ConsumerId,
+        offset: u64,
+    ) -> Result<()> {
+        let durability = self.config.consumer_offset_durability;
+        let new_member = self.offsets.get(consumer).is_none();
         self.offsets
             .store(self.env.disk.as_ref(), consumer, offset, durability)
             .map_err(|source| {

@@ -1,10 +1,10 @@
-//! Two more of the cluster's process tests (`cluster.rs` has the helpers): a wiped member
+//! Two more of the cluster's process tests (`cluster.rs` and `cluster_sdk.rs` have the
+//! helpers): a wiped member
 //! added back is refilled with every partition, and a member whose partitions are damaged
 //! repairs them from its peers.
 
-use crate::cluster::{
-    at, client_of, every_member_holds, field, make_orders_events, send_one, Running, SECRET,
-};
+use crate::cluster::{at, client_of, field, Running, SECRET};
+use crate::cluster_sdk::{every_member_holds, make_orders_events, send_one};
 use crate::common::Cairn;
 use std::path::Path;
 

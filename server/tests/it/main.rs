@@ -14,6 +14,7 @@ mod check_cli;
 mod cli_e2e;
 mod cluster;
 mod cluster_repair;
+mod cluster_sdk;
 mod crash_restart;
 mod http_api;
 mod http_compat;

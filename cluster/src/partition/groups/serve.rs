@@ -2,25 +2,26 @@
 //! Raft's requests handed to the group's replica here (which they wake: `quiet`), sends
 //! forwarded to it, its stored batches read for a peer that refills.
 
-use super::{id_of, never_made, propose, PartGroups};
+use super::{id_of, never_made, propose, stamp, PartGroups};
 use crate::partition::net::{
     identity_of, FromPeers, GroupName, PartEnvelope, PartReply, PartRpc, SendRefused,
 };
 use crate::partition::refill;
 use crate::partition::sink::{OnNode, PartitionSink};
-use crate::partition::{PartRaft, PartSnapshot, SendCommand};
+use crate::partition::{PartCommand, PartRaft, PartSnapshot};
 use crate::types::{show_id, NodeId};
 use cairn_engine::format::{verify_batch, Layout};
 use openraft::async_runtime::WatchReceiver;
 use std::sync::Arc;
 
 impl PartGroups {
-    /// A send a member forwarded: proposed when this member's replica leads.
+    /// A send or offset write a member forwarded: proposed when this member's replica
+    /// leads (a send's batch verified with this member's limits first).
     async fn take_forwarded(
         &self,
         (name, raft): (GroupName, &PartRaft),
         from: NodeId,
-        mut command: SendCommand,
+        mut command: PartCommand,
     ) -> PartReply {
         let metrics = raft.metrics().borrow_watched().clone();
         if metrics
@@ -38,12 +39,14 @@ impl PartGroups {
             return PartReply::Sent(Err(SendRefused::NotLeader(metrics.current_leader)));
         }
         let limits = self.inner.node.replica_limits();
-        if let Err(e) = verify_batch(&command.batch, &limits, Layout::Stored) {
-            return PartReply::Sent(Err(SendRefused::Failed(format!(
-                "the leader refuses the batch: {e}"
-            ))));
+        if let PartCommand::Send(send) = &command {
+            if let Err(e) = verify_batch(&send.batch, &limits, Layout::Stored) {
+                return PartReply::Sent(Err(SendRefused::Failed(format!(
+                    "the leader refuses the batch: {e}"
+                ))));
+            }
         }
-        command.timestamp = self.inner.env.clock.wall_micros();
+        stamp(&mut command, self.inner.env.clock.wall_micros());
         self.wake(name, raft);
         PartReply::Sent(propose(raft, command).await)
     }

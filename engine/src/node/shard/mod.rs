@@ -312,6 +312,17 @@ impl Shard {
                 settle(&self.env).await;
                 reply.send(result);
             }
+            ShardRequest::ApplyOffset {
+                key,
+                nonce,
+                write,
+                resolved_at,
+                reply,
+            } => {
+                let result = self.apply_offset(key, nonce, write, resolved_at);
+                settle(&self.env).await;
+                reply.send(result);
+            }
             ShardRequest::Checkpoint { key, nonce, reply } => {
                 let result = self.checkpoint(key, nonce);
                 settle(&self.env).await;
@@ -434,7 +445,12 @@ impl Shard {
 
     /// Whether `consumer`, named in the view of op `resolved_at`, is a group whose offsets
     /// in `key` a later deletion already removed ([`Shard::retired`]).
-    fn is_retired(&self, key: PartitionKey, consumer: ConsumerId, resolved_at: u64) -> bool {
+    pub(super) fn is_retired(
+        &self,
+        key: PartitionKey,
+        consumer: ConsumerId,
+        resolved_at: u64,
+    ) -> bool {
         consumer.kind == ConsumerKind::Group
             && self
                 .retired
@@ -910,6 +926,7 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Send { reply, .. } => reply.send(Err(error())),
         ShardRequest::Apply { reply, .. } => reply.send(Err(error())),
         ShardRequest::Checkpoint { reply, .. } => reply.send(Err(error())),
+        ShardRequest::ApplyOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::Rebuild { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
@@ -931,7 +948,7 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
 }
 
 /// The last offset a poll returned.
-fn last_offset(polled: &Polled) -> Option<u64> {
+pub(crate) fn last_offset(polled: &Polled) -> Option<u64> {
     let batch = polled.batches.last()?;
     crate::format::MessageIter::new(
         batch,

@@ -3,6 +3,7 @@
 
 use super::Shard;
 use crate::error::{NodeError, NodeResult};
+use crate::node::replicator::{OffsetApplied, OffsetWrite};
 use crate::node::Sent;
 use crate::partition::{FenceReason, Partition, PartitionError};
 use crate::state::PartitionKey;
@@ -36,9 +37,33 @@ impl Shard {
         })
     }
 
-    /// Syncs a replica for its group's checkpoint (`ShardRequest::Checkpoint`).
+    /// Applies a committed offset write to its replica (`ShardRequest::ApplyOffset`): a
+    /// group's write that a deletion after `resolved_at` retired is not stored.
+    pub(super) fn apply_offset(
+        &mut self,
+        key: PartitionKey,
+        nonce: u64,
+        write: OffsetWrite,
+        resolved_at: u64,
+    ) -> NodeResult<OffsetApplied> {
+        let retired = self.is_retired(key, write.consumer, resolved_at);
+        let partition = self.replica(key, nonce)?;
+        Ok(match write.offset {
+            _ if retired => OffsetApplied::GroupGone,
+            Some(offset) => {
+                partition.store_replicated_offset(write.consumer, offset)?;
+                OffsetApplied::Stored
+            }
+            None => OffsetApplied::Deleted(partition.delete_offset(write.consumer)?),
+        })
+    }
+
+    /// Syncs a replica for its group's checkpoint (`ShardRequest::Checkpoint`): its batches,
+    /// then the offsets stored unsynced (its group's log no longer holds them after).
     pub(super) fn checkpoint(&mut self, key: PartitionKey, nonce: u64) -> NodeResult<u64> {
-        let point = self.replica(key, nonce)?.persist()?;
+        let partition = self.replica(key, nonce)?;
+        let point = partition.persist()?;
+        partition.sync_offsets()?;
         Ok(point.next_offset)
     }
 

@@ -26,8 +26,17 @@ pub(crate) enum ShardRequest {
         timestamp: u64,
         reply: Reply<NodeResult<Sent>>,
     },
-    /// The group's checkpoint: every batch of the partition of nonce `nonce` synced; its
-    /// next offset.
+    /// An offset write the partition's replica group committed, for the partition of nonce
+    /// `nonce`; `resolved_at` the op of the view that found the write's group alive.
+    ApplyOffset {
+        key: PartitionKey,
+        nonce: u64,
+        write: crate::node::replicator::OffsetWrite,
+        resolved_at: u64,
+        reply: Reply<NodeResult<crate::node::replicator::OffsetApplied>>,
+    },
+    /// The group's checkpoint: every batch and offset of the partition of nonce `nonce`
+    /// synced; its next offset.
     Checkpoint {
         key: PartitionKey,
         nonce: u64,
@@ -113,6 +122,7 @@ impl ShardRequest {
             ShardRequest::Send { key, .. }
             | ShardRequest::Apply { key, .. }
             | ShardRequest::Checkpoint { key, .. }
+            | ShardRequest::ApplyOffset { key, .. }
             | ShardRequest::Rebuild { key, .. }
             | ShardRequest::Poll { key, .. }
             | ShardRequest::StoreOffset { key, .. }
