@@ -572,10 +572,18 @@ impl PartGroups {
         )
         .await
         .map_err(|e| e.to_string())?;
-        if repaired {
-            // Its offset files went with its directory; the checkpoint's offsets come back.
+        let mark = refill::RepairMark {
+            disk: &*inner.env.disk,
+            dir: &dir,
+        };
+        if repaired || mark.present().map_err(|e| e.to_string())? {
+            // Its offset files went with its directory: the checkpoint's come back, durably,
+            // before the mark of a rebuild goes (a crash before finds it and does it again).
             let restored = machine.restore_offsets().await;
             restored.map_err(|e| format!("restoring the repaired replica's offsets: {e}"))?;
+            if mark.present().map_err(|e| e.to_string())? {
+                mark.clear().map_err(|e| e.to_string())?;
+            }
         }
         let millis = |d: Duration| d.as_millis() as u64;
         let config = openraft::Config {

@@ -33,6 +33,7 @@ use crate::types::LogId;
 use cairn_engine::env::Disk;
 use cairn_engine::format::BatchHeader;
 use cairn_engine::partition::offsets::MAX_CONSUMER_OFFSETS;
+use cairn_engine::partition::{ConsumerId, ConsumerKind};
 use futures_util::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::EntryResponder;
@@ -47,9 +48,9 @@ use std::sync::{Arc, Mutex};
 /// The checkpoint's file in the group's directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 /// The largest checkpoint read back (a membership, a few numbers and at most
-/// [`MAX_CONSUMER_OFFSETS`] offsets of about 20 bytes each).
+/// [`MAX_CONSUMER_OFFSETS`] offsets of about 50 bytes each, their fields named).
 const MAX_CHECKPOINT_LEN: u64 = 1 << 20;
-const _: () = assert!(MAX_CONSUMER_OFFSETS as u64 * 32 < MAX_CHECKPOINT_LEN / 2);
+const _: () = assert!(MAX_CONSUMER_OFFSETS as u64 * 64 < MAX_CHECKPOINT_LEN);
 
 /// A stored offset's key in the machine: whether a consumer group's, and the id.
 type OffsetKey = (bool, u32);
@@ -94,6 +95,9 @@ pub struct MachineHooks {
     /// A canary's: a sleeping group's follower stays asleep when its leader's member goes
     /// silent or restarts (`quiet`).
     pub deaf_when_quiet: bool,
+    /// A canary's: an offset write is applied to the replica of the member asked only,
+    /// never ordered by the group (`groups::write`).
+    pub offsets_local: bool,
 }
 
 /// What machines did, summed over those that share it (a member's groups do): what the
@@ -254,11 +258,14 @@ impl PartMachine {
     }
 
     /// Writes every offset the machine holds to the replica (rebuilt empty, its offset
-    /// files gone with its directory).
+    /// files gone with its directory), durably.
     pub async fn restore_offsets(&self) -> io::Result<()> {
         let offsets: Vec<OffsetCommand> = self.lock().offsets.values().copied().collect();
-        for offset in offsets {
+        for offset in &offsets {
             self.sink.write_offset(offset.write()).await?;
+        }
+        if !offsets.is_empty() {
+            self.sink.checkpoint().await?;
         }
         Ok(())
     }
@@ -394,12 +401,13 @@ impl Inner {
     /// [`Inner::offset_written`] once the replica took it.
     fn offset_step(&mut self, at: LogId, write: OffsetCommand) -> Step {
         let key = (write.group, write.id);
+        // The incarnation of the consumer group that stored the key last (0 for a consumer).
+        let held = self.offsets.get(&key).map(|h| h.made_at);
         let outcome = match write.offset {
+            // A write of a group deleted since, whose id a later group stored under.
+            _ if held.is_some_and(|made| made > write.made_at) => PartOutcome::OffsetOfGoneGroup,
             Some(offset) if offset >= self.next => PartOutcome::OffsetBeyondEnd { next: self.next },
-            Some(_)
-                if !self.offsets.contains_key(&key)
-                    && self.offsets.len() >= MAX_CONSUMER_OFFSETS =>
-            {
+            Some(_) if held.is_none() && self.offsets.len() >= MAX_CONSUMER_OFFSETS => {
                 PartOutcome::TooManyOffsets {
                     limit: MAX_CONSUMER_OFFSETS,
                 }
@@ -409,9 +417,9 @@ impl Inner {
                 PartOutcome::OffsetStored
             }
             None => {
-                let held = self.offsets.remove(&key);
+                self.offsets.remove(&key);
                 PartOutcome::OffsetDeleted {
-                    found: held.is_some_and(|h| h.made_at == write.made_at),
+                    found: held == Some(write.made_at),
                 }
             }
         };
@@ -482,21 +490,37 @@ impl Inner {
         snapshot
     }
 
-    /// The offset writes that bring the replica from the machine's offsets to `sent`'s:
-    /// each it holds stored, then each the machine holds that it does not deleted.
-    fn offsets_to_install(&self, sent: &Checkpoint) -> Vec<OffsetCommand> {
+    /// The offset writes that bring the replica to `sent`'s offsets: each it names stored,
+    /// then every other consumer the replica's files (`files`: they may hold writes applied
+    /// after its own last checkpoint) or the machine hold deleted.
+    fn offsets_to_install(&self, sent: &Checkpoint, files: Vec<ConsumerId>) -> Vec<OffsetCommand> {
         let wanted = keyed(&sent.offsets);
-        let gone = self.offsets.iter().filter(|(k, _)| !wanted.contains_key(k));
-        let deletes = gone.map(|(_, held)| OffsetCommand {
-            offset: None,
-            ..*held
-        });
+        let held = files
+            .into_iter()
+            .map(|c| (c.kind == ConsumerKind::Group, c.id))
+            .chain(self.offsets.keys().copied())
+            .collect::<std::collections::BTreeSet<OffsetKey>>();
+        let deletes = held
+            .into_iter()
+            .filter(|k| !wanted.contains_key(k))
+            .map(|(group, id)| OffsetCommand {
+                group,
+                id,
+                // A delete applies whatever group holds the id (`apply_replicated_offset`).
+                made_at: 0,
+                offset: None,
+            });
         sent.offsets.iter().copied().chain(deletes).collect()
     }
 
-    /// A leader's checkpoint, sent to this replica because it is behind the leader's WAL;
-    /// its offsets are on the replica already ([`Inner::offsets_to_install`]).
-    fn install(&mut self, meta: &PartSnapshotMeta, sent: Checkpoint, holds: u64) -> io::Result<()> {
+    /// Whether `sent` may be installed over this replica, whose partition holds offsets
+    /// below `holds` (checked before any of its offsets are written).
+    fn check_install(
+        &self,
+        meta: &PartSnapshotMeta,
+        sent: &Checkpoint,
+        holds: u64,
+    ) -> io::Result<()> {
         if sent.meta.last_log_id != meta.last_log_id {
             return Err(invalid("a checkpoint whose data is not its meta".into()));
         }
@@ -508,6 +532,14 @@ impl Inner {
                 sent.next_offset
             )));
         }
+        Ok(())
+    }
+
+    /// A leader's checkpoint, sent to this replica because it is behind the leader's WAL;
+    /// checked ([`Inner::check_install`]), its offsets on the replica already
+    /// ([`Inner::offsets_to_install`]).
+    fn install(&mut self, meta: &PartSnapshotMeta, sent: Checkpoint, holds: u64) -> io::Result<()> {
+        self.check_install(meta, &sent, holds)?;
         self.next = sent.next_offset;
         self.last_timestamp = sent.last_timestamp;
         self.offsets = keyed(&sent.offsets);
@@ -643,7 +675,9 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
     async fn install_snapshot(&mut self, meta: &PartSnapshotMeta, data: Vec<u8>) -> io::Result<()> {
         let holds = self.sink.checkpoint().await?;
         let sent = decode_checkpoint(&data)?;
-        let writes = self.lock().offsets_to_install(&sent);
+        self.lock().check_install(meta, &sent, holds)?;
+        let files = self.sink.consumers().await?;
+        let writes = self.lock().offsets_to_install(&sent, files);
         for write in &writes {
             self.sink.write_offset(write.write()).await?;
         }

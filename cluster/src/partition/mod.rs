@@ -148,6 +148,9 @@ pub enum PartOutcome {
     TooManyOffsets {
         limit: usize,
     },
+    /// Not applied: a consumer group deleted since the write was asked, whose id a group
+    /// made later stored under (its offsets went with it, as on a single node).
+    OffsetOfGoneGroup,
 }
 
 openraft::declare_raft_types!(

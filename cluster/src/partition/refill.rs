@@ -218,7 +218,7 @@ impl RepairMark<'_> {
         self.dir.join(REPAIR_MARK)
     }
 
-    fn present(&self) -> io::Result<bool> {
+    pub fn present(&self) -> io::Result<bool> {
         self.disk.exists(&self.path())
     }
 
@@ -228,7 +228,9 @@ impl RepairMark<'_> {
         self.disk.sync_dir(self.dir)
     }
 
-    fn clear(&self) -> io::Result<()> {
+    /// Clears the mark: the repair is done, the replica's offsets written back durably
+    /// too (`PartMachine::restore_offsets`, once the machine opened over it).
+    pub fn clear(&self) -> io::Result<()> {
         self.disk.remove_file(&self.path())?;
         self.disk.sync_dir(self.dir)
     }
@@ -243,7 +245,7 @@ impl RepairMark<'_> {
 /// | fenced otherwise (an I/O call failed, another's directory in the way) | refused with the reason (a restart reads again; an operator sorts the directory) |
 /// | short of its checkpoint, with the repair mark | repaired (a repair cut short) |
 /// | short of its checkpoint, without it | refused: synced bytes were lost |
-/// | holding its checkpoint | nothing (a leftover mark is cleared) |
+/// | holding its checkpoint | nothing (a leftover mark stays for the group's start: its offsets are written back before it is cleared) |
 pub async fn needs_repair(
     sink: &dyn PartitionSink,
     checkpointed: u64,
@@ -260,9 +262,6 @@ pub async fn needs_repair(
     }
     let held = sink.next_offset().await?;
     if held >= checkpointed {
-        if mark.present()? {
-            mark.clear()?;
-        }
         return Ok(false);
     }
     if mark.present()? {
@@ -277,8 +276,9 @@ pub async fn needs_repair(
 /// Repairs this member's replica from `peers` ([`needs_repair`]): once a peer that holds
 /// everything through `checkpointed` answered, a fenced partition, or one whose peers hold
 /// nothing where it ends, is rebuilt empty where that peer's batches start (the repair
-/// mark set first), refilled up to `checkpointed` and synced, and the mark cleared. The
-/// group's log then applies what follows.
+/// mark set first), refilled up to `checkpointed` and synced; the group's start clears
+/// the mark once the machine's offsets are back on it (`PartMachine::restore_offsets`).
+/// The group's log then applies what follows.
 pub async fn repair(
     sink: &dyn PartitionSink,
     (checkpointed, mark): (u64, &RepairMark<'_>),
@@ -317,11 +317,8 @@ pub async fn repair(
         }
         next = append_fetched(sink, batches).await?.0;
     }
-    let synced = sink.checkpoint().await?;
-    if mark.present()? {
-        mark.clear()?;
-    }
-    Ok(synced)
+    // The mark stays until the machine's offsets are back on the rebuilt replica.
+    sink.checkpoint().await
 }
 
 /// Of the peers that hold everything through `need`, the batches of the one whose start

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use cairn_engine::config::{PartitionSettings, TopicConfig};
 use cairn_engine::env::{BoxFuture, Env};
 use cairn_engine::node::{Node, OffsetWrite};
-use cairn_engine::partition::{AppendAck, Partition, PartitionIdentity};
+use cairn_engine::partition::{AppendAck, ConsumerId, Partition, PartitionIdentity};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,6 +27,8 @@ pub trait PartitionSink: Send + Sync + 'static {
     /// Applies a consumer offset write the group committed (a group's, only to the
     /// incarnation of the group it names: `Node::apply_replicated_offset`).
     fn write_offset(&self, write: OffsetWrite) -> BoxFuture<'_, io::Result<()>>;
+    /// The consumers it holds an offset file of (damaged ones too).
+    fn consumers(&self) -> BoxFuture<'_, io::Result<Vec<ConsumerId>>>;
     /// Syncs every batch and offset it holds; its next offset.
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>>;
     /// The batches it holds from offset `from`, as stored, at most `max_bytes` of them (a
@@ -105,6 +107,13 @@ impl PartitionSink for OnNode {
         Box::pin(async move {
             let applied = self.node.apply_replicated_offset(self.partition, write);
             applied.await.map(|_| ()).map_err(io::Error::other)
+        })
+    }
+
+    fn consumers(&self) -> BoxFuture<'_, io::Result<Vec<ConsumerId>>> {
+        Box::pin(async move {
+            let held = self.node.replica_consumers(self.partition).await;
+            held.map_err(io::Error::other)
         })
     }
 
@@ -222,6 +231,11 @@ impl PartitionSink for Held {
             None => partition.delete_offset(write.consumer).map(|_| ()),
         };
         Box::pin(async move { written.map_err(io::Error::other) })
+    }
+
+    fn consumers(&self) -> BoxFuture<'_, io::Result<Vec<ConsumerId>>> {
+        let held = self.lock().consumers().map_err(io::Error::other);
+        Box::pin(async move { held })
     }
 
     fn checkpoint(&self) -> BoxFuture<'_, io::Result<u64>> {

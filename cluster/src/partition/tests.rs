@@ -226,8 +226,11 @@ async fn start(env: &Env, router: &Router, (dir, member): (&Path, u32), kept: u6
     )
     .await
     .unwrap();
-    if repaired {
+    if repaired || mark.present().unwrap() {
         machine.restore_offsets().await.unwrap();
+        if mark.present().unwrap() {
+            mark.clear().unwrap();
+        }
     }
     let config = openraft::Config {
         heartbeat_interval: 50,
@@ -620,6 +623,14 @@ fn offsets_reach_every_replica_and_a_checkpoint_carries_them_to_one_behind() {
         all_hold_offset(&replicas, 3, None);
 
         let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
+        // What its files hold past its machine's checkpoint (an entry applied before it
+        // stopped): the checkpoint it installs deletes it, since the group holds none.
+        let data = dir.join("partition");
+        let opened = Partition::open(&env, &data, IDENTITY, topic(), PartitionSettings::default());
+        let mut stray = opened.unwrap().partition;
+        let consumer = cairn_engine::partition::ConsumerId::consumer(77);
+        stray.store_replicated_offset(consumer, 1).unwrap();
+        stray.close().unwrap();
         let end = dense(&send(&env, &replicas, 10, 40).await, end);
         let last = end - 1;
         assert_eq!(
@@ -643,6 +654,7 @@ fn offsets_reach_every_replica_and_a_checkpoint_carries_them_to_one_behind() {
         all_hold_the_same(&replicas, end);
         all_hold_offset(&replicas, 1, Some(last));
         all_hold_offset(&replicas, 2, None);
+        all_hold_offset(&replicas, 77, None);
 
         // What it installed is durable: it comes back from its own storage.
         let (dir, member, _) = stop_a_follower(&router, &mut replicas).await;
@@ -650,6 +662,63 @@ fn offsets_reach_every_replica_and_a_checkpoint_carries_them_to_one_behind() {
         settle(&replicas).await;
         all_hold_offset(&replicas, 1, Some(last));
         all_hold_offset(&replicas, 2, None);
+        for r in &replicas {
+            r.raft.shutdown().await.unwrap();
+        }
+    }));
+}
+
+/// A consumer group's offsets bind to the group's incarnation (ids are reused): a write of
+/// a group deleted since, arriving after the group made later under its id stored, is
+/// dropped on every replica, and a delete finds only its own incarnation's offset.
+#[test]
+fn an_offset_of_a_group_made_again_since_is_dropped() {
+    let env = env_with_workers(2).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::new(&env);
+    block_on(in_env(&env, async {
+        let replicas = three_started(&env, &router, root.path(), 100).await;
+        dense(&send(&env, &replicas, 0, 10).await, 0);
+        let group = |made_at: u64, offset: Option<u64>| {
+            PartCommand::Offset(OffsetCommand {
+                group: true,
+                id: 5,
+                made_at,
+                offset,
+            })
+        };
+        let consumer = cairn_engine::partition::ConsumerId::group(5);
+        let hold = |expected: Option<u64>| {
+            for r in &replicas {
+                let held = r.held.lock().get_offset(consumer).unwrap();
+                assert_eq!(held, expected, "replica {}: group 5's offset", r.member);
+            }
+        };
+        let cases = [
+            (group(10, Some(1)), PartOutcome::OffsetStored, Some(1)),
+            (group(16, Some(7)), PartOutcome::OffsetStored, Some(7)),
+            (group(10, Some(2)), PartOutcome::OffsetOfGoneGroup, Some(7)),
+            (group(10, None), PartOutcome::OffsetOfGoneGroup, Some(7)),
+            (
+                group(16, None),
+                PartOutcome::OffsetDeleted { found: true },
+                None,
+            ),
+            (
+                group(16, None),
+                PartOutcome::OffsetDeleted { found: false },
+                None,
+            ),
+        ];
+        for (command, outcome, held) in cases {
+            assert_eq!(
+                write(&env, &replicas, command.clone()).await,
+                outcome,
+                "{command}"
+            );
+            settle(&replicas).await;
+            hold(held);
+        }
         for r in &replicas {
             r.raft.shutdown().await.unwrap();
         }
@@ -767,7 +836,8 @@ fn a_replica_is_repaired_only_for_damage_to_its_own_files_or_a_repair_cut_short(
     assert!(!needs(&empty, 0).unwrap(), "it holds its checkpoint");
 
     // A repair cut short left its mark: it goes on; once the replica holds its
-    // checkpoint, the mark is cleared.
+    // checkpoint, the mark stays for the group's start (which writes its offsets back,
+    // then clears it).
     let at = dir.join(refill::REPAIR_MARK);
     let made = env
         .disk
@@ -775,5 +845,5 @@ fn a_replica_is_repaired_only_for_damage_to_its_own_files_or_a_repair_cut_short(
     drop(made.unwrap());
     assert!(needs(&empty, 10).unwrap());
     assert!(!needs(&empty, 0).unwrap());
-    assert!(!env.disk.exists(&at).unwrap(), "the mark is cleared");
+    assert!(env.disk.exists(&at).unwrap(), "the mark stays");
 }

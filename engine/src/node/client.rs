@@ -709,7 +709,7 @@ impl Client {
         let polled = self.node.answer(pending).await??;
         let last = super::shard::last_offset(&polled);
         if let (true, Some(consumer), Some(last)) = (replicated, commit, last) {
-            if let Some(ordered) = self.order_offset(key, consumer, Some(last))? {
+            if let Some(ordered) = self.order_offset(&view, key, consumer, Some(last))? {
                 ordered.await?;
             }
         }

@@ -28,6 +28,10 @@ use std::sync::Arc;
 /// Where a replicated send landed, once its group committed it.
 pub type Replicated = Pin<Box<dyn Future<Output = NodeResult<Sent>> + Send>>;
 
+/// The longest a committed offset write waits for this member's metadata to hold its
+/// group's making ([`Node::apply_replicated_offset`]).
+pub const VIEW_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Whether a replicated offset write found an offset to replace or delete, once its group
 /// committed it.
 pub type OffsetOrdered = Pin<Box<dyn Future<Output = NodeResult<bool>> + Send>>;
@@ -118,10 +122,12 @@ impl Node {
     }
 
     /// Applies an offset write `partition`'s group committed to this member's replica. A
-    /// group's write waits until this node's metadata holds the group's making (the member
+    /// group's store waits until this node's metadata holds the group's making (the member
     /// that asked held it), then applies only to that incarnation of the group: one deleted
     /// or made again meanwhile took its offsets along ([`Shard::retired`] closes the race
-    /// with a deletion after this look).
+    /// with a deletion after this look). A delete applies whatever group holds the id: the
+    /// group's machine answered it for the incarnation it names (and drops one a later
+    /// incarnation superseded before it reaches a replica).
     pub async fn apply_replicated_offset(
         &self,
         partition: PartitionIdentity,
@@ -129,7 +135,7 @@ impl Node {
     ) -> NodeResult<OffsetApplied> {
         let view = self.view_through(write.made_at).await?;
         let key = key_of(&partition);
-        if write.consumer.kind == ConsumerKind::Group {
+        if write.consumer.kind == ConsumerKind::Group && write.offset.is_some() {
             let group = view
                 .state
                 .find_topic(key.0, key.1)
@@ -150,28 +156,47 @@ impl Node {
         self.answer(pending).await?
     }
 
-    /// This node's view once it holds op `op` (applied in order behind whatever this node's
-    /// metadata group committed: no op waits for a partition group, so this ends unless
-    /// the node stops).
+    /// This node's view once it holds op `op`: its metadata applies the ops its metadata
+    /// group committed in order, and none waits for a partition group, so only a member cut
+    /// off from the metadata group waits long. Past [`VIEW_WAIT_LIMIT`] the write fails: the
+    /// partition group's replica here stops (and starts again), so a replica that leads
+    /// gives its group up to one whose metadata is current instead of stalling it.
     async fn view_through(&self, op: u64) -> NodeResult<Arc<super::MetaView>> {
         const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
-        let mut looks = 0u64;
+        let clock = &self.env().clock;
+        let deadline = clock.monotonic_nanos() + VIEW_WAIT_LIMIT.as_nanos() as u64;
         loop {
             self.check_running()?;
             let view = self.view();
             if view.op >= op {
                 return Ok(view);
             }
-            looks += 1;
-            if looks.is_multiple_of(2_000) {
-                tracing::warn!(
-                    op,
-                    held = view.op,
-                    "an offset write waits for this member's metadata to reach its group's making"
-                );
+            if clock.monotonic_nanos() >= deadline {
+                return Err(NodeError::Undecided(format!(
+                    "this member's metadata holds op {} after {VIEW_WAIT_LIMIT:?}, an offset write's group was made at op {op}",
+                    view.op
+                )));
             }
-            self.env().clock.sleep(LOOK_EVERY).await;
+            clock.sleep(LOOK_EVERY).await;
         }
+    }
+
+    /// The consumers this member's replica of `partition` holds an offset file of (a
+    /// checkpoint installed over it deletes those the checkpoint does not name).
+    pub async fn replica_consumers(
+        &self,
+        partition: PartitionIdentity,
+    ) -> NodeResult<Vec<ConsumerId>> {
+        self.check_running()?;
+        let key = key_of(&partition);
+        let (reply, pending) = oneshot();
+        let request = ShardRequest::Consumers {
+            key,
+            nonce: partition.nonce,
+            reply,
+        };
+        self.enqueue(self.shard(key), request).await?;
+        self.answer(pending).await?
     }
 
     /// Syncs every batch of this member's replica of `partition` (its group's checkpoint);

@@ -20,7 +20,7 @@ const SWARM_START: u64 = 5_000_000;
 /// The server's and the cluster's canaries, and the invariants each must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 15] = [
+const EXPECTED: [(&str, &[&str]); 16] = [
     // A send acknowledged from cached WALs is lost with them (a total power loss), or the
     // WALs that lost synced bytes refuse to open (no fault here damages a disk).
     (
@@ -55,6 +55,16 @@ const EXPECTED: [(&str, &[&str]); 15] = [
     // A sleeping group's followers that never wake elect no leader once their leader's
     // member is gone: no send goes through.
     ("part-quiet-deaf", &[cairn_sim::report::INV_LIVENESS]),
+    // An offset kept by the member asked only: the other replicas hold another (or none),
+    // or, where the member asked was the only one, a later write through another member
+    // leaves the first one's replica behind.
+    (
+        "part-offsets-local",
+        &[
+            cairn_sim::cluster_world::INV_OFFSETS_AGREE,
+            cairn_sim::cluster_world::INV_OFFSET_LOST,
+        ],
+    ),
     (
         "vote-after-lost-state",
         &[cairn_sim::cluster_world::INV_AGREEMENT],

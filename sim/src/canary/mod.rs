@@ -47,7 +47,9 @@
 //! - `part-apply-uncommitted`: a partition replica appends the sends a leader sends it as
 //!   they arrive, before they commit; one a later leader discards stays in its partition;
 //! - `part-quiet-deaf`: a sleeping partition group's followers stay asleep when their
-//!   leader's member goes silent (`quiet`), so the group elects no leader without it.
+//!   leader's member goes silent (`quiet`), so the group elects no leader without it;
+//! - `part-offsets-local`: a consumer offset is stored on the replica of the member asked
+//!   only, never ordered by the partition's group (each member kept its own before).
 //!
 //! The metadata plan at boot ([`metadata`]):
 //! - `skip-meta-slot-rewrite`: a superblock record found in one copy only is left so
@@ -86,13 +88,14 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 28] = [
+pub const NAMES: [&str; 29] = [
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
     "part-refill-hole",
     "part-apply-uncommitted",
     "part-quiet-deaf",
+    "part-offsets-local",
     "vote-after-lost-state",
     "blank-counted",
     "apply-uncommitted",
@@ -189,6 +192,7 @@ pub fn part_machine_hooks(
         refill_hole: active() == Some("part-refill-hole"),
         apply_uncommitted: active() == Some("part-apply-uncommitted"),
         deaf_when_quiet: active() == Some("part-quiet-deaf"),
+        offsets_local: active() == Some("part-offsets-local"),
     }
 }
 

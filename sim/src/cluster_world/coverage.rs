@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 33] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 35] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -126,6 +126,14 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 33] = [
     (
         "ClusterGroupsSlept",
         "an idle partition group's replicas stopped their Raft timers, every voter's member agreeing (quiet)",
+    ),
+    (
+        "ClusterOffsetReplicated",
+        "a consumer's offset stored or deleted through a member was acknowledged once its partition's group committed it",
+    ),
+    (
+        "ClusterOffsetsAgree",
+        "after the final heal every replica held the same offset for a consumer written to, one its writes allow",
     ),
     (
         "ClusterQuietWoken",

@@ -33,7 +33,7 @@ pub const INV_READ_COMMITTED: &str = "a message a poll read stays where it was r
 
 /// How long the client waits for a send's answer (a group without a leader keeps it up to
 /// `SEND_DEADLINE`, 10 s, before it answers).
-const SEND_TIMEOUT: Duration = Duration::from_secs(12);
+pub(super) const SEND_TIMEOUT: Duration = Duration::from_secs(12);
 /// Most messages one poll asks for.
 const POLL_COUNT: u32 = 1000;
 /// The longest the final round waits for one replica's copy of a partition.
@@ -269,7 +269,7 @@ impl World {
     }
 
     /// An up member whose node runs partition groups, at random.
-    fn member_with_groups(&mut self) -> Option<usize> {
+    pub(super) fn member_with_groups(&mut self) -> Option<usize> {
         let up: Vec<usize> = self
             .up()
             .into_iter()
@@ -446,6 +446,14 @@ impl World {
             if !self.judge_partition(partition, deadline(self)).await {
                 return;
             }
+        }
+        let places: Vec<(String, u32, u64)> = finals
+            .iter()
+            .map(|f| (f.topic.clone(), f.identity.partition_id, f.identity.nonce))
+            .collect();
+        self.judge_offsets(&places).await;
+        if self.failed() {
+            return;
         }
         let views: Vec<GroupView> = self
             .replicas
@@ -684,7 +692,7 @@ fn finals_of(state: &cairn_engine::state::MetaState) -> Vec<Final> {
 }
 
 /// The partitions `node` knows of topic `topic` (`s/t`), if it knows the topic.
-fn partitions_of(node: &Node, topic: &str) -> Option<Vec<u32>> {
+pub(super) fn partitions_of(node: &Node, topic: &str) -> Option<Vec<u32>> {
     let view = node.view();
     let (s, t) = topic.split_once('/')?;
     let stream = view.state.streams().values().find(|x| x.name == s)?;
@@ -694,7 +702,7 @@ fn partitions_of(node: &Node, topic: &str) -> Option<Vec<u32>> {
 }
 
 /// The identity of `topic`'s `partition` as `node` knows it.
-fn identity_of(
+pub(super) fn identity_of(
     node: &Node,
     topic: &str,
     partition: u32,
@@ -706,7 +714,7 @@ fn identity_of(
         .map(|f| f.identity)
 }
 
-fn topic_ids_owned(topic: &str) -> (WireIdentifier, WireIdentifier) {
+pub(super) fn topic_ids_owned(topic: &str) -> (WireIdentifier, WireIdentifier) {
     let (s, t) = topic.split_once('/').expect("a topic's name");
     (
         WireIdentifier::named(s).expect("a name"),

@@ -28,6 +28,7 @@ mod coverage;
 pub mod directed;
 mod messages;
 mod nemesis;
+mod offsets;
 mod oracle;
 mod workload;
 
@@ -79,6 +80,7 @@ pub const INV_NODE_HOLDS: &str =
     "a replica's node holds exactly its state's partitions, on disk and served";
 pub use coverage::CLUSTER_COVERAGE;
 pub use messages::{INV_MESSAGES_AGREE, INV_MESSAGE_LOST, INV_MESSAGE_UNSENT, INV_READ_COMMITTED};
+pub use offsets::{INV_OFFSETS_AGREE, INV_OFFSET_LOST};
 
 pub const INV_NO_STALE_OFFSET: &str =
     "a group holds no offset it did not store (none of a deleted group under its id)";
@@ -317,6 +319,7 @@ struct World {
     last_leader: Option<NodeId>,
     /// The messages the client sent and read (profile `messages`).
     messages: messages::Messages,
+    offsets: offsets::Offsets,
     /// The nemesis acts only while the client works (the final round is calm).
     nemesis_on: bool,
     /// When the nemesis acts next (virtual nanoseconds).
@@ -453,6 +456,7 @@ fn run_script(
         leaders_seen: BTreeSet::new(),
         last_leader: None,
         messages: messages::Messages::default(),
+        offsets: offsets::Offsets::default(),
         nemesis_on: true,
         next_nemesis: 0,
         decisions: BTreeMap::new(),
@@ -939,7 +943,7 @@ async fn direct(mut world: World) -> Counts {
         let live = &world.acked;
         let drawn = op.get_or_insert_with(|| workload::draw(next, kinds, live, &mut world.rng));
         let drawn = drawn.clone();
-        // Stores, sends and polls are no metadata ops: done once tried.
+        // Stores, sends, polls and offset writes are no metadata ops: done once tried.
         let tried = match &drawn {
             workload::Op::Store(group) => world.store_offset(group).await,
             workload::Op::Send(topic) => {
@@ -947,6 +951,7 @@ async fn direct(mut world: World) -> Counts {
                 world.send_messages(topic, balanced).await
             }
             workload::Op::Poll(topic) => world.poll_messages(topic).await,
+            workload::Op::Commit(topic) => world.write_offset(topic).await,
             _ => false,
         };
         if tried {

@@ -18,7 +18,8 @@
 //!
 //! Where messages run (profile `messages`), first: 30% send one or two messages to a live
 //! topic through a random member (`>s/t`), 10% poll a random partition of one at a random
-//! member (`<s/t`); [`super::messages`].
+//! member (`<s/t`), 8% store or delete a consumer's offset in one (`#s/t`);
+//! [`super::messages`], [`super::offsets`].
 //!
 //! A draw that finds nothing to act on creates a topic. Every op's outcome is known before
 //! the next is drawn (one in doubt is retried, under the same key, until it is), so the
@@ -56,6 +57,9 @@ pub(super) enum Op {
     Send(String),
     /// Polls a partition of a topic at one member (profile `messages`; no metadata op).
     Poll(String),
+    /// Stores or deletes a consumer's offset in a partition of a topic through one member
+    /// (profile `messages`; no metadata op).
+    Commit(String),
 }
 
 impl Op {
@@ -69,6 +73,7 @@ impl Op {
             Op::Store(name) => format!("@{name}"),
             Op::Send(name) => format!(">{name}"),
             Op::Poll(name) => format!("<{name}"),
+            Op::Commit(name) => format!("#{name}"),
         }
     }
 
@@ -92,7 +97,7 @@ impl Op {
                     partitions_count: 1,
                 })
             }
-            Op::Store(_) | Op::Send(_) | Op::Poll(_) => {
+            Op::Store(_) | Op::Send(_) | Op::Poll(_) | Op::Commit(_) => {
                 unreachable!("stores, sends and polls are no metadata ops")
             }
         };
@@ -212,6 +217,7 @@ pub(super) fn draw(
         match rng.gen_range(0..100) {
             0..30 => return Op::Send(topic),
             30..40 => return Op::Poll(topic),
+            40..48 => return Op::Commit(topic),
             _ => {}
         }
     }
@@ -243,7 +249,12 @@ impl World {
                 self.acked.insert(name.clone(), index);
             }
             Op::Delete(name) => self.acked.retain(|live, _| !within(live, name)),
-            Op::Purge(_) | Op::Grow(_) | Op::Store(_) | Op::Send(_) | Op::Poll(_) => {}
+            Op::Purge(_)
+            | Op::Grow(_)
+            | Op::Store(_)
+            | Op::Send(_)
+            | Op::Poll(_)
+            | Op::Commit(_) => {}
         }
     }
 

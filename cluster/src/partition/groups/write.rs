@@ -5,7 +5,7 @@
 //! | write | checked before it is proposed | its outcome, decided by the machine (`machine`) |
 //! |---|---|---|
 //! | a send ([`PartGroups::send`]) | the batch, with this node's limits, as admission would (a committed batch a replica refused would stop every replica) | where it landed: every replica stamps it at the same offset |
-//! | an offset write ([`PartGroups::order_offset`]) | nothing here: the node resolved its consumer | stored, deleted (found or not), or refused past the sends committed before it or past the consumer limit |
+//! | an offset write ([`PartGroups::order_offset`]) | nothing here: the node resolved its consumer | stored, deleted (found or not), refused past the sends committed before it or past the consumer limit, or dropped for a group deleted since (a later one stored under its id) |
 
 use super::{group_name, id_of, PartGroups, FORWARD_LIMIT, SEND_DEADLINE, SEND_RETRY};
 use crate::partition::net::{GroupName, PartEnvelope, PartReply, PartRpc, SendRefused};
@@ -58,9 +58,16 @@ impl PartGroups {
         partition: PartitionIdentity,
         write: OffsetWrite,
     ) -> NodeResult<bool> {
+        if self.inner.hooks.offsets_local {
+            // The canary's ([`crate::partition::machine::MachineHooks::offsets_local`]).
+            let node = self.inner.node.clone();
+            node.apply_replicated_offset(partition, write).await?;
+            return Ok(true);
+        }
         let command = PartCommand::Offset(OffsetCommand::of(write));
         match self.write(partition, command).await? {
             PartOutcome::OffsetStored => Ok(true),
+            PartOutcome::OffsetOfGoneGroup => Ok(false),
             PartOutcome::OffsetDeleted { found } => Ok(found),
             PartOutcome::OffsetBeyondEnd { next } => {
                 Err(NodeError::Partition(PartitionError::OffsetBeyondEnd {

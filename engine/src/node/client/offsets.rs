@@ -4,16 +4,17 @@
 use super::*;
 
 impl Client {
-    /// The partition and consumer an offset call means, and the op of the view that named
-    /// the consumer. A group consumer without a partition id means the member's current
-    /// partition (the one its last poll read), as in Iggy.
+    /// The partition and consumer an offset call means, and the view that named the
+    /// consumer (its op for the shard's `retired` check; on a cluster member, the group's
+    /// incarnation and the partition's). A group consumer without a partition id means the
+    /// member's current partition (the one its last poll read), as in Iggy.
     pub(super) async fn offset_target(
         &self,
         consumer: &WireConsumer,
         stream: &WireIdentifier,
         topic: &WireIdentifier,
         partition: Option<u32>,
-    ) -> NodeResult<(PartitionKey, ConsumerId, u64)> {
+    ) -> NodeResult<(PartitionKey, ConsumerId, Arc<MetaView>)> {
         let view = self.view();
         let (s, t) = view.topic_ids(stream, topic)?;
         let id = Self::consumer_id(&view, consumer, s, t)?;
@@ -30,7 +31,7 @@ impl Client {
             }
             (None, _) => 0,
         };
-        Ok(((s, t, p), id, view.op))
+        Ok(((s, t, p), id, view))
     }
 
     /// The partition an offset call with these arguments means (a group member's current
@@ -68,17 +69,17 @@ impl Client {
     ) -> NodeResult<()> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer, resolved_at) = self
+        let (key, consumer, view) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
-        if let Some(ordered) = self.order_offset(key, consumer, Some(offset))? {
+        if let Some(ordered) = self.order_offset(&view, key, consumer, Some(offset))? {
             return ordered.await.map(|_| ());
         }
         let (reply, pending) = oneshot();
         let request = ShardRequest::StoreOffset {
             key,
             consumer,
-            resolved_at,
+            resolved_at: view.op,
             offset,
             reply,
         };
@@ -87,9 +88,12 @@ impl Client {
 
     /// On a cluster member, `offset` stored (`None`: deleted) for `consumer` in partition
     /// `key` through the partition's group, to be awaited; `None` where the node stores
-    /// offsets itself.
+    /// offsets itself. `view` is the one that named the consumer: its group's incarnation
+    /// and its partition's are the write's (ids are reused, and a purge makes another
+    /// partition), never a later view's.
     pub(super) fn order_offset(
         &self,
+        view: &MetaView,
         key: PartitionKey,
         consumer: ConsumerId,
         offset: Option<u64>,
@@ -97,7 +101,6 @@ impl Client {
         let Some(replicator) = self.node.replicator()? else {
             return Ok(None);
         };
-        let view = self.view();
         let made_at = match consumer.kind {
             crate::partition::ConsumerKind::Consumer => 0,
             crate::partition::ConsumerKind::Group => {
@@ -116,9 +119,7 @@ impl Client {
             made_at,
             offset,
         };
-        Ok(Some(
-            replicator.order_offset(replica_of(&view, key)?, write),
-        ))
+        Ok(Some(replicator.order_offset(replica_of(view, key)?, write)))
     }
 
     pub async fn get_offset(
@@ -151,10 +152,10 @@ impl Client {
     ) -> NodeResult<()> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer_id, _) = self
+        let (key, consumer_id, view) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
-        let found = match self.order_offset(key, consumer_id, None)? {
+        let found = match self.order_offset(&view, key, consumer_id, None)? {
             Some(ordered) => ordered.await?,
             None => {
                 let (reply, pending) = oneshot();

@@ -323,6 +323,10 @@ impl Shard {
                 settle(&self.env).await;
                 reply.send(result);
             }
+            ShardRequest::Consumers { key, nonce, reply } => {
+                let held = self.replica(key, nonce).and_then(|p| Ok(p.consumers()?));
+                reply.send(held);
+            }
             ShardRequest::Checkpoint { key, nonce, reply } => {
                 let result = self.checkpoint(key, nonce);
                 settle(&self.env).await;
@@ -927,6 +931,7 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Apply { reply, .. } => reply.send(Err(error())),
         ShardRequest::Checkpoint { reply, .. } => reply.send(Err(error())),
         ShardRequest::ApplyOffset { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Consumers { reply, .. } => reply.send(Err(error())),
         ShardRequest::Rebuild { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),

@@ -35,6 +35,12 @@ pub(crate) enum ShardRequest {
         resolved_at: u64,
         reply: Reply<NodeResult<crate::node::replicator::OffsetApplied>>,
     },
+    /// The consumers the partition of nonce `nonce` holds an offset file of.
+    Consumers {
+        key: PartitionKey,
+        nonce: u64,
+        reply: Reply<NodeResult<Vec<ConsumerId>>>,
+    },
     /// The group's checkpoint: every batch and offset of the partition of nonce `nonce`
     /// synced; its next offset.
     Checkpoint {
@@ -123,6 +129,7 @@ impl ShardRequest {
             | ShardRequest::Apply { key, .. }
             | ShardRequest::Checkpoint { key, .. }
             | ShardRequest::ApplyOffset { key, .. }
+            | ShardRequest::Consumers { key, .. }
             | ShardRequest::Rebuild { key, .. }
             | ShardRequest::Poll { key, .. }
             | ShardRequest::StoreOffset { key, .. }
