@@ -261,10 +261,15 @@ impl PartMachine {
     /// files gone with its directory), durably.
     pub async fn restore_offsets(&self) -> io::Result<()> {
         let offsets: Vec<OffsetCommand> = self.lock().offsets.values().copied().collect();
-        for offset in &offsets {
-            self.sink.write_offset(offset.write()).await?;
+        self.write_offsets(&offsets).await
+    }
+
+    /// Applies `writes` to the replica, then syncs it (when there were any).
+    async fn write_offsets(&self, writes: &[OffsetCommand]) -> io::Result<()> {
+        for write in writes {
+            self.sink.write_offset(write.write()).await?;
         }
-        if !offsets.is_empty() {
+        if !writes.is_empty() {
             self.sink.checkpoint().await?;
         }
         Ok(())
@@ -678,12 +683,7 @@ impl openraft::storage::RaftStateMachine<PartConfig> for PartMachine {
         self.lock().check_install(meta, &sent, holds)?;
         let files = self.sink.consumers().await?;
         let writes = self.lock().offsets_to_install(&sent, files);
-        for write in &writes {
-            self.sink.write_offset(write.write()).await?;
-        }
-        if !writes.is_empty() {
-            self.sink.checkpoint().await?;
-        }
+        self.write_offsets(&writes).await?;
         self.lock().install(meta, sent, holds)
     }
 
