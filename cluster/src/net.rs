@@ -37,8 +37,10 @@ use crate::types::{
 };
 use cairn_engine::env::{self, ByteStream, Env, Listener};
 use fate::{answered, closed_by_peer, elsewhere, refused, unexpected};
+pub(crate) use fate::{copy, rpc_error, unsent};
 pub use fate::{not_run, NotRun};
-pub(crate) use fate::{rpc_error, unsent};
+use handshake::{accept_handshake, open_handshake};
+pub use handshake::{Challenge, Hello, PeerKey, MAX_HELLO};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError};
 use openraft::network::RPCOption;
 use openraft::raft::{
@@ -102,7 +104,22 @@ enum Rpc {
     },
     /// A member's beat (`crate::partition::quiet`), addressed to a member.
     Beat(#[serde(with = "crate::types::bytes_serde")] Vec<u8>),
+    /// Many partition groups' requests at once (`crate::partition::batch`), addressed to a
+    /// member; answered in order, each as `Part` would be.
+    Parts(Vec<PartItem>),
 }
+
+/// One partition group's request in [`Rpc::Parts`].
+#[derive(Serialize, Deserialize)]
+pub struct PartItem {
+    pub group: crate::partition::net::GroupName,
+    #[serde(with = "crate::types::bytes_serde")]
+    pub body: Vec<u8>,
+}
+
+/// One answer in [`Reply::Parts`].
+#[derive(Serialize, Deserialize)]
+pub struct PartAnswer(#[serde(with = "crate::types::bytes_serde")] pub Vec<u8>);
 
 /// What an administrator may ask of a member ([`ask`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,6 +175,8 @@ enum Reply {
     /// A member's answer to a beat (`crate::partition::quiet::BeatReply`).
     #[serde(with = "crate::types::bytes_serde")]
     Beat(Vec<u8>),
+    /// The answers to [`Rpc::Parts`], in its order.
+    Parts(Vec<PartAnswer>),
 }
 
 /// The frame carrying `body`.
@@ -187,75 +206,6 @@ pub fn frame_len(header: &[u8; HEADER], max: usize) -> io::Result<usize> {
     Ok(len)
 }
 
-/// The largest frame of a connection's handshake ([`Challenge`], [`Hello`], the welcome).
-pub const MAX_HELLO: usize = 1024;
-
-/// The cluster's shared secret as an HMAC-SHA256 key. Every connection between peers, and
-/// every administrator's, proves both ends hold it before a request is read.
-#[derive(Clone)]
-pub struct PeerKey(ring::hmac::Key);
-
-impl PeerKey {
-    /// The shortest secret accepted.
-    pub const MIN_SECRET: usize = 16;
-
-    pub fn new(secret: &[u8]) -> PeerKey {
-        assert!(
-            secret.len() >= Self::MIN_SECRET,
-            "the configuration refuses a secret shorter than {} bytes",
-            Self::MIN_SECRET
-        );
-        PeerKey(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret))
-    }
-
-    /// The tag of one handshake frame: what it is (`label`), for which cluster, on which
-    /// connection (both nonces), between which ends (the opener's Raft id, the member it
-    /// means to reach), so a frame proves nothing on another connection or to another member.
-    fn tag(
-        &self,
-        label: &str,
-        cluster: u128,
-        nonces: (u128, u128),
-        ends: (NodeId, MemberId),
-    ) -> Vec<u8> {
-        ring::hmac::sign(&self.0, &tagged(label, cluster, nonces, ends))
-            .as_ref()
-            .to_vec()
-    }
-
-    fn verify(
-        &self,
-        label: &str,
-        cluster: u128,
-        nonces: (u128, u128),
-        ends: (NodeId, MemberId),
-        tag: &[u8],
-    ) -> bool {
-        // Constant time: a tag is not guessed byte by byte.
-        ring::hmac::verify(&self.0, &tagged(label, cluster, nonces, ends), tag).is_ok()
-    }
-}
-
-/// What a handshake tag covers, as bytes.
-fn tagged(label: &str, cluster: u128, nonces: (u128, u128), ends: (NodeId, MemberId)) -> Vec<u8> {
-    let mut message = Vec::with_capacity(label.len() + 60);
-    message.extend_from_slice(label.as_bytes());
-    message.extend_from_slice(&cluster.to_le_bytes());
-    message.extend_from_slice(&nonces.0.to_le_bytes());
-    message.extend_from_slice(&nonces.1.to_le_bytes());
-    message.extend_from_slice(&ends.0.to_le_bytes());
-    message.extend_from_slice(&ends.1.to_le_bytes());
-    message
-}
-
-impl std::fmt::Debug for PeerKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PeerKey(..)")
-    }
-}
-
-const HELLO_LABEL: &str = "cairn-peer-hello-v1";
-const WELCOME_LABEL: &str = "cairn-peer-welcome-v1";
 /// How long an opener may take over its side of the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A served connection that carries no request for this long is closed: a peer that died
@@ -270,96 +220,6 @@ const _: () = assert!(CLIENT_IDLE.as_nanos() < PEER_IDLE.as_nanos());
 /// Each peer member holds at most [`served::PER_MEMBER`], so this leaves room for six peers
 /// and for connections still in their handshake.
 pub const MAX_PEER_CONNECTIONS: usize = 640;
-
-/// The listener's first frame: a nonce the opener's proof must cover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Challenge {
-    pub nonce: u128,
-}
-
-/// The opener's frame: the cluster it is for, who opens it, the member it means to reach,
-/// its own nonce (the welcome's proof covers it) and its proof of the secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    pub cluster: u128,
-    pub from: NodeId,
-    pub to: MemberId,
-    pub nonce: u128,
-    #[serde(with = "crate::types::bytes_serde")]
-    pub proof: Vec<u8>,
-}
-
-fn draw_nonce(env: &Env) -> u128 {
-    u128::from(env.entropy.next_u64()) << 64 | u128::from(env.entropy.next_u64())
-}
-
-/// The opener's side of the handshake with member `to` on a new connection.
-async fn open_handshake(
-    env: &Env,
-    stream: &mut dyn ByteStream,
-    key: &PeerKey,
-    cluster: u128,
-    (me, to): (NodeId, MemberId),
-) -> io::Result<()> {
-    let challenge: Challenge = read_message(stream, MAX_HELLO).await?;
-    let nonce = draw_nonce(env);
-    let nonces = (challenge.nonce, nonce);
-    let hello = Hello {
-        cluster,
-        from: me,
-        to,
-        nonce,
-        proof: key.tag(HELLO_LABEL, cluster, nonces, (me, to)),
-    };
-    write_message(stream, &hello).await?;
-    let denied = |why: String| io::Error::new(io::ErrorKind::PermissionDenied, why);
-    match read_message::<Reply>(stream, MAX_HELLO).await? {
-        Reply::Welcome(proof) if key.verify(WELCOME_LABEL, cluster, nonces, (me, to), &proof) => {
-            Ok(())
-        }
-        Reply::Welcome(_) => Err(denied(format!(
-            "the node answering for member {to} does not prove the cluster's secret"
-        ))),
-        Reply::Refused(why) => Err(denied(format!("the peer refused the connection: {why}"))),
-        _ => Err(unexpected()),
-    }
-}
-
-/// The listener's side, as member `member`: `Ok(from)` once the opener proved it holds the
-/// secret of this cluster and meant this member; otherwise it was told why (when it got
-/// that far). Another cluster's member fails the proof, as does another secret: the
-/// refusal names neither this cluster's id nor which it was.
-async fn accept_handshake(
-    env: &Env,
-    stream: &mut dyn ByteStream,
-    key: &PeerKey,
-    (cluster, member): (u128, MemberId),
-) -> io::Result<NodeId> {
-    let nonce = draw_nonce(env);
-    write_message(stream, &Challenge { nonce }).await?;
-    let hello: Hello = read_message(stream, MAX_HELLO).await?;
-    let nonces = (nonce, hello.nonce);
-    let ends = (hello.from, hello.to);
-    let why = if !key.verify(HELLO_LABEL, cluster, nonces, ends, &hello.proof) {
-        format!(
-            "{} did not prove this cluster's secret (a member of another cluster, or another secret)",
-            show_id(hello.from)
-        )
-    } else if hello.to != member {
-        format!(
-            "{} meant member {}, and reached member {member}",
-            show_id(hello.from),
-            hello.to
-        )
-    } else {
-        let welcome = Reply::Welcome(key.tag(WELCOME_LABEL, cluster, nonces, ends));
-        write_message(stream, &welcome).await?;
-        return Ok(hello.from);
-    };
-    tracing::warn!(%why, "a peer connection refused");
-    let _ = write_message(stream, &Reply::Refused(why.clone())).await;
-    Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
-}
 
 /// The body of a frame whose header and body were read, if its checksum matches.
 pub fn decode_frame<'a>(header: &[u8; HEADER], body: &'a [u8]) -> io::Result<&'a [u8]> {
@@ -494,6 +354,25 @@ impl PeerClient {
         // A request refused, or that reached another replica, was not run there.
         match self.call(Rpc::Part { group, body }, limit).await? {
             Reply::Part(body) => Ok(body),
+            Reply::Refused(why) => Err(unsent(refused(why))),
+            Reply::Elsewhere(why) => Err(unsent(elsewhere(why))),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Asks many partition groups' requests at once (`crate::partition::batch`): each
+    /// one's reply body, in order.
+    pub(crate) async fn call_parts(
+        &mut self,
+        requests: Vec<(crate::partition::net::GroupName, Vec<u8>)>,
+        limit: Duration,
+    ) -> io::Result<Vec<Vec<u8>>> {
+        let items = requests
+            .into_iter()
+            .map(|(group, body)| PartItem { group, body })
+            .collect();
+        match self.call(Rpc::Parts(items), limit).await? {
+            Reply::Parts(answers) => Ok(answers.into_iter().map(|a| a.0).collect()),
             Reply::Refused(why) => Err(unsent(refused(why))),
             Reply::Elsewhere(why) => Err(unsent(elsewhere(why))),
             _ => Err(unexpected()),
@@ -858,6 +737,7 @@ async fn serve_connection(
                 | Rpc::Propose(_)
                 | Rpc::ReadIndex
                 | Rpc::Part { .. }
+                | Rpc::Parts(_)
                 | Rpc::Beat(_),
                 _,
             ) => member_of(request.to) == member_of(me),
@@ -952,6 +832,13 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
         Rpc::Part { group, body } => {
             Reply::Part(crate::partition::net::answer(replica, from, group, &body).await)
         }
+        Rpc::Parts(items) => {
+            let answers = items
+                .iter()
+                .map(|item| crate::partition::net::answer(replica, from, item.group, &item.body));
+            let answers = futures_util::future::join_all(answers).await;
+            Reply::Parts(answers.into_iter().map(PartAnswer).collect())
+        }
         Rpc::Beat(body) => Reply::Beat(crate::partition::net::answer_beat(replica, from, &body)),
         Rpc::ReadIndex => Reply::ReadIndex(replica.read_index_here().await),
         Rpc::Admin(AdminRequest::Status) => {
@@ -981,6 +868,7 @@ async fn answer(replica: &Replica, from: NodeId, rpc: Rpc, stored: bool) -> Repl
 }
 
 mod fate;
+mod handshake;
 mod served;
 #[cfg(test)]
 mod tests;

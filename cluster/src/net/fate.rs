@@ -39,6 +39,15 @@ pub(crate) fn unsent(e: io::Error) -> io::Error {
     io::Error::new(e.kind(), NotRun(format!("not run: {e}")))
 }
 
+/// A copy of `e` (its kind, its words, and whether it was [`NotRun`]), for each of the
+/// requests one failed exchange carried.
+pub(crate) fn copy(e: &io::Error) -> io::Error {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<NotRun>()) {
+        Some(not_run) => io::Error::new(e.kind(), NotRun(not_run.0.clone())),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
 pub(super) fn refused(why: String) -> io::Error {
     io::Error::other(format!("the peer refused: {why}"))
 }

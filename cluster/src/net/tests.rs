@@ -1,5 +1,6 @@
 //! Tests of `net.rs`.
 
+use super::handshake::{HELLO_LABEL, WELCOME_LABEL};
 use super::*;
 
 #[test]

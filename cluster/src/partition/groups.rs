@@ -291,7 +291,7 @@ impl PartGroups {
         &self.inner.meta
     }
 
-    pub(super) fn networks(&self) -> &PartNetworks {
+    pub fn networks(&self) -> &PartNetworks {
         &self.inner.networks
     }
 

@@ -18,6 +18,7 @@
 //! Where it runs and what is not built yet: `docs/cluster.md`, "Partitions".
 
 pub mod balance;
+pub mod batch;
 pub mod groups;
 mod installed;
 pub mod machine;

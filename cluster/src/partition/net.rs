@@ -10,10 +10,13 @@
 //! votes nor counts in it. A member speaks only for its own replicas (the envelope's `from`
 //! is checked against the connection's member).
 //!
-//! Every group of a member shares a few connections to each peer member ([`POOL`]; a group
-//! always uses the same one, so its requests to a peer stay in order), so the number of
-//! connections does not grow with the number of partitions.
+//! Every group of a member shares a few connections to each peer member, so the number of
+//! connections does not grow with the number of partitions: its Raft requests but
+//! snapshots go batched with the other groups' (`super::batch`); snapshots take one of
+//! [`POOL`] connections (a group always the same one), forwarded writes, identifications
+//! and fetches one of [`FORWARD_POOL`] in turn.
 
+use super::batch::{BatchCounts, Batcher, CONNECTIONS};
 use super::{PartCommand, PartConfig, PartOutcome, PartSnapshot, PartSnapshotMeta};
 use crate::net::{PeerClient, PeerNetwork};
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
@@ -33,8 +36,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Connections each member keeps to each peer for all its partition groups' Raft traffic.
-pub const POOL: usize = 16;
+/// Connections each member keeps to each peer for its partition groups' snapshots.
+pub const POOL: usize = 4;
 /// Connections each member keeps to each peer for forwarded sends and identifications
 /// (apart from the Raft traffic: a forwarded send holds its connection until it commits,
 /// which may need Raft traffic between the same two members).
@@ -169,11 +172,13 @@ struct Pool {
 /// another address gets pools of its own).
 type PoolKey = (MemberId, String, bool);
 
-/// Every group's network on this member: the pools, by peer.
+/// Every group's network on this member: the pools and batchers, by peer.
 #[derive(Clone)]
 pub struct PartNetworks {
     peers: PeerNetwork,
     pools: Arc<Mutex<BTreeMap<PoolKey, Arc<Pool>>>>,
+    batchers: Arc<Mutex<BTreeMap<(MemberId, String), Batcher>>>,
+    counts: Arc<BatchCounts>,
 }
 
 impl PartNetworks {
@@ -181,7 +186,29 @@ impl PartNetworks {
         PartNetworks {
             peers,
             pools: Arc::default(),
+            batchers: Arc::default(),
+            counts: Arc::default(),
         }
+    }
+
+    /// How many batched exchanges and requests went to peers.
+    pub fn batch_counts(&self) -> &BatchCounts {
+        &self.counts
+    }
+
+    /// The batcher of Raft requests to `member` at `node` (made on first use).
+    fn batcher(&self, member: MemberId, node: &Peer) -> Batcher {
+        let mut batchers = self.batchers.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (member, node.raft.clone());
+        let batcher = batchers.entry(key).or_insert_with(|| {
+            // Addressed to the member, any incarnation (each envelope names the replica).
+            let target = u64::from(member) << 32;
+            let clients = (0..CONNECTIONS)
+                .map(|_| self.peers.client(target, node))
+                .collect();
+            Batcher::start(self.peers.env(), clients, self.counts.clone())
+        });
+        batcher.clone()
     }
 
     /// The pool of connections to `member` at `node`, for forwarded requests or Raft's.
@@ -225,11 +252,16 @@ impl PartNetworks {
         envelope: &PartEnvelope,
         limit: Duration,
     ) -> io::Result<PartReply> {
-        let forwarded = matches!(
+        let member = member_of(envelope.to);
+        if !matches!(
             envelope.rpc,
-            PartRpc::Send(_) | PartRpc::Identify | PartRpc::Fetch { .. }
-        );
-        let pool = self.pool(member_of(envelope.to), node, forwarded);
+            PartRpc::Send(_) | PartRpc::Identify | PartRpc::Fetch { .. } | PartRpc::Snapshot { .. }
+        ) {
+            let batcher = self.batcher(member, node);
+            return decode(&batcher.call(group, encode(envelope)?, limit).await?);
+        }
+        let forwarded = !matches!(envelope.rpc, PartRpc::Snapshot { .. });
+        let pool = self.pool(member, node, forwarded);
         let slot = if forwarded {
             pool.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.slots.len()
         } else {

@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 35] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 36] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -134,6 +134,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 35] = [
     (
         "ClusterOffsetsAgree",
         "after the final heal every replica held the same offset for a consumer written to, one its writes allow",
+    ),
+    (
+        "ClusterRaftBatched",
+        "one exchange between two members carried the Raft requests of more than one partition group (batch)",
     ),
     (
         "ClusterQuietWoken",

@@ -220,6 +220,14 @@ impl World {
         if counts.woken.load(Relaxed) > 0 {
             self.decision("ClusterQuietWoken");
         }
+        let batched = parts.networks().batch_counts();
+        let (exchanges, requests) = (
+            batched.exchanges.load(Relaxed),
+            batched.requests.load(Relaxed),
+        );
+        if requests > exchanges {
+            self.decision("ClusterRaftBatched");
+        }
     }
 
     /// Whether member `at`'s partition replicas do not all count in their groups yet: a
