@@ -28,9 +28,9 @@
 //! its answers to `Identify` say, then hands each group it leads to the voter holding the
 //! most of its log, again for any handed back meanwhile, until it leads none.
 
-use super::groups::{id_of, leads, successor, PartGroups, IDENTIFY_LIMIT, SEND_RETRY};
+use super::groups::{id_of, successor, PartGroups, SEND_RETRY};
 use super::members::{configured_at, Reconciled};
-use super::net::{GroupName, PartEnvelope, PartReply, PartRpc};
+use super::net::GroupName;
 use super::PartRaft;
 use crate::rt::in_env;
 use crate::types::{member_of, MemberId, NodeId};
@@ -74,18 +74,23 @@ impl PartGroups {
             let reconciled = self.reconciled();
             let mut begun = self.balanced();
             begun.retain(|name, at| led.iter().any(|(n, _)| n == name) && now < *at + retry);
+            // The cheap tests first: most groups are led by their preferred member.
             led.into_iter()
-                .filter(|(name, raft)| match reconciled.get(name) {
-                    Some(Reconciled::With(done, at)) => *done == key && configured_at(raft) == *at,
-                    _ => false,
-                })
                 .filter_map(|(name, raft)| {
                     if begun.contains_key(&name) {
                         return None;
                     }
                     let to = self.successor_preferred(name, &raft, now)?;
-                    begun.insert(name, now);
-                    Some((name, raft, to))
+                    let settled = match reconciled.get(&name) {
+                        Some(Reconciled::With(done, at)) => {
+                            *done == key && configured_at(&raft) == *at
+                        }
+                        _ => false,
+                    };
+                    settled.then(|| {
+                        begun.insert(name, now);
+                        (name, raft, to)
+                    })
                 })
                 .collect()
         };
@@ -107,20 +112,9 @@ impl PartGroups {
             .get_node(&to)
             .cloned();
         let Some(node) = node else { return };
-        let envelope = PartEnvelope {
-            from: id_of(&raft),
-            to,
-            rpc: PartRpc::Identify,
-        };
-        match self
-            .networks()
-            .call(&node, name, &envelope, IDENTIFY_LIMIT)
-            .await
-        {
-            Ok(PartReply::Identity {
-                id, leaving: false, ..
-            }) if id == to => {}
-            _ => return,
+        let asked = self.identity(name, id_of(&raft), (member_of(to), &node));
+        if !matches!(asked.await, Some((id, _, false)) if id == to) {
+            return;
         }
         tracing::info!(partition = %super::net::identity_of(name), to = %crate::types::show_id(to), "handing the partition's leadership to its preferred member");
         self.wake(name, &raft);
@@ -184,15 +178,22 @@ impl PartGroups {
 
     /// The replica of group `name`'s preferred member, if it is not this one's and the
     /// module doc's table lets `raft` (leading) hand the group to it at monotonic `now`.
+    /// Read in one borrow of its metrics, and only as far as needed: every pass asks this
+    /// of every group led here, and most are led by their preferred member already.
     fn successor_preferred(&self, name: GroupName, raft: &PartRaft, now: u64) -> Option<NodeId> {
-        let metrics = raft.metrics().borrow_watched().clone();
-        let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
-        let members: BTreeSet<MemberId> = voters.iter().map(|id| member_of(*id)).collect();
-        let want = preferred(name, &members)?;
-        if want == member_of(id_of(raft)) || !leads(raft) {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let me = metrics.id;
+        if metrics.current_leader != Some(me) {
             return None;
         }
-        let to = voters.into_iter().find(|id| member_of(*id) == want)?;
+        let membership = metrics.membership_config.membership();
+        let members: BTreeSet<MemberId> = membership.voter_ids().map(member_of).collect();
+        let want = preferred(name, &members)?;
+        if want == member_of(me) {
+            return None;
+        }
+        let to = membership.voter_ids().find(|id| member_of(*id) == want)?;
         let heard = metrics.heartbeat.as_ref()?.get(&to).cloned().flatten()?;
         let window = 3 * self.tuning().heartbeat.as_nanos() as u64;
         if now.saturating_sub(heard.reading()) > window {

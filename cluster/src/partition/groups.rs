@@ -404,8 +404,14 @@ impl PartGroups {
         self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn group(&self, name: GroupName) -> Option<PartRaft> {
+    /// This member's running replica of group `name`, if any.
+    pub(super) fn group(&self, name: GroupName) -> Option<PartRaft> {
         self.running().get(&name).cloned()
+    }
+
+    /// The running groups, locked (held briefly: no other lock is taken under it).
+    pub(super) fn running_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
+        self.running()
     }
 
     /// The groups the metadata state names now (computed again only when the view moved).
@@ -658,6 +664,19 @@ impl PartGroups {
         (voter, peer): (NodeId, &Peer),
     ) -> Option<(NodeId, bool)> {
         let member = member_of(voter);
+        let (id, made, _) = self.identity(name, mine, (member, peer)).await?;
+        Some((id, made))
+    }
+
+    /// What the member `member` (at `peer`) answers of group `name` when replica `mine`
+    /// asks: the replica it runs, whether that holds any of the group, whether the member
+    /// is leaving; `None` when it does not answer (or answers for another member).
+    pub(super) async fn identity(
+        &self,
+        name: GroupName,
+        mine: NodeId,
+        (member, peer): (crate::types::MemberId, &Peer),
+    ) -> Option<(NodeId, bool, bool)> {
         let envelope = PartEnvelope {
             from: mine,
             to: u64::from(member) << 32,
@@ -668,7 +687,9 @@ impl PartGroups {
             .networks
             .call(peer, name, &envelope, IDENTIFY_LIMIT);
         match asked.await {
-            Ok(PartReply::Identity { id, made, .. }) if member_of(id) == member => Some((id, made)),
+            Ok(PartReply::Identity { id, made, leaving }) if member_of(id) == member => {
+                Some((id, made, leaving))
+            }
             _ => None,
         }
     }

@@ -179,6 +179,20 @@ impl Quiet {
         self.lock().groups.remove(&name);
     }
 
+    /// The groups asleep here (led or followed).
+    fn sleeping(&self) -> BTreeSet<GroupName> {
+        let state = self.lock();
+        let asleep = |(_, s): &(&GroupName, &Sleep)| {
+            matches!(s, Sleep::Leading { .. } | Sleep::Following { .. })
+        };
+        state
+            .groups
+            .iter()
+            .filter(asleep)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
     /// How many groups sleep here.
     pub fn asleep(&self) -> u64 {
         let state = self.lock();
@@ -298,9 +312,12 @@ impl PartGroups {
                 false
             }
             Ok(beat) => {
-                let running = match beat.offers.is_empty() {
-                    true => BTreeMap::new(),
-                    false => self.running_groups(),
+                // The handles of the offered groups only.
+                let running: BTreeMap<GroupName, PartRaft> = {
+                    let running = self.running_map();
+                    (beat.offers.iter().take(MAX_OFFERS))
+                        .filter_map(|o| Some((o.group, running.get(&o.group)?.clone())))
+                        .collect()
                 };
                 let mut state = self.quiet().lock();
                 let changed = Quiet::heard(&mut state, from, beat.epoch, now);
@@ -414,7 +431,18 @@ impl PartGroups {
     /// went silent or restarted woken.
     fn quiet_pass(&self) {
         let now = self.env().clock.monotonic_nanos();
-        let running = self.running_groups();
+        // Sleeping groups are most of them at rest: only the names of all are taken, and
+        // the handles of the others (those a pass may step).
+        let sleeping = self.quiet().sleeping();
+        let (names, awake): (BTreeSet<GroupName>, BTreeMap<GroupName, PartRaft>) = {
+            let running = self.running_map();
+            let names = running.keys().copied().collect();
+            let awake = (running.iter())
+                .filter(|(name, _)| !sleeping.contains(name))
+                .map(|(name, raft)| (*name, raft.clone()))
+                .collect();
+            (names, awake)
+        };
         let me = member_of(self.meta().id());
         let silent_after = self.tuning().election.0.as_nanos() as u64;
         let deaf = self.hooks().deaf_when_quiet;
@@ -422,32 +450,34 @@ impl PartGroups {
         let mut made = Vec::new();
         {
             let mut state = self.quiet().lock();
-            let heard = state.heard.clone();
             // A group led asleep or offered here whose replica stopped: a new epoch.
-            let gone: Vec<GroupName> = state
-                .groups
-                .keys()
-                .filter(|name| !running.contains_key(name))
+            let gone: Vec<GroupName> = (state.groups.keys())
+                .filter(|name| !names.contains(name))
                 .copied()
                 .collect();
             for name in gone {
                 let sleep = state.groups.remove(&name);
                 self.quiet().epoch_moved(sleep.as_ref());
             }
-            // Asleep groups stay in place (a lookup each); only the others are stepped.
-            for (name, raft) in &running {
+            // Groups following a leader whose member went silent or restarted wake.
+            for (name, sleep) in &state.groups {
+                let Sleep::Following { leader, epoch } = sleep else {
+                    continue;
+                };
+                let alive = state
+                    .heard
+                    .get(leader)
+                    .is_some_and(|&(at, e)| e == *epoch && now.saturating_sub(at) <= silent_after);
+                if !alive && !deaf {
+                    tracing::debug!(partition = %identity_of(*name), leader, "a sleeping group's leader's member went silent or restarted");
+                    woken.push(*name);
+                }
+            }
+            // Asleep groups stay in place; only the others are stepped.
+            for (name, raft) in &awake {
                 match state.groups.get(name) {
-                    Some(Sleep::Following { leader, epoch }) => {
-                        let (leader, epoch) = (*leader, *epoch);
-                        let alive = heard.get(&leader).is_some_and(|&(at, e)| {
-                            e == epoch && now.saturating_sub(at) <= silent_after
-                        });
-                        if !alive && !deaf {
-                            tracing::debug!(partition = %identity_of(*name), leader, "a sleeping group's leader's member went silent or restarted");
-                            woken.push(*name);
-                        }
-                    }
-                    Some(Sleep::Leading { .. }) => {}
+                    // Put to sleep since the names were taken: left for the next pass.
+                    Some(Sleep::Following { .. } | Sleep::Leading { .. }) => {}
                     // Made without a request reaching it first: wakes (below).
                     Some(Sleep::Dormant) => {
                         if !never_made(raft) {
@@ -464,11 +494,13 @@ impl PartGroups {
             }
         }
         for name in woken {
-            self.quiet().wake(name, &running[&name], now);
-            self.counts().woken.fetch_add(1, Relaxed);
+            if let Some(raft) = self.group(name) {
+                self.quiet().wake(name, &raft, now);
+                self.counts().woken.fetch_add(1, Relaxed);
+            }
         }
         for name in made {
-            self.quiet().wake(name, &running[&name], now);
+            self.quiet().wake(name, &awake[&name], now);
         }
     }
 
