@@ -35,6 +35,7 @@ const _: () = assert!(
     2 * (crate::decide::MAX_READS
         + crate::decide::MAX_FORWARDS
         + RAFT_CLIENTS
+        + 2 * crate::partition::batch::CONNECTIONS
         + crate::partition::net::POOL
         + crate::partition::net::FORWARD_POOL
         + BEAT_CLIENTS)

@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
-/// Connections a member keeps to each peer for its groups' batched Raft traffic.
+/// Connections a member keeps to each peer for each of its two batchers (appends that
+/// carry entries; heartbeats, votes and hand-overs: `net::PartNetworks`).
 pub const CONNECTIONS: usize = 4;
 /// The most requests queued for one peer; more are refused (not sent: openraft retries).
 /// A group has at most a few requests to a peer in flight, so this is well above what
@@ -37,7 +38,8 @@ pub const CONNECTIONS: usize = 4;
 pub const MAX_QUEUED: usize = 65_536;
 /// The most requests one exchange carries.
 pub const MAX_BATCH: usize = 4_096;
-/// The most request bytes one exchange carries (a larger single request goes alone).
+/// Past this many request bytes an exchange takes no further request (so it carries at
+/// most this plus one request: an append is at most 32 MiB, far below the frame limit).
 pub const BATCH_BYTES: usize = 8 << 20;
 
 /// How many exchanges and requests went to peers, over the member's life (a test reads
@@ -57,7 +59,7 @@ struct Queued {
     answer: oneshot::Sender<io::Result<Vec<u8>>>,
 }
 
-/// The queue to one peer member; its driver ends once every clone of it is dropped.
+/// A queue to one peer member; its driver ends once every clone of it is dropped.
 #[derive(Clone)]
 pub struct Batcher {
     queue: mpsc::Sender<Queued>,
@@ -82,6 +84,11 @@ impl Batcher {
         }
     }
 
+    /// Whether its driver ended (the node's tasks were stopped): a new batcher is due.
+    pub fn stopped(&self) -> bool {
+        self.queue.is_closed()
+    }
+
     /// Asks `body` (an encoded `PartEnvelope`) of group `group` of the peer: the encoded
     /// reply, within `limit`.
     pub async fn call(
@@ -97,11 +104,14 @@ impl Batcher {
             limit,
             answer,
         };
-        if self.queue.try_send(queued).is_err() {
-            return Err(unsent(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{MAX_QUEUED} requests to the peer are queued"),
-            )));
+        if let Err(refused) = self.queue.try_send(queued) {
+            let why = match refused {
+                mpsc::error::TrySendError::Full(_) => {
+                    format!("{MAX_QUEUED} requests to the peer are queued")
+                }
+                mpsc::error::TrySendError::Closed(_) => "the peer's batcher stopped".to_string(),
+            };
+            return Err(unsent(io::Error::new(io::ErrorKind::TimedOut, why)));
         }
         match race(answered, self.env.clock.sleep(limit)).await {
             Either::Left(Ok(reply)) => reply,
@@ -131,14 +141,22 @@ async fn drive(
         if batch.is_empty() {
             continue;
         }
-        // A permit is held for each exchange, and each holds one connection: one is free.
-        let client = clients
-            .iter()
-            .find_map(|c| c.clone().try_lock_owned().ok())
-            .expect("a free permit means a free connection");
+        // Each exchange holds a permit and a connection, and frees the connection first
+        // (`Lease`): a free permit means a free connection.
+        let free = clients.iter().find_map(|c| c.clone().try_lock_owned().ok());
+        let client = match free {
+            Some(client) => client,
+            None => clients[0].clone().lock_owned().await,
+        };
         counts.exchanges.fetch_add(1, Relaxed);
         counts.requests.fetch_add(batch.len() as u64, Relaxed);
-        let exchange = exchange(client, batch, permit);
+        let exchange = exchange(
+            Lease {
+                client,
+                _permit: permit,
+            },
+            batch,
+        );
         drop(env.tasks.spawn(Box::pin(in_env(&env, exchange))));
     }
 }
@@ -157,12 +175,15 @@ fn gather(first: Queued, queued: &mut mpsc::Receiver<Queued>) -> Vec<Queued> {
     batch
 }
 
-/// One exchange of `batch` on `client`; answers every request in it.
-async fn exchange(
-    mut client: OwnedMutexGuard<PeerClient>,
-    batch: Vec<Queued>,
-    permit: OwnedSemaphorePermit,
-) {
+/// A connection and the permit that counts it, freed in that order (fields drop in
+/// declaration order, also when an exchange is cancelled).
+struct Lease {
+    client: OwnedMutexGuard<PeerClient>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// One exchange of `batch` on `lease`'s connection; answers every request in it.
+async fn exchange(mut lease: Lease, batch: Vec<Queued>) {
     let limit = batch
         .iter()
         .map(|q| q.limit)
@@ -173,10 +194,8 @@ async fn exchange(
         .map(|q| ((q.group, q.body), q.answer))
         .unzip();
     let count = requests.len();
-    let replies = client.call_parts(requests, limit).await;
-    // The connection is free again before its permit is: the driver finds it so.
-    drop(client);
-    drop(permit);
+    let replies = lease.client.call_parts(requests, limit).await;
+    drop(lease);
     match replies {
         Ok(replies) if replies.len() == count => {
             for (answer, reply) in answers.into_iter().zip(replies) {

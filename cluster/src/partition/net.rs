@@ -12,7 +12,8 @@
 //!
 //! Every group of a member shares a few connections to each peer member, so the number of
 //! connections does not grow with the number of partitions: its Raft requests but
-//! snapshots go batched with the other groups' (`super::batch`); snapshots take one of
+//! snapshots go batched with the other groups' (`super::batch`; appends carrying entries
+//! apart from heartbeats and votes); snapshots take one of
 //! [`POOL`] connections (a group always the same one), forwarded writes, identifications
 //! and fetches one of [`FORWARD_POOL`] in turn.
 
@@ -172,12 +173,16 @@ struct Pool {
 /// another address gets pools of its own).
 type PoolKey = (MemberId, String, bool);
 
+/// A peer member, the address it was reached at, and whether the batcher is for appends
+/// that carry entries.
+type BatcherKey = (MemberId, String, bool);
+
 /// Every group's network on this member: the pools and batchers, by peer.
 #[derive(Clone)]
 pub struct PartNetworks {
     peers: PeerNetwork,
     pools: Arc<Mutex<BTreeMap<PoolKey, Arc<Pool>>>>,
-    batchers: Arc<Mutex<BTreeMap<(MemberId, String), Batcher>>>,
+    batchers: Arc<Mutex<BTreeMap<BatcherKey, Batcher>>>,
     counts: Arc<BatchCounts>,
 }
 
@@ -196,10 +201,13 @@ impl PartNetworks {
         &self.counts
     }
 
-    /// The batcher of Raft requests to `member` at `node` (made on first use).
-    fn batcher(&self, member: MemberId, node: &Peer) -> Batcher {
+    /// The batcher of Raft requests to `member` at `node` (made on first use): one for
+    /// appends that carry entries (`heavy`: a follower answers them once its WAL synced),
+    /// one for the rest (heartbeats, votes, hand-overs), which so never wait behind a sync.
+    fn batcher(&self, member: MemberId, node: &Peer, heavy: bool) -> Batcher {
         let mut batchers = self.batchers.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (member, node.raft.clone());
+        let key = (member, node.raft.clone(), heavy);
+        batchers.retain(|_, b| !b.stopped());
         let batcher = batchers.entry(key).or_insert_with(|| {
             // Addressed to the member, any incarnation (each envelope names the replica).
             let target = u64::from(member) << 32;
@@ -257,7 +265,8 @@ impl PartNetworks {
             envelope.rpc,
             PartRpc::Send(_) | PartRpc::Identify | PartRpc::Fetch { .. } | PartRpc::Snapshot { .. }
         ) {
-            let batcher = self.batcher(member, node);
+            let heavy = matches!(&envelope.rpc, PartRpc::Append(r) if !r.entries.is_empty());
+            let batcher = self.batcher(member, node, heavy);
             return decode(&batcher.call(group, encode(envelope)?, limit).await?);
         }
         let forwarded = !matches!(envelope.rpc, PartRpc::Snapshot { .. });
