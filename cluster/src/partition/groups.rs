@@ -495,8 +495,9 @@ impl PartGroups {
         for name in missing {
             match self.start(name).await {
                 Ok(raft) => {
+                    // Running first: a pass never finds its quiet entry without it.
+                    self.running().insert(name, raft.clone());
                     self.inner.quiet.started(name, &raft);
-                    self.running().insert(name, raft);
                 }
                 Err(why) => self.note_failure(name, format!("it did not start: {why}")),
             }

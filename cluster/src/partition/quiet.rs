@@ -152,11 +152,14 @@ impl Quiet {
 
     /// Wakes group `name` (this member's replica `raft`): its tick runs again, and it
     /// counts as awake from `now`. A group with no entry is awake and not yet watched
-    /// (a follower's, or a leader's the next pass finds): nothing to do, so a follower's
-    /// appends take no entry.
+    /// (a follower's, or a leader's the next pass finds): it takes no entry, so a
+    /// follower's appends take none, and its tick is only made sure of (a pass that took
+    /// the running groups' names just before a replica started drops its new `Dormant`
+    /// entry as gone: its first request starts its tick all the same).
     pub fn wake(&self, name: GroupName, raft: &PartRaft, now: u64) {
         let mut state = self.lock();
         let Some(sleep) = state.groups.get_mut(&name) else {
+            raft.runtime_config().tick(true);
             return;
         };
         if matches!(
