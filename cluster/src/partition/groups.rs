@@ -400,18 +400,13 @@ impl PartGroups {
         }
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
+    pub(super) fn running(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
         self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// This member's running replica of group `name`, if any.
     pub(super) fn group(&self, name: GroupName) -> Option<PartRaft> {
         self.running().get(&name).cloned()
-    }
-
-    /// The running groups, locked (held briefly: no other lock is taken under it).
-    pub(super) fn running_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, PartRaft>> {
-        self.running()
     }
 
     /// The groups the metadata state names now (computed again only when the view moved).

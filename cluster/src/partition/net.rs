@@ -207,7 +207,9 @@ impl PartNetworks {
     fn batcher(&self, member: MemberId, node: &Peer, heavy: bool) -> Batcher {
         let mut batchers = self.batchers.lock().unwrap_or_else(|p| p.into_inner());
         let key = (member, node.raft.clone(), heavy);
-        batchers.retain(|_, b| !b.stopped());
+        if batchers.get(&key).is_some_and(Batcher::stopped) {
+            batchers.remove(&key);
+        }
         let batcher = batchers.entry(key).or_insert_with(|| {
             // Addressed to the member, any incarnation (each envelope names the replica).
             let target = u64::from(member) << 32;

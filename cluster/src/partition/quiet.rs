@@ -317,7 +317,7 @@ impl PartGroups {
             Ok(beat) => {
                 // The handles of the offered groups only.
                 let running: BTreeMap<GroupName, PartRaft> = {
-                    let running = self.running_map();
+                    let running = self.running();
                     (beat.offers.iter().take(MAX_OFFERS))
                         .filter_map(|o| Some((o.group, running.get(&o.group)?.clone())))
                         .collect()
@@ -438,7 +438,7 @@ impl PartGroups {
         // the handles of the others (those a pass may step).
         let sleeping = self.quiet().sleeping();
         let (names, awake): (BTreeSet<GroupName>, BTreeMap<GroupName, PartRaft>) = {
-            let running = self.running_map();
+            let running = self.running();
             let names = running.keys().copied().collect();
             let awake = (running.iter())
                 .filter(|(name, _)| !sleeping.contains(name))
