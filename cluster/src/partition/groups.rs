@@ -156,6 +156,8 @@ pub struct GroupView {
     pub term: u64,
     /// The index of the last entry applied (0 for none).
     pub applied: u64,
+    /// The index of the last entry in its log, committed or not (0 for none).
+    pub last_log: u64,
     /// Whether the group's configuration, as this replica knows it, counts it as a voter.
     pub voter: bool,
     /// The group's voters, as this replica knows them.
@@ -174,6 +176,7 @@ impl GroupView {
             leader: None,
             term: 0,
             applied: 0,
+            last_log: 0,
             voter: false,
             voters: Vec::new(),
             joint: false,
@@ -376,6 +379,7 @@ impl PartGroups {
                     leader: m.current_leader,
                     term: m.current_term,
                     applied: m.last_applied.map_or(0, |l| l.index),
+                    last_log: m.last_log_index.unwrap_or(0),
                     voter: voters.contains(&m.id),
                     voters,
                     joint,

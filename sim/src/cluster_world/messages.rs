@@ -523,6 +523,40 @@ impl World {
         }
     }
 
+    /// Whether nothing more can come to `identity`'s replicas: every member's replica runs
+    /// its group and answered the read (`answered`), under one leader, outside a change of
+    /// voters, each having applied its whole log, to the same entry. A copy short of an
+    /// acknowledged offset then lost it (else it is only late: a stall).
+    fn applied_whole_log(
+        &self,
+        identity: cairn_engine::partition::PartitionIdentity,
+        answered: &[(MemberId, Vec<Held>)],
+    ) -> Option<String> {
+        let mut views = Vec::new();
+        for r in &self.replicas {
+            let parts = r.parts.as_ref()?;
+            let view = parts
+                .views()
+                .into_iter()
+                .find(|v| v.partition == identity)?;
+            let settled = view.replica.is_some() && view.failed.is_none() && !view.joint;
+            if !settled || view.applied != view.last_log || !answered.iter().any(|a| a.0 == r.id) {
+                return None;
+            }
+            views.push(view);
+        }
+        let first = views.first()?;
+        let alike = |v: &&GroupView| v.leader == first.leader && v.applied == first.applied;
+        if first.leader.is_none() || !views.iter().all(|v| alike(&v)) {
+            return None;
+        }
+        Some(format!(
+            "every replica applied its group's whole log, through entry {}, under leader {}",
+            first.applied,
+            cairn_cluster::types::show_id(first.leader?)
+        ))
+    }
+
     /// What every member's replica of `identity` makes of its group.
     fn part_views(&self, identity: cairn_engine::partition::PartitionIdentity) -> String {
         let view = |r: &Replica| {
@@ -594,9 +628,34 @@ impl World {
                     );
                     return false;
                 }
+                let (topic, p) = (&partition.topic, partition.identity.partition_id);
+                if let Some(whole) = self.applied_whole_log(partition.identity, &answered) {
+                    let held: Vec<String> = answered
+                        .iter()
+                        .map(|(id, m)| format!("replica {id}: {}", m.len()))
+                        .collect();
+                    let held = held.join(", ");
+                    let lengths: BTreeSet<usize> = answered.iter().map(|a| a.1.len()).collect();
+                    // Alike replicas with copies of different lengths disagree; copies alike
+                    // and short lost what they were acknowledged for.
+                    let (invariant, short) = match lengths.len() {
+                        1 => (
+                            INV_MESSAGE_LOST,
+                            format!("short of the acknowledged offset {}", target - 1),
+                        ),
+                        _ => (
+                            INV_MESSAGES_AGREE,
+                            "holding different numbers of messages".to_string(),
+                        ),
+                    };
+                    self.fail(
+                        invariant,
+                        format!("{topic} partition {p}: {whole}, {short}: {held}"),
+                    );
+                    return false;
+                }
                 let what = format!(
-                    "not every replica of {} partition {} reached offset {target} by the deadline",
-                    partition.topic, partition.identity.partition_id
+                    "not every replica of {topic} partition {p} reached offset {target} by the deadline"
                 );
                 self.stalled(partition.identity, what);
                 return false;
