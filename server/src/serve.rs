@@ -231,8 +231,8 @@ async fn bind_listeners(
     }
 }
 
-/// The partitions the process's open-file limit leaves room for (none when the limit
-/// cannot be read: nothing is refused then).
+/// The partitions whose active files the process's open-file limit leaves room for (none
+/// when the limit cannot be read: the engine's default table then).
 fn descriptor_budget(
     config: &ServerConfig,
     sealed_handles: u64,
@@ -333,10 +333,17 @@ async fn serve(
         .unwrap_or_else(|| generated_password(&env));
     let root_password = settings.root_password.clone();
     let sealed_handles = settings.limits.sealed_handles as u64;
+    if let Some(budget) = descriptor_budget(&config, sealed_handles) {
+        tracing::info!(
+            open_files = budget.limit,
+            partitions = budget.active,
+            "the open-file limit leaves room for this many partitions' active files at once"
+        );
+        settings.limits.active_handles = budget.active as usize;
+    }
     cairn_engine::env::real::set_group_read(config.node.data_group_access);
     report_wide_modes(&config.data_dir);
-    // The listeners first: a taken port is reported as such before a long boot, and a boot
-    // that opens every partition's files cannot leave no descriptor for them.
+    // The listeners first: a taken port is reported as such before a long boot.
     let Some((socket, http_listener)) = bind_listeners(&env, &config).await else {
         return ExitCode::from(exit::NOT_STARTED);
     };
@@ -407,14 +414,6 @@ async fn serve(
                 false => replica.status(),
             }),
         });
-    }
-    if let Some(budget) = descriptor_budget(&config, sealed_handles) {
-        tracing::info!(
-            open_files = budget.limit,
-            partitions = budget.partitions,
-            "the open-file limit leaves room for this many partitions"
-        );
-        let _ = server.context().descriptors.set(budget);
     }
     let http = if let Some(listener) = http_listener {
         let settings = http_settings(&config, &env, https);

@@ -484,7 +484,11 @@ async fn start_owners(
     let recorder = Arc::new(Recorder::default());
     let tickets = Arc::new(AtomicU64::new(0));
     let deletions = Arc::new(Deletions::default());
-    let resources = PartitionResources::shared(limits.sealed_handles, limits.journal_bytes);
+    let resources = PartitionResources::shared(
+        limits.sealed_handles,
+        limits.active_handles,
+        limits.journal_bytes,
+    );
     let claimed: BTreeMap<PartitionKey, PathBuf> = report.tree.claimed.iter().cloned().collect();
     let redo_owned: Vec<(u64, DirWork)> = redo.iter().map(|(op, w)| (*op, (*w).clone())).collect();
     let mut workers = Vec::new();

@@ -307,6 +307,11 @@ impl Node {
         (resources.journal.used(), resources.handles.stats())
     }
 
+    /// The table of the partitions' active segment files.
+    pub fn active_files(&self) -> crate::partition::resources::ActiveStats {
+        self.inner.resources.active.stats()
+    }
+
     /// The retention deletions the shards' cleaners made since the last call, oldest first.
     pub fn take_deletions(&self) -> Vec<Deletion> {
         let mut recent = self

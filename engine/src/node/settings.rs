@@ -45,9 +45,11 @@ pub struct NodeLimits {
     /// Unflushed message bytes all partitions together may hold; a send past it is
     /// refused with [`crate::partition::PartitionError::NodeJournalFull`].
     pub journal_bytes: u64,
-    /// Open handles of sealed segments across all partitions (an LRU cache; the active
-    /// segment of each partition holds its two files besides).
+    /// Open handles of sealed segments across all partitions (an LRU cache).
     pub sealed_handles: usize,
+    /// Partitions whose active segment's two files may stay open at once (a bounded
+    /// table: [`crate::partition::active_handles`]).
+    pub active_handles: usize,
 }
 
 impl Default for NodeLimits {
@@ -59,6 +61,7 @@ impl Default for NodeLimits {
             in_flight_per_client: 64,
             journal_bytes: 1024 * 1024 * 1024,
             sealed_handles: 512,
+            active_handles: 4096,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! answer every request with the reason (recovery found damage it must not repair, or an I/O
 //! error made the state of the files unknown).
 
+pub mod active_handles;
 mod error;
 pub mod hooks;
 pub mod offsets;

@@ -9,6 +9,8 @@
 //!   written after the log (and index) syncs of the flush it records, and never moves back;
 //! - a sealed segment was synced before the next one was created, and is never written again;
 //!   it holds no open file (reads go through the shared handle cache);
+//! - the active segment's files are checked out of the node's bounded table for each use
+//!   ([`super::active_handles`]), dirty from a write until the durable end records them;
 //! - the journal's bytes are reserved in the node's journal budget while it holds them;
 //! - under `persisted`, nothing above the durable end is ever shown (polls, stored offsets),
 //!   and a failed persist rolls back every batch it did not make durable, so an offset a
@@ -208,31 +210,14 @@ impl OpenLog {
         settings: PartitionSettings,
     ) -> Result<OpenLog> {
         let config = settings.local(config);
-        let disk = env.disk.as_ref();
         let mut segments = Vec::with_capacity(plan.segments.len());
         let last = plan.segments.len().saturating_sub(1);
-        let open = |path: &Path| {
-            disk.open(path, OpenMode::ReadWrite)
-                .map_err(|source| PartitionError::Io {
-                    op: "open",
-                    path: path.to_path_buf(),
-                    source,
-                })
-        };
+        // No file is opened here: sealed segments when a read reaches them, the active one
+        // when it is first used (so a boot of many partitions holds none open).
         for (i, planned) in plan.segments.iter().enumerate() {
-            // Sealed segments are opened when a read reaches them.
-            let files = if i == last {
-                Some(ActiveFiles {
-                    log: Arc::from(open(&planned.log_path)?),
-                    index: open(&planned.index_path)?,
-                })
-            } else {
-                None
-            };
             segments.push(Segment {
                 start_offset: planned.start_offset,
                 end_offset: planned.next_offset,
-                files,
                 log_path: planned.log_path.clone(),
                 index_path: planned.index_path.clone(),
                 log_len: planned.len,
@@ -283,6 +268,7 @@ impl OpenLog {
     pub(super) fn attach(&mut self, resources: &PartitionResources) {
         self.journal.move_to(resources.journal.clone());
         self.resources.handles.forget_owner(self.handle_owner);
+        self.resources.active.forget_owner(self.handle_owner);
         self.handle_owner = resources.handles.register();
         self.resources = resources.clone();
     }
@@ -298,10 +284,9 @@ impl OpenLog {
     /// (opened now if the cache does not hold it).
     fn segment_log(&self, i: usize) -> std::result::Result<Arc<dyn DiskFile>, io::Error> {
         let segment = &self.segments[i];
-        if let Some(files) = &segment.files {
-            return Ok(files.log.clone());
+        if !segment.sealed {
+            return Ok(self.checkout(false)?.log.clone());
         }
-        assert!(segment.sealed, "only a sealed segment is without its files");
         self.resources
             .handles
             .get(self.handle_key(segment.start_offset), || {
@@ -343,6 +328,33 @@ impl OpenLog {
 
     pub(super) fn take_pending_fence(&mut self) -> Option<FenceReason> {
         self.pending_fence.take()
+    }
+
+    /// The active segment's files, from the node's table (opened if it does not hold them);
+    /// `write`: to change them. Held only for one operation: the table closes files no
+    /// checkout holds.
+    fn checkout(&self, write: bool) -> io::Result<Arc<ActiveFiles>> {
+        let active = self.segments.last().expect("active segment");
+        assert!(!active.sealed, "the last segment is the active one");
+        let disk = self.env.disk.as_ref();
+        let open = || {
+            let _span =
+                tracing::debug_span!("open_active", log = %active.log_path.display()).entered();
+            Ok(ActiveFiles {
+                log: Arc::from(disk.open(&active.log_path, OpenMode::ReadWrite)?),
+                index: disk.open(&active.index_path, OpenMode::ReadWrite)?,
+            })
+        };
+        let owner = self.handle_owner;
+        self.resources
+            .active
+            .checkout(owner, active.start_offset, write, open)
+    }
+
+    /// [`Self::checkout`] to write, its failure a [`WriteError`].
+    fn active_files(&self) -> std::result::Result<Arc<ActiveFiles>, WriteError> {
+        let log_path = &self.segments.last().expect("active segment").log_path;
+        self.checkout(true).map_err(write_error("open", log_path))
     }
 
     fn start_offset(&self) -> u64 {
@@ -474,7 +486,7 @@ impl OpenLog {
             position,
         };
         let index_position = (segment.index.len() * INDEX_ENTRY_LEN) as u64;
-        let files = segment.active_files();
+        let files = self.active_files()?;
         let written = files
             .log
             .write_all_at(&slices, position)
@@ -526,7 +538,7 @@ impl OpenLog {
         );
         // A sealed segment holds exactly its batches: nothing a failed write or a stray
         // write left past them.
-        let files = sealing.active_files();
+        let files = self.active_files()?;
         let file_len = files
             .log
             .len()
@@ -574,23 +586,21 @@ impl OpenLog {
         }
         let sealed_start = self.active().start_offset;
         let key = self.handle_key(sealed_start);
-        let sealed = self.active();
-        sealed.sealed = true;
-        let sealed_files = sealed
-            .files
-            .take()
-            .expect("the active segment holds its files");
+        self.active().sealed = true;
         // Its index lives in memory from now on; its log stays warm in the cache.
-        self.resources.handles.put(key, sealed_files.log);
+        self.resources.active.take(self.handle_owner);
+        self.resources.handles.put(key, files.log.clone());
+        drop(files);
+        let files = ActiveFiles {
+            log: Arc::from(log),
+            index: index_file,
+        };
+        self.resources.active.adopt(self.handle_owner, start, files);
         self.segments.push(Segment {
             start_offset: start,
             end_offset: start,
             log_path,
             index_path,
-            files: Some(ActiveFiles {
-                log: Arc::from(log),
-                index: index_file,
-            }),
             log_len: 0,
             index: Vec::new(),
             max_timestamp: 0,
@@ -611,6 +621,8 @@ impl OpenLog {
         };
         let previous = self.superblock.durable;
         if durable == previous && !self.unsynced_dir_entries {
+            // Nothing past the durable end: what a failed write left there is not owed.
+            self.resources.active.settled(self.handle_owner);
             return Ok(durable);
         }
         assert!(
@@ -619,7 +631,9 @@ impl OpenLog {
             "the durable end never moves backwards: {previous:?} -> {durable:?}"
         );
         let _span = tracing::debug_span!("persist", log = %active.log_path.display(), position = durable.position).entered();
-        let files = active.active_files();
+        let files = self
+            .checkout(false)
+            .map_err(write_error("open", &active.log_path))?;
         // Index first: on ext4 (data=ordered) its fdatasync commits the journal transaction
         // that also carries the log's size change and flushes the log's data with it, so the
         // log's own sync that follows is nearly free (measured: 0.53 ms per 1 MiB flush
@@ -641,6 +655,7 @@ impl OpenLog {
             self.unsynced_dir_entries = false;
         }
         self.record(|r| r.durable = durable)?;
+        self.resources.active.settled(self.handle_owner);
         Ok(durable)
     }
 
@@ -741,6 +756,7 @@ impl OpenLog {
     fn roll_back(&mut self) -> std::result::Result<(), WriteError> {
         let durable = self.superblock.durable;
         self.journal.clear();
+        let files = self.active_files()?;
         let active = self.segments.last_mut().expect("active segment");
         assert_eq!(
             active.start_offset, durable.segment_start,
@@ -748,7 +764,6 @@ impl OpenLog {
         );
         if active.log_len > durable.position {
             active.index.retain(|e| e.position < durable.position);
-            let files = active.active_files();
             files
                 .log
                 .set_len(durable.position)
@@ -904,5 +919,6 @@ impl Drop for OpenLog {
     /// Closes this log's cached handles (its journal releases its budget as it drops).
     fn drop(&mut self) {
         self.resources.handles.forget_owner(self.handle_owner);
+        self.resources.active.forget_owner(self.handle_owner);
     }
 }

@@ -1,11 +1,13 @@
 //! What the partitions of one node share, each with an explicit bound: the open handles of
 //! sealed segments (an LRU cache: a sealed segment's `.log` is opened when a read reaches it
-//! and closed when it falls out) and the bytes of unflushed batches all journals hold
+//! and closed when it falls out), the open files of active segments
+//! ([`super::active_handles`]) and the bytes of unflushed batches all journals hold
 //! together.
 //!
 //! A partition opened on its own (tests, tools) gets private resources sized for one
 //! partition; a node attaches its shared ones with [`super::Partition::attach`].
 
+pub use super::active_handles::{ActiveHandles, ActiveStats};
 use crate::env::DiskFile;
 use crate::metrics::{Histogram, PERSIST_LATENCY_BOUNDS_NANOS};
 use std::collections::BTreeMap;
@@ -15,11 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Sealed-segment handles a partition on its own keeps open.
 pub const PRIVATE_SEALED_HANDLES: usize = 16;
+/// A partition on its own holds its own active files only.
+pub const PRIVATE_ACTIVE_HANDLES: usize = 1;
 
 /// The resources one partition draws on.
 #[derive(Clone)]
 pub struct PartitionResources {
     pub handles: HandleCache,
+    pub active: ActiveHandles,
     pub journal: JournalBudget,
     /// How long the flushes an append's thresholds trigger take (nanoseconds, bounds
     /// [`PERSIST_LATENCY_BOUNDS_NANOS`]); observation only.
@@ -28,9 +33,14 @@ pub struct PartitionResources {
 
 impl PartitionResources {
     /// Shared by every partition of a node.
-    pub fn shared(sealed_handles: usize, journal_bytes: u64) -> PartitionResources {
+    pub fn shared(
+        sealed_handles: usize,
+        active_handles: usize,
+        journal_bytes: u64,
+    ) -> PartitionResources {
         PartitionResources {
             handles: HandleCache::new(sealed_handles),
+            active: ActiveHandles::new(active_handles),
             journal: JournalBudget::new(journal_bytes),
             flush_latency: Arc::new(Histogram::new(&PERSIST_LATENCY_BOUNDS_NANOS)),
         }
@@ -38,7 +48,7 @@ impl PartitionResources {
 
     /// For one partition on its own: its own journal limit is the only one.
     pub fn private() -> PartitionResources {
-        Self::shared(PRIVATE_SEALED_HANDLES, u64::MAX)
+        Self::shared(PRIVATE_SEALED_HANDLES, PRIVATE_ACTIVE_HANDLES, u64::MAX)
     }
 }
 

@@ -35,8 +35,9 @@ pub fn parse_segment_name(name: &str) -> Option<(u64, bool)> {
     stem.parse().ok().map(|offset| (offset, is_log))
 }
 
-/// The open files of the active segment. A sealed segment holds none: its `.log` is read
-/// through the node's [`super::resources::HandleCache`], its index lives in memory.
+/// The open files of the active segment, checked out of the node's bounded table
+/// ([`super::active_handles`]). A sealed segment's `.log` is read through the node's
+/// [`super::resources::HandleCache`], its index lives in memory.
 pub struct ActiveFiles {
     pub log: Arc<dyn DiskFile>,
     pub index: Box<dyn DiskFile>,
@@ -49,8 +50,6 @@ pub struct Segment {
     pub end_offset: u64,
     pub log_path: PathBuf,
     pub index_path: PathBuf,
-    /// `Some` exactly while the segment is active.
-    pub files: Option<ActiveFiles>,
     /// Bytes of whole batches written to the `.log` (the next write position).
     pub log_len: u64,
     /// The in-memory copy of the `.index` file, in file order.
@@ -63,14 +62,6 @@ pub struct Segment {
 impl Segment {
     pub fn is_empty(&self) -> bool {
         self.log_len == 0
-    }
-
-    /// The files of the active segment.
-    pub fn active_files(&self) -> &ActiveFiles {
-        assert!(!self.sealed, "only the active segment holds its files");
-        self.files
-            .as_ref()
-            .expect("the active segment holds its files")
     }
 
     /// Where to start walking to find `offset`: the last index entry at or below it, or the

@@ -1,31 +1,37 @@
-//! The open-file budget (review S4): every partition keeps its active segment's two files
-//! open, so the process's open-file limit bounds the partitions a node can serve. At start
-//! the server raises its soft limit to the hard one ([`crate::process::raise_open_file_limit`])
-//! and sets this budget from it; a create that would take the partitions past the budget is
-//! refused before it is journaled, with a reason that names the limit, instead of failing
-//! inside its directory work (which stops the node, and every boot after it).
+//! The open-file budget (review S4) and the node's partition limit. Partitions no longer
+//! hold their files for life: the active segments' files are checked out of a bounded table
+//! (`cairn_engine::partition::active_handles`), so the open-file limit sizes that table, not
+//! the number of partitions. At start the server raises its soft limit to the hard one
+//! ([`crate::process::raise_open_file_limit`]) and sizes the table from it:
 //!
 //! ```text
 //! limit ─ reserved (the sealed-handle cache, metadata files, the runtime)
 //!       ─ connections (TCP and HTTP; at most half of what is left)
-//!       = 2 × partitions
+//!       = 2 × partitions whose active files stay open at once
 //! ```
+//!
+//! Partitions are bounded by [`MAX_PARTITIONS`]: a create past it is refused before it is
+//! journaled, with a reason that names the limit.
 
 use super::status::{codes, Status};
 
-/// Files each open partition holds: its active segment's log and index.
+/// Files each partition holds while its active segment's files are open: its log and index.
 pub const FILES_PER_PARTITION: u64 = 2;
 /// Descriptors kept for the process itself besides the sealed-handle cache: the metadata
 /// journal and superblock, a checkpoint's files, stdio, the runtime's event and signal
 /// descriptors, the listeners.
 pub const RESERVED: u64 = 64;
+/// The most partitions a node holds (an explicit limit on everything: each costs memory
+/// for its index, offsets and, in a cluster, its replica group).
+pub const MAX_PARTITIONS: u64 = 100_000;
 
-/// How many partitions the process's open-file limit leaves room for.
+/// What the process's open-file limit leaves room for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DescriptorBudget {
     /// The soft open-file limit the process runs with.
     pub limit: u64,
-    pub partitions: u64,
+    /// Partitions whose active segment's files may be open at once (at least one).
+    pub active: u64,
 }
 
 impl DescriptorBudget {
@@ -37,27 +43,25 @@ impl DescriptorBudget {
         let for_connections = connections.min(spare / 2);
         DescriptorBudget {
             limit,
-            partitions: (spare - for_connections) / FILES_PER_PARTITION,
+            active: ((spare - for_connections) / FILES_PER_PARTITION).max(1),
         }
     }
+}
 
-    /// Refuses a create that takes the node from `now` partitions to `now + more`.
-    pub fn admit(&self, now: u64, more: u64) -> Result<(), Status> {
-        if now.saturating_add(more) <= self.partitions {
-            return Ok(());
-        }
-        Err(Status::because(
-            codes::TOO_MANY_PARTITIONS,
-            format!(
-                "{more} more partitions would make {} of the {} the open-file limit ({}) leaves \
-                 room for (each keeps {FILES_PER_PARTITION} files open): raise the server's \
-                 `ulimit -n` (its hard limit) or delete partitions",
-                now + more,
-                self.partitions,
-                self.limit,
-            ),
-        ))
+/// Refuses a create that takes the node from `now` partitions to `now + more` past
+/// [`MAX_PARTITIONS`].
+pub fn admit(now: u64, more: u64) -> Result<(), Status> {
+    if now.saturating_add(more) <= MAX_PARTITIONS {
+        return Ok(());
     }
+    Err(Status::because(
+        codes::TOO_MANY_PARTITIONS,
+        format!(
+            "{more} more partitions would make {} of the {MAX_PARTITIONS} a node holds: \
+             delete partitions first",
+            now + more,
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -65,18 +69,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn partitions_get_what_the_reserve_and_the_connections_leave() {
+    fn active_files_get_what_the_reserve_and_the_connections_leave() {
         // 1024 - 64 - 512 = 448 spare; connections take at most half: 224; 224 / 2 files.
-        let tight = DescriptorBudget::new(1024, 512, 8192);
-        assert_eq!(tight.partitions, 112);
-        assert!(tight.admit(100, 12).is_ok());
-        let refused = tight.admit(100, 13).unwrap_err();
-        assert_eq!(refused.code, codes::TOO_MANY_PARTITIONS);
-        assert!(refused.reason.unwrap().contains("open-file limit (1024)"));
+        assert_eq!(DescriptorBudget::new(1024, 512, 8192).active, 112);
         // A roomy limit: connections take what they need.
         let roomy = DescriptorBudget::new(1 << 20, 512, 8192);
-        assert_eq!(roomy.partitions, ((1 << 20) - 64 - 512 - 8192) / 2);
-        // Below the reserve nothing is left, and nothing overflows.
-        assert_eq!(DescriptorBudget::new(100, 512, 10).partitions, 0);
+        assert_eq!(roomy.active, ((1 << 20) - 64 - 512 - 8192) / 2);
+        // Below the reserve one partition's files still open, and nothing overflows.
+        assert_eq!(DescriptorBudget::new(100, 512, 10).active, 1);
+    }
+
+    #[test]
+    fn partitions_past_the_node_limit_are_refused() {
+        assert!(admit(MAX_PARTITIONS - 10, 10).is_ok());
+        let refused = admit(MAX_PARTITIONS - 10, 11).unwrap_err();
+        assert_eq!(refused.code, codes::TOO_MANY_PARTITIONS);
+        assert!(refused.reason.unwrap().contains("100000 a node holds"));
+        assert!(admit(u64::MAX, 1).is_err(), "no overflow");
     }
 }

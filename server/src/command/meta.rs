@@ -77,11 +77,11 @@ pub async fn execute(call: &Call<'_>, mut op: MetaOp) -> Result<Reply, Status> {
         MetaOp::CreatePartitions(r) => u64::from(r.partitions_count),
         _ => 0,
     };
-    let _creating = match (more, call.cx.descriptors.get()) {
-        (1.., Some(budget)) => {
+    let _creating = match more {
+        1.. => {
             let held = call.cx.partition_creates.acquire().await;
             let now = call.cx.node.view().partitions().len() as u64;
-            budget.admit(now, more)?;
+            super::descriptors::admit(now, more)?;
             Some(held)
         }
         _ => None,

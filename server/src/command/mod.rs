@@ -129,13 +129,10 @@ pub struct Context {
     /// Poll replies built and not yet written, by every adapter: reserved before they are
     /// built, within each user's share ([`replies`]).
     pub replies: replies::Shares,
-    /// The partitions the open-file limit leaves room for: set by `cairn serve`, never by
-    /// the simulator (whose disk has no descriptors).
-    pub descriptors: std::sync::OnceLock<descriptors::DescriptorBudget>,
     /// Consumer-group memberships one user's connections may hold (root's uncounted).
     pub memberships_per_user: usize,
-    /// Held by a create of partitions from its budget check until it is journaled, so two
-    /// at once cannot both pass the check.
+    /// Held by a create of partitions from its check of the node's limit until it is
+    /// journaled, so two at once cannot both pass the check.
     pub partition_creates: cairn_engine::env::chan::Semaphore,
     /// Where `GetStats` reads the process's figures: set by `cairn serve`, never by the
     /// simulator (whose stats then carry zeros).
@@ -179,7 +176,6 @@ impl Context {
                 replies::USERS_SHARING,
                 cairn_engine::config::PartitionSettings::default().max_poll_bytes,
             ),
-            descriptors: std::sync::OnceLock::new(),
             memberships_per_user: usize::MAX,
             partition_creates: cairn_engine::env::chan::Semaphore::new(1),
             figures: std::sync::OnceLock::new(),

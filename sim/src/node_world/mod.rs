@@ -68,7 +68,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 23] = [
+pub const NODE_COVERAGE: [(&str, &str); 24] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -148,6 +148,10 @@ pub const NODE_COVERAGE: [(&str, &str); 23] = [
     (
         "OperatorDebrisChecked",
         "cairn check, run on the simulated disk after a boot, reported every new piece of debris",
+    ),
+    (
+        "ActiveFilesSyncedToClose",
+        "a partition's active files written past their durable end synced and closed to make room in the node's table",
     ),
 ];
 pub const INV_METADATA: &str = "6 metadata";
@@ -489,6 +493,13 @@ fn settings(profile: &NodeProfile) -> NodeSettings {
             in_flight_per_client: 4,
             journal_bytes: 64 << 20,
             sealed_handles: profile.sealed_handles,
+            // A table as small as the sealed-handle cache (no draw of its own, so every
+            // seed keeps its trajectory's draws): 1 and 2 close active files, synced, at
+            // nearly every append to another partition.
+            active_handles: match profile.sealed_handles {
+                1 | 2 => profile.sealed_handles,
+                _ => 4096,
+            },
         },
         hooks: crate::canary::node_hooks(),
         ..Default::default()

@@ -131,6 +131,10 @@ fn after_step(world: &Shared, counts: bool) {
             ("PollDuringPersist", stats.polls_during_persist > 0),
             ("InboxFull", stats.inbox_full > 0),
             ("MetadataBatched", stats.meta_ops > stats.meta_batches + 1),
+            (
+                "ActiveFilesSyncedToClose",
+                node.active_files().synced_to_close > 0,
+            ),
         ] {
             if fired && !w.report.decisions.contains_key(name) {
                 w.decision(name);

@@ -2,7 +2,8 @@
 //! the node's journal budget (a send past it is refused, the bytes come back as batches are
 //! written or their partition goes), and sealed segments are read through a bounded cache
 //! of handles (never more open than its capacity, every message read back whole, and a
-//! purged partition's new segments never read through its predecessor's handles).
+//! purged partition's new segments never read through its predecessor's handles); the
+//! active segments' files stay within the node's table of them.
 
 use cairn_engine::node::NodeError;
 use cairn_engine::partition::PartitionError;
@@ -194,6 +195,76 @@ fn sealed_segments_are_read_through_a_bounded_handle_cache() {
     let node = boot_with(root.path(), 1 << 30, HANDLES);
     assert_eq!(node.node.resources_in_use().1.open, 0, "nothing opened yet");
     expect_read(&node, 1_000_000);
+    node.close().unwrap();
+}
+
+/// Eight partitions through a table of two partitions' active files: never more open,
+/// files written past the durable end synced before they close, every message read back
+/// after the sends, after a close and a boot, and after a drop without a close.
+#[test]
+fn active_segment_files_stay_within_the_nodes_table() {
+    const ACTIVE: usize = 2;
+    let root = tempfile::tempdir().unwrap();
+    let boot = |root: &std::path::Path| {
+        let mut settings = node_settings();
+        settings.limits.active_handles = ACTIVE;
+        start(&real_env(), root, settings).expect("boot").node
+    };
+    let node = boot(root.path());
+    assert_eq!(node.node.active_files().open, 0, "a boot opens none");
+    node.create_stream("s").unwrap();
+    // Flushed at every send (one message is the threshold), synced only by the table or a
+    // close: every file it closes was written past its durable end.
+    node.create_topic(
+        &id(0),
+        "t",
+        8,
+        topic_options(&[
+            ("durability", 2, b"replicated"),
+            ("messages_required_to_save", 11, &1u32.to_le_bytes()),
+        ]),
+    )
+    .unwrap();
+    for round in 0..5u64 {
+        for partition in 0..8u32 {
+            send_to(
+                &node,
+                0,
+                partition,
+                round * 8 + u64::from(partition),
+                3,
+                100,
+            );
+            let active = node.node.active_files();
+            assert!(active.open <= ACTIVE, "{active:?}");
+        }
+    }
+    let active = node.node.active_files();
+    assert!(
+        active.closes >= 38 && active.synced_to_close >= 38 && active.over == 0,
+        "each send but the first two closed another partition's dirty files: {active:?}"
+    );
+    let expect = |node: &TestNode| {
+        for partition in 0..8u32 {
+            let read = read_node(node, (0, 0, partition));
+            let want: Vec<_> = (0..5u64)
+                .flat_map(|round| {
+                    let seed = round * 8 + u64::from(partition);
+                    (0..3).map(move |m| message_id(seed, m))
+                })
+                .collect();
+            let got: Vec<_> = read.iter().map(|(_, m, _)| *m).collect();
+            assert_eq!(got, want, "partition {partition}");
+        }
+        assert!(node.node.active_files().open <= ACTIVE);
+    };
+    expect(&node);
+    node.close().unwrap();
+    let node = boot(root.path());
+    expect(&node);
+    drop(node);
+    let node = boot(root.path());
+    expect(&node);
     node.close().unwrap();
 }
 
