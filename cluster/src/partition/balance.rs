@@ -60,16 +60,18 @@ pub fn preferred(name: GroupName, members: &BTreeSet<MemberId>) -> Option<Member
 }
 
 impl PartGroups {
-    /// Hands each group this member leads, settled, to its preferred member's replica
-    /// where the module doc's table says so (a task each; the pass does not wait).
-    pub(super) fn balance(&self) {
+    /// Hands each group this member leads, settled and awake (one asleep was not heard
+    /// from its preferred member within three heartbeats, or it would not sleep yet), to
+    /// its preferred member's replica where the module doc's table says so (a task each;
+    /// the pass does not wait).
+    pub(super) fn balance(&self, asleep: &BTreeSet<GroupName>) {
         if self.leaving().load(Relaxed) {
             return;
         }
         let now = self.env().clock.monotonic_nanos();
         let retry = BALANCE_RETRY.as_nanos() as u64;
         let key: BTreeSet<NodeId> = self.meta().status().voters.keys().copied().collect();
-        let led = self.led();
+        let led = self.led_but(asleep);
         let due: Vec<(GroupName, PartRaft, NodeId)> = {
             let reconciled = self.reconciled();
             let mut begun = self.balanced();

@@ -351,9 +351,14 @@ impl PartGroups {
 
     /// The groups whose leader is this member's replica.
     pub(super) fn led(&self) -> Vec<(GroupName, PartRaft)> {
+        self.led_but(&BTreeSet::new())
+    }
+
+    /// [`Self::led`], but for the groups `skipped` (their metrics not read).
+    pub(super) fn led_but(&self, skipped: &BTreeSet<GroupName>) -> Vec<(GroupName, PartRaft)> {
         self.running()
             .iter()
-            .filter(|(_, raft)| leads(raft))
+            .filter(|(name, raft)| !skipped.contains(name) && leads(raft))
             .map(|(n, r)| (*n, r.clone()))
             .collect()
     }
@@ -428,12 +433,17 @@ impl PartGroups {
     /// left unmade.
     pub async fn sync(&self) -> bool {
         let wanted = self.wanted();
+        // A group asleep (`quiet`) runs no Raft timer and takes no request: it does not
+        // stop, change its leader or configuration, or go unmade, so the steps below skip
+        // their reads of its metrics (most groups of an idle member are asleep). One woken
+        // since is stepped at the next pass.
+        let asleep = self.quiet().sleeping();
         self.drop_gone(&wanted).await;
-        self.drop_stopped().await;
+        self.drop_stopped(&asleep).await;
         self.start_missing(&wanted).await;
-        let unmade = self.make_new_groups().await;
-        self.reconcile().await;
-        self.balance();
+        let unmade = self.make_new_groups(&asleep).await;
+        self.reconcile(&asleep).await;
+        self.balance(&asleep);
         unmade
     }
 
@@ -460,12 +470,13 @@ impl PartGroups {
 
     /// Drops the groups whose Raft node stopped (their machine or WAL failed): started
     /// again from their storage once their wait is over.
-    async fn drop_stopped(&self) {
+    async fn drop_stopped(&self, asleep: &BTreeSet<GroupName>) {
         let stopped: Vec<(GroupName, PartRaft, String)> = {
             let mut running = self.running();
             let names: Vec<GroupName> = running.keys().copied().collect();
             names
                 .into_iter()
+                .filter(|n| !asleep.contains(n))
                 .filter_map(|n| {
                     let why = stopped_why(&running[&n])?;
                     running.remove(&n).map(|r| (n, r, why))
@@ -696,7 +707,7 @@ impl PartGroups {
 
     /// While this member leads the metadata group, makes the groups never made, of the
     /// replicas the committed voters of the metadata group run.
-    async fn make_new_groups(&self) -> bool {
+    async fn make_new_groups(&self, asleep: &BTreeSet<GroupName>) -> bool {
         let meta = &self.inner.meta;
         if meta.leader() != Some(self.me()) {
             return false;
@@ -704,7 +715,7 @@ impl PartGroups {
         let unmade: Vec<(GroupName, PartRaft)> = self
             .running()
             .iter()
-            .filter(|(_, raft)| never_made(raft))
+            .filter(|(name, raft)| !asleep.contains(name) && never_made(raft))
             .map(|(n, r)| (*n, r.clone()))
             .collect();
         if unmade.is_empty() {

@@ -61,7 +61,7 @@ pub enum Reconciled {
 impl PartGroups {
     /// Starts a reconciliation of each group this member leads whose metadata voters
     /// changed since its last one (none while the metadata configuration is joint).
-    pub(super) async fn reconcile(&self) {
+    pub(super) async fn reconcile(&self, asleep: &BTreeSet<GroupName>) {
         let status = self.meta().status();
         let led: BTreeMap<GroupName, PartRaft> = self.led().into_iter().collect();
         let now = self.env().clock.monotonic_nanos();
@@ -75,7 +75,10 @@ impl PartGroups {
             let due: Vec<(GroupName, PartRaft)> = led
                 .into_iter()
                 .filter(|(name, raft)| match reconciled.get(name) {
-                    Some(Reconciled::With(done, at)) => *done != key || configured_at(raft) != *at,
+                    // Asleep, its configuration cannot have changed since.
+                    Some(Reconciled::With(done, at)) => {
+                        *done != key || (!asleep.contains(name) && configured_at(raft) != *at)
+                    }
                     Some(Reconciled::Running) => false,
                     Some(Reconciled::RetryAt(at)) => *at <= now,
                     None => true,

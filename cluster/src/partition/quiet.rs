@@ -92,6 +92,9 @@ struct State {
     /// woken for (`wake_followers_of_silent`): one walk per silence, not one per beat.
     swept: BTreeMap<MemberId, u64>,
     groups: BTreeMap<GroupName, Sleep>,
+    /// Whether the last pass left a group offered (only a pass offers one): while none
+    /// is, a beat's offers need no walk over the groups.
+    offering: bool,
 }
 
 #[derive(Debug)]
@@ -183,7 +186,7 @@ impl Quiet {
     }
 
     /// The groups asleep here (led or followed).
-    fn sleeping(&self) -> BTreeSet<GroupName> {
+    pub(super) fn sleeping(&self) -> BTreeSet<GroupName> {
         let state = self.lock();
         let asleep = |(_, s): &(&GroupName, &Sleep)| {
             matches!(s, Sleep::Leading { .. } | Sleep::Following { .. })
@@ -269,6 +272,9 @@ impl PartGroups {
     /// The groups offered to `member` that its replicas have not said they sleep in.
     fn offers_for(&self, member: MemberId) -> Vec<Offer> {
         let state = self.quiet().lock();
+        if !state.offering {
+            return Vec::new();
+        }
         let wanted = |s: &Sleep| match s {
             Sleep::Offered {
                 offer,
@@ -451,6 +457,7 @@ impl PartGroups {
         let deaf = self.hooks().deaf_when_quiet;
         let mut woken = Vec::new();
         let mut made = Vec::new();
+        let mut offering = false;
         {
             let mut state = self.quiet().lock();
             // A group led asleep or offered here whose replica stopped: a new epoch.
@@ -490,11 +497,13 @@ impl PartGroups {
                     _ => {
                         let sleep = state.groups.remove(name);
                         if let Some(next) = self.leader_step(*name, raft, sleep, (me, now)) {
+                            offering |= matches!(next, Sleep::Offered { .. });
                             state.groups.insert(*name, next);
                         }
                     }
                 }
             }
+            state.offering = offering;
         }
         for name in woken {
             if let Some(raft) = self.group(name) {
