@@ -231,6 +231,29 @@ async fn bind_listeners(
     }
 }
 
+/// Takes at most `room` connections (TCP and HTTP alike), where the configuration allows
+/// more: past it clients would take the descriptors the partitions' files need.
+fn clamp_connections(config: &mut ServerConfig, room: u64) {
+    let listeners = if config.http.enabled { 2 } else { 1 };
+    let fits = usize::try_from(room / listeners)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if config.tcp.max_connections <= fits {
+        return;
+    }
+    tracing::warn!(
+        configured = config.tcp.max_connections,
+        taken = fits,
+        "the open-file limit leaves room for fewer connections than tcp.max_connections: \
+         fewer are taken (raise the hard `ulimit -n` for more)"
+    );
+    config.tcp.max_connections = fits;
+    let limits = &mut config.limits;
+    limits.connections_per_address = limits.connections_per_address.min(fits);
+    limits.anonymous_connections = limits.anonymous_connections.min(fits);
+    limits.anonymous_per_address = limits.anonymous_per_address.min(fits);
+}
+
 /// The partitions whose active files the process's open-file limit leaves room for (none
 /// when the limit cannot be read: the engine's default table then).
 fn descriptor_budget(
@@ -333,13 +356,16 @@ async fn serve(
         .unwrap_or_else(|| generated_password(&env));
     let root_password = settings.root_password.clone();
     let sealed_handles = settings.limits.sealed_handles as u64;
+    let mut config = config;
     if let Some(budget) = descriptor_budget(&config, sealed_handles) {
         tracing::info!(
             open_files = budget.limit,
-            partitions = budget.active,
+            active_files_of = budget.active,
+            connections = budget.connections,
             "the open-file limit leaves room for this many partitions' active files at once"
         );
         settings.limits.active_handles = budget.active as usize;
+        clamp_connections(&mut config, budget.connections);
     }
     cairn_engine::env::real::set_group_read(config.node.data_group_access);
     report_wide_modes(&config.data_dir);

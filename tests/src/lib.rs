@@ -350,6 +350,9 @@ pub struct FaultyDisk {
     /// Writes to files whose name starts with this report success and change nothing: a
     /// device that put them somewhere else.
     pub misdirect_writes_to: Arc<Mutex<Option<&'static str>>>,
+    /// The next sync of this file fails with EIO, once (as Linux reports a writeback error
+    /// once: the sync after it succeeds over the lost bytes).
+    pub sync_fails_once: Arc<Mutex<Option<PathBuf>>>,
 }
 
 impl FaultyDisk {
@@ -396,6 +399,15 @@ impl FileLayer for FaultyFile {
             }
         }
         self.inner.write_all_at(bufs, pos)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let mut once = self.disk.sync_fails_once.lock().unwrap();
+        if once.as_ref() == Some(&self.path) {
+            *once = None;
+            return Err(io::Error::other("EIO on sync (injected, reported once)"));
+        }
+        drop(once);
+        self.inner.sync_data()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         if *self.disk.set_len_fails.lock().unwrap() {

@@ -6,10 +6,10 @@
 //!
 //! | a partition | the table |
 //! |---|---|
-//! | checks its files out to change them (`write`) | counts them dirty: written past what was synced |
+//! | checks its files out to change them ([`Use::Write`]) | counts them dirty: written past what was synced |
 //! | synced them and recorded the durable end ([`ActiveHandles::settled`]) | counts them clean |
-//! | checks out files it does not hold | opens them, then closes the least recently used others' past [`ActiveHandles::new`]'s capacity: clean ones first as they are; a dirty one is synced first (closing unsynced files would lose a writeback error with them), and one whose sync fails stays open, its failure given to its partition's next write |
-//! | holds a checkout while another partition needs room | keeps those files: a checkout in use is never closed (the table may then hold more than its capacity, by at most the checkouts in flight) |
+//! | checks out files it does not hold | opens them, then closes the least recently used others' past [`ActiveHandles::new`]'s capacity: clean ones first as they are; a dirty one is synced first (closing unsynced files would lose a writeback error with them), and one whose sync fails stays open, its failure kept for its partition ([`ActiveHandles::failure`]: the partition fences at its next request; the sync that took the error was the one that could report it, so a later sync of the partition's own would succeed over lost bytes) |
+//! | holds a checkout while another partition needs room | keeps those files: a checkout in use is never closed (the table may then hold more than its capacity, by at most the checkouts in flight; a poll's reader holds only the log, read-only, which closes when the read ends) |
 //! | seals its active segment ([`ActiveHandles::take`]) or goes away ([`ActiveHandles::forget_owner`]) | gives the files back |
 //!
 //! Owners are the numbers a node's [`super::resources::HandleCache`] gives its logs.
@@ -30,6 +30,17 @@ pub struct ActiveStats {
     pub synced_to_close: u64,
     /// Times the table held more than its capacity because every candidate was in use.
     pub over: u64,
+}
+
+/// What a checkout is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    Read,
+    /// Writes or cuts: the files count as dirty until [`ActiveHandles::settled`].
+    Write,
+    /// A sync that will record a durable end: refused, as a write is, once a sync made to
+    /// close the files failed.
+    Sync,
 }
 
 /// The bounded table of active segments' open files, shared by the partitions of a node.
@@ -79,25 +90,29 @@ impl ActiveHandles {
     }
 
     /// `owner`'s active files for the segment at `segment_start`, opened with `open` when
-    /// the table does not hold them (the open runs without the lock); `write`: the caller
-    /// is about to change them, so they count as dirty until [`Self::settled`].
+    /// the table does not hold them (the open runs without the lock), for `use_`.
     pub fn checkout(
         &self,
         owner: u64,
         segment_start: u64,
-        write: bool,
+        use_: Use,
         open: impl FnOnce() -> io::Result<ActiveFiles>,
     ) -> io::Result<Arc<ActiveFiles>> {
-        if let Some(files) = self.lock().touch(owner, segment_start, write)? {
+        if let Some(files) = self.lock().touch(owner, segment_start, use_)? {
             return Ok(files);
         }
         let files = Arc::new(open()?);
         let mut table = self.lock();
-        if let Some(files) = table.touch(owner, segment_start, write)? {
-            return Ok(files); // a racing reader opened them first
-        }
-        table.insert(owner, segment_start, files.clone(), write);
+        // An owner's checkouts come one at a time (its shard's), so none put its files
+        // here meanwhile; the table's own order is all the lock keeps.
+        assert!(table.touch(owner, segment_start, use_)?.is_none());
+        table.insert(owner, segment_start, files.clone(), use_ == Use::Write);
         Ok(files)
+    }
+
+    /// Why a sync made to close `owner`'s active files failed, if one did.
+    pub fn failure(&self, owner: u64) -> Option<String> {
+        self.lock().entries.get(&owner)?.failed.clone()
     }
 
     /// Files a rotation just made for `owner`'s new active segment (dirty: not yet synced).
@@ -135,12 +150,12 @@ impl ActiveHandles {
 
 impl Table {
     /// The files held for `owner` at `segment_start`, marked used (and dirty for a
-    /// `write`); the failure of a sync made to close them, for a write.
+    /// write); the failure of a sync made to close them, for a write or a sync.
     fn touch(
         &mut self,
         owner: u64,
         segment_start: u64,
-        write: bool,
+        use_: Use,
     ) -> io::Result<Option<Arc<ActiveFiles>>> {
         let tick = self.next_tick();
         let Some(entry) = self.entries.get_mut(&owner) else {
@@ -150,12 +165,12 @@ impl Table {
             entry.segment_start, segment_start,
             "a partition's active files are those of its active segment"
         );
-        if let (true, Some(why)) = (write, &entry.failed) {
+        if let (Use::Write | Use::Sync, Some(why)) = (use_, &entry.failed) {
             return Err(io::Error::other(format!(
-                "a sync of the active segment's files failed earlier: {why}"
+                "a sync made to close the active segment's files failed: {why}"
             )));
         }
-        entry.dirty |= write;
+        entry.dirty |= use_ == Use::Write;
         let previous = std::mem::replace(&mut entry.used, tick);
         let files = entry.files.clone();
         self.by_use.remove(&previous);
@@ -295,18 +310,22 @@ mod tests {
     fn the_least_recently_used_clean_files_close_first_and_dirty_ones_are_synced_to_close() {
         let syncs = Arc::new(AtomicU64::new(0));
         let table = ActiveHandles::new(2);
-        table.checkout(1, 0, true, || files(&syncs, false)).unwrap();
         table
-            .checkout(2, 0, false, || files(&syncs, false))
+            .checkout(1, 0, Use::Write, || files(&syncs, false))
+            .unwrap();
+        table
+            .checkout(2, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         // 1 is dirty and older, 2 clean: a third closes 2, unsynced.
-        table.checkout(3, 0, true, || files(&syncs, false)).unwrap();
+        table
+            .checkout(3, 0, Use::Write, || files(&syncs, false))
+            .unwrap();
         let stats = table.stats();
         assert_eq!((stats.open, stats.closes, stats.synced_to_close), (2, 1, 0));
         assert_eq!(syncs.load(Ordering::Relaxed), 0);
         // 1 and 3 dirty: a fourth closes the older, 1, once synced.
         table
-            .checkout(4, 0, false, || files(&syncs, false))
+            .checkout(4, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         let stats = table.stats();
         assert_eq!((stats.open, stats.closes, stats.synced_to_close), (2, 2, 1));
@@ -314,16 +333,16 @@ mod tests {
         // 3 settled is clean and older than 4: a fifth closes it without a sync.
         table.settled(3);
         table
-            .checkout(5, 0, false, || files(&syncs, false))
+            .checkout(5, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         assert_eq!(syncs.load(Ordering::Relaxed), 2);
         let mut opened = false;
-        let again = table.checkout(5, 0, false, || {
+        let again = table.checkout(5, 0, Use::Read, || {
             opened = true;
             files(&syncs, false)
         });
         assert!(again.is_ok() && !opened, "5 is held");
-        let reopened = table.checkout(3, 0, false, || {
+        let reopened = table.checkout(3, 0, Use::Read, || {
             opened = true;
             files(&syncs, false)
         });
@@ -334,45 +353,55 @@ mod tests {
     fn files_in_use_stay_open_past_the_capacity() {
         let syncs = Arc::new(AtomicU64::new(0));
         let table = ActiveHandles::new(1);
-        let held = table.checkout(1, 0, true, || files(&syncs, false)).unwrap();
+        let held = table
+            .checkout(1, 0, Use::Write, || files(&syncs, false))
+            .unwrap();
         table
-            .checkout(2, 0, false, || files(&syncs, false))
+            .checkout(2, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         let stats = table.stats();
         assert_eq!((stats.open, stats.closes, stats.over), (2, 0, 1));
         drop(held);
         table
-            .checkout(3, 0, false, || files(&syncs, false))
+            .checkout(3, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         assert_eq!(table.stats().open, 1, "both closed once free");
     }
 
     #[test]
-    fn a_failed_sync_to_close_keeps_the_files_and_refuses_the_owners_next_write() {
+    fn a_failed_sync_to_close_keeps_the_files_and_refuses_the_owners_next_write_or_sync() {
         let syncs = Arc::new(AtomicU64::new(0));
         let table = ActiveHandles::new(1);
-        table.checkout(1, 0, true, || files(&syncs, true)).unwrap();
         table
-            .checkout(2, 0, false, || files(&syncs, false))
+            .checkout(1, 0, Use::Write, || files(&syncs, true))
+            .unwrap();
+        table
+            .checkout(2, 0, Use::Read, || files(&syncs, false))
             .unwrap();
         assert_eq!(table.stats().open, 2);
-        let read = table.checkout(1, 0, false, || files(&syncs, false));
+        let read = table.checkout(1, 0, Use::Read, || files(&syncs, false));
         assert!(read.is_ok(), "reads go on");
-        let write = table.checkout(1, 0, true, || files(&syncs, false));
-        let refused = write.err().expect("the write is refused");
-        assert!(refused.to_string().contains("EIO"), "{refused}");
+        assert!(table.failure(1).is_some_and(|why| why.contains("EIO")));
+        for use_ in [Use::Write, Use::Sync] {
+            let refused = table.checkout(1, 0, use_, || files(&syncs, false));
+            let refused = refused.err().expect("refused");
+            assert!(refused.to_string().contains("EIO"), "{refused}");
+        }
+        assert_eq!(table.failure(2), None);
     }
 
     #[test]
     fn a_rotation_takes_the_sealed_files_and_adopts_the_new_ones() {
         let syncs = Arc::new(AtomicU64::new(0));
         let table = ActiveHandles::new(4);
-        table.checkout(1, 0, true, || files(&syncs, false)).unwrap();
+        table
+            .checkout(1, 0, Use::Write, || files(&syncs, false))
+            .unwrap();
         assert!(table.take(1).is_some());
         table.adopt(1, 100, files(&syncs, false).unwrap());
         let mut opened = false;
         table
-            .checkout(1, 100, false, || {
+            .checkout(1, 100, Use::Read, || {
                 opened = true;
                 files(&syncs, false)
             })

@@ -322,9 +322,13 @@ impl Partition {
     }
 
     /// Runs `op`. An I/O failure fences the partition (never retry-and-ack), and so does
-    /// damage a read found in bytes promised durable (after `op` has its answer).
+    /// damage a read found in bytes promised durable (after `op` has its answer), and a
+    /// failed sync the node's table made to close its active files (before `op`).
     fn guarded<T>(&mut self, op: impl FnOnce(&mut OpenLog) -> Result<T>) -> Result<T> {
         let log = self.log()?;
+        if let Some(reason) = log.active_files_failure() {
+            return Err(PartitionError::Fenced(self.fence(reason)));
+        }
         let result = op(log);
         if let Some(reason) = log.take_pending_fence() {
             self.fence(reason);

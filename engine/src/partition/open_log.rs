@@ -20,6 +20,7 @@ mod read;
 
 pub use read::{PollFrom, Polled};
 
+use super::active_handles::Use;
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
 use super::recovery::RecoveryPlan;
 use super::resources::{HandleKey, JournalBudget, PartitionResources};
@@ -285,7 +286,7 @@ impl OpenLog {
     fn segment_log(&self, i: usize) -> std::result::Result<Arc<dyn DiskFile>, io::Error> {
         let segment = &self.segments[i];
         if !segment.sealed {
-            return Ok(self.checkout(false)?.log.clone());
+            return Ok(self.checkout(Use::Read)?.log.clone());
         }
         self.resources
             .handles
@@ -330,10 +331,9 @@ impl OpenLog {
         self.pending_fence.take()
     }
 
-    /// The active segment's files, from the node's table (opened if it does not hold them);
-    /// `write`: to change them. Held only for one operation: the table closes files no
-    /// checkout holds.
-    fn checkout(&self, write: bool) -> io::Result<Arc<ActiveFiles>> {
+    /// The active segment's files, from the node's table (opened if it does not hold them),
+    /// for `use_`. Held only for one operation: the table closes files no checkout holds.
+    fn checkout(&self, use_: Use) -> io::Result<Arc<ActiveFiles>> {
         let active = self.segments.last().expect("active segment");
         assert!(!active.sealed, "the last segment is the active one");
         let disk = self.env.disk.as_ref();
@@ -348,13 +348,26 @@ impl OpenLog {
         let owner = self.handle_owner;
         self.resources
             .active
-            .checkout(owner, active.start_offset, write, open)
+            .checkout(owner, active.start_offset, use_, open)
     }
 
     /// [`Self::checkout`] to write, its failure a [`WriteError`].
     fn active_files(&self) -> std::result::Result<Arc<ActiveFiles>, WriteError> {
         let log_path = &self.segments.last().expect("active segment").log_path;
-        self.checkout(true).map_err(write_error("open", log_path))
+        self.checkout(Use::Write)
+            .map_err(write_error("open", log_path))
+    }
+
+    /// The fence a failed sync made to close this log's active files calls for: that sync
+    /// took the writeback error, so no later one of this log's would report it.
+    pub(super) fn active_files_failure(&self) -> Option<FenceReason> {
+        let error = self.resources.active.failure(self.handle_owner)?;
+        let active = self.segments.last().expect("active segment");
+        Some(FenceReason::IoFailed {
+            op: "sync_data (to close the active files)",
+            path: active.log_path.clone(),
+            error,
+        })
     }
 
     fn start_offset(&self) -> u64 {
@@ -632,7 +645,7 @@ impl OpenLog {
         );
         let _span = tracing::debug_span!("persist", log = %active.log_path.display(), position = durable.position).entered();
         let files = self
-            .checkout(false)
+            .checkout(Use::Sync)
             .map_err(write_error("open", &active.log_path))?;
         // Index first: on ext4 (data=ordered) its fdatasync commits the journal transaction
         // that also carries the log's size change and flushes the log's data with it, so the
@@ -756,13 +769,17 @@ impl OpenLog {
     fn roll_back(&mut self) -> std::result::Result<(), WriteError> {
         let durable = self.superblock.durable;
         self.journal.clear();
-        let files = self.active_files()?;
+        let active = self.segments.last().expect("active segment");
+        let files = match active.log_len > durable.position {
+            true => Some(self.active_files()?),
+            false => None,
+        };
         let active = self.segments.last_mut().expect("active segment");
         assert_eq!(
             active.start_offset, durable.segment_start,
             "under persisted the active segment is the durable one"
         );
-        if active.log_len > durable.position {
+        if let Some(files) = files {
             active.index.retain(|e| e.position < durable.position);
             files
                 .log

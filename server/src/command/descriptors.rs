@@ -30,6 +30,9 @@ pub const MAX_PARTITIONS: u64 = 100_000;
 pub struct DescriptorBudget {
     /// The soft open-file limit the process runs with.
     pub limit: u64,
+    /// Connections (TCP and HTTP together) the limit leaves room for: `cairn serve` takes
+    /// no more, so clients cannot take the descriptors partitions need.
+    pub connections: u64,
     /// Partitions whose active segment's files may be open at once (at least one).
     pub active: u64,
 }
@@ -43,6 +46,7 @@ impl DescriptorBudget {
         let for_connections = connections.min(spare / 2);
         DescriptorBudget {
             limit,
+            connections: for_connections,
             active: ((spare - for_connections) / FILES_PER_PARTITION).max(1),
         }
     }
@@ -71,7 +75,8 @@ mod tests {
     #[test]
     fn active_files_get_what_the_reserve_and_the_connections_leave() {
         // 1024 - 64 - 512 = 448 spare; connections take at most half: 224; 224 / 2 files.
-        assert_eq!(DescriptorBudget::new(1024, 512, 8192).active, 112);
+        let tight = DescriptorBudget::new(1024, 512, 8192);
+        assert_eq!((tight.connections, tight.active), (224, 112));
         // A roomy limit: connections take what they need.
         let roomy = DescriptorBudget::new(1 << 20, 512, 8192);
         assert_eq!(roomy.active, ((1 << 20) - 64 - 512 - 8192) / 2);

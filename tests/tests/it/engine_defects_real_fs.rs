@@ -892,3 +892,50 @@ fn a_partition_keeps_a_bounded_number_of_consumer_offsets() {
         .unwrap_err();
     assert!(matches!(e, PartitionError::TooManyOffsets { .. }), "{e}");
 }
+
+/// The active-files table (review of 7f36e6c): a sync the node's table makes to close a
+/// partition's dirty active files takes the writeback error, which Linux reports once; that
+/// partition fences at its next request, and its next persist never records the lost bytes
+/// as durable (its own sync would succeed over them).
+#[test]
+fn a_failed_sync_to_close_the_active_files_fences_their_partition() {
+    use cairn_engine::partition::resources::PartitionResources;
+    let tmp = tempfile::tempdir().unwrap();
+    let faulty = FaultyDisk::default();
+    let env = faulty.env();
+    let shared = PartitionResources::shared(16, 1, u64::MAX);
+    let create = |name: &str| {
+        let dir = tmp.path().join(name);
+        let cfg = config(Durability::Replicated);
+        let mut partition = Partition::create(&env, &dir, ID, cfg, settings()).unwrap();
+        partition.attach(&shared);
+        partition
+    };
+    let (mut a, mut b) = (create("a"), create("b"));
+    a.append(batch(1, 2, 10)).unwrap();
+    a.flush().unwrap();
+    *faulty.sync_fails_once.lock().unwrap() = Some(tmp.path().join("a").join(LOG0));
+    // B's files take the table's one place: A's, written past its durable end, are synced
+    // to close, and that sync fails.
+    b.append(batch(2, 1, 10)).unwrap();
+    b.flush().unwrap();
+    let stats = shared.active.stats();
+    assert_eq!(
+        (stats.open, stats.closes),
+        (2, 0),
+        "A's stay open: {stats:?}"
+    );
+    let persisted = a.persist();
+    assert!(
+        matches!(
+            &persisted,
+            Err(PartitionError::Fenced(FenceReason::IoFailed {
+                op: "sync_data (to close the active files)",
+                ..
+            }))
+        ),
+        "{persisted:?}"
+    );
+    assert!(a.fence_reason().is_some());
+    b.persist().expect("only A fences");
+}
