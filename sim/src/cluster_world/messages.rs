@@ -523,22 +523,36 @@ impl World {
         }
     }
 
+    /// Every member's view of group `identity` (`None` where it runs none).
+    fn group_views(
+        &self,
+        identity: cairn_engine::partition::PartitionIdentity,
+    ) -> Vec<Option<GroupView>> {
+        let view = |r: &Replica| {
+            let views = r.parts.as_ref()?.views();
+            views.into_iter().find(|v| v.partition == identity)
+        };
+        self.replicas.iter().map(view).collect()
+    }
+
     /// Whether nothing more can come to `identity`'s replicas: every member's replica runs
     /// its group and answered the read (`answered`), under one leader, outside a change of
-    /// voters, each having applied its whole log, to the same entry. A copy short of an
-    /// acknowledged offset then lost it (else it is only late: a stall).
+    /// voters, each having applied its whole log, to the same entry, as it stood `before`
+    /// the reads too. A copy short of an acknowledged offset then lost it (else it is only
+    /// late: a stall).
     fn applied_whole_log(
         &self,
         identity: cairn_engine::partition::PartitionIdentity,
         answered: &[(MemberId, Vec<Held>)],
+        before: &[Option<GroupView>],
     ) -> Option<String> {
+        let now = self.group_views(identity);
+        if now != before {
+            return None;
+        }
         let mut views = Vec::new();
-        for r in &self.replicas {
-            let parts = r.parts.as_ref()?;
-            let view = parts
-                .views()
-                .into_iter()
-                .find(|v| v.partition == identity)?;
+        for (r, view) in self.replicas.iter().zip(now) {
+            let view = view?;
             let settled = view.replica.is_some() && view.failed.is_none() && !view.joint;
             if !settled || view.applied != view.last_log || !answered.iter().any(|a| a.0 == r.id) {
                 return None;
@@ -598,6 +612,8 @@ impl World {
             // Every copy read, however short: at the deadline, copies that differ where
             // they overlap are a disagreement, not a stall.
             let mut answered = Vec::new();
+            // The groups as they stood before the reads (compared after them).
+            let before = self.group_views(partition.identity);
             for (id, node) in &nodes {
                 let ids = topic_ids_owned(&partition.topic);
                 let read = read_from(node, ids, partition.identity.partition_id, 0);
@@ -629,7 +645,8 @@ impl World {
                     return false;
                 }
                 let (topic, p) = (&partition.topic, partition.identity.partition_id);
-                if let Some(whole) = self.applied_whole_log(partition.identity, &answered) {
+                let whole = self.applied_whole_log(partition.identity, &answered, &before);
+                if let Some(whole) = whole {
                     let held: Vec<String> = answered
                         .iter()
                         .map(|(id, m)| format!("replica {id}: {}", m.len()))
