@@ -63,7 +63,7 @@ pub fn admit(now: u64, more: u64) -> Result<(), Status> {
         format!(
             "{more} more partitions would make {} of the {MAX_PARTITIONS} a node holds: \
              delete partitions first",
-            now + more,
+            now.saturating_add(more),
         ),
     ))
 }
