@@ -664,6 +664,11 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             n(node_limits.in_flight_per_client),
         ),
         ("NodeLimits::sealed_handles", n(node_limits.sealed_handles)),
+        ("NodeLimits::active_handles", n(node_limits.active_handles)),
+        (
+            "descriptors::MAX_PARTITIONS",
+            cairn_server::command::descriptors::MAX_PARTITIONS,
+        ),
         ("shard::MAX_DRAIN", n(node::MAX_DRAIN)),
         ("shard::MAX_PARKED", n(node::MAX_PARKED)),
         ("meta_owner::MAX_BATCH_OPS", n(node::MAX_BATCH_OPS)),
