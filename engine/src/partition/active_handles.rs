@@ -256,47 +256,12 @@ impl Table {
 
 #[cfg(test)]
 mod tests {
+    use super::super::resources::stub::StubFile;
     use super::*;
-    use crate::env::DiskFile;
-    use std::io::IoSlice;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    /// A file that counts its syncs, and fails them when told.
-    #[derive(Default)]
-    struct Counted {
-        syncs: Arc<AtomicU64>,
-        fail: bool,
-    }
-    impl DiskFile for Counted {
-        fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> {
-            Ok(0)
-        }
-        fn write_all_at(&self, _: &[IoSlice<'_>], _: u64) -> io::Result<()> {
-            Ok(())
-        }
-        fn sync_data(&self) -> io::Result<()> {
-            self.syncs.fetch_add(1, Ordering::Relaxed);
-            match self.fail {
-                true => Err(io::Error::other("EIO")),
-                false => Ok(()),
-            }
-        }
-        fn len(&self) -> io::Result<u64> {
-            Ok(0)
-        }
-        fn set_len(&self, _: u64) -> io::Result<()> {
-            Ok(())
-        }
-        fn preallocate(&self, _: u64) -> io::Result<bool> {
-            Ok(false)
-        }
-        fn evict_cache(&self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
     fn files(syncs: &Arc<AtomicU64>, fail: bool) -> io::Result<ActiveFiles> {
-        let file = || Counted {
+        let file = || StubFile {
             syncs: syncs.clone(),
             fail,
         };

@@ -268,13 +268,22 @@ impl JournalBudget {
     }
 }
 
+/// A file with no bytes for the tables' tests: it counts its syncs, and fails them when
+/// told.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::IoSlice;
+pub(super) mod stub {
+    use crate::env::DiskFile;
+    use std::io::{self, IoSlice};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
-    struct Nothing;
-    impl DiskFile for Nothing {
+    #[derive(Default)]
+    pub struct StubFile {
+        pub syncs: Arc<AtomicU64>,
+        pub fail: bool,
+    }
+
+    impl DiskFile for StubFile {
         fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> {
             Ok(0)
         }
@@ -282,7 +291,11 @@ mod tests {
             Ok(())
         }
         fn sync_data(&self) -> io::Result<()> {
-            Ok(())
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            match self.fail {
+                true => Err(io::Error::other("EIO")),
+                false => Ok(()),
+            }
         }
         fn len(&self) -> io::Result<u64> {
             Ok(0)
@@ -297,6 +310,12 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stub::StubFile;
+    use super::*;
 
     fn key(owner: u64, segment_start: u64) -> HandleKey {
         HandleKey {
@@ -306,7 +325,7 @@ mod tests {
     }
 
     fn open_nothing() -> io::Result<Box<dyn DiskFile>> {
-        Ok(Box::new(Nothing))
+        Ok(Box::new(StubFile::default()))
     }
 
     #[test]
