@@ -573,18 +573,10 @@ impl World {
 
     /// What every member's replica of `identity` makes of its group.
     fn part_views(&self, identity: cairn_engine::partition::PartitionIdentity) -> String {
-        let view = |r: &Replica| {
-            let found = r
-                .parts
-                .as_ref()
-                .and_then(|p| p.views().into_iter().find(|v| v.partition == identity));
-            format!("replica {}: {found:?}", r.id)
-        };
-        self.replicas
-            .iter()
-            .map(view)
-            .collect::<Vec<_>>()
-            .join("; ")
+        let views = self.replicas.iter().zip(self.group_views(identity));
+        let view =
+            |(r, found): (&Replica, Option<GroupView>)| format!("replica {}: {found:?}", r.id);
+        views.map(view).collect::<Vec<_>>().join("; ")
     }
 
     /// Waits until every replica of `partition` holds the same number of messages (its
