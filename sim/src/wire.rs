@@ -5,6 +5,7 @@ use iggy_binary_protocol::WireOptions;
 
 /// Iggy's value kinds of an option entry (its user-header kinds).
 pub const KIND_STRING: u8 = 2;
+pub const KIND_UINT8: u8 = 9;
 pub const KIND_UINT64: u8 = 12;
 
 /// Topic or stream options: each entry (name, value kind, value bytes) as Iggy's TLV, its

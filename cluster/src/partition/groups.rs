@@ -4,11 +4,11 @@
 //!
 //! | what [`PartGroups::sync`] finds | what it does |
 //! |---|---|
-//! | a partition of the state without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`), repairs the node's replica from its peers if it is fenced or short of its checkpoint (`refill::repair`), opens the machine over it, starts its Raft node |
+//! | a partition of the state placed on this member (`placement`; others: `placed`) without a running group | opens its WAL (`{root}/{stream}-{topic}-{partition}-{nonce}`), repairs the node's replica from its peers if it is fenced or short of its checkpoint (`refill::repair`), opens the machine over it, starts its Raft node |
 //! | a running group whose partition the state no longer holds (deleted, or purged: a new nonce) | stops it and removes its directory |
 //! | a running group whose Raft node stopped (its WAL or machine failed) | drops it, to start it again from its storage |
 //! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |
-//! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the metadata group's committed voters' members run |
+//! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the placed members among the metadata group's committed voters' members run (a member asks the leader for them when the leader's member is not placed: `placed`) |
 //! | such a group whose replica here voted (for a maker that lost the group's first entry with its disk) | starts that replica again as a new one, which the next pass makes the group of |
 //! | a group this member leads whose voters changed since its last reconciliation | reconciles them (`members`) |
 //! | a group this member leads, reconciled, whose preferred member is up and caught up | hands it to that member (`balance`) |
@@ -24,9 +24,10 @@
 use super::installed::Installed;
 use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
-    group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
-    PartServe,
+    group_name, identity_of, FromPeers, GroupName, Making, PartEnvelope, PartNetworks, PartReply,
+    PartRpc, PartServe,
 };
+use super::placement::placed;
 use super::quiet::Quiet;
 use super::refill;
 use super::sink::{OnNode, PartitionSink};
@@ -34,7 +35,7 @@ use super::{PartConfig, PartRaft};
 use crate::group::Replica;
 use crate::log::LogStore;
 use crate::rt::in_env;
-use crate::types::{member_of, show_id, NodeId, Peer};
+use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
 use cairn_engine::env::Env;
 use cairn_engine::node::Node;
 use cairn_engine::partition::PartitionIdentity;
@@ -107,8 +108,20 @@ struct Inner {
     networks: PartNetworks,
     tuning: Tuning,
     running: Mutex<BTreeMap<GroupName, PartRaft>>,
-    /// The groups the view of op `.0` names ([`PartGroups::wanted`]).
-    wanted: Mutex<(u64, Arc<BTreeSet<GroupName>>)>,
+    /// The groups the view of op `.0` names ([`PartGroups::wanted`]), each with its
+    /// topic's replication factor.
+    wanted: Mutex<(u64, Arc<BTreeMap<GroupName, u8>>)>,
+    /// The groups placed on this member ([`PartGroups::placed_here`]), for the view of op
+    /// `.0` and the metadata voters' members `.1`.
+    here: Mutex<(u64, BTreeSet<MemberId>, Arc<BTreeSet<GroupName>>)>,
+    /// Groups this member runs although they are not placed on it (found on its disk at
+    /// start, or moved away by a change of voters): run until their group's committed
+    /// configuration leaves this member's replica out (`placed`).
+    /// The value: when to ask again whether it may go.
+    kept: Mutex<BTreeMap<GroupName, u64>>,
+    /// The replica sets this member, leading the metadata group in term `.0`, answered
+    /// `PartRpc::Making` with, and when (`placed`).
+    making: Mutex<BTreeMap<GroupName, placed::MadeOf>>,
     /// Per group this member led: the metadata voters it last reconciled the group's
     /// voters with, or when to try again (`members`).
     reconciled: Mutex<BTreeMap<GroupName, super::members::Reconciled>>,
@@ -164,12 +177,15 @@ pub struct GroupView {
     pub voters: Vec<NodeId>,
     /// Whether that configuration is joint (a change under way).
     pub joint: bool,
+    /// Whether the group is placed on this member (`placement`): one not placed here runs
+    /// only until its group's configuration leaves it out.
+    pub placed: bool,
     /// Why its replica here does not run, if it failed.
     pub failed: Option<String>,
 }
 
 impl GroupView {
-    fn down(name: GroupName, failed: Option<String>) -> Self {
+    fn down(name: GroupName, placed: bool, failed: Option<String>) -> Self {
         GroupView {
             partition: identity_of(name),
             replica: None,
@@ -180,6 +196,7 @@ impl GroupView {
             voter: false,
             voters: Vec::new(),
             joint: false,
+            placed,
             failed,
         }
     }
@@ -203,6 +220,9 @@ impl PartGroups {
                 tuning,
                 running: Mutex::default(),
                 wanted: Mutex::default(),
+                here: Mutex::default(),
+                kept: Mutex::default(),
+                making: Mutex::default(),
                 reconciled: Mutex::default(),
                 balanced: Mutex::default(),
                 leaving: Default::default(),
@@ -366,13 +386,15 @@ impl PartGroups {
     /// What each group of the metadata state is at this member (running or not), as its
     /// replica here sees it.
     pub fn views(&self) -> Vec<GroupView> {
+        let here = self.placed_here();
         let running = self.running();
         self.wanted()
-            .iter()
+            .keys()
             .map(|name| {
+                let placed = here.contains(name);
                 let Some(raft) = running.get(name) else {
                     let why = self.failed().get(name).map(|f| f.why.clone());
-                    return GroupView::down(*name, why);
+                    return GroupView::down(*name, placed, why);
                 };
                 let m = raft.metrics().borrow_watched().clone();
                 let membership = m.membership_config.membership();
@@ -388,6 +410,7 @@ impl PartGroups {
                     voter: voters.contains(&m.id),
                     voters,
                     joint,
+                    placed,
                     failed: None,
                 }
             })
@@ -418,21 +441,70 @@ impl PartGroups {
         self.running().get(&name).cloned()
     }
 
-    /// The groups the metadata state names now (computed again only when the view moved).
-    fn wanted(&self) -> Arc<BTreeSet<GroupName>> {
+    /// The groups the metadata state names now, each with its topic's replication factor
+    /// (computed again only when the view moved).
+    pub(super) fn wanted(&self) -> Arc<BTreeMap<GroupName, u8>> {
         let view = self.inner.node.view();
         let mut cached = self.inner.wanted.lock().unwrap_or_else(|p| p.into_inner());
         if cached.0 != view.op || cached.1.is_empty() {
-            let names = view.state.partitions().iter().map(group_name).collect();
-            *cached = (view.op, Arc::new(names));
+            let partitions = view.state.partitions();
+            let names = partitions.iter().map(|p| {
+                let topic = view.state.find_topic(p.stream_id, p.topic_id);
+                let factor = topic.map_or(0, |t| t.options.replication_factor);
+                (group_name(p), factor)
+            });
+            *cached = (view.op, Arc::new(names.collect()));
         }
         cached.1.clone()
+    }
+
+    /// The members of the metadata group's committed voters.
+    pub(super) fn voter_members(&self) -> BTreeSet<MemberId> {
+        let voters = self.inner.meta.status().voters;
+        voters.keys().map(|v| member_of(*v)).collect()
+    }
+
+    /// The groups of the metadata state placed on this member (`placed`), computed again
+    /// only when the view or the voters moved.
+    fn placed_here(&self) -> Arc<BTreeSet<GroupName>> {
+        let wanted = self.wanted();
+        let members = self.voter_members();
+        let op = self.inner.node.view().op;
+        let me = member_of(self.me());
+        let mut cached = self.inner.here.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.0 != op || cached.1 != members || cached.2.is_empty() {
+            let here: BTreeSet<GroupName> = wanted
+                .iter()
+                .filter(|(name, factor)| placed(**name, **factor, &members).contains(&me))
+                .map(|(name, _)| *name)
+                .collect();
+            *cached = (op, members, Arc::new(here));
+        }
+        cached.2.clone()
+    }
+
+    /// The members group `name` is placed on now (none for a group the state does not
+    /// name).
+    pub(super) fn placed_on(&self, name: GroupName) -> BTreeSet<MemberId> {
+        match self.wanted().get(&name) {
+            Some(factor) => placed(name, *factor, &self.voter_members()),
+            None => BTreeSet::new(),
+        }
+    }
+
+    /// The metadata voters whose members group `name` is placed on.
+    pub(super) fn placed_voters(&self, name: GroupName) -> BTreeMap<NodeId, Peer> {
+        let on = self.placed_on(name);
+        let mut voters = self.inner.meta.status().voters;
+        voters.retain(|v, _| on.contains(&member_of(*v)));
+        voters
     }
 
     /// One pass of the module doc's table; whether groups this member should make were
     /// left unmade.
     pub async fn sync(&self) -> bool {
         let wanted = self.wanted();
+        let here = self.placed_here();
         // A group asleep (`quiet`) runs no Raft timer and takes no request: it does not
         // stop, change its leader or configuration, or go unmade, so the steps below skip
         // their reads of its metrics (most groups of an idle member are asleep). One woken
@@ -440,19 +512,21 @@ impl PartGroups {
         let asleep = self.quiet().sleeping();
         self.drop_gone(&wanted).await;
         self.drop_stopped(&asleep).await;
-        self.start_missing(&wanted).await;
-        let unmade = self.make_new_groups(&asleep).await;
+        let kept = self.keep_unplaced(&here);
+        self.start_missing(&here, &kept).await;
+        let unmade = self.make_new_groups(&asleep, &here).await;
         self.reconcile(&asleep).await;
         self.balance(&asleep);
+        self.release_unplaced(&here).await;
         unmade
     }
 
     /// Stops the groups whose partitions the state no longer holds and removes their WALs.
-    async fn drop_gone(&self, wanted: &BTreeSet<GroupName>) {
+    async fn drop_gone(&self, wanted: &BTreeMap<GroupName, u8>) {
         let gone: Vec<(GroupName, PartRaft)> = {
             let mut running = self.running();
             let names: Vec<GroupName> = running.keys().copied().collect();
-            let gone = names.into_iter().filter(|n| !wanted.contains(n));
+            let gone = names.into_iter().filter(|n| !wanted.contains_key(n));
             gone.filter_map(|n| running.remove(&n).map(|r| (n, r)))
                 .collect()
         };
@@ -464,8 +538,9 @@ impl PartGroups {
                 tracing::warn!(dir = %dir.display(), error = %e, "a dropped partition's group directory stays");
             }
         }
-        self.failed().retain(|n, _| wanted.contains(n));
-        self.reconciled().retain(|n, _| wanted.contains(n));
+        self.failed().retain(|n, _| wanted.contains_key(n));
+        self.reconciled().retain(|n, _| wanted.contains_key(n));
+        self.kept().retain(|n, _| wanted.contains_key(n));
     }
 
     /// Drops the groups whose Raft node stopped (their machine or WAL failed): started
@@ -489,15 +564,16 @@ impl PartGroups {
         }
     }
 
-    /// Starts the groups of `wanted` not running whose wait after a failure is over.
-    async fn start_missing(&self, wanted: &BTreeSet<GroupName>) {
+    /// Starts the groups placed here (`here`) or kept (`kept`) not running whose wait
+    /// after a failure is over.
+    async fn start_missing(&self, here: &BTreeSet<GroupName>, kept: &BTreeSet<GroupName>) {
         let now = self.inner.env.clock.monotonic_nanos();
         let missing: Vec<GroupName> = {
             let running = self.running();
             let failed = self.failed();
             let due = |n: &GroupName| failed.get(n).is_none_or(|f| f.not_before <= now);
-            wanted
-                .iter()
+            here.iter()
+                .chain(kept)
                 .filter(|n| !running.contains_key(n) && due(n))
                 .copied()
                 .collect()
@@ -549,14 +625,20 @@ impl PartGroups {
         let Ok(listing) = disk.read_dir(&self.inner.root) else {
             return;
         };
-        let wanted: BTreeSet<String> = self
+        let here = self.placed_here();
+        let wanted: BTreeMap<String, GroupName> = self
             .wanted()
-            .iter()
-            .map(|n| group_dir(&self.inner.root, *n).display().to_string())
+            .keys()
+            .map(|n| (group_dir(&self.inner.root, *n).display().to_string(), *n))
             .collect();
         for entry in listing.iter().filter(|e| e.is_dir) {
             let dir = self.inner.root.join(&entry.name);
-            if !wanted.contains(&dir.display().to_string()) {
+            if let Some(name) = wanted.get(&dir.display().to_string()) {
+                // A replica of a group placed elsewhere now: kept until it may go.
+                if !here.contains(name) {
+                    self.keep_found(*name);
+                }
+            } else {
                 tracing::info!(dir = %dir.display(), "removing the group directory of a partition the state does not hold");
                 let _ = disk.remove_dir_all(&dir);
             }
@@ -705,39 +787,64 @@ impl PartGroups {
         }
     }
 
-    /// While this member leads the metadata group, makes the groups never made, of the
-    /// replicas the committed voters of the metadata group run.
-    async fn make_new_groups(&self, asleep: &BTreeSet<GroupName>) -> bool {
+    /// Makes the groups placed here (`here`) that this member's replica finds never made,
+    /// of the replicas the metadata leader names (`placed`): this member's own answer while
+    /// it leads the metadata group; asked of the leader when its member is not placed.
+    async fn make_new_groups(
+        &self,
+        asleep: &BTreeSet<GroupName>,
+        here: &BTreeSet<GroupName>,
+    ) -> bool {
         let meta = &self.inner.meta;
-        if meta.leader() != Some(self.me()) {
+        let Some(leader) = meta.leader() else {
             return false;
-        }
+        };
+        let leading = leader == self.me();
         let unmade: Vec<(GroupName, PartRaft)> = self
             .running()
             .iter()
-            .filter(|(name, raft)| !asleep.contains(name) && never_made(raft))
+            .filter(|(name, raft)| {
+                !asleep.contains(name) && here.contains(name) && never_made(raft)
+            })
             .map(|(n, r)| (*n, r.clone()))
             .collect();
         if unmade.is_empty() {
             return false;
         }
-        if !meta.linearize().await {
+        if leading && !meta.linearize().await {
             return true;
         }
         let mut left = false;
-        let voters: BTreeMap<NodeId, Peer> = meta.status().voters;
         for (name, raft) in unmade {
+            // The metadata leader's member, when placed, makes it alone.
+            // Whether it voted is read before the answer: one that votes meanwhile (for a
+            // replica made of the same set) holds no vote of an earlier making.
+            let fresh = voted(&raft);
+            let asker = (id_of(&raft), fresh);
+            let making = if leading {
+                self.making_confirmed(name, asker).await
+            } else if self.placed_on(name).contains(&member_of(leader)) {
+                continue;
+            } else {
+                self.ask_making(name, leader, asker).await
+            };
             // A group another replica holds exists: this one is new (a wiped member's),
             // and joins when the group's leader reconciles (`members`).
-            let replicas = match self.replicas_made(name, &raft, &voters).await {
-                Some((replicas, false)) => replicas,
-                Some((_, true)) => continue,
-                None => {
+            let replicas = match making {
+                Making::Of(replicas) => replicas,
+                Making::Made => continue,
+                Making::NotNow(why) => {
+                    tracing::debug!(partition = %identity_of(name), %why, "a group is not made yet");
                     left = true;
                     continue;
                 }
             };
-            if voted(&raft) {
+            if voted(&raft) && !fresh {
+                // It voted since it asked: asked again, afresh, next time.
+                left = true;
+                continue;
+            }
+            if fresh {
                 // It voted for a maker that lost the group's first entry (with its disk)
                 // before any replica held it: openraft initializes no replica that voted.
                 // It holds nothing but that vote, so it starts again as a new replica
@@ -748,7 +855,11 @@ impl PartGroups {
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
             self.wake(name, &raft);
-            let _ = in_env(&self.inner.env, raft.initialize(replicas)).await;
+            let made = in_env(&self.inner.env, raft.initialize(replicas)).await;
+            if made.is_ok() && !leading {
+                let made_on_ask = &self.inner.counts.made_on_ask;
+                made_on_ask.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         left
     }
@@ -892,6 +1003,7 @@ pub(super) fn never_made(raft: &PartRaft) -> bool {
             .is_none()
 }
 
+mod placed;
 mod serve;
 mod write;
 

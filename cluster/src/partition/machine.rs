@@ -121,6 +121,12 @@ pub struct MachineCounts {
     pub slept: AtomicU64,
     /// Sleeping groups woken here because their leader's member went silent or restarted.
     pub woken: AtomicU64,
+    /// Groups made here of the replicas the metadata leader named when asked (`placed`).
+    pub made_on_ask: AtomicU64,
+    /// Writes of a member running no replica of the group taken here (`placed`).
+    pub taken_unplaced: AtomicU64,
+    /// Replicas of groups placed elsewhere removed here once their group left them out.
+    pub released: AtomicU64,
 }
 
 /// What applying an entry needs of the replica, decided under the machine's lock.

@@ -1,5 +1,6 @@
 //! A group's voters follow the metadata group's: the leader of each partition group makes
-//! its voters the replicas the metadata group's committed voters' members run.
+//! its voters the replicas run by the metadata group's committed voters' members that the
+//! partition is placed on (`placement`).
 //!
 //! | the leader finds | it does |
 //! |---|---|
@@ -91,9 +92,10 @@ impl PartGroups {
         };
         for (name, raft) in due {
             let groups = self.clone();
-            let (voters, key) = (status.voters.clone(), key.clone());
+            let key = key.clone();
             let task = async move {
-                let done = groups.reconcile_group(name, &raft, &voters).await;
+                let placed = groups.placed_voters(name);
+                let done = groups.reconcile_group(name, &raft, &placed).await;
                 let retry =
                     groups.env().clock.monotonic_nanos() + RECONCILE_RETRY.as_nanos() as u64;
                 let record = if done {

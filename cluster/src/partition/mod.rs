@@ -24,6 +24,7 @@ mod installed;
 pub mod machine;
 pub mod members;
 pub mod net;
+pub mod placement;
 pub mod quiet;
 pub mod refill;
 pub mod sink;

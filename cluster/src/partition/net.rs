@@ -96,6 +96,32 @@ pub enum PartRpc {
         from: u64,
         max_bytes: u64,
     },
+    /// Of the metadata group's leader: which replicas to make the group of (`placed`);
+    /// `fresh`: asked again of every placed member, not the set answered before (the
+    /// asker's replica voted, so it holds a vote of an earlier making). `from` is the
+    /// asking replica, `to` names the member only.
+    Making {
+        fresh: bool,
+    },
+    /// A send or offset write of a member the group is not placed on, for whichever
+    /// replica leads (`placed`). `to` names the member only.
+    Forwarded(PartCommand),
+    /// The group's configuration as the addressed member's replica has applied it (a
+    /// member whose replica the group no longer needs asks before it removes it:
+    /// `placed`). `to` names the member only.
+    Configured,
+}
+
+/// The metadata leader's answer to [`PartRpc::Making`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Making {
+    /// Make it of these replicas (every asker of one leader's term is told the same).
+    Of(BTreeMap<NodeId, Peer>),
+    /// A replica holds some of the group already: it exists, and its leader adds the
+    /// asker's replica (`members`).
+    Made,
+    /// Not now (not the leader, a placed member that did not answer): said in words.
+    NotNow(String),
 }
 
 /// Why a forwarded send was not committed.
@@ -131,6 +157,16 @@ pub enum PartReply {
         #[serde(with = "crate::types::bytes_serde")]
         bytes: Vec<u8>,
         next: u64,
+    },
+    /// The answer to [`PartRpc::Making`].
+    Making(Making),
+    /// The answer to [`PartRpc::Configured`]: the voters and learners of the configuration
+    /// the member's replica runs under, and whether it has applied it (committed) and it
+    /// is not joint.
+    Configured {
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+        settled: bool,
     },
     /// The group's Raft node refused the request.
     Refused(String),
@@ -265,7 +301,13 @@ impl PartNetworks {
         let member = member_of(envelope.to);
         if !matches!(
             envelope.rpc,
-            PartRpc::Send(_) | PartRpc::Identify | PartRpc::Fetch { .. } | PartRpc::Snapshot { .. }
+            PartRpc::Send(_)
+                | PartRpc::Identify
+                | PartRpc::Fetch { .. }
+                | PartRpc::Snapshot { .. }
+                | PartRpc::Making { .. }
+                | PartRpc::Forwarded(_)
+                | PartRpc::Configured
         ) {
             let heavy = matches!(&envelope.rpc, PartRpc::Append(r) if !r.entries.is_empty());
             let batcher = self.batcher(member, node, heavy);

@@ -126,6 +126,11 @@ impl Client {
         if self.node.clustered() {
             return self.node.decider()?.decide(op, self.origin(user_id)).await;
         }
+        if let MetaOp::CreateTopic(r) = &op {
+            // Before the journal: a single node keeps one copy (`single_copy`).
+            use crate::state::options::{for_create, single_copy};
+            single_copy(&for_create(&r.options)?)?;
+        }
         let (reply, pending) = oneshot();
         let request = OpRequest {
             op,

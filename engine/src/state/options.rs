@@ -18,6 +18,23 @@ const KIND_UINT32: u8 = 11;
 const KIND_UINT64: u8 = 12;
 
 pub const MAX_MESSAGES_REQUIRED_TO_SAVE: u32 = 16 * 1024 * 1024;
+/// The most copies a topic's partitions may ask for (a cluster's most members). A factor
+/// above 1 needs a cluster ([`single_copy`]); one of 0 or 1 there keeps a copy on every
+/// member (`cairn_cluster::partition::placement`).
+pub const MAX_REPLICATION_FACTOR: u8 = 7;
+
+/// Refuses a replication factor above 1 for a topic of a node that is no cluster member.
+pub fn single_copy(options: &TopicOptions) -> Result<(), NodeError> {
+    match options.replication_factor {
+        0 | 1 => Ok(()),
+        factor => Err(NodeError::InvalidOptionValue {
+            key: "replication_factor".into(),
+            why: format!(
+                "replication factor {factor} needs a cluster: a single node keeps one copy"
+            ),
+        }),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum Compression {
@@ -280,12 +297,12 @@ fn set(topic: &mut TopicOptions, value: &Value<'_>) -> Result<(), NodeError> {
         }
         "replication_factor" => {
             let factor = value.unsigned()?;
-            if factor != 1 {
+            if !(1..=u64::from(MAX_REPLICATION_FACTOR)).contains(&factor) {
                 return Err(value.invalid(&format!(
-                    "replication factor {factor} is not supported yet: cairn runs one replica"
+                    "replication factor {factor} is not 1 to {MAX_REPLICATION_FACTOR}"
                 )));
             }
-            topic.replication_factor = 1;
+            topic.replication_factor = factor as u8;
         }
         "compression_algorithm" => {
             topic.compression = match value.string()?.to_ascii_lowercase().as_str() {
@@ -570,8 +587,15 @@ mod tests {
         let refuse = |o: WireOptions| for_create(&o).unwrap_err().to_string();
         assert!(refuse(options(&[("enforce_fsync", KIND_BOOL, &[1])])).contains("durability"));
         assert!(refuse(options(&[("colour", KIND_STRING, b"red")])).contains("unknown"));
-        assert!(refuse(options(&[("replication_factor", KIND_UINT8, &[3])]))
-            .contains("not supported yet"));
+        assert!(refuse(options(&[("replication_factor", KIND_UINT8, &[0])])).contains("1 to 7"));
+        assert!(refuse(options(&[("replication_factor", KIND_UINT8, &[8])])).contains("1 to 7"));
+        let three = for_create(&options(&[("replication_factor", KIND_UINT8, &[3])])).unwrap();
+        assert_eq!(three.replication_factor, 3);
+        assert!(single_copy(&three)
+            .unwrap_err()
+            .to_string()
+            .contains("needs a cluster"));
+        assert!(single_copy(&TopicOptions::default()).is_ok());
         assert!(
             refuse(options(&[("compression_algorithm", KIND_STRING, b"gzip")]))
                 .contains("not supported yet")

@@ -9,7 +9,7 @@ use super::status::{codes, undecodable, Status};
 use super::{Call, Reply, Target};
 use cairn_engine::node::ops::MetaOp;
 use cairn_engine::node::NodeError;
-use cairn_engine::state::options::DERIVED_PREFIX;
+use cairn_engine::state::options::{for_create, TopicOptions, DERIVED_PREFIX};
 use iggy_binary_protocol::requests::users::{ChangePasswordRequest, CreateUserRequest};
 use iggy_binary_protocol::{WireIdentifier, WireOptions};
 
@@ -69,6 +69,9 @@ pub async fn execute(call: &Call<'_>, mut op: MetaOp) -> Result<Reply, Status> {
         | MetaOp::ChangePassword(_) => return Err(Status::of(codes::INVALID_COMMAND)),
         MetaOp::CreateTopic(request) => {
             request.options = with_flush_defaults(&request.options, call.cx.topic_defaults)?;
+            if call.cx.node.clustered() {
+                every_member_copies(&for_create(&request.options)?)?;
+            }
         }
         _ => {}
     }
@@ -186,6 +189,22 @@ pub async fn change_password(
     Ok(Reply::Done)
 }
 
+/// Refuses a replication factor above 1 for a cluster's topic: the partition groups place
+/// fewer copies than members (`cairn_cluster::partition::placement`), but a member without
+/// a copy does not forward polls, offset reads and statistics to one with a copy yet, so
+/// `cairn serve` keeps a copy on every member (what a factor of 1 asks in a cluster).
+fn every_member_copies(options: &TopicOptions) -> Result<(), NodeError> {
+    match options.replication_factor {
+        0 | 1 => Ok(()),
+        factor => Err(NodeError::InvalidOptionValue {
+            key: "replication_factor".into(),
+            why: format!(
+                "replication factor {factor} is not served yet: every member of the cluster keeps a copy of every partition"
+            ),
+        }),
+    }
+}
+
 /// Keys a topic creation's options must name for the configuration's defaults to apply.
 const FLUSH_KEYS: [&str; 2] = [
     "messages_required_to_save",
@@ -244,7 +263,6 @@ fn with_flush_defaults(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_engine::state::options::for_create;
 
     const DEFAULTS: TopicDefaults = TopicDefaults {
         messages_required_to_save: 7,
@@ -261,6 +279,17 @@ mod tests {
             topic.effective().iter().all(|e| !e.explicit),
             "the server's defaults are not the client's choice"
         );
+    }
+
+    #[test]
+    fn a_clusters_topic_keeps_a_copy_on_every_member_until_reads_are_forwarded() {
+        let factor = |f: u8| TopicOptions {
+            replication_factor: f,
+            ..TopicOptions::default()
+        };
+        assert!(every_member_copies(&factor(1)).is_ok());
+        let refused = every_member_copies(&factor(3)).unwrap_err().to_string();
+        assert!(refused.contains("not served yet"), "{refused}");
     }
 
     #[test]

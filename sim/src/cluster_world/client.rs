@@ -226,7 +226,7 @@ impl World {
         };
         let proposal = {
             let group = group.clone();
-            let mut command = op.command();
+            let mut command = op.command(self.profile.factor);
             (command.key, command.asked_at) = (key, asked_at);
             async move {
                 match nodes {

@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 36] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 40] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -138,6 +138,22 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 36] = [
     (
         "ClusterRaftBatched",
         "one exchange between two members carried the Raft requests of more than one partition group (batch)",
+    ),
+    (
+        "ClusterPartitionPlaced",
+        "the final judgement read a partition placed on fewer members than the cluster has (its topic's replication factor), judging those copies only",
+    ),
+    (
+        "ClusterGroupMadeOnAsk",
+        "a member made a partition's group of the replicas the metadata leader, placed elsewhere, named when asked",
+    ),
+    (
+        "ClusterWriteOfUnplacedMember",
+        "a placed replica leading its group took a send or offset write of a member the partition is not placed on",
+    ),
+    (
+        "ClusterReplicaReleased",
+        "a member removed its replica of a partition placed elsewhere (a change of voters moved it) once the group left it out",
     ),
     (
         "ClusterQuietWoken",

@@ -144,6 +144,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         nodes: true,
         remove: 0.0,
         messages: scenario == Scenario::QuietLeaderDies,
+        factor: 0,
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }

@@ -220,6 +220,15 @@ impl World {
         if counts.woken.load(Relaxed) > 0 {
             self.decision("ClusterQuietWoken");
         }
+        for (count, row) in [
+            (&counts.made_on_ask, "ClusterGroupMadeOnAsk"),
+            (&counts.taken_unplaced, "ClusterWriteOfUnplacedMember"),
+            (&counts.released, "ClusterReplicaReleased"),
+        ] {
+            if count.load(Relaxed) > 0 {
+                self.decision(row);
+            }
+        }
         let batched = parts.networks().batch_counts();
         let (exchanges, requests) = (
             batched.exchanges.load(Relaxed),
@@ -257,6 +266,10 @@ impl World {
             // only there, its followers still joint) counts the member out.
             let settled = of_group().all(|v| !v.joint);
             let mine = mine.iter().find(|v| v.partition == group);
+            // A group placed elsewhere needs no replica of this member.
+            if mine.is_some_and(|m| !m.placed) {
+                return true;
+            }
             match (leader, mine.and_then(|m| m.replica)) {
                 (Some(l), Some(me)) => settled && l.voters.contains(&me),
                 (Some(_), None) => false,
@@ -278,10 +291,17 @@ impl World {
 
     /// An up member whose node runs partition groups, at random.
     pub(super) fn member_with_groups(&mut self) -> Option<usize> {
+        let all: BTreeSet<MemberId> = self.replicas.iter().map(|r| r.id).collect();
+        self.member_with_groups_among(&all)
+    }
+
+    /// [`Self::member_with_groups`], among the members `among`.
+    pub(super) fn member_with_groups_among(&mut self, among: &BTreeSet<MemberId>) -> Option<usize> {
         let up: Vec<usize> = self
             .up()
             .into_iter()
             .filter(|&at| self.replicas[at].parts.is_some())
+            .filter(|&at| among.contains(&self.replicas[at].id))
             .collect();
         (!up.is_empty()).then(|| up[self.rng.gen_range(0..up.len())])
     }
@@ -370,6 +390,15 @@ impl World {
             return true;
         };
         let partition = partitions[self.rng.gen_range(0..partitions.len())];
+        // Read at a member the partition is placed on (another holds no copy of it).
+        let Some(identity) = identity_of(&node, topic, partition) else {
+            return true;
+        };
+        let placed = self.placed_members(identity);
+        let Some(at) = self.member_with_groups_among(&placed) else {
+            return true;
+        };
+        let node = self.replicas[at].node.clone().expect("a node");
         let id = self.replicas[at].id;
         let poll = async move { read_from(&node, topic_ids_owned(topic), partition, 0).await };
         let Some(Ok(Some((nonce, messages)))) = self.while_nemesis(poll, PROPOSE_TIMEOUT).await
@@ -523,16 +552,49 @@ impl World {
         }
     }
 
-    /// Every member's view of group `identity` (`None` where it runs none).
+    /// The members partition `identity` is placed on, computed here from its topic's
+    /// replication factor (in the first node's state) and the metadata leader's voters
+    /// (`cairn_cluster::partition::placement`); every member when none leads.
+    pub(super) fn placed_members(
+        &self,
+        identity: cairn_engine::partition::PartitionIdentity,
+    ) -> BTreeSet<MemberId> {
+        let all: BTreeSet<MemberId> = self.replicas.iter().map(|r| r.id).collect();
+        let factor = self.replicas.iter().find_map(|r| {
+            let view = r.node.as_ref()?.view();
+            let topic = view
+                .state
+                .find_topic(identity.stream_id, identity.topic_id)?;
+            Some(topic.options.replication_factor)
+        });
+        let voters = self
+            .leader_at()
+            .and_then(|at| self.replicas[at].group.as_ref())
+            .map(|g| g.status().voters);
+        let (Some(factor), Some(voters)) = (factor, voters) else {
+            return all;
+        };
+        let members = voters
+            .keys()
+            .map(|v| cairn_cluster::types::member_of(*v))
+            .collect();
+        let name = cairn_cluster::partition::net::group_name(&identity);
+        cairn_cluster::partition::placement::placed(name, factor, &members)
+    }
+
+    /// The views of group `identity` of the members it is placed on (`None` where one runs
+    /// none).
     fn group_views(
         &self,
         identity: cairn_engine::partition::PartitionIdentity,
     ) -> Vec<Option<GroupView>> {
+        let placed = self.placed_members(identity);
         let view = |r: &Replica| {
             let views = r.parts.as_ref()?.views();
             views.into_iter().find(|v| v.partition == identity)
         };
-        self.replicas.iter().map(view).collect()
+        let on = self.replicas.iter().filter(|r| placed.contains(&r.id));
+        on.map(view).collect()
     }
 
     /// Whether nothing more can come to `identity`'s replicas: every member's replica runs
@@ -551,7 +613,9 @@ impl World {
             return None;
         }
         let mut views = Vec::new();
-        for (r, view) in self.replicas.iter().zip(now) {
+        let placed = self.placed_members(identity);
+        let on = self.replicas.iter().filter(|r| placed.contains(&r.id));
+        for (r, view) in on.zip(now) {
             let view = view?;
             let settled = view.replica.is_some() && view.failed.is_none() && !view.joint;
             if !settled || view.applied != view.last_log || !answered.iter().any(|a| a.0 == r.id) {
@@ -571,9 +635,11 @@ impl World {
         ))
     }
 
-    /// What every member's replica of `identity` makes of its group.
+    /// What every placed member's replica of `identity` makes of its group.
     fn part_views(&self, identity: cairn_engine::partition::PartitionIdentity) -> String {
-        let views = self.replicas.iter().zip(self.group_views(identity));
+        let placed = self.placed_members(identity);
+        let on = self.replicas.iter().filter(|r| placed.contains(&r.id));
+        let views = on.zip(self.group_views(identity));
         let view =
             |(r, found): (&Replica, Option<GroupView>)| format!("replica {}: {found:?}", r.id);
         views.map(view).collect::<Vec<_>>().join("; ")
@@ -594,11 +660,18 @@ impl World {
             .map(|place| place.3 + 1)
             .max()
             .unwrap_or(0);
+        // The copies of the members it is placed on (another member's replica, kept
+        // until its group leaves it out, is not judged).
+        let placed = self.placed_members(partition.identity);
         let nodes: Vec<(MemberId, Node)> = self
             .replicas
             .iter()
+            .filter(|r| placed.contains(&r.id))
             .filter_map(|r| Some((r.id, r.node.clone()?)))
             .collect();
+        if placed.len() < self.replicas.len() {
+            self.decision("ClusterPartitionPlaced");
+        }
         let copies = loop {
             let mut copies = Vec::new();
             // Every copy read, however short: at the deadline, copies that differ where

@@ -151,12 +151,19 @@ impl World {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let nodes: Vec<(MemberId, Node)> = self
-            .replicas
-            .iter()
-            .filter_map(|r| Some((r.id, r.node.clone()?)))
-            .collect();
         for key in keys {
+            // The replicas of the members its partition is placed on.
+            let nodes: Vec<(MemberId, Node)> = {
+                let (topic, p, _, _) = &key;
+                let node = self.replicas.iter().find_map(|r| r.node.clone());
+                let identity = node.and_then(|n| identity_of(&n, topic, *p));
+                let placed = identity.map(|i| self.placed_members(i));
+                self.replicas
+                    .iter()
+                    .filter(|r| placed.as_ref().is_none_or(|on| on.contains(&r.id)))
+                    .filter_map(|r| Some((r.id, r.node.clone()?)))
+                    .collect()
+            };
             let deadline = self.clock.now_nanos() + AGREE_LIMIT.as_nanos() as u64;
             let held = loop {
                 let mut held = BTreeMap::new();

@@ -78,9 +78,9 @@ impl Op {
     }
 
     /// The command that does it.
-    pub(super) fn command(&self) -> MetaCommand {
+    pub(super) fn command(&self, factor: u8) -> MetaCommand {
         let op = match self {
-            Op::Create(name) => creation(name),
+            Op::Create(name) => creation(name, factor),
             Op::Delete(name) => deletion(name),
             Op::Purge(name) => {
                 let (stream_id, topic_id) = topic_ids(name);
@@ -115,7 +115,7 @@ impl Op {
 }
 
 /// The creation of what `name` names (its last part's name; a topic gets 1 to 3 partitions).
-fn creation(name: &str) -> MetaOp {
+fn creation(name: &str, factor: u8) -> MetaOp {
     let parts: Vec<&str> = name.split('/').collect();
     match parts.as_slice() {
         // `persisted`, offsets too: a stored offset (and the message under it) survives a
@@ -124,14 +124,7 @@ fn creation(name: &str) -> MetaOp {
             stream_id: named(stream),
             partitions_count: 1 + (name.len() % 3) as u32,
             name: WireName::new(*topic).expect("a topic name"),
-            options: crate::wire::options(&[
-                ("durability", KIND_STRING, b"persisted".to_vec()),
-                (
-                    "consumer_offset_durability",
-                    KIND_STRING,
-                    b"persisted".to_vec(),
-                ),
-            ]),
+            options: crate::wire::options(&topic_options(factor)),
         }),
         [stream, topic, group] => MetaOp::CreateConsumerGroup(CreateConsumerGroupRequest {
             stream_id: named(stream),
@@ -143,6 +136,22 @@ fn creation(name: &str) -> MetaOp {
             options: WireOptions::empty(),
         }),
     }
+}
+
+/// A topic's options: `persisted`, and the replication factor `factor` (none for 0).
+fn topic_options(factor: u8) -> Vec<(&'static str, u8, Vec<u8>)> {
+    let mut options = vec![
+        ("durability", KIND_STRING, b"persisted".to_vec()),
+        (
+            "consumer_offset_durability",
+            KIND_STRING,
+            b"persisted".to_vec(),
+        ),
+    ];
+    if factor > 0 {
+        options.push(("replication_factor", crate::wire::KIND_UINT8, vec![factor]));
+    }
+    options
 }
 
 fn deletion(name: &str) -> MetaOp {

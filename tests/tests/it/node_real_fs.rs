@@ -142,11 +142,7 @@ fn rejected_topic_options_name_the_reason_and_journal_nothing() {
     let journal = std::fs::read(journal_path(root)).unwrap();
     type Entries<'a> = &'a [(&'a str, u8, &'a [u8])];
     let cases: [(Entries, u32, &str); 6] = [
-        (
-            &[("replication_factor", 9, &[3])],
-            4042,
-            "not supported yet",
-        ),
+        (&[("replication_factor", 9, &[3])], 4042, "needs a cluster"),
         (
             &[("compression_algorithm", 2, b"gzip")],
             4042,

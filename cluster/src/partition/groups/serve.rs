@@ -2,6 +2,7 @@
 //! Raft's requests handed to the group's replica here (which they wake: `quiet`), sends
 //! forwarded to it, its stored batches read for a peer that refills.
 
+use super::placed::configured;
 use super::{id_of, never_made, propose, stamp, PartGroups};
 use crate::partition::net::{
     identity_of, FromPeers, GroupName, PartEnvelope, PartReply, PartRpc, SendRefused,
@@ -21,7 +22,7 @@ impl PartGroups {
         &self,
         (name, raft): (GroupName, &PartRaft),
         from: NodeId,
-        mut command: PartCommand,
+        command: PartCommand,
     ) -> PartReply {
         let metrics = raft.metrics().borrow_watched().clone();
         if metrics
@@ -35,8 +36,26 @@ impl PartGroups {
                 show_id(from)
             ))));
         }
-        if metrics.current_leader != Some(metrics.id) {
-            return PartReply::Sent(Err(SendRefused::NotLeader(metrics.current_leader)));
+        self.propose_here((name, raft), command).await
+    }
+
+    /// Proposes a forwarded write if this member's replica `raft` leads its group (a
+    /// send's batch verified with this member's limits first).
+    pub(super) async fn propose_here(
+        &self,
+        (name, raft): (GroupName, &PartRaft),
+        mut command: PartCommand,
+    ) -> PartReply {
+        let leader = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow_watched();
+            (
+                metrics.current_leader,
+                metrics.current_leader == Some(metrics.id),
+            )
+        };
+        if !leader.1 {
+            return PartReply::Sent(Err(SendRefused::NotLeader(leader.0)));
         }
         let limits = self.inner.node.replica_limits();
         if let PartCommand::Send(send) = &command {
@@ -56,11 +75,23 @@ impl PartGroups {
         name: GroupName,
         envelope: PartEnvelope,
     ) -> PartReply {
+        if let PartRpc::Making { fresh } = envelope.rpc {
+            // This member may run no replica of the group: the metadata leader answers.
+            let asker = (envelope.from, fresh);
+            return PartReply::Making(self.making(name, asker).await);
+        }
         let Some(raft) = self.group(name) else {
             return PartReply::NoGroup;
         };
         let here = id_of(&raft);
         let PartEnvelope { from, to, rpc } = envelope;
+        match rpc {
+            PartRpc::Forwarded(command) => {
+                return self.take_unplaced((name, &raft), from, command).await
+            }
+            PartRpc::Configured => return configured(&raft),
+            _ => {}
+        }
         if let PartRpc::Identify = rpc {
             let made = !never_made(&raft);
             let leaving = self
@@ -161,7 +192,12 @@ impl PartGroups {
                 .await
                 .map_or_else(|e| refused(&e), PartReply::TransferLeader),
             PartRpc::Send(command) => self.take_forwarded((name, &raft), from, command).await,
-            PartRpc::Identify => unreachable!("answered above"),
+            PartRpc::Identify
+            | PartRpc::Making { .. }
+            | PartRpc::Forwarded(_)
+            | PartRpc::Configured => {
+                unreachable!("answered above")
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use super::{group_name, id_of, PartGroups, FORWARD_LIMIT, SEND_DEADLINE, SEND_RE
 use crate::partition::net::{GroupName, PartEnvelope, PartReply, PartRpc, SendRefused};
 use crate::partition::{OffsetCommand, PartCommand, PartOutcome, PartRaft, SendCommand};
 use crate::rt::in_env;
-use crate::types::{show_id, NodeId};
+use crate::types::{member_of, show_id, NodeId};
 use bytes::BytesMut;
 use cairn_engine::error::{NodeError, NodeResult};
 use cairn_engine::format::{verify_batch, Layout};
@@ -96,6 +96,8 @@ impl PartGroups {
         let name = group_name(&partition);
         let deadline = env.clock.monotonic_nanos() + SEND_DEADLINE.as_nanos() as u64;
         let mut last = String::from("the group has no leader");
+        // Where a write goes from a member the group is not placed on (`placed`).
+        let (mut hint, mut tries) = (None, 0);
         while env.clock.monotonic_nanos() < deadline {
             if let Some(raft) = self.group(name) {
                 let leader = raft.metrics().borrow_watched().current_leader;
@@ -116,6 +118,16 @@ impl PartGroups {
                         return Ok(outcome);
                     }
                     Err(SendRefused::NotLeader(_)) => last = "no leader took it".into(),
+                    Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
+                }
+            } else if !self.placed_on(name).contains(&member_of(self.me())) {
+                let forwarded = self.forward_unplaced(name, &command, (hint, tries));
+                match forwarded.await {
+                    Ok((outcome, _)) => return Ok(outcome),
+                    Err(SendRefused::NotLeader(leader)) => {
+                        (hint, tries) = (leader.map(member_of), tries + 1);
+                        last = "no placed member's replica took it".into();
+                    }
                     Err(SendRefused::Failed(why)) => return Err(NodeError::Undecided(why)),
                 }
             } else {

@@ -1,0 +1,327 @@
+//! A group runs on the members its partition is placed on (`crate::partition::placement`),
+//! not on every member:
+//!
+//! | what a member finds | what it does |
+//! |---|---|
+//! | a group placed on it | runs its replica (`start_missing`) |
+//! | a replica it runs of a group placed elsewhere (moved by a change of voters, or found on its disk at start) | keeps it running, and every [`RELEASE_RETRY`] asks the placed members' replicas for the configuration they applied: once one has applied a settled configuration without it, stops it and removes its WAL |
+//! | such a replica leading its group | nothing here: its reconciliation hands the group to a placed replica first (`members`) |
+//! | a replica of a group placed on it that was never made, the metadata leader's member placed too | nothing: that member makes it |
+//! | the same, the metadata leader's member not placed | asks the metadata leader which replicas to make it of ([`PartRpc::Making`]), and makes it of them |
+//! | a send or offset write for a group it runs no replica of, placed elsewhere | forwards it to a placed member ([`PartRpc::Forwarded`]), then to the leader that member names |
+//!
+//! The metadata leader answers [`PartRpc::Making`] once it has confirmed it leads, with the
+//! replica each placed member runs (asked with `Identify`), or [`Making::Made`] when one
+//! holds some of the group already. Within a term every asker of a group is told the same
+//! set (kept for [`MAKING_KEPT`]): two replicas initialized with different sets would hold
+//! different first entries at the same log id.
+
+use super::{id_of, leads, never_made, PartGroups, FORWARD_LIMIT, IDENTIFY_LIMIT};
+use crate::partition::net::{GroupName, Making, PartEnvelope, PartReply, PartRpc, SendRefused};
+use crate::partition::{PartCommand, PartOutcome, PartRaft};
+use crate::rt::in_env;
+use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
+use openraft::async_runtime::WatchReceiver;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// How long a member waits before it asks again whether a replica it keeps may go.
+pub const RELEASE_RETRY: Duration = Duration::from_secs(2);
+/// How long the metadata leader keeps a replica set it answered `Making` with.
+pub const MAKING_KEPT: Duration = Duration::from_secs(10);
+/// The longest the metadata leader may take to answer `Making` (it asks every placed
+/// member which replica it runs).
+const MAKING_LIMIT: Duration = Duration::from_secs(5);
+
+/// A replica set the metadata leader answered `Making` with: its term, when, the set.
+pub(super) type MadeOf = (u64, u64, BTreeMap<NodeId, Peer>);
+
+/// `raft`'s answer to [`PartRpc::Configured`].
+pub(super) fn configured(raft: &PartRaft) -> PartReply {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow_watched();
+    let stored = &metrics.membership_config;
+    let membership = stored.membership();
+    let applied = metrics.last_applied.map(|l| l.index);
+    let at = stored.log_id().map(|l| l.index);
+    let settled = membership.get_joint_config().len() == 1 && at.is_some() && at <= applied;
+    PartReply::Configured {
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        settled,
+    }
+}
+
+impl PartGroups {
+    pub(super) fn kept(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, u64>> {
+        self.inner.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a replica of a group placed elsewhere, found on this member's disk at start.
+    pub(super) fn keep_found(&self, name: GroupName) {
+        self.kept().entry(name).or_insert(0);
+    }
+
+    /// Adds the running groups not placed on this member (`here`) to those it keeps, drops
+    /// those placed here again: the groups it keeps.
+    pub(super) fn keep_unplaced(&self, here: &BTreeSet<GroupName>) -> BTreeSet<GroupName> {
+        let unplaced: Vec<GroupName> = self
+            .running()
+            .keys()
+            .filter(|n| !here.contains(n))
+            .copied()
+            .collect();
+        let mut kept = self.kept();
+        for name in unplaced {
+            kept.entry(name).or_insert(0);
+        }
+        kept.retain(|n, _| !here.contains(n));
+        kept.keys().copied().collect()
+    }
+
+    /// Stops and removes the replicas kept (`keep_unplaced`) whose group's configuration,
+    /// as a placed member's replica applied it, leaves them out (the module doc's table).
+    pub(super) async fn release_unplaced(&self, here: &BTreeSet<GroupName>) {
+        let now = self.inner.env.clock.monotonic_nanos();
+        let due: Vec<(GroupName, PartRaft)> = {
+            let running = self.running();
+            let mut kept = self.kept();
+            let due: Vec<(GroupName, PartRaft)> = kept
+                .iter()
+                .filter(|(name, at)| **at <= now && !here.contains(name))
+                .filter_map(|(name, _)| running.get(name).map(|r| (*name, r.clone())))
+                .collect();
+            let again = now + RELEASE_RETRY.as_nanos() as u64;
+            for (name, _) in &due {
+                kept.insert(*name, again);
+            }
+            due
+        };
+        for (name, raft) in due {
+            if !leads(&raft) && self.left_out(name, id_of(&raft)).await {
+                self.release(name, &raft).await;
+            }
+        }
+    }
+
+    /// Whether a placed member's replica of group `name` has applied a settled
+    /// configuration that leaves replica `mine` out.
+    async fn left_out(&self, name: GroupName, mine: NodeId) -> bool {
+        for (voter, peer) in self.placed_voters(name) {
+            let member = member_of(voter);
+            if member == member_of(mine) {
+                continue;
+            }
+            let envelope = PartEnvelope {
+                from: mine,
+                to: u64::from(member) << 32,
+                rpc: PartRpc::Configured,
+            };
+            let asked = self.networks().call(&peer, name, &envelope, IDENTIFY_LIMIT);
+            if let Ok(PartReply::Configured {
+                voters,
+                learners,
+                settled: true,
+            }) = asked.await
+            {
+                if !voters.contains(&mine) && !learners.contains(&mine) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Stops this member's replica `checked` of group `name` (placed elsewhere, left out of
+    /// its group) and removes its WAL.
+    async fn release(&self, name: GroupName, checked: &PartRaft) {
+        let raft = {
+            let mut running = self.running();
+            let same = running
+                .get(&name)
+                .is_some_and(|r| id_of(r) == id_of(checked));
+            // Placed here again meanwhile: it stays.
+            if !same || self.placed_on(name).contains(&member_of(self.me())) {
+                return;
+            }
+            running.remove(&name).expect("checked above")
+        };
+        self.kept().remove(&name);
+        self.quiet().forget(name);
+        self.counts().released.fetch_add(1, Relaxed);
+        let _ = in_env(&self.inner.env, raft.shutdown()).await;
+        let dir = super::group_dir(&self.inner.root, name);
+        tracing::info!(partition = %crate::partition::net::identity_of(name), replica = %show_id(id_of(&raft)),
+            "removing a replica of a partition placed on other members, which its group left out");
+        if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "a released replica's directory stays");
+        }
+    }
+
+    fn making_sets(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupName, MadeOf>> {
+        self.inner.making.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The metadata leader's answer to [`PartRpc::Making`] for group `name`.
+    pub(super) async fn making(&self, name: GroupName, asker: (NodeId, bool)) -> Making {
+        let meta = self.meta();
+        if meta.leader() != Some(self.me()) {
+            return Making::NotNow("this member does not lead the metadata group".into());
+        }
+        if !meta.linearize().await {
+            return Making::NotNow("the metadata leader could not confirm it leads".into());
+        }
+        self.making_confirmed(name, asker).await
+    }
+
+    /// [`Self::making`], once this member confirmed it leads the metadata group, for the
+    /// asking replica `asker.0`. A `fresh` answer (`asker.1`) forgets the set answered
+    /// before: its asker voted, so a replica made of that set may have asked for its
+    /// vote, and unless one holds some of the group now, the asker starts again as a new
+    /// replica (`start_again_blank`), which the set answered before no longer names. A set
+    /// that does not name the asker (it started again since) is forgotten too.
+    pub(super) async fn making_confirmed(
+        &self,
+        name: GroupName,
+        (asker, fresh): (NodeId, bool),
+    ) -> Making {
+        let term = self.meta().status().term;
+        let now = self.inner.env.clock.monotonic_nanos();
+        let kept = MAKING_KEPT.as_nanos() as u64;
+        {
+            let mut sets = self.making_sets();
+            sets.retain(|_, (t, at, _)| *t == term && now < at.saturating_add(kept));
+            match sets.get(&name) {
+                Some((_, _, set)) if !fresh && set.contains_key(&asker) => {
+                    return Making::Of(set.clone())
+                }
+                _ => drop(sets.remove(&name)),
+            }
+        }
+        let voters = self.placed_voters(name);
+        if voters.is_empty() {
+            return Making::NotNow("the partition is placed on no member".into());
+        }
+        let Some((replicas, made)) = self.identified(name, &voters).await else {
+            return Making::NotNow("a placed member did not say which replica it runs".into());
+        };
+        if made {
+            return Making::Made;
+        }
+        if fresh {
+            return Making::Of(replicas);
+        }
+        let mut sets = self.making_sets();
+        let set = &sets.entry(name).or_insert((term, now, replicas)).2;
+        Making::Of(set.clone())
+    }
+
+    /// The replica of group `name` each member of `voters` runs, and whether any holds
+    /// some of the group, once every one answered (this member's own read here).
+    async fn identified(
+        &self,
+        name: GroupName,
+        voters: &BTreeMap<NodeId, Peer>,
+    ) -> Option<(BTreeMap<NodeId, Peer>, bool)> {
+        let me = self.me();
+        let mut replicas = BTreeMap::new();
+        let mut any_made = false;
+        for (&voter, peer) in voters {
+            let member = member_of(voter);
+            let (id, made) = if member == member_of(me) {
+                let raft = self.group(name)?;
+                (id_of(&raft), !never_made(&raft))
+            } else {
+                let (id, made, _) = self.identity(name, me, (member, peer)).await?;
+                (id, made)
+            };
+            replicas.insert(id, peer.clone());
+            any_made |= made;
+        }
+        Some((replicas, any_made))
+    }
+
+    /// What the metadata leader (`leader`, not this member) says group `name` is to be
+    /// made of.
+    pub(super) async fn ask_making(
+        &self,
+        name: GroupName,
+        leader: NodeId,
+        (asker, fresh): (NodeId, bool),
+    ) -> Making {
+        let Some(peer) = self.meta().status().voters.get(&leader).cloned() else {
+            return Making::NotNow("the metadata leader is no voter".into());
+        };
+        let envelope = PartEnvelope {
+            from: asker,
+            to: u64::from(member_of(leader)) << 32,
+            rpc: PartRpc::Making { fresh },
+        };
+        match self
+            .networks()
+            .call(&peer, name, &envelope, MAKING_LIMIT)
+            .await
+        {
+            Ok(PartReply::Making(making)) => making,
+            Ok(_) => Making::NotNow("the metadata leader answered another request".into()),
+            Err(e) => Making::NotNow(format!("the metadata leader did not answer: {e}")),
+        }
+    }
+
+    /// Forwards a write for group `name`, which this member runs no replica of, to placed
+    /// member `hint` if it is one, else to the `tries`th placed member.
+    pub(super) async fn forward_unplaced(
+        &self,
+        name: GroupName,
+        command: &PartCommand,
+        (hint, tries): (Option<MemberId>, usize),
+    ) -> Result<(PartOutcome, u64), SendRefused> {
+        let placed = self.placed_voters(name);
+        let hinted = placed.iter().find(|(v, _)| Some(member_of(**v)) == hint);
+        let Some((&voter, peer)) =
+            hinted.or_else(|| placed.iter().nth(tries % placed.len().max(1)))
+        else {
+            return Err(SendRefused::NotLeader(None));
+        };
+        let envelope = PartEnvelope {
+            from: self.me(),
+            to: u64::from(member_of(voter)) << 32,
+            rpc: PartRpc::Forwarded(command.clone()),
+        };
+        let asked = self.networks().call(peer, name, &envelope, FORWARD_LIMIT);
+        match asked.await {
+            Ok(PartReply::Sent(result)) => result,
+            Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
+            Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
+            Ok(_) => Err(SendRefused::Failed(
+                "the placed member answered another request".into(),
+            )),
+            Err(e) => Err(SendRefused::Failed(format!(
+                "the write forwarded to member {} has no answer (it may have landed): {e}",
+                member_of(voter)
+            ))),
+        }
+    }
+
+    /// A write forwarded by member `from`'s node, which runs no replica of group `name`:
+    /// proposed if this member's replica `raft` leads.
+    pub(super) async fn take_unplaced(
+        &self,
+        (name, raft): (GroupName, &PartRaft),
+        from: NodeId,
+        command: PartCommand,
+    ) -> PartReply {
+        if !self.voter_members().contains(&member_of(from)) {
+            return PartReply::Sent(Err(SendRefused::Failed(format!(
+                "member {} is no voter of the metadata group",
+                member_of(from)
+            ))));
+        }
+        let reply = self.propose_here((name, raft), command).await;
+        if matches!(reply, PartReply::Sent(Ok(_))) {
+            self.counts().taken_unplaced.fetch_add(1, Relaxed);
+        }
+        reply
+    }
+}
