@@ -132,6 +132,10 @@ fn server_settings(
         topic_defaults: crate::TopicDefaults {
             messages_required_to_save: config.node.messages_required_to_save,
             size_of_messages_required_to_save: config.node.size_of_messages_required_to_save,
+            replication_factor: config
+                .cluster
+                .enabled
+                .then_some(config.cluster.replication_factor),
         },
         tls,
         hooks: Default::default(),

@@ -24,8 +24,8 @@
 use super::installed::Installed;
 use super::machine::{MachineCounts, MachineHooks, PartMachine};
 use super::net::{
-    group_name, identity_of, FromPeers, GroupName, Making, PartEnvelope, PartNetworks, PartReply,
-    PartRpc, PartServe,
+    group_name, identity_of, FromPeers, GroupName, PartEnvelope, PartNetworks, PartReply, PartRpc,
+    PartServe,
 };
 use super::placement::placed;
 use super::quiet::Quiet;
@@ -787,146 +787,6 @@ impl PartGroups {
         }
     }
 
-    /// Makes the groups placed here (`here`) that this member's replica finds never made,
-    /// of the replicas the metadata leader names (`placed`): this member's own answer while
-    /// it leads the metadata group; asked of the leader when its member is not placed.
-    async fn make_new_groups(
-        &self,
-        asleep: &BTreeSet<GroupName>,
-        here: &BTreeSet<GroupName>,
-    ) -> bool {
-        let meta = &self.inner.meta;
-        let Some(leader) = meta.leader() else {
-            return false;
-        };
-        let leading = leader == self.me();
-        let unmade: Vec<(GroupName, PartRaft)> = self
-            .running()
-            .iter()
-            .filter(|(name, raft)| {
-                !asleep.contains(name) && here.contains(name) && never_made(raft)
-            })
-            .map(|(n, r)| (*n, r.clone()))
-            .collect();
-        if unmade.is_empty() {
-            return false;
-        }
-        if leading && !meta.linearize().await {
-            return true;
-        }
-        let mut left = false;
-        for (name, raft) in unmade {
-            // The metadata leader's member, when placed, makes it alone.
-            // Whether it voted is read before the answer: one that votes meanwhile (for a
-            // replica made of the same set) holds no vote of an earlier making.
-            let fresh = voted(&raft);
-            let asker = (id_of(&raft), fresh);
-            let making = if leading {
-                self.making_confirmed(name, asker).await
-            } else if self.placed_on(name).contains(&member_of(leader)) {
-                continue;
-            } else {
-                self.ask_making(name, leader, asker).await
-            };
-            // A group another replica holds exists: this one is new (a wiped member's),
-            // and joins when the group's leader reconciles (`members`).
-            let replicas = match making {
-                Making::Of(replicas) => replicas,
-                Making::Made => continue,
-                Making::NotNow(why) => {
-                    tracing::debug!(partition = %identity_of(name), %why, "a group is not made yet");
-                    left = true;
-                    continue;
-                }
-            };
-            if voted(&raft) && !fresh {
-                // It voted since it asked: asked again, afresh, next time.
-                left = true;
-                continue;
-            }
-            if fresh {
-                // It voted for a maker that lost the group's first entry (with its disk)
-                // before any replica held it: openraft initializes no replica that voted.
-                // It holds nothing but that vote, so it starts again as a new replica
-                // (a blank vote, another Raft id), of which the group is made next time.
-                self.start_again_blank(name, &raft).await;
-                left = true;
-                continue;
-            }
-            // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.
-            self.wake(name, &raft);
-            let made = in_env(&self.inner.env, raft.initialize(replicas)).await;
-            if made.is_ok() && !leading {
-                let made_on_ask = &self.inner.counts.made_on_ask;
-                made_on_ask.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        left
-    }
-
-    /// Stops this member's replica of group `name` and removes its WAL, so that the next
-    /// pass starts a new replica of it (only for a replica that holds nothing but a vote).
-    async fn start_again_blank(&self, name: GroupName, checked: &PartRaft) {
-        let raft = {
-            let mut running = self.running();
-            // Only the replica checked, not one started since under the name.
-            if running
-                .get(&name)
-                .is_none_or(|r| id_of(r) != id_of(checked))
-            {
-                return;
-            }
-            running.remove(&name).expect("checked above")
-        };
-        let _ = in_env(&self.inner.env, raft.shutdown()).await;
-        // An entry that reached it meanwhile (another leader made the group after this one
-        // asked) keeps its WAL: the next pass starts it again from it.
-        if !never_made(&raft) {
-            return;
-        }
-        let dir = group_dir(&self.inner.root, name);
-        tracing::warn!(partition = %identity_of(name), "a replica that voted in a making that never took starts again as a new one");
-        if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
-            self.note_failure(name, format!("its WAL could not be removed: {e}"));
-        }
-    }
-
-    /// The replica of group `name` each member of `voters` runs, once every one answers.
-    pub(super) async fn replicas_of(
-        &self,
-        name: GroupName,
-        raft: &PartRaft,
-        voters: &BTreeMap<NodeId, Peer>,
-    ) -> Option<BTreeMap<NodeId, Peer>> {
-        self.replicas_made(name, raft, voters)
-            .await
-            .map(|(replicas, _)| replicas)
-    }
-
-    /// [`PartGroups::replicas_of`], and whether any other member's replica holds any of
-    /// the group.
-    async fn replicas_made(
-        &self,
-        name: GroupName,
-        raft: &PartRaft,
-        voters: &BTreeMap<NodeId, Peer>,
-    ) -> Option<(BTreeMap<NodeId, Peer>, bool)> {
-        let mine = id_of(raft);
-        let mut replicas = BTreeMap::new();
-        let mut any_made = false;
-        for (&voter, peer) in voters {
-            let member = member_of(voter);
-            if member == member_of(mine) {
-                replicas.insert(mine, peer.clone());
-                continue;
-            }
-            let (id, made) = self.identify(name, mine, (voter, peer)).await?;
-            replicas.insert(id, peer.clone());
-            any_made |= made;
-        }
-        Some((replicas, any_made))
-    }
-
     /// Stops every group.
     pub async fn shutdown(&self) {
         let all: Vec<PartRaft> = std::mem::take(&mut *self.running()).into_values().collect();
@@ -1003,8 +863,12 @@ pub(super) fn never_made(raft: &PartRaft) -> bool {
             .is_none()
 }
 
+mod making;
 mod placed;
+mod reads;
 mod serve;
 mod write;
+
+pub use reads::{ReadReply, WireRead, READ_BUDGET};
 
 pub(super) use write::{propose, stamp};

@@ -14,7 +14,9 @@ use crate::types::MemberId;
 use bytes::BytesMut;
 use cairn_engine::env::BoxFuture;
 use cairn_engine::error::NodeError;
-use cairn_engine::node::{OffsetOrdered, OffsetWrite, Replicated, Replicator};
+use cairn_engine::node::{
+    OffsetOrdered, OffsetWrite, ReadElsewhere, ReadFuture, Replicated, Replicator,
+};
 use cairn_engine::partition::PartitionIdentity;
 use std::time::Duration;
 
@@ -43,6 +45,21 @@ impl Replicator for Installed {
             Some(groups) => {
                 let env = groups.env().clone();
                 Box::pin(in_env(&env, groups.order_offset(partition, write)))
+            }
+            None => Box::pin(async { Err(stopped()) }),
+        }
+    }
+
+    fn keeps(&self, partition: &PartitionIdentity) -> bool {
+        let name = super::net::group_name(partition);
+        self.groups().is_none_or(|groups| groups.keeps(name))
+    }
+
+    fn read_elsewhere(&self, partition: PartitionIdentity, read: ReadElsewhere) -> ReadFuture {
+        match self.groups() {
+            Some(groups) => {
+                let env = groups.env().clone();
+                Box::pin(in_env(&env, groups.read_elsewhere(partition, read)))
             }
             None => Box::pin(async { Err(stopped()) }),
         }

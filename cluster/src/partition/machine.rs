@@ -127,6 +127,8 @@ pub struct MachineCounts {
     pub taken_unplaced: AtomicU64,
     /// Replicas of groups placed elsewhere removed here once their group left them out.
     pub released: AtomicU64,
+    /// Reads of partitions this member keeps no copy of, answered by one that does.
+    pub read_elsewhere: AtomicU64,
 }
 
 /// What applying an entry needs of the replica, decided under the machine's lock.

@@ -110,6 +110,9 @@ pub enum PartRpc {
     /// member whose replica the group no longer needs asks before it removes it:
     /// `placed`). `to` names the member only.
     Configured,
+    /// A read of a member that keeps no copy of the partition (`reads`). `to` names the
+    /// member only.
+    Read(super::groups::WireRead),
 }
 
 /// The metadata leader's answer to [`PartRpc::Making`].
@@ -168,6 +171,8 @@ pub enum PartReply {
         learners: Vec<NodeId>,
         settled: bool,
     },
+    /// The answer to [`PartRpc::Read`].
+    Read(super::groups::ReadReply),
     /// The group's Raft node refused the request.
     Refused(String),
     /// This member runs no group of that name (not made yet here, or deleted).
@@ -308,6 +313,7 @@ impl PartNetworks {
                 | PartRpc::Making { .. }
                 | PartRpc::Forwarded(_)
                 | PartRpc::Configured
+                | PartRpc::Read(_)
         ) {
             let heavy = matches!(&envelope.rpc, PartRpc::Append(r) if !r.entries.is_empty());
             let batcher = self.batcher(member, node, heavy);

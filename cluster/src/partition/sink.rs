@@ -62,7 +62,7 @@ pub struct OnNode {
 impl OnNode {
     async fn info(&self) -> io::Result<Option<cairn_engine::node::PartitionInfo>> {
         let key = cairn_engine::state::key_of(&self.partition);
-        let info = self.node.client(0).partition_info(key).await;
+        let info = self.node.client(0).local_partition_info(key).await;
         let info = info.map_err(io::Error::other)?;
         Ok(info.filter(|i| i.identity == self.partition))
     }

@@ -12,8 +12,8 @@ use super::meta_owner::{MetaReply, OpRequest, OwnerRequest};
 use super::shard::ShardRequest;
 use super::view::MetaView;
 use super::{
-    Deletion, Dispatched, Executed, Node, NodeError, NodeResult, PartitionInfo, PartitionKey, Sent,
-    MAX_BALANCED_CURSORS,
+    Deletion, Dispatched, Executed, Node, NodeError, NodeResult, PartitionInfo, PartitionKey,
+    ReadAnswer, ReadElsewhere, Sent, MAX_BALANCED_CURSORS,
 };
 use crate::env::chan::{oneshot, Pending, Reply, Semaphore};
 use crate::metadata::journal::Origin;
@@ -584,7 +584,13 @@ impl Client {
         self.node.check_running()?;
         let view = self.view();
         let key = self.resolve_partition(&view, stream, topic, partitioning)?;
-        if let Some(fence) = self.partition_info(key).await?.and_then(|info| info.fence) {
+        // A copy this member keeps may be fenced; another member's is its own group's.
+        let here = self.node.reads_elsewhere(&view, key).is_none();
+        let fenced = match here {
+            true => self.partition_info(key).await?.and_then(|info| info.fence),
+            false => None,
+        };
+        if let Some(fence) = fenced {
             return Err(NodeError::Partition(PartitionError::Fenced(fence)));
         }
         let pending = match self.node.replicator()? {
@@ -697,21 +703,33 @@ impl Client {
         // A cluster member's group orders the auto-commit after the poll read.
         let replicated = self.node.replicator()?.is_some();
         let commit = request.auto_commit.then_some(consumer_id);
-        let (reply, pending) = oneshot();
-        let shard_request = ShardRequest::Poll {
-            key,
-            from,
-            count: request.count,
-            max_bytes,
-            commit: commit.filter(|_| !replicated),
-            resolved_at: view.op,
-            ticket: self.node.ticket(),
-            reply,
+        let polled = if let Some((replicator, identity)) = self.node.reads_elsewhere(&view, key) {
+            let read = ReadElsewhere::Poll {
+                from,
+                count: request.count,
+                max_bytes,
+            };
+            match replicator.read_elsewhere(identity, read).await? {
+                ReadAnswer::Polled(polled) => polled,
+                other => return Err(unexpected_read(other)),
+            }
+        } else {
+            let (reply, pending) = oneshot();
+            let shard_request = ShardRequest::Poll {
+                key,
+                from,
+                count: request.count,
+                max_bytes,
+                commit: commit.filter(|_| !replicated),
+                resolved_at: view.op,
+                ticket: self.node.ticket(),
+                reply,
+            };
+            self.node
+                .enqueue(self.node.shard(key), shard_request)
+                .await?;
+            self.node.answer(pending).await??
         };
-        self.node
-            .enqueue(self.node.shard(key), shard_request)
-            .await?;
-        let polled = self.node.answer(pending).await??;
         let last = super::shard::last_offset(&polled);
         if let (true, Some(consumer), Some(last)) = (replicated, commit, last) {
             if let Some(ordered) = self.order_offset(&view, key, consumer, Some(last))? {
@@ -739,8 +757,28 @@ impl Client {
         self.ask_shard(key, request, pending).await
     }
 
-    /// A partition's numbers (`None` when the node has no such partition).
+    /// A partition's numbers (`None` when the node has no such partition), read where a
+    /// copy is kept.
     pub async fn partition_info(&self, key: PartitionKey) -> NodeResult<Option<PartitionInfo>> {
+        if let Some((replicator, identity)) = self.node.reads_elsewhere(&self.view(), key) {
+            return match replicator
+                .read_elsewhere(identity, ReadElsewhere::Numbers)
+                .await?
+            {
+                ReadAnswer::Numbers(numbers) => Ok(numbers),
+                other => Err(unexpected_read(other)),
+            };
+        }
+        self.local_partition_info(key).await
+    }
+
+    /// The numbers of this member's own copy of a partition (`None` when the node has no
+    /// such partition), wherever the cluster keeps its copies: what a replica's group
+    /// reads of it.
+    pub async fn local_partition_info(
+        &self,
+        key: PartitionKey,
+    ) -> NodeResult<Option<PartitionInfo>> {
         let (reply, pending) = oneshot();
         self.node
             .enqueue(self.node.shard(key), ShardRequest::Inspect { key, reply })
@@ -845,6 +883,13 @@ impl Client {
 }
 
 /// The identity of partition `key` in `view` (a replica group's name for it).
+/// A member that keeps a copy answered another read than the one asked.
+pub(super) fn unexpected_read(answer: ReadAnswer) -> NodeError {
+    NodeError::Undecided(format!(
+        "the member that keeps the partition answered another read: {answer:?}"
+    ))
+}
+
 fn replica_of(
     view: &MetaView,
     key: PartitionKey,

@@ -50,7 +50,10 @@ pub use decider::{Barrier, Decider, Decision};
 pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
-pub use replicator::{OffsetApplied, OffsetOrdered, OffsetWrite, Replicated, Replicator};
+pub use replicator::{
+    OffsetApplied, OffsetOrdered, OffsetWrite, ReadAnswer, ReadElsewhere, ReadFuture, Replicated,
+    Replicator,
+};
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
 pub use shard::{shard_of, MAX_DRAIN, MAX_PARKED};
 pub use view::MetaView;

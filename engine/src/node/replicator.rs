@@ -15,10 +15,11 @@
 //! the group drops its log behind them.
 
 use super::shard::ShardRequest;
-use super::{Node, Sent};
+use super::{Node, PartitionInfo, Sent};
 use crate::env::chan::oneshot;
 use crate::error::{NodeError, NodeResult};
 use crate::partition::{ConsumerId, ConsumerKind, PartitionIdentity};
+use crate::partition::{PollFrom, Polled};
 use crate::state::key_of;
 use bytes::BytesMut;
 use std::future::Future;
@@ -58,6 +59,32 @@ pub enum OffsetApplied {
     GroupGone,
 }
 
+/// A read of a partition this member keeps no copy of, asked of a member that keeps one
+/// ([`Replicator::read_elsewhere`], answered there by [`Node::read_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadElsewhere {
+    Poll {
+        from: PollFrom,
+        count: u32,
+        max_bytes: u64,
+    },
+    /// A consumer's stored offset.
+    Offset(ConsumerId),
+    /// The partition's numbers (offsets, segments, bytes).
+    Numbers,
+}
+
+/// What a [`ReadElsewhere`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadAnswer {
+    Polled(Polled),
+    Offset(Option<u64>),
+    Numbers(Option<PartitionInfo>),
+}
+
+/// A read's answer, once a member that keeps a copy gave it.
+pub type ReadFuture = Pin<Box<dyn Future<Output = NodeResult<ReadAnswer>> + Send>>;
+
 /// Who orders a clustered node's sends and offset writes.
 pub trait Replicator: Send + Sync {
     /// Has `partition`'s group commit `batch` (as its client sent it), answering where it
@@ -67,9 +94,72 @@ pub trait Replicator: Send + Sync {
     /// replica applies it ([`Node::apply_replicated_offset`]), so a client that moves to
     /// another member (its own failed) reads the offset it stored.
     fn order_offset(&self, partition: PartitionIdentity, write: OffsetWrite) -> OffsetOrdered;
+    /// Whether this member keeps a copy of `partition` (a cluster places a topic's
+    /// partitions on as many members as its replication factor asks); the reads of one it
+    /// does not keep go to [`Replicator::read_elsewhere`].
+    fn keeps(&self, partition: &PartitionIdentity) -> bool;
+    /// Reads `partition` at a member that keeps a copy.
+    fn read_elsewhere(&self, partition: PartitionIdentity, read: ReadElsewhere) -> ReadFuture;
 }
 
 impl Node {
+    /// `read` of this member's copy of `partition`, for a member that keeps none (its
+    /// [`Replicator::read_elsewhere`]); refused for another incarnation than its own.
+    pub async fn read_here(
+        &self,
+        partition: PartitionIdentity,
+        read: ReadElsewhere,
+    ) -> NodeResult<ReadAnswer> {
+        self.check_running()?;
+        let view = self.view();
+        let key = key_of(&partition);
+        if view.partition(key).map(|p| p.nonce) != Some(partition.nonce) {
+            return Err(NodeError::PartitionNotFound {
+                stream: key.0,
+                topic: key.1,
+                partition: key.2,
+            });
+        }
+        let shard = self.shard(key);
+        match read {
+            ReadElsewhere::Poll {
+                from,
+                count,
+                max_bytes,
+            } => {
+                let (reply, pending) = oneshot();
+                let request = ShardRequest::Poll {
+                    key,
+                    from,
+                    count,
+                    max_bytes,
+                    commit: None,
+                    resolved_at: view.op,
+                    ticket: self.ticket(),
+                    reply,
+                };
+                self.enqueue(shard, request).await?;
+                Ok(ReadAnswer::Polled(self.answer(pending).await??))
+            }
+            ReadElsewhere::Offset(consumer) => {
+                let (reply, pending) = oneshot();
+                let request = ShardRequest::GetOffset {
+                    key,
+                    consumer,
+                    reply,
+                };
+                self.enqueue(shard, request).await?;
+                Ok(ReadAnswer::Offset(self.answer(pending).await??))
+            }
+            ReadElsewhere::Numbers => {
+                let (reply, pending) = oneshot();
+                self.enqueue(shard, ShardRequest::Inspect { key, reply })
+                    .await?;
+                Ok(ReadAnswer::Numbers(self.answer(pending).await?))
+            }
+        }
+    }
+
     /// Installs who orders this clustered node's sends (once).
     pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
         assert!(self.clustered(), "only a clustered node replicates sends");
@@ -91,6 +181,18 @@ impl Node {
             )),
             None => Ok(None),
         }
+    }
+
+    /// The replicator and partition `key`'s identity when this member keeps no copy of the
+    /// partition: its reads go to a member that does ([`Replicator::read_elsewhere`]).
+    pub(super) fn reads_elsewhere(
+        &self,
+        view: &super::MetaView,
+        key: crate::state::PartitionKey,
+    ) -> Option<(Arc<dyn Replicator>, PartitionIdentity)> {
+        let replicator = self.inner.replicator.get()?;
+        let identity = view.partition(key)?;
+        (!replicator.keeps(&identity)).then(|| (replicator.clone(), identity))
     }
 
     /// The limits a batch must meet to be admitted into this node's partitions (a

@@ -20,6 +20,8 @@ use iggy_binary_protocol::{WireIdentifier, WireOptions};
 pub struct TopicDefaults {
     pub messages_required_to_save: u32,
     pub size_of_messages_required_to_save: u64,
+    /// A cluster's `[cluster] replication_factor` (none for a single node).
+    pub replication_factor: Option<u8>,
 }
 
 impl Default for TopicDefaults {
@@ -28,6 +30,7 @@ impl Default for TopicDefaults {
         TopicDefaults {
             messages_required_to_save: config.messages_required_to_save,
             size_of_messages_required_to_save: config.size_of_messages_required_to_save,
+            replication_factor: None,
         }
     }
 }
@@ -68,9 +71,11 @@ pub async fn execute(call: &Call<'_>, mut op: MetaOp) -> Result<Reply, Status> {
         | MetaOp::CreateUser(_)
         | MetaOp::ChangePassword(_) => return Err(Status::of(codes::INVALID_COMMAND)),
         MetaOp::CreateTopic(request) => {
+            let named = names_factor(&request.options);
             request.options = with_flush_defaults(&request.options, call.cx.topic_defaults)?;
-            if call.cx.node.clustered() {
-                every_member_copies(&for_create(&request.options)?)?;
+            if let (true, Some(source)) = (named, call.cx.cluster.get()) {
+                let members = (source.status)(false).voters.len();
+                check_factor(&for_create(&request.options)?, members)?;
             }
         }
         _ => {}
@@ -189,23 +194,30 @@ pub async fn change_password(
     Ok(Reply::Done)
 }
 
-/// Refuses a replication factor above 1 for a cluster's topic: the partition groups place
-/// fewer copies than members (`cairn_cluster::partition::placement`), but a member without
-/// a copy does not forward polls, offset reads and statistics to one with a copy yet, so
-/// `cairn serve` keeps a copy on every member (what a factor of 1 asks in a cluster).
-fn every_member_copies(options: &TopicOptions) -> Result<(), NodeError> {
-    match options.replication_factor {
-        0 | 1 => Ok(()),
-        factor => Err(NodeError::InvalidOptionValue {
-            key: "replication_factor".into(),
-            why: format!(
-                "replication factor {factor} is not served yet: every member of the cluster keeps a copy of every partition"
-            ),
-        }),
-    }
+/// Whether a topic creation's options name `replication_factor`.
+fn names_factor(options: &WireOptions) -> bool {
+    options.iter().any(|e| e.key == b"replication_factor")
 }
 
-/// Keys a topic creation's options must name for the configuration's defaults to apply.
+/// Refuses a replication factor a cluster's topic creation names outside 2 to the number of
+/// the cluster's `members` (a single node refuses any above 1: `single_copy`). One named
+/// nowhere is `[cluster] replication_factor` (`with_flush_defaults`), kept at most every
+/// member (`cairn_cluster::partition::placement`).
+fn check_factor(options: &TopicOptions, members: usize) -> Result<(), NodeError> {
+    let factor = options.replication_factor;
+    if (2..=members.max(2)).contains(&usize::from(factor)) {
+        return Ok(());
+    }
+    Err(NodeError::InvalidOptionValue {
+        key: "replication_factor".into(),
+        why: format!(
+            "replication factor {factor} is not 2 to the cluster's {members} members (a cluster keeps at least two copies, at most one per member)"
+        ),
+    })
+}
+
+/// Keys a topic creation's options must name for the configuration's defaults to apply
+/// (and, in a cluster, `replication_factor`).
 const FLUSH_KEYS: [&str; 2] = [
     "messages_required_to_save",
     "size_of_messages_required_to_save",
@@ -246,7 +258,11 @@ fn with_flush_defaults(
                 .to_vec(),
         ),
     ];
-    for (key, (kind, value)) in FLUSH_KEYS.iter().zip(values) {
+    let factor = defaults
+        .replication_factor
+        .map(|f| ("replication_factor", (9u8, vec![f])));
+    let filled = FLUSH_KEYS.iter().copied().zip(values).chain(factor);
+    for (key, (kind, value)) in filled {
         if named.contains(&key.as_bytes()) {
             continue;
         }
@@ -267,6 +283,7 @@ mod tests {
     const DEFAULTS: TopicDefaults = TopicDefaults {
         messages_required_to_save: 7,
         size_of_messages_required_to_save: 9000,
+        replication_factor: None,
     };
 
     #[test]
@@ -282,14 +299,33 @@ mod tests {
     }
 
     #[test]
-    fn a_clusters_topic_keeps_a_copy_on_every_member_until_reads_are_forwarded() {
+    fn a_clusters_topic_names_a_factor_of_two_to_its_members() {
         let factor = |f: u8| TopicOptions {
             replication_factor: f,
             ..TopicOptions::default()
         };
-        assert!(every_member_copies(&factor(1)).is_ok());
-        let refused = every_member_copies(&factor(3)).unwrap_err().to_string();
-        assert!(refused.contains("not served yet"), "{refused}");
+        assert!(check_factor(&factor(2), 3).is_ok());
+        assert!(check_factor(&factor(3), 3).is_ok());
+        for (f, members) in [(1, 3), (4, 3), (3, 2)] {
+            let refused = check_factor(&factor(f), members).unwrap_err().to_string();
+            assert!(refused.contains("not 2 to"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_clusters_topic_gets_the_configured_factor_unless_it_names_one() {
+        let defaults = TopicDefaults {
+            replication_factor: Some(2),
+            ..DEFAULTS
+        };
+        let filled = with_flush_defaults(&WireOptions::empty(), defaults).unwrap();
+        assert!(!names_factor(&WireOptions::empty()));
+        let topic = for_create(&filled).unwrap();
+        assert_eq!(topic.replication_factor, 2);
+        assert!(topic.effective().iter().all(|e| !e.explicit));
+        // A single node fills none: one copy.
+        let single = for_create(&with_flush_defaults(&WireOptions::empty(), DEFAULTS).unwrap());
+        assert_eq!(single.unwrap().replication_factor, 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! name = "orders"              # the cluster's id is drawn from it
 //! node = 1                     # this node's member id
 //! secret = "…"                 # every member's connections prove it (≥ 16 bytes)
+//! replication_factor = 3       # copies of each partition (a topic may name its own)
 //! [[cluster.members]]
 //! id = 1
 //! replication = "10.0.0.1:8091"
@@ -25,6 +26,9 @@ use std::net::SocketAddr;
 
 /// Most members a cluster is configured with.
 pub const MAX_MEMBERS: usize = 7;
+/// The copies of each partition a cluster keeps unless a topic names its own.
+pub const DEFAULT_REPLICATION_FACTOR: u8 = 3;
+const _: () = assert!(MAX_MEMBERS == cairn_engine::state::options::MAX_REPLICATION_FACTOR as usize);
 /// The shortest shared secret.
 pub const MIN_SECRET_BYTES: usize = cairn_cluster::net::PeerKey::MIN_SECRET;
 /// The longest shared secret.
@@ -49,6 +53,9 @@ pub struct ClusterConfig {
     /// member answers that it holds none of it). A node started without it waits to be
     /// added (`cairn cluster add`).
     pub bootstrap: bool,
+    /// How many members keep a copy of each partition of a topic whose creation names no
+    /// `replication_factor` (2 to [`MAX_MEMBERS`]; at most every member).
+    pub replication_factor: u8,
     pub members: Vec<MemberConfig>,
 }
 
@@ -71,6 +78,7 @@ impl Default for ClusterConfig {
             node: 0,
             secret: None,
             bootstrap: true,
+            replication_factor: DEFAULT_REPLICATION_FACTOR,
             members: Vec::new(),
         }
     }
@@ -85,6 +93,7 @@ impl fmt::Debug for ClusterConfig {
             .field("node", &self.node)
             .field("secret", &self.secret.as_ref().map(|_| PASSWORD_MASK))
             .field("bootstrap", &self.bootstrap)
+            .field("replication_factor", &self.replication_factor)
             .field("members", &self.members)
             .finish()
     }
@@ -157,6 +166,12 @@ impl ClusterConfig {
             return Err(rules.fail("cluster.name", "must be 1 to 255 bytes".into()));
         }
         self.check_secret(rules)?;
+        if !(2..=MAX_MEMBERS).contains(&usize::from(self.replication_factor)) {
+            return Err(rules.fail(
+                "cluster.replication_factor",
+                format!("must be 2 to {MAX_MEMBERS} (the copies of each partition; a cluster keeps at least two)"),
+            ));
+        }
         if self.members.is_empty() || self.members.len() > MAX_MEMBERS {
             return Err(rules.fail(
                 "cluster.members",

@@ -99,6 +99,7 @@ fn everything_changed() -> ServerConfig {
             node: 2,
             secret: None,
             bootstrap: false,
+            replication_factor: 2,
             members: (1..=3)
                 .map(|id| MemberConfig {
                     id,

@@ -67,8 +67,14 @@ impl Members {
     }
 
     pub(crate) fn start(&self, node: usize, data: &Path) -> Cairn {
+        self.start_with(node, data, &[])
+    }
+
+    /// [`Members::start`], with the variables `extra` too.
+    pub(crate) fn start_with(&self, node: usize, data: &Path, extra: &[(&str, &str)]) -> Cairn {
         let vars = self.vars(node, SECRET);
-        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        pairs.extend_from_slice(extra);
         Cairn::start_with(data, &pairs)
     }
 
@@ -421,10 +427,15 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) fn start() -> Running {
+        Running::start_with(&[])
+    }
+
+    /// [`Running::start`], every member with the variables `extra` too.
+    pub(crate) fn start_with(extra: &[(&str, &str)]) -> Running {
         let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
         let members = Members::new();
         let nodes: Vec<Option<Cairn>> = (0..3)
-            .map(|i| Some(members.start(i + 1, dirs[i].path())))
+            .map(|i| Some(members.start_with(i + 1, dirs[i].path(), extra)))
             .collect();
         let (rows, _) = members.wait_for("a leader and three voters", |rows| {
             leader(rows).is_some() && voters(rows) == 3

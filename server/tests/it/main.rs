@@ -13,6 +13,7 @@ mod budgets;
 mod check_cli;
 mod cli_e2e;
 mod cluster;
+mod cluster_placement;
 mod cluster_repair;
 mod cluster_sdk;
 mod crash_restart;

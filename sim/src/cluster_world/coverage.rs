@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 40] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 41] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -150,6 +150,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 40] = [
     (
         "ClusterWriteOfUnplacedMember",
         "a placed replica leading its group took a send or offset write of a member the partition is not placed on",
+    ),
+    (
+        "ClusterReadOfUnplacedMember",
+        "a poll, offset read or partition's numbers at a member the partition is not placed on was answered from a placed member's copy",
     ),
     (
         "ClusterReplicaReleased",

@@ -224,6 +224,7 @@ impl World {
             (&counts.made_on_ask, "ClusterGroupMadeOnAsk"),
             (&counts.taken_unplaced, "ClusterWriteOfUnplacedMember"),
             (&counts.released, "ClusterReplicaReleased"),
+            (&counts.read_elsewhere, "ClusterReadOfUnplacedMember"),
         ] {
             if count.load(Relaxed) > 0 {
                 self.decision(row);
@@ -291,17 +292,10 @@ impl World {
 
     /// An up member whose node runs partition groups, at random.
     pub(super) fn member_with_groups(&mut self) -> Option<usize> {
-        let all: BTreeSet<MemberId> = self.replicas.iter().map(|r| r.id).collect();
-        self.member_with_groups_among(&all)
-    }
-
-    /// [`Self::member_with_groups`], among the members `among`.
-    pub(super) fn member_with_groups_among(&mut self, among: &BTreeSet<MemberId>) -> Option<usize> {
         let up: Vec<usize> = self
             .up()
             .into_iter()
             .filter(|&at| self.replicas[at].parts.is_some())
-            .filter(|&at| among.contains(&self.replicas[at].id))
             .collect();
         (!up.is_empty()).then(|| up[self.rng.gen_range(0..up.len())])
     }
@@ -390,17 +384,10 @@ impl World {
             return true;
         };
         let partition = partitions[self.rng.gen_range(0..partitions.len())];
-        // Read at a member the partition is placed on (another holds no copy of it).
-        let Some(identity) = identity_of(&node, topic, partition) else {
-            return true;
-        };
-        let placed = self.placed_members(identity);
-        let Some(at) = self.member_with_groups_among(&placed) else {
-            return true;
-        };
-        let node = self.replicas[at].node.clone().expect("a node");
+        // A member the partition is not placed on reads it at one it is placed on.
         let id = self.replicas[at].id;
-        let poll = async move { read_from(&node, topic_ids_owned(topic), partition, 0).await };
+        let poll =
+            async move { read_from(&node, topic_ids_owned(topic), (partition, None), 0).await };
         let Some(Ok(Some((nonce, messages)))) = self.while_nemesis(poll, PROPOSE_TIMEOUT).await
         else {
             return true;
@@ -425,7 +412,8 @@ impl World {
         let identity = identity_of(node, topic, partition)?;
         let views = self.replicas[at].parts.as_ref()?.views();
         let view = views.into_iter().find(|v| v.partition == identity)?;
-        Some(view.replica.is_some() && view.leader == view.replica)
+        view.replica?;
+        Some(view.leader == view.replica)
     }
 
     /// A message read at `place`: sent, and where an earlier read or its acknowledgement
@@ -681,7 +669,8 @@ impl World {
             let before = self.group_views(partition.identity);
             for (id, node) in &nodes {
                 let ids = topic_ids_owned(&partition.topic);
-                let read = read_from(node, ids, partition.identity.partition_id, 0);
+                let own = (partition.identity.partition_id, Some(partition.identity));
+                let read = read_from(node, ids, own, 0);
                 let nap = cairn_engine::env::Clock::sleep(&self.clock, READ_LIMIT);
                 let read = match cairn_engine::env::race(read, nap).await {
                     cairn_engine::env::Either::Left(read) => read,
@@ -874,10 +863,13 @@ pub(super) fn topic_ids_owned(topic: &str) -> (WireIdentifier, WireIdentifier) {
 /// Every message of `partition` of topic `ids` at `node` from `from` on, in pages: the
 /// partition's nonce and (offset, payload) of each (`None` when the node has no such
 /// topic or partition).
+/// Every message of `partition` from offset `from` on, by a client's polls through `node`
+/// (which may read another member's copy), or, given the partition's identity (`own`),
+/// from `node`'s own copy (the final judgement's: a member's copy, not what it serves).
 async fn read_from(
     node: &Node,
     ids: (WireIdentifier, WireIdentifier),
-    partition: u32,
+    (partition, own): (u32, Option<cairn_engine::partition::PartitionIdentity>),
     from: u64,
 ) -> cairn_engine::error::NodeResult<Option<(u64, Vec<Held>)>> {
     let client = node.client(0x9011);
@@ -894,7 +886,21 @@ async fn read_from(
             count: POLL_COUNT,
             auto_commit: false,
         };
-        let Some(polled) = client.poll(&request).await? else {
+        let polled = match own {
+            Some(identity) => {
+                let read = cairn_engine::node::ReadElsewhere::Poll {
+                    from: cairn_engine::partition::PollFrom::Offset(next),
+                    count: POLL_COUNT,
+                    max_bytes: u64::MAX,
+                };
+                match node.read_here(identity, read).await? {
+                    cairn_engine::node::ReadAnswer::Polled(p) => Some(p),
+                    _ => None,
+                }
+            }
+            None => client.poll(&request).await?,
+        };
+        let Some(polled) = polled else {
             return Ok(None);
         };
         if nonce.is_some_and(|n| n != polled.incarnation) {

@@ -19,7 +19,7 @@ use super::messages::{identity_of, partitions_of, topic_ids_owned, SEND_TIMEOUT}
 use super::*;
 use cairn_engine::error::NodeError;
 use cairn_engine::node::Node;
-use cairn_engine::partition::PartitionError;
+use cairn_engine::partition::{ConsumerId, PartitionError};
 use iggy_binary_protocol::WireConsumer;
 
 pub const INV_OFFSETS_AGREE: &str = "replicas hold the same consumer offsets";
@@ -221,12 +221,14 @@ async fn read_offset(
     node: &Node,
     (topic, p, nonce, consumer): &OffsetKey,
 ) -> Result<Option<u64>, String> {
-    if identity_of(node, topic, *p).map(|i| i.nonce) != Some(*nonce) {
+    let Some(identity) = identity_of(node, topic, *p).filter(|i| i.nonce == *nonce) else {
         return Err("another incarnation of the partition".into());
+    };
+    // This member's own copy, not what it serves (which may be another member's).
+    let read = cairn_engine::node::ReadElsewhere::Offset(ConsumerId::consumer(*consumer));
+    match node.read_here(identity, read).await {
+        Ok(cairn_engine::node::ReadAnswer::Offset(held)) => Ok(held),
+        Ok(other) => Err(format!("another answer: {other:?}")),
+        Err(e) => Err(e.to_string()),
     }
-    let (stream, topic) = topic_ids_owned(topic);
-    let who = WireConsumer::consumer(WireIdentifier::numeric(*consumer));
-    let client = node.client(0x0ff5);
-    let held = client.get_offset(&who, &stream, &topic, Some(*p)).await;
-    held.map_err(|e| e.to_string())
 }

@@ -299,7 +299,7 @@ impl World {
             let damaged = self.replicas[at].damaged.clone();
             for identity in identities {
                 let key = (identity.stream_id, identity.topic_id, identity.partition_id);
-                let served = client.partition_info(key).await;
+                let served = client.local_partition_info(key).await;
                 let wrong = match &served {
                     Ok(Some(info)) if info.fence.is_none() && info.identity == identity => continue,
                     // Fenced for the nemesis's damage to its bytes: its group repairs it

@@ -53,6 +53,7 @@ fn server_settings(profile: &ServerProfile) -> ServerSettings {
         topic_defaults: TopicDefaults {
             messages_required_to_save: profile.messages_required_to_save,
             size_of_messages_required_to_save: 1 << 20,
+            replication_factor: None,
         },
         tls: None,
         hooks: crate::canary::server_hooks(),

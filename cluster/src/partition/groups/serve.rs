@@ -90,6 +90,7 @@ impl PartGroups {
                 return self.take_unplaced((name, &raft), from, command).await
             }
             PartRpc::Configured => return configured(&raft),
+            PartRpc::Read(read) => return self.answer_read((name, &raft), read).await,
             _ => {}
         }
         if let PartRpc::Identify = rpc {
@@ -195,7 +196,8 @@ impl PartGroups {
             PartRpc::Identify
             | PartRpc::Making { .. }
             | PartRpc::Forwarded(_)
-            | PartRpc::Configured => {
+            | PartRpc::Configured
+            | PartRpc::Read(_) => {
                 unreachable!("answered above")
             }
         }

@@ -131,9 +131,16 @@ impl Client {
     ) -> NodeResult<Option<u64>> {
         let _permit = self.permits.acquire().await;
         self.node.check_running()?;
-        let (key, consumer, _) = self
+        let (key, consumer, view) = self
             .offset_target(consumer, stream, topic, partition)
             .await?;
+        if let Some((replicator, identity)) = self.node.reads_elsewhere(&view, key) {
+            let read = super::ReadElsewhere::Offset(consumer);
+            return match replicator.read_elsewhere(identity, read).await? {
+                super::ReadAnswer::Offset(offset) => Ok(offset),
+                other => Err(super::unexpected_read(other)),
+            };
+        }
         let (reply, pending) = oneshot();
         let request = ShardRequest::GetOffset {
             key,
