@@ -444,6 +444,11 @@ impl PartGroups {
     /// The groups the metadata state names now, each with its topic's replication factor
     /// (computed again only when the view moved).
     pub(super) fn wanted(&self) -> Arc<BTreeMap<GroupName, u8>> {
+        self.wanted_at().1
+    }
+
+    /// [`Self::wanted`], and the op of the view it is of.
+    fn wanted_at(&self) -> (u64, Arc<BTreeMap<GroupName, u8>>) {
         let view = self.inner.node.view();
         let mut cached = self.inner.wanted.lock().unwrap_or_else(|p| p.into_inner());
         if cached.0 != view.op || cached.1.is_empty() {
@@ -455,7 +460,7 @@ impl PartGroups {
             });
             *cached = (view.op, Arc::new(names.collect()));
         }
-        cached.1.clone()
+        (cached.0, cached.1.clone())
     }
 
     /// The members of the metadata group's committed voters.
@@ -467,9 +472,9 @@ impl PartGroups {
     /// The groups of the metadata state placed on this member (`placed`), computed again
     /// only when the view or the voters moved.
     fn placed_here(&self) -> Arc<BTreeSet<GroupName>> {
-        let wanted = self.wanted();
+        // One view's op and groups (a view read twice may have moved between).
+        let (op, wanted) = self.wanted_at();
         let members = self.voter_members();
-        let op = self.inner.node.view().op;
         let me = member_of(self.me());
         let mut cached = self.inner.here.lock().unwrap_or_else(|p| p.into_inner());
         if cached.0 != op || cached.1 != members || cached.2.is_empty() {

@@ -12,6 +12,8 @@
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
 //! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
 //! | its own member no metadata voter (seen once the metadata configuration is not joint) | hands the group over to a wanted voter (a leader never removes itself), and the next leader reconciles |
+//! | its own member a metadata voter the group is no longer placed on (`placement`), the placed replicas not all voters | adds them beside itself (the voters: the placed replicas and itself), so that one of them can take over |
+//! | the same, the placed replicas all voters | hands the group to one of them, which reconciles (and leaves this replica out) |
 //!
 //! Each group's reconciliation runs as a task of its own (at most one per group), so a slow
 //! one never holds up the member's other groups; it is forgotten when this member stops
@@ -129,12 +131,22 @@ impl PartGroups {
             let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
             (current, learners, membership.get_joint_config().len() > 1)
         };
-        let wanted_ids: BTreeSet<NodeId> = wanted.keys().copied().collect();
-        if !wanted_ids.contains(&id_of(raft)) {
-            // This member is no metadata voter: a leader must not remove itself (openraft
-            // leaves it leading as a learner, which no later change may come from), so it
-            // hands the group to a wanted voter (or, with none, any other), and its
-            // successor reconciles.
+        let mut wanted_ids: BTreeSet<NodeId> = wanted.keys().copied().collect();
+        let me = id_of(raft);
+        let voter_here = self.voter_members().contains(&crate::types::member_of(me));
+        let moving = voter_here && !wanted_ids.contains(&me);
+        let placed_vote = wanted_ids.is_subset(&current) && !joint;
+        if moving && !placed_vote {
+            // The group is placed elsewhere now, but this member is a metadata voter: its
+            // replica stays a voter while the placed ones join (a leader that handed the
+            // group on before they were voters would find no successor among them, and
+            // could not remove itself), then hands it to one of them next time.
+            wanted_ids.insert(me);
+        } else if !wanted_ids.contains(&me) {
+            // This member is no metadata voter, or the placed replicas are all voters
+            // now: a leader must not remove itself (openraft leaves it leading as a
+            // learner, which no later change may come from), so it hands the group to a
+            // wanted voter (or, with none, any other), and its successor reconciles.
             let to =
                 successor_among(raft, |id| wanted_ids.contains(&id)).or_else(|| successor(raft));
             if let Some(to) = to {
@@ -147,10 +159,14 @@ impl PartGroups {
         }
         let stray: BTreeSet<NodeId> = learners.difference(&wanted_ids).copied().collect();
         if current == wanted_ids && stray.is_empty() && !joint {
-            return true;
+            // Moving: done once it handed the group on (the next reconciliation).
+            return !moving;
         }
         self.wake(name, raft);
-        for (&id, peer) in wanted.iter().filter(|(id, _)| !current.contains(id)) {
+        for (&id, peer) in wanted
+            .iter()
+            .filter(|(id, _)| wanted_ids.contains(id) && !current.contains(id))
+        {
             tracing::info!(partition = %identity_of(name), replica = %show_id(id), "a member's replica joins the partition's group");
             let added = raft.add_learner(id, peer.clone(), false);
             let Some(Ok(added)) = self.within(CHANGE_LIMIT, added).await else {
@@ -166,7 +182,8 @@ impl PartGroups {
             ChangeMembers::RemoveNodes(stray),
         ];
         let changed = raft.change_membership(ChangeMembers::Batch(steps), false);
-        matches!(self.within(CHANGE_LIMIT, changed).await, Some(Ok(_)))
+        let done = matches!(self.within(CHANGE_LIMIT, changed).await, Some(Ok(_)));
+        done && !moving
     }
 
     /// `future` (an openraft call) if it completes within `limit`.

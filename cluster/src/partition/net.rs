@@ -118,8 +118,13 @@ pub enum PartRpc {
 /// The metadata leader's answer to [`PartRpc::Making`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Making {
-    /// Make it of these replicas (every asker of one leader's term is told the same).
-    Of(BTreeMap<NodeId, Peer>),
+    /// Make it of these replicas; only the replica `maker` initializes it (the first to
+    /// ask), the others wait for its first entry. Every asker is told the same set while
+    /// the leader keeps it (`MAKING_KEPT`, within its term).
+    Of {
+        replicas: BTreeMap<NodeId, Peer>,
+        maker: NodeId,
+    },
     /// A replica holds some of the group already: it exists, and its leader adds the
     /// asker's replica (`members`).
     Made,
@@ -170,6 +175,8 @@ pub enum PartReply {
         voters: Vec<NodeId>,
         learners: Vec<NodeId>,
         settled: bool,
+        /// The log id of that configuration's entry.
+        at: Option<PartLogId>,
     },
     /// The answer to [`PartRpc::Read`].
     Read(super::groups::ReadReply),
@@ -181,6 +188,9 @@ pub enum PartReply {
     /// made again): openraft takes it as unreachable.
     Elsewhere(NodeId),
 }
+
+/// A partition group's log id.
+pub type PartLogId = openraft::alias::LogIdOf<PartConfig>;
 
 /// A member's partition groups, as its metadata replica reaches them.
 pub trait PartServe: Send + Sync {

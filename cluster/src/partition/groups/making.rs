@@ -9,6 +9,9 @@ use crate::rt::in_env;
 use crate::types::{member_of, NodeId, Peer};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The most groups a pass asks the metadata leader about (the rest: the next pass).
+const ASKS_PER_PASS: usize = 64;
+
 impl PartGroups {
     /// Makes the groups placed here (`here`) that this member's replica finds never made,
     /// of the replicas the metadata leader names (`placed`): this member's own answer while
@@ -38,7 +41,13 @@ impl PartGroups {
             return true;
         }
         let mut left = false;
+        let mut asked = 0;
         for (name, raft) in unmade {
+            if asked == ASKS_PER_PASS {
+                // The rest next time (the pass that stops here comes again at once).
+                left = true;
+                break;
+            }
             // The metadata leader's member, when placed, makes it alone.
             // Whether it voted is read before the answer: one that votes meanwhile (for a
             // replica made of the same set) holds no vote of an earlier making.
@@ -49,12 +58,13 @@ impl PartGroups {
             } else if self.placed_on(name).contains(&member_of(leader)) {
                 continue;
             } else {
+                asked += 1;
                 self.ask_making(name, leader, asker).await
             };
             // A group another replica holds exists: this one is new (a wiped member's),
             // and joins when the group's leader reconciles (`members`).
-            let replicas = match making {
-                Making::Of(replicas) => replicas,
+            let (replicas, maker) = match making {
+                Making::Of { replicas, maker } => (replicas, maker),
                 Making::Made => continue,
                 Making::NotNow(why) => {
                     tracing::debug!(partition = %identity_of(name), %why, "a group is not made yet");
@@ -74,6 +84,10 @@ impl PartGroups {
                 // (a blank vote, another Raft id), of which the group is made next time.
                 self.start_again_blank(name, &raft).await;
                 left = true;
+                continue;
+            }
+            if maker != id_of(&raft) {
+                // Another placed replica makes it; this one takes its first entry from it.
                 continue;
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.

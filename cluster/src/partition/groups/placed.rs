@@ -11,13 +11,19 @@
 //! | a send or offset write for a group it runs no replica of, placed elsewhere | forwards it to a placed member ([`PartRpc::Forwarded`]), then to the leader that member names |
 //!
 //! The metadata leader answers [`PartRpc::Making`] once it has confirmed it leads, with the
-//! replica each placed member runs (asked with `Identify`), or [`Making::Made`] when one
-//! holds some of the group already. Within a term every asker of a group is told the same
-//! set (kept for [`MAKING_KEPT`]): two replicas initialized with different sets would hold
-//! different first entries at the same log id.
+//! replica each placed member runs (asked with `Identify`), or [`Making::Made`] when any
+//! metadata voter's member (placed or not: a group a change of voters moved still lives
+//! where it was) holds some of the group. The first asker is the group's maker: only it
+//! initializes; the others take its first entry. Every asker is told the same set and maker
+//! while the leader keeps them ([`MAKING_KEPT`], within its term): two replicas initialized
+//! with different sets would hold different first entries at the same log id. (A maker
+//! that stalls past that, while a member's replica is made again, could still meet a
+//! second maker: recording the set in the metadata would close that window.)
 
 use super::{id_of, leads, never_made, PartGroups, FORWARD_LIMIT, IDENTIFY_LIMIT};
-use crate::partition::net::{GroupName, Making, PartEnvelope, PartReply, PartRpc, SendRefused};
+use crate::partition::net::{
+    GroupName, Making, PartEnvelope, PartLogId, PartReply, PartRpc, SendRefused,
+};
 use crate::partition::{PartCommand, PartOutcome, PartRaft};
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
@@ -28,14 +34,17 @@ use std::time::Duration;
 
 /// How long a member waits before it asks again whether a replica it keeps may go.
 pub const RELEASE_RETRY: Duration = Duration::from_secs(2);
+/// The most kept replicas a pass asks about (the rest wait for the next passes).
+const RELEASES_PER_PASS: usize = 16;
 /// How long the metadata leader keeps a replica set it answered `Making` with.
 pub const MAKING_KEPT: Duration = Duration::from_secs(10);
 /// The longest the metadata leader may take to answer `Making` (it asks every placed
 /// member which replica it runs).
 const MAKING_LIMIT: Duration = Duration::from_secs(5);
 
-/// A replica set the metadata leader answered `Making` with: its term, when, the set.
-pub(super) type MadeOf = (u64, u64, BTreeMap<NodeId, Peer>);
+/// A replica set the metadata leader answered `Making` with: its term, when, the set, and
+/// the replica that makes the group of it.
+pub(super) type MadeOf = (u64, u64, BTreeMap<NodeId, Peer>, NodeId);
 
 /// `raft`'s answer to [`PartRpc::Configured`].
 pub(super) fn configured(raft: &PartRaft) -> PartReply {
@@ -44,12 +53,14 @@ pub(super) fn configured(raft: &PartRaft) -> PartReply {
     let stored = &metrics.membership_config;
     let membership = stored.membership();
     let applied = metrics.last_applied.map(|l| l.index);
-    let at = stored.log_id().map(|l| l.index);
-    let settled = membership.get_joint_config().len() == 1 && at.is_some() && at <= applied;
+    let at = *stored.log_id();
+    let index = at.map(|l| l.index);
+    let settled = membership.get_joint_config().len() == 1 && index.is_some() && index <= applied;
     PartReply::Configured {
         voters: membership.voter_ids().collect(),
         learners: membership.learner_ids().collect(),
         settled,
+        at,
     }
 }
 
@@ -91,6 +102,7 @@ impl PartGroups {
                 .iter()
                 .filter(|(name, at)| **at <= now && !here.contains(name))
                 .filter_map(|(name, _)| running.get(name).map(|r| (*name, r.clone())))
+                .take(RELEASES_PER_PASS)
                 .collect();
             let again = now + RELEASE_RETRY.as_nanos() as u64;
             for (name, _) in &due {
@@ -99,15 +111,18 @@ impl PartGroups {
             due
         };
         for (name, raft) in due {
-            if !leads(&raft) && self.left_out(name, id_of(&raft)).await {
+            let ours = crate::partition::members::configured_at(&raft);
+            if !leads(&raft) && self.left_out(name, id_of(&raft), ours).await {
                 self.release(name, &raft).await;
             }
         }
     }
 
     /// Whether a placed member's replica of group `name` has applied a settled
-    /// configuration that leaves replica `mine` out.
-    async fn left_out(&self, name: GroupName, mine: NodeId) -> bool {
+    /// configuration that leaves replica `mine` out, no older than the one `mine` runs
+    /// under (`ours`): one older (a replica that was down while the group moved on) says
+    /// nothing of the group now.
+    async fn left_out(&self, name: GroupName, mine: NodeId, ours: Option<PartLogId>) -> bool {
         for (voter, peer) in self.placed_voters(name) {
             let member = member_of(voter);
             if member == member_of(mine) {
@@ -123,9 +138,11 @@ impl PartGroups {
                 voters,
                 learners,
                 settled: true,
+                at,
             }) = asked.await
             {
-                if !voters.contains(&mine) && !learners.contains(&mine) {
+                let current = at.is_some() && at >= ours;
+                if current && !voters.contains(&mine) && !learners.contains(&mine) {
                     return true;
                 }
             }
@@ -136,13 +153,16 @@ impl PartGroups {
     /// Stops this member's replica `checked` of group `name` (placed elsewhere, left out of
     /// its group) and removes its WAL.
     async fn release(&self, name: GroupName, checked: &PartRaft) {
+        // Placed here again meanwhile: it stays.
+        if self.placed_on(name).contains(&member_of(self.me())) {
+            return;
+        }
         let raft = {
             let mut running = self.running();
             let same = running
                 .get(&name)
                 .is_some_and(|r| id_of(r) == id_of(checked));
-            // Placed here again meanwhile: it stays.
-            if !same || self.placed_on(name).contains(&member_of(self.me())) {
+            if !same {
                 return;
             }
             running.remove(&name).expect("checked above")
@@ -151,9 +171,17 @@ impl PartGroups {
         self.quiet().forget(name);
         self.counts().released.fetch_add(1, Relaxed);
         let _ = in_env(&self.inner.env, raft.shutdown()).await;
-        let dir = super::group_dir(&self.inner.root, name);
-        tracing::info!(partition = %crate::partition::net::identity_of(name), replica = %show_id(id_of(&raft)),
+        let identity = crate::partition::net::identity_of(name);
+        tracing::info!(partition = %identity, replica = %show_id(id_of(&raft)),
             "removing a replica of a partition placed on other members, which its group left out");
+        // The copy first, then the WAL: a crash between finds the WAL, starts the replica
+        // again, repairs its copy from its peers (short of its checkpoint) and releases it
+        // again.
+        if let Err(e) = self.node().rebuild_replica(identity, 0).await {
+            self.note_failure(name, format!("its released copy was not emptied: {e}"));
+            return;
+        }
+        let dir = super::group_dir(&self.inner.root, name);
         if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "a released replica's directory stays");
         }
@@ -191,55 +219,97 @@ impl PartGroups {
         let kept = MAKING_KEPT.as_nanos() as u64;
         {
             let mut sets = self.making_sets();
-            sets.retain(|_, (t, at, _)| *t == term && now < at.saturating_add(kept));
+            sets.retain(|_, (t, at, _, _)| *t == term && now < at.saturating_add(kept));
             match sets.get(&name) {
-                Some((_, _, set)) if !fresh && set.contains_key(&asker) => {
-                    return Making::Of(set.clone())
+                Some((_, _, set, maker)) if !fresh && set.contains_key(&asker) => {
+                    return Making::Of {
+                        replicas: set.clone(),
+                        maker: *maker,
+                    }
                 }
                 _ => drop(sets.remove(&name)),
             }
         }
-        let voters = self.placed_voters(name);
-        if voters.is_empty() {
+        let placed = self.placed_on(name);
+        if placed.is_empty() {
             return Making::NotNow("the partition is placed on no member".into());
         }
-        let Some((replicas, made)) = self.identified(name, &voters).await else {
-            return Making::NotNow("a placed member did not say which replica it runs".into());
+        let Some((replicas, made)) = self.identified(name, &placed).await else {
+            return Making::NotNow("a member did not say which replica it runs".into());
         };
         if made {
             return Making::Made;
         }
         if fresh {
-            return Making::Of(replicas);
+            // Its asker starts again blank: nobody is to make the group of this set.
+            return Making::Of {
+                replicas,
+                maker: asker,
+            };
         }
         let mut sets = self.making_sets();
-        let set = &sets.entry(name).or_insert((term, now, replicas)).2;
-        Making::Of(set.clone())
+        let entry = sets.entry(name).or_insert((term, now, replicas, asker));
+        Making::Of {
+            replicas: entry.2.clone(),
+            maker: entry.3,
+        }
     }
 
-    /// The replica of group `name` each member of `voters` runs, and whether any holds
-    /// some of the group, once every one answered (this member's own read here).
+    /// The replica of group `name` each of the metadata voters' members `placed` runs, and
+    /// whether any voter's member (placed or not: a group placement moved away from still
+    /// lives where it was) holds some of the group, once every one answered (this
+    /// member's own read here; a member running no replica of it answers that).
     async fn identified(
         &self,
         name: GroupName,
-        voters: &BTreeMap<NodeId, Peer>,
+        placed: &BTreeSet<MemberId>,
     ) -> Option<(BTreeMap<NodeId, Peer>, bool)> {
         let me = self.me();
         let mut replicas = BTreeMap::new();
         let mut any_made = false;
-        for (&voter, peer) in voters {
+        for (voter, peer) in self.meta().status().voters {
             let member = member_of(voter);
-            let (id, made) = if member == member_of(me) {
-                let raft = self.group(name)?;
-                (id_of(&raft), !never_made(&raft))
+            let answer = if member == member_of(me) {
+                self.group(name)
+                    .map(|raft| (id_of(&raft), !never_made(&raft)))
             } else {
-                let (id, made, _) = self.identity(name, me, (member, peer)).await?;
-                (id, made)
+                self.holds(name, me, (member, &peer)).await?
             };
-            replicas.insert(id, peer.clone());
-            any_made |= made;
+            match (answer, placed.contains(&member)) {
+                (Some((id, made)), true) => {
+                    replicas.insert(id, peer.clone());
+                    any_made |= made;
+                }
+                (Some((_, made)), false) => any_made |= made,
+                (None, true) => return None,
+                (None, false) => {}
+            }
         }
-        Some((replicas, any_made))
+        (replicas.len() == placed.len()).then_some((replicas, any_made))
+    }
+
+    /// What member `member` (at `peer`) answers of group `name`: `Some(None)` when it runs
+    /// no replica of it, the replica it runs and whether that holds any of the group, or
+    /// `None` when it does not answer.
+    async fn holds(
+        &self,
+        name: GroupName,
+        mine: NodeId,
+        (member, peer): (MemberId, &Peer),
+    ) -> Option<Option<(NodeId, bool)>> {
+        let envelope = PartEnvelope {
+            from: mine,
+            to: u64::from(member) << 32,
+            rpc: PartRpc::Identify,
+        };
+        let asked = self.networks().call(peer, name, &envelope, IDENTIFY_LIMIT);
+        match asked.await {
+            Ok(PartReply::Identity { id, made, .. }) if member_of(id) == member => {
+                Some(Some((id, made)))
+            }
+            Ok(PartReply::NoGroup) => Some(None),
+            _ => None,
+        }
     }
 
     /// What the metadata leader (`leader`, not this member) says group `name` is to be
@@ -278,7 +348,10 @@ impl PartGroups {
         (hint, tries): (Option<MemberId>, usize),
     ) -> Result<(PartOutcome, u64), SendRefused> {
         let placed = self.placed_voters(name);
-        let hinted = placed.iter().find(|(v, _)| Some(member_of(**v)) == hint);
+        // A hint may name a member the group is no longer placed on (its replica leads
+        // until it hands the group over).
+        let voters = self.meta().status().voters;
+        let hinted = voters.iter().find(|(v, _)| Some(member_of(**v)) == hint);
         let Some((&voter, peer)) =
             hinted.or_else(|| placed.iter().nth(tries % placed.len().max(1)))
         else {
@@ -312,9 +385,12 @@ impl PartGroups {
         from: NodeId,
         command: PartCommand,
     ) -> PartReply {
-        if !self.voter_members().contains(&member_of(from)) {
+        let status = self.meta().status();
+        let of =
+            |ids: &BTreeMap<NodeId, Peer>| ids.keys().any(|v| member_of(*v) == member_of(from));
+        if !of(&status.voters) && !of(&status.learners) {
             return PartReply::Sent(Err(SendRefused::Failed(format!(
-                "member {} is no voter of the metadata group",
+                "member {} is not in the metadata group",
                 member_of(from)
             ))));
         }

@@ -224,19 +224,23 @@ pub fn answer_of(wire: WireAnswer, identity: PartitionIdentity) -> Option<ReadAn
 }
 
 impl PartGroups {
-    /// Whether this member keeps a copy of group `name`: its replica runs here, or the
-    /// group is placed here (as the last pass found: a replica not started yet reads its
-    /// copy, as a lagging one does).
+    /// Whether this member serves group `name`'s reads from its own copy: its replica
+    /// runs here and is a voter of the configuration it knows (a learner still filling,
+    /// or a replica its group left out while it was down, reads elsewhere).
     pub(in crate::partition) fn keeps(&self, name: GroupName) -> bool {
-        if self.running().contains_key(&name) {
-            return true;
-        }
-        let here = self.inner.here.lock().unwrap_or_else(|p| p.into_inner());
-        here.2.contains(&name)
+        let Some(raft) = self.group(name) else {
+            return false;
+        };
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let id = metrics.id;
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        voters.any(|v| v == id)
     }
 
     /// `read` of partition `identity` at a member that keeps a copy (the module doc's
-    /// table), else of this member's own.
+    /// table); of this member's own copy only when no member is known to keep one (the
+    /// metadata's voters not known yet).
     pub(in crate::partition) async fn read_elsewhere(
         self,
         identity: PartitionIdentity,
@@ -245,15 +249,19 @@ impl PartGroups {
         let name = crate::partition::net::group_name(&identity);
         let wire = read_to_wire(read);
         let placed = self.placed_voters(name);
+        // A leader's member may be one the group is no longer placed on (it leads until
+        // it hands the group over).
+        let voters = self.meta().status().voters;
         let me = member_of(self.me());
         let mut asked = 0;
         let mut redirect: Option<MemberId> = None;
         let mut order = placed.iter().filter(|(v, _)| member_of(**v) != me);
+        let mut last = String::from("no member with a copy answered");
         while asked < placed.len() + 1 {
             asked += 1;
             let hinted = redirect.take();
             let target = hinted
-                .and_then(|m| placed.iter().find(|(v, _)| member_of(**v) == m))
+                .and_then(|m| voters.iter().find(|(v, _)| member_of(**v) == m))
                 .or_else(|| order.next());
             let Some((&voter, peer)) = target else { break };
             let envelope = PartEnvelope {
@@ -273,13 +281,18 @@ impl PartGroups {
                     return Ok(read);
                 }
                 Ok(PartReply::Read(ReadReply::Leader(m))) if m != me => redirect = Some(m),
-                Ok(PartReply::Read(ReadReply::Failed(why))) => {
-                    return Err(NodeError::Undecided(why))
-                }
-                _ => {}
+                Ok(PartReply::Read(ReadReply::Failed(why))) => last = why,
+                Ok(_) => last = format!("member {} runs no replica of it", member_of(voter)),
+                Err(e) => last = format!("member {}: {e}", member_of(voter)),
             }
         }
-        self.node().read_here(identity, read).await
+        if placed.is_empty() {
+            return self.node().read_here(identity, read).await;
+        }
+        // Never this member's own copy, which may be stale or empty.
+        Err(NodeError::Undecided(format!(
+            "partition {identity} was not read at a member with a copy: {last}"
+        )))
     }
 
     /// A peer's [`PartRpc::Read`] of group `name`, whose replica here is `raft`.

@@ -171,8 +171,8 @@ impl PartGroups {
                     .map_or_else(|e| refused(&e), PartReply::Snapshot)
             }
             // Any member's replica may fetch (the connection proved the member, the
-            // envelope that it speaks for its own): every member holds every partition,
-            // and a replica outside its group (a member's new one) repairs too.
+            // envelope that it speaks for its own): every member the partition is placed
+            // on holds it, and a replica outside its group (a member's new one) repairs too.
             PartRpc::Fetch { from, max_bytes } => {
                 let replica = OnNode {
                     node: self.inner.node.clone(),
