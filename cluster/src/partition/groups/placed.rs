@@ -363,18 +363,8 @@ impl PartGroups {
             rpc: PartRpc::Forwarded(command.clone()),
         };
         let asked = self.networks().call(peer, name, &envelope, FORWARD_LIMIT);
-        match asked.await {
-            Ok(PartReply::Sent(result)) => result,
-            Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
-            Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
-            Ok(_) => Err(SendRefused::Failed(
-                "the placed member answered another request".into(),
-            )),
-            Err(e) => Err(SendRefused::Failed(format!(
-                "the write forwarded to member {} has no answer (it may have landed): {e}",
-                member_of(voter)
-            ))),
-        }
+        let to = format!("member {}", member_of(voter));
+        super::write::forwarded(asked.await, &to)
     }
 
     /// A write forwarded by member `from`'s node, which runs no replica of group `name`:

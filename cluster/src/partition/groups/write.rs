@@ -169,20 +169,27 @@ impl PartGroups {
             .inner
             .networks
             .call(&node, name, &envelope, FORWARD_LIMIT);
-        match asked.await {
-            Ok(PartReply::Sent(result)) => result,
-            Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
-            // Never run there (not sent, or refused): asked again, of the leader then.
-            Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
-            Ok(_) => Err(SendRefused::Failed(
-                "the leader answered another request".into(),
-            )),
-            // Sent and not answered: it may have committed. The client decides.
-            Err(e) => Err(SendRefused::Failed(format!(
-                "the write forwarded to {} has no answer (it may have landed): {e}",
-                show_id(leader)
-            ))),
-        }
+        forwarded(asked.await, &show_id(leader))
+    }
+}
+
+/// What a write forwarded to `to` came to, from its peer's `reply`.
+pub(in crate::partition) fn forwarded(
+    reply: std::io::Result<PartReply>,
+    to: &str,
+) -> Result<(PartOutcome, u64), SendRefused> {
+    match reply {
+        Ok(PartReply::Sent(result)) => result,
+        Ok(PartReply::NoGroup | PartReply::Elsewhere(_)) => Err(SendRefused::NotLeader(None)),
+        // Never run there (not sent, or refused): asked again, of the leader then.
+        Err(e) if crate::net::not_run(&e) => Err(SendRefused::NotLeader(None)),
+        Ok(_) => Err(SendRefused::Failed(format!(
+            "{to} answered another request"
+        ))),
+        // Sent and not answered: it may have committed. The client decides.
+        Err(e) => Err(SendRefused::Failed(format!(
+            "the write forwarded to {to} has no answer (it may have landed): {e}"
+        ))),
     }
 }
 
