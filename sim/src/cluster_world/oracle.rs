@@ -339,7 +339,6 @@ impl World {
         state: &cairn_engine::state::MetaState,
         damaged: &BTreeSet<cairn_engine::state::PartitionKey>,
     ) -> Option<String> {
-        use iggy_binary_protocol::WireIdentifier as Id;
         for (s, stream) in state.streams() {
             for (t, topic) in &stream.topics {
                 for (g, group) in &topic.groups {
@@ -347,16 +346,23 @@ impl World {
                     if !self.acked.contains_key(&name) || self.stored.contains(&name) {
                         continue;
                     }
-                    let consumer = super::workload::group_consumer(Id::numeric(*g));
-                    for p in topic.partitions.keys() {
+                    let consumer = cairn_engine::partition::ConsumerId::group(*g);
+                    for (p, partition) in &topic.partitions {
                         // Fenced for the nemesis's damage (judged by the messages' final
                         // judgment): it answers no offset until its group repaired it.
                         if damaged.contains(&(*s, *t, *p)) {
                             continue;
                         }
-                        let (sid, tid) = (Id::numeric(*s), Id::numeric(*t));
-                        match client.get_offset(&consumer, &sid, &tid, Some(*p)).await {
-                            Ok(None) => {}
+                        // The node's own copy (a member may serve another's).
+                        let identity = cairn_engine::partition::PartitionIdentity {
+                            stream_id: *s,
+                            topic_id: *t,
+                            partition_id: *p,
+                            nonce: partition.nonce,
+                        };
+                        let read = cairn_engine::node::ReadElsewhere::Offset(consumer);
+                        match client.node().read_here(identity, read).await {
+                            Ok(cairn_engine::node::ReadAnswer::Offset(None)) => {}
                             found => {
                                 return Some(format!(
                                     "group {name} (id {g}), never stored to, holds {found:?} in partition {p}"
