@@ -222,7 +222,8 @@ impl RepairMark<'_> {
         self.disk.exists(&self.path())
     }
 
-    fn set(&self) -> io::Result<()> {
+    /// Sets the mark, durably: what follows may empty the replica's copy.
+    pub fn set(&self) -> io::Result<()> {
         let file = self.disk.open(&self.path(), OpenMode::CreateOrOpen)?;
         file.sync_data()?;
         self.disk.sync_dir(self.dir)

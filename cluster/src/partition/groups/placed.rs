@@ -24,6 +24,7 @@ use super::{id_of, leads, never_made, PartGroups, FORWARD_LIMIT, IDENTIFY_LIMIT}
 use crate::partition::net::{
     GroupName, Making, PartEnvelope, PartLogId, PartReply, PartRpc, SendRefused,
 };
+use crate::partition::refill;
 use crate::partition::{PartCommand, PartOutcome, PartRaft};
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
@@ -174,15 +175,22 @@ impl PartGroups {
         let identity = crate::partition::net::identity_of(name);
         tracing::info!(partition = %identity, replica = %show_id(id_of(&raft)),
             "removing a replica of a partition placed on other members, which its group left out");
-        // The copy first, then the WAL: a crash between finds the WAL, starts the replica
-        // again, repairs its copy from its peers (short of its checkpoint) and releases it
-        // again.
+        // The repair mark, then the copy, then the WAL, its removal synced: a crash (or a
+        // power loss before the root's sync, which brings the directory back) finds the
+        // WAL and the mark, repairs the copy from its peers (short of its checkpoint,
+        // `refill::needs_repair`), starts the replica again and releases it again.
+        let dir = super::group_dir(&self.inner.root, name);
+        let disk = &*self.inner.env.disk;
+        if let Err(e) = (refill::RepairMark { disk, dir: &dir }).set() {
+            self.note_failure(name, format!("its release was not marked: {e}"));
+            return;
+        }
         if let Err(e) = self.node().rebuild_replica(identity, 0).await {
             self.note_failure(name, format!("its released copy was not emptied: {e}"));
             return;
         }
-        let dir = super::group_dir(&self.inner.root, name);
-        if let Err(e) = self.inner.env.disk.remove_dir_all(&dir) {
+        let removed = disk.remove_dir_all(&dir);
+        if let Err(e) = removed.and_then(|()| disk.sync_dir(&self.inner.root)) {
             tracing::warn!(dir = %dir.display(), error = %e, "a released replica's directory stays");
         }
     }
