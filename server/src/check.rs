@@ -142,6 +142,17 @@ pub fn report(disk: &dyn Disk, root: &Path, out: &mut dyn Write) -> io::Result<b
             )?;
             continue;
         }
+        if let Some(mark) = node::rebuild::pending(disk, &path.dir, identity.nonce)? {
+            clean = false;
+            let what = match mark {
+                node::rebuild::Pending::Redo { start } => format!("would finish a cluster replica's rebuild cut short: remove what is there and create the partition empty from offset {start}, for its group to refill"),
+                other => format!("would remove a rebuild mark that names nothing to redo ({other:?})"),
+            };
+            writeln!(out, "{}: {what}", path.dir.display())?;
+            if matches!(mark, node::rebuild::Pending::Redo { .. }) {
+                continue;
+            }
+        }
         if path.found == Found::Missing {
             clean = false;
             writeln!(

@@ -423,6 +423,24 @@ fn open_partition(
             other: other.clone(),
         });
     }
+    let config = state.topic(key.0, key.1).options.config();
+    if settings.replica {
+        let rebuilt = super::rebuild::Rebuilt {
+            env,
+            dir: &dir,
+            identity,
+            config,
+            settings,
+            hooks,
+        };
+        if let Err(e) = rebuilt.finish_cut_short() {
+            return fenced(FenceReason::IoFailed {
+                op: "finish a replica's rebuild",
+                path: dir,
+                error: e.to_string(),
+            });
+        }
+    }
     match env.disk.exists(&dir) {
         Ok(true) => {}
         Ok(false) => return fenced(FenceReason::DirectoryMissing { dir }),
@@ -434,7 +452,6 @@ fn open_partition(
             })
         }
     }
-    let config = state.topic(key.0, key.1).options.config();
     match Partition::open_with_hooks(env, &dir, identity, config, settings, hooks) {
         Ok(opened) => (
             opened.partition,

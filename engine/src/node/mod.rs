@@ -28,6 +28,7 @@ pub mod groups;
 pub mod hooks;
 mod meta_owner;
 mod metrics;
+pub mod rebuild;
 mod recorder;
 mod replicator;
 pub mod retention;

@@ -211,6 +211,8 @@ fn list(disk: &dyn Disk, root: &Path, notes: &mut Vec<String>) -> io::Result<Lis
                     Some(p) => {
                         found.partitions.insert((s, t, p));
                     }
+                    // A replica's rebuild mark: boot's to finish or remove (`rebuild`).
+                    None if !partition.is_dir && super::rebuild::is_mark(&partition.name) => {}
                     None => note(partitions.join(&partition.name)),
                 }
             }

@@ -10,14 +10,21 @@ use std::path::{Path, PathBuf};
 
 /// Removes `path` (if present) and syncs its parent.
 pub(crate) fn remove_durably(disk: &dyn Disk, path: &Path) -> io::Result<()> {
-    if !disk.exists(path)? {
-        return Ok(());
+    // A partition's rebuild mark goes first: a crash after finds the directory, whose
+    // removal is redone, never a mark of a directory gone (`super::rebuild`).
+    let mark = super::rebuild::mark_path(path);
+    let marked = disk.exists(&mark)?;
+    if marked {
+        disk.remove_file(&mark)?;
     }
-    disk.remove_dir_all(path)?;
-    if let Some(parent) = path.parent() {
-        disk.sync_dir(parent)?;
+    let there = disk.exists(path)?;
+    if there {
+        disk.remove_dir_all(path)?;
     }
-    Ok(())
+    match path.parent() {
+        Some(parent) if marked || there => disk.sync_dir(parent),
+        _ => Ok(()),
+    }
 }
 
 /// Every directory from `dir`'s parent up to `root`, which must be synced for `dir`'s name
@@ -70,6 +77,12 @@ pub(crate) fn remove_deleted_tree(
     for partitions in partition_parents(disk, dir)? {
         for entry in disk.read_dir(&partitions)? {
             let path = partitions.join(&entry.name);
+            if !entry.is_dir && super::rebuild::is_mark(&entry.name) {
+                // A mark whose partition directory is gone (`super::rebuild`).
+                disk.remove_file(&path)?;
+                disk.sync_dir(&partitions)?;
+                continue;
+            }
             let found = survey_path(disk, &path);
             match &found {
                 Found::Partition(id) if deleted.contains(id) => {}

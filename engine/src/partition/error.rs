@@ -125,6 +125,13 @@ pub enum FenceReason {
         dir: PathBuf,
         found: String,
     },
+    /// A cluster replica's rebuild (its copy replaced by an empty one its group refills
+    /// from its peers) failed part way: the copy is gone or partial, and the rebuild's mark
+    /// beside it says so (`node::rebuild`).
+    RebuildCutShort {
+        dir: PathBuf,
+        error: String,
+    },
 }
 
 crate::names::variant_names!(FenceReason:
@@ -148,6 +155,7 @@ crate::names::variant_names!(FenceReason:
     IoFailed,
     IdentityDuplicated,
     DirectoryInTheWay,
+    RebuildCutShort,
 );
 
 impl FenceReason {
@@ -173,7 +181,8 @@ impl FenceReason {
             | CorruptBelowDurable { .. }
             | LogShorterThanDurable { .. }
             | DurableOffsetMismatch { .. }
-            | EmptySealedSegment { .. } => true,
+            | EmptySealedSegment { .. }
+            | RebuildCutShort { .. } => true,
             ReadFailed { .. }
             | IoFailed { .. }
             | SuperblockIdentity { .. }
@@ -219,6 +228,7 @@ impl fmt::Display for FenceReason {
             IoFailed { op, path, error } => write!(f, "{op} {} failed: {error}", path.display()),
             IdentityDuplicated { dir, other } => write!(f, "{}: {} also holds this partition's identity and the metadata does not account for it: which one is the partition is unknown", dir.display(), other.display()),
             DirectoryInTheWay { dir, found } => write!(f, "{}: holds {found}, which no journaled operation deleted: kept for an operator, not served", dir.display()),
+            RebuildCutShort { dir, error } => write!(f, "{}: rebuilding the replica failed part way ({error}): its group refills it from its peers", dir.display()),
         }
     }
 }

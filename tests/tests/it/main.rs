@@ -15,3 +15,4 @@ mod partition_identity_and_retention;
 mod partition_real_fs;
 mod recovery_damage_fuzz;
 mod recovery_real_fs;
+mod replica_rebuild;

@@ -186,6 +186,8 @@ impl PartGroups {
             return;
         }
         if let Err(e) = self.node().rebuild_replica(identity, 0).await {
+            // Kept again: its start repairs the copy (the mark is set) and releases it again.
+            self.keep_found(name);
             self.note_failure(name, format!("its released copy was not emptied: {e}"));
             return;
         }

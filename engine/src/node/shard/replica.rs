@@ -5,7 +5,7 @@ use super::Shard;
 use crate::error::{NodeError, NodeResult};
 use crate::node::replicator::{OffsetApplied, OffsetWrite};
 use crate::node::Sent;
-use crate::partition::{FenceReason, Partition, PartitionError};
+use crate::partition::{FenceReason, Partition};
 use crate::state::PartitionKey;
 use bytes::BytesMut;
 
@@ -88,26 +88,23 @@ impl Shard {
         tracing::warn!(dir = %dir.display(), ?fence, start,
             "rebuilding a replica's partition for its peers to refill: its directory is removed");
         self.partitions.remove(&key);
-        let removed = crate::node::work::remove_durably(self.env.disk.as_ref(), &dir);
-        let (settings, hooks) = (self.settings, self.hooks.partition);
-        let place = (&self.env, dir.as_path(), identity);
-        let created = removed
-            .map_err(|source| PartitionError::Io {
-                op: "remove a replica to rebuild it",
-                path: dir.clone(),
-                source,
-            })
-            .and_then(|()| Partition::create_at(place, config, (settings, hooks), start));
-        match created {
+        let rebuilt = crate::node::rebuild::Rebuilt {
+            env: &self.env,
+            dir: &dir,
+            identity,
+            config,
+            settings: self.settings,
+            hooks: self.hooks.partition,
+        };
+        match rebuilt.replace(start) {
             Ok(partition) => {
                 self.own(identity, partition);
                 Ok(())
             }
             Err(e) => {
                 // Still the shard's (fenced): the next rebuild, or a boot, takes it from here.
-                let reason = FenceReason::IoFailed {
-                    op: "rebuild a replica",
-                    path: dir,
+                let reason = FenceReason::RebuildCutShort {
+                    dir,
                     error: e.to_string(),
                 };
                 self.own(identity, Partition::fenced(reason));

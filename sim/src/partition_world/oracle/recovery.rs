@@ -200,7 +200,8 @@ pub fn check_fence(
             }
             FenceReason::DirectoryMissing { .. }
             | FenceReason::IdentityDuplicated { .. }
-            | FenceReason::DirectoryInTheWay { .. } => false,
+            | FenceReason::DirectoryInTheWay { .. }
+            | FenceReason::RebuildCutShort { .. } => false,
             // A segment's name was lost, or the segment before the gap lost its tail.
             FenceReason::ChainGap { log, .. } => {
                 let previous = before
