@@ -1,7 +1,7 @@
 //! The cluster scope's coverage rows: what the swarm must see reached.
 
 /// The cluster scope's coverage rows: decision name, and what reaching it means.
-pub const CLUSTER_COVERAGE: [(&str, &str); 41] = [
+pub const CLUSTER_COVERAGE: [(&str, &str); 42] = [
     (
         "ClusterTotalPowerLoss",
         "every replica lost power at once, then all restarted",
@@ -158,6 +158,10 @@ pub const CLUSTER_COVERAGE: [(&str, &str); 41] = [
     (
         "ClusterReplicaReleased",
         "a member removed its replica of a partition placed elsewhere (a change of voters moved it) once the group left it out",
+    ),
+    (
+        "ClusterPlacedCopyBlank",
+        "a member holding copies of partitions placed on fewer members than the cluster has came back blank (a copy of three lost), a majority of each one's copies in",
     ),
     (
         "ClusterQuietWoken",

@@ -547,7 +547,16 @@ impl World {
         &self,
         identity: cairn_engine::partition::PartitionIdentity,
     ) -> BTreeSet<MemberId> {
-        let all: BTreeSet<MemberId> = self.replicas.iter().map(|r| r.id).collect();
+        let all = || self.replicas.iter().map(|r| r.id).collect();
+        self.placed_members_known(identity).unwrap_or_else(all)
+    }
+
+    /// [`Self::placed_members`], `None` when no member leads the metadata group or holds
+    /// the partition's topic.
+    pub(super) fn placed_members_known(
+        &self,
+        identity: cairn_engine::partition::PartitionIdentity,
+    ) -> Option<BTreeSet<MemberId>> {
         let factor = self.replicas.iter().find_map(|r| {
             let view = r.node.as_ref()?.view();
             let topic = view
@@ -559,15 +568,15 @@ impl World {
             .leader_at()
             .and_then(|at| self.replicas[at].group.as_ref())
             .map(|g| g.status().voters);
-        let (Some(factor), Some(voters)) = (factor, voters) else {
-            return all;
-        };
+        let (factor, voters) = (factor?, voters?);
         let members = voters
             .keys()
             .map(|v| cairn_cluster::types::member_of(*v))
             .collect();
         let name = cairn_cluster::partition::net::group_name(&identity);
-        cairn_cluster::partition::placement::placed(name, factor, &members)
+        Some(cairn_cluster::partition::placement::placed(
+            name, factor, &members,
+        ))
     }
 
     /// The views of group `identity` of the members it is placed on (`None` where one runs

@@ -19,7 +19,9 @@
 //!   run fails if the final round cannot get one through within its virtual deadline.
 //!
 //! Only a minority is ever down at once (a blank replica not yet added, and a removed one,
-//! count as down), so every seed must make progress; the one exception is a power loss of
+//! count as down), and a disk goes blank or a partition is damaged only where a majority
+//! of every partition's placed copies stays in (`copies_to_spare`: two of five members may
+//! be two of a partition's three), so every seed must make progress; the one exception is a power loss of
 //! every replica at once, after which all restart (what a quorum acknowledged was on its
 //! stable storage).
 
@@ -285,7 +287,6 @@ fn run_script(
     script: Script,
     record: bool,
 ) -> ClusterReport {
-    let profile = profile.placed_without_blanks();
     if verbose {
         println!("seed {seed} cluster {profile:?}");
     }

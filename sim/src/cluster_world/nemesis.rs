@@ -132,13 +132,73 @@ impl World {
     /// Replicas that count as down: down, with a crash armed, blank and not yet added, or
     /// with partition replicas that do not count in their groups yet.
     pub(super) fn out(&self) -> usize {
-        let views = self.part_views_of_all();
+        self.out_members(&self.part_views_of_all()).len()
+    }
+
+    /// The members [`Self::out`] counts, by index.
+    fn out_members(&self, views: &[Vec<GroupView>]) -> BTreeSet<usize> {
         (0..self.replicas.len())
             .filter(|&at| {
                 let r = &self.replicas[at];
-                r.group.is_none() || r.armed || !r.joined || self.parts_outside(at, &views)
+                r.group.is_none() || r.armed || !r.joined || self.parts_outside(at, views)
             })
-            .count()
+            .collect()
+    }
+
+    /// Whether the world's topics place their partitions on fewer members than it has.
+    fn placing(&self) -> bool {
+        (2..self.replicas.len()).contains(&usize::from(self.profile.factor))
+    }
+
+    /// Whether member `at` may lose what its disk holds (a blank disk, a damaged
+    /// partition): every partition it holds a copy of keeps a majority of its copies not
+    /// out, both where it is placed and in every configuration a replica of it runs under
+    /// (a change of voters may not have moved it yet). With a replication factor below the
+    /// member count, a minority of the members may be a majority of a partition's copies
+    /// (two of five members, two of a partition's three). `None` when it may not; else how
+    /// many partitions placed on fewer members than there are it holds.
+    pub(super) fn copies_to_spare(&self, at: usize) -> Option<usize> {
+        let views = self.part_views_of_all();
+        let mut out = self.out_members(&views);
+        out.insert(at);
+        let out: BTreeSet<MemberId> = out.iter().map(|&i| self.replicas[i].id).collect();
+        let me = self.replicas[at].id;
+        let all: BTreeSet<MemberId> = self.replicas.iter().map(|r| r.id).collect();
+        let mut partitions: BTreeSet<cairn_engine::partition::PartitionIdentity> =
+            views.iter().flatten().map(|v| v.partition).collect();
+        let state = self.replicas.iter().find_map(|r| r.node.as_ref());
+        partitions.extend(
+            state
+                .map(|n| n.view().state.partitions())
+                .unwrap_or_default(),
+        );
+        let mut held = 0;
+        for identity in partitions {
+            // Where copies are placed, a placement unknown now (no metadata leader) may be
+            // any three.
+            let placed = match self.placed_members_known(identity) {
+                Some(placed) => placed,
+                None if self.placing() => return None,
+                None => all.clone(),
+            };
+            let configured = views.iter().flatten().filter(|v| v.partition == identity);
+            let member = cairn_cluster::types::member_of;
+            let configured = configured.map(|v| v.voters.iter().map(|id| member(*id)).collect());
+            let sets: Vec<BTreeSet<MemberId>> = std::iter::once(placed.clone())
+                .chain(configured)
+                .filter(|set: &BTreeSet<MemberId>| !set.is_empty())
+                .collect();
+            if !sets.iter().any(|set| set.contains(&me)) {
+                continue;
+            }
+            let spared =
+                |set: &BTreeSet<MemberId>| set.intersection(&out).count() <= (set.len() - 1) / 2;
+            if !sets.iter().all(spared) {
+                return None;
+            }
+            held += usize::from(placed.len() < all.len());
+        }
+        Some(held)
     }
 
     /// One nemesis step: heal, crash, damage a partition, bounce, restart one, partition, or
@@ -178,8 +238,13 @@ impl World {
             }
         } else if out < minority && self.rng.gen_bool(self.profile.blank) {
             let at = self.victim();
-            self.crash(at);
-            self.blank(at).await;
+            if let Some(held) = self.copies_to_spare(at) {
+                if held > 0 {
+                    self.decision("ClusterPlacedCopyBlank");
+                }
+                self.crash(at);
+                self.blank(at).await;
+            }
         } else if out < minority && self.rng.gen_bool(self.profile.crash) {
             let at = self.victim();
             if self.rng.gen_bool(0.5) && !self.replicas[at].armed {
@@ -199,7 +264,9 @@ impl World {
             && self.rng.gen_bool(messages::PARTITION_DAMAGE)
         {
             let at = self.victim();
-            self.damage_partition(at).await;
+            if self.copies_to_spare(at).is_some() {
+                self.damage_partition(at).await;
+            }
         } else if out < minority && self.rng.gen_bool(self.profile.bounce) {
             let at = self.victim();
             self.crash(at);

@@ -93,18 +93,6 @@ impl ClusterProfile {
         .messages_with_nodes()
     }
 
-    /// No blank replicas where messages run on fewer members than there are: the nemesis
-    /// keeps a minority of the members blank, not of a partition's replicas (two blank
-    /// members of five may be two of a partition's three). Applied as the world starts, so
-    /// a test's profile made from a seed's keeps its draws.
-    pub(super) fn placed_without_blanks(mut self) -> Self {
-        let placing = (2..self.replicas).contains(&usize::from(self.factor));
-        if self.messages && placing {
-            self.blank = 0.0;
-        }
-        self
-    }
-
     /// Messages run through nodes only.
     fn messages_with_nodes(mut self) -> Self {
         self.messages &= self.nodes;
