@@ -26,6 +26,13 @@
 //! it missed only removals, that canary fences nothing: the oracle of each node's disk
 //! catches the deleted topic's partition left there.
 //!
+//! **Two of a partition's three copies move at once.** Five members, topics of
+//! replication factor 3: the members of two of a partition's placed copies are removed one
+//! after the other, before its group reconciles, so that it is placed on two new members
+//! while its old replicas still vote; then both are added back, and the copies move back.
+//! Every acknowledged message is on the copies placed at the end, and the moved-away
+//! replicas are released.
+//!
 //! **A member is removed and added back, one change at a time.** The leader asked to remove
 //! its own member hands leadership over and names the next leader, which removes it; while
 //! that leader adds it back, a second change (removing another member) is refused, not
@@ -37,6 +44,7 @@ use super::{
     INV_LIVENESS,
 };
 use crate::report::INV_ASSERTION;
+use cairn_cluster::types::MemberId;
 use std::time::Duration;
 
 /// A scripted schedule.
@@ -59,10 +67,12 @@ pub enum Scenario {
     /// A partition group falls asleep (`quiet`), then its leader's member dies and stays
     /// down: its followers must wake and elect one of themselves.
     QuietLeaderDies,
+    /// Two of a partition's three copies move to other members at once, and back.
+    TwoCopiesMove,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 8] = [
+pub const SCENARIOS: [(&str, Scenario); 9] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -95,6 +105,10 @@ pub const SCENARIOS: [(&str, Scenario); 8] = [
         "a_sleeping_group_whose_leader_dies_elects_another",
         Scenario::QuietLeaderDies,
     ),
+    (
+        "two_copies_of_a_partition_move_at_once_and_back",
+        Scenario::TwoCopiesMove,
+    ),
 ];
 
 /// Entries between the group's snapshots in [`Scenario::AdoptionCutShort`] (elsewhere, none
@@ -116,8 +130,9 @@ pub fn run(name: &str) -> Option<ClusterReport> {
 
 /// Runs `scenario`.
 pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
+    let moving = scenario == Scenario::TwoCopiesMove;
     let profile = ClusterProfile {
-        replicas: 3,
+        replicas: if moving { 5 } else { 3 },
         ops: 0,
         crash: 0.0,
         power_loss: 0.0,
@@ -143,8 +158,8 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         // As a server runs them: a node applies each replica's commands.
         nodes: true,
         remove: 0.0,
-        messages: scenario == Scenario::QuietLeaderDies,
-        factor: 0,
+        messages: scenario == Scenario::QuietLeaderDies || moving,
+        factor: if moving { 3 } else { 0 },
     };
     run_script(SEED, verbose, profile, Script::Directed(scenario), false)
 }
@@ -163,6 +178,7 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
             Scenario::AdoptionOfRemovalsCutShort => adoption_cut_short(&mut world, true).await,
             Scenario::RemovedAndAddedBack => removed_and_added_back(&mut world).await,
             Scenario::QuietLeaderDies => quiet_leader_dies(&mut world).await,
+            Scenario::TwoCopiesMove => two_copies_move(&mut world).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -295,6 +311,129 @@ async fn quiet_leader_dies(world: &mut World) {
     }
     world.start(l).await;
     world.judge_final().await;
+}
+
+/// Sends to partition 0 of `topic` until `count` more sends were acknowledged; false (the
+/// world failed) when they were not within [`STEP_DEADLINE`].
+async fn acknowledge_sends(world: &mut World, topic: &str, count: usize) -> bool {
+    let to_zero = || iggy_binary_protocol::WirePartitioning::PartitionId(0);
+    let target = world.messages.acked.len() + count;
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while world.messages.acked.len() < target && world.clock.now_nanos() < deadline {
+        world.send_messages(topic, to_zero()).await;
+    }
+    let done = world.messages.acked.len() >= target;
+    if !done {
+        world.fail(
+            INV_LIVENESS,
+            format!("{count} sends to {topic} were not acknowledged"),
+        );
+    }
+    done
+}
+
+/// The module doc's scenario of two copies moving at once.
+async fn two_copies_move(world: &mut World) {
+    use cairn_cluster::group::MemberChange;
+    use cairn_cluster::types::member_of;
+    if !world.acknowledge("a/t1").await || !acknowledge_sends(world, "a/t1", 3).await {
+        return;
+    }
+    let node = world.replicas.iter().find_map(|r| r.node.clone());
+    let identity = node.and_then(|n| super::messages::identity_of(&n, "a/t1", 0));
+    let (Some(identity), Some(l)) = (identity, world.leader_at()) else {
+        return world.fail(INV_LIVENESS, "no partition 0 of a/t1, or no leader".into());
+    };
+    let placed = world.placed_members(identity);
+    let leader_member = world.replicas[l].id;
+    let moving: Vec<MemberId> = placed
+        .iter()
+        .copied()
+        .filter(|m| *m != leader_member)
+        .take(2)
+        .collect();
+    let leader = world.replicas[l].group.clone().expect("up");
+    let at = |world: &World, m: MemberId| world.replicas.iter().position(|r| r.id == m);
+    for &m in &moving {
+        let at = at(world, m).expect("a member");
+        world.replicas[at].joined = false;
+        match leader.change(MemberChange::Remove { member: m }).await {
+            Ok(status) if !status.joint && status.voters.keys().all(|v| member_of(*v) != m) => {
+                world.decision("ClusterReplicaRemoved");
+                world.event(format!("member {m} removed"));
+            }
+            other => {
+                let evidence = format!("removing member {m} answered {other:?}");
+                return world.fail(INV_ASSERTION, evidence);
+            }
+        }
+    }
+    let moved = world.placed_members(identity);
+    let new: Vec<_> = moved.difference(&placed).collect();
+    world.event(format!(
+        "partition 0 of a/t1 placed on {placed:?}, then {moved:?}"
+    ));
+    if new.len() != 2 {
+        let evidence = format!("two copies were to move: placed on {placed:?}, then {moved:?}");
+        return world.fail(INV_ASSERTION, evidence);
+    }
+    if !acknowledge_sends(world, "a/t1", 3).await || !moved_to(world, identity, &moved).await {
+        return;
+    }
+    for &m in &moving {
+        let peer = super::members(5)[&m].clone();
+        let at = at(world, m).expect("a member");
+        match leader.change(MemberChange::Add { member: m, peer }).await {
+            Ok(status) if !status.joint => {
+                let incarnation = world.replicas[at].incarnation;
+                world.replicas[at].joined =
+                    incarnation.is_some_and(|i| status.voters.contains_key(&i));
+                world.event(format!("member {m} added back"));
+            }
+            other => {
+                let evidence = format!("adding member {m} back answered {other:?}");
+                return world.fail(INV_ASSERTION, evidence);
+            }
+        }
+    }
+    let placed = world.placed_members(identity);
+    if acknowledge_sends(world, "a/t1", 3).await && moved_to(world, identity, &placed).await {
+        world.judge_final().await;
+    }
+}
+
+/// Waits until the group of partition `identity` is settled on replicas of `members` only
+/// (its leader's configuration, not joint); false (the world failed) when it was not within
+/// [`STEP_DEADLINE`].
+async fn moved_to(
+    world: &mut World,
+    identity: cairn_engine::partition::PartitionIdentity,
+    members: &std::collections::BTreeSet<MemberId>,
+) -> bool {
+    use cairn_cluster::types::member_of;
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while world.clock.now_nanos() < deadline {
+        let views = world.part_views_of_all();
+        let settled = views.iter().flatten().any(|v| {
+            let on: std::collections::BTreeSet<MemberId> =
+                v.voters.iter().map(|id| member_of(*id)).collect();
+            v.partition == identity
+                && v.replica.is_some()
+                && v.leader == v.replica
+                && !v.joint
+                && on == *members
+        });
+        if settled {
+            world.event(format!("partition 0 of a/t1 settled on {members:?}"));
+            return true;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(50)).await;
+    }
+    world.fail(
+        INV_LIVENESS,
+        format!("partition 0 of a/t1 never settled on {members:?}"),
+    );
+    false
 }
 
 /// The leader's member removed through the leader (which hands over) and its successor,

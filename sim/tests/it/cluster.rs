@@ -84,6 +84,11 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 &["ClusterAdoptionCutShort", "ClusterAdoptionRemoved"]
             }
             Scenario::RemovedAndAddedBack => &["ClusterReplicaRemoved", "ClusterLeaderChanged"],
+            Scenario::TwoCopiesMove => &[
+                "ClusterReplicaRemoved",
+                "ClusterReplicaReleased",
+                "ClusterPartitionPlaced",
+            ],
         };
         for &row in rows {
             assert!(
