@@ -16,7 +16,12 @@ use iggy_binary_protocol::responses::system::StatsResponse;
 use iggy_binary_protocol::responses::topics::GetTopicsResponse;
 use iggy_binary_protocol::responses::users::GetUsersResponse;
 
-/// The numbers of every partition `keys` names, from their shards.
+/// The most partitions' numbers asked at once: in a cluster, a partition placed on other
+/// members is asked of one of them, and one at a time would cost a round trip each.
+const NUMBERS_IN_FLIGHT: usize = 32;
+
+/// The numbers of every partition `keys` names, from their shards (or, in a cluster, from
+/// a member with a copy), [`NUMBERS_IN_FLIGHT`] at a time.
 pub(super) async fn numbers(
     call: &Call<'_>,
     keys: impl IntoIterator<Item = PartitionKey>,
@@ -24,9 +29,15 @@ pub(super) async fn numbers(
     let node = &call.session().node;
     let keys: Vec<PartitionKey> = keys.into_iter().collect();
     let mut numbers = Numbers::new();
-    for key in keys {
-        if let Ok(Some(info)) = node.partition_info(key).await {
-            numbers.insert(key, PartitionNumbers::of(&info));
+    for chunk in keys.chunks(NUMBERS_IN_FLIGHT) {
+        let asked = chunk.iter().map(|&key| async move {
+            let info = node.partition_info(key).await;
+            (key, info)
+        });
+        for (key, info) in futures_util::future::join_all(asked).await {
+            if let Ok(Some(info)) = info {
+                numbers.insert(key, PartitionNumbers::of(&info));
+            }
         }
     }
     numbers
