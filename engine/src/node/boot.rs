@@ -434,9 +434,10 @@ fn open_partition(
             hooks,
         };
         if let Err(e) = rebuilt.finish_cut_short() {
-            return fenced(FenceReason::IoFailed {
-                op: "finish a replica's rebuild",
-                path: dir,
+            // Its group repairs it (damage to its own files), as after a rebuild that
+            // failed while the node ran.
+            return fenced(FenceReason::RebuildCutShort {
+                dir,
                 error: e.to_string(),
             });
         }

@@ -37,10 +37,33 @@ pub(crate) fn mark_path(dir: &Path) -> PathBuf {
     dir.with_file_name(name)
 }
 
-/// Whether `name` (an entry of a topic's `partitions/`) is a rebuild mark's.
+/// Where a mark is written before it is renamed into place (a mark is never rewritten
+/// where it lies: a crash inside the rewrite would tear a mark whose rebuild had begun).
+fn staged_path(dir: &Path) -> PathBuf {
+    let mut name = mark_path(dir).into_os_string();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+/// Whether `name` (an entry of a topic's `partitions/`) is a rebuild mark's, or one's
+/// being written.
 pub(crate) fn is_mark(name: &str) -> bool {
+    let name = name.strip_suffix(".tmp").unwrap_or(name);
     name.strip_suffix(MARK_SUFFIX)
         .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Removes partition directory `dir`'s mark and a mark being written, if there are any;
+/// whether there were (the caller syncs the parent).
+pub(crate) fn remove_marks(disk: &dyn Disk, dir: &Path) -> io::Result<bool> {
+    let mut removed = false;
+    for path in [staged_path(dir), mark_path(dir)] {
+        if disk.exists(&path)? {
+            disk.remove_file(&path)?;
+            removed = true;
+        }
+    }
+    Ok(removed)
 }
 
 fn encode(start: u64, nonce: u64) -> [u8; MARK_LEN] {
@@ -71,23 +94,27 @@ fn parent(dir: &Path) -> &Path {
     dir.parent().expect("a partition directory has a parent")
 }
 
+/// Writes the mark (staged, synced, renamed into place, its directory synced).
 fn set_mark(disk: &dyn Disk, dir: &Path, (start, nonce): (u64, u64)) -> Result<()> {
-    let path = mark_path(dir);
+    let (staged, path) = (staged_path(dir), mark_path(dir));
+    if disk.exists(&staged).map_err(io_error("stat", &staged))? {
+        disk.remove_file(&staged)
+            .map_err(io_error("remove a staged rebuild mark", &staged))?;
+    }
     let file = disk
-        .open(&path, OpenMode::CreateOrOpen)
-        .map_err(io_error("create the rebuild mark", &path))?;
-    file.set_len(0).map_err(io_error("set_len", &path))?;
+        .open(&staged, OpenMode::CreateNew)
+        .map_err(io_error("create the rebuild mark", &staged))?;
     file.write_all_at(&[IoSlice::new(&encode(start, nonce))], 0)
-        .map_err(io_error("write the rebuild mark", &path))?;
-    file.sync_data().map_err(io_error("sync_data", &path))?;
+        .map_err(io_error("write the rebuild mark", &staged))?;
+    file.sync_data().map_err(io_error("sync_data", &staged))?;
+    disk.rename(&staged, &path)
+        .map_err(io_error("rename the rebuild mark into place", &path))?;
     disk.sync_dir(parent(dir))
         .map_err(io_error("sync_dir", parent(dir)))
 }
 
 fn clear_mark(disk: &dyn Disk, dir: &Path) -> Result<()> {
-    let path = mark_path(dir);
-    disk.remove_file(&path)
-        .map_err(io_error("remove the rebuild mark", &path))?;
+    remove_marks(disk, dir).map_err(io_error("remove the rebuild mark", dir))?;
     disk.sync_dir(parent(dir))
         .map_err(io_error("sync_dir", parent(dir)))
 }
@@ -139,6 +166,8 @@ impl Rebuilt<'_> {
         let found = pending(disk, self.dir, self.identity.nonce);
         let found = found.map_err(io_error("read the rebuild mark", self.dir))?;
         match found {
+            // A mark being written when the crash struck: nothing was removed yet.
+            None if remove_marks(disk, self.dir).map_err(io_error("remove", self.dir))? => {}
             None => return Ok(false),
             Some(Pending::Redo { start }) => {
                 tracing::warn!(dir = %self.dir.display(), start,
@@ -213,8 +242,15 @@ mod tests {
             mark,
             Path::new("/data/streams/1/topics/2/partitions/3.rebuild")
         );
-        assert!(is_mark("3.rebuild") && is_mark("17.rebuild"));
-        for other in ["3", ".rebuild", "a.rebuild", "3.rebuild.tmp", "3.rebuilt"] {
+        assert!(is_mark("3.rebuild") && is_mark("17.rebuild") && is_mark("3.rebuild.tmp"));
+        for other in [
+            "3",
+            ".rebuild",
+            "a.rebuild",
+            "3.rebuild.old",
+            "3.rebuilt",
+            "3.tmp",
+        ] {
             assert!(!is_mark(other), "{other}");
         }
     }

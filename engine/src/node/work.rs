@@ -12,11 +12,7 @@ use std::path::{Path, PathBuf};
 pub(crate) fn remove_durably(disk: &dyn Disk, path: &Path) -> io::Result<()> {
     // A partition's rebuild mark goes first: a crash after finds the directory, whose
     // removal is redone, never a mark of a directory gone (`super::rebuild`).
-    let mark = super::rebuild::mark_path(path);
-    let marked = disk.exists(&mark)?;
-    if marked {
-        disk.remove_file(&mark)?;
-    }
+    let marked = super::rebuild::remove_marks(disk, path)?;
     let there = disk.exists(path)?;
     if there {
         disk.remove_dir_all(path)?;
@@ -78,9 +74,12 @@ pub(crate) fn remove_deleted_tree(
         for entry in disk.read_dir(&partitions)? {
             let path = partitions.join(&entry.name);
             if !entry.is_dir && super::rebuild::is_mark(&entry.name) {
-                // A mark whose partition directory is gone (`super::rebuild`).
-                disk.remove_file(&path)?;
-                disk.sync_dir(&partitions)?;
+                // A mark whose partition directory is gone (`super::rebuild`); one beside
+                // a directory went with it, earlier in this listing.
+                if disk.exists(&path)? {
+                    disk.remove_file(&path)?;
+                    disk.sync_dir(&partitions)?;
+                }
                 continue;
             }
             let found = survey_path(disk, &path);

@@ -17,8 +17,10 @@ use iggy_binary_protocol::responses::topics::GetTopicsResponse;
 use iggy_binary_protocol::responses::users::GetUsersResponse;
 
 /// The most partitions' numbers asked at once: in a cluster, a partition placed on other
-/// members is asked of one of them, and one at a time would cost a round trip each.
-const NUMBERS_IN_FLIGHT: usize = 32;
+/// members is asked of one of them, and one at a time would cost a round trip each. No
+/// more than the connections a member keeps to each peer for them, which forwarded writes
+/// and the groups' own requests share.
+const NUMBERS_IN_FLIGHT: usize = cairn_cluster::partition::net::FORWARD_POOL;
 
 /// The numbers of every partition `keys` names, from their shards (or, in a cluster, from
 /// a member with a copy), [`NUMBERS_IN_FLIGHT`] at a time.

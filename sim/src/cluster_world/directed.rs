@@ -29,9 +29,10 @@
 //! **Two of a partition's three copies move at once.** Five members, topics of
 //! replication factor 3: the members of two of a partition's placed copies are removed one
 //! after the other, before its group reconciles, so that it is placed on two new members
-//! while its old replicas still vote; then both are added back, and the copies move back.
-//! Every acknowledged message is on the copies placed at the end, and the moved-away
-//! replicas are released.
+//! while its old replicas still vote; once its group settles on the new members, both are
+//! added back and the copies move back. The old replicas, left out meanwhile, catch up;
+//! the interim copies are released; every acknowledged message is on the copies placed at
+//! the end.
 //!
 //! **A member is removed and added back, one change at a time.** The leader asked to remove
 //! its own member hands leadership over and names the next leader, which removes it; while
@@ -344,7 +345,9 @@ async fn two_copies_move(world: &mut World) {
     let (Some(identity), Some(l)) = (identity, world.leader_at()) else {
         return world.fail(INV_LIVENESS, "no partition 0 of a/t1, or no leader".into());
     };
-    let placed = world.placed_members(identity);
+    let Some(placed) = world.placed_members_known(identity) else {
+        return world.fail(INV_LIVENESS, "the placement of a/t1 is unknown".into());
+    };
     let leader_member = world.replicas[l].id;
     let moving: Vec<MemberId> = placed
         .iter()
@@ -368,7 +371,7 @@ async fn two_copies_move(world: &mut World) {
             }
         }
     }
-    let moved = world.placed_members(identity);
+    let moved = world.placed_members_known(identity).unwrap_or_default();
     let new: Vec<_> = moved.difference(&placed).collect();
     world.event(format!(
         "partition 0 of a/t1 placed on {placed:?}, then {moved:?}"
@@ -377,9 +380,12 @@ async fn two_copies_move(world: &mut World) {
         let evidence = format!("two copies were to move: placed on {placed:?}, then {moved:?}");
         return world.fail(INV_ASSERTION, evidence);
     }
+    // Removed members keep what they run (an operator stops them): the new configuration
+    // leaves their replicas out.
     if !acknowledge_sends(world, "a/t1", 3).await || !moved_to(world, identity, &moved).await {
         return;
     }
+    let interim: Vec<MemberId> = new.into_iter().copied().collect();
     for &m in &moving {
         let peer = super::members(5)[&m].clone();
         let at = at(world, m).expect("a member");
@@ -396,10 +402,52 @@ async fn two_copies_move(world: &mut World) {
             }
         }
     }
+    // Back where they were: the old replicas, left out meanwhile, catch up; the interim
+    // copies, placed elsewhere again, are released.
     let placed = world.placed_members(identity);
-    if acknowledge_sends(world, "a/t1", 3).await && moved_to(world, identity, &placed).await {
+    if acknowledge_sends(world, "a/t1", 3).await
+        && moved_to(world, identity, &placed).await
+        && released_on(world, identity, &interim).await
+    {
         world.judge_final().await;
     }
+}
+
+/// Waits until each of `members` runs no replica of partition `identity` and its copy is
+/// empty (released); false (the world failed) when one did not within [`STEP_DEADLINE`].
+async fn released_on(
+    world: &mut World,
+    identity: cairn_engine::partition::PartitionIdentity,
+    members: &[MemberId],
+) -> bool {
+    let key = cairn_engine::state::key_of(&identity);
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while world.clock.now_nanos() < deadline {
+        let mut released = 0;
+        for &m in members {
+            let Some(r) = world.replicas.iter().find(|r| r.id == m) else {
+                continue;
+            };
+            let views = r.parts.as_ref().map(|p| p.views()).unwrap_or_default();
+            let runs = views
+                .iter()
+                .any(|v| v.partition == identity && v.replica.is_some());
+            let Some(node) = r.node.clone() else { continue };
+            let held = node.client(0).local_partition_info(key).await;
+            let empty = held.is_ok_and(|i| i.is_some_and(|i| i.visible_next_offset == Some(0)));
+            released += usize::from(!runs && empty);
+        }
+        if released == members.len() {
+            world.event(format!("members {members:?} released their copies"));
+            return true;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(50)).await;
+    }
+    world.fail(
+        INV_LIVENESS,
+        format!("members {members:?} never released their copies"),
+    );
+    false
 }
 
 /// Waits until the group of partition `identity` is settled on replicas of `members` only

@@ -39,8 +39,9 @@ fn marked(root: &Path) {
     let disk = CrashingDisk::new(usize::MAX);
     let booted = start(&env_on(disk.clone()), root, replica_settings()).expect("boot");
     let identity = booted.node.view().state.partition((0, 0, 0)).expect("held");
-    // The mark's create, write, sync and its directory's sync.
-    *disk.budget.lock().unwrap() = 4;
+    // The staged mark's create, write and sync, its rename into place and its directory's
+    // sync: the crash strikes the removal after them.
+    *disk.budget.lock().unwrap() = 5;
     let rebuilt = block_on(booted.node.node.rebuild_replica(identity, START));
     assert!(rebuilt.is_err(), "the crash struck after the mark");
     // Until a boot finishes it, the partition is fenced as damage its group repairs.

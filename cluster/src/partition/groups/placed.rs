@@ -182,6 +182,8 @@ impl PartGroups {
         let dir = super::group_dir(&self.inner.root, name);
         let disk = &*self.inner.env.disk;
         if let Err(e) = (refill::RepairMark { disk, dir: &dir }).set() {
+            // Kept again, to be released again.
+            self.keep_found(name);
             self.note_failure(name, format!("its release was not marked: {e}"));
             return;
         }
