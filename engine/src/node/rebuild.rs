@@ -166,8 +166,8 @@ impl Rebuilt<'_> {
         let found = pending(disk, self.dir, self.identity.nonce);
         let found = found.map_err(io_error("read the rebuild mark", self.dir))?;
         match found {
-            // A mark being written when the crash struck: nothing was removed yet.
-            None if remove_marks(disk, self.dir).map_err(io_error("remove", self.dir))? => {}
+            // (A mark being written when a crash struck, nothing removed yet, is left for
+            // the next mark or the directory's removal: boot pays one stat per partition.)
             None => return Ok(false),
             Some(Pending::Redo { start }) => {
                 tracing::warn!(dir = %self.dir.display(), start,

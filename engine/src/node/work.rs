@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 pub(crate) fn remove_durably(disk: &dyn Disk, path: &Path) -> io::Result<()> {
     // A partition's rebuild mark goes first: a crash after finds the directory, whose
     // removal is redone, never a mark of a directory gone (`super::rebuild`).
-    let marked = super::rebuild::remove_marks(disk, path)?;
+    let in_partitions = path.parent().and_then(Path::file_name) == Some("partitions".as_ref());
+    let marked = in_partitions && super::rebuild::remove_marks(disk, path)?;
     let there = disk.exists(path)?;
     if there {
         disk.remove_dir_all(path)?;
