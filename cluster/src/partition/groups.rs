@@ -638,6 +638,9 @@ impl PartGroups {
             .collect();
         for entry in listing.iter().filter(|e| e.is_dir) {
             let dir = self.inner.root.join(&entry.name);
+            if self.finish_released(&dir).is_ok_and(|finished| finished) {
+                continue;
+            }
             if let Some(name) = wanted.get(&dir.display().to_string()) {
                 // A replica of a group placed elsewhere now: kept until it may go.
                 if !here.contains(name) {
@@ -650,10 +653,26 @@ impl PartGroups {
         }
     }
 
+    /// Finishes the removal of `dir` if it is a released replica's (`placed::Released`):
+    /// whether it was.
+    fn finish_released(&self, dir: &Path) -> Result<bool, String> {
+        let disk = &*self.inner.env.disk;
+        let released = placed::Released { disk, dir };
+        if !released.present().map_err(|e| e.to_string())? {
+            return Ok(false);
+        }
+        tracing::info!(dir = %dir.display(), "finishing the removal of a released replica's directory");
+        let finished = released.finish(&self.inner.root);
+        finished.map_err(|e| format!("finishing a released replica's removal: {e}"))?;
+        Ok(true)
+    }
+
     /// Opens group `name`'s WAL and machine and starts its Raft node.
     async fn start(&self, name: GroupName) -> Result<PartRaft, String> {
         let inner = &self.inner;
         let dir = group_dir(&inner.root, name);
+        // A released replica's leftovers: this member runs a new replica of the group.
+        self.finish_released(&dir)?;
         let cluster = inner.meta.cluster();
         let member = member_of(self.me());
         let log = LogStore::<PartConfig>::open(&inner.env, &dir, cluster, member)

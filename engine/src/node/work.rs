@@ -2,7 +2,8 @@
 //! deleted (and only that), and making new names durable with one sync per directory.
 
 use super::tree::{survey_path, Found};
-use crate::env::Disk;
+use crate::env::{DirEntry, Disk};
+use crate::partition::superblock::SLOT_NAMES;
 use crate::partition::PartitionIdentity;
 use std::collections::BTreeSet;
 use std::io;
@@ -16,12 +17,39 @@ pub(crate) fn remove_durably(disk: &dyn Disk, path: &Path) -> io::Result<()> {
     let marked = in_partitions && super::rebuild::remove_marks(disk, path)?;
     let there = disk.exists(path)?;
     if there {
-        disk.remove_dir_all(path)?;
+        remove_identity_last(disk, path)?;
     }
     match path.parent() {
         Some(parent) if marked || there => disk.sync_dir(parent),
         _ => Ok(()),
     }
+}
+
+/// Removes directory `dir` so that a crash partway leaves either its partition's identity
+/// or nothing of it: a partition directory's superblock slots go last, once the removal of
+/// everything else is synced. A real `remove_dir_all` unlinks in the order the directory
+/// lists (not by name): a crash could leave a segment without its superblock, data with no
+/// readable identity, which boot never removes (`super::tree`); a leftover with its
+/// identity is the deletion's, which boot finishes. Any other directory (a topic's or a
+/// stream's, whose partitions went first) goes whole.
+fn remove_identity_last(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
+    let entries = disk.read_dir(dir)?;
+    let is_slot = |e: &DirEntry| !e.is_dir && SLOT_NAMES.contains(&e.name.as_str());
+    if !entries.iter().any(is_slot) {
+        return disk.remove_dir_all(dir);
+    }
+    for entry in entries.iter().filter(|e| !is_slot(e)) {
+        let path = dir.join(&entry.name);
+        match entry.is_dir {
+            true => disk.remove_dir_all(&path)?,
+            false => disk.remove_file(&path)?,
+        }
+    }
+    disk.sync_dir(dir)?;
+    for slot in entries.iter().filter(|e| is_slot(e)) {
+        disk.remove_file(&dir.join(&slot.name))?;
+    }
+    disk.remove_dir_all(dir)
 }
 
 /// Every directory from `dir`'s parent up to `root`, which must be synced for `dir`'s name

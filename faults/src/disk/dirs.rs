@@ -1,7 +1,9 @@
 //! The namespace: the names of the current view (with the index of each file's names), and
 //! the ordered log of unsynced changes of each directory that `sync_dir` makes durable.
 
-use super::State;
+use super::{parent_of, State};
+use rand::seq::SliceRandom;
+use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -138,6 +140,30 @@ impl Names {
 impl State {
     pub(super) fn is_dir(&self, path: &Path) -> bool {
         path.as_os_str().is_empty() || matches!(self.names.get(path), Some(Node::Dir(_)))
+    }
+
+    /// What a crash inside `remove_dir_all` leaves: a real one unlinks the files under
+    /// `dir` one at a time, in the order the directory lists them (not by name), so a
+    /// crash finds any of them gone (a seeded subset, in a seeded order) and the rest, with
+    /// the directories, still there. Each unlink is pending in its directory, as one made
+    /// by `remove_file` would be (a power loss may bring it back).
+    pub(super) fn unlink_some_under(&mut self, dir: &Path) {
+        let mut files: Vec<PathBuf> = self
+            .names
+            .under(dir)
+            .filter(|(_, n)| matches!(n, Node::File(_)))
+            .map(|(p, _)| p.clone())
+            .collect();
+        if files.is_empty() {
+            return;
+        }
+        files.shuffle(&mut self.rng);
+        let gone = self.rng.gen_range(0..=files.len());
+        for file in files.into_iter().take(gone) {
+            self.names.remove(&file);
+            let parent = parent_of(&file);
+            self.log_dir_op(&parent, DirOp::Unlink(file));
+        }
     }
 
     pub(super) fn log_dir_op(&mut self, dir: &Path, op: DirOp) {

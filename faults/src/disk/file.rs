@@ -455,6 +455,7 @@ impl Disk for SimDisk {
             return Err(invalid("refusing to remove the root"));
         }
         if s.mutate(Some(path), Call::Remove)? {
+            s.unlink_some_under(path);
             return Err(crashed_error());
         }
         let node = match s.names.get(path) {

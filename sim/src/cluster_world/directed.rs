@@ -32,7 +32,10 @@
 //! while its old replicas still vote; once its group settles on the new members, both are
 //! added back and the copies move back. The old replicas, left out meanwhile, catch up;
 //! the interim copies are released; every acknowledged message is on the copies placed at
-//! the end.
+//! the end. **A release cut short is finished**: the same, where an interim member
+//! crashes inside the removal of the replica it releases (a real `remove_dir_all` leaves any
+//! of the directory's files gone); its boot must finish the release, not refuse the WAL
+//! that is left.
 //!
 //! **A member is removed and added back, one change at a time.** The leader asked to remove
 //! its own member hands leadership over and names the next leader, which removes it; while
@@ -70,10 +73,12 @@ pub enum Scenario {
     QuietLeaderDies,
     /// Two of a partition's three copies move to other members at once, and back.
     TwoCopiesMove,
+    /// The same, where an interim member crashes inside a release's removal.
+    ReleaseCutShort,
 }
 
 /// Every directed scenario, by name.
-pub const SCENARIOS: [(&str, Scenario); 9] = [
+pub const SCENARIOS: [(&str, Scenario); 10] = [
     (
         "a_replica_that_lost_its_vote_does_not_elect_a_leader_without_acknowledged_ops",
         Scenario::BlankVoterStateLost,
@@ -110,6 +115,10 @@ pub const SCENARIOS: [(&str, Scenario); 9] = [
         "two_copies_of_a_partition_move_at_once_and_back",
         Scenario::TwoCopiesMove,
     ),
+    (
+        "a_release_cut_short_is_finished_at_the_next_boot",
+        Scenario::ReleaseCutShort,
+    ),
 ];
 
 /// Entries between the group's snapshots in [`Scenario::AdoptionCutShort`] (elsewhere, none
@@ -131,7 +140,16 @@ pub fn run(name: &str) -> Option<ClusterReport> {
 
 /// Runs `scenario`.
 pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
-    let moving = scenario == Scenario::TwoCopiesMove;
+    run_scenario_seeded(scenario, SEED, verbose)
+}
+
+/// Runs `scenario` with `seed` for its entropy, disks and network (what a crash inside a
+/// disk call leaves, among others).
+pub fn run_scenario_seeded(scenario: Scenario, seed: u64, verbose: bool) -> ClusterReport {
+    let moving = matches!(
+        scenario,
+        Scenario::TwoCopiesMove | Scenario::ReleaseCutShort
+    );
     let profile = ClusterProfile {
         replicas: if moving { 5 } else { 3 },
         ops: 0,
@@ -146,6 +164,9 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
             Scenario::AdoptionCutShort | Scenario::AdoptionOfRemovalsCutShort => {
                 ADOPTION_SNAPSHOT_EVERY
             }
+            // Partition groups checkpoint every 2 sends: the WAL a release leaves holds
+            // none of the messages its copy held.
+            Scenario::ReleaseCutShort => ADOPTION_SNAPSHOT_EVERY,
             _ => 1000,
         },
         blank: 0.0,
@@ -162,7 +183,7 @@ pub fn run_scenario(scenario: Scenario, verbose: bool) -> ClusterReport {
         messages: scenario == Scenario::QuietLeaderDies || moving,
         factor: if moving { 3 } else { 0 },
     };
-    run_script(SEED, verbose, profile, Script::Directed(scenario), false)
+    run_script(seed, verbose, profile, Script::Directed(scenario), false)
 }
 
 pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
@@ -179,7 +200,8 @@ pub(super) async fn play(mut world: World, scenario: Scenario) -> Counts {
             Scenario::AdoptionOfRemovalsCutShort => adoption_cut_short(&mut world, true).await,
             Scenario::RemovedAndAddedBack => removed_and_added_back(&mut world).await,
             Scenario::QuietLeaderDies => quiet_leader_dies(&mut world).await,
-            Scenario::TwoCopiesMove => two_copies_move(&mut world).await,
+            Scenario::TwoCopiesMove => two_copies_move(&mut world, false).await,
+            Scenario::ReleaseCutShort => two_copies_move(&mut world, true).await,
             _ => blank_voter(&mut world).await,
         }
     }
@@ -334,7 +356,7 @@ async fn acknowledge_sends(world: &mut World, topic: &str, count: usize) -> bool
 }
 
 /// The module doc's scenario of two copies moving at once.
-async fn two_copies_move(world: &mut World) {
+async fn two_copies_move(world: &mut World, cut_short: bool) {
     use cairn_cluster::group::MemberChange;
     use cairn_cluster::types::member_of;
     if !world.acknowledge("a/t1").await || !acknowledge_sends(world, "a/t1", 3).await {
@@ -402,6 +424,9 @@ async fn two_copies_move(world: &mut World) {
             }
         }
     }
+    if cut_short && !release_cut_short(world, interim[0]).await {
+        return;
+    }
     // Back where they were: the old replicas, left out meanwhile, catch up; the interim
     // copies, placed elsewhere again, are released.
     let placed = world.placed_members(identity);
@@ -413,8 +438,40 @@ async fn two_copies_move(world: &mut World) {
     }
 }
 
-/// Waits until each of `members` runs no replica of partition `identity` and its copy is
-/// empty (released); false (the world failed) when one did not within [`STEP_DEADLINE`].
+/// Member `m` crashes at its next removal under its groups' directories (the release
+/// of a replica it keeps), then boots again; false (the world failed) when it never
+/// reached one within [`STEP_DEADLINE`].
+async fn release_cut_short(world: &mut World, m: MemberId) -> bool {
+    use cairn_faults::disk::{Call, Scripted};
+    let at = world
+        .replicas
+        .iter()
+        .position(|r| r.id == m)
+        .expect("a member");
+    world.replicas[at].disk.script(Scripted::CrashOnCall {
+        call: Call::Remove,
+        part: "cluster/partitions/".into(),
+    });
+    world.replicas[at].armed = true;
+    let deadline = world.clock.now_nanos() + STEP_DEADLINE.as_nanos() as u64;
+    while !world.replicas[at].disk.is_crashed() {
+        if world.clock.now_nanos() >= deadline || world.failed() {
+            let evidence = format!("member {m} never removed a released replica's files");
+            world.fail(INV_LIVENESS, evidence);
+            return false;
+        }
+        cairn_engine::env::Clock::sleep(&world.clock, Duration::from_millis(50)).await;
+    }
+    // A process crash: the unlinks made before it stay (a power loss would bring back
+    // those not synced).
+    world.event(format!("member {m} crashes inside a release's removal"));
+    world.crash_as(at, false);
+    world.restart_all().await;
+    true
+}
+
+/// Waits until each of `members` runs no replica of partition `identity`, none refused to
+/// start, and its copy is empty (released); false (the world failed) when one did not within [`STEP_DEADLINE`].
 async fn released_on(
     world: &mut World,
     identity: cairn_engine::partition::PartitionIdentity,
@@ -429,9 +486,11 @@ async fn released_on(
                 continue;
             };
             let views = r.parts.as_ref().map(|p| p.views()).unwrap_or_default();
+            // Not running because its start is refused (a WAL a release left behind) is
+            // not released.
             let runs = views
                 .iter()
-                .any(|v| v.partition == identity && v.replica.is_some());
+                .any(|v| v.partition == identity && (v.replica.is_some() || v.failed.is_some()));
             let Some(node) = r.node.clone() else { continue };
             let held = node.client(0).local_partition_info(key).await;
             let empty = held.is_ok_and(|i| i.is_some_and(|i| i.visible_next_offset == Some(0)));

@@ -89,6 +89,7 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
                 "ClusterReplicaReleased",
                 "ClusterPartitionPlaced",
             ],
+            Scenario::ReleaseCutShort => &["ClusterProcessCrash", "ClusterReplicaReleased"],
         };
         for &row in rows {
             assert!(
@@ -105,6 +106,7 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
             }
             // The blank founder found the group and was added to it, not a group of its own.
             Scenario::BlankFounder => Some("replaced member 1's old one"),
+            Scenario::ReleaseCutShort => Some("inside a release's removal"),
             _ => None,
         };
         if let Some(event) = event {
@@ -117,6 +119,28 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
             "{name}: {}",
             report.events.join("\n")
         );
+    }
+}
+
+#[test]
+fn a_release_cut_short_is_finished_whatever_its_crash_left() {
+    // Each seed leaves a different subset of the released replica's files unlinked by the
+    // crash inside its directory's removal (seeds 1 and 4 of these, without the release's
+    // own mark, left a WAL without its repair mark, which the member refused to start).
+    use cluster_world::directed::{run_scenario_seeded, Scenario};
+    for seed in 0..6 {
+        let report = run_scenario_seeded(Scenario::ReleaseCutShort, seed, false);
+        assert!(
+            report.violation.is_none(),
+            "seed {seed}: {:?}\n{}",
+            report.violation,
+            report.events.join("\n")
+        );
+        let crashed = report
+            .events
+            .iter()
+            .any(|e| e.contains("inside a release's removal"));
+        assert!(crashed, "seed {seed}: {}", report.events.join("\n"));
     }
 }
 
@@ -300,7 +324,11 @@ fn a_retry_under_a_new_key_and_a_read_before_the_read_index_are_caught() {
 /// problems"): a change cut between its two entries taken for a refusal (1315); an
 /// administrator asking a removed replica's stale leader (1909); a refused removal counting
 /// a replica gone blank meanwhile (1757); a change found made by a leader not yet committed
-/// in its term (5137, 6212). Each replays with the `remove` it was found with.
+/// in its term (5137, 6212). Each replays with the `remove` it was found with. Since a
+/// partition directory's removal takes its superblock last (more disk calls, each with its
+/// seeded latency), 6212's schedule reaches no removal (its one attempt is refused: it
+/// asked a replica that no longer led); it stays for its invariants, and 5137 keeps its
+/// cause covered.
 #[test]
 fn seeds_a_removal_hunt_found_hold_their_invariants() {
     let hunted: [(u64, f64); 5] = [
@@ -326,7 +354,7 @@ fn seeds_a_removal_hunt_found_hold_their_invariants() {
             report.violation
         );
         assert!(
-            report.decisions.contains_key("ClusterReplicaRemoved"),
+            seed == 6212 || report.decisions.contains_key("ClusterReplicaRemoved"),
             "seed {seed} removed no member"
         );
     }

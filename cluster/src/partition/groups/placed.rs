@@ -28,8 +28,11 @@ use crate::partition::refill;
 use crate::partition::{PartCommand, PartOutcome, PartRaft};
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
+use cairn_engine::env::{Disk, OpenMode};
 use openraft::async_runtime::WatchReceiver;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -193,8 +196,13 @@ impl PartGroups {
             self.note_failure(name, format!("its released copy was not emptied: {e}"));
             return;
         }
-        let removed = disk.remove_dir_all(&dir);
-        if let Err(e) = removed.and_then(|()| disk.sync_dir(&self.inner.root)) {
+        // The copy is empty: the directory goes, under a mark of its own (a crash partway
+        // through the removal finds the mark, and the removal is finished, `Released`).
+        let released = Released { disk, dir: &dir };
+        let removed = released
+            .set()
+            .and_then(|()| released.finish(&self.inner.root));
+        if let Err(e) = removed {
             tracing::warn!(dir = %dir.display(), error = %e, "a released replica's directory stays");
         }
     }
@@ -401,5 +409,53 @@ impl PartGroups {
             self.counts().taken_unplaced.fetch_add(1, Relaxed);
         }
         reply
+    }
+}
+
+/// The mark of a released replica's directory (file [`RELEASED_MARK`]), set once its copy
+/// was emptied: what is under the mark is going, and is removed wherever it is found
+/// (`PartGroups::start`, `remove_strays`), the mark last. A real `remove_dir_all` unlinks
+/// one entry at a time in no set order: without the mark, a crash partway could leave a
+/// WAL whose repair mark or synced segment is gone, which boot refuses as damage.
+pub(super) struct Released<'a> {
+    pub(super) disk: &'a dyn Disk,
+    pub(super) dir: &'a Path,
+}
+
+/// The released mark's file in a group's directory.
+pub const RELEASED_MARK: &str = "released";
+
+impl Released<'_> {
+    fn path(&self) -> PathBuf {
+        self.dir.join(RELEASED_MARK)
+    }
+
+    pub(super) fn present(&self) -> io::Result<bool> {
+        self.disk.exists(&self.path())
+    }
+
+    /// Sets the mark, durably, before anything under it is removed.
+    fn set(&self) -> io::Result<()> {
+        let file = self.disk.open(&self.path(), OpenMode::CreateOrOpen)?;
+        file.sync_data()?;
+        self.disk.sync_dir(self.dir)
+    }
+
+    /// Removes everything but the mark (durably), then the mark with the directory, and
+    /// syncs `root`, the directory's parent.
+    pub(super) fn finish(&self, root: &Path) -> io::Result<()> {
+        for entry in self.disk.read_dir(self.dir)? {
+            if entry.name == RELEASED_MARK {
+                continue;
+            }
+            let path = self.dir.join(&entry.name);
+            match entry.is_dir {
+                true => self.disk.remove_dir_all(&path)?,
+                false => self.disk.remove_file(&path)?,
+            }
+        }
+        self.disk.sync_dir(self.dir)?;
+        self.disk.remove_dir_all(self.dir)?;
+        self.disk.sync_dir(root)
     }
 }
