@@ -115,7 +115,7 @@ impl PartGroups {
             .cloned();
         let Some(node) = node else { return };
         let asked = self.identity(name, id_of(&raft), (member_of(to), &node));
-        if !matches!(asked.await, Some((id, _, false)) if id == to) {
+        if !matches!(asked.await, Some(Some((id, _, false))) if id == to) {
             return;
         }
         tracing::info!(partition = %super::net::identity_of(name), to = %crate::types::show_id(to), "handing the partition's leadership to its preferred member");

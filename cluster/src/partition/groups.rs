@@ -781,19 +781,20 @@ impl PartGroups {
         (voter, peer): (NodeId, &Peer),
     ) -> Option<(NodeId, bool)> {
         let member = member_of(voter);
-        let (id, made, _) = self.identity(name, mine, (member, peer)).await?;
+        let (id, made, _) = self.identity(name, mine, (member, peer)).await??;
         Some((id, made))
     }
 
     /// What the member `member` (at `peer`) answers of group `name` when replica `mine`
     /// asks: the replica it runs, whether that holds any of the group, whether the member
-    /// is leaving; `None` when it does not answer (or answers for another member).
+    /// is leaving; `Some(None)` when it runs none; `None` when it does not answer (or
+    /// answers for another member).
     pub(super) async fn identity(
         &self,
         name: GroupName,
         mine: NodeId,
         (member, peer): (crate::types::MemberId, &Peer),
-    ) -> Option<(NodeId, bool, bool)> {
+    ) -> Option<Option<(NodeId, bool, bool)>> {
         let envelope = PartEnvelope {
             from: mine,
             to: u64::from(member) << 32,
@@ -805,8 +806,9 @@ impl PartGroups {
             .call(peer, name, &envelope, IDENTIFY_LIMIT);
         match asked.await {
             Ok(PartReply::Identity { id, made, leaving }) if member_of(id) == member => {
-                Some((id, made, leaving))
+                Some(Some((id, made, leaving)))
             }
+            Ok(PartReply::NoGroup) => Some(None),
             _ => None,
         }
     }

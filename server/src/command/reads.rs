@@ -28,21 +28,35 @@ pub(super) async fn numbers(
     call: &Call<'_>,
     keys: impl IntoIterator<Item = PartitionKey>,
 ) -> Numbers {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
     let node = &call.session().node;
-    let keys: Vec<PartitionKey> = keys.into_iter().collect();
+    // Collected first: the caller's iterator may borrow what a future must not hold.
+    let mut keys = keys.into_iter().collect::<Vec<_>>().into_iter();
+    let mut asked = FuturesUnordered::new();
     let mut numbers = Numbers::new();
-    for chunk in keys.chunks(NUMBERS_IN_FLIGHT) {
-        let asked = chunk.iter().map(|&key| async move {
-            let info = node.partition_info(key).await;
-            (key, info)
-        });
-        for (key, info) in futures_util::future::join_all(asked).await {
-            if let Ok(Some(info)) = info {
-                numbers.insert(key, PartitionNumbers::of(&info));
-            }
+    loop {
+        // As one answer comes, the next partition is asked: never more than the limit.
+        while asked.len() < NUMBERS_IN_FLIGHT {
+            let Some(key) = keys.next() else { break };
+            asked.push(numbers_of(node, key));
+        }
+        let Some((key, info)) = asked.next().await else {
+            break;
+        };
+        if let Some(info) = info {
+            numbers.insert(key, info);
         }
     }
     numbers
+}
+
+/// Partition `key`'s numbers, if it has any to give.
+async fn numbers_of(
+    node: &cairn_engine::node::Client,
+    key: PartitionKey,
+) -> (PartitionKey, Option<PartitionNumbers>) {
+    let info = node.partition_info(key).await;
+    (key, info.ok().flatten().map(|i| PartitionNumbers::of(&i)))
 }
 
 fn stream_keys(view: &MetaView, s: u32) -> Vec<PartitionKey> {

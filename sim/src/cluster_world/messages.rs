@@ -29,6 +29,9 @@ pub const INV_MESSAGES_AGREE: &str = "replicas hold the same batches at every of
 pub const INV_MESSAGE_LOST: &str = "an acknowledged message is never lost";
 pub const INV_MESSAGE_UNSENT: &str =
     "a partition holds only messages a client sent, each once, at dense offsets";
+/// How long after the final heal a member's refused replica may take to start again: the
+/// groups' longest wait between tries (30 s), and a margin.
+const GROUPS_RUN_DEADLINE: Duration = Duration::from_secs(40);
 pub const INV_READ_COMMITTED: &str = "a message a poll read stays where it was read";
 
 /// How long the client waits for a send's answer (a group without a leader keeps it up to
@@ -480,6 +483,10 @@ impl World {
         if self.failed() {
             return;
         }
+        self.judge_groups_run().await;
+        if self.failed() {
+            return;
+        }
         let views: Vec<GroupView> = self
             .replicas
             .iter()
@@ -496,6 +503,36 @@ impl World {
             self.messages.doubt.len(),
             self.messages.seen.len()
         ));
+    }
+
+    /// After the final heal: no member's replica of a group stays refused. A group that
+    /// did not start (or stopped) is started again within [`GROUPS_RUN_DEADLINE`], past the
+    /// longest wait between its tries; a copy that never starts again is a boot that failed
+    /// (every disk fault of this world is damage its group repairs).
+    async fn judge_groups_run(&mut self) {
+        let deadline = self.clock.now_nanos() + GROUPS_RUN_DEADLINE.as_nanos() as u64;
+        loop {
+            let refused: Vec<String> = self
+                .replicas
+                .iter()
+                .filter_map(|r| Some((r.id, r.parts.as_ref()?.views())))
+                .flat_map(|(id, views)| {
+                    let failed = views
+                        .into_iter()
+                        .filter_map(|v| Some((v.partition, v.failed?)));
+                    failed.map(move |(p, why)| format!("member {id}'s replica of {p}: {why}"))
+                })
+                .collect();
+            if refused.is_empty() {
+                return;
+            }
+            if self.clock.now_nanos() >= deadline {
+                let evidence = format!("replicas never started again: {}", refused.join("; "));
+                self.fail(INV_BOOT, evidence);
+                return;
+            }
+            cairn_engine::env::Clock::sleep(&self.clock, Duration::from_millis(100)).await;
+        }
     }
 
     /// A last message to `partition` through a random member, asked again until one is

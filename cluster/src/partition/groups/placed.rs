@@ -293,7 +293,8 @@ impl PartGroups {
                 self.group(name)
                     .map(|raft| (id_of(&raft), !never_made(&raft)))
             } else {
-                self.holds(name, me, (member, &peer)).await?
+                let asked = self.identity(name, me, (member, &peer)).await?;
+                asked.map(|(id, made, _)| (id, made))
             };
             match (answer, placed.contains(&member)) {
                 (Some((id, made)), true) => {
@@ -306,30 +307,6 @@ impl PartGroups {
             }
         }
         (replicas.len() == placed.len()).then_some((replicas, any_made))
-    }
-
-    /// What member `member` (at `peer`) answers of group `name`: `Some(None)` when it runs
-    /// no replica of it, the replica it runs and whether that holds any of the group, or
-    /// `None` when it does not answer.
-    async fn holds(
-        &self,
-        name: GroupName,
-        mine: NodeId,
-        (member, peer): (MemberId, &Peer),
-    ) -> Option<Option<(NodeId, bool)>> {
-        let envelope = PartEnvelope {
-            from: mine,
-            to: u64::from(member) << 32,
-            rpc: PartRpc::Identify,
-        };
-        let asked = self.networks().call(peer, name, &envelope, IDENTIFY_LIMIT);
-        match asked.await {
-            Ok(PartReply::Identity { id, made, .. }) if member_of(id) == member => {
-                Some(Some((id, made)))
-            }
-            Ok(PartReply::NoGroup) => Some(None),
-            _ => None,
-        }
     }
 
     /// What the metadata leader (`leader`, not this member) says group `name` is to be
