@@ -638,7 +638,10 @@ impl PartGroups {
             .collect();
         for entry in listing.iter().filter(|e| e.is_dir) {
             let dir = self.inner.root.join(&entry.name);
-            if self.finish_released(&dir).is_ok_and(|finished| finished) {
+            // A released replica's leftovers go. Left by a failure, they are never kept
+            // (a kept group would start a blank replica where it is not placed): the next
+            // boot finishes them, or `start` first where the group is placed here.
+            if self.finish_released(&dir).unwrap_or(true) {
                 continue;
             }
             if let Some(name) = wanted.get(&dir.display().to_string()) {
@@ -895,6 +898,7 @@ mod reads;
 mod serve;
 mod write;
 
+pub use placed::RELEASED_MARK;
 pub use reads::{ReadReply, WireRead, READ_BUDGET};
 
 pub(super) use write::{propose, stamp};

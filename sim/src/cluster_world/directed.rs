@@ -438,11 +438,14 @@ async fn two_copies_move(world: &mut World, cut_short: bool) {
     }
 }
 
-/// Member `m` crashes at its next removal under its groups' directories (the release
-/// of a replica it keeps), then boots again; false (the world failed) when it never
+/// Member `m` crashes (or, on odd seeds, loses power) at its next removal under its
+/// groups' directories (the release of a replica it keeps), then boots again; false (the world failed) when it never
 /// reached one within [`STEP_DEADLINE`].
 async fn release_cut_short(world: &mut World, m: MemberId) -> bool {
+    use cairn_cluster::partition::groups::RELEASED_MARK;
+    use cairn_cluster::partition::refill::REPAIR_MARK;
     use cairn_faults::disk::{Call, Scripted};
+    use std::path::PathBuf;
     let at = world
         .replicas
         .iter()
@@ -464,8 +467,21 @@ async fn release_cut_short(world: &mut World, m: MemberId) -> bool {
     }
     // A process crash: the unlinks made before it stay (a power loss would bring back
     // those not synced).
-    world.event(format!("member {m} crashes inside a release's removal"));
-    world.crash_as(at, false);
+    // Inside the release: its own mark is there (or, without one, its WAL's repair mark).
+    let under = PathBuf::from(format!("/data/{m}/cluster/partitions"));
+    let names = world.replicas[at].disk.paths_under(&under);
+    let marked = |mark: &str| names.iter().any(|p| p.ends_with(mark));
+    if !marked(RELEASED_MARK) && !marked(REPAIR_MARK) {
+        let evidence = format!("member {m} crashed at a removal outside a release: {names:?}");
+        world.fail(INV_ASSERTION, evidence);
+        return false;
+    }
+    // Seeds alternate a process crash (the unlinks made stay) and a power loss (only the
+    // synced ones do).
+    let power = world.seed % 2 == 1;
+    let kind = if power { "loses power" } else { "crashes" };
+    world.event(format!("member {m} {kind} inside a release's removal"));
+    world.crash_as(at, power);
     world.restart_all().await;
     true
 }

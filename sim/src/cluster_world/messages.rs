@@ -29,9 +29,10 @@ pub const INV_MESSAGES_AGREE: &str = "replicas hold the same batches at every of
 pub const INV_MESSAGE_LOST: &str = "an acknowledged message is never lost";
 pub const INV_MESSAGE_UNSENT: &str =
     "a partition holds only messages a client sent, each once, at dense offsets";
-/// How long after the final heal a member's refused replica may take to start again: the
-/// groups' longest wait between tries (30 s), and a margin.
-const GROUPS_RUN_DEADLINE: Duration = Duration::from_secs(40);
+/// How long after the final heal a member's refused replica may take to start again: two
+/// of the groups' longest waits between tries (30 s; one more failure as its peers come
+/// back may start a last wait), and a margin.
+const GROUPS_RUN_DEADLINE: Duration = Duration::from_secs(70);
 pub const INV_READ_COMMITTED: &str = "a message a poll read stays where it was read";
 
 /// How long the client waits for a send's answer (a group without a leader keeps it up to

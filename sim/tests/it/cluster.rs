@@ -124,9 +124,11 @@ fn a_blank_replica_elects_no_leader_without_acknowledged_ops() {
 
 #[test]
 fn a_release_cut_short_is_finished_whatever_its_crash_left() {
-    // Each seed leaves a different subset of the released replica's files unlinked by the
-    // crash inside its directory's removal (seeds 1 and 4 of these, without the release's
-    // own mark, left a WAL without its repair mark, which the member refused to start).
+    // The member crashes (even seeds) or loses power (odd ones) at its release's first
+    // removal, found under the release's mark. Without that mark (the removal one
+    // `remove_dir_all`), the crash left a seeded subset of the WAL's files unlinked, and
+    // seeds 1 and 4 of these a WAL without its repair mark, which the member refused to
+    // start.
     use cluster_world::directed::{run_scenario_seeded, Scenario};
     for seed in 0..6 {
         let report = run_scenario_seeded(Scenario::ReleaseCutShort, seed, false);

@@ -172,6 +172,8 @@ impl PartGroups {
             running.remove(&name).expect("checked above")
         };
         self.kept().remove(&name);
+        // Not running here by choice: no failure of an earlier start stands for it.
+        self.failed().remove(&name);
         self.quiet().forget(name);
         self.counts().released.fetch_add(1, Relaxed);
         let _ = in_env(&self.inner.env, raft.shutdown()).await;
