@@ -312,9 +312,23 @@ impl DiskLayer for CrashingDisk {
         CrashingDisk::spend(&self.budget)?;
         RealDisk.remove_file(path)
     }
+    /// As `std::fs::remove_dir_all` does it: one entry at a time, each unlink a call a crash
+    /// may strike before. A file system lists a directory in an order of its own (ext4: by
+    /// hash): here, by name from the last, an order that may take a partition's
+    /// `superblock.*` before its segments, as any file system may.
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut entries = std::fs::read_dir(path)?.collect::<io::Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
+        for entry in entries {
+            if entry.file_type()?.is_dir() {
+                DiskLayer::remove_dir_all(self, &entry.path())?;
+            } else {
+                CrashingDisk::spend(&self.budget)?;
+                std::fs::remove_file(entry.path())?;
+            }
+        }
         CrashingDisk::spend(&self.budget)?;
-        RealDisk.remove_dir_all(path)
+        std::fs::remove_dir(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;

@@ -116,8 +116,9 @@ fn step(node: &TestNode, i: usize, ledger: &mut Ledger) -> Result<(), String> {
             .create_user("alice", "secret", 1, None)
             .map(drop)
             .map_err(e),
+        // Persisted: what is sent to it is in its log when it is deleted.
         5 => node
-            .create_topic(&id(0), "doomed", 1, topic_options(&[]))
+            .create_topic(&id(0), "doomed", 1, persisted.clone())
             .map(drop)
             .map_err(e),
         6 => node
@@ -133,7 +134,13 @@ fn step(node: &TestNode, i: usize, ledger: &mut Ledger) -> Result<(), String> {
         }
         8 => node.create_partitions(&id(0), &id(0), 2).map_err(e),
         9 => node.purge_topic(&id(0), &id(1)).map_err(e),
-        10 => node.delete_topic(&id(0), &id(1)).map_err(e),
+        10 => {
+            // Data in the deleted partition: a crash inside its removal must leave either
+            // its identity or nothing of it, never bytes nothing accounts for.
+            node.send(&id(0), &id(1), &WirePartitioning::Balanced, batch(3, 1, 50))
+                .map_err(e)?;
+            node.delete_topic(&id(0), &id(1)).map_err(e)
+        }
         11 => node.update_stream(&id(0), "renamed").map_err(e),
         12 => node.delete_partitions(&id(0), &id(0), 1).map_err(e),
         13 => node.delete_group(&id(0), &id(0), &id(0)).map_err(e),
