@@ -224,9 +224,7 @@ impl RepairMark<'_> {
 
     /// Sets the mark, durably: what follows may empty the replica's copy.
     pub fn set(&self) -> io::Result<()> {
-        let file = self.disk.open(&self.path(), OpenMode::CreateOrOpen)?;
-        file.sync_data()?;
-        self.disk.sync_dir(self.dir)
+        set_mark(self.disk, self.dir, REPAIR_MARK)
     }
 
     /// Clears the mark: the repair is done, the replica's offsets written back durably
@@ -235,6 +233,14 @@ impl RepairMark<'_> {
         self.disk.remove_file(&self.path())?;
         self.disk.sync_dir(self.dir)
     }
+}
+
+/// Creates the empty file `name` in a group's directory `dir`, durably (its name synced):
+/// a mark that what follows it may be cut short and must be finished.
+pub(crate) fn set_mark(disk: &dyn Disk, dir: &Path, name: &str) -> io::Result<()> {
+    let file = disk.open(&dir.join(name), OpenMode::CreateOrOpen)?;
+    file.sync_data()?;
+    disk.sync_dir(dir)
 }
 
 /// Whether this member's replica must be repaired from its peers before its group's

@@ -28,7 +28,7 @@ use crate::partition::refill;
 use crate::partition::{PartCommand, PartOutcome, PartRaft};
 use crate::rt::in_env;
 use crate::types::{member_of, show_id, MemberId, NodeId, Peer};
-use cairn_engine::env::{Disk, OpenMode};
+use cairn_engine::env::Disk;
 use openraft::async_runtime::WatchReceiver;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -415,9 +415,7 @@ impl Released<'_> {
 
     /// Sets the mark, durably, before anything under it is removed.
     fn set(&self) -> io::Result<()> {
-        let file = self.disk.open(&self.path(), OpenMode::CreateOrOpen)?;
-        file.sync_data()?;
-        self.disk.sync_dir(self.dir)
+        refill::set_mark(self.disk, self.dir, RELEASED_MARK)
     }
 
     /// Removes everything but the mark (durably), then the mark with the directory, and
