@@ -326,7 +326,7 @@ impl Client {
             .as_mut()
             .expect("attempt runs on an open connection");
         let result = match connection
-            .round_trip(&*self.env.clock, frame, self.config.reply_timeout)
+            .round_trip(frame, self.config.reply_timeout)
             .await
         {
             Ok(raw) => decode_reply(&raw.head, raw.body, route, self.config.max_reply_bytes),

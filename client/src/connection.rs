@@ -4,7 +4,7 @@
 use crate::error::ClientError;
 use crate::frame::{check_head, Incoming, HEADER_LEN};
 use bytes::{Bytes, BytesMut};
-use cairn_engine::env::{race, ByteStream, Clock, Either, Net};
+use cairn_engine::env::{race, ByteStream, Clock, Deadline, Either, Net};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,6 +22,8 @@ pub struct Connection {
     stream: Box<dyn ByteStream>,
     address: SocketAddr,
     max_reply_bytes: u32,
+    /// Every round trip's timeout: one timer re-armed, not one made per request.
+    deadline: Box<dyn Deadline>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -48,6 +50,7 @@ impl Connection {
                 stream,
                 address,
                 max_reply_bytes,
+                deadline: clock.deadline(),
             }),
             Either::Left(Err(source)) => Err(ClientError::Unreachable { address, source }),
             Either::Right(()) => Err(ClientError::Timeout {
@@ -63,15 +66,16 @@ impl Connection {
     }
 
     /// Writes `frame` and reads one reply frame, both within `timeout`.
-    #[tracing::instrument(level = "trace", skip(self, clock, frame), fields(address = %self.address, len = frame.len()))]
+    #[tracing::instrument(level = "trace", skip(self, frame), fields(address = %self.address, len = frame.len()))]
     pub async fn round_trip(
         &mut self,
-        clock: &dyn Clock,
         frame: &[u8],
         timeout: Duration,
     ) -> Result<RawFrame, ClientError> {
         let address = self.address;
-        match race(self.exchange(frame), clock.sleep(timeout)).await {
+        self.deadline.reset(timeout);
+        let exchange = exchange(self.stream.as_mut(), address, self.max_reply_bytes, frame);
+        match race(exchange, self.deadline.passed()).await {
             Either::Left(result) => result,
             Either::Right(()) => Err(ClientError::Timeout {
                 address,
@@ -87,55 +91,61 @@ impl Connection {
             tracing::debug!(address = %self.address, %error, "shutdown failed");
         }
     }
+}
 
-    async fn exchange(&mut self, frame: &[u8]) -> Result<RawFrame, ClientError> {
-        assert!(frame.len() >= HEADER_LEN);
-        let address = self.address;
-        self.stream
-            .write_all(frame)
-            .await
-            .map_err(|source| ClientError::Disconnected { address, source })?;
-        let mut head = [0u8; HEADER_LEN];
-        self.read_exact(&mut head).await?;
-        let body_len = match check_head(&head, self.max_reply_bytes)? {
-            Incoming::Reply { body_len } => body_len,
-            Incoming::Eviction => 0,
-        };
-        assert!(HEADER_LEN + body_len <= self.max_reply_bytes as usize);
-        let mut body = BytesMut::zeroed(body_len);
-        self.read_exact(&mut body).await?;
-        Ok(RawFrame {
-            head,
-            body: body.freeze(),
-        })
-    }
+async fn exchange(
+    stream: &mut dyn ByteStream,
+    address: SocketAddr,
+    max_reply_bytes: u32,
+    frame: &[u8],
+) -> Result<RawFrame, ClientError> {
+    assert!(frame.len() >= HEADER_LEN);
+    stream
+        .write_all(frame)
+        .await
+        .map_err(|source| ClientError::Disconnected { address, source })?;
+    let mut head = BytesMut::with_capacity(HEADER_LEN);
+    read_exact(stream, address, &mut head).await?;
+    let head: [u8; HEADER_LEN] = head[..].try_into().expect("a whole header");
+    let body_len = match check_head(&head, max_reply_bytes)? {
+        Incoming::Reply { body_len } => body_len,
+        Incoming::Eviction => 0,
+    };
+    assert!(HEADER_LEN + body_len <= max_reply_bytes as usize);
+    let mut body = BytesMut::with_capacity(body_len);
+    read_exact(stream, address, &mut body).await?;
+    Ok(RawFrame {
+        head,
+        body: body.freeze(),
+    })
+}
 
-    /// Reads exactly `buf.len()` bytes (never more: the next frame stays in the socket).
-    async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ClientError> {
-        let address = self.address;
-        let mut filled = 0;
-        while filled < buf.len() {
-            match self.stream.read(&mut buf[filled..]).await {
-                Ok(0) => {
-                    return Err(ClientError::Disconnected {
-                        address,
-                        source: io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!(
-                                "server closed the connection {filled} bytes into a {}-byte read",
-                                buf.len()
-                            ),
+/// Fills `buf` to its capacity, into the uninitialised room (never more: `with_capacity`
+/// allocates exactly, so the next frame stays in the socket).
+async fn read_exact(
+    stream: &mut dyn ByteStream,
+    address: SocketAddr,
+    buf: &mut BytesMut,
+) -> Result<(), ClientError> {
+    let want = buf.capacity();
+    while buf.len() < want {
+        match stream.read_buf(buf).await {
+            Ok(0) => {
+                return Err(ClientError::Disconnected {
+                    address,
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "server closed the connection {} bytes into a {want}-byte read",
+                            buf.len()
                         ),
-                    })
-                }
-                Ok(n) => {
-                    assert!(n <= buf.len() - filled, "read returned more than asked");
-                    filled += n;
-                }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => return Err(ClientError::Disconnected { address, source }),
+                    ),
+                })
             }
+            Ok(_) => assert!(buf.len() <= want, "read past the capacity asked for"),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(ClientError::Disconnected { address, source }),
         }
-        Ok(())
     }
+    Ok(())
 }

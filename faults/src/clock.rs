@@ -1,7 +1,7 @@
 //! Virtual time: a monotonic clock that moves only when the simulator advances it, timers
 //! that the executor fires in deadline order, and a wall clock that can jump.
 
-use cairn_engine::env::{BoxFuture, Clock};
+use cairn_engine::env::{BoxFuture, Clock, Deadline, SleepDeadline};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -143,6 +143,11 @@ impl Clock for SimClock {
             id: None,
         })
     }
+
+    fn deadline(&self) -> Box<dyn Deadline> {
+        let clock = self.clone();
+        Box::new(SleepDeadline::new(move |after| clock.sleep(after)))
+    }
 }
 
 /// One host's view of [`SimClock`]'s time: its monotonic clock runs at `rate_permille`
@@ -191,6 +196,11 @@ impl Clock for SkewedClock {
         let rate = u128::from(self.rate_permille);
         let true_nanos = nanos.div_ceil(rate).min(u128::from(u64::MAX)) as u64;
         self.inner.sleep(Duration::from_nanos(true_nanos))
+    }
+
+    fn deadline(&self) -> Box<dyn Deadline> {
+        let clock = self.clone();
+        Box::new(SleepDeadline::new(move |after| clock.sleep(after)))
     }
 }
 

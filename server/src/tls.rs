@@ -308,22 +308,28 @@ impl TlsStream {
     }
 
     async fn write_plain(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.write_plain_vectored(&[io::IoSlice::new(buf)]).await?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Some of `bufs` as TLS records (rustls gathers the slices; after a flush it has room
+    /// for up to OUTGOING_BYTES), flushed: the bytes taken.
+    async fn write_plain_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if self.tls.is_handshaking() {
             self.handshake().await?;
         }
-        while !buf.is_empty() {
-            // After a flush rustls has room: it takes up to OUTGOING_BYTES at a time.
-            let n = self.tls.writer().write(buf)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the TLS connection takes no more data",
-                ));
-            }
-            buf = &buf[n..];
-            self.flush().await?;
+        let n = self.tls.writer().write_vectored(bufs)?;
+        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "the TLS connection takes no more data",
+            ));
         }
-        self.flush().await
+        self.flush().await?;
+        Ok(n)
     }
 
     async fn close(&mut self) -> io::Result<()> {
@@ -345,6 +351,13 @@ impl ByteStream for TlsStream {
 
     fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, io::Result<()>> {
         Box::pin(self.write_plain(buf))
+    }
+
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [io::IoSlice<'a>],
+    ) -> BoxFuture<'a, io::Result<usize>> {
+        Box::pin(self.write_plain_vectored(bufs))
     }
 
     /// Sends `close_notify` (unless the record stream may be torn), then shuts the inner

@@ -143,7 +143,10 @@ impl<T> Sender<T> {
             return Err(TrySendError::Full(value));
         }
         state.queue.push_back(value);
-        if let Some(waker) = state.receiver.take() {
+        let receiver = state.receiver.take();
+        drop(state);
+        // Woken outside the lock: the woken receiver's first act is to take it.
+        if let Some(waker) = receiver {
             waker.wake();
         }
         Ok(())
@@ -316,7 +319,10 @@ impl<T> Reply<T> {
         let mut state = lock(&self.state);
         state.value = Some(value);
         state.done = true;
-        if let Some(waker) = state.waker.take() {
+        let waiting = state.waker.take();
+        drop(state);
+        // Woken outside the lock: the woken task's first act is to take it.
+        if let Some(waker) = waiting {
             waker.wake();
         }
     }
@@ -690,7 +696,11 @@ impl Drop for Charge {
 
 struct LatchState<T> {
     value: Option<T>,
-    waiters: Waiters,
+    /// The wakers of pending [`LatchWait`]s, by the id each holds: a wait that is dropped
+    /// unfinished takes its waker out (a connection's per-request wait on the server's
+    /// stopping latch leaves nothing behind).
+    waiters: std::collections::BTreeMap<u64, Waker>,
+    next_waiter: u64,
 }
 
 /// Set once, read by anyone, awaited by anyone: how a node says it stopped.
@@ -711,7 +721,8 @@ impl<T> Default for Latch<T> {
         Latch {
             state: Arc::new(Mutex::new(LatchState {
                 value: None,
-                waiters: Waiters::default(),
+                waiters: std::collections::BTreeMap::new(),
+                next_waiter: 0,
             })),
         }
     }
@@ -721,12 +732,18 @@ impl<T: Clone> Latch<T> {
     /// Sets the value unless one is set already (the first one stays); true when this call
     /// set it.
     pub fn set(&self, value: T) -> bool {
-        let mut state = lock(&self.state);
-        if state.value.is_some() {
-            return false;
+        let waiters = {
+            let mut state = lock(&self.state);
+            if state.value.is_some() {
+                return false;
+            }
+            state.value = Some(value);
+            std::mem::take(&mut state.waiters)
+        };
+        // Woken outside the lock.
+        for waker in waiters.into_values() {
+            waker.wake();
         }
-        state.value = Some(value);
-        state.waiters.wake_all();
         true
     }
 
@@ -736,24 +753,60 @@ impl<T: Clone> Latch<T> {
 
     /// Completes with the value once it is set.
     pub fn wait(&self) -> LatchWait<'_, T> {
-        LatchWait { latch: self }
+        LatchWait {
+            latch: self,
+            id: None,
+        }
+    }
+
+    /// How many waits are pending (registered and not yet dropped or finished).
+    pub fn waiting(&self) -> usize {
+        lock(&self.state).waiters.len()
     }
 }
 
 pub struct LatchWait<'a, T> {
     latch: &'a Latch<T>,
+    /// Its entry among the latch's waiters, once it registered.
+    id: Option<u64>,
 }
 
 impl<T: Clone> Future for LatchWait<'_, T> {
     type Output = T;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let mut state = lock(&self.latch.state);
         if let Some(value) = &state.value {
-            return Poll::Ready(value.clone());
+            let value = value.clone();
+            drop(state);
+            self.id = None;
+            return Poll::Ready(value);
         }
-        state.waiters.register(cx.waker());
+        let id = match self.id {
+            Some(id) => id,
+            None => {
+                state.next_waiter += 1;
+                state.next_waiter
+            }
+        };
+        match state.waiters.get_mut(&id) {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            Some(waker) => waker.clone_from(cx.waker()),
+            None => {
+                state.waiters.insert(id, cx.waker().clone());
+            }
+        }
+        drop(state);
+        self.id = Some(id);
         Poll::Pending
+    }
+}
+
+impl<T> Drop for LatchWait<'_, T> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            lock(&self.latch.state).waiters.remove(&id);
+        }
     }
 }
 
@@ -869,6 +922,31 @@ mod tests {
         assert_eq!(latch.get(), Some("first"));
         let mut wait = latch.wait();
         assert_eq!(poll_once(&mut wait, &waker), Poll::Ready("first"));
+    }
+
+    #[test]
+    fn a_latch_wait_dropped_unfinished_leaves_no_waker_behind() {
+        let latch: Latch<()> = Latch::default();
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        // One task's many waits (a connection's one per request), each dropped pending.
+        for _ in 0..1_000 {
+            let mut wait = latch.wait();
+            assert!(poll_once(&mut wait, &waker).is_pending());
+            assert!(poll_once(&mut wait, &waker).is_pending());
+            assert_eq!(latch.waiting(), 1, "a wait polled twice holds one entry");
+        }
+        assert_eq!(latch.waiting(), 0, "every dropped wait took its waker out");
+        let (mut first, mut second) = (latch.wait(), latch.wait());
+        assert!(poll_once(&mut first, &waker).is_pending());
+        assert!(poll_once(&mut second, &waker).is_pending());
+        assert!(latch.set(()));
+        assert_eq!(
+            waker.0.load(Ordering::SeqCst),
+            2,
+            "every pending wait is woken"
+        );
+        assert_eq!(latch.waiting(), 0);
+        assert_eq!(poll_once(&mut first, &waker), Poll::Ready(()));
     }
 
     #[test]

@@ -82,6 +82,15 @@ pub trait DiskFile: Send + Sync {
     /// after this call is how a restarted process learns they never reached the device.
     fn evict_cache(&self) -> io::Result<()>;
 
+    /// Exactly `len` bytes at `pos`, in a buffer of their own, or `UnexpectedEof`. A real
+    /// file reads into uninitialised memory (no memset of what the read then overwrites);
+    /// this default, through [`DiskFile::read_exact_at`], is what wrappers get.
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        let mut buf = bytes::BytesMut::zeroed(len);
+        self.read_exact_at(&mut buf, pos)?;
+        Ok(buf)
+    }
+
     /// Reads exactly `buf.len()` bytes at `pos`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -131,12 +140,99 @@ pub trait Clock: Send + Sync {
     fn monotonic_nanos(&self) -> u64;
     /// Completes after `duration` has elapsed.
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+    /// A timer that is re-armed in place ([`Deadline::reset`]): what a connection waits
+    /// against over and over (its idle and reply timeouts), without a new timer per wait.
+    fn deadline(&self) -> Box<dyn Deadline>;
+}
+
+/// One re-armable timer (see [`Clock::deadline`]). Unarmed until the first `reset`: an
+/// unarmed deadline never passes.
+pub trait Deadline: Send {
+    /// Arms it to pass `after` from now, replacing the time it was armed for.
+    fn reset(&mut self, after: Duration);
+    /// Ready once the armed time has passed; registers the waker otherwise.
+    fn poll_passed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;
+}
+
+impl<'d> dyn Deadline + 'd {
+    /// Completes once the armed time has passed.
+    pub fn passed<'a>(&'a mut self) -> Passed<'a, 'd> {
+        Passed(self)
+    }
+}
+
+/// [`Deadline::poll_passed`] as a future.
+pub struct Passed<'a, 'd>(&'a mut (dyn Deadline + 'd));
+
+impl Future for Passed<'_, '_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.0.poll_passed(cx)
+    }
+}
+
+/// A [`Deadline`] made of one [`Clock::sleep`] per arming: for clocks whose sleeps are
+/// cheap (simulated time, test clocks).
+pub struct SleepDeadline {
+    sleep: Box<dyn Fn(Duration) -> BoxFuture<'static, ()> + Send>,
+    armed: Option<BoxFuture<'static, ()>>,
+}
+
+impl SleepDeadline {
+    pub fn new(sleep: impl Fn(Duration) -> BoxFuture<'static, ()> + Send + 'static) -> Self {
+        SleepDeadline {
+            sleep: Box::new(sleep),
+            armed: None,
+        }
+    }
+}
+
+impl Deadline for SleepDeadline {
+    fn reset(&mut self, after: Duration) {
+        self.armed = Some((self.sleep)(after));
+    }
+
+    fn poll_passed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        match &mut self.armed {
+            Some(sleep) => sleep.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
 }
 
 /// A bidirectional byte stream (a TCP connection or its simulation).
 pub trait ByteStream: Send {
     fn read<'a>(&'a mut self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<usize>>;
     fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, io::Result<()>>;
+    /// Reads into `buf`'s spare capacity (the caller reserves it), appending: the bytes
+    /// read, 0 at the end of the stream (or when `buf` has no spare capacity). A real
+    /// socket reads into the uninitialised capacity, with no memset first.
+    fn read_buf<'a>(
+        &'a mut self,
+        buf: &'a mut bytes::BytesMut,
+    ) -> BoxFuture<'a, io::Result<usize>> {
+        Box::pin(async move {
+            let filled = buf.len();
+            let room = buf.capacity() - filled;
+            buf.resize(filled + room, 0);
+            let read = self.read(&mut buf[filled..]).await;
+            buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+            read
+        })
+    }
+    /// Writes some of `bufs`, in order, as one call where the stream can (a `writev`): the
+    /// bytes taken, which may end inside a slice; 0 only when `bufs` hold none.
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [IoSlice<'a>],
+    ) -> BoxFuture<'a, io::Result<usize>> {
+        Box::pin(async move {
+            let Some(first) = bufs.iter().find(|b| !b.is_empty()) else {
+                return Ok(0);
+            };
+            self.write_all(first).await.map(|()| first.len())
+        })
+    }
     fn shutdown(&mut self) -> BoxFuture<'_, io::Result<()>>;
 }
 

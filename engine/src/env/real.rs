@@ -4,13 +4,13 @@
 //! This is the only module of the engine allowed to touch `std::fs`, `std::net`, the system
 //! clock and the runtime directly.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
-// The crate denies unsafe code; its four calls into libc (pwritev, fallocate, posix_fadvise,
-// getrandom) live here, each with its SAFETY comment.
+// The crate denies unsafe code; its five calls into libc (pwritev, pread into uninitialised
+// memory, fallocate, posix_fadvise, getrandom) live here, each with its SAFETY comment.
 #![allow(unsafe_code)]
 
 use super::{
-    BlockingJob, BoxFuture, ByteStream, Clock, DirEntry, Disk, DiskFile, Entropy, Env, Listener,
-    Net, OpenMode, PoolBusy, TaskHandle, Tasks,
+    BlockingJob, BoxFuture, ByteStream, Clock, Deadline, DirEntry, Disk, DiskFile, Entropy, Env,
+    Listener, Net, OpenMode, PoolBusy, TaskHandle, Tasks,
 };
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -138,6 +138,47 @@ struct RealFile {
 impl DiskFile for RealFile {
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
         self.file.read_at(buf, pos)
+    }
+
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        let mut buf = bytes::BytesMut::with_capacity(len);
+        while buf.len() < len {
+            let filled = buf.len();
+            let offset = libc::off_t::try_from(pos + filled as u64)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset overflow"))?;
+            let spare = buf.spare_capacity_mut();
+            assert!(
+                spare.len() >= len - filled,
+                "the buffer holds what is left to read"
+            );
+            // SAFETY: `pread` writes at most `len - filled` bytes at the start of the spare
+            // capacity, which is at least that long and owned by `buf` for the call.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    len - filled,
+                    offset,
+                )
+            };
+            match n {
+                n if n < 0 => {
+                    let error = io::Error::last_os_error();
+                    if error.kind() != io::ErrorKind::Interrupted {
+                        return Err(error);
+                    }
+                }
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "read past end of file",
+                    ))
+                }
+                // SAFETY: `pread` initialised these `n` bytes (n ≤ len - filled).
+                n => unsafe { buf.set_len(filled + n as usize) },
+            }
+        }
+        Ok(buf)
     }
 
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
@@ -307,25 +348,50 @@ impl Clock for RealClock {
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        // Made and spawned on the runtime, so the future can be awaited from any thread and
-        // any executor (a worker thread, a test's `block_on`).
-        let timer = self
-            .handle
-            .spawn(async move { tokio::time::sleep(duration).await });
-        // Dropped before it fires (a race lost), the timer task is cancelled with it.
-        let mut timer = AbortOnDrop(timer);
-        Box::pin(async move {
-            let _ = (&mut timer.0).await;
+        // A timer of the runtime's driver (made inside its context, no task spawned): it can
+        // be awaited from any thread and any executor (a worker thread, a test's
+        // `block_on`) while the runtime runs.
+        let _context = self.handle.enter();
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn deadline(&self) -> Box<dyn Deadline> {
+        Box::new(RealDeadline {
+            handle: self.handle.clone(),
+            sleep: None,
         })
     }
 }
 
-/// A spawned task that is aborted when its handle is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// One timer of the runtime's driver, re-armed in place: a connection's waits cost no
+/// allocation and no task each.
+struct RealDeadline {
+    handle: Handle,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+impl Deadline for RealDeadline {
+    fn reset(&mut self, after: Duration) {
+        let now = tokio::time::Instant::now();
+        // As `tokio::time::sleep` does for a duration past the clock's range.
+        let at = now
+            .checked_add(after)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30));
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().reset(at),
+            None => {
+                let _context = self.handle.enter();
+                self.sleep = Some(Box::pin(tokio::time::sleep_until(at)));
+            }
+        }
+    }
+
+    fn poll_passed(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::future::Future;
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
     }
 }
 
@@ -343,6 +409,22 @@ impl ByteStream for RealStream {
     }
     fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, io::Result<()>> {
         Box::pin(self.0.write_all(buf))
+    }
+    fn read_buf<'a>(
+        &'a mut self,
+        buf: &'a mut bytes::BytesMut,
+    ) -> BoxFuture<'a, io::Result<usize>> {
+        // Into the spare capacity only (tokio's `read_buf` would grow a full buffer).
+        if buf.capacity() == buf.len() {
+            return Box::pin(std::future::ready(Ok(0)));
+        }
+        Box::pin(self.0.read_buf(buf))
+    }
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [IoSlice<'a>],
+    ) -> BoxFuture<'a, io::Result<usize>> {
+        Box::pin(self.0.write_vectored(bufs))
     }
     fn shutdown(&mut self) -> BoxFuture<'_, io::Result<()>> {
         Box::pin(self.0.shutdown())

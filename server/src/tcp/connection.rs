@@ -14,16 +14,18 @@
 
 use super::answer::{self, Answer, Conn};
 use super::frame::{self, FrameError};
+use super::inbox::{Inbox, ReadError};
 use super::Listener;
 use crate::command::log_throttle::{Throttle, LOG_INTERVAL_NANOS};
 use crate::command::registry::{Caps, ClientEntry};
 use crate::tls::TlsStream;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use cairn_engine::env::chan::Latch;
-use cairn_engine::env::{race, ByteStream, Either};
+use cairn_engine::env::{race, ByteStream, Deadline, Either};
 use iggy_binary_protocol::HEADER_SIZE;
 use std::collections::BTreeMap;
 use std::io;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -101,12 +103,19 @@ async fn serve(mut conn: Conn, stream: Box<dyn ByteStream>) {
     let span = tracing::debug_span!("connection", peer = %conn.peer);
     async move {
         tracing::debug!("connected");
-        match secure(&conn, stream).await {
-            Ok(mut stream) => {
-                let ended = serve_requests(&mut conn, stream.as_mut()).await;
+        let mut deadline = conn.listener.cx.env.clock.deadline();
+        match secure(&conn, deadline.as_mut(), stream).await {
+            Ok(stream) => {
+                let mut wire = Wire {
+                    stream,
+                    inbox: Inbox::default(),
+                    deadline,
+                };
+                let ended = serve_requests(&mut conn, &mut wire).await;
                 tracing::debug!(reason = %ended, "connection closed");
                 // Bounded: a TLS close_notify waits for a peer that may read nothing.
-                let _ = timed(&conn, stream.shutdown(), CLOSE_TIMEOUT).await;
+                let shutdown = wire.stream.shutdown();
+                let _ = timed(&conn, wire.deadline.as_mut(), shutdown, CLOSE_TIMEOUT).await;
             }
             // The stream is dropped: the socket closes (a TLS alert, if any, was sent).
             Err(ended) => tracing::debug!(reason = %ended, "connection closed"),
@@ -119,13 +128,25 @@ async fn serve(mut conn: Conn, stream: Box<dyn ByteStream>) {
     .await
 }
 
+/// The socket side of a connection: its stream (TLS over TCP, with TLS on), what was read
+/// ahead of the frame being parsed, and the one timer every wait of the connection re-arms.
+struct Wire {
+    stream: Box<dyn ByteStream>,
+    inbox: Inbox,
+    deadline: Box<dyn Deadline>,
+}
+
 /// How long closing a connection may take (a TLS close_notify to a peer that reads
 /// nothing).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The stream requests are read from: the connection's own, or, with TLS on, TLS over it
 /// once the TLS handshake finished within what remains of the handshake timeout.
-async fn secure(conn: &Conn, stream: Box<dyn ByteStream>) -> Result<Box<dyn ByteStream>, Ended> {
+async fn secure(
+    conn: &Conn,
+    deadline: &mut dyn Deadline,
+    stream: Box<dyn ByteStream>,
+) -> Result<Box<dyn ByteStream>, Ended> {
     let Some(config) = &conn.listener.tls else {
         return Ok(stream);
     };
@@ -133,7 +154,7 @@ async fn secure(conn: &Conn, stream: Box<dyn ByteStream>) -> Result<Box<dyn Byte
     let (wait, on_timeout) = wait_for_request(conn);
     match race(
         conn.listener.stopping.wait(),
-        timed(conn, tls.handshake(), wait),
+        timed(conn, deadline, tls.handshake(), wait),
     )
     .await
     {
@@ -144,10 +165,10 @@ async fn secure(conn: &Conn, stream: Box<dyn ByteStream>) -> Result<Box<dyn Byte
     }
 }
 
-async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
+async fn serve_requests(conn: &mut Conn, wire: &mut Wire) -> Ended {
     loop {
         let mut header = [0u8; HEADER_SIZE];
-        if let Err(ended) = read_request_start(conn, stream, &mut header).await {
+        if let Err(ended) = read_request_start(conn, wire, &mut header).await {
             return ended;
         }
         let body_len = match frame::body_len(&header, framing_limit(conn)) {
@@ -166,14 +187,15 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
         let answer = if HEADER_SIZE + body_len > permitted_frame(conn, &header) {
             // Larger than anything this session may send: read and dropped, never held.
             let (wait, on_timeout) = wait_for_request(conn);
-            match timed(conn, discard(stream, body_len), wait).await {
+            let discard = wire.inbox.discard(wire.stream.as_mut(), body_len);
+            match timed(conn, wire.deadline.as_mut(), discard, wait).await {
                 Some(Ok(())) => {}
-                Some(Err(e)) => return e,
+                Some(Err(e)) => return e.into(),
                 None => return on_timeout,
             }
             answer::oversized(conn, &header, body_len, is_send(&header))
         } else {
-            match read_and_answer(conn, stream, &header, body_len).await {
+            match read_and_answer(conn, wire, &header, body_len).await {
                 Ok(answer) => answer,
                 Err(ended) => return ended,
             }
@@ -187,7 +209,7 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
             let reply_bytes = pieces.iter().map(|p| p.len() as u64).sum();
             conn.listener.cx.replies.settle(held, reply_bytes)
         });
-        if let Err(ended) = write_reply(conn, stream, &pieces).await {
+        if let Err(ended) = write_reply(conn, wire, &pieces).await {
             return ended;
         }
         drop(charge);
@@ -204,15 +226,16 @@ async fn serve_requests(conn: &mut Conn, stream: &mut dyn ByteStream) -> Ended {
 /// a login, the idle timeout after; gives up when the server stops.
 async fn read_request_start(
     conn: &Conn,
-    stream: &mut dyn ByteStream,
+    wire: &mut Wire,
     header: &mut [u8; HEADER_SIZE],
 ) -> Result<(), Ended> {
     let (wait, on_timeout) = wait_for_request(conn);
-    let read = read_exact(stream, header);
-    match race(conn.listener.stopping.wait(), timed(conn, read, wait)).await {
+    let read = wire.inbox.header(wire.stream.as_mut(), header);
+    let read = timed(conn, wire.deadline.as_mut(), read, wait);
+    match race(conn.listener.stopping.wait(), read).await {
         Either::Left(()) => Err(Ended::Stopping),
         Either::Right(None) => Err(on_timeout),
-        Either::Right(Some(result)) => result,
+        Either::Right(Some(result)) => result.map_err(Ended::from),
     }
 }
 
@@ -294,19 +317,22 @@ fn is_send(header: &[u8; HEADER_SIZE]) -> bool {
 /// waits), and answers it; the body's bytes count until answered.
 async fn read_and_answer(
     conn: &mut Conn,
-    stream: &mut dyn ByteStream,
+    wire: &mut Wire,
     header: &[u8; HEADER_SIZE],
     body_len: usize,
 ) -> Result<Answer, Ended> {
     let (wait, on_timeout) = wait_for_request(conn);
     let cx = conn.listener.cx.clone();
     let user = conn.login.as_ref().map(|l| l.session.user_id);
+    let (stream, inbox) = (wire.stream.as_mut(), &mut wire.inbox);
     let read = async {
         let charge = body_room(&cx, user, body_len as u64).await;
-        let mut body = BytesMut::zeroed(body_len);
-        read_exact(stream, &mut body).await.map(|()| (charge, body))
+        inbox
+            .body(stream, body_len)
+            .await
+            .map(|body| (charge, body))
     };
-    let (charge, body) = match timed(conn, read, wait).await {
+    let (charge, body) = match timed(conn, wire.deadline.as_mut(), read, wait).await {
         Some(read) => read?,
         None => return Err(on_timeout),
     };
@@ -348,49 +374,61 @@ async fn body_room(cx: &crate::command::Context, user: Option<u32>, bytes: u64) 
     }
 }
 
-/// Reads and drops `len` bytes, a chunk at a time.
-async fn discard(stream: &mut dyn ByteStream, mut len: usize) -> Result<(), Ended> {
-    let mut chunk = [0u8; 4096];
-    while len > 0 {
-        let n = len.min(chunk.len());
-        read_exact(stream, &mut chunk[..n]).await?;
-        len -= n;
+/// Writes a reply with as few calls as the socket allows (one `writev` of up to
+/// [`MAX_IOVECS`] pieces, not a call per batch), each call's bytes taken by the peer within
+/// [`REPLY_TIMEOUT`] (never longer than the idle timeout): a client that stops reading
+/// loses the connection and frees the reply; a slow one keeps it as long as it makes
+/// progress.
+async fn write_reply(conn: &Conn, wire: &mut Wire, pieces: &[Bytes]) -> Result<(), Ended> {
+    let wait = REPLY_TIMEOUT.min(conn.listener.limits.idle_timeout);
+    // The first piece not yet wholly written, and how far into it (empty pieces skipped).
+    let (mut i, mut at) = advance(pieces, 0, 0, 0);
+    while i < pieces.len() {
+        let n = {
+            let slices = unwritten(pieces, i, at);
+            let write = wire.stream.write_vectored(&slices);
+            match timed(conn, wire.deadline.as_mut(), write, wait).await {
+                Some(Ok(0)) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+                Some(Ok(n)) => n,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(Ended::Unread(wait)),
+            }
+        };
+        (i, at) = advance(pieces, i, at, n);
     }
     Ok(())
 }
 
-/// Writes a reply a chunk at a time, each chunk taken by the peer within [`REPLY_TIMEOUT`]
-/// (never longer than the idle timeout): a client that stops reading loses the connection
-/// and frees the reply; a slow one keeps it as long as it makes progress.
-async fn write_reply(
-    conn: &Conn,
-    stream: &mut dyn ByteStream,
-    pieces: &[Bytes],
-) -> Result<(), Ended> {
-    let wait = REPLY_TIMEOUT.min(conn.listener.limits.idle_timeout);
-    // An index, not an iterator: a slice iterator held across the await makes the task's
-    // future not `Send` for every lifetime (a compiler limitation).
-    let mut i = 0;
+/// The most pieces one write hands the socket (the kernel's `IOV_MAX` is 1024).
+pub const MAX_IOVECS: usize = 1024;
+
+/// What is left of `pieces` from byte `at` of piece `i`, at most [`MAX_IOVECS`] slices.
+fn unwritten(pieces: &[Bytes], i: usize, at: usize) -> Vec<IoSlice<'_>> {
+    let mut slices = Vec::with_capacity((pieces.len() - i).min(MAX_IOVECS));
+    slices.push(IoSlice::new(&pieces[i][at..]));
+    let rest = pieces[i + 1..].iter().filter(|p| !p.is_empty());
+    slices.extend(rest.take(MAX_IOVECS - 1).map(|p| IoSlice::new(p)));
+    slices
+}
+
+/// The position `n` bytes past byte `at` of piece `i`: the first piece not wholly written
+/// and the offset into it (`pieces.len()` once all is written).
+fn advance(pieces: &[Bytes], mut i: usize, mut at: usize, mut n: usize) -> (usize, usize) {
     while i < pieces.len() {
-        let mut at = 0;
-        while at < pieces[i].len() {
-            let end = (at + REPLY_CHUNK).min(pieces[i].len());
-            match timed(conn, stream.write_all(&pieces[i][at..end]), wait).await {
-                Some(Ok(())) => at = end,
-                Some(Err(e)) => return Err(e.into()),
-                None => return Err(Ended::Unread(wait)),
-            }
+        let left = pieces[i].len() - at;
+        if n < left {
+            return (i, at + n);
         }
-        i += 1;
+        n -= left;
+        (i, at) = (i + 1, 0);
     }
-    Ok(())
+    assert_eq!(n, 0, "a write took more bytes than the reply holds");
+    (i, at)
 }
 
 /// Longest a reply's next chunk may wait to be taken (the reply counts in the budget
 /// meanwhile).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
-/// What the peer must take within [`REPLY_TIMEOUT`] to keep its connection.
-const REPLY_CHUNK: usize = 64 * 1024;
 
 /// How long the connection may take over its next request: the idle timeout after a login,
 /// what remains of the handshake timeout before one.
@@ -414,28 +452,55 @@ fn wait_for_request(conn: &Conn) -> (Duration, Ended) {
     )
 }
 
-/// `future`, or `None` once `limit` passed (or the registry closed the connection to make
-/// room: it stayed too long without a login).
+/// `future`, or `None` once `limit` passed (the connection's one timer, re-armed) or the
+/// registry closed the connection to make room (it stayed too long without a login).
 async fn timed<T>(
     conn: &Conn,
+    deadline: &mut dyn Deadline,
     future: impl std::future::Future<Output = T>,
     limit: Duration,
 ) -> Option<T> {
-    let ends = race(conn.listener.cx.env.clock.sleep(limit), conn.evicted.wait());
+    deadline.reset(limit);
+    let ends = race(deadline.passed(), conn.evicted.wait());
     match race(future, ends).await {
         Either::Left(value) => Some(value),
         Either::Right(_) => None,
     }
 }
 
-async fn read_exact(stream: &mut dyn ByteStream, mut buf: &mut [u8]) -> Result<(), Ended> {
-    while !buf.is_empty() {
-        match stream.read(buf).await {
-            Ok(0) => return Err(Ended::PeerClosed),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+impl From<ReadError> for Ended {
+    fn from(error: ReadError) -> Ended {
+        match error {
+            ReadError::Closed => Ended::PeerClosed,
+            ReadError::Io(e) => Ended::Io(e),
         }
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_is_written_from_wherever_the_last_write_stopped() {
+        let pieces: Vec<Bytes> = [&b"abc"[..], b"", b"de", b"fghij"]
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p))
+            .collect();
+        let all = b"abcdefghij";
+        for step in 1..=all.len() {
+            let ((mut i, mut at), mut written) = (advance(&pieces, 0, 0, 0), Vec::new());
+            while i < pieces.len() {
+                let slices = unwritten(&pieces, i, at);
+                let flat: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+                let n = step.min(flat.len());
+                written.extend_from_slice(&flat[..n]);
+                (i, at) = advance(&pieces, i, at, n);
+            }
+            assert_eq!(written, all, "writes of {step} bytes");
+        }
+        let many: Vec<Bytes> = (0..3000).map(|_| Bytes::from_static(b"x")).collect();
+        assert_eq!(unwritten(&many, 0, 0).len(), MAX_IOVECS);
+        assert_eq!(advance(&many, 0, 0, 3000), (3000, 0));
+    }
 }

@@ -26,6 +26,7 @@ pub mod connection;
 pub mod dedup;
 pub mod encode;
 pub mod frame;
+pub mod inbox;
 
 use crate::command::Context;
 use cairn_engine::env::chan::Latch;

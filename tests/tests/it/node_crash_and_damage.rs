@@ -37,6 +37,9 @@ impl Clock for StillClock {
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         self.0.sleep(duration)
     }
+    fn deadline(&self) -> Box<dyn cairn_engine::env::Deadline> {
+        self.0.deadline()
+    }
 }
 
 /// Entropy that counts, so every run draws the same cluster id and salts.

@@ -33,6 +33,9 @@ impl Clock for Shifted {
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         self.real.sleep(duration)
     }
+    fn deadline(&self) -> Box<dyn cairn_engine::env::Deadline> {
+        self.real.deadline()
+    }
 }
 
 fn shifted_env() -> (Env, Arc<Shifted>) {
