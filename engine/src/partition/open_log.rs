@@ -647,15 +647,12 @@ impl OpenLog {
         let files = self
             .checkout(Use::Sync)
             .map_err(write_error("open", &active.log_path))?;
-        // Index first: on ext4 (data=ordered) its fdatasync commits the journal transaction
-        // that also carries the log's size change and flushes the log's data with it, so the
-        // log's own sync that follows is nearly free (measured: 0.53 ms per 1 MiB flush
-        // against 0.61 ms log-first). Order is free for correctness: the index is a hint that
-        // recovery verifies against the log. The superblock comes strictly after both.
-        files
-            .index
-            .sync_data()
-            .map_err(write_error("sync_data", &active.index_path))?;
+        // The log alone: the active segment's index is a hint that recovery verifies against
+        // the log and rebuilds where it is missing, torn or divergent (`plan_index`), so its
+        // bytes need not be durable before the record names the log's; it is synced when its
+        // segment is sealed and when the log closes. One fdatasync per persist, not two (the
+        // index's would also commit the journal transaction the log's size change is in).
+        // The superblock comes strictly after the log's sync.
         files
             .log
             .sync_data()

@@ -339,8 +339,8 @@ fn the_sync_count_is_every_sync_the_disk_saw() {
     let m = sim.metrics(&node);
     let file_syncs = m.file_syncs - synced.file_syncs;
     assert!(
-        file_syncs >= 3,
-        "index, log and superblock slot: {file_syncs}"
+        file_syncs >= 2,
+        "log and superblock slot (the active index is not synced per persist): {file_syncs}"
     );
     assert_eq!(
         (file_syncs + m.dir_syncs - synced.dir_syncs) as usize,
