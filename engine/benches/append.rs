@@ -10,6 +10,17 @@
 //! append_<policy> cairn_mb_per_s=<..> baseline_mb_per_s=<..>
 //! ```
 //!
+//! Then the shape where a persist's fixed cost shows: `persisted` 1-message batches of 1000
+//! bytes, one persist each, against a plain file with one `fdatasync` per message, with what
+//! each persist costs in disk calls:
+//!
+//! ```text
+//! append_persisted_1msg cairn_msg_per_s=<..> baseline_msg_per_s=<..> ratio=<..> p50_us=<..> p99_us=<..> syncs_per_persist=<..> device_reads_per_persist=<..>
+//! ```
+//!
+//! (`syncs` counts `fdatasync` of any file and `fsync` of a directory; a device read is a
+//! read after the file's cached pages were dropped.)
+//!
 //! Each side runs `ROUNDS` times, interleaved, and the median is reported, so a burst of
 //! noise on this shared machine hits both sides alike. Environment: `CAIRN_BENCH_DIR`
 //! (where files go; default the system temp dir), `CAIRN_BENCH_BATCHES` (batches per round).
@@ -17,12 +28,15 @@
 
 use bytes::BytesMut;
 use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
-use cairn_engine::env::real;
+use cairn_engine::env::{real, Disk, DiskFile, DiskLayer, FileLayer, OpenMode};
 use cairn_engine::format::BatchBuilder;
 use cairn_engine::partition::{Partition, PartitionIdentity};
 use std::fs::OpenOptions;
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The allocator of the `cairn` binary, so the engine runs here as it runs in production.
@@ -107,6 +121,112 @@ fn baseline_round(path: &Path, sync: bool, batches: &[BytesMut]) -> f64 {
     bytes as f64 / elapsed / 1e6
 }
 
+/// Syncs and device reads made through it (a read of a file whose cache was dropped).
+#[derive(Default)]
+struct Counts {
+    syncs: AtomicU64,
+    device_reads: AtomicU64,
+}
+
+struct CountingDisk {
+    inner: Arc<dyn Disk>,
+    counts: Arc<Counts>,
+}
+
+struct CountingFile {
+    inner: Box<dyn DiskFile>,
+    counts: Arc<Counts>,
+    evicted: std::sync::atomic::AtomicBool,
+}
+
+impl DiskLayer for CountingDisk {
+    fn inner(&self) -> &dyn Disk {
+        self.inner.as_ref()
+    }
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        Ok(Box::new(CountingFile {
+            inner: self.inner.open(path, mode)?,
+            counts: self.counts.clone(),
+            evicted: Default::default(),
+        }))
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.counts.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync_dir(path)
+    }
+}
+
+impl FileLayer for CountingFile {
+    fn inner(&self) -> &dyn DiskFile {
+        self.inner.as_ref()
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.counts.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync_data()
+    }
+    fn evict_cache(&self) -> io::Result<()> {
+        self.evicted.store(true, Ordering::Relaxed);
+        self.inner.evict_cache()
+    }
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        if self.evicted.swap(false, Ordering::Relaxed) {
+            self.counts.device_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.read_at(buf, pos)
+    }
+}
+
+/// One round of 1-message persists: msg/s, each persist's latency (µs), and the disk calls
+/// the persists made.
+fn cairn_one_message_round(dir: &Path, messages: &[BytesMut]) -> (f64, Vec<f64>, f64, f64) {
+    let mut env = real::env().expect("runtime");
+    let counts = Arc::new(Counts::default());
+    env.disk = Arc::new(CountingDisk {
+        inner: env.disk.clone(),
+        counts: counts.clone(),
+    });
+    let config = TopicConfig {
+        durability: Durability::Persisted,
+        ..TopicConfig::default()
+    };
+    let identity = PartitionIdentity::bare(0);
+    let settings = PartitionSettings::default();
+    let mut partition = Partition::create(&env, dir, identity, config, settings).expect("create");
+    let (syncs, reads) = (
+        counts.syncs.load(Ordering::Relaxed),
+        counts.device_reads.load(Ordering::Relaxed),
+    );
+    let mut latencies = Vec::with_capacity(messages.len());
+    let started = Instant::now();
+    for message in messages.iter().cloned() {
+        let sent = Instant::now();
+        let ack = partition
+            .append_group(vec![message])
+            .pop()
+            .unwrap()
+            .expect("append");
+        assert!(ack.durable);
+        latencies.push(sent.elapsed().as_secs_f64() * 1e6);
+    }
+    let rate = messages.len() as f64 / started.elapsed().as_secs_f64();
+    let n = messages.len() as f64;
+    let syncs = (counts.syncs.load(Ordering::Relaxed) - syncs) as f64 / n;
+    let reads = (counts.device_reads.load(Ordering::Relaxed) - reads) as f64 / n;
+    partition.close().expect("close");
+    (rate, latencies, syncs, reads)
+}
+
+fn one_message(seed: u64) -> BytesMut {
+    let mut builder = BatchBuilder::new(1_764_000_000_000_000);
+    builder.push(u128::from(seed), 0, &[seed as u8; MESSAGE_BYTES], b"");
+    builder.build()
+}
+
+fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap());
     values[values.len() / 2]
@@ -145,4 +265,24 @@ fn main() {
         println!("ratio append_{name} {:.3}", ours / theirs);
         println!("append_{name} cairn_mb_per_s={ours:.1} baseline_mb_per_s={theirs:.1}");
     }
+    let messages: Vec<BytesMut> = (0..2000u64).map(one_message).collect();
+    let (mut ours, mut theirs, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut syncs, mut reads) = (0.0, 0.0);
+    for _ in 0..ROUNDS {
+        let dir = tempfile::tempdir_in(&root).expect("temp dir");
+        // Messages per second: the baseline's bytes per second over one message's bytes.
+        let one = messages[0].len() as f64 / 1e6;
+        theirs.push(baseline_round(&dir.path().join("baseline.log"), true, &messages) / one);
+        let (rate, round, s, r) = cairn_one_message_round(&dir.path().join("partition"), &messages);
+        ours.push(rate);
+        latencies.extend(round);
+        (syncs, reads) = (s, r);
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "append_persisted_1msg cairn_msg_per_s={ours:.0} baseline_msg_per_s={theirs:.0} ratio={:.3} p50_us={:.0} p99_us={:.0} syncs_per_persist={syncs:.2} device_reads_per_persist={reads:.2}",
+        ours / theirs,
+        percentile(latencies.clone(), 0.5),
+        percentile(latencies, 0.99),
+    );
 }

@@ -4,12 +4,16 @@
 //! each recovery outcome the seeds that reached it. New failing seeds are recorded in
 //! `seeds/`. The last line is exactly `swarm seeds=<n> failures=<n> speedup=<x>`.
 //!
+//! `cairn-harness sbs`: cairn beside Apache Iggy's server, both driven by iggy-bench (see
+//! [`sbs`]).
+//!
 //! `cairn-harness bench <kind>`: a bench client with iggy-bench's workload shapes (see
 //! [`bench`]). The last line is exactly
 //! `bench <kind> mb_per_s=<x> msg_per_s=<x> p50_ms=<x> p99_ms=<x>`.
 #![forbid(unsafe_code)]
 
 mod bench;
+mod sbs;
 
 use cairn_engine::partition::recovery::Action;
 use cairn_engine::partition::{FenceReason, Outcome};
@@ -40,6 +44,9 @@ enum Command {
     /// The real `cairn` binary under 4096 connections, half of them misbehaving, beside a
     /// well-behaved workload: its p99 against the workload alone, the server's memory.
     Hostile(bench::hostile::HostileArgs),
+    /// cairn and Apache Iggy's server side by side, driven by iggy-bench: a disk probe, then
+    /// per workload both servers' medians, their ratio and the goal.
+    Sbs(sbs::SbsArgs),
 }
 
 #[derive(clap::Args)]
@@ -333,5 +340,6 @@ fn main() -> ExitCode {
         Command::Swarm(args) => swarm(args),
         Command::Bench(args) => bench::bench(args),
         Command::Hostile(args) => bench::hostile::hostile(args),
+        Command::Sbs(args) => sbs::sbs(args),
     }
 }
