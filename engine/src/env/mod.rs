@@ -212,8 +212,10 @@ pub trait ByteStream: Send {
         buf: &'a mut bytes::BytesMut,
     ) -> BoxFuture<'a, io::Result<usize>> {
         Box::pin(async move {
+            // At most 64 KiB zeroed a call: a stream that returns little per read (TLS
+            // records) must not cost a memset of the whole remaining room each time.
             let filled = buf.len();
-            let room = buf.capacity() - filled;
+            let room = (buf.capacity() - filled).min(64 * 1024);
             buf.resize(filled + room, 0);
             let read = self.read(&mut buf[filled..]).await;
             buf.truncate(filled + *read.as_ref().unwrap_or(&0));

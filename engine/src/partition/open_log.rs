@@ -179,6 +179,11 @@ impl Drop for Journal {
     }
 }
 
+/// How far the active segment's log may run past the last sync of its index before a
+/// persist syncs the index too (about one default flush: what a poll already walks past an
+/// entry).
+pub const INDEX_SYNC_LAG_BYTES: u64 = 1024 * 1024;
+
 pub(super) struct OpenLog {
     env: Env,
     dir: PathBuf,
@@ -196,6 +201,10 @@ pub(super) struct OpenLog {
     superblock: Superblock,
     /// A segment file was created since the directory was last synced.
     unsynced_dir_entries: bool,
+    /// The active segment's log position its index was last synced at: entries for batches
+    /// below it are durable. A persist syncs the index only once the log is
+    /// [`INDEX_SYNC_LAG_BYTES`] past it.
+    index_synced_at: u64,
     offsets: ConsumerOffsets,
     /// Set when a read found damage in bytes promised durable: the partition fences once the
     /// request that found it has its answer.
@@ -240,6 +249,8 @@ impl OpenLog {
             "after recovery the whole log is durable"
         );
         let next_offset = active.end_offset;
+        // Recovery left the index agreeing with the log as far as it reaches.
+        let active_log_len = active.log_len;
         let last_timestamp = segments.iter().map(|s| s.max_timestamp).max().unwrap_or(0);
         let resources = PartitionResources::private();
         Ok(OpenLog {
@@ -261,6 +272,7 @@ impl OpenLog {
             last_timestamp,
             superblock,
             unsynced_dir_entries: false,
+            index_synced_at: active_log_len,
             pending_fence: None,
         })
     }
@@ -582,6 +594,7 @@ impl OpenLog {
             .open(&index_path, OpenMode::CreateOrOpen)
             .map_err(space_or_write_error("create", &index_path))?;
         self.unsynced_dir_entries = true;
+        self.index_synced_at = 0;
         // A file left by an interrupted earlier rotation holds nothing durable.
         log.set_len(0).map_err(write_error("set_len", &log_path))?;
         index_file
@@ -647,16 +660,29 @@ impl OpenLog {
         let files = self
             .checkout(Use::Sync)
             .map_err(write_error("open", &active.log_path))?;
-        // The log alone: the active segment's index is a hint that recovery verifies against
-        // the log and rebuilds where it is missing, torn or divergent (`plan_index`), so its
-        // bytes need not be durable before the record names the log's; it is synced when its
-        // segment is sealed and when the log closes. One fdatasync per persist, not two (the
-        // index's would also commit the journal transaction the log's size change is in).
-        // The superblock comes strictly after the log's sync.
+        // The index only every INDEX_SYNC_LAG_BYTES of log: it is a hint recovery verifies
+        // against the log (`plan_index` keeps the agreeing prefix), so its newest entries need
+        // not be durable before the record names the log's bytes. After a power loss the
+        // entries lost cover at most that much log, which a poll walks past the last entry,
+        // as it walks a whole flush past the flush's one entry. One fdatasync per persist,
+        // not two. The superblock comes strictly after the log's sync.
+        let (log_len, index_due) = (
+            active.log_len,
+            active.log_len.saturating_sub(self.index_synced_at) >= INDEX_SYNC_LAG_BYTES,
+        );
+        if index_due {
+            files
+                .index
+                .sync_data()
+                .map_err(write_error("sync_data", &active.index_path))?;
+        }
         files
             .log
             .sync_data()
             .map_err(write_error("sync_data", &active.log_path))?;
+        if index_due {
+            self.index_synced_at = log_len;
+        }
         if self.unsynced_dir_entries {
             self.env
                 .disk
@@ -800,6 +826,8 @@ impl OpenLog {
             active.log_len = durable.position;
             active.end_offset = durable.next_offset;
         }
+        // The index was cut at the durable end (and synced) with the log, or never passed it.
+        self.index_synced_at = self.index_synced_at.min(durable.position);
         tracing::warn!(dir = %self.dir.display(), next_offset = durable.next_offset, "rolled back the batches a failed persist did not make durable");
         self.next_offset = durable.next_offset;
         Ok(())

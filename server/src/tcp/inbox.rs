@@ -95,8 +95,23 @@ impl Inbox {
     async fn fill(&mut self, stream: &mut dyn ByteStream, n: usize) -> Result<(), ReadError> {
         assert!(n <= INBOX_BYTES);
         while self.buffered.len() < n {
-            // Reclaims the consumed front (the buffer is never shared: bodies are copied out).
-            self.buffered.reserve(INBOX_BYTES - self.buffered.len());
+            let room = INBOX_BYTES - self.buffered.len();
+            if self.buffered.capacity() - self.buffered.len() < room {
+                if self.buffered.is_empty() {
+                    // Reclaims the consumed front in place (never shared: bodies are copied).
+                    self.buffered.reserve(room);
+                } else {
+                    // `reserve` would double the buffer while unread bytes remain: the
+                    // remainder moves to a buffer of exactly INBOX_BYTES instead.
+                    let mut fresh = BytesMut::with_capacity(INBOX_BYTES);
+                    fresh.extend_from_slice(&self.buffered);
+                    self.buffered = fresh;
+                }
+            }
+            assert!(
+                self.buffered.capacity() <= 2 * INBOX_BYTES,
+                "read-ahead is bounded"
+            );
             read_some(stream, &mut self.buffered).await?;
         }
         Ok(())

@@ -283,7 +283,7 @@ fn many_persisted_appends_share_one_sync_per_file() {
             .sum::<usize>()
     };
     assert_eq!(count("00000000000000000000.log"), 1, "{syncs:?}");
-    // The active index is a hint recovery rebuilds: synced at seal and close, not per persist.
+    // The active index is a hint recovery verifies: synced every 1 MiB of log, not per persist.
     assert_eq!(count("00000000000000000000.index"), 0, "{syncs:?}");
     assert_eq!(
         count("superblock.a") + count("superblock.b"),
