@@ -2,7 +2,7 @@
 //! consumer offsets, crash behaviour of the two durability policies.
 
 use bytes::BytesMut;
-use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::format::{message_checksum, BatchHeader, FormatError, Limits, BATCH_HEADER_LEN};
 use cairn_engine::partition::{
     ConsumerId, FenceReason, Outcome, Partition, PartitionError, PollFrom,
@@ -254,6 +254,41 @@ fn bad_input_is_rejected_with_its_typed_error_and_the_log_is_unchanged() {
     }
     partition.close().unwrap();
     assert_eq!(snapshot(&dir), before, "rejected input changed the files");
+}
+
+#[test]
+fn a_persist_syncs_the_active_index_once_the_log_runs_a_mebibyte_past_its_last_sync() {
+    let (_tmp, dir) = scratch_dir();
+    let counting = CountingDisk::default();
+    let env = env_on(counting.clone());
+    let segment_size = 64 * 1024 * 1024;
+    let one_segment = TopicConfig {
+        segment_size,
+        ..config(Durability::Persisted)
+    };
+    let mut partition = create(&env, &dir, one_segment);
+    counting.syncs.lock().unwrap().clear();
+    // Four persists of ~0.7 MB each: the index is due at the 2nd (1.4 MB since its last
+    // sync, at 0) and the 4th (1.4 MB since the 2nd), not at the 1st or the 3rd.
+    let mut index_syncs = Vec::new();
+    for seed in 0..4 {
+        let ack = partition.append_group(vec![batch(seed, 70, 10_000)]);
+        assert!(ack[0].as_ref().unwrap().durable);
+        let syncs = counting.syncs.lock().unwrap().clone();
+        let index = syncs
+            .iter()
+            .filter(|(p, _)| p.ends_with("00000000000000000000.index"))
+            .map(|(_, n)| *n)
+            .sum::<usize>();
+        index_syncs.push(index);
+    }
+    assert_eq!(
+        index_syncs,
+        [0, 1, 1, 2],
+        "{:?}",
+        counting.syncs.lock().unwrap()
+    );
+    partition.close().unwrap();
 }
 
 #[test]
