@@ -400,6 +400,9 @@ impl FileLayer for FaultyFile {
         }
         self.inner.read_at(buf, pos)
     }
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        cairn_engine::env::layer::owned_through_read_at(self, len, pos)
+    }
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
         if let Some(ext) = *self.disk.nospace_writes_to.lock().unwrap() {
             if self.path.extension().is_some_and(|e| e == ext) {

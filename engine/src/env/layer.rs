@@ -7,7 +7,9 @@
 //! Every call a wrapper does not override reaches the inner disk unchanged ([`Disk::take_io_time`]
 //! included), so a layer never changes what it does not name. [`DiskFile::read_exact_at`]
 //! stays the provided loop over `read_at`: a layer that changes `read_at` changes exact reads
-//! with it.
+//! with it. [`DiskFile::read_exact_owned`] reaches the inner file too (a real file reads a
+//! window into uninitialised memory; the provided default zeroes it first), so a layer that
+//! changes `read_at` overrides it with [`owned_through_read_at`].
 
 use super::{DirEntry, Disk, DiskFile, OpenMode};
 use std::io;
@@ -111,6 +113,23 @@ pub trait FileLayer: Send + Sync {
     fn evict_cache(&self) -> io::Result<()> {
         self.inner().evict_cache()
     }
+    /// The inner file's owned read. A layer that overrides `read_at` overrides this with
+    /// [`owned_through_read_at`], or its windows bypass it.
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        self.inner().read_exact_owned(len, pos)
+    }
+}
+
+/// [`DiskFile::read_exact_owned`] through `file`'s own `read_at` (zeroed, then read): for a
+/// layer that changes reads.
+pub fn owned_through_read_at(
+    file: &(impl DiskFile + ?Sized),
+    len: usize,
+    pos: u64,
+) -> io::Result<bytes::BytesMut> {
+    let mut buf = bytes::BytesMut::zeroed(len);
+    file.read_exact_at(&mut buf, pos)?;
+    Ok(buf)
 }
 
 impl<F: FileLayer> DiskFile for F {
@@ -135,6 +154,77 @@ impl<F: FileLayer> DiskFile for F {
     fn evict_cache(&self) -> io::Result<()> {
         FileLayer::evict_cache(self)
     }
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        FileLayer::read_exact_owned(self, len, pos)
+    }
     // `read_exact_at` stays the provided loop over `read_at`, so a layer that changes
     // `read_at` changes exact reads too.
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose owned reads answer a marker and whose plain reads fail: which one a
+    /// layer reached shows in the answer.
+    struct Marked;
+
+    impl DiskFile for Marked {
+        fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> {
+            Err(io::Error::other("read_at reached"))
+        }
+        fn write_all_at(&self, _: &[IoSlice<'_>], _: u64) -> io::Result<()> {
+            unreachable!()
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            unreachable!()
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            unreachable!()
+        }
+        fn len(&self) -> io::Result<u64> {
+            unreachable!()
+        }
+        fn preallocate(&self, _: u64) -> io::Result<bool> {
+            unreachable!()
+        }
+        fn evict_cache(&self) -> io::Result<()> {
+            unreachable!()
+        }
+        fn read_exact_owned(&self, len: usize, _: u64) -> io::Result<bytes::BytesMut> {
+            Ok(bytes::BytesMut::from(&vec![7u8; len][..]))
+        }
+    }
+
+    struct Passing(Marked);
+    impl FileLayer for Passing {
+        fn inner(&self) -> &dyn DiskFile {
+            &self.0
+        }
+    }
+
+    struct ChangingReads(Marked);
+    impl FileLayer for ChangingReads {
+        fn inner(&self) -> &dyn DiskFile {
+            &self.0
+        }
+        fn read_at(&self, buf: &mut [u8], _: u64) -> io::Result<usize> {
+            buf.fill(1);
+            Ok(buf.len())
+        }
+        fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+            owned_through_read_at(self, len, pos)
+        }
+    }
+
+    #[test]
+    fn a_layer_passes_owned_reads_to_the_file_beneath_unless_it_changes_reads() {
+        // A counting layer must not turn a real file's uninitialised window read into a
+        // zeroed one: it reaches the inner file's own owned read.
+        let passed = DiskFile::read_exact_owned(&Passing(Marked), 3, 0).unwrap();
+        assert_eq!(&passed[..], &[7, 7, 7]);
+        // A layer that changes reads sees its windows too.
+        let changed = DiskFile::read_exact_owned(&ChangingReads(Marked), 3, 0).unwrap();
+        assert_eq!(&changed[..], &[1, 1, 1]);
+    }
 }

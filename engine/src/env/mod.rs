@@ -86,9 +86,7 @@ pub trait DiskFile: Send + Sync {
     /// file reads into uninitialised memory (no memset of what the read then overwrites);
     /// this default, through [`DiskFile::read_exact_at`], is what wrappers get.
     fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
-        let mut buf = bytes::BytesMut::zeroed(len);
-        self.read_exact_at(&mut buf, pos)?;
-        Ok(buf)
+        layer::owned_through_read_at(self, len, pos)
     }
 
     /// Reads exactly `buf.len()` bytes at `pos`, or fails with `UnexpectedEof`.
