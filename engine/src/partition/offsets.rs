@@ -12,14 +12,7 @@
 //! damaged, never as that partition's offset.
 //!
 //! A store writes `{id}.tmp` and renames it over `{id}`; under `persisted` the file is synced
-//! before the rename and the directory after it, before success. Under `replicated`, a store
-//! to a file this process made by such a rename and has not synced since (a *fresh* file)
-//! overwrites it in place instead: no truncate, rename or directory change (on ext4 a rename
-//! over a file, or a truncate to zero, also starts the file's writeback at close). Only a
-//! fresh file: its bytes on the device never held another value of this consumer, so a power
-//! loss leaves it holding a value stored since its rename, or torn (damaged, and dropped by
-//! recovery as a lost rename is), never a value recovery served before it; a file recovery
-//! served, or one synced, is replaced by the next store, as before. Repairs made by recovery
+//! before the rename and the directory after it, before success. Repairs made by recovery
 //! (lowering an offset beyond a lost tail, dropping a damaged `replicated` offset) are always
 //! durable, whatever the policy. Boot reads the files in [`super::recovery`]; this module
 //! serves them afterwards. A damaged file is reported on every read of that consumer, never
@@ -188,20 +181,6 @@ pub fn read(disk: &dyn Disk, path: &Path, owner: u64, consumer: ConsumerId) -> S
     }
 }
 
-/// Overwrites the whole offset file at `path`, which exists and holds a verified record (so
-/// is exactly [`OFFSET_FILE_LEN`] bytes), in place and unsynced.
-pub fn overwrite(
-    disk: &dyn Disk,
-    path: &Path,
-    owner: u64,
-    consumer: ConsumerId,
-    offset: u64,
-) -> io::Result<()> {
-    let _span = tracing::debug_span!("overwrite_offset", path = %path.display(), offset).entered();
-    let file = disk.open(path, OpenMode::ReadWrite)?;
-    file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)
-}
-
 /// Writes `{path}.tmp` and renames it over `path`; when `durable`, syncs the file before the
 /// rename and the directory after it.
 pub fn write(
@@ -258,9 +237,6 @@ pub struct ConsumerOffsets {
     /// unsynced (a rename or a removal).
     unsynced: BTreeSet<ConsumerId>,
     dirs_unsynced: bool,
-    /// Consumers whose file this process wrote by a rename and has not synced since: the
-    /// only files a `replicated` store overwrites in place (at most one per consumer).
-    fresh: BTreeSet<ConsumerId>,
 }
 
 /// Most consumers (single consumers and groups together) with a stored offset in one
@@ -276,7 +252,6 @@ impl ConsumerOffsets {
             entries,
             unsynced: BTreeSet::new(),
             dirs_unsynced: false,
-            fresh: BTreeSet::new(),
         }
     }
 
@@ -306,26 +281,10 @@ impl ConsumerOffsets {
     ) -> io::Result<()> {
         let path = consumer.path(&self.dir);
         let durable = durability == Durability::Persisted;
-        let fresh = self.fresh.contains(&consumer);
-        debug_assert!(
-            !fresh || matches!(self.entries.get(&consumer), Some(StoredOffset::Offset(_))),
-            "a fresh file holds a verified record of its consumer"
-        );
-        match (durable, fresh) {
-            (false, true) => overwrite(disk, &path, self.owner, consumer, offset)?,
-            (false, false) => {
-                // Not in `fresh` until the rename succeeded: a failed store leaves the old file.
-                write(disk, &path, self.owner, consumer, offset, false)?;
-                self.dirs_unsynced = true;
-                self.fresh.insert(consumer);
-            }
-            (true, _) => {
-                self.fresh.remove(&consumer);
-                write(disk, &path, self.owner, consumer, offset, true)?;
-            }
-        }
+        write(disk, &path, self.owner, consumer, offset, durable)?;
         if !durable {
             self.unsynced.insert(consumer);
+            self.dirs_unsynced = true;
         }
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())
@@ -342,7 +301,6 @@ impl ConsumerOffsets {
             return Ok(false);
         }
         let durable = durability == Durability::Persisted;
-        self.fresh.remove(&consumer);
         remove(disk, &consumer.path(&self.dir), durable)?;
         self.unsynced.remove(&consumer);
         self.dirs_unsynced |= !durable;
@@ -355,8 +313,6 @@ impl ConsumerOffsets {
     /// no longer holds the writes in its log.
     pub fn sync(&mut self, disk: &dyn Disk) -> io::Result<()> {
         let _span = tracing::debug_span!("sync_offsets", dir = %self.dir.display()).entered();
-        // A synced file's device bytes hold a value: the next store replaces the file.
-        self.fresh.clear();
         for consumer in std::mem::take(&mut self.unsynced) {
             disk.open(&consumer.path(&self.dir), OpenMode::Read)?
                 .sync_data()?;
@@ -376,75 +332,6 @@ impl ConsumerOffsets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::env::layer::DiskLayer;
-    use crate::env::real::RealDisk;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// The real disk, counting renames.
-    struct Renames {
-        inner: RealDisk,
-        count: AtomicUsize,
-    }
-
-    impl DiskLayer for Renames {
-        fn inner(&self) -> &dyn Disk {
-            &self.inner
-        }
-        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-            self.count.fetch_add(1, Ordering::Relaxed);
-            self.inner.rename(from, to)
-        }
-    }
-
-    #[test]
-    fn a_replicated_store_overwrites_in_place_only_a_file_it_renamed_and_never_synced() {
-        let dir = tempfile::tempdir().unwrap();
-        let disk = Renames {
-            inner: RealDisk,
-            count: AtomicUsize::new(0),
-        };
-        let consumer = ConsumerId::consumer(3);
-        for kind in ConsumerKind::ALL {
-            RealDisk
-                .create_dir_all(&dir.path().join("offsets").join(kind.dir()))
-                .unwrap();
-        }
-        let path = consumer.path(dir.path());
-        write(&disk, &path, 9, consumer, 1, true).unwrap();
-        // As recovery left it: a file whose device bytes may hold a value it served.
-        let loaded = BTreeMap::from([(consumer, StoredOffset::Offset(1))]);
-        let mut offsets = ConsumerOffsets::new(dir.path(), 9, loaded);
-        let renames = |d: &Renames| d.count.swap(0, Ordering::Relaxed);
-        renames(&disk);
-        let store = |offsets: &mut ConsumerOffsets, value, durability| {
-            offsets.store(&disk, consumer, value, durability).unwrap();
-            assert_eq!(read(&disk, &path, 9, consumer), StoredOffset::Offset(value));
-            renames(&disk)
-        };
-        use Durability::{Persisted, Replicated};
-        // Replaced first (recovery served it), then overwritten in place.
-        assert_eq!(store(&mut offsets, 2, Replicated), 1);
-        assert_eq!(store(&mut offsets, 3, Replicated), 0);
-        assert_eq!(store(&mut offsets, 4, Replicated), 0);
-        // Synced: its bytes on the device hold a value, so the next store replaces it.
-        offsets.sync(&disk).unwrap();
-        assert_eq!(store(&mut offsets, 5, Replicated), 1);
-        assert_eq!(store(&mut offsets, 6, Replicated), 0);
-        // A persisted store always replaces, and leaves the file durable (not fresh).
-        assert_eq!(store(&mut offsets, 7, Persisted), 1);
-        assert_eq!(store(&mut offsets, 8, Replicated), 1);
-        // A deleted consumer's next file is a new one.
-        assert!(offsets.delete(&disk, consumer, Replicated).unwrap());
-        assert_eq!(store(&mut offsets, 9, Replicated), 1);
-        assert_eq!(store(&mut offsets, 10, Replicated), 0);
-        let left: Vec<_> = RealDisk
-            .read_dir(&dir.path().join("offsets/consumers"))
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        assert_eq!(left, ["3"], "no temporary file left behind");
-    }
 
     #[test]
     fn only_the_plain_decimal_name_is_an_offset_file() {
