@@ -174,6 +174,9 @@ impl FileLayer for CountingFile {
         }
         self.inner.read_at(buf, pos)
     }
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        cairn_engine::env::layer::owned_through_read_at(self, len, pos)
+    }
 }
 
 /// One round of 1-message persists: msg/s, each persist's latency (µs), and the disk calls

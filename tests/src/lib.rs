@@ -549,7 +549,8 @@ pub fn inflict(dir: &Path, damage: &Damage, pick: impl Fn(&proptest::sample::Ind
 
 /// A real disk on which one chosen `open` blocks until the test lets it go: arm it with a
 /// path part and how many matching opens pass first; the next one waits in the calling
-/// owner (an OS thread) while the test looks at what the node answers meanwhile.
+/// owner (its OS thread, or a shard's runtime worker) while the test looks at what the node
+/// answers meanwhile.
 #[derive(Default, Clone)]
 pub struct GatedDisk {
     gate: Arc<(Mutex<Gate>, std::sync::Condvar)>,

@@ -13,8 +13,11 @@
 //! overlapping syscalls. Clock sleeps, networking and tasks are asynchronous.
 //!
 //! Owners that do disk work run as **workers** ([`Tasks::spawn_worker`]): an OS thread of
-//! their own in production, so no socket or timer thread ever waits on an fsync; a task on
-//! the seeded executor in the simulator. They talk to callers through [`chan`] (bounded
+//! their own in production; a task on the seeded executor in the simulator. Partition
+//! shards run as **owners** ([`Tasks::spawn_owner`]): tasks on the connections' runtime in
+//! production, whose waits on the device (a sync, a read the page cache cannot answer, and
+//! whole [`Tasks::device_section`]s: a persist, a flush, directory work) the real disk runs
+//! through tokio's `block_in_place`, so no connection waits on an fsync either way. They talk to callers through [`chan`] (bounded
 //! channels, one-shot replies) and, after each step of disk work, [`settle`]: a real disk
 //! took its time by blocking the thread, a simulated one charges virtual time the worker now
 //! sleeps off, so other callers' operations interleave with it as they do in production.
@@ -84,7 +87,8 @@ pub trait DiskFile: Send + Sync {
 
     /// Exactly `len` bytes at `pos`, in a buffer of their own, or `UnexpectedEof`. A real
     /// file reads into uninitialised memory (no memset of what the read then overwrites);
-    /// this default, through [`DiskFile::read_exact_at`], is what wrappers get.
+    /// this default reads through [`DiskFile::read_exact_at`] (a [`FileLayer`] passes the
+    /// call to the file beneath).
     fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
         layer::owned_through_read_at(self, len, pos)
     }
@@ -285,10 +289,38 @@ pub trait Tasks: Send + Sync {
     /// A long-lived owner that may block on disk between its awaits: its own OS thread
     /// (named `name`) in production, a task on the seeded executor in the simulator.
     fn spawn_worker(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle>;
+    /// A long-lived owner whose disk calls are mostly page-cache work (a partition shard):
+    /// in production a task on the runtime beside the connections it serves, so a request
+    /// and its answer cross no thread; the real disk runs each wait on the device (a sync,
+    /// a read after an eviction) so that the worker's other tasks move to another thread
+    /// meanwhile. In the simulator the same as a worker.
+    fn spawn_owner(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        self.spawn_worker(name, task)
+    }
+    /// Runs `section`, disk work that waits on the device more than once (a persist: log
+    /// sync, record write, sync and read-back), as one wait: from an owner task, the real
+    /// runtime hands the worker's other tasks to another thread once for the whole section,
+    /// not once per sync. Elsewhere, and in the simulator, it just runs `section`.
+    fn device_section(&self, section: &mut dyn FnMut()) {
+        section()
+    }
+    /// Lets the runtime's other tasks run before the caller goes on (an owner after each
+    /// round of its inbox, which otherwise never waits while requests keep coming). In the
+    /// simulator it is ready at once: its executor already chooses among ready tasks.
+    fn yield_now(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
     /// CPU-heavy work off every owner and socket thread: a bounded pool of threads in
     /// production, a task charged virtual time in the simulator. A full queue is
     /// [`PoolBusy`], never unbounded growth.
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy>;
+}
+
+/// `work` run as one [`Tasks::device_section`], its result returned.
+pub fn device_section<T>(tasks: &dyn Tasks, work: impl FnOnce() -> T) -> T {
+    let (mut work, mut done) = (Some(work), None);
+    tasks.device_section(&mut || done = work.take().map(|w| w()));
+    done.expect("a device section runs its work once")
 }
 
 /// Randomness, seeded by the environment (the simulator derives it from the run seed).

@@ -16,7 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,8 +48,8 @@ pub fn env() -> io::Result<Env> {
     env_with_workers(1)
 }
 
-/// An [`Env`] whose runtime has `workers` threads for tasks (the server's connections); the
-/// node's owners run on threads of their own besides.
+/// An [`Env`] whose runtime has `workers` threads for tasks (the server's connections and the
+/// partition shards); the metadata and groups owners run on threads of their own besides.
 pub fn env_with_workers(workers: usize) -> io::Result<Env> {
     let runtime = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
@@ -133,14 +133,65 @@ pub fn created_modes() -> (u32, u32) {
 
 struct RealFile {
     file: File,
+    /// Set by `evict_cache`: this handle's reads go to the device from then on (a slot's
+    /// read-back, recovery's scans), so each runs in a [`device_wait`]; any other read
+    /// waits only for what the page cache does not hold ([`pread_cache_first`]).
+    evicted: AtomicBool,
 }
 
-impl DiskFile for RealFile {
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        self.file.read_at(buf, pos)
+/// Runs `wait`, a call that waits on the device (`fdatasync`, a directory sync, a read the
+/// page cache cannot answer), so that it never holds up a runtime worker's other tasks: on a
+/// worker of a multi-threaded runtime (where the partition shards run, beside the
+/// connections) through tokio's `block_in_place`, which hands the worker's queue to another
+/// thread for the wait; anywhere else (an owner's own thread, a tool, a current-thread
+/// runtime) directly. Engine code never runs inside a `LocalSet` or a current-thread
+/// `block_on` while a multi-threaded runtime's handle is current: `block_in_place` would
+/// panic there.
+fn device_wait<T>(wait: impl FnOnce() -> T) -> T {
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+        _ => wait(),
     }
+}
 
-    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+/// One `pread` of `len` bytes at `offset` into `ptr` that waits on the device only in a
+/// [`device_wait`]: first `preadv2(RWF_NOWAIT)`, which answers from the page cache (all or
+/// a prefix) or `EAGAIN`; only bytes the cache does not hold are read again in a wait.
+/// `device` (a handle whose cache was evicted): straight to the wait.
+///
+/// # Safety
+/// `ptr` is valid for writes of `len` bytes for the call.
+unsafe fn pread_cache_first(
+    fd: std::os::fd::RawFd,
+    ptr: *mut libc::c_void,
+    len: usize,
+    offset: libc::off_t,
+    device: bool,
+) -> isize {
+    // SAFETY: the caller's promise about `ptr`; the descriptor is open for the call.
+    let wait = || unsafe { libc::pread(fd, ptr, len, offset) };
+    if device {
+        return device_wait(wait);
+    }
+    let iov = libc::iovec {
+        iov_base: ptr,
+        iov_len: len,
+    };
+    // SAFETY: one iovec over the caller's buffer.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, offset, libc::RWF_NOWAIT) };
+    if n >= 0 {
+        return n;
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        // Not cached (or the file system cannot say): read it, off the runtime.
+        Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) => device_wait(wait),
+        _ => n,
+    }
+}
+
+impl RealFile {
+    /// Exactly `len` bytes at `pos`, read into uninitialised memory.
+    fn read_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
         let mut buf = bytes::BytesMut::with_capacity(len);
         while buf.len() < len {
             let filled = buf.len();
@@ -154,11 +205,12 @@ impl DiskFile for RealFile {
             // SAFETY: `pread` writes at most `len - filled` bytes at the start of the spare
             // capacity, which is at least that long and owned by `buf` for the call.
             let n = unsafe {
-                libc::pread(
+                pread_cache_first(
                     self.file.as_raw_fd(),
                     spare.as_mut_ptr().cast(),
                     len - filled,
                     offset,
+                    self.evicted.load(Ordering::Relaxed),
                 )
             };
             match n {
@@ -179,6 +231,28 @@ impl DiskFile for RealFile {
             }
         }
         Ok(buf)
+    }
+}
+
+impl DiskFile for RealFile {
+    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        let offset = libc::off_t::try_from(pos)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset overflow"))?;
+        // SAFETY: `buf` is valid for writes of its length for the call.
+        let n = unsafe {
+            pread_cache_first(
+                self.file.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                offset,
+                self.evicted.load(Ordering::Relaxed),
+            )
+        };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+
+    fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
+        self.read_owned(len, pos)
     }
 
     fn write_all_at(&self, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<()> {
@@ -205,7 +279,7 @@ impl DiskFile for RealFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+        device_wait(|| self.file.sync_data())
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -242,6 +316,7 @@ impl DiskFile for RealFile {
     fn evict_cache(&self) -> io::Result<()> {
         // SAFETY: plain syscall on an open descriptor; offset 0 and length 0 mean the whole
         // file. posix_fadvise returns the error number instead of setting errno.
+        self.evicted.store(true, Ordering::Relaxed);
         let rc =
             unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         match rc {
@@ -268,6 +343,7 @@ impl Disk for RealDisk {
         options.mode(created_modes().0);
         Ok(Box::new(RealFile {
             file: options.open(path)?,
+            evicted: AtomicBool::new(false),
         }))
     }
 
@@ -308,7 +384,8 @@ impl Disk for RealDisk {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        File::open(path)?.sync_all()
+        let dir = File::open(path)?;
+        device_wait(|| dir.sync_all())
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
@@ -470,8 +547,9 @@ impl Net for RealNet {
 /// Jobs the blocking pool holds waiting for a thread before it refuses more.
 pub const BLOCKING_QUEUE: usize = 1024;
 
-/// Tasks on a tokio runtime; workers on OS threads of their own; CPU-heavy jobs on a fixed
-/// pool of threads (one per core) behind a bounded queue.
+/// Tasks and owners on a tokio runtime (an owner's device waits through `block_in_place`);
+/// workers on OS threads of their own; CPU-heavy jobs on a fixed pool of threads (one per
+/// core) behind a bounded queue.
 pub struct RealTasks {
     handle: Handle,
     pool: OnceLock<BlockingPool>,
@@ -624,6 +702,24 @@ impl Tasks for RealTasks {
         })
     }
 
+    fn spawn_owner(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        use tracing::Instrument;
+        // Its log lines name it, as a worker thread's name did.
+        self.spawn(Box::pin(
+            task.instrument(tracing::info_span!("owner", name)),
+        ))
+    }
+
+    fn yield_now(&self) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::task::yield_now())
+    }
+
+    fn device_section(&self, section: &mut dyn FnMut()) {
+        // The device waits inside nest in this one (block_in_place within block_in_place
+        // runs directly).
+        device_wait(section)
+    }
+
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
         let pool = self.pool.get_or_init(BlockingPool::start);
         let queue = pool.queue.lock().map_err(|_| PoolBusy)?;
@@ -642,6 +738,15 @@ impl Tasks for OwnedRuntimeTasks {
     }
     fn spawn_worker(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         self.inner.spawn_worker(name, task)
+    }
+    fn spawn_owner(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
+        self.inner.spawn_owner(name, task)
+    }
+    fn device_section(&self, section: &mut dyn FnMut()) {
+        self.inner.device_section(section)
+    }
+    fn yield_now(&self) -> BoxFuture<'static, ()> {
+        self.inner.yield_now()
     }
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
         self.inner.spawn_blocking(job)
@@ -818,5 +923,40 @@ mod tests {
         file.read_exact_at(&mut back, 3).unwrap();
         assert_eq!(back, owned.concat());
         assert_eq!(file.len().unwrap(), 3 + back.len() as u64);
+    }
+
+    /// An owner task waiting on the device in a section leaves its runtime worker's other
+    /// tasks running: on a runtime of one worker, the section waits until another task has
+    /// run. (Run directly, the section would hold the only worker, the other task could not
+    /// run, and the wait would time out.)
+    #[test]
+    fn a_device_section_on_an_owner_task_leaves_the_worker_to_other_tasks() {
+        let env = env().expect("runtime");
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<bool>();
+        let tasks = env.tasks.clone();
+        env.tasks.spawn_owner(
+            "cairn-test-owner",
+            Box::pin(async move {
+                tasks.device_section(&mut || {
+                    started_tx.send(()).unwrap();
+                    // The device wait: until the other task ran (or 10 s).
+                    let ran = ran_rx.recv_timeout(Duration::from_secs(10)).is_ok();
+                    done_tx.send(ran).unwrap();
+                });
+            }),
+        );
+        started_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the section started");
+        env.tasks.spawn(Box::pin(async move {
+            let _ = ran_tx.send(());
+        }));
+        let ran = done_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert!(
+            ran,
+            "another task ran on the runtime while the section waited"
+        );
     }
 }

@@ -15,7 +15,7 @@ use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_durably, sync_dirs};
 use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
-use crate::env::{settle, Env};
+use crate::env::{device_section, settle, Env};
 use crate::error::Failure;
 use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataError, MetadataPlane};
 use crate::metrics::LabeledCounts;
@@ -549,15 +549,18 @@ async fn start_owners(
             let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
             for identity in identities {
                 let key = key_of(&identity);
-                let (mut partition, outcome) = open_partition(
-                    &env2,
-                    &root2,
-                    &state,
-                    partition_settings,
-                    partition_hooks,
-                    identity,
-                    &claimed,
-                );
+                // Recovery reads what the device holds: one wait on the device per partition.
+                let (mut partition, outcome) = device_section(env2.tasks.as_ref(), || {
+                    open_partition(
+                        &env2,
+                        &root2,
+                        &state,
+                        partition_settings,
+                        partition_hooks,
+                        identity,
+                        &claimed,
+                    )
+                });
                 if partition.fence_reason().is_none() {
                     let stored = partition.consumers().unwrap_or_default();
                     for group in doomed_group_offsets(&state, &redo, key, &stored) {
@@ -578,7 +581,7 @@ async fn start_owners(
             shard.run(rx).await;
         };
         let name = format!("cairn-shard-{index}");
-        workers.push(env.tasks.spawn_worker(
+        workers.push(env.tasks.spawn_owner(
             &name,
             stops_on_panic(name.clone(), stopped.clone(), Vec::new(), task),
         ));
@@ -711,21 +714,25 @@ mod tests {
     #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
     fn an_owner_that_panics_stops_the_node() {
         let env = crate::env::real::env().expect("runtime");
-        let stopped: Latch<Arc<Failure>> = Latch::default();
-        let worker = env.tasks.spawn_worker(
-            "cairn-test-owner",
-            stops_on_panic("test owner".into(), stopped.clone(), Vec::new(), async {
+        // On its own thread (a worker) and as a task on the runtime (a shard) alike.
+        for on_runtime in [false, true] {
+            let stopped: Latch<Arc<Failure>> = Latch::default();
+            let task = stops_on_panic("test owner".into(), stopped.clone(), Vec::new(), async {
                 panic!("an invariant failed (on purpose)")
-            }),
-        );
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !worker.is_finished() {
-            assert!(std::time::Instant::now() < deadline, "the worker finished");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        match stopped.get().as_deref() {
-            Some(Failure::Panicked(name)) => assert_eq!(name, "test owner"),
-            other => panic!("the node stopped for the panic, not {other:?}"),
+            });
+            let worker = match on_runtime {
+                false => env.tasks.spawn_worker("cairn-test-owner", task),
+                true => env.tasks.spawn_owner("cairn-test-owner", task),
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !worker.is_finished() {
+                assert!(std::time::Instant::now() < deadline, "the worker finished");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            match stopped.get().as_deref() {
+                Some(Failure::Panicked(name)) => assert_eq!(name, "test owner"),
+                other => panic!("the node stopped for the panic, not {other:?}"),
+            }
         }
     }
 

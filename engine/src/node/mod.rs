@@ -13,8 +13,10 @@
 //!     └◄─ one-shot replies
 //! ```
 //!
-//! Only owners touch the disk: each runs as a worker (an OS thread in production, a task on
-//! the seeded executor in the simulator). Every queue is bounded: a full inbox makes the
+//! Only owners touch the disk: the metadata and groups owners as workers (an OS thread in
+//! production), the shards as owner tasks beside the connections ([`crate::env::Tasks::spawn_owner`]:
+//! their device waits leave the runtime worker to others); each a task on the seeded
+//! executor in the simulator. Every queue is bounded: a full inbox makes the
 //! caller wait (back-pressure), a full pool is [`NodeError::Busy`]. A metadata failure
 //! after an op became durable stops the node ([`Node::stopped`]): a supervisor restarts
 //! the process and boot recovers what the disk holds.

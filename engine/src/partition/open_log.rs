@@ -437,7 +437,10 @@ impl OpenLog {
         };
         if self.flush_due() {
             let started = self.env.clock.monotonic_nanos();
-            let flushed = self.flush_journal();
+            // Writes that may wait for writeback (dirty throttling) and a rotation's syncs:
+            // one wait on the device, off a shard's runtime worker.
+            let tasks = self.env.tasks.clone();
+            let flushed = crate::env::device_section(tasks.as_ref(), || self.flush_journal());
             if flushed.is_ok() {
                 let elapsed = self.env.clock.monotonic_nanos().saturating_sub(started);
                 self.resources.flush_latency.observe(elapsed);

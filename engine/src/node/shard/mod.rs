@@ -20,7 +20,7 @@ use super::view::ViewCell;
 use super::{Deletion, NodeStats, PartitionInfo, Sent};
 use crate::config::{PartitionSettings, TopicConfig};
 use crate::env::chan::{Latch, Receiver, Reply};
-use crate::env::{race, settle, Either, Env};
+use crate::env::{device_section, race, settle, Either, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
@@ -198,6 +198,9 @@ impl Shard {
             if self.serve(round, &mut inbox, &mut carried).await {
                 return;
             }
+            // A shard shares its runtime worker with connections: after each round the
+            // tasks it woke (and the timers and sockets) run, even while requests keep coming.
+            self.env.tasks.yield_now().await;
         }
     }
 
@@ -399,7 +402,9 @@ impl Shard {
             }
             ShardRequest::Inspect { key, reply } => reply.send(self.inspect(key)),
             ShardRequest::Work { work, reply } => {
-                let result = self.work(work);
+                // Directory work syncs files and directories: one wait on the device.
+                let tasks = self.env.tasks.clone();
+                let result = device_section(tasks.as_ref(), || self.work(work));
                 // Persist windows of partitions that went (bounded by the partitions held).
                 let partitions = &self.partitions;
                 self.windows.retain(|key, _| partitions.contains_key(key));
@@ -510,7 +515,9 @@ impl Shard {
         let start = self.tickets.load(Ordering::SeqCst);
         let started = self.env.clock.monotonic_nanos();
         let result = match self.partitions.get_mut(&key) {
-            Some(owned) => owned.partition.persist().map_err(NodeError::from),
+            // Log sync, record write, sync and read-back: one wait on the device.
+            Some(owned) => device_section(self.env.tasks.as_ref(), || owned.partition.persist())
+                .map_err(NodeError::from),
             None => Err(Self::missing(key)),
         };
         self.stats.persists.fetch_add(1, Ordering::Relaxed);
