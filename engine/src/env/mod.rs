@@ -17,10 +17,11 @@
 //! shards run as **owners** ([`Tasks::spawn_owner`]): tasks on the connections' runtime in
 //! production, whose waits on the device (a sync, a read the page cache cannot answer, and
 //! whole [`Tasks::device_section`]s: a persist, a flush, directory work) the real disk runs
-//! through tokio's `block_in_place`, so no connection waits on an fsync either way. They talk to callers through [`chan`] (bounded
-//! channels, one-shot replies) and, after each step of disk work, [`settle`]: a real disk
-//! took its time by blocking the thread, a simulated one charges virtual time the worker now
-//! sleeps off, so other callers' operations interleave with it as they do in production.
+//! through tokio's `block_in_place`, so no connection waits on an fsync either way. Both
+//! talk to callers through [`chan`] (bounded channels, one-shot replies) and, after each
+//! step of disk work, [`settle`]: a real disk took its time by blocking the thread, a
+//! simulated one charges virtual time the worker now sleeps off, so other callers'
+//! operations interleave with it as they do in production.
 //! CPU-heavy work (password hashing) runs on [`Tasks::spawn_blocking`], never on an owner.
 //!
 //! A disk wrapper that changes one or two calls (counting syncs, injecting a fault) is a
@@ -292,8 +293,8 @@ pub trait Tasks: Send + Sync {
     /// A long-lived owner whose disk calls are mostly page-cache work (a partition shard):
     /// in production a task on the runtime beside the connections it serves, so a request
     /// and its answer cross no thread; the real disk runs each wait on the device (a sync,
-    /// a read after an eviction) so that the worker's other tasks move to another thread
-    /// meanwhile. In the simulator the same as a worker.
+    /// a read the page cache cannot answer) so that the worker's other tasks move to
+    /// another thread meanwhile. In the simulator the same as a worker.
     fn spawn_owner(&self, name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         self.spawn_worker(name, task)
     }

@@ -157,7 +157,9 @@ fn device_wait<T>(wait: impl FnOnce() -> T) -> T {
 /// One `pread` of `len` bytes at `offset` into `ptr` that waits on the device only in a
 /// [`device_wait`]: first `preadv2(RWF_NOWAIT)`, which answers from the page cache (all or
 /// a prefix) or `EAGAIN`; only bytes the cache does not hold are read again in a wait.
-/// `device` (a handle whose cache was evicted): straight to the wait.
+/// `device` (a handle whose cache was evicted): straight to the wait. The bytes read, or the
+/// error taken right after the call that failed (the hand-back after a wait makes calls of
+/// its own, which may overwrite `errno`).
 ///
 /// # Safety
 /// `ptr` is valid for writes of `len` bytes for the call.
@@ -167,25 +169,25 @@ unsafe fn pread_cache_first(
     len: usize,
     offset: libc::off_t,
     device: bool,
-) -> isize {
-    // SAFETY: the caller's promise about `ptr`; the descriptor is open for the call.
-    let wait = || unsafe { libc::pread(fd, ptr, len, offset) };
-    if device {
-        return device_wait(wait);
-    }
-    let iov = libc::iovec {
-        iov_base: ptr,
-        iov_len: len,
+) -> io::Result<usize> {
+    let read = |flags| {
+        let iov = libc::iovec {
+            iov_base: ptr,
+            iov_len: len,
+        };
+        // SAFETY: one iovec over the caller's buffer; the descriptor is open for the call.
+        let n = unsafe { libc::preadv2(fd, &iov, 1, offset, flags) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     };
-    // SAFETY: one iovec over the caller's buffer.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, offset, libc::RWF_NOWAIT) };
-    if n >= 0 {
-        return n;
+    if device {
+        return device_wait(|| read(0));
     }
-    match io::Error::last_os_error().raw_os_error() {
+    match read(libc::RWF_NOWAIT) {
         // Not cached (or the file system cannot say): read it, off the runtime.
-        Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) => device_wait(wait),
-        _ => n,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EOPNOTSUPP)) => {
+            device_wait(|| read(0))
+        }
+        answered => answered,
     }
 }
 
@@ -214,20 +216,16 @@ impl RealFile {
                 )
             };
             match n {
-                n if n < 0 => {
-                    let error = io::Error::last_os_error();
-                    if error.kind() != io::ErrorKind::Interrupted {
-                        return Err(error);
-                    }
-                }
-                0 => {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+                Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "read past end of file",
                     ))
                 }
-                // SAFETY: `pread` initialised these `n` bytes (n ≤ len - filled).
-                n => unsafe { buf.set_len(filled + n as usize) },
+                // SAFETY: the read initialised these `n` bytes (n ≤ len - filled).
+                Ok(n) => unsafe { buf.set_len(filled + n) },
             }
         }
         Ok(buf)
@@ -239,7 +237,7 @@ impl DiskFile for RealFile {
         let offset = libc::off_t::try_from(pos)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset overflow"))?;
         // SAFETY: `buf` is valid for writes of its length for the call.
-        let n = unsafe {
+        unsafe {
             pread_cache_first(
                 self.file.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
@@ -247,8 +245,7 @@ impl DiskFile for RealFile {
                 offset,
                 self.evicted.load(Ordering::Relaxed),
             )
-        };
-        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        }
     }
 
     fn read_exact_owned(&self, len: usize, pos: u64) -> io::Result<bytes::BytesMut> {
