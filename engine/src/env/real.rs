@@ -182,14 +182,24 @@ unsafe fn pread_cache_first(
     if device {
         return device_wait(|| read(0));
     }
+    if NOWAIT_UNSUPPORTED.load(Ordering::Relaxed) {
+        return read(0);
+    }
     match read(libc::RWF_NOWAIT) {
-        // Not cached (or the file system cannot say): read it, off the runtime.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EOPNOTSUPP)) => {
-            device_wait(|| read(0))
+        // Not cached: read it, off the runtime.
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => device_wait(|| read(0)),
+        // The file system cannot say (overlayfs; tmpfs on older kernels): from now on every
+        // read is a plain one in place, as before cache-first reads, not two calls and a wait.
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+            NOWAIT_UNSUPPORTED.store(true, Ordering::Relaxed);
+            read(0)
         }
         answered => answered,
     }
 }
+
+/// Set once a file system refused `RWF_NOWAIT`.
+static NOWAIT_UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 
 impl RealFile {
     /// Exactly `len` bytes at `pos`, read into uninitialised memory.
@@ -920,6 +930,27 @@ mod tests {
         file.read_exact_at(&mut back, 3).unwrap();
         assert_eq!(back, owned.concat());
         assert_eq!(file.len().unwrap(), 3 + back.len() as u64);
+    }
+
+    /// A read the page cache cannot answer (another handle evicted the file) is read from the
+    /// device whole; so is one across cached and uncached pages.
+    #[test]
+    fn a_read_the_cache_cannot_answer_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+        let writer = RealDisk.open(&path, OpenMode::CreateNew).unwrap();
+        writer.write_all_at(&[IoSlice::new(&bytes)], 0).unwrap();
+        writer.sync_data().unwrap();
+        let reader = RealDisk.open(&path, OpenMode::Read).unwrap();
+        for (len, pos) in [(bytes.len(), 0), (100, 4000), (5000, 6000)] {
+            writer.evict_cache().unwrap();
+            // The first page cached again, the rest not.
+            let mut first = [0u8; 16];
+            reader.read_exact_at(&mut first, 0).unwrap();
+            let got = reader.read_exact_owned(len, pos as u64).unwrap();
+            assert_eq!(&got[..], &bytes[pos..pos + len]);
+        }
     }
 
     /// An owner task waiting on the device in a section leaves its runtime worker's other

@@ -205,7 +205,16 @@ pub fn pending(disk: &dyn Disk, dir: &Path, nonce: u64) -> io::Result<Option<Pen
     let file = disk.open(&path, OpenMode::Read)?;
     let len = file.len()?;
     let mut bytes = vec![0u8; (len as usize).min(MARK_LEN + 1)];
-    let read = file.read_at(&mut bytes, 0)?;
+    // Until the end of the file: a read may answer a prefix (a real file's cached part).
+    let mut read = 0;
+    while read < bytes.len() {
+        match file.read_at(&mut bytes[read..], read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     bytes.truncate(read);
     Ok(Some(match decode(&bytes) {
         Some((start, found)) if found == nonce => Pending::Redo { start },
