@@ -311,6 +311,15 @@ pub trait Tasks: Send + Sync {
     fn yield_now(&self) -> BoxFuture<'static, ()> {
         Box::pin(std::future::ready(()))
     }
+    /// A job that waits on the device (one partition's persist, run beside its shard's
+    /// others): a thread of the runtime's blocking pool in production, so that several
+    /// syncs are in flight at once; a task of its own in the simulator, so that its disk
+    /// calls interleave with every other task's (and with crashes) in seeded order. Never
+    /// refused: the caller bounds how many it has in flight
+    /// ([`crate::node::MAX_CONCURRENT_PERSISTS`]).
+    fn spawn_device(&self, job: BlockingJob) {
+        drop(self.spawn(Box::pin(async move { job() })));
+    }
     /// CPU-heavy work off every owner and socket thread: a bounded pool of threads in
     /// production, a task charged virtual time in the simulator. A full queue is
     /// [`PoolBusy`], never unbounded growth.

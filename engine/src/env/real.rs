@@ -727,6 +727,11 @@ impl Tasks for RealTasks {
         device_wait(section)
     }
 
+    fn spawn_device(&self, job: BlockingJob) {
+        // Its device waits run in place there (`device_wait` hands off only a worker).
+        drop(self.handle.spawn_blocking(job));
+    }
+
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
         let pool = self.pool.get_or_init(BlockingPool::start);
         let queue = pool.queue.lock().map_err(|_| PoolBusy)?;
@@ -754,6 +759,9 @@ impl Tasks for OwnedRuntimeTasks {
     }
     fn yield_now(&self) -> BoxFuture<'static, ()> {
         self.inner.yield_now()
+    }
+    fn spawn_device(&self, job: BlockingJob) {
+        self.inner.spawn_device(job)
     }
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
         self.inner.spawn_blocking(job)

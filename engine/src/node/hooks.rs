@@ -16,6 +16,10 @@ use crate::partition::PartitionHooks;
 /// its next round.
 pub type AfterPersistHook = fn(take: &mut dyn FnMut() -> bool);
 
+/// A shard's moment when one of the persists it runs at once returned, given how many are
+/// still in flight; true answers their sends now, as if their persists had returned too.
+pub type PersistReturnedHook = fn(in_flight: usize) -> bool;
+
 /// The metadata owner's moment between writing a batch's journal entries and syncing them.
 /// It is given `publish`, which publishes the batch's view now.
 pub type BeforeMetadataSyncHook = fn(publish: &mut dyn FnMut());
@@ -24,6 +28,7 @@ pub type BeforeMetadataSyncHook = fn(publish: &mut dyn FnMut());
 #[derive(Clone, Copy, Default)]
 pub struct OwnerHooks {
     pub after_persist: Option<AfterPersistHook>,
+    pub persist_returned: Option<PersistReturnedHook>,
     pub before_metadata_sync: Option<BeforeMetadataSyncHook>,
 }
 
@@ -40,6 +45,7 @@ impl std::fmt::Debug for OwnerHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnerHooks")
             .field("after_persist", &self.after_persist.is_some())
+            .field("persist_returned", &self.persist_returned.is_some())
             .field("before_metadata_sync", &self.before_metadata_sync.is_some())
             .finish()
     }

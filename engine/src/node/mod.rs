@@ -50,7 +50,9 @@ pub use boot::{
 };
 pub use client::Client;
 pub use decider::{Barrier, Decider, Decision};
-pub use hooks::{AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks};
+pub use hooks::{
+    AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks, PersistReturnedHook,
+};
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
 pub use replicator::{
@@ -58,7 +60,7 @@ pub use replicator::{
     Replicator,
 };
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
-pub use shard::{shard_of, MAX_DRAIN, MAX_PARKED};
+pub use shard::{shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED};
 pub use view::MetaView;
 
 use crate::env::chan::{oneshot, Latch, Pending, Sender, TrySendError};
@@ -185,6 +187,8 @@ pub struct NodeStats {
     pub joined_running_persist: AtomicU64,
     /// Polls that arrived while their partition's persist ran.
     pub polls_during_persist: AtomicU64,
+    /// Rounds whose sends waited on several partitions, persisted at once.
+    pub concurrent_persists: AtomicU64,
     /// Requests that found an inbox full and waited for room.
     pub inbox_full: AtomicU64,
     pub meta_batches: AtomicU64,
@@ -205,6 +209,7 @@ pub struct StatsSnapshot {
     pub failed_persists: u64,
     pub joined_running_persist: u64,
     pub polls_during_persist: u64,
+    pub concurrent_persists: u64,
     pub inbox_full: u64,
     pub meta_batches: u64,
     pub meta_ops: u64,
@@ -222,6 +227,7 @@ impl NodeStats {
             failed_persists: get(&self.failed_persists),
             joined_running_persist: get(&self.joined_running_persist),
             polls_during_persist: get(&self.polls_during_persist),
+            concurrent_persists: get(&self.concurrent_persists),
             inbox_full: get(&self.inbox_full),
             meta_batches: get(&self.meta_batches),
             meta_ops: get(&self.meta_ops),

@@ -60,6 +60,8 @@
 //! The owners ([`owners`]):
 //! - `ack-late-joiners`: a shard answers the sends that arrived while a persist ran as if
 //!   that persist had covered them (they are only journaled, in memory);
+//! - `ack-with-first-persist`: when the first of the persists a shard runs at once returns,
+//!   it answers the sends of those still in flight as durable too;
 //! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
 //!   the batch's journal entries and before syncing them, so callers read metadata the disk
 //!   may not hold.
@@ -88,7 +90,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 29] = [
+pub const NAMES: [&str; 30] = [
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
@@ -108,6 +110,7 @@ pub const NAMES: [&str; 29] = [
     "skip-meta-slot-rewrite",
     "adoption-work-forgotten",
     "ack-late-joiners",
+    "ack-with-first-persist",
     "publish-before-sync",
     "ack-metadata-before-sync",
     "ack-before-sync",
@@ -163,6 +166,7 @@ pub fn node_hooks() -> NodeHooks {
         },
         owners: OwnerHooks {
             after_persist: name.and_then(owners::after_persist_hook),
+            persist_returned: name.and_then(owners::persist_returned_hook),
             before_metadata_sync: name.and_then(owners::before_metadata_sync_hook),
         },
     }

@@ -1,13 +1,23 @@
-//! The canaries in the node's owners: a shard's moment after a persist, the metadata
-//! owner's moment between writing a batch's journal entries and syncing them.
+//! The canaries in the node's owners: a shard's moments after a persist and when one of
+//! the persists it runs at once returned, the metadata owner's moment between writing a
+//! batch's journal entries and syncing them.
 
-use cairn_engine::node::{AfterPersistHook, BeforeMetadataSyncHook};
+use cairn_engine::node::{AfterPersistHook, BeforeMetadataSyncHook, PersistReturnedHook};
 
 /// `ack-late-joiners`: the shard takes every request that arrived while its persist ran
 /// and answers their sends as covered by it.
 pub fn after_persist_hook(name: &str) -> Option<AfterPersistHook> {
     match name {
         "ack-late-joiners" => Some(|take| while take() {}),
+        _ => None,
+    }
+}
+
+/// `ack-with-first-persist`: when the first of a round's persists run at once returns, the
+/// shard answers the sends of those still in flight as durable too.
+pub fn persist_returned_hook(name: &str) -> Option<PersistReturnedHook> {
+    match name {
+        "ack-with-first-persist" => Some(|in_flight| in_flight > 0),
         _ => None,
     }
 }

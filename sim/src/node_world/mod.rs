@@ -68,7 +68,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 24] = [
+pub const NODE_COVERAGE: [(&str, &str); 25] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -115,6 +115,10 @@ pub const NODE_COVERAGE: [(&str, &str); 24] = [
     (
         "PollDuringPersist",
         "a poll arrived while its partition's persist ran",
+    ),
+    (
+        "ConcurrentPersists",
+        "a shard persisted several partitions' sends of one round at once",
     ),
     (
         "MetaOpRacedSends",

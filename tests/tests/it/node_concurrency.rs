@@ -2,7 +2,8 @@
 //! `persisted` batches to one partition at once. Fewer syncs than acknowledgements (the
 //! sends that arrive while a persist runs share the next one), every acknowledged message at
 //! its offset; and on a disk that crashes after N mutating calls, every message acknowledged
-//! before the crash is there after the next boot.
+//! before the crash is there after the next boot. The same with the callers spread over
+//! the partitions of one shard, whose persists run at once on the device pool.
 // Test driver: real threads are the concurrent callers.
 #![allow(clippy::disallowed_methods)]
 
@@ -10,30 +11,36 @@ use cairn_engine::env::real::block_on;
 use cairn_engine::node::{Client, Node};
 use cairn_tests::*;
 use iggy_binary_protocol::WirePartitioning;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 const THREADS: usize = 16;
 
-/// Every acknowledged message: offset → id.
-type Acked = Arc<Mutex<BTreeMap<u64, u128>>>;
+/// Every acknowledged message: (partition, offset) → id.
+type Acked = Arc<Mutex<BTreeMap<(u32, u64), u128>>>;
 
 /// `THREADS` callers each sending `sends` one-message batches to partition 0 until one
 /// fails; what was acknowledged.
 fn send_concurrently(node: &Node, sends: usize) -> Acked {
+    send_spread(node, sends, 1)
+}
+
+/// [`send_concurrently`], caller `t` sending to partition `t % partitions`.
+fn send_spread(node: &Node, sends: usize, partitions: u32) -> Acked {
     let acked: Acked = Arc::default();
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
             let client: Client = node.client(100 + t as u128);
             let acked = acked.clone();
             std::thread::spawn(move || {
+                let partition = t as u32 % partitions;
                 for i in 0..sends {
                     let seed = (t * 1000 + i) as u64;
                     let sent = block_on(client.send(
                         &id(0),
                         &id(0),
-                        &WirePartitioning::PartitionId(0),
+                        &WirePartitioning::PartitionId(partition),
                         batch(seed, 1, 100),
                     ));
                     let Ok(sent) = sent else { return };
@@ -41,7 +48,7 @@ fn send_concurrently(node: &Node, sends: usize) -> Acked {
                     acked
                         .lock()
                         .unwrap()
-                        .insert(sent.ack.base_offset, message_id(seed, 0));
+                        .insert((partition, sent.ack.base_offset), message_id(seed, 0));
                 }
             })
         })
@@ -53,26 +60,35 @@ fn send_concurrently(node: &Node, sends: usize) -> Acked {
 }
 
 fn persisted_topic(node: &TestNode) {
+    persisted_topic_of(node, 1);
+}
+
+fn persisted_topic_of(node: &TestNode, partitions: u32) {
     node.create_stream("s").unwrap();
     node.create_topic(
         &id(0),
         "t",
-        1,
+        partitions,
         topic_options(&[("durability", 2, b"persisted")]),
     )
     .unwrap();
 }
 
 fn check_present(node: &TestNode, acked: &Acked, what: &str) {
-    let found: BTreeMap<u64, u128> = read_node(node, (0, 0, 0))
+    let partitions: BTreeSet<u32> = acked.lock().unwrap().keys().map(|k| k.0).collect();
+    let found: BTreeMap<(u32, u64), u128> = partitions
         .into_iter()
-        .map(|(offset, id, _)| (offset, id))
+        .flat_map(|p| {
+            read_node(node, (0, 0, p))
+                .into_iter()
+                .map(move |(offset, id, _)| ((p, offset), id))
+        })
         .collect();
-    for (offset, id) in acked.lock().unwrap().iter() {
+    for (key, id) in acked.lock().unwrap().iter() {
         assert_eq!(
-            found.get(offset),
+            found.get(key),
             Some(id),
-            "{what}: acknowledged offset {offset} lost or changed"
+            "{what}: acknowledged (partition, offset) {key:?} lost or changed"
         );
     }
 }
@@ -100,7 +116,7 @@ fn concurrent_persisted_sends_share_syncs_and_every_ack_is_there() {
         node.node.stats().joined_running_persist > 0,
         "some sends joined a persist already running"
     );
-    let offsets: Vec<u64> = acked.lock().unwrap().keys().copied().collect();
+    let offsets: Vec<u64> = acked.lock().unwrap().keys().map(|k| k.1).collect();
     assert_eq!(
         offsets,
         (0..acks as u64).collect::<Vec<_>>(),
@@ -112,33 +128,81 @@ fn concurrent_persisted_sends_share_syncs_and_every_ack_is_there() {
     check_present(&node, &acked, "after a crash");
 }
 
-/// A crash at a range of points while the callers send: the next boot keeps every message
+/// One shard holding the eight partitions the callers send to: a round's sends wait on
+/// several partitions, which persist at once (jobs on the device pool); every send is
+/// answered durable, offsets are gapless per partition, and everything survives a crash.
+#[test]
+fn sends_spread_over_a_shards_partitions_persist_at_once() {
+    const PARTITIONS: u32 = 8;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let settings = || cairn_engine::node::NodeSettings {
+        shards: 1,
+        ..node_settings()
+    };
+    let node = start(&real_env(), root, settings()).unwrap().node;
+    persisted_topic_of(&node, PARTITIONS);
+    let acked = send_spread(&node.node, 40, PARTITIONS);
+    assert_eq!(acked.lock().unwrap().len(), THREADS * 40);
+    assert!(
+        node.node.stats().concurrent_persists > 0,
+        "some rounds persisted several partitions at once"
+    );
+    for p in 0..PARTITIONS {
+        let offsets: Vec<u64> = acked
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| k.0 == p)
+            .map(|k| k.1)
+            .collect();
+        let sends = (THREADS / PARTITIONS as usize * 40) as u64;
+        assert_eq!(offsets, (0..sends).collect::<Vec<_>>(), "partition {p}");
+    }
+    check_present(&node, &acked, "after the sends");
+    node.halt();
+    let node = start(&real_env(), root, settings()).unwrap().node;
+    check_present(&node, &acked, "after a crash");
+}
+
+/// A crash at a range of points while the callers send (to one partition, and spread over
+/// four partitions of one shard, persisted at once): the next boot keeps every message
 /// acknowledged before it.
 #[test]
 fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
-    let mut cut_short = 0;
-    for budget in [25usize, 60, 110, 170, 240, 330] {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path();
-        let node = start(&real_env(), root, node_settings()).unwrap().node;
-        persisted_topic(&node);
-        node.halt();
-        let env = env_on(CrashingDisk::new(budget));
-        let Ok(booted) = start(&env, root, node_settings()) else {
-            continue; // the crash struck inside the boot
+    for (partitions, shards) in [(1, 2), (4, 1)] {
+        let settings = || cairn_engine::node::NodeSettings {
+            shards,
+            ..node_settings()
         };
-        let acked = send_concurrently(&booted.node.node, 30);
-        let acks = acked.lock().unwrap().len();
-        cut_short += usize::from(acks > 0 && acks < THREADS * 30);
-        booted.node.halt();
-        let node = boot_again(root);
-        check_present(&node, &acked, &format!("budget {budget}"));
-        node.halt();
+        let mut cut_short = 0;
+        for budget in [25usize, 60, 110, 170, 240, 330] {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path();
+            let node = start(&real_env(), root, settings()).unwrap().node;
+            persisted_topic_of(&node, partitions);
+            node.halt();
+            let env = env_on(CrashingDisk::new(budget));
+            let Ok(booted) = start(&env, root, settings()) else {
+                continue; // the crash struck inside the boot
+            };
+            let acked = send_spread(&booted.node.node, 30, partitions);
+            let acks = acked.lock().unwrap().len();
+            cut_short += usize::from(acks > 0 && acks < THREADS * 30);
+            booted.node.halt();
+            let node = boot_again(root);
+            check_present(
+                &node,
+                &acked,
+                &format!("{partitions} partitions, budget {budget}"),
+            );
+            node.halt();
+        }
+        assert!(
+            cut_short >= 3,
+            "the crash struck while callers sent to {partitions} partitions ({cut_short} times)"
+        );
     }
-    assert!(
-        cut_short >= 3,
-        "the crash struck while callers sent ({cut_short} times)"
-    );
 }
 
 fn boot_again(root: &Path) -> TestNode {

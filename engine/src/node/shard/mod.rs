@@ -1,13 +1,14 @@
-//! A partition shard: the only owner of a fixed subset of the node's partitions (chosen by a
-//! stable hash of their ids), running one loop that drains its inbox.
+//! A partition shard: the only owner of a fixed subset of the node's partitions (chosen by
+//! [`shard_of`] from their ids), running one loop that drains its inbox.
 //!
 //! Each round takes everything queued (at most [`MAX_DRAIN`] requests) and serves it in
 //! order. A `persisted` send is appended (admitted, stamped, journaled, not yet visible) and
 //! waits; before anything else touches that partition's files, and at the end of the round,
 //! the partition persists once for every send waiting on it: one flush, one set of syncs,
-//! one superblock record, and only then is each of those senders answered. Sends that
-//! arrive while a persist runs wait in the inbox and make up the next round's group (group
-//! commit across callers, with no timer: a lone producer waits for its own sync only).
+//! one superblock record, and only then is each of those senders answered. The partitions
+//! of a round persist at once ([`persist`]). Sends that arrive while a persist runs wait in
+//! the inbox and make up the next round's group (group commit across callers, with no
+//! timer: a lone producer waits for its own sync only).
 //!
 //! The shard also does the directory work of its partitions (create, purge, remove, drop,
 //! a deleted group's offsets) when the metadata owner asks, and runs retention on its own
@@ -55,8 +56,10 @@ pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
 pub const MAX_PARKED: usize = 4096;
 const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
+mod persist;
 mod replica;
 mod request;
+pub use persist::MAX_CONCURRENT_PERSISTS;
 pub(crate) use request::{ShardRequest, ShardWork};
 
 /// A partition the shard owns: open, fenced, or missing its directory.
@@ -262,9 +265,8 @@ impl Shard {
                     }
                 }
                 Some(None) => {
-                    for (key, w) in std::mem::take(&mut waiting) {
-                        self.persist(key, w, inbox, carried).await;
-                    }
+                    let all = std::mem::take(&mut waiting);
+                    self.persist_all(all, inbox, carried).await;
                 }
                 None => {}
             }
@@ -272,9 +274,7 @@ impl Shard {
                 return true;
             }
         }
-        for (key, w) in waiting {
-            self.persist(key, w, inbox, carried).await;
-        }
+        self.persist_all(waiting, inbox, carried).await;
         false
     }
 
@@ -492,127 +492,6 @@ impl Shard {
             nonce: owned.identity.nonce,
             ack,
         })
-    }
-
-    /// Makes every waiting send of `key` durable with one persist, then answers them: each
-    /// only once the sync that covers its batch returned.
-    async fn persist(
-        &mut self,
-        key: PartitionKey,
-        mut waiting: Waiting,
-        inbox: &mut Receiver<ShardRequest>,
-        carried: &mut Vec<ShardRequest>,
-    ) {
-        debug_assert!(
-            waiting
-                .sends
-                .iter()
-                .all(|(sent, _)| sent.ack.requires_persist && !sent.ack.durable),
-            "only persisted topics' sends wait for a persist"
-        );
-        // The sends appended before this persist (a hook may add later ones below).
-        let covered = waiting.sends.len();
-        let start = self.tickets.load(Ordering::SeqCst);
-        let started = self.env.clock.monotonic_nanos();
-        let result = match self.partitions.get_mut(&key) {
-            // Log sync, record write, sync and read-back: one wait on the device.
-            Some(owned) => device_section(self.env.tasks.as_ref(), || owned.partition.persist())
-                .map_err(NodeError::from),
-            None => Err(Self::missing(key)),
-        };
-        self.stats.persists.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .persisted_acks
-            .fetch_add(waiting.sends.len() as u64, Ordering::Relaxed);
-        settle(&self.env).await;
-        // After the settle: a simulated disk's time for the persist has passed by now.
-        let elapsed = self.env.clock.monotonic_nanos().saturating_sub(started);
-        let end = self.tickets.load(Ordering::SeqCst);
-        self.windows.insert(key, (start, end));
-        // In production nothing is taken here; a hook may take requests that arrived
-        // during the persist, whose sends are then answered with the persist's.
-        let mut late = Vec::new();
-        if let Some(hook) = self.hooks.owners.after_persist {
-            hook(&mut || match inbox.try_recv() {
-                Ok(request) => {
-                    late.push(request);
-                    true
-                }
-                Err(_) => false,
-            });
-        }
-        for request in late {
-            self.take_late(key, request, &mut waiting, carried);
-        }
-        let durable_end = match self
-            .partitions
-            .get(&key)
-            .map(|o| o.partition.durable_point())
-        {
-            Some(Ok(point)) => point.next_offset,
-            _ => 0,
-        };
-        let (sends, messages) = (
-            waiting.sends.len() as u64,
-            waiting
-                .sends
-                .iter()
-                .map(|(sent, _)| u64::from(sent.ack.message_count))
-                .sum::<u64>(),
-        );
-        for (i, (mut sent, reply)) in waiting.sends.into_iter().enumerate() {
-            let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
-            match &result {
-                Ok(point) => {
-                    // A persist makes durable everything appended before it: the ack
-                    // never promises past the durable end it names.
-                    debug_assert!(
-                        i >= covered || end <= point.next_offset,
-                        "a persisted ack lies below the durable end: {end} > {}",
-                        point.next_offset
-                    );
-                    sent.ack.durable = true;
-                    reply.send(Ok(sent));
-                }
-                // A segment sealed on the way made this batch durable anyway.
-                Err(_) if end <= durable_end => {
-                    sent.ack.durable = true;
-                    reply.send(Ok(sent));
-                }
-                Err(e) => reply.send(Err(e.clone_for_reply())),
-            }
-        }
-        if result.is_ok() {
-            self.recorder.persist_latency.observe(elapsed);
-            self.recorder.persist_sends.observe(sends);
-            self.recorder.persist_messages.observe(messages);
-        } else {
-            self.stats.failed_persists.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// A request taken from the inbox after a persist of `key` (an after-persist hook): a
-    /// send to `key` is appended and answered with the persist's sends, anything else is
-    /// carried to the next round.
-    fn take_late(
-        &mut self,
-        key: PartitionKey,
-        late: ShardRequest,
-        waiting: &mut Waiting,
-        carried: &mut Vec<ShardRequest>,
-    ) {
-        match late {
-            ShardRequest::Send {
-                key: k,
-                batch,
-                reply,
-                ..
-            } if k == key => match self.append(key, batch) {
-                Ok(sent) => waiting.sends.push((sent, reply)),
-                Err(e) => reply.send(Err(e)),
-            },
-            other => carried.push(other),
-        }
     }
 
     /// What this shard holds now: fenced partitions by reason, journal bytes per topic.

@@ -8,6 +8,7 @@
 //! consumer groups).
 
 mod journal;
+mod persists;
 mod serving;
 mod tree;
 
@@ -614,6 +615,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "a_segment_exactly_as_old_as_the_expiry_is_kept",
         expect: &["RetentionDeletion"],
         run: serving::a_segment_exactly_as_old_as_the_expiry_is_kept,
+    },
+    NodeDirected {
+        name: "persists_of_one_round_run_at_once_each_answering_its_own",
+        expect: &["ConcurrentPersists"],
+        run: persists::persists_of_one_round_run_at_once_each_answering_its_own,
     },
     NodeDirected {
         name: "a_send_a_failed_persist_sealed_is_acknowledged",

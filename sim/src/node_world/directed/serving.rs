@@ -424,14 +424,14 @@ fn stored_group_offset(s: &mut Scenario, g: u32) -> cairn_engine::node::NodeResu
 
 /// What a directed send was answered.
 #[derive(Debug, PartialEq, Eq)]
-enum Answer {
+pub(super) enum Answer {
     Acked { base: u64, durable: bool },
     NoSpace,
     Other(String),
 }
 
 /// A batch of `count` messages of `size` payload bytes each, for partition (0, 0, 0).
-fn sized_batch(s: &Scenario, count: usize, size: usize) -> (bytes::BytesMut, Vec<u128>) {
+pub(super) fn sized_batch(s: &Scenario, count: usize, size: usize) -> (bytes::BytesMut, Vec<u128>) {
     lock(&s.world).batch_sized(count, |_| size)
 }
 
@@ -440,6 +440,14 @@ fn sized_batch(s: &Scenario, count: usize, size: usize) -> (bytes::BytesMut, Vec
 fn send_at_once(
     s: &mut Scenario,
     batches: Vec<(bytes::BytesMut, Vec<u128>)>,
+) -> Checked<Vec<Answer>> {
+    send_at_once_to(s, batches.into_iter().map(|b| (0, b)).collect())
+}
+
+/// [`send_at_once`], each batch to the partition of topic (0, 0) it names.
+pub(super) fn send_at_once_to(
+    s: &mut Scenario,
+    batches: Vec<(u32, (bytes::BytesMut, Vec<u128>))>,
 ) -> Checked<Vec<Answer>> {
     use cairn_engine::node::NodeError;
     use cairn_engine::partition::PartitionError;
@@ -452,7 +460,7 @@ fn send_at_once(
     let sends: Vec<cairn_engine::env::BoxFuture<'static, ()>> = batches
         .into_iter()
         .enumerate()
-        .map(|(i, (batch, ids))| {
+        .map(|(i, (partition, (batch, ids)))| {
             let (client, world, answers) = (
                 node.client(400 + i as u128),
                 s.world.clone(),
@@ -461,7 +469,7 @@ fn send_at_once(
             let send: cairn_engine::env::BoxFuture<'static, ()> = Box::pin(async move {
                 let id = WireIdentifier::numeric(0);
                 let result = client
-                    .send(&id, &id, &WirePartitioning::PartitionId(0), batch)
+                    .send(&id, &id, &WirePartitioning::PartitionId(partition), batch)
                     .await;
                 let answer = match &result {
                     Ok(sent) => Answer::Acked {

@@ -1,0 +1,277 @@
+//! A shard's persists: the sends a round appended to `persisted` partitions, made durable
+//! and answered. One partition persists in place (one wait on the device for its log sync,
+//! record write, sync and read-back). Several persist at once, each a job on the device
+//! pool ([`crate::env::Tasks::spawn_device`]) holding its partition until it returns, so a
+//! round of many partitions costs about one persist, not one per partition; each
+//! partition's sends are answered as its own persist returns, never before.
+
+use super::{Owned, Shard, ShardRequest, Waiting};
+use crate::env::chan::{self, Receiver, Sender};
+use crate::env::{device_section, settle};
+use crate::error::{NodeError, NodeResult};
+use crate::partition::DurablePoint;
+use crate::state::PartitionKey;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// Most persists one shard has in flight at once. A round with more partitions waiting
+/// starts the next one as each returns.
+pub const MAX_CONCURRENT_PERSISTS: usize = 16;
+const _: () = assert!(MAX_CONCURRENT_PERSISTS > 1, "several at once");
+
+/// A persist begun: the sends it covers, the first ticket and the time it began at.
+struct Begun {
+    waiting: Waiting,
+    /// The sends appended before it began (a hook may add later ones when it returns).
+    covered: usize,
+    ticket: u64,
+    nanos: u64,
+}
+
+/// What a persist job hands back: its partition and the persist's result (`None`: the job
+/// panicked and lost them).
+type Returned = (PartitionKey, Option<(Owned, NodeResult<DurablePoint>)>);
+
+/// Hands its partition back as lost if the job unwinds before it returned it.
+struct ReturnOnUnwind {
+    key: PartitionKey,
+    done: Option<Sender<Returned>>,
+}
+
+impl Drop for ReturnOnUnwind {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.try_send((self.key, None));
+        }
+    }
+}
+
+impl Shard {
+    /// Persists every partition in `waiting` and answers its sends: one in place, several
+    /// at once (at most [`MAX_CONCURRENT_PERSISTS`]).
+    pub(super) async fn persist_all(
+        &mut self,
+        waiting: BTreeMap<PartitionKey, Waiting>,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        if waiting.len() <= 1 {
+            for (key, w) in waiting {
+                self.persist(key, w, inbox, carried).await;
+            }
+            return;
+        }
+        self.stats
+            .concurrent_persists
+            .fetch_add(1, Ordering::Relaxed);
+        let (done, mut returned) = chan::channel::<Returned>(MAX_CONCURRENT_PERSISTS);
+        let mut queue = waiting.into_iter();
+        let mut in_flight: BTreeMap<PartitionKey, Begun> = BTreeMap::new();
+        loop {
+            while in_flight.len() < MAX_CONCURRENT_PERSISTS {
+                let Some((key, w)) = queue.next() else { break };
+                let begun = self.begin(w);
+                match self.partitions.remove(&key) {
+                    Some(owned) => {
+                        self.start_job(key, owned, &done);
+                        in_flight.insert(key, begun);
+                    }
+                    None => {
+                        let missing = Err(Self::missing(key));
+                        self.answer(key, begun, missing, inbox, carried).await;
+                    }
+                }
+            }
+            if in_flight.is_empty() {
+                return;
+            }
+            let (key, back) = returned.recv().await.expect("the shard holds a sender");
+            // As if the shard had panicked persisting in place: the node stops.
+            let (owned, result) = back.unwrap_or_else(|| panic!("the persist of {key:?} panicked"));
+            let previous = self.partitions.insert(key, owned);
+            assert!(previous.is_none(), "a partition is out while its job runs");
+            let begun = in_flight
+                .remove(&key)
+                .expect("a returned persist was in flight");
+            if let Some(hook) = self.hooks.owners.persist_returned {
+                if hook(in_flight.len()) {
+                    answer_early(&mut in_flight);
+                }
+            }
+            self.answer(key, begun, result, inbox, carried).await;
+        }
+    }
+
+    /// Runs `owned`'s persist as a job on the device pool; it hands the partition back
+    /// through `done`, whose room the caller's bound on jobs in flight guarantees.
+    fn start_job(&self, key: PartitionKey, mut owned: Owned, done: &Sender<Returned>) {
+        let mut guard = ReturnOnUnwind {
+            key,
+            done: Some(done.clone()),
+        };
+        self.env.tasks.spawn_device(Box::new(move || {
+            let _span = tracing::debug_span!("persist_job", ?key).entered();
+            let result = owned.partition.persist().map_err(NodeError::from);
+            let done = guard.done.take().expect("armed until returned");
+            // Full only if the shard is gone (it keeps a sender and awaits every job).
+            let _ = done.try_send((key, Some((owned, result))));
+        }));
+    }
+
+    /// Makes every waiting send of `key` durable with one persist, then answers them: each
+    /// only once the sync that covers its batch returned.
+    pub(super) async fn persist(
+        &mut self,
+        key: PartitionKey,
+        waiting: Waiting,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        let begun = self.begin(waiting);
+        let result = match self.partitions.get_mut(&key) {
+            // Log sync, record write, sync and read-back: one wait on the device.
+            Some(owned) => device_section(self.env.tasks.as_ref(), || owned.partition.persist())
+                .map_err(NodeError::from),
+            None => Err(Self::missing(key)),
+        };
+        self.answer(key, begun, result, inbox, carried).await;
+    }
+
+    fn begin(&self, waiting: Waiting) -> Begun {
+        debug_assert!(
+            waiting
+                .sends
+                .iter()
+                .all(|(sent, _)| sent.ack.requires_persist && !sent.ack.durable),
+            "only persisted topics' sends wait for a persist"
+        );
+        Begun {
+            covered: waiting.sends.len(),
+            waiting,
+            ticket: self.tickets.load(Ordering::SeqCst),
+            nanos: self.env.clock.monotonic_nanos(),
+        }
+    }
+
+    /// Answers the sends of `key`'s persist, which returned `result`.
+    async fn answer(
+        &mut self,
+        key: PartitionKey,
+        begun: Begun,
+        result: NodeResult<DurablePoint>,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        let Begun {
+            mut waiting,
+            covered,
+            ticket,
+            nanos,
+        } = begun;
+        self.stats.persists.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .persisted_acks
+            .fetch_add(waiting.sends.len() as u64, Ordering::Relaxed);
+        settle(&self.env).await;
+        // After the settle: a simulated disk's time for the persist has passed by now.
+        let elapsed = self.env.clock.monotonic_nanos().saturating_sub(nanos);
+        let end = self.tickets.load(Ordering::SeqCst);
+        self.windows.insert(key, (ticket, end));
+        // In production nothing is taken here; a hook may take requests that arrived
+        // during the persist, whose sends are then answered with the persist's.
+        let mut late = Vec::new();
+        if let Some(hook) = self.hooks.owners.after_persist {
+            hook(&mut || match inbox.try_recv() {
+                Ok(request) => {
+                    late.push(request);
+                    true
+                }
+                Err(_) => false,
+            });
+        }
+        for request in late {
+            self.take_late(key, request, &mut waiting, carried);
+        }
+        let durable_end = match self
+            .partitions
+            .get(&key)
+            .map(|o| o.partition.durable_point())
+        {
+            Some(Ok(point)) => point.next_offset,
+            _ => 0,
+        };
+        let (sends, messages) = (
+            waiting.sends.len() as u64,
+            waiting
+                .sends
+                .iter()
+                .map(|(sent, _)| u64::from(sent.ack.message_count))
+                .sum::<u64>(),
+        );
+        for (i, (mut sent, reply)) in waiting.sends.into_iter().enumerate() {
+            let end = sent.ack.base_offset + u64::from(sent.ack.message_count);
+            match &result {
+                Ok(point) => {
+                    // A persist makes durable everything appended before it: the ack
+                    // never promises past the durable end it names.
+                    debug_assert!(
+                        i >= covered || end <= point.next_offset,
+                        "a persisted ack lies below the durable end: {end} > {}",
+                        point.next_offset
+                    );
+                    sent.ack.durable = true;
+                    reply.send(Ok(sent));
+                }
+                // A segment sealed on the way made this batch durable anyway.
+                Err(_) if end <= durable_end => {
+                    sent.ack.durable = true;
+                    reply.send(Ok(sent));
+                }
+                Err(e) => reply.send(Err(e.clone_for_reply())),
+            }
+        }
+        if result.is_ok() {
+            self.recorder.persist_latency.observe(elapsed);
+            self.recorder.persist_sends.observe(sends);
+            self.recorder.persist_messages.observe(messages);
+        } else {
+            self.stats.failed_persists.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request taken from the inbox after a persist of `key` (an after-persist hook): a
+    /// send to `key` is appended and answered with the persist's sends, anything else is
+    /// carried to the next round.
+    fn take_late(
+        &mut self,
+        key: PartitionKey,
+        late: ShardRequest,
+        waiting: &mut Waiting,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        match late {
+            ShardRequest::Send {
+                key: k,
+                batch,
+                reply,
+                ..
+            } if k == key => match self.append(key, batch) {
+                Ok(sent) => waiting.sends.push((sent, reply)),
+                Err(e) => reply.send(Err(e)),
+            },
+            other => carried.push(other),
+        }
+    }
+}
+
+/// What a persist-returned hook asks (never in production): the sends of the persists
+/// still in flight answered as durable now, before their syncs returned.
+fn answer_early(in_flight: &mut BTreeMap<PartitionKey, Begun>) {
+    for begun in in_flight.values_mut() {
+        for (mut sent, reply) in std::mem::take(&mut begun.waiting.sends) {
+            sent.ack.durable = true;
+            reply.send(Ok(sent));
+        }
+        begun.covered = 0;
+    }
+}

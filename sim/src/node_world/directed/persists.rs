@@ -1,0 +1,41 @@
+//! Directed scenarios of a shard's persists: the partitions of one round persisted at once.
+
+use super::serving::{send_at_once_to, sized_batch, Answer};
+use super::Scenario;
+use crate::node_world::lock;
+use crate::report::Checked;
+
+/// Two sends to two `persisted` partitions of one shard, in its inbox together: one round,
+/// whose persists run at once as jobs of their own. Neither log has room for its send, so
+/// neither may be acknowledged; each is answered by its own persist, never by the other's
+/// (the canary `ack-with-first-persist` answers the one still in flight as durable when the
+/// first fails, and its persist then rolls back what it acknowledged).
+pub(super) fn persists_of_one_round_run_at_once_each_answering_its_own(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0040);
+    // One shard holds both partitions.
+    lock(&s.world).profile.shards = 1;
+    s.with_persisted_topic(2)?;
+    // No room for either log's write: both persists fail and roll their sends back.
+    s.fill_disk(Some(0));
+    let before = lock(&s.world).node.clone().expect("up").stats();
+    let batches = (0..2).map(|p| (p, sized_batch(&s, 1, 100))).collect();
+    let answers = send_at_once_to(&mut s, batches)?;
+    let after = lock(&s.world).node.clone().expect("up").stats();
+    assert_eq!(
+        after.concurrent_persists - before.concurrent_persists,
+        1,
+        "the two partitions persisted in one round, at once"
+    );
+    lock(&s.world).decision("ConcurrentPersists");
+    s.fill_disk(None);
+    // The oracle judges what the power loss left of what was acknowledged.
+    s.restart_after(true, |_| {})?;
+    if answers.iter().any(|a| matches!(a, Answer::Acked { .. })) {
+        return Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("two sends that found no room were answered {answers:?}: one acknowledged"),
+        ));
+    }
+    Ok(s.decisions())
+}
