@@ -16,6 +16,16 @@
 //! `persisted`; Iggy's are not durable unless the workload makes them so, the only way its
 //! acknowledgements survive `kill -9`: `enforce_fsync` and `messages_required_to_save=1` on a
 //! topic created over its HTTP API before iggy-bench runs with `--reuse-streams`.
+//!
+//! One more row, `C3`, is cairn against itself: a cluster of three `cairn serve` processes
+//! on this host (every send synced by a quorum of its partition's copies) against a single
+//! node with the topic `persisted`, iggy-bench driving member 1 (report only):
+//!
+//! ```text
+//! sbs C3 client=iggy-bench cairn=<x> cluster=<y> unit=msg/s ratio=<y/x> goal=report pass=n/a cairn_p99_ms=<a> cluster_p99_ms=<b> cairn_cpu_us_per_msg=<c> cluster_cpu_us_per_msg=<d> disk_bound=no
+//! ```
+//!
+//! (the cluster's CPU is its three processes'.)
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // child processes, /proc, files, sockets
 
 use std::io::{Read, Write};
@@ -61,7 +71,28 @@ const PASSWORD: &str = "iggy";
 enum Server {
     Iggy,
     Cairn,
+    /// Three `cairn serve` members of one cluster ([`MEMBERS`]); iggy-bench drives the first.
+    Cluster,
 }
+
+impl Server {
+    /// The name of its figures on a workload's line.
+    fn label(self) -> &'static str {
+        match self {
+            Server::Iggy => "iggy",
+            Server::Cairn => "cairn",
+            Server::Cluster => "cluster",
+        }
+    }
+}
+
+/// A cluster's members on this host: (tcp, http, replication) addresses. The first's are
+/// [`TCP`] and [`HTTP`], where iggy-bench and the topic's creation go.
+const MEMBERS: [(&str, &str, &str); 3] = [
+    (TCP, HTTP, "127.0.0.1:8091"),
+    ("127.0.0.1:8190", "127.0.0.1:3100", "127.0.0.1:8191"),
+    ("127.0.0.1:8290", "127.0.0.1:3200", "127.0.0.1:8291"),
+];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Unit {
@@ -101,6 +132,8 @@ struct Workload {
     iggy_as: Option<&'static str>,
     unit: Unit,
     goal: Goal,
+    /// The baseline and the measured server: Iggy and cairn but for `C3`.
+    sides: (Server, Server),
     /// Messages the measured run moves (for CPU per message).
     messages: u64,
     disk_bound: bool,
@@ -118,6 +151,7 @@ fn workloads() -> Vec<Workload> {
         iggy_as: None,
         unit,
         goal,
+        sides: (Server::Iggy, Server::Cairn),
         messages,
         disk_bound: false,
     };
@@ -190,6 +224,18 @@ fn workloads() -> Vec<Workload> {
             Goal::Report,
             2 * 8 * 1000 * 100,
         ),
+        // W4's shape, fewer messages: a cluster syncs each send on a quorum of three.
+        Workload {
+            durable: durable(2, true),
+            sides: (Server::Cairn, Server::Cluster),
+            ..w(
+                "C3",
+                "--reuse-streams -P 1 -b 1000 balanced-producer --producers 64 --streams 1 --partitions 2",
+                Unit::MsgS,
+                Goal::Report,
+                64 * 1000,
+            )
+        },
     ]
 }
 
@@ -248,11 +294,12 @@ fn run_all(args: &SbsArgs) -> Result<bool, String> {
             .and_then(|id| iggy_figures.iter().find(|(w, _)| *w == id).map(|(_, r)| *r));
         let mut iggy = Vec::new();
         let mut ours = Vec::new();
+        let (baseline, measured) = workload.sides;
         for run in 0..args.runs {
             if iggy_reused.is_none() {
-                iggy.push(measure(args, &cairn, workload, Server::Iggy, run)?);
+                iggy.push(measure(args, &cairn, workload, baseline, run)?);
             }
-            ours.push(measure(args, &cairn, workload, Server::Cairn, run)?);
+            ours.push(measure(args, &cairn, workload, measured, run)?);
         }
         let iggy = match iggy_reused {
             Some(figure) => figure,
@@ -286,8 +333,9 @@ fn report(workload: &Workload, iggy: &Run, cairn: &Run) -> bool {
         Goal::Report => ("report".to_string(), None),
     };
     let yes = |b: bool| if b { "yes" } else { "no" };
+    let (a, b) = (workload.sides.0.label(), workload.sides.1.label());
     println!(
-        "sbs {} client=iggy-bench iggy={x:.1} cairn={y:.1} unit={unit} ratio={ratio:.2} goal={goal} pass={} iggy_p99_ms={:.2} cairn_p99_ms={:.2} iggy_cpu_us_per_msg={:.2} cairn_cpu_us_per_msg={:.2} disk_bound={}",
+        "sbs {} client=iggy-bench {a}={x:.1} {b}={y:.1} unit={unit} ratio={ratio:.2} goal={goal} pass={} {a}_p99_ms={:.2} {b}_p99_ms={:.2} {a}_cpu_us_per_msg={:.2} {b}_cpu_us_per_msg={:.2} disk_bound={}",
         workload.id,
         pass.map_or("n/a", yes),
         iggy.p99_ms,
@@ -338,19 +386,22 @@ fn measure(
             None => Ok(Stdio::null()),
         }
     };
-    let mut process = start(args, cairn, server, &dir.join("data"), log("server.log")?)?;
+    let mut processes = start(args, cairn, server, &dir.join("data"), &log)?;
     let result = (|| -> Result<Run, String> {
         if let Some(durable) = workload.durable {
-            if server == Server::Cairn || durable.on_iggy {
+            if server != Server::Iggy || durable.on_iggy {
                 create_durable_topic(server, durable.partitions)?;
             }
         }
         if let Some(fill) = workload.fill {
             bench(args, fill, log("fill.log")?)?;
         }
-        let before = cpu_ticks(process.id())?;
+        let ticks = |processes: &[Child]| -> Result<u64, String> {
+            processes.iter().map(|p| cpu_ticks(p.id())).sum()
+        };
+        let before = ticks(&processes)?;
         let out = bench(args, workload.args, log("bench.log")?)?;
-        let after = cpu_ticks(process.id())?;
+        let after = ticks(&processes)?;
         let (mb_s, msg_s, p99_ms) = parse_results(&out)
             .ok_or_else(|| format!("{name}: no results line in iggy-bench's output:\n{out}"))?;
         // /proc counts in USER_HZ ticks, 100 a second on Linux.
@@ -362,8 +413,10 @@ fn measure(
             cpu_us_per_msg: cpu_us / workload.messages as f64,
         })
     })();
-    let _ = process.kill();
-    let _ = process.wait();
+    for process in &mut processes {
+        let _ = process.kill();
+        let _ = process.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let run = result?;
     eprintln!(
@@ -373,19 +426,20 @@ fn measure(
     Ok(run)
 }
 
-/// Starts `server` on a fresh `data` directory and waits for its TCP and HTTP ports.
+/// Starts `server` on a fresh `data` directory (its processes: one, or a cluster's
+/// three) and waits for its TCP and HTTP ports; `log` names each one's output.
 fn start(
     args: &SbsArgs,
     cairn: &Path,
     server: Server,
     data: &Path,
-    log: Stdio,
-) -> Result<Child, String> {
+    log: &dyn Fn(&str) -> Result<Stdio, String>,
+) -> Result<Vec<Child>, String> {
     wait_for(
-        || TcpStream::connect(TCP).is_err(),
-        "the previous server's port to close",
+        || MEMBERS.iter().all(|m| TcpStream::connect(m.0).is_err()),
+        "the previous server's ports to close",
     )?;
-    let mut command = match server {
+    let commands = match server {
         Server::Iggy => {
             let mut c = Command::new(&args.iggy_server);
             c.env("IGGY_CONFIG_PATH", &args.iggy_config)
@@ -396,7 +450,7 @@ fn start(
                 .env("IGGY_TCP_ADDRESS", TCP)
                 .env("IGGY_ROOT_USERNAME", USER)
                 .env("IGGY_ROOT_PASSWORD", PASSWORD);
-            c
+            vec![c]
         }
         Server::Cairn => {
             let mut c = Command::new(cairn);
@@ -406,24 +460,89 @@ fn start(
                 .env("CAIRN_HTTP_ADDRESS", HTTP)
                 .env("CAIRN_ROOT_PASSWORD", PASSWORD)
                 .env("CAIRN_LOG_LEVEL", "warn");
-            c
+            vec![c]
         }
+        Server::Cluster => (1..=MEMBERS.len())
+            .map(|node| -> Result<Command, String> {
+                let config = data.with_file_name(format!("member{node}.toml"));
+                std::fs::write(&config, member_config(data, node))
+                    .map_err(|e| format!("{}: {e}", config.display()))?;
+                let mut c = Command::new(cairn);
+                c.arg("serve")
+                    .arg("--config")
+                    .arg(&config)
+                    .env("CAIRN_ROOT_PASSWORD", PASSWORD)
+                    .env("CAIRN_LOG_LEVEL", "warn");
+                Ok(c)
+            })
+            .collect::<Result<_, _>>()?,
     };
-    let mut child = command
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start {server:?}: {e}"))?;
-    let ready = wait_for(
-        || TcpStream::connect(TCP).is_ok() && TcpStream::connect(HTTP).is_ok(),
-        "the server's ports",
-    );
+    let mut children = Vec::new();
+    let mut spawned = Ok(());
+    for (i, mut command) in commands.into_iter().enumerate() {
+        let name = match server {
+            Server::Cluster => format!("server-m{}.log", i + 1),
+            _ => "server.log".to_string(),
+        };
+        let child = log(&name).and_then(|log| {
+            command
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("cannot start {server:?}: {e}"))
+        });
+        match child {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                spawned = Err(e);
+                break;
+            }
+        }
+    }
+    let members = match server {
+        Server::Cluster => &MEMBERS[..],
+        _ => &MEMBERS[..1],
+    };
+    let ready = spawned
+        .and_then(|()| {
+            wait_for(
+                || {
+                    members
+                        .iter()
+                        .all(|m| TcpStream::connect(m.0).is_ok() && TcpStream::connect(m.1).is_ok())
+                },
+                "the server's ports",
+            )
+        })
+        // A cluster serves once it decided its root user (its first op): a login works.
+        .and_then(|()| match server {
+            Server::Cluster => wait_for(|| login().is_ok(), "the cluster's first login"),
+            _ => Ok(()),
+        });
     if let Err(e) = ready {
-        let _ = child.kill();
-        let _ = child.wait();
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         return Err(format!("{server:?}: {e}"));
     }
-    Ok(child)
+    Ok(children)
+}
+
+/// Member `node`'s configuration of the cluster on [`MEMBERS`], its data under `data`.
+fn member_config(data: &Path, node: usize) -> String {
+    let (tcp, http, _) = MEMBERS[node - 1];
+    let mut config = format!(
+        "data_dir = {:?}\n[tcp]\naddress = {tcp:?}\n[http]\naddress = {http:?}\n[cluster]\nenabled = true\nname = \"sbs\"\nnode = {node}\nsecret = \"sbs-cluster-secret-of-this-host\"\n",
+        data.join(format!("m{node}")).display().to_string()
+    );
+    for (id, (tcp, _, replication)) in MEMBERS.iter().enumerate() {
+        config.push_str(&format!(
+            "[[cluster.members]]\nid = {}\nreplication = {replication:?}\nclient = {tcp:?}\n",
+            id + 1
+        ));
+    }
+    config
 }
 
 fn wait_for(mut done: impl FnMut() -> bool, what: &str) -> Result<(), String> {
@@ -500,13 +619,7 @@ fn cpu_ticks(pid: u32) -> Result<u64, String> {
 /// partitions, durable: `persisted` on cairn; `enforce_fsync` and
 /// `messages_required_to_save=1` on Iggy.
 fn create_durable_topic(server: Server, partitions: u32) -> Result<(), String> {
-    let login = http(
-        "POST",
-        "/users/login",
-        None,
-        &format!(r#"{{"username":"{USER}","password":"{PASSWORD}"}}"#),
-    )?;
-    let token = json_string(&login, "token").ok_or(format!("no token in {login}"))?;
+    let token = login()?;
     http(
         "POST",
         "/streams",
@@ -514,7 +627,8 @@ fn create_durable_topic(server: Server, partitions: u32) -> Result<(), String> {
         r#"{"name":"bench-stream-1"}"#,
     )?;
     let options = match server {
-        Server::Cairn => r#"{"durability":"persisted"}"#,
+        // A cluster's sends are synced by a quorum whatever the topic says.
+        Server::Cairn | Server::Cluster => r#"{"durability":"persisted"}"#,
         Server::Iggy => r#"{"enforce_fsync":"true","messages_required_to_save":"1"}"#,
     };
     http(
@@ -526,6 +640,17 @@ fn create_durable_topic(server: Server, partitions: u32) -> Result<(), String> {
         ),
     )?;
     Ok(())
+}
+
+/// The root user's token, from a login over HTTP.
+fn login() -> Result<String, String> {
+    let login = http(
+        "POST",
+        "/users/login",
+        None,
+        &format!(r#"{{"username":"{USER}","password":"{PASSWORD}"}}"#),
+    )?;
+    json_string(&login, "token").ok_or(format!("no token in {login}"))
 }
 
 /// One HTTP/1.1 request to [`HTTP`]: the response body; an error unless 2xx.
