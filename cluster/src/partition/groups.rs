@@ -9,7 +9,7 @@
 //! | a running group whose Raft node stopped (its WAL or machine failed) | drops it, to start it again from its storage |
 //! | a group that failed (did not start, or stopped) | starts it again after a wait that doubles from [`RETRY_FIRST`] to [`RETRY_MAX`]; a repeated reason is logged once |
 //! | a running group that was never made, while this member leads the metadata group (and confirmed it) | makes it, of the replicas the placed members among the metadata group's committed voters' members run (a member asks the leader for them when the leader's member is not placed: `placed`) |
-//! | such a group whose replica here voted (for a maker that lost the group's first entry with its disk) | starts that replica again as a new one, which the next pass makes the group of |
+//! | such a group whose replica here voted (for a maker that lost the group's first entry with its disk) and is to make it | starts that replica again as a new one, which the next pass makes the group of (one that voted and is not to make it takes the maker's first entry) |
 //! | a group this member leads whose voters changed since its last reconciliation | reconciles them (`members`) |
 //! | a group this member leads, reconciled, whose preferred member is up and caught up | hands it to that member (`balance`) |
 //!

@@ -77,6 +77,13 @@ impl PartGroups {
                 left = true;
                 continue;
             }
+            if maker != id_of(&raft) {
+                // Another placed replica makes it; this one takes its first entry from it
+                // (one that voted too: openraft refuses only to initialize it). Started
+                // again blank, it would leave that maker a configuration naming a replica
+                // that is gone (seed 0x38074a6a: two of three, no quorum ever again).
+                continue;
+            }
             if fresh {
                 // It voted for a maker that lost the group's first entry (with its disk)
                 // before any replica held it: openraft initializes no replica that voted.
@@ -84,10 +91,6 @@ impl PartGroups {
                 // (a blank vote, another Raft id), of which the group is made next time.
                 self.start_again_blank(name, &raft).await;
                 left = true;
-                continue;
-            }
-            if maker != id_of(&raft) {
-                // Another placed replica makes it; this one takes its first entry from it.
                 continue;
             }
             // A group made meanwhile (by an earlier leader) answers `NotAllowed`: fine.

@@ -18,7 +18,10 @@
 //! while the leader keeps them ([`MAKING_KEPT`], within its term): two replicas initialized
 //! with different sets would hold different first entries at the same log id. (A maker
 //! that stalls past that, while a member's replica is made again, could still meet a
-//! second maker: recording the set in the metadata would close that window.)
+//! second maker: recording the set in the metadata would close that window.) A replica
+//! that voted (`fresh`: openraft initializes none) takes the first entry of another maker;
+//! told to make a set itself, it starts again blank instead, and the set stays kept with
+//! it as maker, so that no asker makes the group of the replica going away.
 
 use super::{id_of, leads, never_made, PartGroups, FORWARD_LIMIT, IDENTIFY_LIMIT};
 use crate::partition::net::{
@@ -226,11 +229,14 @@ impl PartGroups {
     }
 
     /// [`Self::making`], once this member confirmed it leads the metadata group, for the
-    /// asking replica `asker.0`. A `fresh` answer (`asker.1`) forgets the set answered
-    /// before: its asker voted, so a replica made of that set may have asked for its
-    /// vote, and unless one holds some of the group now, the asker starts again as a new
-    /// replica (`start_again_blank`), which the set answered before no longer names. A set
-    /// that does not name the asker (it started again since) is forgotten too.
+    /// asking replica `asker.0`. A `fresh` asker (`asker.1`) voted, and openraft
+    /// initializes no replica that voted: named in a kept set that another replica makes,
+    /// it is told that set and takes the maker's first entry (a replica that voted may);
+    /// otherwise, unless one holds some of the group now, it is the maker of a set kept
+    /// like any other, and starts again as a new replica (`start_again_blank`) instead of
+    /// making it. That set is kept so that no other asker makes the group of it: it names
+    /// the replica going away. A set that does not name the asker (it started again since)
+    /// is forgotten.
     pub(super) async fn making_confirmed(
         &self,
         name: GroupName,
@@ -243,7 +249,10 @@ impl PartGroups {
             let mut sets = self.making_sets();
             sets.retain(|_, (t, at, _, _)| *t == term && now < at.saturating_add(kept));
             match sets.get(&name) {
-                Some((_, _, set, maker)) if !fresh && set.contains_key(&asker) => {
+                // A fresh asker is not told a set it makes: it cannot, and starts again.
+                Some((_, _, set, maker))
+                    if set.contains_key(&asker) && !(fresh && *maker == asker) =>
+                {
                     return Making::Of {
                         replicas: set.clone(),
                         maker: *maker,
@@ -262,13 +271,11 @@ impl PartGroups {
         if made {
             return Making::Made;
         }
-        if fresh {
-            // Its asker starts again blank: nobody is to make the group of this set.
-            return Making::Of {
-                replicas,
-                maker: asker,
-            };
-        }
+        // A fresh asker's set is kept too (it was answered unkept, seed 0x38074a6a): the
+        // asker starts again blank, and an asker whose `identified` raced with it (and saw
+        // the replica going away) is told this maker, which never initializes, rather than
+        // making the group of a replica that is gone, which never gets its quorum. And one
+        // that asked first keeps its set: a fresh asker it names takes its first entry.
         let mut sets = self.making_sets();
         let entry = sets.entry(name).or_insert((term, now, replicas, asker));
         Making::Of {
