@@ -77,7 +77,8 @@ pub const BLOCKING_SLOTS: usize = 64;
 
 /// Spawns tasks onto an [`Executor`]; implements the engine's `Tasks`. Workers are tasks
 /// like any other (their disk calls owe virtual time they sleep off); a blocking job is a
-/// task that sleeps the pool's virtual cost, then runs the job.
+/// task that sleeps the pool's virtual cost, then runs the job; a device job is a task that
+/// runs it (the persist job hands its disk time to the shard that awaits it).
 #[derive(Clone)]
 pub struct ExecutorHandle {
     shared: Arc<Mutex<Shared>>,

@@ -274,8 +274,8 @@ pub trait TaskHandle: Send {
     fn is_finished(&self) -> bool;
 }
 
-/// CPU-heavy work for [`Tasks::spawn_blocking`]; it reports its result itself (a
-/// [`chan::Reply`]).
+/// A job off the owners' tasks: CPU-heavy work for [`Tasks::spawn_blocking`], or a
+/// partition's persist for [`Tasks::spawn_device`]; it reports its result itself.
 pub type BlockingJob = Box<dyn FnOnce() + Send>;
 
 /// [`Tasks::spawn_blocking`] refused: the pool's queue is full (back-pressure).
@@ -313,10 +313,11 @@ pub trait Tasks: Send + Sync {
     }
     /// A job that waits on the device (one partition's persist, run beside its shard's
     /// others): a thread of the runtime's blocking pool in production, so that several
-    /// syncs are in flight at once; a task of its own in the simulator, so that its disk
-    /// calls interleave with every other task's (and with crashes) in seeded order. Never
-    /// refused: the caller bounds how many it has in flight
-    /// ([`crate::node::MAX_CONCURRENT_PERSISTS`]).
+    /// syncs are in flight at once; a task of its own in the simulator, run whole at its
+    /// turn in seeded order among the others (a crash may fall between two partitions'
+    /// persists, an answer between two jobs). Never refused: the callers bound how many
+    /// run ([`crate::node::MAX_CONCURRENT_PERSISTS`] a shard,
+    /// [`crate::node::MAX_PERSIST_JOBS`] a node).
     fn spawn_device(&self, job: BlockingJob) {
         drop(self.spawn(Box::pin(async move { job() })));
     }

@@ -15,8 +15,9 @@
 //!
 //! Only owners touch the disk: the metadata and groups owners as workers (an OS thread in
 //! production), the shards as owner tasks beside the connections ([`crate::env::Tasks::spawn_owner`]:
-//! their device waits leave the runtime worker to others); each a task on the seeded
-//! executor in the simulator. Every queue is bounded: a full inbox makes the
+//! their device waits leave the runtime worker to others), and the persist jobs a shard
+//! starts, each holding its partition until it returns ([`crate::env::Tasks::spawn_device`]);
+//! each a task on the seeded executor in the simulator. Every queue is bounded: a full inbox makes the
 //! caller wait (back-pressure), a full pool is [`NodeError::Busy`]. A metadata failure
 //! after an op became durable stops the node ([`Node::stopped`]): a supervisor restarts
 //! the process and boot recovers what the disk holds.
@@ -60,7 +61,7 @@ pub use replicator::{
     Replicator,
 };
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
-pub use shard::{shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED};
+pub use shard::{shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED, MAX_PERSIST_JOBS};
 pub use view::MetaView;
 
 use crate::env::chan::{oneshot, Latch, Pending, Sender, TrySendError};
@@ -187,8 +188,13 @@ pub struct NodeStats {
     pub joined_running_persist: AtomicU64,
     /// Polls that arrived while their partition's persist ran.
     pub polls_during_persist: AtomicU64,
-    /// Rounds whose sends waited on several partitions, persisted at once.
+    /// Times a shard persisted several partitions at once (at a round's end, or before a
+    /// request that waits for all of them), and the persist jobs that ran for them.
     pub concurrent_persists: AtomicU64,
+    pub persist_jobs: AtomicU64,
+    /// Persist jobs running now (a stopping node waits for none; at most
+    /// [`shard::MAX_PERSIST_JOBS`]).
+    pub persist_jobs_running: AtomicU64,
     /// Requests that found an inbox full and waited for room.
     pub inbox_full: AtomicU64,
     pub meta_batches: AtomicU64,
@@ -210,6 +216,7 @@ pub struct StatsSnapshot {
     pub joined_running_persist: u64,
     pub polls_during_persist: u64,
     pub concurrent_persists: u64,
+    pub persist_jobs: u64,
     pub inbox_full: u64,
     pub meta_batches: u64,
     pub meta_ops: u64,
@@ -228,6 +235,7 @@ impl NodeStats {
             joined_running_persist: get(&self.joined_running_persist),
             polls_during_persist: get(&self.polls_during_persist),
             concurrent_persists: get(&self.concurrent_persists),
+            persist_jobs: get(&self.persist_jobs),
             inbox_full: get(&self.inbox_full),
             meta_batches: get(&self.meta_batches),
             meta_ops: get(&self.meta_ops),
@@ -447,7 +455,9 @@ impl Node {
         for worker in &workers {
             worker.cancel();
         }
-        while !workers.iter().all(|w| w.is_finished()) {
+        // A cancelled shard's persist jobs run on to their end: they write too.
+        let jobs = &self.inner.stats.persist_jobs_running;
+        while !workers.iter().all(|w| w.is_finished()) || jobs.load(Ordering::SeqCst) > 0 {
             self.inner
                 .env
                 .clock

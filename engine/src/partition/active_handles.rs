@@ -103,8 +103,9 @@ impl ActiveHandles {
         }
         let files = Arc::new(open()?);
         let mut table = self.lock();
-        // An owner's checkouts come one at a time (its shard's), so none put its files
-        // here meanwhile; the table's own order is all the lock keeps.
+        // An owner's checkouts come one at a time (its shard's, or the persist job that
+        // holds its partition), so none put its files here meanwhile; the table's own order
+        // is all the lock keeps.
         assert!(table.touch(owner, segment_start, use_)?.is_none());
         table.insert(owner, segment_start, files.clone(), use_ == Use::Write);
         Ok(files)

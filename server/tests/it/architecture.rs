@@ -671,6 +671,10 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
         ),
         ("shard::MAX_DRAIN", n(node::MAX_DRAIN)),
         ("shard::MAX_PARKED", n(node::MAX_PARKED)),
+        (
+            "shard::MAX_CONCURRENT_PERSISTS",
+            n(node::MAX_CONCURRENT_PERSISTS),
+        ),
         ("meta_owner::MAX_BATCH_OPS", n(node::MAX_BATCH_OPS)),
         ("meta_owner::WORK_PER_SHARD", n(node::WORK_PER_SHARD)),
         ("meta_owner::MAX_BATCH_BYTES", n(node::MAX_BATCH_BYTES)),

@@ -4,6 +4,13 @@
 
 use cairn_engine::node::{AfterPersistHook, BeforeMetadataSyncHook, PersistReturnedHook};
 
+/// The canaries of this module (the node world's directed scenarios are their hunt too).
+pub const NAMES: [&str; 3] = [
+    "ack-late-joiners",
+    "ack-with-first-persist",
+    "publish-before-sync",
+];
+
 /// `ack-late-joiners`: the shard takes every request that arrived while its persist ran
 /// and answers their sends as covered by it.
 pub fn after_persist_hook(name: &str) -> Option<AfterPersistHook> {

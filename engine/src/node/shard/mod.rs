@@ -59,7 +59,7 @@ const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request"
 mod persist;
 mod replica;
 mod request;
-pub use persist::MAX_CONCURRENT_PERSISTS;
+pub use persist::{MAX_CONCURRENT_PERSISTS, MAX_PERSIST_JOBS};
 pub(crate) use request::{ShardRequest, ShardWork};
 
 /// A partition the shard owns: open, fenced, or missing its directory.

@@ -5,7 +5,7 @@
 //! round of many partitions costs about one persist, not one per partition; each
 //! partition's sends are answered as its own persist returns, never before.
 
-use super::{Owned, Shard, ShardRequest, Waiting};
+use super::{NodeStats, Owned, Shard, ShardRequest, Waiting};
 use crate::env::chan::{self, Receiver, Sender};
 use crate::env::{device_section, settle};
 use crate::error::{NodeError, NodeResult};
@@ -13,11 +13,17 @@ use crate::partition::DurablePoint;
 use crate::state::PartitionKey;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Most persists one shard has in flight at once. A round with more partitions waiting
 /// starts the next one as each returns.
 pub const MAX_CONCURRENT_PERSISTS: usize = 16;
+/// Most persist jobs of a whole node in flight at once (they share the runtime's blocking
+/// pool with every owner's device waits, 512 threads): past it a shard persists in place.
+pub const MAX_PERSIST_JOBS: u64 = 128;
 const _: () = assert!(MAX_CONCURRENT_PERSISTS > 1, "several at once");
+const _: () = assert!(MAX_PERSIST_JOBS >= MAX_CONCURRENT_PERSISTS as u64);
 
 /// A persist begun: the sends it covers, the first ticket and the time it began at.
 struct Begun {
@@ -28,27 +34,39 @@ struct Begun {
     nanos: u64,
 }
 
-/// What a persist job hands back: its partition and the persist's result (`None`: the job
-/// panicked and lost them).
-type Returned = (PartitionKey, Option<(Owned, NodeResult<DurablePoint>)>);
+/// A persist job's return: its partition, the persist's result and the disk time its calls
+/// took (a simulated disk's; zero on a real one), or why it ended without them (a panic,
+/// or dropped unrun).
+type Returned = (
+    PartitionKey,
+    Result<(Owned, NodeResult<DurablePoint>, Duration), String>,
+);
 
-/// Hands its partition back as lost if the job unwinds before it returned it.
-struct ReturnOnUnwind {
+/// A job's place in the node's count of persist jobs running
+/// ([`crate::node::NodeStats::persist_jobs_running`], which a stopping node waits to see at
+/// zero), and its way back to its shard: if the job ends without returning its partition,
+/// dropping this says so.
+struct JobSlot {
     key: PartitionKey,
     done: Option<Sender<Returned>>,
+    stats: Arc<NodeStats>,
 }
 
-impl Drop for ReturnOnUnwind {
+impl Drop for JobSlot {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
-            let _ = done.try_send((self.key, None));
+            let why = "ended without returning its partition (dropped unrun)".to_string();
+            let _ = done.try_send((self.key, Err(why)));
         }
+        self.stats
+            .persist_jobs_running
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Shard {
     /// Persists every partition in `waiting` and answers its sends: one in place, several
-    /// at once (at most [`MAX_CONCURRENT_PERSISTS`]).
+    /// at once (at most [`MAX_CONCURRENT_PERSISTS`]), each answered when its own returns.
     pub(super) async fn persist_all(
         &mut self,
         waiting: BTreeMap<PartitionKey, Waiting>,
@@ -70,29 +88,38 @@ impl Shard {
         loop {
             while in_flight.len() < MAX_CONCURRENT_PERSISTS {
                 let Some((key, w)) = queue.next() else { break };
-                let begun = self.begin(w);
-                match self.partitions.remove(&key) {
-                    Some(owned) => {
-                        self.start_job(key, owned, &done);
-                        in_flight.insert(key, begun);
-                    }
-                    None => {
-                        let missing = Err(Self::missing(key));
-                        self.answer(key, begun, missing, inbox, carried).await;
-                    }
+                if !self.partitions.contains_key(&key) || !self.take_job_slot() {
+                    // Missing (answered so), or the node's jobs are all taken: in place.
+                    self.persist(key, w, inbox, carried).await;
+                    continue;
                 }
+                let begun = self.begin(w);
+                let owned = self.partitions.remove(&key).expect("present");
+                self.start_job(key, owned, &done);
+                in_flight.insert(key, begun);
             }
             if in_flight.is_empty() {
                 return;
             }
             let (key, back) = returned.recv().await.expect("the shard holds a sender");
             // As if the shard had panicked persisting in place: the node stops.
-            let (owned, result) = back.unwrap_or_else(|| panic!("the persist of {key:?} panicked"));
+            let (owned, result, owed) =
+                back.unwrap_or_else(|why| panic!("the persist job of {key:?} {why}"));
             let previous = self.partitions.insert(key, owned);
             assert!(previous.is_none(), "a partition is out while its job runs");
             let begun = in_flight
                 .remove(&key)
                 .expect("a returned persist was in flight");
+            // A simulated disk's time for this persist, counted from when it began: the
+            // persists in flight together overlap, they do not add up.
+            let until = begun.nanos.saturating_add(owed.as_nanos() as u64);
+            let now = self.env.clock.monotonic_nanos();
+            if until > now {
+                self.env
+                    .clock
+                    .sleep(Duration::from_nanos(until - now))
+                    .await;
+            }
             if let Some(hook) = self.hooks.owners.persist_returned {
                 if hook(in_flight.len()) {
                     answer_early(&mut in_flight);
@@ -102,19 +129,42 @@ impl Shard {
         }
     }
 
-    /// Runs `owned`'s persist as a job on the device pool; it hands the partition back
-    /// through `done`, whose room the caller's bound on jobs in flight guarantees.
+    /// Counts a persist job in the node's running ones; false (nothing counted) when
+    /// [`MAX_PERSIST_JOBS`] run already.
+    fn take_job_slot(&self) -> bool {
+        let running = &self.stats.persist_jobs_running;
+        if running.fetch_add(1, Ordering::SeqCst) < MAX_PERSIST_JOBS {
+            return true;
+        }
+        running.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// Runs `owned`'s persist as a job on the device pool, in a slot [`Self::take_job_slot`]
+    /// counted; it hands the partition back through `done`, whose room the caller's bound on
+    /// jobs in flight guarantees.
     fn start_job(&self, key: PartitionKey, mut owned: Owned, done: &Sender<Returned>) {
-        let mut guard = ReturnOnUnwind {
+        self.stats.persist_jobs.fetch_add(1, Ordering::Relaxed);
+        let mut slot = JobSlot {
             key,
             done: Some(done.clone()),
+            stats: self.stats.clone(),
         };
+        // Its log lines name the shard, as the shard's own do.
+        let span = tracing::debug_span!(parent: tracing::Span::current(), "persist_job", ?key);
+        let disk = self.env.disk.clone();
         self.env.tasks.spawn_device(Box::new(move || {
-            let _span = tracing::debug_span!("persist_job", ?key).entered();
-            let result = owned.partition.persist().map_err(NodeError::from);
-            let done = guard.done.take().expect("armed until returned");
-            // Full only if the shard is gone (it keeps a sender and awaits every job).
-            let _ = done.try_send((key, Some((owned, result))));
+            let _entered = span.entered();
+            let persisted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                owned.partition.persist().map_err(NodeError::from)
+            }));
+            let back = match persisted {
+                Ok(result) => Ok((owned, result, disk.take_io_time())),
+                Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
+            };
+            let done = slot.done.take().expect("armed until returned");
+            // Fails only if the shard is gone (the receiver dropped): then nobody waits.
+            let _ = done.try_send((key, back));
         }));
     }
 
@@ -274,4 +324,13 @@ fn answer_early(in_flight: &mut BTreeMap<PartitionKey, Begun>) {
         }
         begun.covered = 0;
     }
+}
+
+/// What a panic said, if it said it as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
