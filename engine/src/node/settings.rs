@@ -31,7 +31,7 @@ impl Default for PasswordCost {
     }
 }
 
-/// The bound of every queue the node keeps (see ARCHITECTURE.md, "Limits").
+/// The bound of every queue the node keeps (see `docs/limits.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeLimits {
     /// Operations waiting for the metadata owner.

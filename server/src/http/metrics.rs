@@ -240,7 +240,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
             unsent,
         )?;
         let stats = cx.node.stats();
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 12] = [
             (
                 "cairn_persists",
                 "Partition persists that acknowledged persisted sends",
@@ -260,6 +260,16 @@ impl prometheus_client::collector::Collector for NodeCollector {
                 "cairn_polls_during_persist",
                 "Polls that arrived while their partition's persist ran",
                 stats.polls_during_persist,
+            ),
+            (
+                "cairn_concurrent_persists",
+                "Times a shard persisted several partitions at once (each a job on the blocking pool)",
+                stats.concurrent_persists,
+            ),
+            (
+                "cairn_persist_jobs",
+                "Persist jobs those ran",
+                stats.persist_jobs,
             ),
             (
                 "cairn_inbox_full",

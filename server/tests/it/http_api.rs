@@ -698,6 +698,9 @@ async fn metrics_scrape_is_prometheus_text_with_the_figures() {
     );
     assert!(samples[&format!("cairn_bytes_produced_total{topic}")] > 5.0);
     assert!(samples["cairn_persists_total"] >= 1.0, "{text}");
+    // One partition: its persists ran in place, never several at once as jobs.
+    assert_eq!(samples["cairn_concurrent_persists_total"], 0.0, "{text}");
+    assert_eq!(samples["cairn_persist_jobs_total"], 0.0, "{text}");
     // The engine's figures: one persisted send made one group-commit persist of one send.
     assert_eq!(
         samples["cairn_persist_latency_seconds_count"], 1.0,
