@@ -130,14 +130,7 @@ impl ExecutorHandle {
     }
 }
 
-/// A panic's message, whatever its payload.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic without a message".into())
-}
+pub use cairn_engine::env::panic_message;
 
 fn kill_group(shared: &Mutex<Shared>, ready: &Ready, group: u32) {
     let killed: Vec<Slot> = {

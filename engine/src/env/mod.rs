@@ -397,6 +397,15 @@ pub async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Outp
     .await
 }
 
+/// A panic's message, whatever its payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// Joins path components for the on-disk layout.
 pub fn join(base: &Path, parts: &[&str]) -> PathBuf {
     let mut path = base.to_path_buf();

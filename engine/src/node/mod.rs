@@ -192,7 +192,7 @@ pub struct NodeStats {
     /// request that waits for all of them), and the persist jobs that ran for them.
     pub concurrent_persists: AtomicU64,
     pub persist_jobs: AtomicU64,
-    /// Persist jobs running now (a stopping node waits for none; at most
+    /// Persist jobs running now (a stopping node waits until none runs; at most
     /// [`shard::MAX_PERSIST_JOBS`]).
     pub persist_jobs_running: AtomicU64,
     /// Requests that found an inbox full and waited for room.

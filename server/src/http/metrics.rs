@@ -268,7 +268,7 @@ impl prometheus_client::collector::Collector for NodeCollector {
             ),
             (
                 "cairn_persist_jobs",
-                "Persist jobs those ran",
+                "Persist jobs run for those (one partition's persist each)",
                 stats.persist_jobs,
             ),
             (

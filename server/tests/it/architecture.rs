@@ -675,6 +675,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             "shard::MAX_CONCURRENT_PERSISTS",
             n(node::MAX_CONCURRENT_PERSISTS),
         ),
+        ("shard::MAX_PERSIST_JOBS", node::MAX_PERSIST_JOBS),
         ("meta_owner::MAX_BATCH_OPS", n(node::MAX_BATCH_OPS)),
         ("meta_owner::WORK_PER_SHARD", n(node::WORK_PER_SHARD)),
         ("meta_owner::MAX_BATCH_BYTES", n(node::MAX_BATCH_BYTES)),

@@ -176,7 +176,7 @@ fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
             shards,
             ..node_settings()
         };
-        let mut cut_short = 0;
+        let (mut cut_short, mut jobs) = (0, 0);
         for budget in [25usize, 60, 110, 170, 240, 330] {
             let tmp = tempfile::tempdir().unwrap();
             let root = tmp.path();
@@ -188,6 +188,7 @@ fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
                 continue; // the crash struck inside the boot
             };
             let acked = send_spread(&booted.node.node, 30, partitions);
+            jobs += booted.node.node.stats().persist_jobs;
             let acks = acked.lock().unwrap().len();
             cut_short += usize::from(acks > 0 && acks < THREADS * 30);
             booted.node.halt();
@@ -198,6 +199,13 @@ fn a_crash_while_callers_send_keeps_every_acknowledged_message() {
                 &format!("{partitions} partitions, budget {budget}"),
             );
             node.halt();
+        }
+        if partitions > 1 {
+            // The layout of several partitions ran its persists as jobs (per boot's node).
+            assert!(
+                jobs > 0,
+                "no persist job ran with {partitions} partitions on one shard"
+            );
         }
         assert!(
             cut_short >= 3,

@@ -7,7 +7,7 @@
 
 use super::{NodeStats, Owned, Shard, ShardRequest, Waiting};
 use crate::env::chan::{self, Receiver, Sender};
-use crate::env::{device_section, settle};
+use crate::env::{device_section, panic_message, settle};
 use crate::error::{NodeError, NodeResult};
 use crate::partition::DurablePoint;
 use crate::state::PartitionKey;
@@ -324,13 +324,4 @@ fn answer_early(in_flight: &mut BTreeMap<PartitionKey, Begun>) {
         }
         begun.covered = 0;
     }
-}
-
-/// What a panic said, if it said it as text.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "a panic without a message".to_string())
 }

@@ -9,7 +9,8 @@ use crate::report::Checked;
 /// whose persists run at once as jobs of their own. Neither log has room for its send, so
 /// neither may be acknowledged; each is answered by its own persist, never by the other's
 /// (the canary `ack-with-first-persist` answers the one still in flight as durable when the
-/// first fails, and its persist then rolls back what it acknowledged).
+/// first fails, and its persist then rolls back what it acknowledged). Then room for one of
+/// two more: exactly one is acknowledged, and kept.
 pub(super) fn persists_of_one_round_run_at_once_each_answering_its_own(
 ) -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0040);
@@ -23,9 +24,12 @@ pub(super) fn persists_of_one_round_run_at_once_each_answering_its_own(
     let answers = send_at_once_to(&mut s, batches)?;
     let after = lock(&s.world).node.clone().expect("up").stats();
     assert_eq!(
-        after.concurrent_persists - before.concurrent_persists,
-        1,
-        "the two partitions persisted in one round, at once"
+        (
+            after.concurrent_persists - before.concurrent_persists,
+            after.persist_jobs - before.persist_jobs
+        ),
+        (1, 2),
+        "the two partitions persisted in one round, at once, each a job"
     );
     lock(&s.world).decision("ConcurrentPersists");
     s.fill_disk(None);
@@ -35,6 +39,25 @@ pub(super) fn persists_of_one_round_run_at_once_each_answering_its_own(
         return Err(crate::report::violation(
             crate::node_world::INV_CALLERS,
             format!("two sends that found no room were answered {answers:?}: one acknowledged"),
+        ));
+    }
+    // Room for one of two: whichever job writes first is acknowledged and survives the
+    // power loss, the other is refused; neither is answered with the other's result.
+    let batches: Vec<_> = (0..2).map(|p| (p, sized_batch(&s, 1, 100))).collect();
+    let len = batches[0].1 .0.len() as u64;
+    s.fill_disk(Some(len + 16 + len / 2));
+    let answers = send_at_once_to(&mut s, batches)?;
+    s.fill_disk(None);
+    s.restart_after(true, |_| {})?;
+    let acked = answers
+        .iter()
+        .filter(|a| matches!(a, Answer::Acked { durable: true, .. }))
+        .count();
+    let refused = answers.iter().filter(|a| **a == Answer::NoSpace).count();
+    if (acked, refused) != (1, 1) {
+        return Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("two sends at once with room for one were answered {answers:?}: not one acknowledged and one refused"),
         ));
     }
     Ok(s.decisions())
