@@ -714,21 +714,9 @@ impl Client {
                 other => return Err(unexpected_read(other)),
             }
         } else {
-            let (reply, pending) = oneshot();
-            let shard_request = ShardRequest::Poll {
-                key,
-                from,
-                count: request.count,
-                max_bytes,
-                commit: commit.filter(|_| !replicated),
-                resolved_at: view.op,
-                ticket: self.node.ticket(),
-                reply,
-            };
-            self.node
-                .enqueue(self.node.shard(key), shard_request)
-                .await?;
-            self.node.answer(pending).await??
+            let local = commit.filter(|_| !replicated).map(|c| (c, view.op));
+            let read = (from, request.count, max_bytes);
+            self.node.poll_owner(key, read, local).await?
         };
         let last = super::shard::last_offset(&polled);
         if let (true, Some(consumer), Some(last)) = (replicated, commit, last) {

@@ -127,19 +127,8 @@ impl Node {
                 count,
                 max_bytes,
             } => {
-                let (reply, pending) = oneshot();
-                let request = ShardRequest::Poll {
-                    key,
-                    from,
-                    count,
-                    max_bytes,
-                    commit: None,
-                    resolved_at: view.op,
-                    ticket: self.ticket(),
-                    reply,
-                };
-                self.enqueue(shard, request).await?;
-                Ok(ReadAnswer::Polled(self.answer(pending).await??))
+                let polled = self.poll_owner(key, (from, count, max_bytes), None).await?;
+                Ok(ReadAnswer::Polled(polled))
             }
             ReadElsewhere::Offset(consumer) => {
                 let (reply, pending) = oneshot();
@@ -349,19 +338,10 @@ impl Node {
     ) -> NodeResult<Vec<bytes::Bytes>> {
         self.check_running()?;
         let key = key_of(&partition);
-        let (reply, pending) = oneshot();
-        let request = ShardRequest::Poll {
-            key,
-            from: crate::partition::PollFrom::Offset(from),
-            count: u32::MAX,
-            max_bytes,
-            commit: None,
-            resolved_at: 0,
-            ticket: self.ticket(),
-            reply,
-        };
-        self.enqueue(self.shard(key), request).await?;
-        let polled = self.answer(pending).await??;
+        let from = crate::partition::PollFrom::Offset(from);
+        let polled = self
+            .poll_owner(key, (from, u32::MAX, max_bytes), None)
+            .await?;
         if polled.incarnation != partition.nonce {
             return Err(NodeError::InvalidRequest(format!(
                 "partition {partition} was made again (its replica is incarnation {})",

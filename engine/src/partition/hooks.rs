@@ -7,7 +7,8 @@
 //! - [`PartitionHooks::recovery_verdict`]: recovery's verdict, after `decide` and before
 //!   `apply` acts on it;
 //! - [`PartitionHooks::recovery_disk`]: the disk recovery's `apply` writes through;
-//! - [`PartitionHooks::log_disk`]: the disk an open log writes through.
+//! - [`PartitionHooks::log_disk`]: the disk an open log writes through;
+//! - [`PartitionHooks::read`]: what a poll's read plan may serve.
 
 pub use super::recovery::VerdictHook;
 use crate::env::{Disk, DiskHook};
@@ -19,6 +20,19 @@ pub struct PartitionHooks {
     pub recovery_verdict: Option<VerdictHook>,
     pub recovery_disk: Option<DiskHook>,
     pub log_disk: Option<DiskHook>,
+    pub read: ReadHooks,
+}
+
+/// The end a read plan serves up to, bent: `(visible end, journal end)` → the plan's end.
+pub type ReadEndHook = fn(u64, u64) -> u64;
+
+/// Hooks into a poll's read plan ([`crate::partition::read_plan`]).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ReadHooks {
+    /// The plan's end instead of the visible end.
+    pub read_end: Option<ReadEndHook>,
+    /// A batch a skip-by-header walk stops at is served without being verified.
+    pub skip_unverified: bool,
 }
 
 impl PartitionHooks {
@@ -46,6 +60,7 @@ impl std::fmt::Debug for PartitionHooks {
             .field("recovery_verdict", &self.recovery_verdict.is_some())
             .field("recovery_disk", &self.recovery_disk.is_some())
             .field("log_disk", &self.log_disk.is_some())
+            .field("read", &self.read)
             .finish()
     }
 }

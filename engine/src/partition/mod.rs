@@ -18,15 +18,17 @@ mod error;
 pub mod hooks;
 pub mod offsets;
 mod open_log;
+pub mod read_plan;
 pub mod recovery;
 pub mod resources;
 pub mod segment;
 pub mod superblock;
 
 pub use error::{FenceReason, PartitionError, Result};
-pub use hooks::{PartitionHooks, VerdictHook};
+pub use hooks::{PartitionHooks, ReadEndHook, ReadHooks, VerdictHook};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
 pub use open_log::{AppendAck, PollFrom, Polled};
+pub use read_plan::{PlanRead, ReadPlan};
 pub use recovery::{Outcome, RecoveryPlan};
 pub use superblock::{DurablePoint, PartitionIdentity, Superblock};
 
@@ -269,7 +271,7 @@ impl Partition {
             disk: hooks.log_disk(&env.disk),
             ..env.clone()
         };
-        let log = OpenLog::open(log_env, &plan, superblock, config, settings)?;
+        let log = OpenLog::open(log_env, &plan, superblock, config, (settings, hooks.read))?;
         Ok(Opened {
             partition: Partition {
                 state: State::Open(Box::new(log)),
@@ -429,6 +431,19 @@ impl Partition {
     /// whole): what a server that reserved room for the reply lets it take.
     pub fn poll_within(&mut self, from: PollFrom, count: u32, max_bytes: u64) -> Result<Polled> {
         self.guarded(|log| log.poll(from, count, max_bytes))
+    }
+
+    /// The plan of [`Partition::poll_within`], to read anywhere ([`ReadPlan::read`]); its
+    /// fence, if any, comes back through [`Partition::read_damaged`].
+    pub fn read_plan(&mut self, from: PollFrom, count: u32, max_bytes: u64) -> Result<ReadPlan> {
+        self.guarded(|log| log.read_plan(from, count, max_bytes))
+    }
+
+    /// A plan's read of this partition found damage in bytes promised durable: it fences.
+    pub fn read_damaged(&mut self, reason: FenceReason) {
+        if let State::Open(_) = self.state {
+            self.fence(reason);
+        }
     }
 
     pub fn store_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {

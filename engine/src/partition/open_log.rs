@@ -21,6 +21,7 @@ mod read;
 pub use read::{PollFrom, Polled};
 
 use super::active_handles::Use;
+use super::hooks::ReadHooks;
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
 use super::recovery::RecoveryPlan;
 use super::resources::{HandleKey, JournalBudget, PartitionResources};
@@ -209,6 +210,8 @@ pub(super) struct OpenLog {
     /// Set when a read found damage in bytes promised durable: the partition fences once the
     /// request that found it has its answer.
     pending_fence: Option<FenceReason>,
+    /// What a canary bends in this log's read plans (none in production).
+    read_hooks: ReadHooks,
 }
 
 impl OpenLog {
@@ -217,7 +220,7 @@ impl OpenLog {
         plan: &RecoveryPlan,
         superblock: Superblock,
         config: TopicConfig,
-        settings: PartitionSettings,
+        (settings, read_hooks): (PartitionSettings, ReadHooks),
     ) -> Result<OpenLog> {
         let config = settings.local(config);
         let mut segments = Vec::with_capacity(plan.segments.len());
@@ -274,6 +277,7 @@ impl OpenLog {
             unsynced_dir_entries: false,
             index_synced_at: active_log_len,
             pending_fence: None,
+            read_hooks,
         })
     }
 

@@ -247,6 +247,41 @@ impl<'a> LogReader<'a> {
         Ok(header)
     }
 
+    /// The header of the batch at `position` ([`Self::header_at`]), checked to continue the
+    /// offset chain at `expected_offset` in partition `partition_id`: enough to step over a
+    /// batch a read does not serve (its bytes are never read or verified).
+    pub fn chained_header_at(
+        &mut self,
+        position: u64,
+        expected_offset: u64,
+        partition_id: u64,
+    ) -> Result<BatchHeader, ReadBatchError> {
+        let header = self.header_at(position)?;
+        if header.base_offset != expected_offset {
+            return Err(ReadBatchError::OffsetMismatch {
+                expected: expected_offset,
+                found: header.base_offset,
+            });
+        }
+        if header.partition_id != partition_id {
+            return Err(ReadBatchError::PartitionMismatch {
+                expected: partition_id,
+                found: header.partition_id,
+            });
+        }
+        Ok(header)
+    }
+
+    /// The bytes of the batch `header` describes at `position`, not verified: only a
+    /// canary's bent read serves them (`PartitionHooks::skip_unverified`).
+    pub fn unverified_at(
+        &mut self,
+        position: u64,
+        header: &BatchHeader,
+    ) -> Result<Bytes, ReadBatchError> {
+        self.get(position, header.batch_length as usize)
+    }
+
     /// The whole batch at `position`, verified to `check`, and checked to carry
     /// `expected_offset` and `partition_id`.
     pub fn batch_at(

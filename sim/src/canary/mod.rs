@@ -66,6 +66,12 @@
 //!   the batch's journal entries and before syncing them, so callers read metadata the disk
 //!   may not hold.
 //!
+//! A poll's read plan ([`reads`]):
+//! - `read-above-visible`: a plan serves up to the journal's end, not the visible end, so
+//!   a `persisted` poll reads sends that are not durable yet;
+//! - `serve-unverified-skip`: a walk that skipped batches by their headers serves the batch
+//!   it stops at unverified.
+//!
 //! The server ([`server`]):
 //! - `ack-send-before-shard`: the adapter answers a send before the shard's reply (the send
 //!   goes on in the background), so a `persisted` acknowledgement promises nothing;
@@ -80,6 +86,7 @@ pub mod cluster;
 pub mod disk;
 pub mod metadata;
 pub mod owners;
+pub mod reads;
 pub mod recovery;
 pub mod server;
 
@@ -90,7 +97,9 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 30] = [
+pub const NAMES: [&str; 32] = [
+    "read-above-visible",
+    "serve-unverified-skip",
     "raft-ack-before-sync",
     "part-wal-unsynced",
     "part-stamp-local-clock",
@@ -152,6 +161,7 @@ pub fn partition_hooks() -> PartitionHooks {
         recovery_verdict: name.and_then(recovery::verdict_hook),
         recovery_disk: name.and_then(disk::recovery_disk_hook),
         log_disk: name.and_then(disk::log_disk_hook),
+        read: reads::read_hooks(name),
     }
 }
 

@@ -68,7 +68,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 25] = [
+pub const NODE_COVERAGE: [(&str, &str); 26] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -119,6 +119,10 @@ pub const NODE_COVERAGE: [(&str, &str); 25] = [
     (
         "ConcurrentPersists",
         "a shard persisted several partitions' sends of one round at once",
+    ),
+    (
+        "DeletionDuringRead",
+        "a partition's segments or the partition deleted while a poll read it off its owner",
     ),
     (
         "MetaOpRacedSends",

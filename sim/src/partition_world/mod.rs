@@ -28,7 +28,7 @@ use cairn_engine::partition::{
 use cairn_faults::{SimClock, SimDisk};
 use oracle::{
     check_actions, check_boot_failure, check_exact, check_fence, check_full, check_offsets,
-    check_reply, check_runtime_fence, BeforeRecovery, Model, ReadMessage, Sent,
+    check_reply, check_runtime_fence, check_visible, BeforeRecovery, Model, ReadMessage, Sent,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -488,6 +488,11 @@ impl World {
             ),
             _ => PollFrom::Next(self.consumer()),
         };
+        self.poll_from(p, from, count)
+    }
+
+    /// A poll of partition `p` from `from`, checked like [`Self::poll`]'s.
+    pub fn poll_from(&mut self, p: usize, from: PollFrom, count: u32) -> Checked<()> {
         let partition = self.models[p].partition.as_mut().expect("open");
         let durable_before = partition.durable_point().map_or(0, |d| d.next_offset);
         let result = partition.poll(from, count);
@@ -501,6 +506,12 @@ impl World {
                 let reply_bytes = polled.batches.iter().map(|b| b.len() as u64).sum();
                 let model = &mut self.models[p];
                 check_exact(model, &messages, &self.sent, count, &self.disk)?;
+                let durable = model
+                    .partition
+                    .as_ref()
+                    .and_then(|pt| pt.durable_point().ok());
+                let durable_end = durable.map_or(0, |d| d.next_offset);
+                check_visible(model, &messages, durable_end)?;
                 let reply = oracle::Reply {
                     from,
                     count,

@@ -346,3 +346,36 @@ fn a_partition_created_at_an_offset_starts_there_and_reopens_clean() {
         "nothing below the start"
     );
 }
+
+/// A read plan holds open handles: retention deleting the segment it reads (its files
+/// unlinked) after the plan was made still reads the segment's bytes as they were, every
+/// message exact, and the partition goes on from its new log start.
+#[test]
+fn a_read_plan_outlives_the_deletion_of_the_segment_it_reads() {
+    let (_tmp, dir) = scratch_dir();
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    let mut seed = 0;
+    while partition.segment_starts().unwrap().len() < 3 {
+        append_acked(&mut partition, batch(seed, 8, 4000));
+        seed += 1;
+    }
+    let plan = partition
+        .read_plan(PollFrom::First, 16, u64::MAX)
+        .expect("a plan");
+    partition.delete_oldest_segments(1).expect("retention");
+    assert!(!dir.join(format!("{:020}.log", 0)).exists(), "unlinked");
+    let read = plan.read();
+    assert!(read.fence.is_none(), "nothing damaged: {:?}", read.fence);
+    let got = messages(&read.polled.batches);
+    let want: Vec<Message> = (0..2u64)
+        .flat_map(|s| {
+            (0..8).map(move |i| (s * 8 + i as u64, message_id(s, i), payload(s, i, 4000)))
+        })
+        .collect();
+    assert_eq!(got, want, "the deleted segment's messages, exact");
+    let start = partition.log_start().unwrap();
+    assert!(start > 0, "the log starts after the deleted segment");
+    let after = partition.poll(PollFrom::First, 1).unwrap();
+    assert_eq!(messages(&after.batches)[0].0, start);
+}

@@ -26,7 +26,7 @@ use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
     partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionError,
-    PartitionIdentity, PollFrom, Polled,
+    PartitionIdentity, Polled,
 };
 use crate::state::{key_of, PartitionKey};
 use bytes::BytesMut;
@@ -57,6 +57,7 @@ pub const MAX_PARKED: usize = 4096;
 const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
 mod persist;
+mod read;
 mod replica;
 mod request;
 pub use persist::{MAX_CONCURRENT_PERSISTS, MAX_PERSIST_JOBS};
@@ -66,6 +67,8 @@ pub(crate) use request::{ShardRequest, ShardWork};
 struct Owned {
     identity: PartitionIdentity,
     partition: Partition,
+    /// Read plans of it out now ([`read`]).
+    reads: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Persisted sends waiting for their partition's persist.
@@ -162,6 +165,7 @@ impl Shard {
             Owned {
                 identity,
                 partition,
+                reads: Arc::default(),
             },
         )
     }
@@ -252,6 +256,8 @@ impl Shard {
             let settles_first = match &request {
                 ShardRequest::Send { .. }
                 | ShardRequest::Poll { .. }
+                | ShardRequest::Commit { .. }
+                | ShardRequest::ReadDamaged { .. }
                 | ShardRequest::Figures { .. } => None,
                 ShardRequest::Work { .. }
                 | ShardRequest::Clean { .. }
@@ -352,16 +358,31 @@ impl Shard {
                 from,
                 count,
                 max_bytes,
-                commit,
-                resolved_at,
                 ticket,
                 reply,
             } => {
                 self.note_window(key, ticket, &self.stats.polls_during_persist);
-                let commit = commit.filter(|c| !self.is_retired(key, *c, resolved_at));
-                let result = self.poll(key, from, count, max_bytes, commit);
+                reply.send(self.plan_read(key, from, count, max_bytes));
+            }
+            ShardRequest::Commit {
+                key,
+                nonce,
+                commit,
+                offset,
+                reply,
+            } => {
+                let result = self.commit(key, nonce, commit, offset);
                 settle(&self.env).await;
                 reply.send(result);
+            }
+            ShardRequest::ReadDamaged {
+                key,
+                nonce,
+                reason,
+                reply,
+            } => {
+                self.read_damaged(key, nonce, reason);
+                reply.send(());
             }
             ShardRequest::StoreOffset {
                 key,
@@ -510,24 +531,6 @@ impl Shard {
         figures
     }
 
-    fn poll(
-        &mut self,
-        key: PartitionKey,
-        from: PollFrom,
-        count: u32,
-        max_bytes: u64,
-        commit: Option<ConsumerId>,
-    ) -> NodeResult<Polled> {
-        let partition = self.open(key)?;
-        let polled = partition.poll_within(from, count, max_bytes)?;
-        if let Some(consumer) = commit {
-            if let Some(last) = last_offset(&polled) {
-                partition.store_offset(consumer, last)?;
-            }
-        }
-        Ok(polled)
-    }
-
     fn inspect(&self, key: PartitionKey) -> Option<PartitionInfo> {
         let owned = self.partitions.get(&key)?;
         let p = &owned.partition;
@@ -554,6 +557,7 @@ impl Shard {
             } => {
                 let key = key_of(&identity);
                 let dir = self.dir(key);
+                self.note_deletion(key);
                 self.partitions.remove(&key);
                 let found = super::tree::survey_path(self.env.disk.as_ref(), &dir);
                 let old = PartitionIdentity {
@@ -597,6 +601,7 @@ impl Shard {
             ShardWork::Remove { identity } => {
                 let key = key_of(&identity);
                 let dir = self.dir(key);
+                self.note_deletion(key);
                 self.partitions.remove(&key);
                 match super::tree::survey_path(self.env.disk.as_ref(), &dir) {
                     super::tree::Found::Partition(id) if id != identity => {
@@ -611,6 +616,13 @@ impl Shard {
                 }
             }
             ShardWork::DropTopic { stream, topic } => {
+                for key in self
+                    .keys()
+                    .into_iter()
+                    .filter(|k| (k.0, k.1) == (stream, topic))
+                {
+                    self.note_deletion(key);
+                }
                 self.partitions
                     .retain(|(s, t, _), _| (*s, *t) != (stream, topic));
                 self.retired
@@ -618,6 +630,9 @@ impl Shard {
                 Ok(())
             }
             ShardWork::DropStream { stream } => {
+                for key in self.keys().into_iter().filter(|k| k.0 == stream) {
+                    self.note_deletion(key);
+                }
                 self.partitions.retain(|(s, _, _), _| *s != stream);
                 self.retired.retain(|((s, _, _), _), _| *s != stream);
                 Ok(())
@@ -756,6 +771,7 @@ impl Shard {
             tracing::error!(?key, %error, "retention could not delete segments");
             return Vec::new();
         }
+        self.note_deletion(key);
         for (i, (segment, reason)) in sealed.iter().zip(reasons).enumerate() {
             let r = reason.index();
             self.recorder.deleted_segments.add(r, 1);
@@ -822,6 +838,8 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Consumers { reply, .. } => reply.send(Err(error())),
         ShardRequest::Rebuild { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
+        ShardRequest::Commit { reply, .. } => reply.send(Err(error())),
+        ShardRequest::ReadDamaged { reply, .. } => reply.send(()),
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::GetOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::DeleteOffset { reply, .. } => reply.send(Err(error())),

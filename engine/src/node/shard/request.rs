@@ -3,10 +3,11 @@
 
 use super::super::recorder::ShardFigures;
 use super::super::{Deletion, PartitionInfo, Sent};
+use super::read::{Commit, OwnerRead};
 use crate::config::TopicConfig;
 use crate::env::chan::Reply;
 use crate::error::{NodeResult, WorkError};
-use crate::partition::{ConsumerId, PartitionIdentity, PollFrom, Polled};
+use crate::partition::{ConsumerId, FenceReason, PartitionIdentity, PollFrom};
 use crate::state::PartitionKey;
 use bytes::BytesMut;
 
@@ -57,18 +58,32 @@ pub(crate) enum ShardRequest {
         start: u64,
         reply: Reply<NodeResult<()>>,
     },
+    /// A poll's read planned for the caller to run ([`super::read`]).
     Poll {
         key: PartitionKey,
         from: PollFrom,
         count: u32,
         /// The most batch bytes the reply may carry (a first batch always whole).
         max_bytes: u64,
-        /// Store the last polled offset for this consumer (auto-commit).
-        commit: Option<ConsumerId>,
-        /// The op of the metadata view that named the consumer (see [`Shard::retired`]).
-        resolved_at: u64,
         ticket: u64,
-        reply: Reply<NodeResult<Polled>>,
+        reply: Reply<NodeResult<OwnerRead>>,
+    },
+    /// A poll's auto-commit of `offset` (the last it read) in the incarnation of nonce
+    /// `nonce`, for the consumer a view of op `commit.1` named (see [`Shard::retired`]).
+    Commit {
+        key: PartitionKey,
+        nonce: u64,
+        commit: Commit,
+        offset: u64,
+        reply: Reply<NodeResult<()>>,
+    },
+    /// A planned read found damage in bytes the incarnation of nonce `nonce` promised
+    /// durable: fence it with `reason`.
+    ReadDamaged {
+        key: PartitionKey,
+        nonce: u64,
+        reason: FenceReason,
+        reply: Reply<()>,
     },
     StoreOffset {
         key: PartitionKey,
@@ -132,6 +147,8 @@ impl ShardRequest {
             | ShardRequest::Consumers { key, .. }
             | ShardRequest::Rebuild { key, .. }
             | ShardRequest::Poll { key, .. }
+            | ShardRequest::Commit { key, .. }
+            | ShardRequest::ReadDamaged { key, .. }
             | ShardRequest::StoreOffset { key, .. }
             | ShardRequest::GetOffset { key, .. }
             | ShardRequest::DeleteOffset { key, .. }

@@ -149,6 +149,14 @@ impl NodeWorld {
                 }
             }
         }
+        // Read committed: under `persisted` a poll serves durable messages only, so what it
+        // read is kept like an acknowledgement (no crash may take it back).
+        if part.persisted() {
+            let kept = &mut self.parts.entry(identity).or_default().messages;
+            for m in &messages {
+                kept.entry(m.offset).or_insert(m.id);
+            }
+        }
         Ok(())
     }
 

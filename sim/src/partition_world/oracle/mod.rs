@@ -48,7 +48,7 @@
 mod reads;
 mod recovery;
 
-pub use reads::{check_exact, check_full, check_reply, expected_start, Reply};
+pub use reads::{check_exact, check_full, check_reply, check_visible, expected_start, Reply};
 pub use recovery::{
     check_actions, check_boot_failure, check_fence, check_offsets, check_runtime_fence,
     excuse_destroyed_record, newest_durable_record, superblock_at_power_loss, BeforeRecovery,

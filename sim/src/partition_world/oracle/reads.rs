@@ -112,6 +112,21 @@ pub fn check_exact(
     Ok(())
 }
 
+/// **Read committed** on one runtime reply of a `persisted` partition: a poll serves durable
+/// messages only (what a crash may take back is not visible), so a message that waits for a
+/// persist is served only below the durable end the engine holds (a segment sealed on the
+/// way may have made it durable before its persist).
+pub fn check_visible(model: &Model, messages: &[ReadMessage], durable_end: u64) -> Checked<()> {
+    if !model.persisted() {
+        return Ok(());
+    }
+    let waiting = |m: &ReadMessage| model.pending.iter().any(|(_, ids)| ids.contains(&m.id));
+    match messages.iter().find(|m| m.offset >= durable_end && waiting(m)) {
+        Some(m) => Err(violation(INV_NO_LOSS, format!("partition {}: a poll served offset {} ({:#x}), which waits for a persist above the durable end {durable_end}: not durable, not visible", model.index, m.offset, m.id))),
+        None => Ok(()),
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Invariant 1 and 2 at runtime: what a poll must return.
 // ---------------------------------------------------------------------------------------
