@@ -27,8 +27,8 @@ pub mod superblock;
 pub use error::{FenceReason, PartitionError, Result};
 pub use hooks::{PartitionHooks, ReadEndHook, ReadHooks, VerdictHook};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
-pub use open_log::{AppendAck, PollFrom, Polled};
-pub use read_plan::{PlanRead, ReadPlan};
+pub use open_log::AppendAck;
+pub use read_plan::{PlanRead, PollFrom, Polled, ReadFence, ReadPlan};
 pub use recovery::{Outcome, RecoveryPlan};
 pub use superblock::{DurablePoint, PartitionIdentity, Superblock};
 
@@ -439,11 +439,25 @@ impl Partition {
         self.guarded(|log| log.read_plan(from, count, max_bytes))
     }
 
-    /// A plan's read of this partition found damage in bytes promised durable: it fences.
-    pub fn read_damaged(&mut self, reason: FenceReason) {
-        if let State::Open(_) = self.state {
+    /// A plan's read of this partition found damage in bytes promised durable: it fences
+    /// (unless the damaged segment was deleted since).
+    pub fn read_damaged(&mut self, fence: ReadFence) {
+        if let State::Open(log) = &mut self.state {
+            log.read_damaged(fence);
+        }
+        let pending = match &mut self.state {
+            State::Open(log) => log.take_pending_fence(),
+            State::Fenced(_) => None,
+        };
+        if let Some(reason) = pending {
             self.fence(reason);
         }
+    }
+
+    /// The offset stored for `consumer` as its file holds it (no floor at the log start):
+    /// what a poll's auto-commit expects to replace.
+    pub fn stored_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
+        self.log_ref()?.stored_offset(consumer)
     }
 
     pub fn store_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {

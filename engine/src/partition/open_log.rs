@@ -18,8 +18,6 @@
 
 mod read;
 
-pub use read::{PollFrom, Polled};
-
 use super::active_handles::Use;
 use super::hooks::ReadHooks;
 use super::offsets::{ConsumerId, ConsumerOffsets, StoredOffset};
@@ -868,7 +866,7 @@ impl OpenLog {
         })
     }
 
-    fn stored_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
+    pub(super) fn stored_offset(&self, consumer: ConsumerId) -> Result<Option<u64>> {
         match self.offsets.get(consumer) {
             None => Ok(None),
             Some(StoredOffset::Offset(offset)) => Ok(Some(*offset)),

@@ -9,10 +9,13 @@
 //! structurally otherwise (lengths, frames, counts, the batch checksum over the stored
 //! message checksums), so no reply ever reads past a frame. A batch wholly below the
 //! requested offset is skipped by its header (plausible, and continuing the chain), not
-//! read and verified: its bytes are never served. A batch that fails stops the walk: the
-//! consumer gets the valid prefix; if it lies in bytes promised durable (a sealed segment,
-//! or below the durable end when the plan was made) the read says which fence the owner
-//! must raise ([`PlanRead::fence`]).
+//! verified: its bytes are never served. A walk that ends its segment must end the chain at
+//! the segment's end offset. When a skip is followed by a break in the chain (a header's
+//! length or count damaged), the skipped batches are walked again, verified, to find where
+//! the damage is. A batch that fails stops the walk: the consumer gets the valid prefix; if
+//! it lies in bytes promised durable (a sealed segment, or below the durable end when the
+//! plan was made) the read says which fence the owner must raise ([`PlanRead::fence`]), and
+//! the owner raises it unless the segment is gone meanwhile.
 //!
 //! Architecture Invariant: a plan holds open handles, never paths to reopen, so a segment
 //! that retention, a purge or a deletion unlinks while the plan runs still reads as it was
@@ -20,12 +23,39 @@
 
 use crate::env::DiskFile;
 use crate::format::{slice_batch, BatchHeader};
+use crate::partition::offsets::ConsumerId;
 use crate::partition::segment::{Check, LogReader, ReadBatchError};
-use crate::partition::{FenceReason, Polled};
+use crate::partition::FenceReason;
 use bytes::Bytes;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Where a poll starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollFrom {
+    Offset(u64),
+    /// The first message whose (batch) timestamp is at or after this many microseconds.
+    Timestamp(u64),
+    First,
+    /// The last `count` messages.
+    Last,
+    /// After the consumer's stored offset (from the start when none is stored).
+    Next(ConsumerId),
+}
+
+/// A poll reply: batches in the stored layout, the first and last possibly sliced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Polled {
+    pub partition_id: u64,
+    /// The nonce of the partition's identity: which incarnation (a purge makes a new one)
+    /// the messages come from.
+    pub incarnation: u64,
+    /// The partition's last visible offset at the time of the poll (`None` when empty).
+    pub current_offset: Option<u64>,
+    pub batches: Vec<Bytes>,
+    pub message_count: u32,
+}
 
 /// Where a planned read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +70,10 @@ pub(crate) enum Start {
 
 /// One segment a plan may read.
 pub(crate) struct PlannedSegment {
+    pub start_offset: u64,
+    /// The offset after the last message of the bytes below `log_len`: where the chain of a
+    /// walk that reaches `log_len` must end.
+    pub end_offset: u64,
     /// Bytes of the `.log` the read may touch: whole batches, all below the visible end's
     /// segment position or wholly written before the plan.
     pub log_len: u64,
@@ -80,9 +114,17 @@ pub struct ReadPlan {
 #[derive(Debug)]
 pub struct PlanRead {
     pub polled: Polled,
-    /// Damage in bytes promised durable: the owner fences the partition with this reason
-    /// (if it still holds the incarnation the plan was made of).
-    pub fence: Option<FenceReason>,
+    /// Damage in bytes promised durable: the owner fences the partition with its reason
+    /// (if it still holds the incarnation the plan was made of, and the segment).
+    pub fence: Option<ReadFence>,
+}
+
+/// Damage a read found in bytes promised durable.
+#[derive(Debug, Clone)]
+pub struct ReadFence {
+    /// The start offset of the segment it is in (retention may have deleted it since).
+    pub segment_start: u64,
+    pub reason: FenceReason,
 }
 
 impl std::fmt::Debug for ReadPlan {
@@ -249,22 +291,26 @@ impl ReadPlan {
             .map_err(|error| (0, unopenable(error)))?;
         let mut reader = LogReader::new(log.as_ref(), segment.log_len);
         let partition_id = self.polled.partition_id;
-        let mut skipped = false;
+        // Where the skips since the last batch taken began: a break in the chain after them
+        // is looked for there first.
+        let mut skips: Option<(u64, u64)> = None;
         while position < segment.log_len && !reply.full() {
             let header = reader
                 .chained_header_at(position, expected, partition_id)
-                .map_err(|error| (position, error))?;
+                .map_err(|error| self.locate(&mut reader, skips, (position, error)))?;
             if header.next_offset() <= reply.next {
-                skipped = true;
+                skips.get_or_insert((position, expected));
             } else {
-                let batch = if skipped && self.skip_unverified {
+                let batch = if skips.is_some() && self.skip_unverified {
                     reader.unverified_at(position, &header)
                 } else {
                     reader
                         .batch_at(position, expected, partition_id, self.check)
                         .map(|(_, batch)| batch)
                 };
-                let batch = batch.map_err(|error| (position, error))?;
+                let batch =
+                    batch.map_err(|error| self.locate(&mut reader, skips, (position, error)))?;
+                skips = None;
                 if !reply.take(&batch, header) {
                     return Ok(false);
                 }
@@ -272,7 +318,38 @@ impl ReadPlan {
             position += header.batch_length;
             expected = header.next_offset();
         }
+        if !reply.full() && expected != segment.end_offset {
+            let error = ReadBatchError::OffsetMismatch {
+                expected: segment.end_offset,
+                found: expected,
+            };
+            return Err(self.locate(&mut reader, skips, (position, error)));
+        }
         Ok(true)
+    }
+
+    /// Where a walk's damage is: the first batch from `skips` on (batches skipped by their
+    /// headers) that fails verification, or where the walk stopped (`stop`).
+    fn locate(
+        &self,
+        reader: &mut LogReader<'_>,
+        skips: Option<(u64, u64)>,
+        stop: (u64, ReadBatchError),
+    ) -> (u64, ReadBatchError) {
+        let Some((mut position, mut expected)) = skips else {
+            return stop;
+        };
+        let partition_id = self.polled.partition_id;
+        while position < stop.0 {
+            match reader.batch_at(position, expected, partition_id, self.check) {
+                Ok((verified, _)) => {
+                    position += verified.header.batch_length;
+                    expected = verified.header.next_offset();
+                }
+                Err(error) => return (position, error),
+            }
+        }
+        stop
     }
 
     /// The first visible batch stamped at or after `timestamp`: its offset, its segment and
@@ -311,7 +388,7 @@ impl ReadPlan {
 
     /// A walk could not take a batch: the poll returns what it has; in bytes promised
     /// durable, the fence the owner must raise.
-    fn damage_found(&self, (i, position, error): Stop) -> Option<FenceReason> {
+    fn damage_found(&self, (i, position, error): Stop) -> Option<ReadFence> {
         let segment = &self.segments[i];
         if let ReadBatchError::Unopenable { error } = &error {
             if error.kind() != io::ErrorKind::NotFound {
@@ -322,7 +399,10 @@ impl ReadPlan {
         }
         let promised = position < segment.promised_below;
         tracing::error!(log = %segment.log_path.display(), position, %error, promised, "a read found damage: the poll returns the valid prefix");
-        promised.then(|| fence_for(segment, position, self.durable_position, error))
+        promised.then(|| ReadFence {
+            segment_start: segment.start_offset,
+            reason: fence_for(segment, position, self.durable_position, error),
+        })
     }
 }
 

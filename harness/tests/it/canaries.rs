@@ -123,7 +123,6 @@ const EXPECTED: [(&str, &[&str]); 19] = [
     ("bodies-unbudgeted", &[cairn_sim::server_world::INV_BUDGET]),
 ];
 
-/// What caught one canary: (directed scenario or seed, invariant).
 /// Whether `caught` holds a catch as it must be: by a named invariant (`expected`), or,
 /// with none named, by anything but a failed assertion. Caught so by a directed scenario,
 /// a canary needs no swarm seed to prove it.
@@ -140,6 +139,7 @@ fn expected_of(name: &str) -> Option<&'static [&'static str]> {
     EXPECTED.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
 }
 
+/// What caught one canary: (directed scenario or seed, invariant).
 fn hunt(name: &'static str) -> Vec<(String, &'static str)> {
     assert!(
         cairn_sim::canary::activate(Some(name)),
@@ -192,8 +192,11 @@ fn every_canary_is_caught_naming_the_invariant() {
     // Scenario setups a bug derails panic by design (caught above): keep them quiet.
     std::panic::set_hook(Box::new(|_| {}));
     let names: &'static [&str] = &cairn_sim::canary::NAMES;
-    for owner in cairn_sim::canary::owners::NAMES {
-        assert!(names.contains(&owner), "{owner} is not a canary's name");
+    let node_world = cairn_sim::canary::owners::NAMES
+        .iter()
+        .chain(&cairn_sim::canary::reads::NAMES);
+    for owner in node_world {
+        assert!(names.contains(owner), "{owner} is not a canary's name");
     }
     let (left, right) = names.split_at(names.len() / 2);
     let run = |half: &'static [&'static str]| {

@@ -715,7 +715,7 @@ pub(crate) async fn verify(
         }
         if persisted {
             if let Some((lost, _)) = part.messages.range(end..).next() {
-                return Err(violation(INV_NO_LOSS, format!("partition {key:?}: persisted offset {lost} was acknowledged, the log ends at {end}")));
+                return Err(violation(INV_NO_LOSS, format!("partition {key:?}: persisted offset {lost} was acknowledged (or read), the log ends at {end}")));
             }
         } else if after_boot {
             // Replicated: an unflushed suffix may be gone.

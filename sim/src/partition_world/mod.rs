@@ -9,6 +9,7 @@
 //! scenarios ([`directed`], on the scripting harness in [`scenario`]).
 
 pub mod directed;
+mod directed_reads;
 pub mod oracle;
 pub mod run;
 pub mod scenario;

@@ -355,33 +355,33 @@ impl Shard {
             }
             ShardRequest::Poll {
                 key,
-                from,
-                count,
-                max_bytes,
+                read,
+                commit,
                 ticket,
                 reply,
             } => {
                 self.note_window(key, ticket, &self.stats.polls_during_persist);
-                reply.send(self.plan_read(key, from, count, max_bytes));
+                reply.send(self.plan_read(key, read, commit));
             }
             ShardRequest::Commit {
                 key,
-                nonce,
+                out,
                 commit,
+                stored,
                 offset,
                 reply,
             } => {
-                let result = self.commit(key, nonce, commit, offset);
+                let result = self.commit(key, &out, commit, (stored, offset));
                 settle(&self.env).await;
                 reply.send(result);
             }
             ShardRequest::ReadDamaged {
                 key,
-                nonce,
-                reason,
+                out,
+                fence,
                 reply,
             } => {
-                self.read_damaged(key, nonce, reason);
+                self.read_damaged(key, &out, fence);
                 reply.send(());
             }
             ShardRequest::StoreOffset {
@@ -839,7 +839,12 @@ fn answer_error(request: ShardRequest, error: &dyn Fn() -> NodeError) {
         ShardRequest::Rebuild { reply, .. } => reply.send(Err(error())),
         ShardRequest::Poll { reply, .. } => reply.send(Err(error())),
         ShardRequest::Commit { reply, .. } => reply.send(Err(error())),
-        ShardRequest::ReadDamaged { reply, .. } => reply.send(()),
+        ShardRequest::ReadDamaged {
+            key, fence, reply, ..
+        } => {
+            tracing::error!(?key, reason = %fence.reason, error = %error(), "damage a read found is not fenced: the shard did not take the request");
+            reply.send(())
+        }
         ShardRequest::StoreOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::GetOffset { reply, .. } => reply.send(Err(error())),
         ShardRequest::DeleteOffset { reply, .. } => reply.send(Err(error())),

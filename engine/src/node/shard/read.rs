@@ -3,18 +3,22 @@
 //! the plan out; the caller reads it on its own task, so a poll's device reads never stall
 //! the shard's sends. What the read decides comes back as requests of their own: a consumer's
 //! auto-commit ([`ShardRequest::Commit`]) and the fence damage in promised bytes calls for
-//! ([`ShardRequest::ReadDamaged`]), each for the incarnation the plan was made of only.
+//! ([`ShardRequest::ReadDamaged`]), each for the partition the plan was made of only (the
+//! same adoption: not one purged, removed or rebuilt since). An auto-commit lands only if
+//! the consumer's stored offset is still the one the plan saw: a poll and its commit are one
+//! step, as if taken when the plan was made, and a store, a deletion or another poll's
+//! commit in between wins.
 //!
 //! Architecture Invariant: a plan is made between the owner's requests, never while its
 //! partition's files are being written (a partition in a persist job is not in the map), and
-//! covers whole batches below the visible end only; its handles keep a segment that
+//! reads whole batches below the visible end only; its handles keep a segment that
 //! retention, a purge or a deletion unlinks meanwhile readable, so a reply is one
 //! incarnation's bytes as they were.
 
 use super::{Shard, ShardRequest};
 use crate::error::NodeResult;
 use crate::node::Node;
-use crate::partition::{ConsumerId, FenceReason, PlanRead, PollFrom, Polled, ReadPlan};
+use crate::partition::{ConsumerId, Partition, PlanRead, PollFrom, Polled, ReadFence, ReadPlan};
 use crate::state::PartitionKey;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -22,12 +26,15 @@ use std::sync::Arc;
 /// A plan handed out, and its place in its partition's count of plans out.
 pub(crate) struct OwnerRead {
     plan: ReadPlan,
-    nonce: u64,
-    _out: PlanOut,
+    out: PlanOut,
+    /// The auto-commit consumer's stored offset when the plan was made (`None` inside: no
+    /// offset stored; outside: unreadable).
+    stored: Option<Option<u64>>,
 }
 
-/// Counts a plan out of its partition while it lives ([`Shard::reads_out`]).
-struct PlanOut(Arc<AtomicU32>);
+/// Counts a plan out of its partition while it lives ([`Shard::note_deletion`]); the count
+/// is the partition's adoption (made anew by every `own`), which its requests name.
+pub(crate) struct PlanOut(Arc<AtomicU32>);
 
 impl Drop for PlanOut {
     fn drop(&mut self) {
@@ -40,51 +47,58 @@ impl Drop for PlanOut {
 pub(crate) type Commit = (ConsumerId, u64);
 
 impl Shard {
-    /// Plans a poll of `key` (`ShardRequest::Poll`).
+    /// Plans a poll of `key` (`ShardRequest::Poll`); `commit`: the consumer whose stored
+    /// offset its auto-commit will replace.
     pub(super) fn plan_read(
         &mut self,
         key: PartitionKey,
-        from: PollFrom,
-        count: u32,
-        max_bytes: u64,
+        (from, count, max_bytes): (PollFrom, u32, u64),
+        commit: Option<ConsumerId>,
     ) -> NodeResult<OwnerRead> {
         let owned = self.partitions.get_mut(&key).ok_or(Self::missing(key))?;
         let plan = owned.partition.read_plan(from, count, max_bytes)?;
+        let stored = commit.and_then(|c| owned.partition.stored_offset(c).ok());
         owned.reads.fetch_add(1, Ordering::SeqCst);
         Ok(OwnerRead {
             plan,
-            nonce: owned.identity.nonce,
-            _out: PlanOut(owned.reads.clone()),
+            out: PlanOut(owned.reads.clone()),
+            stored,
         })
     }
 
-    /// Stores a poll's auto-commit (`ShardRequest::Commit`) in the incarnation it read; a
-    /// commit for one gone (purged, removed) or a group deleted since is dropped with it.
+    /// The partition the plan counted in `out` was made of, if the shard still holds it.
+    fn planned(&mut self, key: PartitionKey, out: &PlanOut) -> Option<&mut Partition> {
+        let owned = self.partitions.get_mut(&key)?;
+        Arc::ptr_eq(&owned.reads, &out.0).then_some(&mut owned.partition)
+    }
+
+    /// Stores a poll's auto-commit (`ShardRequest::Commit`) in the partition it read, if the
+    /// consumer's stored offset is still `stored`; one for a partition gone (purged, removed,
+    /// rebuilt), a group deleted since, or an offset written meanwhile is dropped.
     pub(super) fn commit(
         &mut self,
         key: PartitionKey,
-        nonce: u64,
+        out: &PlanOut,
         (consumer, resolved_at): Commit,
-        offset: u64,
+        (stored, offset): (Option<Option<u64>>, u64),
     ) -> NodeResult<()> {
         if self.is_retired(key, consumer, resolved_at) {
             return Ok(());
         }
-        match self.partitions.get_mut(&key) {
-            Some(owned) if owned.identity.nonce == nonce => {
-                Ok(owned.partition.store_offset(consumer, offset)?)
-            }
-            _ => Ok(()),
+        let Some(partition) = self.planned(key, out) else {
+            return Ok(());
+        };
+        if partition.stored_offset(consumer).ok() != stored {
+            return Ok(());
         }
+        Ok(partition.store_offset(consumer, offset)?)
     }
 
-    /// A read found damage in promised bytes of the incarnation `nonce` (`ShardRequest::
-    /// ReadDamaged`): it fences, if the shard still holds that incarnation.
-    pub(super) fn read_damaged(&mut self, key: PartitionKey, nonce: u64, reason: FenceReason) {
-        if let Some(owned) = self.partitions.get_mut(&key) {
-            if owned.identity.nonce == nonce {
-                owned.partition.read_damaged(reason);
-            }
+    /// A read found damage in promised bytes of the partition it read (`ShardRequest::
+    /// ReadDamaged`): it fences, if the shard still holds that partition.
+    pub(super) fn read_damaged(&mut self, key: PartitionKey, out: &PlanOut, fence: ReadFence) {
+        if let Some(partition) = self.planned(key, out) {
+            partition.read_damaged(fence);
         }
     }
 
@@ -109,32 +123,33 @@ impl Node {
     pub(crate) async fn poll_owner(
         &self,
         key: PartitionKey,
-        (from, count, max_bytes): (PollFrom, u32, u64),
+        read: (PollFrom, u32, u64),
         commit: Option<Commit>,
     ) -> NodeResult<Polled> {
         let (reply, pending) = crate::env::chan::oneshot();
         let request = ShardRequest::Poll {
             key,
-            from,
-            count,
-            max_bytes,
+            read,
+            commit: commit.map(|c| c.0),
             ticket: self.ticket(),
             reply,
         };
         self.enqueue(self.shard(key), request).await?;
-        let OwnerRead { plan, nonce, _out } = self.answer(pending).await??;
+        let OwnerRead { plan, out, stored } = self.answer(pending).await??;
         let PlanRead { polled, fence } = plan.read();
-        drop(_out);
+        // The simulated disk's time for the read passes here, not on the shard.
+        crate::env::settle(&self.inner.env).await;
         self.inner
             .stats
             .reads_off_owner
             .fetch_add(1, Ordering::Relaxed);
-        if let Some(reason) = fence {
+        let out = Arc::new(out);
+        if let Some(fence) = fence {
             let (reply, pending) = crate::env::chan::oneshot();
             let request = ShardRequest::ReadDamaged {
                 key,
-                nonce,
-                reason,
+                out: out.clone(),
+                fence,
                 reply,
             };
             self.enqueue(self.shard(key), request).await?;
@@ -144,8 +159,9 @@ impl Node {
             let (reply, pending) = crate::env::chan::oneshot();
             let request = ShardRequest::Commit {
                 key,
-                nonce,
+                out,
                 commit,
+                stored,
                 offset: last,
                 reply,
             };

@@ -87,6 +87,7 @@ impl Shard {
         let fence = self.partitions[&key].partition.fence_reason().cloned();
         tracing::warn!(dir = %dir.display(), ?fence, start,
             "rebuilding a replica's partition for its peers to refill: its directory is removed");
+        self.note_deletion(key);
         self.partitions.remove(&key);
         let rebuilt = crate::node::rebuild::Rebuilt {
             env: &self.env,

@@ -3,13 +3,14 @@
 
 use super::super::recorder::ShardFigures;
 use super::super::{Deletion, PartitionInfo, Sent};
-use super::read::{Commit, OwnerRead};
+use super::read::{Commit, OwnerRead, PlanOut};
 use crate::config::TopicConfig;
 use crate::env::chan::Reply;
 use crate::error::{NodeResult, WorkError};
-use crate::partition::{ConsumerId, FenceReason, PartitionIdentity, PollFrom};
+use crate::partition::{ConsumerId, PartitionIdentity, PollFrom, ReadFence};
 use crate::state::PartitionKey;
 use bytes::BytesMut;
+use std::sync::Arc;
 
 pub(crate) enum ShardRequest {
     Send {
@@ -58,31 +59,33 @@ pub(crate) enum ShardRequest {
         start: u64,
         reply: Reply<NodeResult<()>>,
     },
-    /// A poll's read planned for the caller to run ([`super::read`]).
+    /// A poll's read planned for the caller to run ([`super::read`]): from where, how many
+    /// messages, at most how many batch bytes (a first batch always whole); `commit`, the
+    /// consumer whose offset its auto-commit will store.
     Poll {
         key: PartitionKey,
-        from: PollFrom,
-        count: u32,
-        /// The most batch bytes the reply may carry (a first batch always whole).
-        max_bytes: u64,
+        read: (PollFrom, u32, u64),
+        commit: Option<ConsumerId>,
         ticket: u64,
         reply: Reply<NodeResult<OwnerRead>>,
     },
-    /// A poll's auto-commit of `offset` (the last it read) in the incarnation of nonce
-    /// `nonce`, for the consumer a view of op `commit.1` named (see [`Shard::retired`]).
+    /// A poll's auto-commit of `offset` (the last it read) in the partition its plan `out`
+    /// was made of, if the consumer's offset is still `stored`, for the consumer a view of
+    /// op `commit.1` named (see `Shard::retired`).
     Commit {
         key: PartitionKey,
-        nonce: u64,
+        out: Arc<PlanOut>,
         commit: Commit,
+        stored: Option<Option<u64>>,
         offset: u64,
         reply: Reply<NodeResult<()>>,
     },
-    /// A planned read found damage in bytes the incarnation of nonce `nonce` promised
-    /// durable: fence it with `reason`.
+    /// A planned read found damage in bytes the partition its plan `out` was made of
+    /// promised durable: fence it.
     ReadDamaged {
         key: PartitionKey,
-        nonce: u64,
-        reason: FenceReason,
+        out: Arc<PlanOut>,
+        fence: ReadFence,
         reply: Reply<()>,
     },
     StoreOffset {

@@ -7,37 +7,9 @@
 //! would only add to what the next boot must refuse.
 
 use super::OpenLog;
-use crate::partition::offsets::ConsumerId;
-use crate::partition::read_plan::{PlannedSegment, ReadPlan, Start};
+use crate::partition::read_plan::{PlannedSegment, PollFrom, Polled, ReadFence, ReadPlan, Start};
 use crate::partition::segment::Check;
-use crate::partition::{FenceReason, PartitionError, Result};
-use bytes::Bytes;
-
-/// Where a poll starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollFrom {
-    Offset(u64),
-    /// The first message whose (batch) timestamp is at or after this many microseconds.
-    Timestamp(u64),
-    First,
-    /// The last `count` messages.
-    Last,
-    /// After the consumer's stored offset (from the start when none is stored).
-    Next(ConsumerId),
-}
-
-/// A poll reply: batches in the stored layout, the first and last possibly sliced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Polled {
-    pub partition_id: u64,
-    /// The nonce of the partition's identity: which incarnation (a purge makes a new one)
-    /// the messages come from.
-    pub incarnation: u64,
-    /// The partition's last visible offset at the time of the poll (`None` when empty).
-    pub current_offset: Option<u64>,
-    pub batches: Vec<Bytes>,
-    pub message_count: u32,
-}
+use crate::partition::{PartitionError, Result};
 
 impl OpenLog {
     /// At most `count` messages from `from`, and at most `max_bytes` of batches (and of the
@@ -50,8 +22,8 @@ impl OpenLog {
         max_bytes: u64,
     ) -> Result<Polled> {
         let read = self.read_plan(from, count, max_bytes)?.read();
-        if let Some(reason) = read.fence {
-            self.read_damaged(reason);
+        if let Some(fence) = read.fence {
+            self.read_damaged(fence);
         }
         Ok(read.polled)
     }
@@ -87,7 +59,8 @@ impl OpenLog {
             start => start,
         };
         let durable = self.superblock.durable;
-        let segments = self.planned_segments(start, count, visible);
+        let max_bytes = self.settings.max_poll_bytes.min(max_bytes);
+        let segments = self.planned_segments(start, (count, max_bytes), visible);
         let journal = match start {
             Start::Nothing => Vec::new(),
             _ => self
@@ -109,7 +82,7 @@ impl OpenLog {
             start,
             count,
             visible,
-            max_bytes: self.settings.max_poll_bytes.min(max_bytes),
+            max_bytes,
             check: self.check(),
             segments,
             journal,
@@ -118,9 +91,15 @@ impl OpenLog {
         })
     }
 
-    /// The segments a read from `start` of `count` messages below `visible` may touch, each
-    /// with its open `.log` and the bytes of it the read may reach.
-    fn planned_segments(&self, start: Start, count: u32, visible: u64) -> Vec<PlannedSegment> {
+    /// The segments a read from `start` of `count` messages and about `max_bytes` below
+    /// `visible` may touch, each with its open `.log` and the bytes of it the read may reach
+    /// (under `persisted`, none above the durable end).
+    fn planned_segments(
+        &self,
+        start: Start,
+        (count, max_bytes): (u32, u64),
+        visible: u64,
+    ) -> Vec<PlannedSegment> {
         let (first, bound) = match start {
             Start::Nothing => return Vec::new(),
             Start::Offset(offset) => {
@@ -138,52 +117,67 @@ impl OpenLog {
                 let Some(first) = first else {
                     return Vec::new();
                 };
-                (
-                    first,
-                    self.segments[first]
-                        .end_offset
-                        .saturating_add(u64::from(count)),
-                )
+                let end = self.segments[first].end_offset;
+                (first, end.saturating_add(u64::from(count)))
             }
         };
         let bound = bound.min(visible);
-        let durable = self.superblock.durable;
-        let mut planned = Vec::new();
+        // A reply stops past `max_bytes` (its first batch whole): segments beyond the
+        // bytes that can fill it are not opened.
+        let budget = max_bytes.saturating_add(self.settings.limits.max_batch_bytes);
+        let (mut planned, mut bytes) = (Vec::new(), 0u64);
         for (i, segment) in self.segments.iter().enumerate().skip(first) {
-            if segment.start_offset >= bound && !planned.is_empty() {
+            if !planned.is_empty() && (segment.start_offset >= bound || bytes >= budget) {
                 break;
-            }
-            if segment.is_empty() {
-                continue;
             }
             let from = match start {
                 Start::Offset(offset) => offset.max(segment.start_offset),
                 _ => segment.start_offset,
             };
-            let timestamp_walk = match start {
-                Start::Timestamp(t) if segment.max_timestamp >= t => {
-                    Some(segment.seek_timestamp(t))
-                }
-                _ => None,
-            };
-            let promised_below = if segment.sealed {
-                u64::MAX
-            } else if segment.start_offset == durable.segment_start {
-                durable.position
-            } else {
-                0
-            };
-            planned.push(PlannedSegment {
-                log_len: segment.log_len,
-                log: self.segment_log(i),
-                log_path: segment.log_path.clone(),
-                offset_walk: segment.seek_offset(from),
-                timestamp_walk,
-                sealed: segment.sealed,
-                promised_below,
-            });
+            if segment.is_empty() || segment.end_offset <= from {
+                continue;
+            }
+            let planned_segment = self.planned_segment(i, from, start, visible);
+            bytes += planned_segment.log_len - planned_segment.offset_walk.0;
+            planned.push(planned_segment);
         }
         planned
+    }
+
+    /// Segment `i` planned for a read from `from` (or a timestamp `start`) below `visible`.
+    fn planned_segment(&self, i: usize, from: u64, start: Start, visible: u64) -> PlannedSegment {
+        let segment = &self.segments[i];
+        let durable = self.superblock.durable;
+        let timestamp_walk = match start {
+            Start::Timestamp(t) if segment.max_timestamp >= t => Some(segment.seek_timestamp(t)),
+            _ => None,
+        };
+        let promised_below = if segment.sealed {
+            u64::MAX
+        } else if segment.start_offset == durable.segment_start {
+            durable.position
+        } else {
+            0
+        };
+        // The segment holding a durable end the plan serves up to: nothing above it read.
+        let ends_at_durable = segment.start_offset == durable.segment_start
+            && visible == durable.next_offset
+            && durable.position <= segment.log_len;
+        let (log_len, end_offset) = match ends_at_durable {
+            true => (durable.position, durable.next_offset),
+            false => (segment.log_len, segment.end_offset),
+        };
+        PlannedSegment {
+            start_offset: segment.start_offset,
+            end_offset,
+            log_len,
+            log: self.segment_log(i),
+            log_path: segment.log_path.clone(),
+            offset_walk: segment.seek_offset(from),
+            timestamp_walk,
+            sealed: segment.sealed,
+            promised_below,
+        }
     }
 
     fn check(&self) -> Check {
@@ -195,10 +189,15 @@ impl OpenLog {
     }
 
     /// A read of this log found damage in bytes promised durable: the partition fences once
-    /// the request that found it has its answer.
-    pub(in crate::partition) fn read_damaged(&mut self, reason: FenceReason) {
+    /// the request that found it has its answer, unless retention deleted the segment since
+    /// (no boot will read it).
+    pub(in crate::partition) fn read_damaged(&mut self, fence: ReadFence) {
+        if fence.segment_start < self.log_start() {
+            tracing::warn!(segment = fence.segment_start, reason = %fence.reason, "damage a read found is in a segment deleted since: no fence");
+            return;
+        }
         if self.pending_fence.is_none() {
-            self.pending_fence = Some(reason);
+            self.pending_fence = Some(fence.reason);
         }
     }
 }
