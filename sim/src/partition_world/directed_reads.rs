@@ -1,9 +1,9 @@
-//! Directed scenarios of the read path (see [`super::directed`]): what a poll's read plan
-//! serves from damaged bytes.
+//! Directed scenarios of the read path (listed with the others in `super::directed`): what
+//! a poll's read plan serves from damaged bytes.
 
-use super::directed::Outcome;
 use super::scenario::{topic, Scenario};
 use super::World;
+use crate::report::Violation;
 use cairn_engine::config::Durability;
 use cairn_engine::format::{BatchHeader, BATCH_HEADER_LEN, FRAME_HEADER_LEN};
 use cairn_engine::partition::segment::{index_name, log_name};
@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 /// A poll from inside a flushed write walks from the write's index entry and skips the
 /// batches below its offset by their headers; the batch it stops at is verified before it is
 /// served: rot in it fences the partition and the reply holds none of it.
-pub(super) fn a_poll_that_skips_to_a_rotten_batch_serves_none_of_it_and_fences() -> Outcome {
+pub(super) fn a_poll_that_skips_to_a_rotten_batch_serves_none_of_it_and_fences(
+) -> Result<Vec<&'static str>, Violation> {
     let mut spec = topic(Durability::Persisted);
     spec.config.messages_required_to_save = 1024;
     spec.config.size_of_messages_required_to_save = 1024 * 1024;
