@@ -718,10 +718,11 @@ impl Client {
             let read = (from, request.count, max_bytes);
             self.node.poll_owner(key, read, local).await?
         };
-        let last = super::shard::last_offset(&polled);
-        if let (true, Some(consumer), Some(last)) = (replicated, commit, last) {
-            if let Some(ordered) = self.order_offset(&view, key, consumer, Some(last))? {
-                ordered.await?;
+        if let (true, Some(consumer)) = (replicated, commit) {
+            if let Some(last) = super::shard::last_offset(&polled) {
+                if let Some(ordered) = self.order_offset(&view, key, consumer, Some(last))? {
+                    ordered.await?;
+                }
             }
         }
         Ok(Some(polled))

@@ -102,8 +102,11 @@ pub struct ReadPlan {
     pub(crate) max_bytes: u64,
     pub(crate) check: Check,
     pub(crate) segments: Vec<PlannedSegment>,
-    /// The journal's batches below the visible end, in offset order.
+    /// The journal's batches below the visible end the read may reach, in offset order.
     pub(crate) journal: Vec<(BatchHeader, Bytes)>,
+    /// The start of the first segment not planned, when planning stopped at the byte budget
+    /// (the reply fills before it; nothing is read from there on).
+    pub(crate) cut: Option<u64>,
     /// The durable end's position, named in a fence for damage below it.
     pub(crate) durable_position: u64,
     /// A canary's bent read: a batch a skip stopped at is served unverified.
@@ -114,6 +117,8 @@ pub struct ReadPlan {
 #[derive(Debug)]
 pub struct PlanRead {
     pub polled: Polled,
+    /// The last offset the reply holds (what an auto-commit stores).
+    pub last_offset: Option<u64>,
     /// Damage in bytes promised durable: the owner fences the partition with its reason
     /// (if it still holds the incarnation the plan was made of, and the segment).
     pub fence: Option<ReadFence>,
@@ -226,12 +231,18 @@ impl ReadPlan {
             reply.polled.batches.is_empty() || reply.next <= self.visible,
             "a reply holds nothing at or above the visible end"
         );
+        // Replies are gapless and end just below `next`.
+        let last_offset = (reply.polled.message_count > 0).then(|| reply.next - 1);
         let polled = reply.polled;
         assert!(
             polled.message_count <= self.count,
             "a reply holds at most count messages"
         );
-        PlanRead { polled, fence }
+        PlanRead {
+            polled,
+            last_offset,
+            fence,
+        }
     }
 
     /// Reads `[offset, offset + count)` below the visible end into `reply`, from segment
@@ -261,6 +272,9 @@ impl ReadPlan {
                 Ok(_) => return Ok(()),
                 Err((position, error)) => return Err((i, position, error)),
             }
+        }
+        if self.cut.is_some() {
+            return Ok(());
         }
         for (header, bytes) in &self.journal {
             if reply.full() {

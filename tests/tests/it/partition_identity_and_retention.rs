@@ -2,7 +2,7 @@
 //! deleted from, or swapped into, a cleanly closed partition are refused with the reason,
 //! changing nothing; retention advances the log start durably before it unlinks anything.
 
-use cairn_engine::config::{Durability, PartitionSettings};
+use cairn_engine::config::{Durability, PartitionSettings, TopicConfig};
 use cairn_engine::partition::recovery::{Action, Outcome};
 use cairn_engine::partition::{
     ConsumerId, FenceReason, Partition, PartitionError, PartitionIdentity, PollFrom,
@@ -378,4 +378,55 @@ fn a_read_plan_outlives_the_deletion_of_the_segment_it_reads() {
     assert!(start > 0, "the log starts after the deleted segment");
     let after = partition.poll(PollFrom::First, 1).unwrap();
     assert_eq!(messages(&after.batches)[0].0, start);
+}
+
+/// Polls from any offset or timestamp, with any byte budget, read a gapless run of the log
+/// from where they start (a first batch always whole), across sealed segments, the active
+/// one and the journal: the plan's segments stop at the budget without leaving a gap.
+#[test]
+fn polls_from_anywhere_with_any_budget_read_a_gapless_run_of_the_log() {
+    let (_tmp, dir) = scratch_dir();
+    let env = real_env();
+    let mut settings = PartitionSettings::default();
+    settings.limits.max_batch_bytes = 64 * 1024;
+    let lazy = TopicConfig {
+        messages_required_to_save: 1_000_000,
+        size_of_messages_required_to_save:
+            cairn_engine::config::MAX_SIZE_OF_MESSAGES_REQUIRED_TO_SAVE,
+        ..config(Durability::Replicated)
+    };
+    let mut partition = Partition::create(&env, &dir, ID, lazy, settings).expect("create");
+    let mut seed = 0;
+    while partition.segment_starts().unwrap().len() < 4 {
+        partition.append(batch(seed, 6, 5000)).expect("append");
+        if seed % 3 == 2 {
+            partition.flush().expect("flush");
+        }
+        seed += 1;
+    }
+    for extra in 0..5 {
+        partition
+            .append(batch(seed + extra, 3, 700))
+            .expect("journaled");
+    }
+    let all = read_all(&mut partition, 1_000_000);
+    let end = all.len() as u64;
+    assert!(end > 0 && all.iter().enumerate().all(|(i, m)| m.0 == i as u64));
+    for max_bytes in [1, 40_000, 200_000, 1 << 20, 3 << 20] {
+        for start in (0..end).step_by(7).chain([end - 1]) {
+            let polled = partition
+                .poll_within(PollFrom::Offset(start), 100_000, max_bytes)
+                .expect("poll");
+            let got = messages(&polled.batches);
+            assert!(!got.is_empty(), "from {start} within {max_bytes}: nothing");
+            assert_eq!(got[..], all[start as usize..start as usize + got.len()]);
+        }
+    }
+    for max_bytes in [1, 200_000, 3 << 20] {
+        let polled = partition
+            .poll_within(PollFrom::Timestamp(0), 100_000, max_bytes)
+            .expect("poll");
+        let got = messages(&polled.batches);
+        assert_eq!(got[..], all[..got.len()], "by timestamp within {max_bytes}");
+    }
 }

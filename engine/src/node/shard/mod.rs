@@ -361,7 +361,10 @@ impl Shard {
                 reply,
             } => {
                 self.note_window(key, ticket, &self.stats.polls_during_persist);
-                reply.send(self.plan_read(key, read, commit));
+                let plan = self.plan_read(key, read, commit);
+                // The disk time of opening the plan's segments passes here.
+                settle(&self.env).await;
+                reply.send(plan);
             }
             ShardRequest::Commit {
                 key,

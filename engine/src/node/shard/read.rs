@@ -7,7 +7,8 @@
 //! same adoption: not one purged, removed or rebuilt since). An auto-commit lands only if
 //! the consumer's stored offset is still the one the plan saw: a poll and its commit are one
 //! step, as if taken when the plan was made, and a store, a deletion or another poll's
-//! commit in between wins.
+//! commit in between wins (two polls of one consumer at once may so read the same messages:
+//! the second commit is dropped, and the consumer's next poll resumes after the first's).
 //!
 //! Architecture Invariant: a plan is made between the owner's requests, never while its
 //! partition's files are being written (a partition in a persist job is not in the map), and
@@ -28,7 +29,7 @@ pub(crate) struct OwnerRead {
     plan: ReadPlan,
     out: PlanOut,
     /// The auto-commit consumer's stored offset when the plan was made (`None` inside: no
-    /// offset stored; outside: unreadable).
+    /// offset stored; outside: no auto-commit, or the offset unreadable).
     stored: Option<Option<u64>>,
 }
 
@@ -136,7 +137,16 @@ impl Node {
         };
         self.enqueue(self.shard(key), request).await?;
         let OwnerRead { plan, out, stored } = self.answer(pending).await??;
-        let PlanRead { polled, fence } = plan.read();
+        let PlanRead {
+            polled,
+            last_offset,
+            fence,
+        } = plan.read();
+        debug_assert_eq!(
+            last_offset,
+            super::last_offset(&polled),
+            "the plan's last offset"
+        );
         // The simulated disk's time for the read passes here, not on the shard.
         crate::env::settle(&self.inner.env).await;
         self.inner
@@ -155,7 +165,7 @@ impl Node {
             self.enqueue(self.shard(key), request).await?;
             self.answer(pending).await?;
         }
-        if let (Some(commit), Some(last)) = (commit, super::last_offset(&polled)) {
+        if let (Some(commit), Some(last)) = (commit, last_offset) {
             let (reply, pending) = crate::env::chan::oneshot();
             let request = ShardRequest::Commit {
                 key,

@@ -60,14 +60,22 @@ impl OpenLog {
         };
         let durable = self.superblock.durable;
         let max_bytes = self.settings.max_poll_bytes.min(max_bytes);
-        let segments = self.planned_segments(start, (count, max_bytes), visible);
-        let journal = match start {
-            Start::Nothing => Vec::new(),
-            _ => self
+        let (segments, cut) = self.planned_segments(start, (count, max_bytes), visible);
+        // The journal's batches the read may reach: below the visible end, and for an offset
+        // start those overlapping the offsets wanted.
+        let (from, until) = match start {
+            Start::Nothing => (u64::MAX, 0),
+            Start::Offset(offset) => (offset, offset.saturating_add(u64::from(count))),
+            Start::Timestamp(_) => (0, u64::MAX),
+        };
+        let journal = match cut {
+            Some(_) => Vec::new(),
+            None => self
                 .journal
                 .batches
                 .iter()
-                .take_while(|b| b.header.next_offset() <= visible)
+                .skip_while(|b| b.header.next_offset() <= from)
+                .take_while(|b| b.header.next_offset() <= visible && b.header.base_offset < until)
                 .map(|b| (b.header, b.bytes.clone()))
                 .collect(),
         };
@@ -86,6 +94,7 @@ impl OpenLog {
             check: self.check(),
             segments,
             journal,
+            cut,
             durable_position: durable.position,
             skip_unverified: self.read_hooks.skip_unverified,
         })
@@ -93,15 +102,18 @@ impl OpenLog {
 
     /// The segments a read from `start` of `count` messages and about `max_bytes` below
     /// `visible` may touch, each with its open `.log` and the bytes of it the read may reach
-    /// (under `persisted`, none above the durable end).
+    /// (under `persisted`, none above the durable end); and where planning stopped short of
+    /// the offsets wanted, if it did: past the first segment every batch a reply takes is
+    /// whole, so once the later segments hold `max_bytes` and a largest batch, the reply is
+    /// sure to stop inside them and no further segment is opened.
     fn planned_segments(
         &self,
         start: Start,
         (count, max_bytes): (u32, u64),
         visible: u64,
-    ) -> Vec<PlannedSegment> {
+    ) -> (Vec<PlannedSegment>, Option<u64>) {
         let (first, bound) = match start {
-            Start::Nothing => return Vec::new(),
+            Start::Nothing => return (Vec::new(), None),
             Start::Offset(offset) => {
                 let first = self
                     .segments
@@ -115,20 +127,21 @@ impl OpenLog {
                     .iter()
                     .position(|s| !s.is_empty() && s.max_timestamp >= timestamp);
                 let Some(first) = first else {
-                    return Vec::new();
+                    return (Vec::new(), None);
                 };
                 let end = self.segments[first].end_offset;
                 (first, end.saturating_add(u64::from(count)))
             }
         };
         let bound = bound.min(visible);
-        // A reply stops past `max_bytes` (its first batch whole): segments beyond the
-        // bytes that can fill it are not opened.
         let budget = max_bytes.saturating_add(self.settings.limits.max_batch_bytes);
-        let (mut planned, mut bytes) = (Vec::new(), 0u64);
+        let (mut planned, mut later_bytes) = (Vec::new(), 0u64);
         for (i, segment) in self.segments.iter().enumerate().skip(first) {
-            if !planned.is_empty() && (segment.start_offset >= bound || bytes >= budget) {
+            if !planned.is_empty() && segment.start_offset >= bound {
                 break;
+            }
+            if later_bytes >= budget {
+                return (planned, Some(segment.start_offset));
             }
             let from = match start {
                 Start::Offset(offset) => offset.max(segment.start_offset),
@@ -138,10 +151,12 @@ impl OpenLog {
                 continue;
             }
             let planned_segment = self.planned_segment(i, from, start, visible);
-            bytes += planned_segment.log_len - planned_segment.offset_walk.0;
+            if !planned.is_empty() {
+                later_bytes += planned_segment.log_len;
+            }
             planned.push(planned_segment);
         }
-        planned
+        (planned, None)
     }
 
     /// Segment `i` planned for a read from `from` (or a timestamp `start`) below `visible`.
