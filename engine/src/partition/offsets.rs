@@ -194,8 +194,12 @@ pub fn write(
     let _span = tracing::debug_span!("store_offset", path = %path.display(), offset).entered();
     let tmp = temp_path(path);
     let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
-    file.set_len(0)?;
     file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)?;
+    // Cut only a temp an interrupted store left longer: truncating a file to zero marks it,
+    // on ext4 (`auto_da_alloc`), for writeback at its close, a device write per store.
+    if file.len()? != OFFSET_FILE_LEN as u64 {
+        file.set_len(OFFSET_FILE_LEN as u64)?;
+    }
     if durable {
         file.sync_data()?;
     }
