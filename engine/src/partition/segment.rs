@@ -257,18 +257,7 @@ impl<'a> LogReader<'a> {
         partition_id: u64,
     ) -> Result<BatchHeader, ReadBatchError> {
         let header = self.header_at(position)?;
-        if header.base_offset != expected_offset {
-            return Err(ReadBatchError::OffsetMismatch {
-                expected: expected_offset,
-                found: header.base_offset,
-            });
-        }
-        if header.partition_id != partition_id {
-            return Err(ReadBatchError::PartitionMismatch {
-                expected: partition_id,
-                found: header.partition_id,
-            });
-        }
+        chained(&header, expected_offset, partition_id)?;
         Ok(header)
     }
 
@@ -297,20 +286,31 @@ impl<'a> LogReader<'a> {
             Check::Full => verify_batch(&bytes, &Limits::CEILING, Layout::Stored)?,
             Check::Structure => verify_structure(&bytes, &Limits::CEILING, Layout::Stored)?,
         };
-        if header.base_offset != expected_offset {
-            return Err(ReadBatchError::OffsetMismatch {
-                expected: expected_offset,
-                found: header.base_offset,
-            });
-        }
-        if header.partition_id != partition_id {
-            return Err(ReadBatchError::PartitionMismatch {
-                expected: partition_id,
-                found: header.partition_id,
-            });
-        }
+        chained(&header, expected_offset, partition_id)?;
         Ok((verified, bytes))
     }
+}
+
+/// The batch `header` describes continues the offset chain at `expected_offset`, in
+/// partition `partition_id`.
+fn chained(
+    header: &BatchHeader,
+    expected_offset: u64,
+    partition_id: u64,
+) -> Result<(), ReadBatchError> {
+    if header.base_offset != expected_offset {
+        return Err(ReadBatchError::OffsetMismatch {
+            expected: expected_offset,
+            found: header.base_offset,
+        });
+    }
+    if header.partition_id != partition_id {
+        return Err(ReadBatchError::PartitionMismatch {
+            expected: partition_id,
+            found: header.partition_id,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
