@@ -703,23 +703,25 @@ impl Client {
         // A cluster member's group orders the auto-commit after the poll read.
         let replicated = self.node.replicator()?.is_some();
         let commit = request.auto_commit.then_some(consumer_id);
-        let polled = if let Some((replicator, identity)) = self.node.reads_elsewhere(&view, key) {
-            let read = ReadElsewhere::Poll {
-                from,
-                count: request.count,
-                max_bytes,
+        let (polled, last) =
+            if let Some((replicator, identity)) = self.node.reads_elsewhere(&view, key) {
+                let read = ReadElsewhere::Poll {
+                    from,
+                    count: request.count,
+                    max_bytes,
+                };
+                match replicator.read_elsewhere(identity, read).await? {
+                    ReadAnswer::Polled(polled) => (polled, None),
+                    other => return Err(unexpected_read(other)),
+                }
+            } else {
+                let local = commit.filter(|_| !replicated).map(|c| (c, view.op));
+                let read = (from, request.count, max_bytes);
+                self.node.poll_owner(key, read, local).await?
             };
-            match replicator.read_elsewhere(identity, read).await? {
-                ReadAnswer::Polled(polled) => polled,
-                other => return Err(unexpected_read(other)),
-            }
-        } else {
-            let local = commit.filter(|_| !replicated).map(|c| (c, view.op));
-            let read = (from, request.count, max_bytes);
-            self.node.poll_owner(key, read, local).await?
-        };
         if let (true, Some(consumer)) = (replicated, commit) {
-            if let Some(last) = super::shard::last_offset(&polled) {
+            // A reply read elsewhere says its last offset in its last batch only.
+            if let Some(last) = last.or_else(|| super::shard::last_offset(&polled)) {
                 if let Some(ordered) = self.order_offset(&view, key, consumer, Some(last))? {
                     ordered.await?;
                 }

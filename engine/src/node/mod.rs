@@ -195,9 +195,8 @@ pub struct NodeStats {
     /// Persist jobs running now (a stopping node waits until none runs; at most
     /// [`shard::MAX_PERSIST_JOBS`]).
     pub persist_jobs_running: AtomicU64,
-    /// Polls read off their shard from its plan, and deletions of a partition's segments
-    /// (retention, a request) or of the partition (purge, removal) while a plan of it was out.
-    pub reads_off_owner: AtomicU64,
+    /// Deletions of a partition's segments (retention, a request) or of the partition
+    /// (purge, removal, drop, rebuild) while a read plan of it was out.
     pub deletions_during_reads: AtomicU64,
     /// Requests that found an inbox full and waited for room.
     pub inbox_full: AtomicU64,
@@ -221,7 +220,6 @@ pub struct StatsSnapshot {
     pub polls_during_persist: u64,
     pub concurrent_persists: u64,
     pub persist_jobs: u64,
-    pub reads_off_owner: u64,
     pub deletions_during_reads: u64,
     pub inbox_full: u64,
     pub meta_batches: u64,
@@ -242,7 +240,6 @@ impl NodeStats {
             polls_during_persist: get(&self.polls_during_persist),
             concurrent_persists: get(&self.concurrent_persists),
             persist_jobs: get(&self.persist_jobs),
-            reads_off_owner: get(&self.reads_off_owner),
             deletions_during_reads: get(&self.deletions_during_reads),
             inbox_full: get(&self.inbox_full),
             meta_batches: get(&self.meta_batches),

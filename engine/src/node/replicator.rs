@@ -127,7 +127,7 @@ impl Node {
                 count,
                 max_bytes,
             } => {
-                let polled = self.poll_owner(key, (from, count, max_bytes), None).await?;
+                let (polled, _) = self.poll_owner(key, (from, count, max_bytes), None).await?;
                 Ok(ReadAnswer::Polled(polled))
             }
             ReadElsewhere::Offset(consumer) => {
@@ -339,7 +339,7 @@ impl Node {
         self.check_running()?;
         let key = key_of(&partition);
         let from = crate::partition::PollFrom::Offset(from);
-        let polled = self
+        let (polled, _) = self
             .poll_owner(key, (from, u32::MAX, max_bytes), None)
             .await?;
         if polled.incarnation != partition.nonce {

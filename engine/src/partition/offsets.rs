@@ -193,13 +193,12 @@ pub fn write(
 ) -> io::Result<()> {
     let _span = tracing::debug_span!("store_offset", path = %path.display(), offset).entered();
     let tmp = temp_path(path);
+    // Never truncated first: truncating a file to zero marks it, on ext4 (`auto_da_alloc`),
+    // for writeback at its close, a device write per store. Every temp holds one whole
+    // record or a prefix of one (only this function writes it, always all 32 bytes, and
+    // boot removes any an interrupted store left), so this write covers it.
     let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
     file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)?;
-    // Cut only a temp an interrupted store left longer: truncating a file to zero marks it,
-    // on ext4 (`auto_da_alloc`), for writeback at its close, a device write per store.
-    if file.len()? != OFFSET_FILE_LEN as u64 {
-        file.set_len(OFFSET_FILE_LEN as u64)?;
-    }
     if durable {
         file.sync_data()?;
     }

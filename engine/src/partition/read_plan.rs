@@ -104,9 +104,9 @@ pub struct ReadPlan {
     pub(crate) segments: Vec<PlannedSegment>,
     /// The journal's batches below the visible end the read may reach, in offset order.
     pub(crate) journal: Vec<(BatchHeader, Bytes)>,
-    /// The start of the first segment not planned, when planning stopped at the byte budget
-    /// (the reply fills before it; nothing is read from there on).
-    pub(crate) cut: Option<u64>,
+    /// Planning stopped at the byte budget before the offsets wanted ended (the reply fills
+    /// inside the planned segments; nothing past them is read).
+    pub(crate) cut: bool,
     /// The durable end's position, named in a fence for damage below it.
     pub(crate) durable_position: u64,
     /// A canary's bent read: a batch a skip stopped at is served unverified.
@@ -218,13 +218,15 @@ impl ReadPlan {
         let result = match self.start {
             Start::Nothing => Ok(()),
             Start::Offset(offset) => self.read_from(&mut reply, offset, 0, None),
-            Start::Timestamp(timestamp) => match self.find_timestamp(timestamp) {
-                Ok(Some((offset, segment, walk))) => {
-                    self.read_from(&mut reply, offset, segment, walk)
-                }
-                Ok(None) => Ok(()),
-                Err(stop) => Err(stop),
-            },
+            Start::Timestamp(timestamp) => {
+                self.find_timestamp(timestamp)
+                    .and_then(|found| match found {
+                        Some((offset, segment, walk)) => {
+                            self.read_from(&mut reply, offset, segment, walk)
+                        }
+                        None => Ok(()),
+                    })
+            }
         };
         let fence = result.err().and_then(|stop| self.damage_found(stop));
         assert!(
@@ -273,7 +275,7 @@ impl ReadPlan {
                 Err((position, error)) => return Err((i, position, error)),
             }
         }
-        if self.cut.is_some() {
+        if self.cut {
             return Ok(());
         }
         for (header, bytes) in &self.journal {
@@ -299,11 +301,7 @@ impl ReadPlan {
         (mut position, mut expected): (u64, u64),
         reply: &mut Reply,
     ) -> Result<bool, (u64, ReadBatchError)> {
-        let log = segment
-            .log
-            .as_ref()
-            .map_err(|error| (0, unopenable(error)))?;
-        let mut reader = LogReader::new(log.as_ref(), segment.log_len);
+        let mut reader = segment.reader().map_err(|error| (0, error))?;
         let partition_id = self.polled.partition_id;
         // Where the skips since the last batch taken began: a break in the chain after them
         // is looked for there first.
@@ -374,11 +372,7 @@ impl ReadPlan {
             let Some((mut position, mut expected)) = segment.timestamp_walk else {
                 continue;
             };
-            let log = segment
-                .log
-                .as_ref()
-                .map_err(|error| (i, 0, unopenable(error)))?;
-            let mut reader = LogReader::new(log.as_ref(), segment.log_len);
+            let mut reader = segment.reader().map_err(|error| (i, 0, error))?;
             while position < segment.log_len && expected < self.visible {
                 let partition_id = self.polled.partition_id;
                 let header = match reader.batch_at(position, expected, partition_id, self.check) {
@@ -420,9 +414,15 @@ impl ReadPlan {
     }
 }
 
-fn unopenable(error: &io::Error) -> ReadBatchError {
-    ReadBatchError::Unopenable {
-        error: io::Error::new(error.kind(), error.to_string()),
+impl PlannedSegment {
+    /// A reader of the bytes the plan may read, or why the `.log` could not be opened.
+    fn reader(&self) -> Result<LogReader<'_>, ReadBatchError> {
+        match &self.log {
+            Ok(log) => Ok(LogReader::new(log.as_ref(), self.log_len)),
+            Err(error) => Err(ReadBatchError::Unopenable {
+                error: io::Error::new(error.kind(), error.to_string()),
+            }),
+        }
     }
 }
 

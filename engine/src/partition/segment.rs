@@ -262,7 +262,7 @@ impl<'a> LogReader<'a> {
     }
 
     /// The bytes of the batch `header` describes at `position`, not verified: only a
-    /// canary's bent read serves them (`PartitionHooks::skip_unverified`).
+    /// canary's bent read serves them (`ReadHooks::skip_unverified`).
     pub fn unverified_at(
         &mut self,
         position: u64,

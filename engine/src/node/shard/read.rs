@@ -120,13 +120,14 @@ impl Shard {
 
 impl Node {
     /// A poll of this node's partition `key`: planned by its shard, read here; the read's
-    /// fence and the auto-commit go back to the shard before the reply is returned.
+    /// fence and the auto-commit go back to the shard before the reply is returned, with
+    /// the last offset it holds.
     pub(crate) async fn poll_owner(
         &self,
         key: PartitionKey,
         read: (PollFrom, u32, u64),
         commit: Option<Commit>,
-    ) -> NodeResult<Polled> {
+    ) -> NodeResult<(Polled, Option<u64>)> {
         let (reply, pending) = crate::env::chan::oneshot();
         let request = ShardRequest::Poll {
             key,
@@ -149,10 +150,6 @@ impl Node {
         );
         // The simulated disk's time for the read passes here, not on the shard.
         crate::env::settle(&self.inner.env).await;
-        self.inner
-            .stats
-            .reads_off_owner
-            .fetch_add(1, Ordering::Relaxed);
         let out = Arc::new(out);
         if let Some(fence) = fence {
             let (reply, pending) = crate::env::chan::oneshot();
@@ -178,6 +175,6 @@ impl Node {
             self.enqueue(self.shard(key), request).await?;
             self.answer(pending).await??;
         }
-        Ok(polled)
+        Ok((polled, last_offset))
     }
 }

@@ -69,8 +69,8 @@ impl OpenLog {
             Start::Timestamp(_) => (0, u64::MAX),
         };
         let journal = match cut {
-            Some(_) => Vec::new(),
-            None => self
+            true => Vec::new(),
+            false => self
                 .journal
                 .batches
                 .iter()
@@ -102,7 +102,7 @@ impl OpenLog {
 
     /// The segments a read from `start` of `count` messages and about `max_bytes` below
     /// `visible` may touch, each with its open `.log` and the bytes of it the read may reach
-    /// (under `persisted`, none above the durable end); and where planning stopped short of
+    /// (under `persisted`, none above the durable end); and whether planning stopped short of
     /// the offsets wanted, if it did: past the first segment every batch a reply takes is
     /// whole, so once the later segments hold `max_bytes` and a largest batch, the reply is
     /// sure to stop inside them and no further segment is opened.
@@ -111,9 +111,9 @@ impl OpenLog {
         start: Start,
         (count, max_bytes): (u32, u64),
         visible: u64,
-    ) -> (Vec<PlannedSegment>, Option<u64>) {
+    ) -> (Vec<PlannedSegment>, bool) {
         let (first, bound) = match start {
-            Start::Nothing => return (Vec::new(), None),
+            Start::Nothing => return (Vec::new(), false),
             Start::Offset(offset) => {
                 let first = self
                     .segments
@@ -127,7 +127,7 @@ impl OpenLog {
                     .iter()
                     .position(|s| !s.is_empty() && s.max_timestamp >= timestamp);
                 let Some(first) = first else {
-                    return (Vec::new(), None);
+                    return (Vec::new(), false);
                 };
                 let end = self.segments[first].end_offset;
                 (first, end.saturating_add(u64::from(count)))
@@ -141,7 +141,7 @@ impl OpenLog {
                 break;
             }
             if later_bytes >= budget {
-                return (planned, Some(segment.start_offset));
+                return (planned, true);
             }
             let from = match start {
                 Start::Offset(offset) => offset.max(segment.start_offset),
@@ -156,7 +156,7 @@ impl OpenLog {
             }
             planned.push(planned_segment);
         }
-        (planned, None)
+        (planned, false)
     }
 
     /// Segment `i` planned for a read from `from` (or a timestamp `start`) below `visible`.
