@@ -64,6 +64,7 @@ pub struct Executor {
     rng: ChaCha8Rng,
     clock: SimClock,
     blocking_cost: Arc<AtomicU64>,
+    device_queue: Arc<AtomicU64>,
     blocking_jobs: Arc<AtomicUsize>,
     /// Whether a task's panic ends only that task (as tokio's runtime does) instead of the
     /// run; off unless a test injects a panic and judges what follows ([`Executor::catch_panics`]).
@@ -85,6 +86,8 @@ pub struct ExecutorHandle {
     ready: Arc<Ready>,
     clock: SimClock,
     blocking_cost_nanos: Arc<AtomicU64>,
+    /// The virtual time a device job waits before it runs (see [`Self::set_device_queue`]).
+    device_queue_nanos: Arc<AtomicU64>,
     blocking_jobs: Arc<AtomicUsize>,
     /// Tasks spawned through this handle belong to this group (0 by default).
     group: u32,
@@ -112,6 +115,13 @@ impl ExecutorHandle {
     pub fn set_blocking_cost(&self, cost: std::time::Duration) {
         self.blocking_cost_nanos
             .store(cost.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// The virtual time every device job waits for its thread before it runs: what it
+    /// syncs is not on the disk during that wait, while its caller goes on.
+    pub fn set_device_queue(&self, wait: std::time::Duration) {
+        self.device_queue_nanos
+            .store(wait.as_nanos() as u64, Ordering::SeqCst);
     }
 
     /// Drops the tasks of `group` from inside a running task (a world whose director crashes
@@ -165,6 +175,17 @@ impl Drop for BlockingSlot {
 impl Tasks for ExecutorHandle {
     fn spawn_worker(&self, _name: &str, task: BoxFuture<'static, ()>) -> Box<dyn TaskHandle> {
         self.spawn(task)
+    }
+
+    fn spawn_device(&self, job: BlockingJob) {
+        let wait = std::time::Duration::from_nanos(self.device_queue_nanos.load(Ordering::SeqCst));
+        let clock = self.clock.clone();
+        drop(self.spawn(Box::pin(async move {
+            if !wait.is_zero() {
+                clock.sleep(wait).await;
+            }
+            job()
+        })));
     }
 
     fn spawn_blocking(&self, job: BlockingJob) -> Result<(), PoolBusy> {
@@ -224,6 +245,7 @@ impl Executor {
             rng: ChaCha8Rng::seed_from_u64(seed),
             clock,
             blocking_cost: Arc::new(AtomicU64::new(0)),
+            device_queue: Arc::new(AtomicU64::new(0)),
             blocking_jobs: Arc::new(AtomicUsize::new(0)),
             catch_panics: false,
             panics: Vec::new(),
@@ -249,6 +271,7 @@ impl Executor {
             ready: self.ready.clone(),
             clock: self.clock.clone(),
             blocking_cost_nanos: self.blocking_cost.clone(),
+            device_queue_nanos: self.device_queue.clone(),
             blocking_jobs: self.blocking_jobs.clone(),
             group: 0,
         }

@@ -9,16 +9,21 @@
 use crate::metadata::MetadataHooks;
 use crate::partition::PartitionHooks;
 
-/// A shard's moment after a persist returned and before it answers the sends the persist
-/// covered. It is given `take`, which takes one request that arrived meanwhile from the
+/// A shard's moment after a persist's record returned (or its sync failed) and before it
+/// answers the sends the persist covered. It is given `take`, which takes one request that arrived meanwhile from the
 /// shard's inbox (false once none is waiting); the shard then appends each taken send to the
 /// persisted partition and answers it with the persist's sends, and carries anything else to
 /// its next round.
 pub type AfterPersistHook = fn(take: &mut dyn FnMut() -> bool);
 
-/// A shard's moment when one of the persists it runs at once returned, given how many are
+/// A shard's moment when one of the log syncs it runs at once returned, given how many are
 /// still in flight; true answers their sends now, as if their persists had returned too.
 pub type PersistReturnedHook = fn(in_flight: usize) -> bool;
+
+/// A shard's moment when a partition's record returned while the partition's next log sync
+/// was still out, given how many sends that sync covers; true answers them now, as if their
+/// sync and record had returned too.
+pub type RecordReturnedHook = fn(syncing: usize) -> bool;
 
 /// The metadata owner's moment between writing a batch's journal entries and syncing them.
 /// It is given `publish`, which publishes the batch's view now.
@@ -29,6 +34,7 @@ pub type BeforeMetadataSyncHook = fn(publish: &mut dyn FnMut());
 pub struct OwnerHooks {
     pub after_persist: Option<AfterPersistHook>,
     pub persist_returned: Option<PersistReturnedHook>,
+    pub record_returned: Option<RecordReturnedHook>,
     pub before_metadata_sync: Option<BeforeMetadataSyncHook>,
 }
 
@@ -46,6 +52,7 @@ impl std::fmt::Debug for OwnerHooks {
         f.debug_struct("OwnerHooks")
             .field("after_persist", &self.after_persist.is_some())
             .field("persist_returned", &self.persist_returned.is_some())
+            .field("record_returned", &self.record_returned.is_some())
             .field("before_metadata_sync", &self.before_metadata_sync.is_some())
             .finish()
     }

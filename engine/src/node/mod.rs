@@ -53,6 +53,7 @@ pub use client::Client;
 pub use decider::{Barrier, Decider, Decision};
 pub use hooks::{
     AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks, PersistReturnedHook,
+    RecordReturnedHook,
 };
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;
@@ -61,7 +62,9 @@ pub use replicator::{
     Replicator,
 };
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
-pub use shard::{shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED, MAX_PERSIST_JOBS};
+pub use shard::{
+    shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED, MAX_PERSIST_JOBS, MAX_RECORDS_OUT,
+};
 pub use view::MetaView;
 
 use crate::env::chan::{oneshot, Latch, Pending, Sender, TrySendError};
@@ -192,9 +195,13 @@ pub struct NodeStats {
     /// request that waits for all of them), and the persist jobs that ran for them.
     pub concurrent_persists: AtomicU64,
     pub persist_jobs: AtomicU64,
-    /// Persist jobs running now (a stopping node waits until none runs; at most
+    /// Persist and record jobs running now (a stopping node waits until none runs; at most
     /// [`shard::MAX_PERSIST_JOBS`]).
     pub persist_jobs_running: AtomicU64,
+    /// Records written as jobs of their own ([`shard::MAX_RECORDS_OUT`]), and log syncs
+    /// that began while their partition's previous record was out (the pipeline overlapping).
+    pub record_jobs: AtomicU64,
+    pub pipelined_persists: AtomicU64,
     /// Deletions of a partition's segments (retention, a request) or of the partition
     /// (purge, removal, drop, rebuild) while a read plan of it was out.
     pub deletions_during_reads: AtomicU64,
@@ -220,6 +227,8 @@ pub struct StatsSnapshot {
     pub polls_during_persist: u64,
     pub concurrent_persists: u64,
     pub persist_jobs: u64,
+    pub record_jobs: u64,
+    pub pipelined_persists: u64,
     pub deletions_during_reads: u64,
     pub inbox_full: u64,
     pub meta_batches: u64,
@@ -240,6 +249,8 @@ impl NodeStats {
             polls_during_persist: get(&self.polls_during_persist),
             concurrent_persists: get(&self.concurrent_persists),
             persist_jobs: get(&self.persist_jobs),
+            record_jobs: get(&self.record_jobs),
+            pipelined_persists: get(&self.pipelined_persists),
             deletions_during_reads: get(&self.deletions_during_reads),
             inbox_full: get(&self.inbox_full),
             meta_batches: get(&self.meta_batches),

@@ -27,7 +27,7 @@ pub mod superblock;
 pub use error::{FenceReason, PartitionError, Result};
 pub use hooks::{PartitionHooks, ReadEndHook, ReadHooks, VerdictHook};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
-pub use open_log::AppendAck;
+pub use open_log::{AppendAck, RecordPlan};
 pub use read_plan::{PlanRead, PollFrom, Polled, ReadFence, ReadPlan};
 pub use recovery::{Outcome, RecoveryPlan};
 pub use superblock::{DurablePoint, PartitionIdentity, Superblock};
@@ -348,8 +348,9 @@ impl Partition {
 
     /// Appends one batch to the journal (admission: verify, stamp). Under `replicated` the
     /// returned ack is final. Under `persisted` it is provisional: the batch is not shown to
-    /// consumers and may not be acknowledged until [`Partition::persist`] succeeds (or use
-    /// [`Partition::append_group`]); a failed persist rolls every provisional batch back.
+    /// consumers and may not be acknowledged until [`Partition::persist`] succeeds, or
+    /// [`Partition::persist_log`] and then the record it plans (or use
+    /// [`Partition::append_group`]); a failed persist rolls every unsynced batch back.
     pub fn append(&mut self, batch: BytesMut) -> Result<AppendAck> {
         self.guarded(|log| log.append(batch))
     }
@@ -416,6 +417,36 @@ impl Partition {
     /// segment names synced, then the superblock records the durable end.
     pub fn persist(&mut self) -> Result<DurablePoint> {
         self.guarded(|log| log.persist().map_err(PartitionError::from))
+    }
+
+    /// The first step of a pipelined persist: every journaled batch flushed and the log
+    /// synced, nothing recorded. Returns the end durable on the device, for
+    /// [`Partition::plan_record`].
+    pub fn persist_log(&mut self) -> Result<DurablePoint> {
+        self.guarded(|log| log.persist_log().map_err(PartitionError::from))
+    }
+
+    /// The second step: the superblock record naming `synced`, for a job to write (`None`
+    /// when the superblock names it already). Until [`Partition::recorded`] takes its
+    /// result, nothing else may record: the owner waits for it before any request that
+    /// could (see [`Partition::recording`]).
+    pub fn plan_record(&mut self, synced: DurablePoint) -> Result<Option<RecordPlan>> {
+        Ok(self.log()?.plan_record(synced))
+    }
+
+    /// The record [`Partition::plan_record`] handed out was written, or failed (which fences).
+    pub fn recorded(&mut self, written: std::io::Result<()>) -> Result<DurablePoint> {
+        self.guarded(|log| log.recorded(written).map_err(PartitionError::from))
+    }
+
+    /// A record is out ([`Partition::plan_record`]).
+    pub fn recording(&self) -> bool {
+        self.log_ref().is_ok_and(|log| log.recording())
+    }
+
+    /// Whether a flush now could seal the active segment, which writes a record.
+    pub fn flush_may_seal(&self) -> bool {
+        self.log_ref().is_ok_and(|log| log.flush_may_seal())
     }
 
     /// Flushes without syncing (what a threshold flush does).

@@ -13,10 +13,14 @@
 //!   ([`super::active_handles`]), dirty from a write until the durable end records them;
 //! - the journal's bytes are reserved in the node's journal budget while it holds them;
 //! - under `persisted`, nothing above the durable end is ever shown (polls, stored offsets),
-//!   and a failed persist rolls back every batch it did not make durable, so an offset a
-//!   producer was refused is never shown holding a message.
+//!   and a failed persist rolls back every batch it did not sync (a synced batch waits for
+//!   its record, [`pipeline`]), so an offset a producer was refused is never shown holding
+//!   a message.
 
+mod pipeline;
 mod read;
+
+pub use pipeline::RecordPlan;
 
 use super::active_handles::Use;
 use super::hooks::ReadHooks;
@@ -210,6 +214,11 @@ pub(super) struct OpenLog {
     pending_fence: Option<FenceReason>,
     /// What a canary bends in this log's read plans (none in production).
     read_hooks: ReadHooks,
+    /// The record a job is writing now ([`pipeline`]): the log is synced up to its durable
+    /// end, which the superblock does not name yet.
+    recording: Option<Superblock>,
+    /// The end the log's last sync made durable (see [`OpenLog::synced_end`]).
+    synced: DurablePoint,
 }
 
 impl OpenLog {
@@ -276,6 +285,8 @@ impl OpenLog {
             index_synced_at: active_log_len,
             pending_fence: None,
             read_hooks,
+            recording: None,
+            synced: superblock.durable,
         })
     }
 
@@ -437,7 +448,9 @@ impl OpenLog {
             durable: false,
             requires_persist: self.config.durability == Durability::Persisted,
         };
-        if self.flush_due() {
+        // While a record job is out, a flush that could seal a segment (which records) waits
+        // for the persist, which waits for the job.
+        if self.flush_due() && !(self.recording.is_some() && self.flush_may_seal()) {
             let started = self.env.clock.monotonic_nanos();
             // Writes that may wait for writeback (dirty throttling) and a rotation's syncs:
             // one wait on the device, off a shard's runtime worker.
@@ -641,70 +654,15 @@ impl OpenLog {
         self.sync_and_record().map(|_| ())
     }
 
-    /// Syncs the active segment's files (and the directory when a file was created), then
-    /// writes the superblock naming the new durable end. No-op when nothing changed.
-    fn sync_and_record(&mut self) -> std::result::Result<DurablePoint, WriteError> {
-        let active = self.segments.last().expect("active segment");
-        let durable = DurablePoint {
-            segment_start: active.start_offset,
-            position: active.log_len,
-            next_offset: active.end_offset,
-        };
-        let previous = self.superblock.durable;
-        if durable == previous && !self.unsynced_dir_entries {
-            // Nothing past the durable end: what a failed write left there is not owed.
-            self.resources.active.settled(self.handle_owner);
-            return Ok(durable);
-        }
-        assert!(
-            durable.next_offset >= previous.next_offset
-                && durable.segment_start >= previous.segment_start,
-            "the durable end never moves backwards: {previous:?} -> {durable:?}"
-        );
-        let _span = tracing::debug_span!("persist", log = %active.log_path.display(), position = durable.position).entered();
-        let files = self
-            .checkout(Use::Sync)
-            .map_err(write_error("open", &active.log_path))?;
-        // The index only every INDEX_SYNC_LAG_BYTES of log: it is a hint recovery verifies
-        // against the log (`plan_index` keeps the agreeing prefix), so its newest entries need
-        // not be durable before the record names the log's bytes. After a power loss the
-        // entries lost cover at most that much log, which a poll walks past the last entry,
-        // as it walks a whole flush past the flush's one entry. One fdatasync per persist,
-        // not two. The superblock comes strictly after the log's sync.
-        let (log_len, index_due) = (
-            active.log_len,
-            active.log_len.saturating_sub(self.index_synced_at) >= INDEX_SYNC_LAG_BYTES,
-        );
-        if index_due {
-            files
-                .index
-                .sync_data()
-                .map_err(write_error("sync_data", &active.index_path))?;
-        }
-        files
-            .log
-            .sync_data()
-            .map_err(write_error("sync_data", &active.log_path))?;
-        if index_due {
-            self.index_synced_at = log_len;
-        }
-        if self.unsynced_dir_entries {
-            self.env
-                .disk
-                .sync_dir(&self.dir)
-                .map_err(write_error("sync_dir", &self.dir))?;
-            self.unsynced_dir_entries = false;
-        }
-        self.record(|r| r.durable = durable)?;
-        self.resources.active.settled(self.handle_owner);
-        Ok(durable)
-    }
-
     /// Writes the next superblock record, `change` applied to the current one.
     fn record(
         &mut self,
         change: impl FnOnce(&mut Superblock),
     ) -> std::result::Result<(), WriteError> {
+        assert!(
+            self.recording.is_none(),
+            "one record at a time: a record job is out (the owner waits for it first)"
+        );
         let next = self.superblock.next(change);
         superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
             .map_err(write_error("write superblock in", &self.dir))?;
@@ -791,11 +749,15 @@ impl OpenLog {
         result
     }
 
-    /// Forgets every batch above the durable end: the journal, and the bytes flushed to the
-    /// active segment but not synced. Under `persisted` those batches were never shown or
-    /// acknowledged, so their offsets are free again and a retry cannot duplicate them.
+    /// Forgets every batch above the synced end ([`Self::synced_end`]: the durable end, or
+    /// past it while a record naming synced bytes is out or to be planned): the journal, and
+    /// the bytes flushed to the active segment but not synced. Under `persisted` those
+    /// batches were never shown or acknowledged, so their offsets are free again and a retry
+    /// cannot duplicate them.
     fn roll_back(&mut self) -> std::result::Result<(), WriteError> {
-        let durable = self.superblock.durable;
+        // Synced bytes stay: a record out, or to be planned, names them and answers their
+        // sends.
+        let durable = self.synced_end();
         self.journal.clear();
         let active = self.segments.last().expect("active segment");
         let files = match active.log_len > durable.position {

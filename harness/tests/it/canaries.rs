@@ -23,11 +23,18 @@ const SWARM_START: u64 = 5_000_000;
 /// must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 19] = [
+const EXPECTED: [(&str, &[&str]); 20] = [
     // A `persisted` poll that read a send before it was durable: a read is a promise
     // like an acknowledgement, broken when a crash takes the send back (or at once, where
-    // the model knows the send is only journaled).
-    ("read-above-visible", &[cairn_sim::report::INV_NO_LOSS]),
+    // the model knows the send is only journaled); over the wire, the poll reports an end
+    // past every send acknowledged (S7).
+    (
+        "read-above-visible",
+        &[
+            cairn_sim::report::INV_NO_LOSS,
+            cairn_sim::server_world::ends::INV_ENDS,
+        ],
+    ),
     // Damage in a batch a skip stopped at, served to the consumer as it is.
     ("serve-unverified-skip", &[cairn_sim::report::INV_EXACT]),
     // A send acknowledged from cached WALs is lost with them (a total power loss), or the
@@ -108,6 +115,17 @@ const EXPECTED: [(&str, &[&str]); 19] = [
     // A send answered with another partition's persist, whose own then failed (or never
     // ran before a crash), is not in its log.
     ("ack-with-first-persist", &[cairn_sim::report::INV_NO_LOSS]),
+    // A send answered when the record before its group returned, its own log sync still
+    // out: a power loss before that sync ran takes it (1, S1), or a client polls and finds
+    // the end it was told of not yet there (S7: nothing names its bytes durable yet).
+    (
+        "ack-before-log-sync",
+        &[
+            cairn_sim::report::INV_NO_LOSS,
+            cairn_sim::server_world::oracle::INV_ACKED,
+            cairn_sim::server_world::ends::INV_ENDS,
+        ],
+    ),
     (
         "ack-send-before-shard",
         &[cairn_sim::server_world::oracle::INV_ACKED],

@@ -62,6 +62,8 @@
 //!   that persist had covered them (they are only journaled, in memory);
 //! - `ack-with-first-persist`: when the first of the persists a shard runs at once returns,
 //!   it answers the sends of those still in flight as durable too;
+//! - `ack-before-log-sync`: when a partition's record returns while its next group's log
+//!   sync is out (the pipeline overlapping them), the shard answers that group too;
 //! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
 //!   the batch's journal entries and before syncing them, so callers read metadata the disk
 //!   may not hold.
@@ -97,7 +99,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 32] = [
+pub const NAMES: [&str; 33] = [
     "read-above-visible",
     "serve-unverified-skip",
     "raft-ack-before-sync",
@@ -120,6 +122,7 @@ pub const NAMES: [&str; 32] = [
     "adoption-work-forgotten",
     "ack-late-joiners",
     "ack-with-first-persist",
+    "ack-before-log-sync",
     "publish-before-sync",
     "ack-metadata-before-sync",
     "ack-before-sync",
@@ -177,6 +180,7 @@ pub fn node_hooks() -> NodeHooks {
         owners: OwnerHooks {
             after_persist: name.and_then(owners::after_persist_hook),
             persist_returned: name.and_then(owners::persist_returned_hook),
+            record_returned: name.and_then(owners::record_returned_hook),
             before_metadata_sync: name.and_then(owners::before_metadata_sync_hook),
         },
     }

@@ -2,12 +2,15 @@
 //! the persists it runs at once returned, the metadata owner's moment between writing a
 //! batch's journal entries and syncing them.
 
-use cairn_engine::node::{AfterPersistHook, BeforeMetadataSyncHook, PersistReturnedHook};
+use cairn_engine::node::{
+    AfterPersistHook, BeforeMetadataSyncHook, PersistReturnedHook, RecordReturnedHook,
+};
 
 /// The canaries of this module (the node world's directed scenarios are their hunt too).
-pub const NAMES: [&str; 3] = [
+pub const NAMES: [&str; 4] = [
     "ack-late-joiners",
     "ack-with-first-persist",
+    "ack-before-log-sync",
     "publish-before-sync",
 ];
 
@@ -25,6 +28,15 @@ pub fn after_persist_hook(name: &str) -> Option<AfterPersistHook> {
 pub fn persist_returned_hook(name: &str) -> Option<PersistReturnedHook> {
     match name {
         "ack-with-first-persist" => Some(|in_flight| in_flight > 0),
+        _ => None,
+    }
+}
+
+/// `ack-before-log-sync`: when a partition's record returns while its next group's log
+/// sync is still out, the shard answers that group's sends as durable too.
+pub fn record_returned_hook(name: &str) -> Option<RecordReturnedHook> {
+    match name {
+        "ack-before-log-sync" => Some(|syncing| syncing > 0),
         _ => None,
     }
 }

@@ -68,7 +68,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 26] = [
+pub const NODE_COVERAGE: [(&str, &str); 27] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -119,6 +119,10 @@ pub const NODE_COVERAGE: [(&str, &str); 26] = [
     (
         "ConcurrentPersists",
         "a shard persisted several partitions' sends of one round at once",
+    ),
+    (
+        "PersistPipelined",
+        "a partition's log sync ran while its previous group's record was out",
     ),
     (
         "DeletionDuringRead",
@@ -191,6 +195,10 @@ pub struct NodeProfile {
     pub disk_latency_nanos: (u64, u64),
     /// Virtual time a password hash costs on the blocking pool.
     pub hash_nanos: u64,
+    /// Virtual time a device job (a persist's log sync, a record) waits for its thread
+    /// before it runs: the window in which a pipeline's record returns while the next
+    /// group's sync has not run yet.
+    pub device_queue_nanos: u64,
     pub process_crash: f64,
     pub power_loss: f64,
     pub mid_operation_crash: f64,
@@ -269,6 +277,7 @@ impl NodeProfile {
             metadata_full: maybe(&mut rng, 0.15, 0.01, 0.04),
             metadata_sync_error: maybe(&mut rng, 0.15, 0.002, 0.01),
             debris: maybe(&mut rng, 0.3, 0.2, 0.6),
+            device_queue_nanos: [0, 20_000, 500_000][rng.gen_range(0..3)],
         }
     }
 }
@@ -554,6 +563,7 @@ impl NodeWorld {
         let profile = NodeProfile::from_seed(seed);
         disk.set_latency_debt(profile.disk_latency_nanos.0, profile.disk_latency_nanos.1);
         tasks.set_blocking_cost(Duration::from_nanos(profile.hash_nanos));
+        tasks.set_device_queue(Duration::from_nanos(profile.device_queue_nanos));
         NodeWorld {
             profile,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x0de0),

@@ -130,6 +130,7 @@ fn after_step(world: &Shared, counts: bool) {
             ("JoinedRunningPersist", stats.joined_running_persist > 0),
             ("PollDuringPersist", stats.polls_during_persist > 0),
             ("ConcurrentPersists", stats.concurrent_persists > 0),
+            ("PersistPipelined", stats.pipelined_persists > 0),
             ("DeletionDuringRead", stats.deletions_during_reads > 0),
             ("InboxFull", stats.inbox_full > 0),
             ("MetadataBatched", stats.meta_ops > stats.meta_batches + 1),

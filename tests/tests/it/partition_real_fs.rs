@@ -677,3 +677,70 @@ fn a_poll_stops_at_a_batch_damaged_on_disk_and_serves_the_valid_prefix() {
         }
     }
 }
+
+/// A persist in two steps (the shard's pipeline): a log synced shows and promises nothing
+/// until the record naming it is written; the next group's write and sync run while that
+/// record is out; each record, written, moves the visible and durable end to what it names,
+/// in order; and a record planned but never written (a crash) leaves the boot at the last
+/// record written, with nothing it named lost.
+#[test]
+fn a_persist_in_two_steps_promises_nothing_until_its_record_is_written() {
+    let (_tmp, dir) = scratch_dir();
+    let env = real_env();
+    let mut partition = create(&env, &dir, config(Durability::Persisted));
+    partition.append(batch(1, 3, 10)).unwrap();
+    let first = partition.persist_log().unwrap();
+    assert_eq!(first.next_offset, 3);
+    assert_eq!(
+        partition.visible_next_offset().unwrap(),
+        0,
+        "synced, not recorded"
+    );
+    assert_eq!(partition.durable_point().unwrap().next_offset, 0);
+    let plan = partition
+        .plan_record(first)
+        .unwrap()
+        .expect("a record to write");
+    assert!(partition.recording());
+    assert_eq!(plan.durable(), first);
+    // The next group: appended, flushed and synced while the first record is out.
+    partition.append(batch(2, 2, 10)).unwrap();
+    assert!(!partition.flush_may_seal());
+    let second = partition.persist_log().unwrap();
+    assert_eq!(second.next_offset, 5);
+    assert_eq!(partition.visible_next_offset().unwrap(), 0);
+    partition.recorded(plan.write()).unwrap();
+    assert!(!partition.recording());
+    assert_eq!(partition.durable_point().unwrap(), first);
+    assert_eq!(partition.visible_next_offset().unwrap(), 3);
+    let plan = partition
+        .plan_record(second)
+        .unwrap()
+        .expect("a record to write");
+    partition.recorded(plan.write()).unwrap();
+    assert_eq!(partition.visible_next_offset().unwrap(), 5);
+    assert!(
+        partition.plan_record(second).unwrap().is_none(),
+        "nothing new to record"
+    );
+    // A third group synced, its record planned and never written: the crash keeps the
+    // second record's end, every message it named whole.
+    partition.append(batch(3, 4, 10)).unwrap();
+    let third = partition.persist_log().unwrap();
+    let never_written = partition.plan_record(third).unwrap().expect("a record");
+    drop(never_written);
+    drop(partition);
+    let mut reopened = open(&env, &dir, config(Durability::Persisted)).partition;
+    let read = read_all(&mut reopened, 100);
+    assert!(
+        read.len() >= 5,
+        "the recorded messages survive: {}",
+        read.len()
+    );
+    let expected: Vec<u128> = (0..3)
+        .map(|i| message_id(1, i))
+        .chain((0..2).map(|i| message_id(2, i)))
+        .collect();
+    let ids: Vec<u128> = read.iter().take(5).map(|m| m.1).collect();
+    assert_eq!(ids, expected);
+}

@@ -4,11 +4,13 @@
 //! Each round takes everything queued (at most [`MAX_DRAIN`] requests) and serves it in
 //! order. A `persisted` send is appended (admitted, stamped, journaled, not yet visible) and
 //! waits; before anything else touches that partition's files, and at the end of the round,
-//! the partition persists once for every send waiting on it: one flush, one set of syncs,
-//! one superblock record, and only then is each of those senders answered. The partitions
-//! of a round persist at once ([`persist`]). Sends that arrive while a persist runs wait in
-//! the inbox and make up the next round's group (group commit across callers, with no
-//! timer: a lone producer waits for its own sync only).
+//! the partition's log is flushed and synced once for every send waiting on it ([`persist`];
+//! the partitions of a round at once). The superblock record naming those bytes is then
+//! written by a job while the shard serves on ([`pipeline`]), and only its return answers
+//! each of those senders. Sends that arrive while a log sync runs wait in the inbox and make
+//! up the next round's group (group commit across callers, with no timer: a lone producer
+//! waits for its own sync and record only); the next group's write and sync overlap the
+//! record of the one before.
 //!
 //! The shard also does the directory work of its partitions (create, purge, remove, drop,
 //! a deleted group's offsets) when the metadata owner asks, and runs retention on its own
@@ -57,10 +59,12 @@ pub const MAX_PARKED: usize = 4096;
 const _: () = assert!(MAX_DRAIN > 0 && MAX_PARKED > 0, "a round takes a request");
 
 mod persist;
+mod pipeline;
 mod read;
 mod replica;
 mod request;
 pub use persist::{MAX_CONCURRENT_PERSISTS, MAX_PERSIST_JOBS};
+pub use pipeline::MAX_RECORDS_OUT;
 pub(crate) use request::{ShardRequest, ShardWork};
 
 /// A partition the shard owns: open, fenced, or missing its directory.
@@ -110,6 +114,8 @@ pub(crate) struct Shard {
     /// its group ids outlive a purge or a removal of one of its partitions.)
     retired: BTreeMap<(PartitionKey, u32), u64>,
     retention_clock: RetentionClock,
+    /// Each partition's persist pipeline: its record out, and what waits for it.
+    records: pipeline::Records,
 }
 
 impl Shard {
@@ -147,6 +153,7 @@ impl Shard {
             retired: BTreeMap::new(),
             held: BTreeSet::new(),
             parked: VecDeque::new(),
+            records: pipeline::Records::new(),
         }
     }
 
@@ -180,12 +187,28 @@ impl Shard {
         // One timer per cleaner interval, kept across rounds (not one per round).
         let mut cleaner = self.cleaner_timer();
         loop {
+            // Records that returned are answered before the next round: a busy inbox never
+            // holds back an acknowledgement.
+            while let Some(record) = self.records.try_recv() {
+                self.record_returned(record, &mut inbox, &mut carried).await;
+            }
             let mut round = std::mem::take(&mut carried);
             if round.is_empty() {
-                match race(inbox.recv(), cleaner.as_mut()).await {
-                    Either::Left(Some(request)) => round.push(request),
-                    Either::Left(None) => return,
+                let next = race(self.records.recv(), inbox.recv());
+                match race(next, cleaner.as_mut()).await {
+                    Either::Left(Either::Right(Some(request))) => round.push(request),
+                    Either::Left(Either::Right(None)) => {
+                        // Every send still waiting for its record is answered first.
+                        self.settle_records(&mut inbox, &mut carried).await;
+                        return;
+                    }
+                    Either::Left(Either::Left(record)) => {
+                        self.record_returned(record, &mut inbox, &mut carried).await;
+                        continue;
+                    }
                     Either::Right(()) => {
+                        // Retention records deletions: no record may be out meanwhile.
+                        self.settle_records(&mut inbox, &mut carried).await;
                         if self.stopped.get().is_none() {
                             let deleted = self.clean(None);
                             self.deletions.record(deleted);
@@ -251,8 +274,9 @@ impl Shard {
                 }
                 continue;
             }
-            // Anything but a send or a poll waits until the partition's waiting sends are
-            // durable and answered: offsets, deletions and directory work see them settled.
+            // Anything but a send, a poll, a plan's commit or fence, or figures waits until
+            // the partition's waiting sends are durable and answered and no record of it is
+            // out: offsets, deletions and directory work see them settled.
             let settles_first = match &request {
                 ShardRequest::Send { .. }
                 | ShardRequest::Poll { .. }
@@ -269,12 +293,24 @@ impl Shard {
                     if let Some(w) = waiting.remove(&key) {
                         self.persist(key, w, inbox, carried).await;
                     }
+                    self.settle_record(key, inbox, carried).await;
                 }
                 Some(None) => {
                     let all = std::mem::take(&mut waiting);
                     self.persist_all(all, inbox, carried).await;
+                    self.settle_records(inbox, carried).await;
                 }
-                None => {}
+                // An offset's first store records its consumer, a flush that seals records
+                // the next segment: after the record out.
+                None => match &request {
+                    ShardRequest::Commit { key, .. } => {
+                        self.settle_record(*key, inbox, carried).await
+                    }
+                    ShardRequest::Send { key, .. } if self.flush_would_wait(*key) => {
+                        self.settle_record(*key, inbox, carried).await
+                    }
+                    _ => {}
+                },
             }
             if self.handle(request, &mut waiting).await {
                 return true;
@@ -459,6 +495,16 @@ impl Shard {
             }
         }
         false
+    }
+
+    /// Whether `key`'s journal has reached a flush that could seal its segment while its
+    /// record is out: its sends would pile up in memory until the record returns.
+    fn flush_would_wait(&self, key: PartitionKey) -> bool {
+        self.records.busy(key)
+            && self
+                .partitions
+                .get(&key)
+                .is_some_and(|owned| owned.partition.flush_may_seal())
     }
 
     /// Counts a request for `key` that arrived while its last persist ran.

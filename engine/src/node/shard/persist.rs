@@ -1,13 +1,15 @@
-//! A shard's persists: the sends a round appended to `persisted` partitions, made durable
-//! and answered. One partition persists in place (one wait on the device for its log sync,
-//! record write, sync and read-back). Several persist at once, each a job on the device
-//! pool ([`crate::env::Tasks::spawn_device`]) holding its partition until it returns, so a
-//! round of many partitions costs about one persist, not one per partition; each
-//! partition's sends are answered as its own persist returns, never before.
+//! A shard's persists: the sends a round appended to `persisted` partitions, their log
+//! flushed and synced, then handed to the partition's pipeline ([`super::pipeline`]), whose
+//! record answers them. One partition syncs in place (one wait on the device). Several sync
+//! at once, each a job on the device pool ([`crate::env::Tasks::spawn_device`]) holding its
+//! partition until it returns, so a round of many partitions costs about one sync, not one
+//! per partition; so does a partition whose previous record is still out (its return is
+//! taken meanwhile). No send is answered before its own sync and the record naming it
+//! returned.
 
 use super::{NodeStats, Owned, Shard, ShardRequest, Waiting};
 use crate::env::chan::{self, Receiver, Sender};
-use crate::env::{device_section, panic_message, settle};
+use crate::env::{device_section, panic_message, race, settle, Either};
 use crate::error::{NodeError, NodeResult};
 use crate::partition::DurablePoint;
 use crate::state::PartitionKey;
@@ -26,7 +28,7 @@ const _: () = assert!(MAX_CONCURRENT_PERSISTS > 1, "several at once");
 const _: () = assert!(MAX_PERSIST_JOBS >= MAX_CONCURRENT_PERSISTS as u64);
 
 /// A persist begun: the sends it covers, the first ticket and the time it began at.
-struct Begun {
+pub(super) struct Begun {
     waiting: Waiting,
     /// The sends appended before it began (a hook may add later ones when it returns).
     covered: usize,
@@ -34,12 +36,13 @@ struct Begun {
     nanos: u64,
 }
 
-/// A persist job's return: its partition, the persist's result and the disk time its calls
-/// took (a simulated disk's; zero on a real one), or why it ended without them (a panic,
-/// or dropped unrun).
+/// A persist job's return: its partition, the log sync's result and the monotonic time
+/// from which the shard may take it (the disk time its calls took passed since it ran: a
+/// simulated disk's; at once on a real one), or why it ended without them (a panic, or
+/// dropped unrun).
 type Returned = (
     PartitionKey,
-    Result<(Owned, NodeResult<DurablePoint>, Duration), String>,
+    Result<(Owned, NodeResult<DurablePoint>, u64), String>,
 );
 
 /// A job's place in the node's count of persist jobs running
@@ -64,24 +67,38 @@ impl Drop for JobSlot {
     }
 }
 
+impl Begun {
+    /// `later`'s sends join these: one record answers both.
+    pub(super) fn merge(&mut self, later: Begun) {
+        self.waiting.sends.extend(later.waiting.sends);
+        self.covered = self.waiting.sends.len();
+    }
+}
+
 impl Shard {
-    /// Persists every partition in `waiting` and answers its sends: one in place, several
-    /// at once (at most [`MAX_CONCURRENT_PERSISTS`]), each answered when its own returns.
+    /// Syncs every partition in `waiting` and hands its sends to its pipeline: one in
+    /// place, several (or one whose record is out) at once as jobs (at most
+    /// [`MAX_CONCURRENT_PERSISTS`]). Returns with records still out.
     pub(super) async fn persist_all(
         &mut self,
         waiting: BTreeMap<PartitionKey, Waiting>,
         inbox: &mut Receiver<ShardRequest>,
         carried: &mut Vec<ShardRequest>,
     ) {
-        if waiting.len() <= 1 {
+        // A partition whose record is out syncs as a job: the record's return is taken
+        // while its log sync runs.
+        let pipelined = waiting.keys().any(|&key| self.records.busy(key));
+        if waiting.len() <= 1 && !pipelined {
             for (key, w) in waiting {
                 self.persist(key, w, inbox, carried).await;
             }
             return;
         }
-        self.stats
-            .concurrent_persists
-            .fetch_add(1, Ordering::Relaxed);
+        if waiting.len() > 1 {
+            self.stats
+                .concurrent_persists
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let (done, mut returned) = chan::channel::<Returned>(MAX_CONCURRENT_PERSISTS);
         let mut queue = waiting.into_iter();
         let mut in_flight: BTreeMap<PartitionKey, Begun> = BTreeMap::new();
@@ -93,6 +110,7 @@ impl Shard {
                     self.persist(key, w, inbox, carried).await;
                     continue;
                 }
+                self.before_log_sync(key, inbox, carried).await;
                 let begun = self.begin(w);
                 let owned = self.partitions.remove(&key).expect("present");
                 self.start_job(key, owned, &done);
@@ -101,18 +119,32 @@ impl Shard {
             if in_flight.is_empty() {
                 return;
             }
-            let (key, back) = returned.recv().await.expect("the shard holds a sender");
+            let (key, back) = match race(returned.recv(), self.records.recv()).await {
+                Either::Left(back) => back.expect("the shard holds a sender"),
+                Either::Right(record) => {
+                    let key = self.record_returned(record, inbox, carried).await;
+                    // What a canary may ask: the sends whose log sync is still out answered
+                    // with the record that returned.
+                    if let (Some(key), Some(hook)) = (key, self.hooks.owners.record_returned) {
+                        if let Some(begun) = in_flight.get_mut(&key) {
+                            if hook(begun.waiting.sends.len()) {
+                                answer_early(std::iter::once(begun));
+                            }
+                        }
+                    }
+                    continue;
+                }
+            };
             // As if the shard had panicked persisting in place: the node stops.
-            let (owned, result, owed) =
+            let (owned, result, until) =
                 back.unwrap_or_else(|why| panic!("the persist job of {key:?} {why}"));
             let previous = self.partitions.insert(key, owned);
             assert!(previous.is_none(), "a partition is out while its job runs");
             let begun = in_flight
                 .remove(&key)
                 .expect("a returned persist was in flight");
-            // A simulated disk's time for this persist, counted from when it began: the
+            // A simulated disk's time for this log sync, counted from when its job ran: the
             // persists in flight together overlap, they do not add up.
-            let until = begun.nanos.saturating_add(owed.as_nanos() as u64);
             let now = self.env.clock.monotonic_nanos();
             if until > now {
                 self.env
@@ -122,16 +154,39 @@ impl Shard {
             }
             if let Some(hook) = self.hooks.owners.persist_returned {
                 if hook(in_flight.len()) {
-                    answer_early(&mut in_flight);
+                    answer_early(in_flight.values_mut());
                 }
             }
-            self.answer(key, begun, result, inbox, carried).await;
+            self.synced(key, begun, result, inbox, carried).await;
+        }
+    }
+
+    /// Before `key`'s log sync: counted as pipelined when its record is out, and a flush
+    /// that could seal a segment (which records) waits for that record first.
+    async fn before_log_sync(
+        &mut self,
+        key: PartitionKey,
+        inbox: &mut Receiver<ShardRequest>,
+        carried: &mut Vec<ShardRequest>,
+    ) {
+        if !self.records.busy(key) {
+            return;
+        }
+        self.stats
+            .pipelined_persists
+            .fetch_add(1, Ordering::Relaxed);
+        let seals = self
+            .partitions
+            .get(&key)
+            .is_some_and(|owned| owned.partition.flush_may_seal());
+        if seals {
+            self.settle_record(key, inbox, carried).await;
         }
     }
 
     /// Counts a persist job in the node's running ones; false (nothing counted) when
     /// [`MAX_PERSIST_JOBS`] run already.
-    fn take_job_slot(&self) -> bool {
+    pub(super) fn take_job_slot(&self) -> bool {
         let running = &self.stats.persist_jobs_running;
         if running.fetch_add(1, Ordering::SeqCst) < MAX_PERSIST_JOBS {
             return true;
@@ -152,14 +207,19 @@ impl Shard {
         };
         // Its log lines name the shard, as the shard's own do.
         let span = tracing::debug_span!(parent: tracing::Span::current(), "persist_job", ?key);
-        let disk = self.env.disk.clone();
+        let (disk, clock) = (self.env.disk.clone(), self.env.clock.clone());
         self.env.tasks.spawn_device(Box::new(move || {
             let _entered = span.entered();
+            let ran = clock.monotonic_nanos();
             let persisted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                owned.partition.persist().map_err(NodeError::from)
+                owned.partition.persist_log().map_err(NodeError::from)
             }));
             let back = match persisted {
-                Ok(result) => Ok((owned, result, disk.take_io_time())),
+                Ok(result) => Ok((
+                    owned,
+                    result,
+                    ran.saturating_add(disk.take_io_time().as_nanos() as u64),
+                )),
                 Err(panic) => Err(format!("panicked: {}", panic_message(&*panic))),
             };
             let done = slot.done.take().expect("armed until returned");
@@ -168,8 +228,8 @@ impl Shard {
         }));
     }
 
-    /// Makes every waiting send of `key` durable with one persist, then answers them: each
-    /// only once the sync that covers its batch returned.
+    /// Flushes and syncs `key`'s log for every waiting send in place, then hands them to
+    /// its pipeline, which answers each once the record naming its batch returned.
     pub(super) async fn persist(
         &mut self,
         key: PartitionKey,
@@ -178,13 +238,18 @@ impl Shard {
         carried: &mut Vec<ShardRequest>,
     ) {
         let begun = self.begin(waiting);
+        self.before_log_sync(key, inbox, carried).await;
         let result = match self.partitions.get_mut(&key) {
-            // Log sync, record write, sync and read-back: one wait on the device.
-            Some(owned) => device_section(self.env.tasks.as_ref(), || owned.partition.persist())
-                .map_err(NodeError::from),
+            // The flush and the log's sync: one wait on the device (the record is a job).
+            Some(owned) => {
+                device_section(self.env.tasks.as_ref(), || owned.partition.persist_log())
+                    .map_err(NodeError::from)
+            }
             None => Err(Self::missing(key)),
         };
-        self.answer(key, begun, result, inbox, carried).await;
+        // The disk time of the log sync passes here, on the shard, before the record.
+        settle(&self.env).await;
+        self.synced(key, begun, result, inbox, carried).await;
     }
 
     fn begin(&self, waiting: Waiting) -> Begun {
@@ -204,7 +269,7 @@ impl Shard {
     }
 
     /// Answers the sends of `key`'s persist, which returned `result`.
-    async fn answer(
+    pub(super) async fn answer(
         &mut self,
         key: PartitionKey,
         begun: Begun,
@@ -316,8 +381,8 @@ impl Shard {
 
 /// What a persist-returned hook asks (never in production): the sends of the persists
 /// still in flight answered as durable now, before their syncs returned.
-fn answer_early(in_flight: &mut BTreeMap<PartitionKey, Begun>) {
-    for begun in in_flight.values_mut() {
+fn answer_early<'a>(in_flight: impl Iterator<Item = &'a mut Begun>) {
+    for begun in in_flight {
         for (mut sent, reply) in std::mem::take(&mut begun.waiting.sends) {
             sent.ack.durable = true;
             reply.send(Ok(sent));

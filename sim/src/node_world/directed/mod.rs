@@ -622,6 +622,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         run: persists::persists_of_one_round_run_at_once_each_answering_its_own,
     },
     NodeDirected {
+        name: "a_send_overlapping_the_record_before_it_is_answered_by_its_own",
+        expect: &["PersistPipelined"],
+        run: persists::a_send_overlapping_the_record_before_it_is_answered_by_its_own,
+    },
+    NodeDirected {
         name: "a_send_a_failed_persist_sealed_is_acknowledged",
         expect: &[],
         run: serving::a_send_a_failed_persist_sealed_is_acknowledged,

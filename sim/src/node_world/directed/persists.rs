@@ -1,6 +1,6 @@
 //! Directed scenarios of a shard's persists: the partitions of one round persisted at once.
 
-use super::serving::{send_at_once_to, sized_batch, Answer};
+use super::serving::{send_at_once_to, send_staggered, sized_batch, Answer};
 use super::Scenario;
 use crate::node_world::lock;
 use crate::report::Checked;
@@ -61,4 +61,43 @@ pub(super) fn persists_of_one_round_run_at_once_each_answering_its_own(
         ));
     }
     Ok(s.decisions())
+}
+
+/// A send that reaches its shard while the record of the send before it is being written:
+/// its write and log sync overlap that record (the pipeline), and it is answered only once a
+/// record of its own names it. Device jobs wait 5 ms for their thread here and the second
+/// send leaves 1 ms after the first, so the first send's record returns while the second's
+/// log sync still waits; a power loss right after both are answered keeps both (the canary `ack-before-log-sync` answers the second when
+/// the first's record returns, and the power loss takes it before its sync ran).
+pub(super) fn a_send_overlapping_the_record_before_it_is_answered_by_its_own(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0051);
+    lock(&s.world).profile.shards = 1;
+    s.with_persisted_topic(1)?;
+    // Disk calls of at most 50 µs: the first send's sync and record take well under the
+    // millisecond before the second is sent, whose job then waits past that record's return.
+    lock(&s.world).disk.set_latency_debt(2_000, 50_000);
+    s.executor
+        .handle()
+        .set_device_queue(std::time::Duration::from_millis(5));
+    let before = lock(&s.world).node.clone().expect("up").stats();
+    let (first, second) = (sized_batch(&s, 1, 100), sized_batch(&s, 1, 100));
+    let answers = send_staggered(&mut s, vec![(0, 0, first), (1_000_000, 0, second)])?;
+    let after = lock(&s.world).node.clone().expect("up").stats();
+    assert!(
+        after.pipelined_persists > before.pipelined_persists,
+        "the second send's log sync began while the first's record was out"
+    );
+    lock(&s.world).decision("PersistPipelined");
+    // The oracle judges what the power loss left of what was acknowledged.
+    s.restart_after(true, |_| {})?;
+    match answers[..] {
+        [Answer::Acked { durable: true, .. }, Answer::Acked { durable: true, .. }] => {
+            Ok(s.decisions())
+        }
+        _ => Err(crate::report::violation(
+            crate::node_world::INV_CALLERS,
+            format!("two sends to a persisted partition with room answered {answers:?}"),
+        )),
+    }
 }

@@ -449,6 +449,15 @@ pub(super) fn send_at_once_to(
     s: &mut Scenario,
     batches: Vec<(u32, (bytes::BytesMut, Vec<u128>))>,
 ) -> Checked<Vec<Answer>> {
+    send_staggered(s, batches.into_iter().map(|(p, b)| (0, p, b)).collect())
+}
+
+/// [`send_at_once_to`], each send leaving its client the given virtual nanoseconds after
+/// the first.
+pub(super) fn send_staggered(
+    s: &mut Scenario,
+    batches: Vec<(u64, u32, (bytes::BytesMut, Vec<u128>))>,
+) -> Checked<Vec<Answer>> {
     use cairn_engine::node::NodeError;
     use cairn_engine::partition::PartitionError;
     use iggy_binary_protocol::{WireIdentifier, WirePartitioning};
@@ -460,13 +469,18 @@ pub(super) fn send_at_once_to(
     let sends: Vec<cairn_engine::env::BoxFuture<'static, ()>> = batches
         .into_iter()
         .enumerate()
-        .map(|(i, (partition, (batch, ids)))| {
+        .map(|(i, (delay, partition, (batch, ids)))| {
             let (client, world, answers) = (
                 node.client(400 + i as u128),
                 s.world.clone(),
                 answers.clone(),
             );
+            let clock = lock(&s.world).clock.clone();
             let send: cairn_engine::env::BoxFuture<'static, ()> = Box::pin(async move {
+                if delay > 0 {
+                    cairn_engine::env::Clock::sleep(&clock, std::time::Duration::from_nanos(delay))
+                        .await;
+                }
                 let id = WireIdentifier::numeric(0);
                 let result = client
                     .send(&id, &id, &WirePartitioning::PartitionId(partition), batch)
