@@ -112,6 +112,12 @@ pub struct PartitionSettings {
     /// committed, which the group's log holds durable, so appends show at once and the
     /// segments are synced at the group's checkpoints ([`PartitionSettings::local`]).
     pub replica: bool,
+    /// A `persisted` partition's superblock record is written by a job while its shard
+    /// serves on, so the next group's write and log sync overlap it (the shard's
+    /// `pipeline`), instead of in the same wait on the device as the log sync. Off by
+    /// default: on a device whose sync returns in a fraction of a millisecond the job's
+    /// hand-offs cost more than the overlap saves (README, "Persist pipeline").
+    pub pipeline_records: bool,
 }
 
 impl PartitionSettings {
@@ -137,6 +143,7 @@ impl Default for PartitionSettings {
             max_poll_messages: 100_000,
             max_poll_bytes: 64 * 1024 * 1024,
             replica: false,
+            pipeline_records: false,
         }
     }
 }

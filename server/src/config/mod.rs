@@ -287,6 +287,9 @@ pub struct NodeConfig {
     pub shards: usize,
     /// Re-hash every batch a disk poll reads.
     pub validate_checksum: bool,
+    /// Write a `persisted` partition's superblock record as a job while its shard serves
+    /// on, overlapping the next group's log sync (off: in the log sync's wait).
+    pub pipeline_records: bool,
     /// Files and directories the node creates are readable by their group too (`0640` and
     /// `0750`), not only by their owner (`0600` and `0700`).
     pub data_group_access: bool,
@@ -314,6 +317,7 @@ impl Default for NodeConfig {
         NodeConfig {
             shards: 0,
             validate_checksum: PartitionSettings::default().validate_checksum,
+            pipeline_records: PartitionSettings::default().pipeline_records,
             data_group_access: false,
             cleaner_interval: Duration::from_secs(60),
             journal_bytes: limits.journal_bytes,

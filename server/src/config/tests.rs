@@ -68,6 +68,7 @@ fn everything_changed() -> ServerConfig {
         node: NodeConfig {
             shards: 3,
             validate_checksum: false,
+            pipeline_records: true,
             data_group_access: true,
             cleaner_interval: Duration::from_secs(3600 + 1800),
             journal_bytes: 2 * GIB,
@@ -130,6 +131,10 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(config.root.password, None, "there is no default password");
     assert_eq!(config.node.shards, 0);
     assert!(config.node.validate_checksum);
+    assert!(
+        !config.node.pipeline_records,
+        "records in the log sync's wait"
+    );
     assert_eq!(config.node.cleaner_interval, Duration::from_secs(60));
     assert_eq!(config.node.journal_bytes, 1024 * 1024 * 1024);
     assert_eq!(config.node.in_flight_per_client, 64);
@@ -626,6 +631,7 @@ fn node_settings_map_every_field() {
     let defaults = NodeSettings::default();
     assert_eq!(settings.shards, 3);
     assert!(!settings.partition.validate_checksum);
+    assert!(settings.partition.pipeline_records);
     assert_eq!(settings.cleaner_interval, Duration::from_secs(5400));
     assert_eq!(settings.limits.journal_bytes, 2 * GIB);
     assert_eq!(settings.limits.in_flight_per_client, 8);
@@ -646,6 +652,7 @@ fn node_settings_map_every_field() {
         settings.partition,
         PartitionSettings {
             validate_checksum: false,
+            pipeline_records: true,
             max_poll_bytes: 32 * MIB,
             ..defaults.partition
         }

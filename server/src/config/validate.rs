@@ -78,6 +78,7 @@ impl ServerConfig {
         NodeSettings {
             partition: PartitionSettings {
                 validate_checksum: self.node.validate_checksum,
+                pipeline_records: self.node.pipeline_records,
                 max_poll_bytes: self.tcp.max_reply_bytes,
                 replica: self.cluster.enabled,
                 ..defaults.partition

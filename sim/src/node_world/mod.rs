@@ -199,6 +199,9 @@ pub struct NodeProfile {
     /// before it runs: the window in which a pipeline's record returns while the next
     /// group's sync has not run yet.
     pub device_queue_nanos: u64,
+    /// Records written as jobs while the shard serves on (the persist pipeline), or in the
+    /// log sync's wait (production's default).
+    pub pipeline_records: bool,
     pub process_crash: f64,
     pub power_loss: f64,
     pub mid_operation_crash: f64,
@@ -278,6 +281,7 @@ impl NodeProfile {
             metadata_sync_error: maybe(&mut rng, 0.15, 0.002, 0.01),
             debris: maybe(&mut rng, 0.3, 0.2, 0.6),
             device_queue_nanos: [0, 20_000, 500_000][rng.gen_range(0..3)],
+            pipeline_records: rng.gen_bool(0.5),
         }
     }
 }
@@ -494,6 +498,7 @@ pub struct NodeWorld {
 fn settings(profile: &NodeProfile) -> NodeSettings {
     let mut partition = cairn_engine::config::PartitionSettings::default();
     partition.limits.max_batch_bytes = profile.max_batch_bytes;
+    partition.pipeline_records = profile.pipeline_records;
     NodeSettings {
         password_cost: PasswordCost::CHEAP,
         meta: MetaSettings {

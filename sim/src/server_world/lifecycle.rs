@@ -33,6 +33,10 @@ fn node_settings(profile: &ServerProfile) -> NodeSettings {
             ..NodeLimits::default()
         },
         hooks: crate::canary::node_hooks(),
+        partition: cairn_engine::config::PartitionSettings {
+            pipeline_records: profile.pipeline_records,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

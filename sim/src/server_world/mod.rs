@@ -293,6 +293,8 @@ pub struct ServerProfile {
     pub messages_required_to_save: u32,
     /// The misbehaving clients beside the workload, and the byte budget they meet.
     pub hostile: actors::hostile::Hostile,
+    /// The node's persists pipelined (records as jobs) or not (production's default).
+    pub pipeline_records: bool,
 }
 
 impl ServerProfile {
@@ -338,6 +340,8 @@ impl ServerProfile {
             reconnect_interval: Duration::from_millis([50, 500][rng.gen_range(0..2)]),
             messages_required_to_save: [1, 16, 1000][rng.gen_range(0..3)],
             hostile: actors::hostile::Hostile::from_seed(seed),
+            // Drawn last, so the draws above keep their values for every seed.
+            pipeline_records: rng.gen_bool(0.5),
         }
     }
 }

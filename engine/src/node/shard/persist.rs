@@ -157,7 +157,10 @@ impl Shard {
                     answer_early(in_flight.values_mut());
                 }
             }
-            self.synced(key, begun, result, inbox, carried).await;
+            match self.settings.pipeline_records {
+                true => self.synced(key, begun, result, inbox, carried).await,
+                false => self.answer(key, begun, result, inbox, carried).await,
+            }
         }
     }
 
@@ -208,11 +211,17 @@ impl Shard {
         // Its log lines name the shard, as the shard's own do.
         let span = tracing::debug_span!(parent: tracing::Span::current(), "persist_job", ?key);
         let (disk, clock) = (self.env.disk.clone(), self.env.clock.clone());
+        let pipelined = self.settings.pipeline_records;
         self.env.tasks.spawn_device(Box::new(move || {
             let _entered = span.entered();
             let ran = clock.monotonic_nanos();
             let persisted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                owned.partition.persist_log().map_err(NodeError::from)
+                match pipelined {
+                    // The log sync; the record follows as a job of its own.
+                    true => owned.partition.persist_log(),
+                    false => owned.partition.persist(),
+                }
+                .map_err(NodeError::from)
             }));
             let back = match persisted {
                 Ok(result) => Ok((
@@ -238,6 +247,17 @@ impl Shard {
         carried: &mut Vec<ShardRequest>,
     ) {
         let begun = self.begin(waiting);
+        if !self.settings.pipeline_records {
+            let result = match self.partitions.get_mut(&key) {
+                // Log sync, record write, sync and read-back: one wait on the device.
+                Some(owned) => {
+                    device_section(self.env.tasks.as_ref(), || owned.partition.persist())
+                        .map_err(NodeError::from)
+                }
+                None => Err(Self::missing(key)),
+            };
+            return self.answer(key, begun, result, inbox, carried).await;
+        }
         self.before_log_sync(key, inbox, carried).await;
         let result = match self.partitions.get_mut(&key) {
             // The flush and the log's sync: one wait on the device (the record is a job).

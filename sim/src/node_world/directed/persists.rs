@@ -73,6 +73,7 @@ pub(super) fn a_send_overlapping_the_record_before_it_is_answered_by_its_own(
 ) -> Checked<Vec<&'static str>> {
     let mut s = Scenario::new(0x4e0d_0051);
     lock(&s.world).profile.shards = 1;
+    lock(&s.world).profile.pipeline_records = true;
     s.with_persisted_topic(1)?;
     // Disk calls of at most 50 µs: the first send's sync and record take well under the
     // millisecond before the second is sent, whose job then waits past that record's return.
