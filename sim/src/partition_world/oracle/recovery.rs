@@ -438,8 +438,14 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
         let got = match partition.get_offset(consumer) {
             Ok(value) => value,
             Err(e) if damaged && persisted => {
-                // Reported as damaged, never reset: fine while the damage is there.
+                // Reported as damaged, never reset: fine while the damage is there. Recovery
+                // could not lower what it could not read, but an earlier boot that failed
+                // part-way may have lowered it before the damage struck: once the damage
+                // heals, the file holds either (seed 0x5f5eace8).
                 let _ = e;
+                let settled = model.offsets.get_mut(&consumer).expect("known");
+                settled.now.extend(allowed.iter().copied());
+                settled.after_power_loss.extend(allowed);
                 continue;
             }
             Err(e) => {
