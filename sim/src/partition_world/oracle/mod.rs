@@ -20,7 +20,8 @@
 //!   shown.
 //! - **2 prefix**: gapless from 0, an offset never changes its message, losses are a suffix.
 //!   One exception, after a power loss: an offset above the durable end may hold the message
-//!   acknowledged there before the last recovery rewound it, when a lying sync of the log
+//!   acknowledged there before the last recovery rewound it (whether or not anything was
+//!   acknowledged there since), when a lying sync of the log
 //!   holding that offset since that recovery began (its truncation's sync) was undone by
 //!   the power loss and brought the truncated batch back (`reads::adopt_resurrected`). After a
 //!   process crash flushed `replicated` data survives, unless damage seen by recovery

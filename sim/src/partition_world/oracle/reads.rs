@@ -424,12 +424,14 @@ pub fn check_full(
     Ok(())
 }
 
-/// After a power loss: the messages of `all` above the durable end that the model knows at
-/// their offset as another message, where the last recovery's rewind forgot exactly this one
-/// at this offset and a lying sync of the log holding that offset since that recovery began
-/// was undone by the power loss (the recovery's truncation did not last: the truncated batch
-/// came back whole, and nothing can tell it from a new one). The model adopts each: the
-/// message acknowledged there since (never durable) is lost, as a power loss may lose it.
+/// After a power loss: the messages of `all` above the durable end that the model does not
+/// hold at their offset (it holds another message acknowledged there since, or nothing: no
+/// append reached that offset since, or only one whose outcome is unknown), where the last
+/// recovery's rewind forgot exactly this one at this offset and a lying sync of the log
+/// holding that offset since that recovery began was undone by the power loss (the
+/// recovery's truncation did not last: the truncated batches came back whole, and nothing can
+/// tell them from new ones). The model adopts each: a message acknowledged there since (never
+/// durable) is lost, as a power loss may lose it.
 fn adopt_resurrected(model: &mut Model, all: &[ReadMessage], disk: &SimDisk) {
     let start_of = |path: &Path| -> Option<u64> {
         let in_dir = path.starts_with(&model.dir) && path.extension().is_some_and(|e| e == "log");
@@ -456,7 +458,7 @@ fn adopt_resurrected(model: &mut Model, all: &[ReadMessage], disk: &SimDisk) {
         let stale = m.offset >= model.durable_end
             && holder.is_some_and(|start| lied.contains(start))
             && model.rewound.get(&m.offset) == Some(&m.id)
-            && model.log.get(&m.offset).is_some_and(|known| *known != m.id);
+            && model.log.get(&m.offset) != Some(&m.id);
         if !stale {
             continue;
         }
