@@ -12,7 +12,9 @@
 //! damaged, never as that partition's offset.
 //!
 //! A store writes `{id}.tmp` and renames it over `{id}`; under `persisted` the file is synced
-//! before the rename and the directory after it, before success. Repairs made by recovery
+//! before the rename and the directory after it, before success. Under `replicated` a
+//! store into a file the same process created that way and never synced rewrites it in
+//! place ([`write_in_place`]: one 32-byte write). Repairs made by recovery
 //! (lowering an offset beyond a lost tail, dropping a damaged `replicated` offset) are always
 //! durable, whatever the policy. Boot reads the files in [`super::recovery`]; this module
 //! serves them afterwards. A damaged file is reported on every read of that consumer, never
@@ -210,6 +212,25 @@ pub fn write(
     Ok(())
 }
 
+/// Rewrites the offset file at `path`, which exists, in place: one 32-byte write at its
+/// start, inside one sector, never synced (a `replicated` store into a file this process
+/// created and never synced, [`ConsumerOffsets::store`]). Sector-atomic writes are
+/// the device assumption (`docs/design.md`, "Device"); a write torn anyway reads as damaged,
+/// which boot drops like any damaged `replicated` offset, a store the policy never promised.
+/// `NotFound` when the file is gone.
+pub fn write_in_place(
+    disk: &dyn Disk,
+    path: &Path,
+    owner: u64,
+    consumer: ConsumerId,
+    offset: u64,
+) -> io::Result<()> {
+    let _span =
+        tracing::debug_span!("store_offset_in_place", path = %path.display(), offset).entered();
+    let file = disk.open(path, OpenMode::ReadWrite)?;
+    file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)
+}
+
 /// Removes an offset file; when `durable`, syncs its directory after.
 pub fn remove(disk: &dyn Disk, path: &Path, durable: bool) -> io::Result<()> {
     let _span = tracing::debug_span!("remove_offset", path = %path.display()).entered();
@@ -284,10 +305,24 @@ impl ConsumerOffsets {
     ) -> io::Result<()> {
         let path = consumer.path(&self.dir);
         let durable = durability == Durability::Persisted;
-        write(disk, &path, self.owner, consumer, offset, durable)?;
+        // Under `replicated` an offset this process already wrote unsynced is rewritten in
+        // place: no temp, no rename. Only into a file this process created (by the rename
+        // below) and never synced: a file that holds a value on the device (one a boot
+        // served, one a checkpoint synced) is replaced, never overwritten, so a power loss
+        // after a crash can never bring that older value back as the stored one.
+        let rewritten = !durable
+            && self.unsynced.contains(&consumer)
+            && match write_in_place(disk, &path, self.owner, consumer, offset) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e),
+            };
+        if !rewritten {
+            write(disk, &path, self.owner, consumer, offset, durable)?;
+            self.dirs_unsynced |= !durable;
+        }
         if !durable {
             self.unsynced.insert(consumer);
-            self.dirs_unsynced = true;
         }
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())

@@ -744,3 +744,43 @@ fn a_persist_in_two_steps_promises_nothing_until_its_record_is_written() {
     let ids: Vec<u128> = read.iter().take(5).map(|m| m.1).collect();
     assert_eq!(ids, expected);
 }
+
+/// Under `replicated` an offset stored again is rewritten in place (the same file, no temp
+/// renamed over it), and a boot reads the last one stored; under `persisted` every store is
+/// a durable replace (a new file each time). After a boot the first store replaces the file
+/// the boot read (its value is on the device): only a file this process made is rewritten.
+#[test]
+fn a_replicated_offset_stored_again_is_rewritten_in_place() {
+    use std::os::unix::fs::MetadataExt;
+    for (durability, in_place) in [
+        (Durability::Replicated, true),
+        (Durability::Persisted, false),
+    ] {
+        let (_tmp, dir) = scratch_dir();
+        let env = real_env();
+        let mut partition = create(&env, &dir, config(durability));
+        partition.append(batch(1, 10, 10)).unwrap();
+        partition.persist().unwrap();
+        let consumer = ConsumerId::consumer(7);
+        let path = consumer.path(&dir);
+        partition.store_offset(consumer, 3).unwrap();
+        let first = std::fs::metadata(&path).unwrap().ino();
+        partition.store_offset(consumer, 8).unwrap();
+        let second = std::fs::metadata(&path).unwrap().ino();
+        assert_eq!(first == second, in_place, "{durability:?}");
+        assert!(!dir.join("offsets/consumers/7.tmp").exists());
+        partition.close().unwrap();
+        let mut reopened = open(&env, &dir, config(durability)).partition;
+        assert_eq!(
+            reopened.get_offset(consumer).unwrap(),
+            Some(8),
+            "{durability:?}"
+        );
+        reopened.store_offset(consumer, 9).unwrap();
+        let third = std::fs::metadata(&path).unwrap().ino();
+        assert_ne!(
+            third, second,
+            "the file a boot read is replaced, not overwritten"
+        );
+    }
+}
