@@ -8,6 +8,7 @@
 //! | a member of the metadata voters without a replica among the group's voters (added, or back on a wiped disk as a new replica) | makes that member's replica a learner, waits until it holds every committed entry, then makes the voters the wanted set in one joint change |
 //! | a voter whose member the metadata group no longer has | removes it in the same change |
 //! | a member that does not answer which replica it runs, a learner that does not catch up within [`CATCH_UP_LIMIT`], a change that does not commit within [`CHANGE_LIMIT`] | nothing more now: tried again once [`RECONCILE_RETRY`] passed |
+//! | a member that released the replica it named (a kept one, its metadata view behind this leader's) and runs another, or none, while it catches up or by the time the change commits | the same: the next reconciliation adds the one it runs (and removes the one gone) |
 //! | a learner whose member is not wanted (left over from a change cut short) | removes it in the same change |
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
 //! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
@@ -27,7 +28,7 @@ use super::groups::{id_of, leads, successor, successor_among, PartGroups};
 use super::net::{identity_of, GroupName};
 use super::PartRaft;
 use crate::rt::in_env;
-use crate::types::{show_id, LogId, NodeId, Peer};
+use crate::types::{member_of, show_id, LogId, NodeId, Peer};
 use cairn_engine::env::{race, Either};
 use openraft::async_runtime::WatchReceiver;
 use openraft::ChangeMembers;
@@ -47,6 +48,8 @@ pub const CHANGE_LIMIT: Duration = Duration::from_secs(10);
 /// How long after a reconciliation that did not finish it is tried again.
 pub const RECONCILE_RETRY: Duration = Duration::from_secs(2);
 const CATCH_UP_POLL: Duration = Duration::from_millis(50);
+/// How often a catch-up asks the learner's member which replica it runs.
+const CATCH_UP_IDENTIFY: Duration = Duration::from_secs(1);
 
 /// Where a group's reconciliation stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,17 +166,22 @@ impl PartGroups {
             return !moving;
         }
         self.wake(name, raft);
-        for (&id, peer) in wanted
+        let joining: Vec<(NodeId, &Peer)> = wanted
             .iter()
             .filter(|(id, _)| wanted_ids.contains(id) && !current.contains(id))
-        {
+            .map(|(id, peer)| (*id, peer))
+            .collect();
+        for &(id, peer) in &joining {
             tracing::info!(partition = %identity_of(name), replica = %show_id(id), "a member's replica joins the partition's group");
             let added = raft.add_learner(id, peer.clone(), false);
             let Some(Ok(added)) = self.within(CHANGE_LIMIT, added).await else {
                 return false;
             };
             // Caught up once it holds the log as far as it was when it became a learner.
-            if !self.caught_up(raft, id, added.log_id().index).await {
+            if !self
+                .caught_up(name, raft, (id, peer), added.log_id().index)
+                .await
+            {
                 return false;
             }
         }
@@ -183,7 +191,33 @@ impl PartGroups {
         ];
         let changed = raft.change_membership(ChangeMembers::Batch(steps), false);
         let done = matches!(self.within(CHANGE_LIMIT, changed).await, Some(Ok(_)));
-        done && !moving
+        if !done || moving {
+            return false;
+        }
+        // A joining replica's member may have released it meanwhile (a replica it kept
+        // while its metadata view left it unplaced) and started another: the change then
+        // made a replica that is gone a voter, and recorded done, the group would never be
+        // reconciled again (seed 0x5f5ed322). Done only once each says it runs the one added.
+        for &(id, peer) in &joining {
+            if self.runs(name, raft, (id, peer)).await != Some(true) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether replica `id`'s member still runs it as its replica of group `name` (`false`:
+    /// it runs another, or none); `None` when it does not answer.
+    async fn runs(
+        &self,
+        name: GroupName,
+        raft: &PartRaft,
+        (id, peer): (NodeId, &Peer),
+    ) -> Option<bool> {
+        let asked = self
+            .identity(name, id_of(raft), (member_of(id), peer))
+            .await?;
+        Some(asked.is_some_and(|(runs, _, _)| runs == id))
     }
 
     /// `future` (an openraft call) if it completes within `limit`.
@@ -199,11 +233,18 @@ impl PartGroups {
         }
     }
 
-    /// Waits (at most [`CATCH_UP_LIMIT`], and while this replica leads) until replica `id`
-    /// holds the log through `index`.
-    async fn caught_up(&self, raft: &PartRaft, id: NodeId, index: u64) -> bool {
+    /// Waits (at most [`CATCH_UP_LIMIT`], while this replica leads, and while replica
+    /// `id`'s member runs it) until `id` holds the log through `index`.
+    async fn caught_up(
+        &self,
+        name: GroupName,
+        raft: &PartRaft,
+        (id, peer): (NodeId, &Peer),
+        index: u64,
+    ) -> bool {
         let env = self.env();
-        let deadline = env.clock.monotonic_nanos() + CATCH_UP_LIMIT.as_nanos() as u64;
+        let mut asked = env.clock.monotonic_nanos();
+        let deadline = asked + CATCH_UP_LIMIT.as_nanos() as u64;
         while env.clock.monotonic_nanos() < deadline && leads(raft) {
             let matched = {
                 let metrics = raft.metrics();
@@ -213,6 +254,15 @@ impl PartGroups {
             };
             if matched.is_some_and(|m| m.index >= index) {
                 return true;
+            }
+            // Released by its member, it never catches up (seed 0x53726d6f waited out the
+            // whole limit for one): given up at once, and the one it runs added next time.
+            let now = env.clock.monotonic_nanos();
+            if now >= asked + CATCH_UP_IDENTIFY.as_nanos() as u64 {
+                asked = now;
+                if self.runs(name, raft, (id, peer)).await == Some(false) {
+                    return false;
+                }
             }
             env.clock.sleep(CATCH_UP_POLL).await;
         }
