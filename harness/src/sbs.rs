@@ -60,6 +60,11 @@ pub struct SbsArgs {
     /// Keep each run's server and iggy-bench output in this directory.
     #[arg(long)]
     logs: Option<PathBuf>,
+    /// Profile each measured run's server processes with `perf record` (999 Hz, kernel and
+    /// user stacks) into `<dir>/<workload>-<server>-<run>.perf.data`, for `perf report -i`.
+    /// The figures of a profiled run carry perf's overhead: measure without it.
+    #[arg(long)]
+    perf: Option<PathBuf>,
 }
 
 const TCP: &str = "127.0.0.1:8090";
@@ -399,9 +404,17 @@ fn measure(
         let ticks = |processes: &[Child]| -> Result<u64, String> {
             processes.iter().map(|p| cpu_ticks(p.id())).sum()
         };
+        let profiler = match &args.perf {
+            Some(perf) => Some(start_perf(perf, &name, &processes)?),
+            None => None,
+        };
         let before = ticks(&processes)?;
-        let out = bench(args, workload.args, log("bench.log")?)?;
+        let out = bench(args, workload.args, log("bench.log")?);
         let after = ticks(&processes)?;
+        if let Some(profiler) = profiler {
+            stop_perf(profiler)?;
+        }
+        let out = out?;
         let (mb_s, msg_s, p99_ms) = parse_results(&out)
             .ok_or_else(|| format!("{name}: no results line in iggy-bench's output:\n{out}"))?;
         // /proc counts in USER_HZ ticks, 100 a second on Linux.
@@ -424,6 +437,36 @@ fn measure(
         run.mb_s, run.msg_s, run.p99_ms, run.cpu_us_per_msg
     );
     Ok(run)
+}
+
+/// Starts `perf record` on `processes`, writing `<dir>/<name>.perf.data`; returns once perf
+/// has had time to attach.
+fn start_perf(dir: &Path, name: &str, processes: &[Child]) -> Result<Child, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let pids: Vec<String> = processes.iter().map(|p| p.id().to_string()).collect();
+    let out = dir.join(format!("{name}.perf.data"));
+    let perf = Command::new("perf")
+        .args(["record", "-F", "999", "-g", "-p", &pids.join(","), "-o"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("perf record (is perf installed?): {e}"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(perf)
+}
+
+/// Stops `perf record` the way it finishes its file: an interrupt, then a wait.
+fn stop_perf(mut perf: Child) -> Result<(), String> {
+    let status = Command::new("kill")
+        .args(["-INT", &perf.id().to_string()])
+        .status()
+        .map_err(|e| format!("kill -INT perf: {e}"))?;
+    if !status.success() {
+        return Err(format!("kill -INT perf: {status}"));
+    }
+    perf.wait().map_err(|e| format!("waiting for perf: {e}"))?;
+    Ok(())
 }
 
 /// Starts `server` on a fresh `data` directory (its processes: one, or a cluster's
