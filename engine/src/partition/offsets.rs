@@ -309,7 +309,9 @@ impl ConsumerOffsets {
         // place: no temp, no rename. Only into a file this process created (by the rename
         // below) and never synced: a file that holds a value on the device (one a boot
         // served, one a checkpoint synced) is replaced, never overwritten, so a power loss
-        // after a crash can never bring that older value back as the stored one.
+        // after a crash can never bring that older value back as the stored one. (The
+        // kernel may still write an unsynced value of this file back on its own: boot syncs
+        // every `replicated` offset file it serves, `RecoveryPlan::sync_offsets`.)
         let rewritten = !durable
             && self.unsynced.contains(&consumer)
             && match write_in_place(disk, &path, self.owner, consumer, offset) {

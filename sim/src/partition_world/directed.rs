@@ -609,6 +609,29 @@ fn a_damaged_replicated_offset_is_dropped() -> Outcome {
     repairs_stick(&s)
 }
 
+/// A real kernel writes dirty pages back on its own (the simulated disk only when synced):
+/// a `replicated` offset's file holds an older value on the device when a store rewrites it
+/// in place. A boot that served the newer value from the page cache must make it durable,
+/// or a power loss brings the older value back.
+fn a_replicated_offset_rewritten_in_place_and_served_by_a_boot_stays_served() -> Outcome {
+    let s = one(Durability::Replicated);
+    s.produce(0, 2)?;
+    let consumer = ConsumerId::consumer(1);
+    store(&s, consumer, 0)?;
+    let path = consumer.path(&s.dir(0));
+    let disk = s.disk();
+    // The kernel's writeback of the new file and its name.
+    disk.open(&path, OpenMode::ReadWrite)
+        .and_then(|file| file.sync_data())
+        .expect("writeback");
+    disk.sync_dir(path.parent().expect("parent"))
+        .expect("writeback");
+    store(&s, consumer, 1)?; // in place: the device still holds 0
+    s.crash()?; // served from the page cache
+    s.power_loss(Fates::DropAll)?;
+    Ok(s.decision_log())
+}
+
 fn a_rotten_or_missing_older_slot_is_rewritten() -> Outcome {
     let s = one(Durability::Persisted);
     s.produce(0, 2)?;
@@ -933,6 +956,11 @@ pub const SCENARIOS: &[Directed] = &[
         name: "a_new_consumers_store_whose_record_was_lost_is_recorded",
         expect: &["RecordOffsets"],
         run: a_new_consumers_store_whose_record_was_lost_is_recorded,
+    },
+    Directed {
+        name: "a_replicated_offset_rewritten_in_place_and_served_by_a_boot_stays_served",
+        expect: &[],
+        run: a_replicated_offset_rewritten_in_place_and_served_by_a_boot_stays_served,
     },
     Directed {
         name: "a_rotten_or_missing_older_slot_is_rewritten",

@@ -824,6 +824,7 @@ impl World {
                     self.disk.is_crashed(),
                 )?;
                 self.event(format!("p{p} recovery failed, boot retried later: {e}"));
+                self.models[p].boot_failed = true;
                 self.report.boot_retries += 1;
                 return Ok(());
             }

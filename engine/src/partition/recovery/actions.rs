@@ -224,6 +224,11 @@ pub struct RecoveryPlan {
     pub segments: Vec<PlannedSegment>,
     /// Stored offsets as they will be after the actions.
     pub offsets: BTreeMap<ConsumerId, StoredOffset>,
+    /// The `replicated` offset files served as they are: apply syncs each. An earlier
+    /// process may have rewritten one in place and died before its page reached the device,
+    /// while the kernel had written an older value of the same file back; served from the
+    /// cache and not synced, a power loss would bring that older value back.
+    pub sync_offsets: Vec<PathBuf>,
     pub actions: Vec<Action>,
     /// Observations that change nothing (a damaged copy of a slot, unknown files).
     pub notes: Vec<String>,

@@ -1,7 +1,8 @@
 //! Carrying out a recovery plan. Every repair is durable before apply returns, whatever the
 //! topic's policy (and what an earlier failed attempt repaired is made durable first): a
 //! truncation is synced, a rebuilt index is written aside, synced and
-//! renamed over, an offset repair is synced with its directory, created and removed names
+//! renamed over, an offset repair is synced with its directory, a `replicated` offset served
+//! as it is is synced (it may be a page an earlier process rewrote in place), created and removed names
 //! have their directory synced, and the superblock record comes last, after the syncs of
 //! every byte it names.
 
@@ -36,6 +37,9 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<Superblock> {
     for action in &plan.actions {
         tracing::info!(%action, "recovery applying");
         apply_action(disk, plan, action, &mut record, &mut unsynced_dirs)?;
+    }
+    for path in &plan.sync_offsets {
+        disk.open(path, OpenMode::ReadWrite)?.sync_data()?;
     }
     for dir in unsynced_dirs {
         disk.sync_dir(&dir)?;

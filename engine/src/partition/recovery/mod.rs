@@ -35,7 +35,7 @@ pub use decide::REBUILT_INDEX_SPACING_BYTES;
 pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, Survey};
 pub use trust::SlotRead;
 
-use super::offsets::StoredOffset;
+use super::offsets::{ConsumerId, StoredOffset};
 use super::superblock::PartitionIdentity;
 use super::FenceReason;
 use crate::config::Durability;
@@ -43,7 +43,7 @@ use crate::env::Disk;
 use decide::Repairs;
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Reads the partition directory and decides what recovery does. Changes no bytes (it drops
 /// clean cached pages of the files it must read from the device).
@@ -84,6 +84,12 @@ pub fn plan_with_hook(
             superblock: Some(repairs.trusted.record),
             sync_slot: repairs.sync_slot,
             segments: repairs.segments,
+            sync_offsets: offsets_served_as_they_are(
+                dir,
+                offset_durability,
+                &repairs.offsets,
+                &repairs.actions,
+            ),
             offsets: repairs.offsets,
             actions: repairs.actions,
             notes,
@@ -98,6 +104,7 @@ pub fn plan_with_hook(
             sync_slot: None,
             segments: Vec::new(),
             offsets: BTreeMap::new(),
+            sync_offsets: Vec::new(),
             actions: Vec::new(),
             notes,
             fence: Some(reason),
@@ -107,6 +114,31 @@ pub fn plan_with_hook(
         tracing::info!(%action, "recovery decision");
     }
     Ok(plan)
+}
+
+/// The `replicated` offset files a plan serves without rewriting them (see
+/// [`RecoveryPlan::sync_offsets`]); under `persisted` every store was synced before it was
+/// answered, and a lowered offset is rewritten and synced by its action.
+fn offsets_served_as_they_are(
+    dir: &Path,
+    durability: Durability,
+    offsets: &BTreeMap<ConsumerId, StoredOffset>,
+    actions: &[Action],
+) -> Vec<PathBuf> {
+    if durability != Durability::Replicated {
+        return Vec::new();
+    }
+    let rewritten = |path: &Path| {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::LowerOffset { path: p, .. } if p == path))
+    };
+    offsets
+        .iter()
+        .filter(|(_, stored)| matches!(stored, StoredOffset::Offset(_)))
+        .map(|(consumer, _)| consumer.path(dir))
+        .filter(|path| !rewritten(path))
+        .collect()
 }
 
 /// What the survey saw that changes nothing.

@@ -154,6 +154,9 @@ pub struct Model {
     pub rewind_floor: Option<u64>,
     /// A power loss happened since the last recovery.
     pub power_lost: bool,
+    /// A boot failed part-way since the offsets were last settled: a repair it made (an
+    /// offset it lowered) may stand without any plan having reported it.
+    pub boot_failed: bool,
     /// Acks the last rewind at a recovery forgot (offset → id), and the count of fault
     /// records before that recovery began: a lying sync of one of this partition's logs
     /// since then (the recovery's own truncation sync among them), undone by a later power
@@ -202,6 +205,7 @@ impl Model {
             lost_names_seen: BTreeSet::new(),
             rewind_floor: None,
             power_lost: false,
+            boot_failed: false,
             rewound: BTreeMap::new(),
             rewound_since: 0,
             checked_records: 0,

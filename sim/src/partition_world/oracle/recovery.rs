@@ -439,13 +439,15 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
             Ok(value) => value,
             Err(e) if damaged && persisted => {
                 // Reported as damaged, never reset: fine while the damage is there. Recovery
-                // could not lower what it could not read, but an earlier boot that failed
-                // part-way may have lowered it before the damage struck: once the damage
-                // heals, the file holds either (seed 0x5f5eace8).
+                // could not lower what it could not read, but a boot that failed part-way
+                // since the last settling may have lowered it before the damage struck:
+                // once the damage heals, the file holds either (seed 0x5f5eace8).
                 let _ = e;
-                let settled = model.offsets.get_mut(&consumer).expect("known");
-                settled.now.extend(allowed.iter().copied());
-                settled.after_power_loss.extend(allowed);
+                if model.boot_failed {
+                    let settled = model.offsets.get_mut(&consumer).expect("known");
+                    settled.now.extend(allowed.iter().copied());
+                    settled.after_power_loss.extend(allowed);
+                }
                 continue;
             }
             Err(e) => {
@@ -478,6 +480,7 @@ pub fn check_offsets(model: &mut Model) -> Checked<()> {
         };
     }
     model.power_lost = false;
+    model.boot_failed = false;
     model.damage_seen.clear();
     model.lost_names_seen.clear();
     Ok(())
