@@ -408,13 +408,13 @@ fn measure(
             Some(perf) => Some(start_perf(perf, &name, &processes)?),
             None => None,
         };
-        let before = ticks(&processes)?;
+        let before = ticks(&processes);
         let out = bench(args, workload.args, log("bench.log")?);
-        let after = ticks(&processes)?;
+        let after = ticks(&processes);
         if let Some(profiler) = profiler {
             stop_perf(profiler)?;
         }
-        let out = out?;
+        let (before, out, after) = (before?, out?, after?);
         let (mb_s, msg_s, p99_ms) = parse_results(&out)
             .ok_or_else(|| format!("{name}: no results line in iggy-bench's output:\n{out}"))?;
         // /proc counts in USER_HZ ticks, 100 a second on Linux.
@@ -445,14 +445,23 @@ fn start_perf(dir: &Path, name: &str, processes: &[Child]) -> Result<Child, Stri
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let pids: Vec<String> = processes.iter().map(|p| p.id().to_string()).collect();
     let out = dir.join(format!("{name}.perf.data"));
-    let perf = Command::new("perf")
+    let log = dir.join(format!("{name}.perf.log"));
+    let log = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut perf = Command::new("perf")
         .args(["record", "-F", "999", "-g", "-p", &pids.join(","), "-o"])
         .arg(&out)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .map_err(|e| format!("perf record (is perf installed?): {e}"))?;
     std::thread::sleep(Duration::from_millis(300));
+    if let Ok(Some(status)) = perf.try_wait() {
+        return Err(format!(
+            "perf record exited at once ({status}): see {}.perf.log in {}",
+            name,
+            dir.display()
+        ));
+    }
     Ok(perf)
 }
 
@@ -465,7 +474,13 @@ fn stop_perf(mut perf: Child) -> Result<(), String> {
     if !status.success() {
         return Err(format!("kill -INT perf: {status}"));
     }
-    perf.wait().map_err(|e| format!("waiting for perf: {e}"))?;
+    let status = perf.wait().map_err(|e| format!("waiting for perf: {e}"))?;
+    // perf finishes its file, then ends by the interrupt it was sent.
+    use std::os::unix::process::ExitStatusExt;
+    let interrupted = status.signal() == Some(2) || status.code() == Some(130);
+    if !status.success() && !interrupted {
+        return Err(format!("perf record ended with {status}"));
+    }
     Ok(())
 }
 
