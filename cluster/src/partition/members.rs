@@ -136,7 +136,7 @@ impl PartGroups {
         };
         let mut wanted_ids: BTreeSet<NodeId> = wanted.keys().copied().collect();
         let me = id_of(raft);
-        let voter_here = self.voter_members().contains(&crate::types::member_of(me));
+        let voter_here = self.voter_members().contains(&member_of(me));
         let moving = voter_here && !wanted_ids.contains(&me);
         let placed_vote = wanted_ids.is_subset(&current) && !joint;
         if moving && !placed_vote {
