@@ -15,11 +15,11 @@
 //! each persist costs in disk calls:
 //!
 //! ```text
-//! append_persisted_1msg cairn_msg_per_s=<..> baseline_msg_per_s=<..> ratio=<..> p50_us=<..> p99_us=<..> syncs_per_persist=<..> device_reads_per_persist=<..>
+//! append_persisted_1msg cairn_msg_per_s=<..> baseline_msg_per_s=<..> ratio=<..> p50_us=<..> p99_us=<..> syncs_per_persist=<..> device_reads_per_persist=<..> opens_per_persist=<..>
 //! ```
 //!
 //! (`syncs` counts `fdatasync` of any file and `fsync` of a directory; a device read is a
-//! read after the file's cached pages were dropped.)
+//! read after the file's cached pages were dropped; an open is a file opened.)
 //!
 //! Each side runs `ROUNDS` times, interleaved, and the median is reported, so a burst of
 //! noise on this shared machine hits both sides alike. Environment: `CAIRN_BENCH_DIR`
@@ -126,6 +126,30 @@ fn baseline_round(path: &Path, sync: bool, batches: &[BytesMut]) -> f64 {
 struct Counts {
     syncs: AtomicU64,
     device_reads: AtomicU64,
+    opens: AtomicU64,
+}
+
+/// Disk calls per persist.
+#[derive(Clone, Copy, Default)]
+struct PerPersist {
+    syncs: f64,
+    reads: f64,
+    opens: f64,
+}
+
+impl Counts {
+    fn now(&self) -> [u64; 3] {
+        [&self.syncs, &self.device_reads, &self.opens].map(|c| c.load(Ordering::Relaxed))
+    }
+
+    fn per_persist(&self, before: [u64; 3], persists: f64) -> PerPersist {
+        let [syncs, reads, opens] = self.now().map(|n| n as f64);
+        PerPersist {
+            syncs: (syncs - before[0] as f64) / persists,
+            reads: (reads - before[1] as f64) / persists,
+            opens: (opens - before[2] as f64) / persists,
+        }
+    }
 }
 
 struct CountingDisk {
@@ -144,6 +168,7 @@ impl DiskLayer for CountingDisk {
         self.inner.as_ref()
     }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        self.counts.opens.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(CountingFile {
             inner: self.inner.open(path, mode)?,
             counts: self.counts.clone(),
@@ -181,7 +206,7 @@ impl FileLayer for CountingFile {
 
 /// One round of 1-message persists: msg/s, each persist's latency (µs), and the disk calls
 /// the persists made.
-fn cairn_one_message_round(dir: &Path, messages: &[BytesMut]) -> (f64, Vec<f64>, f64, f64) {
+fn cairn_one_message_round(dir: &Path, messages: &[BytesMut]) -> (f64, Vec<f64>, PerPersist) {
     let mut env = real::env().expect("runtime");
     let counts = Arc::new(Counts::default());
     env.disk = Arc::new(CountingDisk {
@@ -195,10 +220,7 @@ fn cairn_one_message_round(dir: &Path, messages: &[BytesMut]) -> (f64, Vec<f64>,
     let identity = PartitionIdentity::bare(0);
     let settings = PartitionSettings::default();
     let mut partition = Partition::create(&env, dir, identity, config, settings).expect("create");
-    let (syncs, reads) = (
-        counts.syncs.load(Ordering::Relaxed),
-        counts.device_reads.load(Ordering::Relaxed),
-    );
+    let before = counts.now();
     let mut latencies = Vec::with_capacity(messages.len());
     let started = Instant::now();
     for message in messages.iter().cloned() {
@@ -212,11 +234,9 @@ fn cairn_one_message_round(dir: &Path, messages: &[BytesMut]) -> (f64, Vec<f64>,
         latencies.push(sent.elapsed().as_secs_f64() * 1e6);
     }
     let rate = messages.len() as f64 / started.elapsed().as_secs_f64();
-    let n = messages.len() as f64;
-    let syncs = (counts.syncs.load(Ordering::Relaxed) - syncs) as f64 / n;
-    let reads = (counts.device_reads.load(Ordering::Relaxed) - reads) as f64 / n;
+    let calls = counts.per_persist(before, messages.len() as f64);
     partition.close().expect("close");
-    (rate, latencies, syncs, reads)
+    (rate, latencies, calls)
 }
 
 fn one_message(seed: u64) -> BytesMut {
@@ -270,22 +290,26 @@ fn main() {
     }
     let messages: Vec<BytesMut> = (0..2000u64).map(one_message).collect();
     let (mut ours, mut theirs, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut syncs, mut reads) = (0.0, 0.0);
+    let mut calls = PerPersist::default();
     for _ in 0..ROUNDS {
         let dir = tempfile::tempdir_in(&root).expect("temp dir");
         // Messages per second: the baseline's bytes per second over one message's bytes.
         let one = messages[0].len() as f64 / 1e6;
         theirs.push(baseline_round(&dir.path().join("baseline.log"), true, &messages) / one);
-        let (rate, round, s, r) = cairn_one_message_round(&dir.path().join("partition"), &messages);
+        let (rate, round, per_persist) =
+            cairn_one_message_round(&dir.path().join("partition"), &messages);
         ours.push(rate);
         latencies.extend(round);
-        (syncs, reads) = (s, r);
+        calls = per_persist;
     }
     let (ours, theirs) = (median(ours), median(theirs));
     println!(
-        "append_persisted_1msg cairn_msg_per_s={ours:.0} baseline_msg_per_s={theirs:.0} ratio={:.3} p50_us={:.0} p99_us={:.0} syncs_per_persist={syncs:.2} device_reads_per_persist={reads:.2}",
+        "append_persisted_1msg cairn_msg_per_s={ours:.0} baseline_msg_per_s={theirs:.0} ratio={:.3} p50_us={:.0} p99_us={:.0} syncs_per_persist={:.2} device_reads_per_persist={:.2} opens_per_persist={:.2}",
         ours / theirs,
         percentile(latencies.clone(), 0.5),
         percentile(latencies, 0.99),
+        calls.syncs,
+        calls.reads,
+        calls.opens,
     );
 }

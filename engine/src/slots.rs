@@ -11,7 +11,7 @@
 //! place keeps the slot's old bytes, and nothing may be acknowledged on a record that is not
 //! where recovery looks. Decoding the bytes is the caller's (each record has its own format).
 
-use crate::env::{DirEntry, Disk, OpenMode};
+use crate::env::{DirEntry, Disk, DiskFile, OpenMode};
 use std::io;
 use std::path::Path;
 
@@ -42,8 +42,14 @@ pub fn encode_file(record: &[u8; RECORD_LEN]) -> Vec<u8> {
 /// Writes `record` into the slot file at `path` (both copies, one write), syncs it, and reads
 /// it back from the device. A mismatch is an error: the write landed elsewhere.
 pub fn write(disk: &dyn Disk, path: &Path, record: &[u8; RECORD_LEN]) -> io::Result<()> {
-    let _span = tracing::debug_span!("write_slot", path = %path.display()).entered();
     let file = disk.open(path, OpenMode::CreateOrOpen)?;
+    write_to(file.as_ref(), path, record)
+}
+
+/// [`write`] through `file`, the slot file at `path` opened already (kept open by its
+/// owner, so a record costs no open and close).
+pub fn write_to(file: &dyn DiskFile, path: &Path, record: &[u8; RECORD_LEN]) -> io::Result<()> {
+    let _span = tracing::debug_span!("write_slot", path = %path.display()).entered();
     let bytes = encode_file(record);
     file.write_all_at(&[io::IoSlice::new(&bytes)], 0)?;
     file.sync_data()?;

@@ -146,10 +146,11 @@ pub fn batch_positions(log: &Path) -> Vec<u64> {
 /// Calls counted per path.
 pub type PathCounts = Arc<Mutex<BTreeMap<PathBuf, usize>>>;
 
-/// A real disk that counts `sync_data` and `evict_cache` calls per path and `sync_dir` calls
-/// per directory: the engine's counting disk ([`counting_disk`]) with a tally per path.
+/// A real disk that counts opens, `sync_data` and `evict_cache` calls per path and `sync_dir`
+/// calls per directory: the engine's counting disk ([`counting_disk`]) with a tally per path.
 #[derive(Clone)]
 pub struct CountingDisk {
+    pub opens: PathCounts,
     pub syncs: PathCounts,
     pub evictions: PathCounts,
     pub dir_syncs: PathCounts,
@@ -160,6 +161,7 @@ impl Default for CountingDisk {
     fn default() -> Self {
         let tally = PathTally::default();
         CountingDisk {
+            opens: tally.opens.clone(),
             syncs: tally.syncs.clone(),
             evictions: tally.evictions.clone(),
             dir_syncs: tally.dir_syncs.clone(),
@@ -169,6 +171,11 @@ impl Default for CountingDisk {
 }
 
 impl CountingDisk {
+    /// Opens of files whose path contains `part`.
+    pub fn opens_of(&self, part: &str) -> usize {
+        count_matching(&self.opens, part)
+    }
+
     /// `sync_data` calls on files whose path contains `part`.
     pub fn syncs_of(&self, part: &str) -> usize {
         count_matching(&self.syncs, part)
@@ -204,6 +211,7 @@ fn count_matching(counts: &Mutex<BTreeMap<PathBuf, usize>>, part: &str) -> usize
 /// The counts of a [`CountingDisk`]: an open file keeps its path.
 #[derive(Default)]
 struct PathTally {
+    opens: PathCounts,
     syncs: PathCounts,
     evictions: PathCounts,
     dir_syncs: PathCounts,
@@ -220,6 +228,7 @@ fn bump(counts: &PathCounts, path: &Path) {
 impl DiskTally for PathTally {
     type File = PathBuf;
     fn opened(&self, path: &Path) -> PathBuf {
+        bump(&self.opens, path);
         path.to_path_buf()
     }
     fn file_synced(&self, path: &PathBuf) {

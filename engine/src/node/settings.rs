@@ -47,7 +47,7 @@ pub struct NodeLimits {
     pub journal_bytes: u64,
     /// Open handles of sealed segments across all partitions (an LRU cache).
     pub sealed_handles: usize,
-    /// Partitions whose active segment's two files may stay open at once (a bounded
+    /// Partitions whose active segment's files (and superblock slots) may stay open at once (a bounded
     /// table: [`crate::partition::active_handles`]).
     pub active_handles: usize,
 }

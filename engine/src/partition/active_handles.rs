@@ -1,6 +1,7 @@
 //! The open files of the partitions' active segments, bounded across a node: a partition
 //! opens its active segment's `.log` and `.index` when an append, a sync or a read needs
-//! them, and they stay open until the table is full and they are the least recently used
+//! them (and its superblock slot files when a record does, kept beside them:
+//! [`ActiveFiles::slot`]), and they stay open until the table is full and they are the least recently used
 //! (review S4: two files held by every partition made the open-file limit the limit on
 //! partitions; issue 26's 100,000 partitions need this bound).
 //!
@@ -266,10 +267,7 @@ mod tests {
             syncs: syncs.clone(),
             fail,
         };
-        Ok(ActiveFiles {
-            log: Arc::new(file()),
-            index: Box::new(file()),
-        })
+        Ok(ActiveFiles::new(Arc::new(file()), Box::new(file())))
     }
 
     #[test]

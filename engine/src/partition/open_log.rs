@@ -21,6 +21,7 @@ mod pipeline;
 mod read;
 
 pub use pipeline::RecordPlan;
+use pipeline::SlotWriter;
 
 use super::active_handles::Use;
 use super::hooks::ReadHooks;
@@ -365,15 +366,33 @@ impl OpenLog {
         let open = || {
             let _span =
                 tracing::debug_span!("open_active", log = %active.log_path.display()).entered();
-            Ok(ActiveFiles {
-                log: Arc::from(disk.open(&active.log_path, OpenMode::ReadWrite)?),
-                index: disk.open(&active.index_path, OpenMode::ReadWrite)?,
-            })
+            Ok(ActiveFiles::new(
+                Arc::from(disk.open(&active.log_path, OpenMode::ReadWrite)?),
+                disk.open(&active.index_path, OpenMode::ReadWrite)?,
+            ))
         };
         let owner = self.handle_owner;
         self.resources
             .active
             .checkout(owner, active.start_offset, use_, open)
+    }
+
+    /// What writes superblock slot `slot`: its file kept open with the active segment's
+    /// ([`ActiveFiles::slot`]), or, when those cannot be checked out (a missing active
+    /// log), the file opened by its path for this one write, as a record needs no more.
+    fn slot_writer(&self, slot: usize) -> SlotWriter {
+        let path = self.dir.join(superblock::SLOT_NAMES[slot]);
+        let disk = self.env.disk.clone();
+        let kept = self
+            .checkout(Use::Read)
+            .and_then(|files| files.slot(slot, || disk.open(&path, OpenMode::CreateOrOpen)));
+        match kept {
+            Ok(file) => SlotWriter::Kept(file),
+            Err(error) => {
+                tracing::debug!(%error, "the slot file is not kept open: opened for one record");
+                SlotWriter::ByPath(disk)
+            }
+        }
     }
 
     /// [`Self::checkout`] to write, its failure a [`WriteError`].
@@ -634,11 +653,9 @@ impl OpenLog {
         // Its index lives in memory from now on; its log stays warm in the cache.
         self.resources.active.take(self.handle_owner);
         self.resources.handles.put(key, files.log.clone());
-        drop(files);
-        let files = ActiveFiles {
-            log: Arc::from(log),
-            index: index_file,
-        };
+        let sealed = files;
+        let files = ActiveFiles::new(Arc::from(log), index_file).with_slots_of(&sealed);
+        drop(sealed);
         self.resources.active.adopt(self.handle_owner, start, files);
         self.segments.push(Segment {
             start_offset: start,
@@ -664,7 +681,8 @@ impl OpenLog {
             "one record at a time: a record job is out (the owner waits for it first)"
         );
         let next = self.superblock.next(change);
-        superblock::write_slot(self.env.disk.as_ref(), &self.dir, &next)
+        self.slot_writer(next.slot())
+            .write(&self.dir, &next)
             .map_err(write_error("write superblock in", &self.dir))?;
         self.superblock = next;
         Ok(())

@@ -9,7 +9,7 @@ use crate::format::{
 use bytes::Bytes;
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub fn log_name(start_offset: u64) -> String {
     format!("{start_offset:020}.log")
@@ -41,6 +41,43 @@ pub fn parse_segment_name(name: &str) -> Option<(u64, bool)> {
 pub struct ActiveFiles {
     pub log: Arc<dyn DiskFile>,
     pub index: Box<dyn DiskFile>,
+    /// The superblock's slot files (`superblock.a`, `.b`), opened when a record first needs
+    /// one and closed with these files, so a record costs no open and close while they are
+    /// open (4 descriptors per partition in the table, at most).
+    slots: [OnceLock<Arc<dyn DiskFile>>; 2],
+}
+
+impl ActiveFiles {
+    pub fn new(log: Arc<dyn DiskFile>, index: Box<dyn DiskFile>) -> ActiveFiles {
+        ActiveFiles {
+            log,
+            index,
+            slots: Default::default(),
+        }
+    }
+
+    /// These files with `sealed`'s slot files, open already (a rotation carries them from
+    /// the segment it seals to the new active one).
+    pub fn with_slots_of(self, sealed: &ActiveFiles) -> ActiveFiles {
+        ActiveFiles {
+            slots: sealed.slots.clone(),
+            ..self
+        }
+    }
+
+    /// Slot file `slot`, opened with `open` the first time. A partition's checkouts come
+    /// one at a time, so two opens never race; if they did, the first kept wins.
+    pub fn slot(
+        &self,
+        slot: usize,
+        open: impl FnOnce() -> io::Result<Box<dyn DiskFile>>,
+    ) -> io::Result<Arc<dyn DiskFile>> {
+        if let Some(file) = self.slots[slot].get() {
+            return Ok(file.clone());
+        }
+        let opened: Arc<dyn DiskFile> = Arc::from(open()?);
+        Ok(self.slots[slot].get_or_init(|| opened).clone())
+    }
 }
 
 /// A live segment of an open partition.

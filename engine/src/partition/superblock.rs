@@ -283,6 +283,17 @@ pub(crate) fn write_slot(disk: &dyn Disk, dir: &Path, superblock: &Superblock) -
     crate::slots::write(disk, &path, &superblock.encode())
 }
 
+/// [`write_slot`] through `file`, the slot file of `superblock` in `dir` opened already.
+pub(crate) fn write_slot_to(
+    file: &dyn crate::env::DiskFile,
+    dir: &Path,
+    superblock: &Superblock,
+) -> io::Result<()> {
+    let path = dir.join(SLOT_NAMES[superblock.slot()]);
+    let _span = tracing::debug_span!("write_superblock", sequence = superblock.sequence).entered();
+    crate::slots::write_to(file, &path, &superblock.encode())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

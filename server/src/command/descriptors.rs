@@ -7,7 +7,7 @@
 //! ```text
 //! limit ─ reserved (the sealed-handle cache, metadata files, the runtime)
 //!       ─ connections (TCP and HTTP; at most half of what is left)
-//!       = 2 × partitions whose active files stay open at once
+//!       = 4 × partitions whose active files stay open at once
 //! ```
 //!
 //! Partitions are bounded by [`MAX_PARTITIONS`]: a create past it is refused before it is
@@ -15,8 +15,9 @@
 
 use super::status::{codes, Status};
 
-/// Files each partition holds while its active segment's files are open: its log and index.
-pub const FILES_PER_PARTITION: u64 = 2;
+/// Files each partition holds while its active segment's files are open: its log and
+/// index, and the superblock's two slot files kept open beside them.
+pub const FILES_PER_PARTITION: u64 = 4;
 /// Descriptors kept for the process itself besides the sealed-handle cache: the metadata
 /// journal and superblock, a checkpoint's files, stdio, the runtime's event and signal
 /// descriptors, the listeners.
@@ -74,12 +75,12 @@ mod tests {
 
     #[test]
     fn active_files_get_what_the_reserve_and_the_connections_leave() {
-        // 1024 - 64 - 512 = 448 spare; connections take at most half: 224; 224 / 2 files.
+        // 1024 - 64 - 512 = 448 spare; connections take at most half: 224; 224 / 4 files.
         let tight = DescriptorBudget::new(1024, 512, 8192);
-        assert_eq!((tight.connections, tight.active), (224, 112));
+        assert_eq!((tight.connections, tight.active), (224, 56));
         // A roomy limit: connections take what they need.
         let roomy = DescriptorBudget::new(1 << 20, 512, 8192);
-        assert_eq!(roomy.active, ((1 << 20) - 64 - 512 - 8192) / 2);
+        assert_eq!(roomy.active, ((1 << 20) - 64 - 512 - 8192) / 4);
         // Below the reserve one partition's files still open, and nothing overflows.
         assert_eq!(DescriptorBudget::new(100, 512, 10).active, 1);
     }

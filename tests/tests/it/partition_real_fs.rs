@@ -339,6 +339,49 @@ fn many_persisted_appends_share_one_sync_per_file() {
     assert!(counting.syncs.lock().unwrap().is_empty());
 }
 
+/// A record goes through the slot files kept open with the active segment's files: once
+/// open, persists open nothing, and a rotation carries them to the new active segment.
+#[test]
+fn persists_write_their_records_through_slot_files_kept_open() {
+    let (_tmp, dir) = scratch_dir();
+    let counting = CountingDisk::default();
+    let env = env_on(counting.clone());
+    let small_segments = TopicConfig {
+        segment_size: 1024 * 1024,
+        ..config(Durability::Persisted)
+    };
+    let mut partition = create(&env, &dir, small_segments);
+    let opened = |counting: &CountingDisk| counting.opens_of("superblock.");
+    let persist = |partition: &mut Partition, seed: u64| {
+        let acks = partition.append_group(vec![batch(seed, 1, 40_000)]);
+        assert!(acks.into_iter().all(|a| a.unwrap().durable));
+    };
+    persist(&mut partition, 0);
+    persist(&mut partition, 1);
+    let warm = opened(&counting);
+    for seed in 2..40 {
+        persist(&mut partition, seed);
+    }
+    assert_eq!(opened(&counting), warm, "38 persists open no slot file");
+    assert!(
+        counting.syncs_of("superblock.") >= 40,
+        "each persist recorded"
+    );
+    let segments = logs(&dir).len();
+    for seed in 40..100 {
+        persist(&mut partition, seed);
+    }
+    assert!(logs(&dir).len() > segments, "segments rotated");
+    assert_eq!(
+        opened(&counting),
+        warm,
+        "a rotation keeps the slot files open"
+    );
+    drop(partition);
+    let opened = open(&env, &dir, small_segments);
+    assert_eq!(opened.partition.next_offset().unwrap(), 100);
+}
+
 #[test]
 fn replicated_appends_wait_for_thresholds_and_never_sync() {
     let (_tmp, dir) = scratch_dir();

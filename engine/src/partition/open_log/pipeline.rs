@@ -11,26 +11,43 @@
 //! before any later sync could be taken to cover its bytes.
 
 use super::{write_error, OpenLog, WriteError, INDEX_SYNC_LAG_BYTES};
-use crate::env::Disk;
+use crate::env::{Disk, DiskFile};
 use crate::partition::active_handles::Use;
 use crate::partition::superblock::{self, DurablePoint, Superblock};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A superblock record to write, naming bytes the log synced: the second step of a persist,
 /// run anywhere ([`RecordPlan::write`]), its result handed back to [`OpenLog::recorded`].
 pub struct RecordPlan {
-    disk: Arc<dyn Disk>,
+    writer: SlotWriter,
     dir: PathBuf,
     next: Superblock,
+}
+
+/// How a record reaches its slot file: through the file kept open with the active
+/// segment's files, or by its path.
+pub(in crate::partition) enum SlotWriter {
+    Kept(Arc<dyn DiskFile>),
+    ByPath(Arc<dyn Disk>),
+}
+
+impl SlotWriter {
+    /// Writes `next` into its slot in `dir`, synced and read back.
+    pub(in crate::partition) fn write(&self, dir: &Path, next: &Superblock) -> io::Result<()> {
+        match self {
+            SlotWriter::Kept(file) => superblock::write_slot_to(file.as_ref(), dir, next),
+            SlotWriter::ByPath(disk) => superblock::write_slot(disk.as_ref(), dir, next),
+        }
+    }
 }
 
 impl RecordPlan {
     /// Writes the record into its slot, synced and read back.
     pub fn write(&self) -> io::Result<()> {
         let _span = tracing::debug_span!("record", dir = %self.dir.display(), position = self.next.durable.position).entered();
-        superblock::write_slot(self.disk.as_ref(), &self.dir, &self.next)
+        self.writer.write(&self.dir, &self.next)
     }
 
     /// The durable end the record names.
@@ -110,7 +127,7 @@ impl OpenLog {
         let next = self.superblock.next(|r| r.durable = synced);
         self.recording = Some(next);
         Some(RecordPlan {
-            disk: self.env.disk.clone(),
+            writer: self.slot_writer(next.slot()),
             dir: self.dir.clone(),
             next,
         })
