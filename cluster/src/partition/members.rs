@@ -9,6 +9,7 @@
 //! | a voter whose member the metadata group no longer has | removes it in the same change |
 //! | a member that does not answer which replica it runs, a learner that does not catch up within [`CATCH_UP_LIMIT`], a change that does not commit within [`CHANGE_LIMIT`] | nothing more now: tried again once [`RECONCILE_RETRY`] passed |
 //! | a member that released the replica it named (a kept one, its metadata view behind this leader's) and runs another, or none, while it catches up or by the time the change commits | the same: the next reconciliation adds the one it runs (and removes the one gone) |
+//! | a peer answering a request of the group's Raft that it runs another replica than the one configured (a release decided after the change committed) | reconciles again at the next pass, as if the voters had changed |
 //! | a learner whose member is not wanted (left over from a change cut short) | removes it in the same change |
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
 //! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
@@ -64,6 +65,29 @@ pub enum Reconciled {
     RetryAt(u64),
 }
 
+/// What a pass knows of a group it leads.
+#[derive(Debug, Clone, Copy)]
+struct GroupNow {
+    /// The log id of the configuration it runs under; `None` when asleep (unchanged).
+    configured_at: Option<Option<LogId>>,
+    /// A peer answered a request of its Raft that it runs another replica than the one
+    /// addressed ([`super::net::PartNetworks::take_elsewhere`]).
+    elsewhere: bool,
+}
+
+/// Whether a group whose last reconciliation left `record` is due one now, with the
+/// metadata voters `key` (the module doc's table, first rows).
+fn is_due(record: Option<&Reconciled>, key: &BTreeSet<NodeId>, group: GroupNow, now: u64) -> bool {
+    match record {
+        Some(Reconciled::With(done, at)) => {
+            done != key || group.elsewhere || group.configured_at.is_some_and(|c| c != *at)
+        }
+        Some(Reconciled::Running) => false,
+        Some(Reconciled::RetryAt(at)) => *at <= now,
+        None => true,
+    }
+}
+
 impl PartGroups {
     /// Starts a reconciliation of each group this member leads whose metadata voters
     /// changed since its last one (none while the metadata configuration is joint).
@@ -78,16 +102,19 @@ impl PartGroups {
             if status.joint {
                 return;
             }
+            // A peer that runs another replica than the configured one (a release decided
+            // before the learner entry reached it) makes its group due even when nothing
+            // else changed.
+            let elsewhere = self.networks().take_elsewhere();
             let due: Vec<(GroupName, PartRaft)> = led
                 .into_iter()
-                .filter(|(name, raft)| match reconciled.get(name) {
-                    // Asleep, its configuration cannot have changed since.
-                    Some(Reconciled::With(done, at)) => {
-                        *done != key || (!asleep.contains(name) && configured_at(raft) != *at)
-                    }
-                    Some(Reconciled::Running) => false,
-                    Some(Reconciled::RetryAt(at)) => *at <= now,
-                    None => true,
+                .filter(|(name, raft)| {
+                    let group = GroupNow {
+                        // Asleep, its configuration cannot have changed since.
+                        configured_at: (!asleep.contains(name)).then(|| configured_at(raft)),
+                        elsewhere: elsewhere.contains(name),
+                    };
+                    is_due(reconciled.get(name), &key, group, now)
                 })
                 .collect();
             for (name, _) in &due {
@@ -267,5 +294,59 @@ impl PartGroups {
             env.clock.sleep(CATCH_UP_POLL).await;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_reconciled_is_due_again_when_its_voters_configuration_or_a_peers_replica_changed() {
+        let key: BTreeSet<NodeId> = [1 << 32, 2 << 32].into_iter().collect();
+        let done = Reconciled::With(key.clone(), None);
+        let quiet = GroupNow {
+            configured_at: Some(None),
+            elsewhere: false,
+        };
+        let cases: [(Option<&Reconciled>, &BTreeSet<NodeId>, GroupNow, bool); 7] = [
+            (None, &key, quiet, true),
+            (Some(&done), &key, quiet, false),
+            (Some(&done), &BTreeSet::new(), quiet, true),
+            // The peer runs another replica than the configured one (seed 0x53726d6f's gap).
+            (
+                Some(&done),
+                &key,
+                GroupNow {
+                    elsewhere: true,
+                    ..quiet
+                },
+                true,
+            ),
+            // Asleep: its configuration is as it was.
+            (
+                Some(&done),
+                &key,
+                GroupNow {
+                    configured_at: None,
+                    ..quiet
+                },
+                false,
+            ),
+            (
+                Some(&Reconciled::Running),
+                &key,
+                GroupNow {
+                    elsewhere: true,
+                    ..quiet
+                },
+                false,
+            ),
+            (Some(&Reconciled::RetryAt(10)), &key, quiet, false),
+        ];
+        for (i, (record, voters, group, due)) in cases.into_iter().enumerate() {
+            assert_eq!(is_due(record, voters, group, 5), due, "case {i}");
+        }
+        assert!(is_due(Some(&Reconciled::RetryAt(5)), &key, quiet, 5));
     }
 }

@@ -31,7 +31,7 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -235,6 +235,10 @@ pub struct PartNetworks {
     pools: Arc<Mutex<BTreeMap<PoolKey, Arc<Pool>>>>,
     batchers: Arc<Mutex<BTreeMap<BatcherKey, Batcher>>>,
     counts: Arc<BatchCounts>,
+    /// Groups a peer answered [`PartReply::Elsewhere`] for since the last
+    /// [`PartNetworks::take_elsewhere`]: the group's configuration names a replica its
+    /// member no longer runs (at most one entry per group this member runs).
+    elsewhere: Arc<Mutex<BTreeSet<GroupName>>>,
 }
 
 impl PartNetworks {
@@ -244,7 +248,19 @@ impl PartNetworks {
             pools: Arc::default(),
             batchers: Arc::default(),
             counts: Arc::default(),
+            elsewhere: Arc::default(),
         }
+    }
+
+    /// Notes that a peer runs another replica of `group` than the one addressed.
+    fn note_elsewhere(&self, group: GroupName) {
+        let mut elsewhere = self.elsewhere.lock().unwrap_or_else(|p| p.into_inner());
+        elsewhere.insert(group);
+    }
+
+    /// The groups a peer answered "runs another replica" for since the last call.
+    pub(super) fn take_elsewhere(&self) -> BTreeSet<GroupName> {
+        std::mem::take(&mut *self.elsewhere.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// How many batched exchanges and requests went to peers.
@@ -420,14 +436,18 @@ impl GroupClient {
                 io::ErrorKind::NotConnected,
                 "the peer runs no replica of this partition yet",
             )),
-            PartReply::Elsewhere(runs) => Err(io::Error::new(
-                io::ErrorKind::NotConnected,
-                format!(
-                    "the peer runs replica {} of this partition, not {}",
-                    show_id(runs),
-                    show_id(self.target)
-                ),
-            )),
+            PartReply::Elsewhere(runs) => Err({
+                // Its leader's next reconciliation adds the replica the member runs.
+                network.networks.note_elsewhere(network.group);
+                io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!(
+                        "the peer runs replica {} of this partition, not {}",
+                        show_id(runs),
+                        show_id(self.target)
+                    ),
+                )
+            }),
             reply => Ok(reply),
         }
     }
