@@ -9,7 +9,7 @@
 //! | a voter whose member the metadata group no longer has | removes it in the same change |
 //! | a member that does not answer which replica it runs, a learner that does not catch up within [`CATCH_UP_LIMIT`], a change that does not commit within [`CHANGE_LIMIT`] | nothing more now: tried again once [`RECONCILE_RETRY`] passed |
 //! | a member that released the replica it named (a kept one, its metadata view behind this leader's) and runs another, or none, while it catches up or by the time the change commits | the same: the next reconciliation adds the one it runs (and removes the one gone) |
-//! | a peer answering a request of the group's Raft that it runs another replica than the one configured (a release decided after the change committed) | reconciles again at the next pass, as if the voters had changed |
+//! | a peer answering a request of the group's Raft that it runs another replica than the one configured (a release decided after the change committed) | reconciles again at the next pass that finds no reconciliation of the group running or waiting to retry, as if the voters had changed |
 //! | a learner whose member is not wanted (left over from a change cut short) | removes it in the same change |
 //! | the group's configuration joint (a change cut short) | the change above finishes it |
 //! | the metadata group's own configuration joint | waits until it is not (a member removed while it runs still sees itself in the joint one) |
@@ -102,10 +102,12 @@ impl PartGroups {
             if status.joint {
                 return;
             }
-            // A peer that runs another replica than the configured one (a release decided
-            // before the learner entry reached it) makes its group due even when nothing
-            // else changed.
+            // A peer that runs another replica than the configured one (its member released
+            // the one added after the change committed) makes its group due even when
+            // nothing else changed. A mark of a group led whose pass does not act on it (its
+            // reconciliation running, or waiting to retry) is kept for the next.
             let elsewhere = self.networks().take_elsewhere();
+            let led_names: BTreeSet<GroupName> = led.keys().copied().collect();
             let due: Vec<(GroupName, PartRaft)> = led
                 .into_iter()
                 .filter(|(name, raft)| {
@@ -120,6 +122,11 @@ impl PartGroups {
             for (name, _) in &due {
                 reconciled.insert(*name, Reconciled::Running);
             }
+            let acted: BTreeSet<GroupName> = due.iter().map(|(name, _)| *name).collect();
+            let unused = elsewhere
+                .difference(&acted)
+                .filter(|n| led_names.contains(n));
+            self.networks().keep_elsewhere(unused.copied());
             due
         };
         for (name, raft) in due {

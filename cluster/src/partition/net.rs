@@ -258,6 +258,12 @@ impl PartNetworks {
         elsewhere.insert(group);
     }
 
+    /// Puts back marks [`Self::take_elsewhere`] took that their pass did not act on.
+    pub(super) fn keep_elsewhere(&self, groups: impl Iterator<Item = GroupName>) {
+        let mut elsewhere = self.elsewhere.lock().unwrap_or_else(|p| p.into_inner());
+        elsewhere.extend(groups);
+    }
+
     /// The groups a peer answered "runs another replica" for since the last call.
     pub(super) fn take_elsewhere(&self) -> BTreeSet<GroupName> {
         std::mem::take(&mut *self.elsewhere.lock().unwrap_or_else(|p| p.into_inner()))

@@ -10,7 +10,7 @@
 //! | checks its files out to change them ([`Use::Write`]) | counts them dirty: written past what was synced |
 //! | synced them and recorded the durable end ([`ActiveHandles::settled`]) | counts them clean |
 //! | checks out files it does not hold | opens them, then closes the least recently used others' past [`ActiveHandles::new`]'s capacity: clean ones first as they are; a dirty one is synced first (closing unsynced files would lose a writeback error with them), and one whose sync fails stays open, its failure kept for its partition ([`ActiveHandles::failure`]: the partition fences at its next request; the sync that took the error was the one that could report it, so a later sync of the partition's own would succeed over lost bytes) |
-//! | holds a checkout while another partition needs room | keeps those files: a checkout in use is never closed (the table may then hold more than its capacity, by at most the checkouts in flight; a poll's reader holds only the log, read-only, which closes when the read ends) |
+//! | holds a checkout while another partition needs room | keeps those files: a checkout in use is never closed (the table may then hold more than its capacity, by at most the checkouts in flight, and a record job's slot file outlives its entry's closing until the job ends; a poll's reader holds only the log, read-only, which closes when the read ends) |
 //! | seals its active segment ([`ActiveHandles::take`]) or goes away ([`ActiveHandles::forget_owner`]) | gives the files back |
 //!
 //! Owners are the numbers a node's [`super::resources::HandleCache`] gives its logs.

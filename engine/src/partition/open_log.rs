@@ -21,7 +21,6 @@ mod pipeline;
 mod read;
 
 pub use pipeline::RecordPlan;
-use pipeline::SlotWriter;
 
 use super::active_handles::Use;
 use super::hooks::ReadHooks;
@@ -32,7 +31,7 @@ use super::segment::{index_name, log_name, ActiveFiles, Segment};
 use super::superblock::{self, DurablePoint, Superblock};
 use super::{FenceReason, PartitionError, Result};
 use crate::config::{Durability, PartitionSettings, TopicConfig};
-use crate::env::{is_no_space, DiskFile, Env, OpenMode};
+use crate::env::{is_no_space, Disk, DiskFile, Env, OpenMode};
 use crate::format::{admit_batch, BatchHeader, IndexEntry, INDEX_ENTRY_LEN};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
@@ -220,6 +219,23 @@ pub(super) struct OpenLog {
     recording: Option<Superblock>,
     /// The end the log's last sync made durable (see [`OpenLog::synced_end`]).
     synced: DurablePoint,
+}
+
+/// How a record reaches its slot file: through the file kept open with the active
+/// segment's files, or by its path.
+enum SlotWriter {
+    Kept(Arc<dyn DiskFile>),
+    ByPath(Arc<dyn Disk>),
+}
+
+impl SlotWriter {
+    /// Writes `next` into its slot in `dir`, synced and read back.
+    fn write(&self, dir: &Path, next: &Superblock) -> io::Result<()> {
+        match self {
+            SlotWriter::Kept(file) => superblock::write_slot_to(file.as_ref(), dir, next),
+            SlotWriter::ByPath(disk) => superblock::write_slot(disk.as_ref(), dir, next),
+        }
+    }
 }
 
 impl OpenLog {

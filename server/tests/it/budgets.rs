@@ -268,7 +268,7 @@ async fn a_frame_larger_than_its_session_may_send_is_refused_and_the_connection_
 }
 
 /// Review S4, now without a refusal: under an open-file limit of 1100 (soft and hard), a
-/// topic of 600 `persisted` partitions (1200 active files) is created and each is sent a
+/// topic of 600 `persisted` partitions (up to 2400 active files with their superblock slots) is created and each is sent a
 /// message and read back, the active files checked out of a table the limit sizes; after a
 /// kill -9 a restart under the same limit boots (opening none of them) and every message
 /// reads back. (Before, the create was refused: every partition held its two files.)

@@ -377,9 +377,20 @@ fn persists_write_their_records_through_slot_files_kept_open() {
         warm,
         "a rotation keeps the slot files open"
     );
+    // The node's path: the record as a plan, written by a job through the kept file.
+    for seed in 100..110 {
+        partition.append(batch(seed, 1, 100)).unwrap();
+        let synced = partition.persist_log().unwrap();
+        let plan = partition.plan_record(synced).unwrap().expect("a record");
+        let written = std::thread::spawn(move || plan.write().map(|()| plan));
+        let plan = written.join().unwrap().expect("written");
+        partition.recorded(Ok(())).unwrap();
+        assert_eq!(partition.durable_point().unwrap(), plan.durable());
+    }
+    assert_eq!(opened(&counting), warm, "planned records open nothing");
     drop(partition);
     let opened = open(&env, &dir, small_segments);
-    assert_eq!(opened.partition.next_offset().unwrap(), 100);
+    assert_eq!(opened.partition.next_offset().unwrap(), 110);
 }
 
 #[test]

@@ -10,13 +10,11 @@
 //! so the durable end names only synced bytes whichever thread writes it; a sync that failed fences the partition
 //! before any later sync could be taken to cover its bytes.
 
-use super::{write_error, OpenLog, WriteError, INDEX_SYNC_LAG_BYTES};
-use crate::env::{Disk, DiskFile};
+use super::{write_error, OpenLog, SlotWriter, WriteError, INDEX_SYNC_LAG_BYTES};
 use crate::partition::active_handles::Use;
-use crate::partition::superblock::{self, DurablePoint, Superblock};
+use crate::partition::superblock::{DurablePoint, Superblock};
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 /// A superblock record to write, naming bytes the log synced: the second step of a persist,
 /// run anywhere ([`RecordPlan::write`]), its result handed back to [`OpenLog::recorded`].
@@ -24,23 +22,6 @@ pub struct RecordPlan {
     writer: SlotWriter,
     dir: PathBuf,
     next: Superblock,
-}
-
-/// How a record reaches its slot file: through the file kept open with the active
-/// segment's files, or by its path.
-pub(in crate::partition) enum SlotWriter {
-    Kept(Arc<dyn DiskFile>),
-    ByPath(Arc<dyn Disk>),
-}
-
-impl SlotWriter {
-    /// Writes `next` into its slot in `dir`, synced and read back.
-    pub(in crate::partition) fn write(&self, dir: &Path, next: &Superblock) -> io::Result<()> {
-        match self {
-            SlotWriter::Kept(file) => superblock::write_slot_to(file.as_ref(), dir, next),
-            SlotWriter::ByPath(disk) => superblock::write_slot(disk.as_ref(), dir, next),
-        }
-    }
 }
 
 impl RecordPlan {
