@@ -560,9 +560,16 @@ pub fn inflict(dir: &Path, damage: &Damage, pick: impl Fn(&proptest::sample::Ind
 /// path part and how many matching opens pass first; the next one waits in the calling
 /// owner (its OS thread, or a shard's runtime worker) while the test looks at what the node
 /// answers meanwhile.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct GatedDisk {
     gate: Arc<(Mutex<Gate>, std::sync::Condvar)>,
+    inner: Arc<dyn Disk>,
+}
+
+impl Default for GatedDisk {
+    fn default() -> Self {
+        GatedDisk::over(Arc::new(RealDisk))
+    }
 }
 
 #[derive(Default)]
@@ -573,6 +580,14 @@ struct Gate {
 }
 
 impl GatedDisk {
+    /// A gate in front of `inner` (another layer, such as a [`CountingDisk`]).
+    pub fn over(inner: Arc<dyn Disk>) -> Self {
+        GatedDisk {
+            gate: Arc::default(),
+            inner,
+        }
+    }
+
     /// The open of a path containing `part` after `pass` such opens blocks.
     pub fn arm(&self, part: &str, pass: usize) {
         let mut gate = self.gate.0.lock().unwrap();
@@ -622,10 +637,10 @@ impl GatedDisk {
 
 impl DiskLayer for GatedDisk {
     fn inner(&self) -> &dyn Disk {
-        &RealDisk
+        self.inner.as_ref()
     }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         self.pass(path);
-        RealDisk.open(path, mode)
+        self.inner.open(path, mode)
     }
 }

@@ -205,6 +205,9 @@ pub struct NodeStats {
     /// Deletions of a partition's segments (retention, a request) or of the partition
     /// (purge, removal, drop, rebuild) while a read plan of it was out.
     pub deletions_during_reads: AtomicU64,
+    /// Directory syncs that made more than one `persisted` offset store of a round durable
+    /// (`shard/stores`).
+    pub shared_offset_syncs: AtomicU64,
     /// Requests that found an inbox full and waited for room.
     pub inbox_full: AtomicU64,
     pub meta_batches: AtomicU64,
@@ -230,6 +233,7 @@ pub struct StatsSnapshot {
     pub record_jobs: u64,
     pub pipelined_persists: u64,
     pub deletions_during_reads: u64,
+    pub shared_offset_syncs: u64,
     pub inbox_full: u64,
     pub meta_batches: u64,
     pub meta_ops: u64,
@@ -252,6 +256,7 @@ impl NodeStats {
             record_jobs: get(&self.record_jobs),
             pipelined_persists: get(&self.pipelined_persists),
             deletions_during_reads: get(&self.deletions_during_reads),
+            shared_offset_syncs: get(&self.shared_offset_syncs),
             inbox_full: get(&self.inbox_full),
             meta_batches: get(&self.meta_batches),
             meta_ops: get(&self.meta_ops),

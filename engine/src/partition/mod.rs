@@ -495,6 +495,18 @@ impl Partition {
         self.guarded(|log| log.store_offset(consumer, offset))
     }
 
+    /// [`Partition::store_offset`] for a shard's round: true when the store waits for
+    /// [`Partition::settle_offsets`] (under `persisted`, into an existing file: the round's
+    /// stores share one directory sync) and may be answered only after it.
+    pub fn store_offset_in_round(&mut self, consumer: ConsumerId, offset: u64) -> Result<bool> {
+        self.guarded(|log| log.store_offset_in_round(consumer, offset))
+    }
+
+    /// Makes the stores [`Partition::store_offset_in_round`] left waiting durable and shown.
+    pub fn settle_offsets(&mut self) -> Result<()> {
+        self.guarded(|log| log.settle_offsets())
+    }
+
     /// Stores an offset a cluster member's partition group ordered (checked there, against
     /// the sends ordered before it, not against this replica's end).
     pub fn store_replicated_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {

@@ -12,7 +12,10 @@
 //! damaged, never as that partition's offset.
 //!
 //! A store writes `{id}.tmp` and renames it over `{id}`; under `persisted` the file is synced
-//! before the rename and the directory after it, before success. Under `replicated` a
+//! before the rename and the directory after it, before success. A shard's stores into
+//! existing files share that directory sync: [`ConsumerOffsets::store_pending`] replaces
+//! and syncs the file, and [`ConsumerOffsets::settle`] syncs the directories once for all
+//! of a round's, before any is answered (until then reads show the value before). Under `replicated` a
 //! store into a file the same process created that way and never synced rewrites it in
 //! place ([`write_in_place`]: one 32-byte write). Repairs made by recovery
 //! (lowering an offset beyond a lost tail, dropping a damaged `replicated` offset) are always
@@ -193,6 +196,21 @@ pub fn write(
     offset: u64,
     durable: bool,
 ) -> io::Result<()> {
+    replace(disk, path, (owner, consumer, offset), durable)?;
+    if durable {
+        disk.sync_dir(parent(path))?;
+    }
+    Ok(())
+}
+
+/// Writes `{path}.tmp` (synced when `sync`) and renames it over `path`; the directory is the
+/// caller's to sync.
+fn replace(
+    disk: &dyn Disk,
+    path: &Path,
+    (owner, consumer, offset): (u64, ConsumerId, u64),
+    sync: bool,
+) -> io::Result<()> {
     let _span = tracing::debug_span!("store_offset", path = %path.display(), offset).entered();
     let tmp = temp_path(path);
     // Never truncated first: truncating a file to zero marks it, on ext4 (`auto_da_alloc`),
@@ -201,15 +219,11 @@ pub fn write(
     // boot removes any an interrupted store left), so this write covers it.
     let file = disk.open(&tmp, OpenMode::CreateOrOpen)?;
     file.write_all_at(&[io::IoSlice::new(&encode(owner, consumer, offset))], 0)?;
-    if durable {
+    if sync {
         file.sync_data()?;
     }
     drop(file);
-    disk.rename(&tmp, path)?;
-    if durable {
-        disk.sync_dir(parent(path))?;
-    }
-    Ok(())
+    disk.rename(&tmp, path)
 }
 
 /// Rewrites the offset file at `path`, which exists, in place: one 32-byte write at its
@@ -261,6 +275,10 @@ pub struct ConsumerOffsets {
     /// unsynced (a rename or a removal).
     unsynced: BTreeSet<ConsumerId>,
     dirs_unsynced: bool,
+    /// `persisted` stores of existing members replaced and synced, their directory not yet
+    /// ([`Self::store_pending`]): not shown until [`Self::settle`] (at most one per
+    /// consumer).
+    pending: BTreeMap<ConsumerId, u64>,
 }
 
 /// Most consumers (single consumers and groups together) with a stored offset in one
@@ -276,6 +294,7 @@ impl ConsumerOffsets {
             entries,
             unsynced: BTreeSet::new(),
             dirs_unsynced: false,
+            pending: BTreeMap::new(),
         }
     }
 
@@ -326,8 +345,49 @@ impl ConsumerOffsets {
         if !durable {
             self.unsynced.insert(consumer);
         }
+        // Durable now, and its directory sync covers an earlier store still pending.
+        self.pending.remove(&consumer);
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())
+    }
+
+    /// A `persisted` store into `consumer`'s existing file whose directory sync is left to
+    /// [`Self::settle`]: the file replaced by a synced temp, the rename not yet durable.
+    /// Reads show the value before until then.
+    pub fn store_pending(
+        &mut self,
+        disk: &dyn Disk,
+        consumer: ConsumerId,
+        offset: u64,
+    ) -> io::Result<()> {
+        assert!(
+            self.entries.contains_key(&consumer),
+            "only a member's existing file waits for its directory sync"
+        );
+        let path = consumer.path(&self.dir);
+        replace(disk, &path, (self.owner, consumer, offset), true)?;
+        self.pending.insert(consumer, offset);
+        Ok(())
+    }
+
+    /// Syncs the directories of the stores pending since the last call, once each, and
+    /// shows them. On an error none is shown (its partition fences on it).
+    pub fn settle(&mut self, disk: &dyn Disk) -> io::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let kinds: BTreeSet<ConsumerKind> = pending.keys().map(|c| c.kind).collect();
+        let _span = tracing::debug_span!("settle_offsets", dir = %self.dir.display(), stores = pending.len()).entered();
+        for kind in kinds {
+            disk.sync_dir(&self.dir.join("offsets").join(kind.dir()))?;
+        }
+        for (consumer, offset) in pending {
+            self.entries.insert(consumer, StoredOffset::Offset(offset));
+        }
+        Ok(())
+    }
+
+    /// Whether stores wait for [`Self::settle`].
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// Returns whether an offset was stored.
@@ -343,6 +403,7 @@ impl ConsumerOffsets {
         let durable = durability == Durability::Persisted;
         remove(disk, &consumer.path(&self.dir), durable)?;
         self.unsynced.remove(&consumer);
+        self.pending.remove(&consumer);
         self.dirs_unsynced |= !durable;
         self.entries.remove(&consumer);
         Ok(true)

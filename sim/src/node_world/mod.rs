@@ -68,7 +68,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 27] = [
+pub const NODE_COVERAGE: [(&str, &str); 28] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -127,6 +127,10 @@ pub const NODE_COVERAGE: [(&str, &str); 27] = [
     (
         "DeletionDuringRead",
         "a partition's segments or the partition deleted while a poll read it off its owner",
+    ),
+    (
+        "OffsetStoresShareSync",
+        "a shard's `persisted` offset stores of one round shared one directory sync",
     ),
     (
         "MetaOpRacedSends",

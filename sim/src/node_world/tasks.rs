@@ -132,6 +132,7 @@ fn after_step(world: &Shared, counts: bool) {
             ("ConcurrentPersists", stats.concurrent_persists > 0),
             ("PersistPipelined", stats.pipelined_persists > 0),
             ("DeletionDuringRead", stats.deletions_during_reads > 0),
+            ("OffsetStoresShareSync", stats.shared_offset_syncs > 0),
             ("InboxFull", stats.inbox_full > 0),
             ("MetadataBatched", stats.meta_ops > stats.meta_batches + 1),
             (

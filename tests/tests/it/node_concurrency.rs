@@ -277,3 +277,74 @@ fn a_partition_a_purge_creates_answers_only_once_the_purge_is_recorded() {
     assert_eq!(sent.ack.base_offset, 0);
     node.close().unwrap();
 }
+
+/// Under `persisted` offsets, the stores a shard takes in one round into existing offset
+/// files share one directory sync, and each is answered only after it: with the shard held
+/// at a gate inside one store, 31 more queue, and once it passes they cost one round's
+/// sync, not one each; every value they were answered with reads back after a crash.
+#[test]
+fn persisted_offset_stores_of_one_round_share_one_directory_sync() {
+    const CONSUMERS: u32 = 32;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let counting = CountingDisk::default();
+    let disk = GatedDisk::over(Arc::new(counting.clone()));
+    let node = start(&env_on(disk.clone()), root, node_settings())
+        .unwrap()
+        .node;
+    node.create_stream("s").unwrap();
+    let options = topic_options(&[
+        ("durability", 2, b"persisted"),
+        ("consumer_offset_durability", 2, b"persisted"),
+    ]);
+    node.create_topic(&id(0), "t", 1, options).unwrap();
+    node.send(
+        &id(0),
+        &id(0),
+        &WirePartitioning::PartitionId(0),
+        batch(1, 50, 10),
+    )
+    .unwrap();
+    let consumer = |c: u32| iggy_binary_protocol::WireConsumer::consumer(id(c));
+    // Each consumer's first store makes its file (and records it), on its own.
+    for c in 1..=CONSUMERS {
+        node.store_offset(&consumer(c), &id(0), &id(0), Some(0), 0)
+            .unwrap();
+    }
+    let before = counting.dir_syncs_of("offsets/consumers");
+    disk.arm("offsets/consumers/1.tmp", 0);
+    let store = |c: u32| {
+        let node = node.as_client(u128::from(c) + 100);
+        std::thread::spawn(move || {
+            node.store_offset(&consumer(c), &id(0), &id(0), Some(0), u64::from(c))
+        })
+    };
+    let first = store(1);
+    assert!(disk.wait_blocked(std::time::Duration::from_secs(10)));
+    let rest: Vec<_> = (2..=CONSUMERS).map(store).collect();
+    // The rest queue in the shard's inbox while it is held.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    disk.release();
+    for stored in std::iter::once(first).chain(rest) {
+        stored.join().unwrap().expect("stored");
+    }
+    let syncs = counting.dir_syncs_of("offsets/consumers") - before;
+    assert!(
+        syncs <= 3,
+        "{CONSUMERS} stores in about two rounds synced their directory {syncs} times"
+    );
+    for c in 1..=CONSUMERS {
+        let read = node.get_offset(&consumer(c), &id(0), &id(0), Some(0));
+        assert_eq!(read.unwrap(), Some(u64::from(c)), "consumer {c}");
+    }
+    node.halt();
+    let node = boot_again(root);
+    for c in 1..=CONSUMERS {
+        let read = node.get_offset(&consumer(c), &id(0), &id(0), Some(0));
+        assert_eq!(
+            read.unwrap(),
+            Some(u64::from(c)),
+            "consumer {c} after a crash"
+        );
+    }
+}

@@ -63,6 +63,7 @@ mod pipeline;
 mod read;
 mod replica;
 mod request;
+mod stores;
 pub use persist::{MAX_CONCURRENT_PERSISTS, MAX_PERSIST_JOBS};
 pub use pipeline::MAX_RECORDS_OUT;
 pub(crate) use request::{ShardRequest, ShardWork};
@@ -116,6 +117,8 @@ pub(crate) struct Shard {
     retention_clock: RetentionClock,
     /// Each partition's persist pipeline: its record out, and what waits for it.
     records: pipeline::Records,
+    /// The round's offset stores waiting for their directory sync ([`stores`]).
+    stores: stores::WaitingStores,
 }
 
 impl Shard {
@@ -154,6 +157,7 @@ impl Shard {
             held: BTreeSet::new(),
             parked: VecDeque::new(),
             records: pipeline::Records::new(),
+            stores: stores::WaitingStores::default(),
         }
     }
 
@@ -274,6 +278,16 @@ impl Shard {
                 }
                 continue;
             }
+            // Stores waiting for their directory sync are settled before anything that could
+            // read them ([`stores`]'s table).
+            match &request {
+                ShardRequest::Send { .. } | ShardRequest::StoreOffset { .. } => {}
+                other => {
+                    if self.settle_stores(other.key()) {
+                        settle(&self.env).await;
+                    }
+                }
+            }
             // Anything but a send, a poll, a plan's commit or fence, or figures waits until
             // the partition's waiting sends are durable and answered and no record of it is
             // out: offsets, deletions and directory work see them settled.
@@ -317,6 +331,9 @@ impl Shard {
             }
         }
         self.persist_all(waiting, inbox, carried).await;
+        if self.settle_stores(None) {
+            settle(&self.env).await;
+        }
         false
     }
 
@@ -432,11 +449,11 @@ impl Shard {
             } => {
                 let retired = self.is_retired(key, consumer, resolved_at);
                 let result = self.open(key).and_then(|p| match retired {
-                    true => Ok(()),
-                    false => Ok(p.store_offset(consumer, offset)?),
+                    true => Ok(false),
+                    false => Ok(p.store_offset_in_round(consumer, offset)?),
                 });
                 settle(&self.env).await;
-                reply.send(result);
+                self.answer_store(key, result, reply);
             }
             ShardRequest::GetOffset {
                 key,
