@@ -25,6 +25,10 @@ pub type PersistReturnedHook = fn(in_flight: usize) -> bool;
 /// sync and record had returned too.
 pub type RecordReturnedHook = fn(syncing: usize) -> bool;
 
+/// A shard's moment when a `persisted` offset store starts waiting for its directory sync
+/// (`shard/stores`); true answers it now, as if its directory were synced.
+pub type StoreWaitsHook = fn() -> bool;
+
 /// The metadata owner's moment between writing a batch's journal entries and syncing them.
 /// It is given `publish`, which publishes the batch's view now.
 pub type BeforeMetadataSyncHook = fn(publish: &mut dyn FnMut());
@@ -36,6 +40,7 @@ pub struct OwnerHooks {
     pub persist_returned: Option<PersistReturnedHook>,
     pub record_returned: Option<RecordReturnedHook>,
     pub before_metadata_sync: Option<BeforeMetadataSyncHook>,
+    pub store_waits: Option<StoreWaitsHook>,
 }
 
 /// The node's hooks: every partition's (at boot and when created), the metadata plane's and
@@ -54,6 +59,7 @@ impl std::fmt::Debug for OwnerHooks {
             .field("persist_returned", &self.persist_returned.is_some())
             .field("record_returned", &self.record_returned.is_some())
             .field("before_metadata_sync", &self.before_metadata_sync.is_some())
+            .field("store_waits", &self.store_waits.is_some())
             .finish()
     }
 }

@@ -53,7 +53,7 @@ pub use client::Client;
 pub use decider::{Barrier, Decider, Decision};
 pub use hooks::{
     AfterPersistHook, BeforeMetadataSyncHook, NodeHooks, OwnerHooks, PersistReturnedHook,
-    RecordReturnedHook,
+    RecordReturnedHook, StoreWaitsHook,
 };
 pub use meta_owner::{MetaReply, MAX_BATCH_BYTES, MAX_BATCH_OPS, WORK_PER_SHARD};
 pub use metrics::NodeMetrics;

@@ -170,6 +170,9 @@ pub enum Scripted {
     /// The next write to a file whose path contains this lands whole, then the node crashes
     /// (before whatever sync was to follow).
     CrashAfterWrite(String),
+    /// The next `sync_dir` of exactly this directory crashes the node (the sync does not
+    /// happen); the files under it are never matched.
+    CrashOnDirSync(PathBuf),
 }
 
 /// The kinds of mutating call a scripted crash can wait for.

@@ -178,8 +178,10 @@ impl State {
         }
         self.take_time();
         let scripted_crash = path.is_some_and(|path| {
+            let exact = path.to_path_buf();
             let path = path.to_string_lossy().into_owned();
             self.take_scripted(|s| match s {
+                Scripted::CrashOnDirSync(dir) => call == Call::Sync && *dir == exact,
                 Scripted::CrashOn(part) => path.contains(part.as_str()),
                 Scripted::CrashOnCall { call: c, part } => {
                     *c == call && path.contains(part.as_str())

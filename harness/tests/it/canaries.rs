@@ -23,7 +23,7 @@ const SWARM_START: u64 = 5_000_000;
 /// must be caught by:
 /// any violation would do for "caught", but one from another cause would mean the oracle
 /// misfires.
-const EXPECTED: [(&str, &[&str]); 20] = [
+const EXPECTED: [(&str, &[&str]); 21] = [
     // A `persisted` poll that read a send before it was durable: a read is a promise
     // like an acknowledgement, broken when a crash takes the send back (or at once, where
     // the model knows the send is only journaled); over the wire, the poll reports an end
@@ -37,6 +37,12 @@ const EXPECTED: [(&str, &[&str]); 20] = [
     ),
     // Damage in a batch a skip stopped at, served to the consumer as it is.
     ("serve-unverified-skip", &[cairn_sim::report::INV_EXACT]),
+    // A `persisted` offset store answered before its directory sync: a power loss takes
+    // the rename back, and the offset reads as before the store it was told of.
+    (
+        "ack-offset-before-dir-sync",
+        &[cairn_sim::report::INV_OFFSETS],
+    ),
     // A send acknowledged from cached WALs is lost with them (a total power loss), or the
     // WALs that lost synced bytes refuse to open (no fault here damages a disk).
     (

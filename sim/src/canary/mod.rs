@@ -64,6 +64,8 @@
 //!   it answers the sends of those still in flight as durable too;
 //! - `ack-before-log-sync`: when a partition's record returns while its next group's log
 //!   sync is out (the pipeline overlapping them), the shard answers that group too;
+//! - `ack-offset-before-dir-sync`: a shard answers a `persisted` offset store that waits for
+//!   its round's directory sync at once, as if that sync had run;
 //! - `publish-before-sync`: the metadata owner publishes its view of a batch after writing
 //!   the batch's journal entries and before syncing them, so callers read metadata the disk
 //!   may not hold.
@@ -99,7 +101,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 33] = [
+pub const NAMES: [&str; 34] = [
     "read-above-visible",
     "serve-unverified-skip",
     "raft-ack-before-sync",
@@ -123,6 +125,7 @@ pub const NAMES: [&str; 33] = [
     "ack-late-joiners",
     "ack-with-first-persist",
     "ack-before-log-sync",
+    "ack-offset-before-dir-sync",
     "publish-before-sync",
     "ack-metadata-before-sync",
     "ack-before-sync",
@@ -182,6 +185,7 @@ pub fn node_hooks() -> NodeHooks {
             persist_returned: name.and_then(owners::persist_returned_hook),
             record_returned: name.and_then(owners::record_returned_hook),
             before_metadata_sync: name.and_then(owners::before_metadata_sync_hook),
+            store_waits: name.and_then(owners::store_waits_hook),
         },
     }
 }

@@ -4,13 +4,15 @@
 
 use cairn_engine::node::{
     AfterPersistHook, BeforeMetadataSyncHook, PersistReturnedHook, RecordReturnedHook,
+    StoreWaitsHook,
 };
 
 /// The canaries of this module (the node world's directed scenarios are their hunt too).
-pub const NAMES: [&str; 4] = [
+pub const NAMES: [&str; 5] = [
     "ack-late-joiners",
     "ack-with-first-persist",
     "ack-before-log-sync",
+    "ack-offset-before-dir-sync",
     "publish-before-sync",
 ];
 
@@ -46,6 +48,15 @@ pub fn record_returned_hook(name: &str) -> Option<RecordReturnedHook> {
 pub fn before_metadata_sync_hook(name: &str) -> Option<BeforeMetadataSyncHook> {
     match name {
         "publish-before-sync" => Some(|publish| publish()),
+        _ => None,
+    }
+}
+
+/// `ack-offset-before-dir-sync`: a `persisted` offset store that waits for its round's
+/// directory sync is answered at once.
+pub fn store_waits_hook(name: &str) -> Option<StoreWaitsHook> {
+    match name {
+        "ack-offset-before-dir-sync" => Some(|| true),
         _ => None,
     }
 }

@@ -3,7 +3,7 @@
 //! never locked across the wait), and hands the answer to the judges ([`super::judges`]).
 //! After every step comes the nemesis and the coverage the node's counters show.
 
-use super::judges::{last_offset, names_that_do_not_resolve, GroupSeen};
+use super::judges::{last_offset, names_that_do_not_resolve, GroupSeen, Start};
 use super::model::AdminOp;
 use super::oracle::Asker;
 use super::workload::{meta_op, sid, GroupMove};
@@ -11,7 +11,7 @@ use super::{lock, GroupInc, Holder, Shared, INV_CALLERS};
 use crate::executor::Executor;
 use crate::report::{violation, INV_LIVENESS};
 use cairn_engine::env::Clock;
-use cairn_engine::node::{Client, MetaReply, NodeError, NodeResult};
+use cairn_engine::node::{Client, MetaReply, NodeError, NodeResult, PartitionKey};
 use cairn_engine::partition::{PartitionError, PartitionIdentity};
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::{
@@ -316,7 +316,7 @@ async fn consume(world: &Shared, members: &[Client]) {
     let roll = lock(world).rng.gen_range(0..12);
     match roll {
         0..=4 => poll(world, &members[0]).await,
-        5..=6 => store_offset(world, &members[0]).await,
+        5..=6 => store_offsets(world, members).await,
         7..=10 => group_step(world, members).await,
         _ => delete_segments(world, &members[0]).await,
     }
@@ -388,24 +388,60 @@ async fn poll(world: &Shared, client: &Client) {
     }
 }
 
-async fn store_offset(world: &Shared, client: &Client) {
-    let plan = {
-        let mut w = lock(world);
-        if !w.is_up() {
-            return;
-        }
-        let Some(key) = w.pick_key() else {
-            return;
-        };
-        let identity = w.model.identity(w.cluster, key).expect("picked");
-        let part = w.parts.get(&identity).cloned().unwrap_or_default();
-        let end = part.acked_end();
-        if end == 0 {
-            return;
-        }
-        let offset = w.rng.gen_range(part.log_start.saturating_sub(1)..end);
-        (key, identity, offset, w.rng.gen_range(0..3u32), w.start())
+/// A consumer's store into a partition, planned: the key, its incarnation, the offset, the
+/// consumer and when it began.
+pub(crate) type StorePlan = (PartitionKey, PartitionIdentity, u64, u32, Start);
+
+/// A store by one consumer, or (one in three) by two into the same partition at once, from
+/// two clients: both may reach the shard in one round (`persisted` offsets then share a
+/// directory sync).
+async fn store_offsets(world: &Shared, members: &[Client]) {
+    let Some(first) = plan_store(world, None) else {
+        return;
     };
+    let pair = lock(world).rng.gen_range(0..3) == 0;
+    let second = match pair {
+        true => plan_store(world, Some((first.0, (first.3 + 1) % 3))),
+        false => None,
+    };
+    match second {
+        Some(second) => {
+            let (one, other) = (&members[0], &members[1 % members.len()]);
+            super::directed::both(
+                run_store(world, one, first),
+                run_store(world, other, second),
+            )
+            .await
+        }
+        None => run_store(world, &members[0], first).await,
+    }
+}
+
+/// Picks a partition, consumer and offset (or takes the given partition and consumer).
+fn plan_store(world: &Shared, fixed: Option<(PartitionKey, u32)>) -> Option<StorePlan> {
+    let mut w = lock(world);
+    if !w.is_up() {
+        return None;
+    }
+    let key = match fixed {
+        Some((key, _)) => key,
+        None => w.pick_key()?,
+    };
+    let identity = w.model.identity(w.cluster, key)?;
+    let part = w.parts.get(&identity).cloned().unwrap_or_default();
+    let end = part.acked_end();
+    if end == 0 {
+        return None;
+    }
+    let offset = w.rng.gen_range(part.log_start.saturating_sub(1)..end);
+    let consumer = match fixed {
+        Some((_, consumer)) => consumer,
+        None => w.rng.gen_range(0..3u32),
+    };
+    Some((key, identity, offset, consumer, w.start()))
+}
+
+pub(crate) async fn run_store(world: &Shared, client: &Client, plan: StorePlan) {
     let (key, identity, offset, consumer, started) = plan;
     // A store whose answer a crash takes may have happened: a candidate from now on.
     lock(world)

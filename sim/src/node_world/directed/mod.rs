@@ -161,6 +161,29 @@ impl Scenario {
         Ok(())
     }
 
+    /// Consumer `consumer`'s store of `offset` into partition `key`, judged.
+    fn store(
+        &mut self,
+        key: cairn_engine::node::PartitionKey,
+        consumer: u32,
+        offset: u64,
+    ) -> Checked<()> {
+        let world = self.world.clone();
+        let (client, plan) = {
+            let w = lock(&world);
+            let identity = w
+                .model
+                .identity(w.cluster, key)
+                .expect("the scenario made it");
+            let client = w.node.clone().expect("up").client(400);
+            (client, (key, identity, offset, consumer, w.start()))
+        };
+        super::block(&mut self.executor, async move {
+            crate::node_world::tasks::run_store(&world, &client, plan).await;
+        });
+        self.violation()
+    }
+
     /// `n` producer sends, each judged.
     fn produce_n(&mut self, n: usize) -> Checked<()> {
         (0..n).try_for_each(|_| self.produce())
@@ -287,7 +310,7 @@ impl Scenario {
 }
 
 /// Awaits both futures, polled together (`first` first on each wake).
-async fn both(
+pub(crate) async fn both(
     first: impl std::future::Future<Output = ()>,
     second: impl std::future::Future<Output = ()>,
 ) {
@@ -620,6 +643,11 @@ pub const NODE_SCENARIOS: &[NodeDirected] = &[
         name: "persists_of_one_round_run_at_once_each_answering_its_own",
         expect: &["ConcurrentPersists"],
         run: persists::persists_of_one_round_run_at_once_each_answering_its_own,
+    },
+    NodeDirected {
+        name: "a_persisted_offset_store_is_answered_only_after_its_directory_sync",
+        expect: &[],
+        run: persists::a_persisted_offset_store_is_answered_only_after_its_directory_sync,
     },
     NodeDirected {
         name: "a_send_overlapping_the_record_before_it_is_answered_by_its_own",

@@ -102,3 +102,35 @@ pub(super) fn a_send_overlapping_the_record_before_it_is_answered_by_its_own(
         )),
     }
 }
+
+/// A `persisted` offset store into an existing file waits for its round's directory sync
+/// (`shard/stores`): here the node crashes at that sync and a power loss follows. The store
+/// was never answered, so the offset before it or the new one may stand (the canary
+/// `ack-offset-before-dir-sync` answers it before the sync, and the power loss takes its
+/// rename back: invariant 5).
+pub(super) fn a_persisted_offset_store_is_answered_only_after_its_directory_sync(
+) -> Checked<Vec<&'static str>> {
+    let mut s = Scenario::new(0x4e0d_0061);
+    lock(&s.world).profile.shards = 1;
+    s.with_persisted_topic(1)?;
+    s.produce_n(3)?;
+    // The consumer's file made (recorded, its directory synced at once).
+    s.store((0, 0, 0), 0, 0)?;
+    let root = std::path::Path::new(crate::node_world::NODE_ROOT);
+    let dir = cairn_engine::partition::partition_dir(root, 0, 0, 0)
+        .join("offsets")
+        .join("consumers");
+    lock(&s.world)
+        .disk
+        .script(cairn_faults::Scripted::CrashOnDirSync(dir));
+    s.store((0, 0, 0), 0, 1)?;
+    // The round ends (and reaches the sync) before or after the store's answer.
+    s.sleep(std::time::Duration::from_millis(10));
+    assert!(
+        lock(&s.world).disk.is_crashed(),
+        "the store reached its directory sync"
+    );
+    // The oracle judges the offset the power loss left against what the store was told.
+    s.restart_after(true, |_| {})?;
+    Ok(s.decisions())
+}
