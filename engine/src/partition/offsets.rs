@@ -345,7 +345,8 @@ impl ConsumerOffsets {
         if !durable {
             self.unsynced.insert(consumer);
         }
-        // Durable now, and its directory sync covers an earlier store still pending.
+        // Replaced the pending store: under `persisted` (the only policy a store waits
+        // under) its directory sync covered that one's rename too.
         self.pending.remove(&consumer);
         self.entries.insert(consumer, StoredOffset::Offset(offset));
         Ok(())

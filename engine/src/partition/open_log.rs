@@ -917,9 +917,16 @@ impl OpenLog {
         if !self.offsets.has_pending() {
             return Ok(());
         }
+        // Any failure fences, out of space too: the renames it leaves may yet become
+        // durable under values the partition would go on showing as before.
+        let dir = self.dir.join("offsets");
         self.offsets
             .settle(self.env.disk.as_ref())
-            .map_err(|source| self.offset_error("sync offset directories in", source))
+            .map_err(|source| PartitionError::Io {
+                op: "sync offset directories in",
+                path: dir,
+                source,
+            })
     }
 
     /// An offset file's I/O failure: out of space, or the failure its partition fences on.

@@ -281,7 +281,10 @@ impl Shard {
             // Stores waiting for their directory sync are settled before anything that could
             // read them ([`stores`]'s table).
             match &request {
-                ShardRequest::Send { .. } | ShardRequest::StoreOffset { .. } => {}
+                ShardRequest::Send { .. }
+                | ShardRequest::StoreOffset { .. }
+                | ShardRequest::Figures { .. }
+                | ShardRequest::Identities { .. } => {}
                 other => {
                     if self.settle_stores(other.key()) {
                         settle(&self.env).await;
@@ -330,10 +333,11 @@ impl Shard {
                 return true;
             }
         }
-        self.persist_all(waiting, inbox, carried).await;
+        // The stores first: their answers need no other partition's log sync.
         if self.settle_stores(None) {
             settle(&self.env).await;
         }
+        self.persist_all(waiting, inbox, carried).await;
         false
     }
 

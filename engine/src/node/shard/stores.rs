@@ -8,7 +8,7 @@
 //! | a store that can wait (`persisted`, an existing file) | replaces the file and keeps the reply |
 //! | a send, or another store | serves it; nothing it does reads the stores waiting |
 //! | any other request of a partition with stores waiting (a poll, its commit, an offset read or deletion, a fence) | settles that partition's stores first: it sees them as they are answered |
-//! | a request of no partition (directory work, retention, a close) | settles every partition's first |
+//! | a request of no partition (directory work, retention, a close; not figures or identities) | settles every partition's first |
 //! | the end of the round | settles every partition's |
 //!
 //! Architecture Invariant: a store is answered only once its rename is durable, and no
