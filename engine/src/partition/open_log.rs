@@ -17,6 +17,7 @@
 //!   its record, [`pipeline`]), so an offset a producer was refused is never shown holding
 //!   a message.
 
+mod offset_stores;
 mod pipeline;
 mod read;
 
@@ -886,60 +887,6 @@ impl OpenLog {
             });
         }
         self.store_offset_unchecked(consumer, offset)
-    }
-
-    /// [`Self::store_offset`], its directory sync left to [`Self::settle_offsets`] when the
-    /// store can wait for it (`persisted`, into an existing member's file); whether it
-    /// does.
-    pub(super) fn store_offset_in_round(
-        &mut self,
-        consumer: ConsumerId,
-        offset: u64,
-    ) -> Result<bool> {
-        let waits = self.config.consumer_offset_durability == Durability::Persisted
-            && self.offsets.get(consumer).is_some();
-        if !waits {
-            return self.store_offset(consumer, offset).map(|()| false);
-        }
-        let last = self.last_offset();
-        if last.is_none_or(|last| offset > last) {
-            return Err(PartitionError::OffsetBeyondEnd { offset, last });
-        }
-        self.offsets
-            .store_pending(self.env.disk.as_ref(), consumer, offset)
-            .map_err(|source| self.offset_error("store offset in", source))?;
-        Ok(true)
-    }
-
-    /// Makes the stores [`Self::store_offset_in_round`] left waiting durable (their
-    /// directories synced once) and shown.
-    pub(super) fn settle_offsets(&mut self) -> Result<()> {
-        if !self.offsets.has_pending() {
-            return Ok(());
-        }
-        // Any failure fences, out of space too: the renames it leaves may yet become
-        // durable under values the partition would go on showing as before.
-        let dir = self.dir.join("offsets");
-        self.offsets
-            .settle(self.env.disk.as_ref())
-            .map_err(|source| PartitionError::Io {
-                op: "sync offset directories in",
-                path: dir,
-                source,
-            })
-    }
-
-    /// An offset file's I/O failure: out of space, or the failure its partition fences on.
-    fn offset_error(&self, op: &'static str, source: io::Error) -> PartitionError {
-        if is_no_space(&source) {
-            PartitionError::NoSpace
-        } else {
-            PartitionError::Io {
-                op,
-                path: self.dir.join("offsets"),
-                source,
-            }
-        }
     }
 
     /// Syncs the offset files written unsynced (a replica's checkpoint).
