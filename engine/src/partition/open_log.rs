@@ -875,11 +875,17 @@ impl OpenLog {
         }
     }
 
-    pub(super) fn store_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {
+    /// An offset a consumer may store: one the log holds.
+    fn check_storable(&self, offset: u64) -> Result<()> {
         let last = self.last_offset();
         if last.is_none_or(|last| offset > last) {
             return Err(PartitionError::OffsetBeyondEnd { offset, last });
         }
+        Ok(())
+    }
+
+    pub(super) fn store_offset(&mut self, consumer: ConsumerId, offset: u64) -> Result<()> {
+        self.check_storable(offset)?;
         let new_member = self.offsets.get(consumer).is_none();
         if new_member && self.offsets.len() >= super::offsets::MAX_CONSUMER_OFFSETS {
             return Err(PartitionError::TooManyOffsets {

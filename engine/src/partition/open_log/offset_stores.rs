@@ -22,10 +22,7 @@ impl OpenLog {
         if !waits {
             return self.store_offset(consumer, offset).map(|()| false);
         }
-        let last = self.last_offset();
-        if last.is_none_or(|last| offset > last) {
-            return Err(PartitionError::OffsetBeyondEnd { offset, last });
-        }
+        self.check_storable(offset)?;
         self.offsets
             .store_pending(self.env.disk.as_ref(), consumer, offset)
             .map_err(|source| self.offset_error("store offset in", source))?;
