@@ -88,6 +88,20 @@ fn is_due(record: Option<&Reconciled>, key: &BTreeSet<NodeId>, group: GroupNow, 
     }
 }
 
+/// The "runs another replica" marks a pass took and did not act on, of groups still led:
+/// kept for the next pass.
+fn marks_kept(
+    taken: &BTreeSet<GroupName>,
+    acted: &BTreeSet<GroupName>,
+    led: &BTreeSet<GroupName>,
+) -> BTreeSet<GroupName> {
+    taken
+        .difference(acted)
+        .filter(|name| led.contains(name))
+        .copied()
+        .collect()
+}
+
 impl PartGroups {
     /// Starts a reconciliation of each group this member leads whose metadata voters
     /// changed since its last one (none while the metadata configuration is joint).
@@ -123,10 +137,8 @@ impl PartGroups {
                 reconciled.insert(*name, Reconciled::Running);
             }
             let acted: BTreeSet<GroupName> = due.iter().map(|(name, _)| *name).collect();
-            let unused = elsewhere
-                .difference(&acted)
-                .filter(|n| led_names.contains(n));
-            self.networks().keep_elsewhere(unused.copied());
+            let unused = marks_kept(&elsewhere, &acted, &led_names);
+            self.networks().keep_elsewhere(unused.into_iter());
             due
         };
         for (name, raft) in due {
@@ -355,5 +367,15 @@ mod tests {
             assert_eq!(is_due(record, voters, group, 5), due, "case {i}");
         }
         assert!(is_due(Some(&Reconciled::RetryAt(5)), &key, quiet, 5));
+    }
+
+    #[test]
+    fn marks_a_pass_did_not_act_on_are_kept_for_groups_still_led() {
+        let set = |names: &[u32]| -> BTreeSet<GroupName> {
+            names.iter().map(|&p| (1, 1, p, 7)).collect()
+        };
+        // 1 acted on, 2 led but running (kept), 3 no longer led (dropped).
+        let kept = marks_kept(&set(&[1, 2, 3]), &set(&[1]), &set(&[1, 2]));
+        assert_eq!(kept, set(&[2]));
     }
 }
