@@ -8,8 +8,9 @@
 use super::auth::Auth;
 use super::groups::{GroupsOwner, Membership};
 use super::meta_owner::MetaOwner;
+use super::placement::Placement;
 use super::recorder::Recorder;
-use super::shard::{shard_of, Shard, ShardRequest};
+use super::shard::{Shard, ShardRequest};
 use super::tree::{self, Fate, TreePlan};
 use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_durably, sync_dirs};
@@ -513,8 +514,10 @@ async fn start_owners(
     let mut shards = Vec::with_capacity(shard_count);
     let mut booting = Vec::with_capacity(shard_count);
     let mut owned: Vec<Vec<PartitionIdentity>> = vec![Vec::new(); shard_count];
+    // Placed afresh in key order: spread evenly over this process's shards.
+    let placement = Arc::new(Placement::new(shard_count));
     for identity in plan.state.partitions() {
-        owned[shard_of(key_of(&identity), shard_count)].push(identity);
+        owned[placement.place(key_of(&identity))].push(identity);
     }
     for (index, identities) in owned.into_iter().enumerate() {
         let (tx, rx) = channel::<ShardRequest>(limits.shard_inbox);
@@ -624,6 +627,7 @@ async fn start_owners(
         current: view.load(),
         view: view.clone(),
         shards: shards.clone(),
+        placement: placement.clone(),
         groups: groups_tx.clone(),
         stopped: stopped.clone(),
         stats: stats.clone(),
@@ -649,6 +653,7 @@ async fn start_owners(
             view,
             meta: meta_tx,
             shards,
+            placement,
             groups: groups_tx,
             stopped,
             stats,

@@ -17,7 +17,8 @@
 
 use super::groups::GroupRequest;
 use super::hooks::OwnerHooks;
-use super::shard::{shard_of, ShardRequest, ShardWork};
+use super::placement::Placement;
+use super::shard::{ShardRequest, ShardWork};
 use super::tree::{stream_dir, topic_dir};
 use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_deleted_tree, sync_dirs};
@@ -145,6 +146,8 @@ pub(crate) struct MetaOwner {
     pub(crate) current: Arc<MetaView>,
     pub(crate) view: Arc<ViewCell>,
     pub(crate) shards: Vec<Sender<ShardRequest>>,
+    /// Which shard owns each partition: placed here at creation, released at removal.
+    pub(crate) placement: Arc<Placement>,
     pub(crate) groups: Sender<GroupRequest>,
     pub(crate) stopped: Latch<Arc<Failure>>,
     pub(crate) stats: Arc<NodeStats>,
@@ -573,7 +576,7 @@ impl MetaOwner {
     }
 
     /// After a batch's work: the shards hold exactly the state's partitions, each on the
-    /// shard its key hashes to. (A shard that stopped answers nothing: no check.)
+    /// shard it is placed on, and nothing else is placed. (A shard that stopped answers nothing: no check.)
     pub(super) async fn check_partitions(&self, state: &MetaState) {
         if self.stopped.get().is_some() {
             return;
@@ -597,9 +600,9 @@ impl MetaOwner {
             };
             for identity in identities {
                 assert_eq!(
-                    shard_of(key_of(&identity), self.shards.len()),
+                    self.placement.of(key_of(&identity)),
                     index,
-                    "{identity} is held by the shard its key hashes to"
+                    "{identity} is held by the shard it is placed on"
                 );
                 assert!(held.insert(identity), "{identity} is held once");
             }
@@ -608,6 +611,15 @@ impl MetaOwner {
         assert_eq!(
             held, expected,
             "the shards hold exactly the state's partitions"
+        );
+        assert_eq!(
+            self.placement
+                .loads()
+                .iter()
+                .map(|&n| n as usize)
+                .sum::<usize>(),
+            expected.len(),
+            "exactly the state's partitions are placed"
         );
     }
 
@@ -623,6 +635,7 @@ impl MetaOwner {
     ) -> Result<(), WorkError> {
         let mut pending = InFlight::new(WORK_PER_SHARD * self.shards.len().max(1));
         let mut trees: Vec<(PathBuf, Vec<crate::partition::PartitionIdentity>)> = Vec::new();
+        let mut removed = Vec::new();
         for w in work {
             let config = |s: u32, t: u32| {
                 state
@@ -709,11 +722,25 @@ impl MetaOwner {
                     continue;
                 }
             };
-            let shard = shard_of(key, self.shards.len());
+            let shard = match w {
+                DirWork::CreatePartition(_) => self.placement.place(key),
+                _ => self.placement.of(key),
+            };
+            if let DirWork::RemovePartition(identity) = w {
+                removed.push(key_of(identity));
+            }
             pending.room().await?;
             pending.push(self.ask(shard, request).await);
         }
         pending.drain().await?;
+        // Released once their shards closed them, unless the op made them again (an
+        // adoption that replaces a partition): those keep their shard.
+        removed.extend(trees.iter().flat_map(|(_, gone)| gone.iter().map(key_of)));
+        for key in removed {
+            if state.partition(key).is_none() {
+                self.placement.release(key);
+            }
+        }
         for (dir, partitions) in trees {
             let removal = remove_deleted_tree(self.env.disk.as_ref(), &dir, &partitions)?;
             for (kept, found) in removal.kept {

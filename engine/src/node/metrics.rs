@@ -61,6 +61,8 @@ pub struct NodeMetrics {
     /// adds nothing to `fenced` and `journal_bytes_by_topic`).
     pub shards: usize,
     pub shards_reporting: usize,
+    /// Partitions placed on each shard (the placement table's loads), by shard index.
+    pub shard_partitions: Vec<u32>,
 }
 
 impl Node {
@@ -112,6 +114,7 @@ impl Node {
             boot: inner.boot.clone(),
             shards: inner.shards.len(),
             shards_reporting,
+            shard_partitions: inner.placement.loads(),
         }
     }
 }

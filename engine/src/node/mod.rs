@@ -31,6 +31,7 @@ pub mod groups;
 pub mod hooks;
 mod meta_owner;
 mod metrics;
+mod placement;
 pub mod rebuild;
 mod recorder;
 mod replicator;
@@ -63,7 +64,7 @@ pub use replicator::{
 };
 pub use settings::{NodeLimits, NodeSettings, PasswordCost};
 pub use shard::{
-    shard_of, MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED, MAX_PERSIST_JOBS, MAX_RECORDS_OUT,
+    MAX_CONCURRENT_PERSISTS, MAX_DRAIN, MAX_PARKED, MAX_PERSIST_JOBS, MAX_RECORDS_OUT,
 };
 pub use view::MetaView;
 
@@ -281,6 +282,8 @@ struct Inner {
     view: Arc<ViewCell>,
     meta: Sender<OwnerRequest>,
     shards: Vec<Sender<ShardRequest>>,
+    /// Which of `shards` owns each partition.
+    placement: Arc<placement::Placement>,
     groups: Sender<GroupRequest>,
     stopped: Latch<Arc<Failure>>,
     stats: Arc<NodeStats>,
@@ -348,6 +351,11 @@ impl Node {
         (resources.journal.used(), resources.handles.stats())
     }
 
+    /// How many partitions each shard owns (the placement table's loads).
+    pub fn shard_loads(&self) -> Vec<u32> {
+        self.inner.placement.loads()
+    }
+
     /// The table of the partitions' active segment files.
     pub fn active_files(&self) -> crate::partition::resources::ActiveStats {
         self.inner.resources.active.stats()
@@ -365,7 +373,7 @@ impl Node {
     }
 
     fn shard(&self, key: PartitionKey) -> &Sender<ShardRequest> {
-        &self.inner.shards[shard_of(key, self.inner.shards.len())]
+        &self.inner.shards[self.inner.placement.of(key)]
     }
 
     fn check_running(&self) -> NodeResult<()> {

@@ -443,6 +443,17 @@ fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Re
         };
         ConstGauge::new(*bytes as i64).encode(by_topic.encode_family(&labels)?)?;
     }
+    let mut placed = encoder.encode_descriptor(
+        "cairn_shard_partitions",
+        "Partitions placed on each shard of the node (each goes to the least-loaded one)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (shard, count) in m.shard_partitions.iter().enumerate() {
+        let shard = shard.to_string();
+        ConstGauge::new(i64::from(*count))
+            .encode(placed.encode_family(&[("shard", shard.as_str())])?)?;
+    }
     labeled(
         encoder,
         "cairn_partitions_fenced",

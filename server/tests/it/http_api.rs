@@ -716,6 +716,15 @@ async fn metrics_scrape_is_prometheus_text_with_the_figures() {
         "{text}"
     );
     assert!(samples.contains_key("cairn_journal_bytes"), "{text}");
+    let placed: f64 = samples
+        .iter()
+        .filter(|(name, _)| name.starts_with("cairn_shard_partitions{shard="))
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(
+        placed, 1.0,
+        "the one partition is placed on a shard: {text}"
+    );
     assert_eq!(
         samples["cairn_partitions_fenced{reason=\"CorruptBelowDurable\"}"], 0.0,
         "{text}"

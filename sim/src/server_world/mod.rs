@@ -927,7 +927,7 @@ fn finish(world: &Shared) -> RunReport {
     let now = w.now();
     let violation = w.violation.clone();
     if let Some(mut timeline) = w.timeline.take() {
-        owner_lanes(&mut timeline, &w.disk, w.profile.shards);
+        owner_lanes(&mut timeline, &w.disk);
         let verdict = violation.as_ref().map(|v| crate::timeline::Verdict {
             at_nanos: now,
             invariant: v.invariant.to_string(),
@@ -945,15 +945,16 @@ fn finish(world: &Shared) -> RunReport {
 }
 
 /// The owners' lanes: every mutating disk call, on the lane of the owner that made it (the
-/// metadata owner for `metadata/`, a partition's shard for its files).
-fn owner_lanes(timeline: &mut Timeline, disk: &SimDisk, shards: usize) {
+/// metadata owner for `metadata/`, a partition's own lane for its files: the shard that owns
+/// a partition is a placement of one process, and a seed's run spans several).
+fn owner_lanes(timeline: &mut Timeline, disk: &SimDisk) {
     let (calls, dropped) = disk.call_log();
     timeline.dropped += dropped;
     for call in calls {
         let Some(path) = &call.path else { continue };
         let text = path.to_string_lossy();
         let lane = match partition_key(&text) {
-            Some(key) => format!("shard {}", cairn_engine::node::shard_of(key, shards.max(1))),
+            Some((s, t, p)) => format!("partition {s}/{t}/{p}"),
             None if text.contains("/metadata") => "metadata owner".to_string(),
             None => "node (other files)".to_string(),
         };

@@ -8,6 +8,7 @@ mod node_bounds;
 mod node_concurrency;
 mod node_crash_and_damage;
 mod node_decided;
+mod node_placement;
 mod node_real_fs;
 mod node_review_fixes;
 mod node_tokens;

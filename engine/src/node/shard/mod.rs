@@ -1,5 +1,5 @@
-//! A partition shard: the only owner of a fixed subset of the node's partitions (chosen by
-//! [`shard_of`] from their ids), running one loop that drains its inbox.
+//! A partition shard: the only owner of the node's partitions placed on it (the node's
+//! placement table, `node/placement.rs`), running one loop that drains its inbox.
 //!
 //! Each round takes everything queued (at most [`MAX_DRAIN`] requests) and serves it in
 //! order. A `persisted` send is appended (admitted, stamped, journaled, not yet visible) and
@@ -40,18 +40,6 @@ use std::time::Duration;
 
 /// Most requests one round takes from the inbox.
 pub const MAX_DRAIN: usize = 1024;
-
-/// The shard a partition belongs to: its ids summed, modulo the shards. Ids are given in
-/// sequence, so consecutive partitions of a topic, the single partitions of consecutive
-/// topics and of consecutive streams all land on different shards in turn (a 2-partition
-/// topic on 2 shards always has one partition on each; a hash put both on one shard half
-/// the time, and 8 one-partition streams 6/2 or worse with probability 0.29). Stable: every
-/// owner computes it alike, nothing is recorded.
-pub fn shard_of(key: PartitionKey, shards: usize) -> usize {
-    assert!(shards > 0, "a node has at least one shard");
-    let sum = u64::from(key.0) + u64::from(key.1) + u64::from(key.2);
-    (sum % shards as u64) as usize
-}
 
 /// Most requests a shard holds for partitions its current metadata batch is creating; past
 /// it a request is refused [`NodeError::Busy`].
@@ -942,25 +930,4 @@ pub(crate) fn last_offset(polled: &Polled) -> Option<u64> {
     )
     .last()
     .map(|m| m.offset)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{shard_of, PartitionKey};
-
-    #[test]
-    fn partitions_given_in_sequence_are_spread_over_every_shard() {
-        for shards in 1..=8usize {
-            // A topic's partitions, one topic per stream, one stream's topics.
-            type Layout = fn(u32) -> PartitionKey;
-            let layouts: [Layout; 3] = [|i| (3, 1, i), |i| (1 + i, 1, 0), |i| (5, 1 + i, 0)];
-            for layout in layouts {
-                let mut load = vec![0; shards];
-                for i in 0..(4 * shards) as u32 {
-                    load[shard_of(layout(i), shards)] += 1;
-                }
-                assert!(load.iter().all(|&n| n == 4), "{shards} shards: {load:?}");
-            }
-        }
-    }
 }

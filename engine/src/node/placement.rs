@@ -1,0 +1,175 @@
+//! Which shard owns each partition: a table, not a function of the ids. A partition is
+//! placed on the least-loaded shard (the one owning the fewest partitions, the lowest index
+//! on a tie) when boot opens it or when the metadata owner creates it, and keeps that shard
+//! until it is removed. A hash of the ids put both partitions of a 2-partition topic on one
+//! shard half the time; a sum of the ids spreads fresh ids evenly but drifts as deletions
+//! leave holes (delete every other topic and every survivor sits on one shard of two).
+//!
+//! The table is recorded in memory only. A shard is a part of one process, so a placement
+//! means nothing to the next one: boot places the partitions it finds afresh, in key order,
+//! which spreads them evenly over whatever number of shards this process runs (the shard
+//! count may differ from the last run's). Nothing on disk names a shard.
+//!
+//! Every request is routed through [`Placement::of`]: the caller's read lock is held for one
+//! lookup. A key that was never placed (a partition that does not exist) goes to the shard
+//! its ids pick, which answers that it holds no such partition.
+//!
+//! Architecture Invariant: a partition that exists has exactly one placement, and the shard
+//! named by it is the only one that holds the partition open (checked after every batch of
+//! metadata work: `MetaOwner::check_partitions`).
+
+use crate::state::PartitionKey;
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+/// The node's placement table (see the module).
+#[derive(Debug)]
+pub(crate) struct Placement {
+    table: RwLock<Table>,
+}
+
+#[derive(Debug)]
+struct Table {
+    of: BTreeMap<PartitionKey, u32>,
+    /// Partitions placed on each shard.
+    loads: Vec<u32>,
+}
+
+impl Placement {
+    pub(crate) fn new(shards: usize) -> Placement {
+        assert!(
+            (1..=u32::MAX as usize).contains(&shards),
+            "a node has at least one shard"
+        );
+        Placement {
+            table: RwLock::new(Table {
+                of: BTreeMap::new(),
+                loads: vec![0; shards],
+            }),
+        }
+    }
+
+    /// The shard that owns `key`: its placement, or for a key never placed the shard its
+    /// ids pick ([`unplaced_shard`]).
+    pub(crate) fn of(&self, key: PartitionKey) -> usize {
+        let table = self.read();
+        match table.of.get(&key) {
+            Some(&shard) => shard as usize,
+            None => unplaced_shard(key, table.loads.len()),
+        }
+    }
+
+    /// Places `key` on the least-loaded shard and returns it; a key placed already keeps
+    /// its shard (boot's redone creations, an adoption that replaces a partition).
+    pub(crate) fn place(&self, key: PartitionKey) -> usize {
+        let mut table = self.write();
+        if let Some(&shard) = table.of.get(&key) {
+            return shard as usize;
+        }
+        let (shard, _) = table
+            .loads
+            .iter()
+            .enumerate()
+            .min_by_key(|&(index, load)| (*load, index))
+            .expect("a node has at least one shard");
+        table.loads[shard] += 1;
+        table.of.insert(key, shard as u32);
+        table.check();
+        shard
+    }
+
+    /// Forgets `key`'s placement (its partition was removed); nothing if it had none.
+    pub(crate) fn release(&self, key: PartitionKey) {
+        let mut table = self.write();
+        if let Some(shard) = table.of.remove(&key) {
+            let load = &mut table.loads[shard as usize];
+            assert!(*load > 0, "a placed partition counts in its shard's load");
+            *load -= 1;
+        }
+        table.check();
+    }
+
+    /// Partitions placed on each shard.
+    pub(crate) fn loads(&self) -> Vec<u32> {
+        self.read().loads.clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Table {
+    fn check(&self) {
+        debug_assert_eq!(
+            self.loads.iter().map(|&n| n as usize).sum::<usize>(),
+            self.of.len(),
+            "the loads count every placed partition once"
+        );
+    }
+}
+
+/// The shard a key that was never placed is routed to: its ids summed, modulo the shards
+/// (any fixed choice would do; this one spreads requests for missing partitions).
+fn unplaced_shard(key: PartitionKey, shards: usize) -> usize {
+    let sum = u64::from(key.0) + u64::from(key.1) + u64::from(key.2);
+    (sum % shards as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Placement;
+
+    #[test]
+    fn each_partition_goes_to_the_least_loaded_shard_and_keeps_it() {
+        let placement = Placement::new(2);
+        assert_eq!(placement.place((1, 1, 1)), 0);
+        assert_eq!(placement.place((1, 1, 2)), 1);
+        assert_eq!(placement.place((1, 1, 1)), 0, "placed once");
+        assert_eq!(placement.loads(), vec![1, 1]);
+        // Ties go to the lowest index; the table is what routes.
+        assert_eq!(placement.place((7, 7, 7)), 0);
+        assert_eq!(placement.of((7, 7, 7)), 0);
+        assert_eq!(placement.of((1, 1, 2)), 1);
+    }
+
+    #[test]
+    fn deletions_leave_no_drift() {
+        // Topics of one partition each; every other one deleted, then as many created: the
+        // shards stay even (a sum of the ids put every survivor on one shard).
+        for shards in 1..=8usize {
+            let placement = Placement::new(shards);
+            let topics = 8 * shards as u32;
+            for topic in 1..=topics {
+                placement.place((1, topic, 1));
+            }
+            for topic in (2..=topics).step_by(2) {
+                placement.release((1, topic, 1));
+            }
+            for topic in topics + 1..=topics + topics / 2 {
+                placement.place((1, topic, 1));
+            }
+            let loads = placement.loads();
+            let (min, max) = (loads.iter().min(), loads.iter().max());
+            assert_eq!(min, max, "{shards} shards: {loads:?}");
+            assert_eq!(loads.iter().sum::<u32>(), topics, "{shards} shards");
+        }
+    }
+
+    #[test]
+    fn a_released_key_is_routed_like_one_never_placed() {
+        let placement = Placement::new(3);
+        let fresh = Placement::new(3);
+        for key in [(1, 1, 1), (1, 1, 2), (4, 2, 9)] {
+            placement.place(key);
+        }
+        placement.release((4, 2, 9));
+        placement.release((4, 2, 9));
+        assert_eq!(placement.of((4, 2, 9)), fresh.of((4, 2, 9)));
+        assert_eq!(placement.loads().iter().sum::<u32>(), 2);
+    }
+}
