@@ -7,6 +7,13 @@
 //! usernames exist. An inactive user is refused ([`NodeError::UserInactive`]). A login
 //! binds to the user's incarnation (the op that created it), since ids are reused.
 //!
+//! A password verified once is remembered ([`VerifiedLogins`]): a later login with the same
+//! password against the same stored hash is answered without argon2. Only successes are
+//! remembered, so a wrong password, an unknown user and a changed password (a new hash,
+//! with a new salt) still cost a verification; a hit answers faster only someone who sent
+//! the right password. A client pool reconnecting (64 producers logging in as one user)
+//! pays one verification, not 64 (each tens of milliseconds of CPU).
+//!
 //! A personal access token logs in by its hash ([`token_login`]: BLAKE3, no pool needed):
 //! unknown is [`NodeError::InvalidToken`], past its expiry by the environment's wall clock
 //! [`NodeError::TokenExpired`], of an inactive user [`NodeError::UserInactive`].
@@ -18,7 +25,12 @@ use crate::error::{NodeError, NodeResult};
 use crate::state::tokens::hash_token;
 use crate::state::MetaState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Most verified logins remembered; past it the oldest is forgotten.
+pub const MAX_VERIFIED_LOGINS: usize = 1024;
 
 /// Who logged in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +48,65 @@ pub(crate) struct Auth {
     cost: PasswordCost,
     /// A hash of a password nobody has, at the configured cost (made on first use).
     dummy: Arc<OnceLock<String>>,
+    verified: VerifiedLogins,
+    /// Logins whose password argon2 verified, and those answered from `verified`.
+    pub(crate) argon2_checks: AtomicU64,
+    pub(crate) remembered_checks: AtomicU64,
+}
+
+/// Passwords verified lately, each as a BLAKE3 digest keyed by a secret drawn at boot over
+/// the stored hash it matched and the password: never the password itself, and a digest
+/// that matches only the same password against the same stored hash (a password change
+/// makes a new hash, so every digest of the old one stops matching). At most
+/// [`MAX_VERIFIED_LOGINS`], oldest forgotten first.
+pub(crate) struct VerifiedLogins {
+    key: [u8; 32],
+    digests: Mutex<(BTreeSet<Digest>, VecDeque<Digest>)>,
+}
+
+/// A remembered login's digest.
+type Digest = [u8; 32];
+
+impl VerifiedLogins {
+    pub(crate) fn new(key: [u8; 32]) -> VerifiedLogins {
+        VerifiedLogins {
+            key,
+            digests: Mutex::default(),
+        }
+    }
+
+    fn digest(&self, hash: &str, password: &str) -> Digest {
+        let mut hasher = blake3::Hasher::new_keyed(&self.key);
+        hasher.update(&(hash.len() as u64).to_le_bytes());
+        hasher.update(hash.as_bytes());
+        hasher.update(password.as_bytes());
+        *hasher.finalize().as_bytes()
+    }
+
+    pub(crate) fn contains(&self, hash: &str, password: &str) -> bool {
+        let digest = self.digest(hash, password);
+        let digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+        digests.0.contains(&digest)
+    }
+
+    /// Remembers that `password` matched `hash` (argon2 said so).
+    pub(crate) fn remember(&self, hash: &str, password: &str) {
+        let digest = self.digest(hash, password);
+        let mut digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *digests;
+        if !set.insert(digest) {
+            return;
+        }
+        order.push_back(digest);
+        if order.len() > MAX_VERIFIED_LOGINS {
+            let oldest = order.pop_front().expect("over the bound");
+            set.remove(&oldest);
+        }
+        assert!(
+            set.len() == order.len() && set.len() <= MAX_VERIFIED_LOGINS,
+            "every remembered digest once, within the bound"
+        );
+    }
 }
 
 fn argon(cost: PasswordCost) -> NodeResult<argon2::Argon2<'static>> {
@@ -75,10 +146,14 @@ fn pool_busy(_: crate::env::PoolBusy) -> NodeError {
 }
 
 impl Auth {
-    pub(crate) fn new(cost: PasswordCost) -> Auth {
+    /// `key`: the secret the remembered logins' digests are keyed by (drawn at boot).
+    pub(crate) fn new(cost: PasswordCost, key: [u8; 32]) -> Auth {
         Auth {
             cost,
             dummy: Arc::new(OnceLock::new()),
+            verified: VerifiedLogins::new(key),
+            argon2_checks: AtomicU64::new(0),
+            remembered_checks: AtomicU64::new(0),
         }
     }
 
@@ -122,21 +197,34 @@ impl Auth {
             Some(u) => (Some(u.password_hash.clone()), self.dummy.clone(), self.cost),
             None => (None, self.dummy.clone(), self.cost),
         };
-        let password = password.to_owned();
-        let matched = run_blocking(env.tasks.as_ref(), move || {
-            let hash = match hash {
-                Some(hash) => hash,
-                None => dummy
-                    .get_or_init(|| {
-                        hash_with(cost, "\u{0}no user has this password", [7; 16])
-                            .expect("the configured cost hashes")
-                    })
-                    .clone(),
-            };
-            verify(&hash, &password)
-        })
-        .await
-        .map_err(pool_busy)?;
+        let remembered = hash
+            .as_deref()
+            .is_some_and(|hash| self.verified.contains(hash, password));
+        let matched = if remembered {
+            self.remembered_checks.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            self.argon2_checks.fetch_add(1, Ordering::Relaxed);
+            let (checked, password_owned) = (hash.clone(), password.to_owned());
+            let matched = run_blocking(env.tasks.as_ref(), move || {
+                let hash = match checked {
+                    Some(hash) => hash,
+                    None => dummy
+                        .get_or_init(|| {
+                            hash_with(cost, "\u{0}no user has this password", [7; 16])
+                                .expect("the configured cost hashes")
+                        })
+                        .clone(),
+                };
+                verify(&hash, &password_owned)
+            })
+            .await
+            .map_err(pool_busy)?;
+            if let (true, Some(hash)) = (matched, &hash) {
+                self.verified.remember(hash, password);
+            }
+            matched
+        };
         let Some(user) = user.filter(|_| matched) else {
             return Err(NodeError::InvalidCredentials);
         };
@@ -180,4 +268,38 @@ pub fn token_login(state: &MetaState, raw: &str, now: u64) -> NodeResult<Login> 
         incarnation: user.created_op,
         password_hash: user.password_hash.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{VerifiedLogins, MAX_VERIFIED_LOGINS};
+
+    #[test]
+    fn a_remembered_login_matches_only_its_hash_and_password_and_the_oldest_goes_first() {
+        let verified = VerifiedLogins::new([9; 32]);
+        verified.remember("$hash-a", "secret");
+        assert!(verified.contains("$hash-a", "secret"));
+        assert!(
+            !verified.contains("$hash-b", "secret"),
+            "another stored hash"
+        );
+        assert!(!verified.contains("$hash-a", "secreT"), "another password");
+        // The stored hash's length is part of the digest: no shifting bytes across.
+        assert!(!verified.contains("$hash-as", "ecret"));
+        assert!(
+            !VerifiedLogins::new([8; 32]).contains("$hash-a", "secret"),
+            "another boot's key"
+        );
+        for i in 0..MAX_VERIFIED_LOGINS {
+            verified.remember("$hash-c", &format!("password {i}"));
+        }
+        assert!(
+            !verified.contains("$hash-a", "secret"),
+            "the oldest forgotten"
+        );
+        assert!(verified.contains("$hash-c", "password 0"));
+        assert!(verified.contains("$hash-c", &format!("password {}", MAX_VERIFIED_LOGINS - 1)));
+        let held = verified.digests.lock().unwrap().0.len();
+        assert_eq!(held, MAX_VERIFIED_LOGINS);
+    }
 }

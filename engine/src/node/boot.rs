@@ -648,7 +648,7 @@ async fn start_owners(
             env: env.clone(),
             root: root.to_path_buf(),
             cluster,
-            auth: Auth::new(settings.password_cost),
+            auth: Auth::new(settings.password_cost, login_key(env)),
             settings,
             view,
             meta: meta_tx,
@@ -669,6 +669,15 @@ async fn start_owners(
             replicator: std::sync::OnceLock::new(),
         }),
     })
+}
+
+/// The secret that keys the digests of remembered logins (`auth.rs`), drawn at every boot.
+fn login_key(env: &Env) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    for chunk in key.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&env.entropy.next_u64().to_le_bytes());
+    }
+    key
 }
 
 /// An owner's loop that stops the node if it panics (an invariant's assertion fired): the

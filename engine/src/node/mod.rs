@@ -45,7 +45,7 @@ mod work;
 pub use crate::error::{Failure, Named, NodeError, NodeResult, RootAction, WorkError};
 pub use crate::state::tokens::{Token, TokenExpiry};
 pub use crate::state::{self, ops, options, PartitionKey};
-pub use auth::{token_login, Login};
+pub use auth::{token_login, Login, MAX_VERIFIED_LOGINS};
 pub use boot::{
     doomed_group_offsets, work_to_finish, work_to_redo, BootError, BootMetrics, BootReport, Booted,
     PartitionBoot,
@@ -241,6 +241,10 @@ pub struct StatsSnapshot {
     pub meta_no_space: u64,
     pub meta_adoptions: u64,
     pub meta_adopted_removals: u64,
+    /// Password logins checked by argon2, and those answered by a remembered verification
+    /// (`auth.rs`).
+    pub argon2_checks: u64,
+    pub remembered_logins: u64,
 }
 
 impl NodeStats {
@@ -264,6 +268,9 @@ impl NodeStats {
             meta_no_space: get(&self.meta_no_space),
             meta_adoptions: get(&self.meta_adoptions),
             meta_adopted_removals: get(&self.meta_adopted_removals),
+            // Counted by the node's `Auth` ([`Node::stats`] fills them in).
+            argon2_checks: 0,
+            remembered_logins: 0,
         }
     }
 }
@@ -341,7 +348,12 @@ impl Node {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.inner.stats.snapshot()
+        let auth = &self.inner.auth;
+        StatsSnapshot {
+            argon2_checks: auth.argon2_checks.load(Ordering::Relaxed),
+            remembered_logins: auth.remembered_checks.load(Ordering::Relaxed),
+            ..self.inner.stats.snapshot()
+        }
     }
 
     /// What the partitions hold of the node-wide bounds: unflushed journal bytes, and the

@@ -709,6 +709,7 @@ fn limits_in_code() -> std::collections::BTreeMap<&'static str, u64> {
             n(node::MAX_RECORDED_DELETIONS),
         ),
         ("node::MAX_BALANCED_CURSORS", n(node::MAX_BALANCED_CURSORS)),
+        ("node::MAX_VERIFIED_LOGINS", n(node::MAX_VERIFIED_LOGINS)),
         ("real::BLOCKING_QUEUE", n(real::BLOCKING_QUEUE)),
         ("tcp.max_frame_bytes", config.tcp.max_frame_bytes),
         (

@@ -181,3 +181,80 @@ fn a_token_never_logs_in_as_a_later_user_of_the_same_id_nor_for_an_inactive_one(
     assert_eq!(node.view().user_tokens(carol.user_id).unwrap().len(), 1);
     node.halt();
 }
+
+/// A password verified once logs in again without argon2; a wrong password, an unknown user
+/// and the old password after a change still cost a verification each and are refused; the
+/// new password is verified once, then remembered; a deactivated user is refused even with
+/// a remembered password; a restart forgets everything.
+#[test]
+fn a_verified_password_is_remembered_and_nothing_else_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = start(&real_env(), tmp.path(), node_settings())
+        .unwrap()
+        .node;
+    let checks = |node: &TestNode| {
+        let stats = node.node.stats();
+        (stats.argon2_checks, stats.remembered_logins)
+    };
+    let id = node
+        .create_user("ann", "ann-password", USER_ACTIVE, None)
+        .unwrap();
+    let before = checks(&node);
+    let first = node.login("ann", "ann-password").unwrap();
+    assert_eq!(
+        checks(&node),
+        (before.0 + 1, before.1),
+        "verified by argon2"
+    );
+    for _ in 0..3 {
+        assert_eq!(node.login("ann", "ann-password").unwrap(), first);
+    }
+    assert_eq!(checks(&node), (before.0 + 1, before.1 + 3), "remembered");
+    for (name, password) in [
+        ("ann", "ann-passwore"),
+        ("ann", "ann-password "),
+        ("bob", "ann-password"),
+    ] {
+        assert!(matches!(
+            node.login(name, password),
+            Err(NodeError::InvalidCredentials)
+        ));
+    }
+    assert_eq!(
+        checks(&node),
+        (before.0 + 4, before.1 + 3),
+        "each refusal verified"
+    );
+    node.change_password(&WireIdentifier::numeric(id), "ann-password", "ann-new")
+        .unwrap();
+    assert_eq!(
+        checks(&node),
+        (before.0 + 4, before.1 + 4),
+        "the current one remembered"
+    );
+    assert!(matches!(
+        node.login("ann", "ann-password"),
+        Err(NodeError::InvalidCredentials)
+    ));
+    assert_eq!(
+        checks(&node).0,
+        before.0 + 5,
+        "the old password is verified again"
+    );
+    node.login("ann", "ann-new").unwrap();
+    node.login("ann", "ann-new").unwrap();
+    assert_eq!(checks(&node), (before.0 + 6, before.1 + 5));
+    node.update_user(&WireIdentifier::numeric(id), None, Some(USER_INACTIVE))
+        .unwrap();
+    assert!(matches!(
+        node.login("ann", "ann-new"),
+        Err(NodeError::UserInactive(_))
+    ));
+    node.close().unwrap();
+    let node = start(&real_env(), tmp.path(), node_settings())
+        .unwrap()
+        .node;
+    assert_eq!(checks(&node), (0, 0));
+    node.login("iggy", "iggy").unwrap();
+    assert_eq!(checks(&node), (1, 0), "a restart remembers nothing");
+}
