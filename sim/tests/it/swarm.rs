@@ -203,7 +203,10 @@ fn a_server_seed_replays_to_the_same_trace_with_or_without_its_timeline() {
     );
     let timeline = b.timeline.expect("a timeline was asked for");
     assert!(timeline.lanes.iter().any(|l| l.name == "admin"));
-    assert!(timeline.lanes.iter().any(|l| l.name.starts_with("shard")));
+    assert!(timeline
+        .lanes
+        .iter()
+        .any(|l| l.name.starts_with("partition ")));
     assert!(timeline.spans.len() as u64 >= a.operations);
     let svg = cairn_sim::timeline::render_svg(&timeline);
     assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
