@@ -204,7 +204,6 @@ impl Auth {
             self.remembered_checks.fetch_add(1, Ordering::Relaxed);
             true
         } else {
-            self.argon2_checks.fetch_add(1, Ordering::Relaxed);
             let (checked, password_owned) = (hash.clone(), password.to_owned());
             let matched = run_blocking(env.tasks.as_ref(), move || {
                 let hash = match checked {
@@ -220,6 +219,7 @@ impl Auth {
             })
             .await
             .map_err(pool_busy)?;
+            self.argon2_checks.fetch_add(1, Ordering::Relaxed);
             if let (true, Some(hash)) = (matched, &hash) {
                 self.verified.remember(hash, password);
             }

@@ -28,7 +28,7 @@ use crate::env::{settle, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::metadata::journal::Origin;
 use crate::metadata::{MetadataError, MetadataPlane};
-use crate::partition::partition_dir;
+use crate::partition::{partition_dir, PartitionIdentity};
 use crate::state::ops::MetaOp;
 use crate::state::{key_of, Applied, DirWork, Effect, MetaState, OpContext, PartitionKey};
 use std::collections::{BTreeSet, VecDeque};
@@ -634,8 +634,8 @@ impl MetaOwner {
         dirs: &mut BTreeSet<PathBuf>,
     ) -> Result<(), WorkError> {
         let mut pending = InFlight::new(WORK_PER_SHARD * self.shards.len().max(1));
-        let mut trees: Vec<(PathBuf, Vec<crate::partition::PartitionIdentity>)> = Vec::new();
-        let mut removed = Vec::new();
+        let mut trees: Vec<(PathBuf, Vec<PartitionIdentity>)> = Vec::new();
+        let (mut removed, mut forgets) = (Vec::new(), Vec::new());
         for w in work {
             let config = |s: u32, t: u32| {
                 state
@@ -708,6 +708,7 @@ impl MetaOwner {
                         );
                     }
                     trees.push((topic_dir(&self.root, *stream, *topic), partitions.clone()));
+                    forgets.push((*stream, Some(*topic)));
                     continue;
                 }
                 DirWork::RemoveStream { stream, partitions } => {
@@ -719,6 +720,7 @@ impl MetaOwner {
                         );
                     }
                     trees.push((stream_dir(&self.root, *stream), partitions.clone()));
+                    forgets.push((*stream, None));
                     continue;
                 }
             };
@@ -733,14 +735,7 @@ impl MetaOwner {
             pending.push(self.ask(shard, request).await);
         }
         pending.drain().await?;
-        // Released once their shards closed them, unless the op made them again (an
-        // adoption that replaces a partition): those keep their shard.
-        removed.extend(trees.iter().flat_map(|(_, gone)| gone.iter().map(key_of)));
-        for key in removed {
-            if state.partition(key).is_none() {
-                self.placement.release(key);
-            }
-        }
+        self.unplace(state, removed, &trees, forgets);
         for (dir, partitions) in trees {
             let removal = remove_deleted_tree(self.env.disk.as_ref(), &dir, &partitions)?;
             for (kept, found) in removal.kept {
@@ -749,6 +744,33 @@ impl MetaOwner {
         }
         settle(&self.env).await;
         Ok(())
+    }
+
+    /// After an op's work drained: its removed partitions leave their shards' loads, and
+    /// the keys of its removed topics and streams are forgotten, except what the batch made
+    /// again (`placement.rs`).
+    fn unplace(
+        &self,
+        state: &MetaState,
+        removed: Vec<PartitionKey>,
+        trees: &[(PathBuf, Vec<PartitionIdentity>)],
+        forgets: Vec<(u32, Option<u32>)>,
+    ) {
+        let gone = trees.iter().flat_map(|(_, gone)| gone.iter().map(key_of));
+        for key in removed.into_iter().chain(gone) {
+            if state.partition(key).is_none() {
+                self.placement.vacate(key);
+            }
+        }
+        for (stream, topic) in forgets {
+            let made_again = match topic {
+                Some(topic) => state.find_topic(stream, topic).is_some(),
+                None => state.stream(stream).is_some(),
+            };
+            if !made_again {
+                self.placement.forget(stream, topic);
+            }
+        }
     }
 
     async fn ask(&self, shard: usize, work: ShardWork) -> Pending<Result<(), WorkError>> {

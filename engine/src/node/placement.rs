@@ -1,9 +1,16 @@
 //! Which shard owns each partition: a table, not a function of the ids. A partition is
 //! placed on the least-loaded shard (the one owning the fewest partitions, the lowest index
-//! on a tie) when boot opens it or when the metadata owner creates it, and keeps that shard
-//! until it is removed. A hash of the ids put both partitions of a 2-partition topic on one
-//! shard half the time; a sum of the ids spreads fresh ids evenly but drifts as deletions
-//! leave holes (delete every other topic and every survivor sits on one shard of two).
+//! on a tie) when boot opens it or when the metadata owner creates it. A hash of the ids put
+//! both partitions of a 2-partition topic on one shard half the time; a sum of the ids
+//! spreads fresh ids evenly but drifts as deletions leave holes (delete every other topic
+//! and every survivor sits on one shard of two).
+//!
+//! A partition removed while its topic lives is *vacated*, not forgotten: it no longer
+//! counts in its shard's load, but its key keeps the shard, so a partition made again under
+//! that key (a partition count cut, then raised) lands where it was. The shard's state that
+//! outlives a removal (the groups whose offsets it retired, `Shard::retired`, kept until the
+//! topic goes) is then always on the shard a request for that key reaches. A topic's or a
+//! stream's removal forgets its keys.
 //!
 //! The table is recorded in memory only. A shard is a part of one process, so a placement
 //! means nothing to the next one: boot places the partitions it finds afresh, in key order,
@@ -30,8 +37,9 @@ pub(crate) struct Placement {
 
 #[derive(Debug)]
 struct Table {
-    of: BTreeMap<PartitionKey, u32>,
-    /// Partitions placed on each shard.
+    /// Each key's shard, and whether its partition exists (`false`: vacated).
+    of: BTreeMap<PartitionKey, (u32, bool)>,
+    /// Partitions that exist on each shard.
     loads: Vec<u32>,
 }
 
@@ -54,16 +62,21 @@ impl Placement {
     pub(crate) fn of(&self, key: PartitionKey) -> usize {
         let table = self.read();
         match table.of.get(&key) {
-            Some(&shard) => shard as usize,
+            Some(&(shard, _)) => shard as usize,
             None => unplaced_shard(key, table.loads.len()),
         }
     }
 
-    /// Places `key` on the least-loaded shard and returns it; a key placed already keeps
-    /// its shard (boot's redone creations, an adoption that replaces a partition).
+    /// Places `key`'s partition and returns its shard: a key placed already (vacated or
+    /// not) keeps its shard; a new one goes to the least-loaded shard.
     pub(crate) fn place(&self, key: PartitionKey) -> usize {
         let mut table = self.write();
-        if let Some(&shard) = table.of.get(&key) {
+        if let Some(&(shard, live)) = table.of.get(&key) {
+            if !live {
+                table.loads[shard as usize] += 1;
+                table.of.insert(key, (shard, true));
+            }
+            table.check();
             return shard as usize;
         }
         let (shard, _) = table
@@ -73,18 +86,39 @@ impl Placement {
             .min_by_key(|&(index, load)| (*load, index))
             .expect("a node has at least one shard");
         table.loads[shard] += 1;
-        table.of.insert(key, shard as u32);
+        table.of.insert(key, (shard as u32, true));
         table.check();
         shard
     }
 
-    /// Forgets `key`'s placement (its partition was removed); nothing if it had none.
-    pub(crate) fn release(&self, key: PartitionKey) {
+    /// `key`'s partition was removed while its topic lives: it leaves its shard's load and
+    /// keeps its shard (see the module). Nothing for a key never placed.
+    pub(crate) fn vacate(&self, key: PartitionKey) {
         let mut table = self.write();
-        if let Some(shard) = table.of.remove(&key) {
+        if let Some(&(shard, true)) = table.of.get(&key) {
             let load = &mut table.loads[shard as usize];
             assert!(*load > 0, "a placed partition counts in its shard's load");
             *load -= 1;
+            table.of.insert(key, (shard, false));
+        }
+        table.check();
+    }
+
+    /// Forgets every key of topic `topic` of stream `stream` (every key of the stream for
+    /// `None`): the topic or the stream is gone, and its partitions were vacated first.
+    pub(crate) fn forget(&self, stream: u32, topic: Option<u32>) {
+        let mut table = self.write();
+        let (first, last) = match topic {
+            Some(t) => ((stream, t, 0), (stream, t, u32::MAX)),
+            None => ((stream, 0, 0), (stream, u32::MAX, u32::MAX)),
+        };
+        let gone: Vec<PartitionKey> = table.of.range(first..=last).map(|(k, _)| *k).collect();
+        for key in gone {
+            let (_, live) = table.of.remove(&key).expect("listed");
+            assert!(
+                !live,
+                "{key:?}: a partition is vacated before its topic is forgotten"
+            );
         }
         table.check();
     }
@@ -107,8 +141,8 @@ impl Table {
     fn check(&self) {
         debug_assert_eq!(
             self.loads.iter().map(|&n| n as usize).sum::<usize>(),
-            self.of.len(),
-            "the loads count every placed partition once"
+            self.of.values().filter(|(_, live)| *live).count(),
+            "the loads count every partition that exists once"
         );
     }
 }
@@ -148,7 +182,8 @@ mod tests {
                 placement.place((1, topic, 1));
             }
             for topic in (2..=topics).step_by(2) {
-                placement.release((1, topic, 1));
+                placement.vacate((1, topic, 1));
+                placement.forget(1, Some(topic));
             }
             for topic in topics + 1..=topics + topics / 2 {
                 placement.place((1, topic, 1));
@@ -161,15 +196,36 @@ mod tests {
     }
 
     #[test]
-    fn a_released_key_is_routed_like_one_never_placed() {
+    fn a_vacated_key_keeps_its_shard_until_its_topic_is_forgotten() {
         let placement = Placement::new(3);
         let fresh = Placement::new(3);
         for key in [(1, 1, 1), (1, 1, 2), (4, 2, 9)] {
             placement.place(key);
         }
-        placement.release((4, 2, 9));
-        placement.release((4, 2, 9));
-        assert_eq!(placement.of((4, 2, 9)), fresh.of((4, 2, 9)));
-        assert_eq!(placement.loads().iter().sum::<u32>(), 2);
+        assert_eq!(placement.of((4, 2, 9)), 2);
+        placement.vacate((4, 2, 9));
+        placement.vacate((4, 2, 9));
+        assert_eq!(placement.loads(), [1, 1, 0], "out of the load");
+        assert_eq!(placement.of((4, 2, 9)), 2, "still routed to its shard");
+        // Made again while its topic lives: back on its shard, though shard 2 is not the
+        // least loaded of a fresh choice (all tie; the lowest index would win).
+        placement.vacate((1, 1, 1));
+        assert_eq!(placement.place((4, 2, 9)), 2);
+        assert_eq!(placement.loads(), [0, 1, 1]);
+        placement.vacate((4, 2, 9));
+        placement.forget(4, Some(2));
+        assert_eq!(placement.of((4, 2, 9)), fresh.of((4, 2, 9)), "forgotten");
+        placement.vacate((1, 1, 2));
+        placement.forget(1, None);
+        assert_eq!(placement.loads(), [0, 0, 0]);
+        assert_eq!(placement.place((4, 2, 9)), 0, "placed afresh");
+    }
+
+    #[test]
+    #[should_panic(expected = "vacated before its topic is forgotten")]
+    fn a_topic_is_forgotten_only_once_its_partitions_are_vacated() {
+        let placement = Placement::new(2);
+        placement.place((1, 1, 0));
+        placement.forget(1, Some(1));
     }
 }
