@@ -51,7 +51,7 @@ pub(crate) struct Auth {
     verified: VerifiedLogins,
     /// Logins whose password argon2 verified, and those answered from `verified`.
     pub(crate) argon2_checks: AtomicU64,
-    pub(crate) remembered_checks: AtomicU64,
+    pub(crate) remembered_logins: AtomicU64,
 }
 
 /// Passwords verified lately, each as a BLAKE3 digest keyed by a secret drawn at boot over
@@ -153,7 +153,7 @@ impl Auth {
             dummy: Arc::new(OnceLock::new()),
             verified: VerifiedLogins::new(key),
             argon2_checks: AtomicU64::new(0),
-            remembered_checks: AtomicU64::new(0),
+            remembered_logins: AtomicU64::new(0),
         }
     }
 
@@ -201,7 +201,7 @@ impl Auth {
             .as_deref()
             .is_some_and(|hash| self.verified.contains(hash, password));
         let matched = if remembered {
-            self.remembered_checks.fetch_add(1, Ordering::Relaxed);
+            self.remembered_logins.fetch_add(1, Ordering::Relaxed);
             true
         } else {
             let (checked, password_owned) = (hash.clone(), password.to_owned());

@@ -146,7 +146,8 @@ pub(crate) struct MetaOwner {
     pub(crate) current: Arc<MetaView>,
     pub(crate) view: Arc<ViewCell>,
     pub(crate) shards: Vec<Sender<ShardRequest>>,
-    /// Which shard owns each partition: placed here at creation, released at removal.
+    /// Which shard owns each partition: placed here at creation, vacated at removal,
+    /// forgotten with its topic or stream.
     pub(crate) placement: Arc<Placement>,
     pub(crate) groups: Sender<GroupRequest>,
     pub(crate) stopped: Latch<Arc<Failure>>,
@@ -576,7 +577,8 @@ impl MetaOwner {
     }
 
     /// After a batch's work: the shards hold exactly the state's partitions, each on the
-    /// shard it is placed on, and nothing else is placed. (A shard that stopped answers nothing: no check.)
+    /// shard it is placed on, and nothing else counts as placed. (A shard that stopped
+    /// answers nothing: no check.)
     pub(super) async fn check_partitions(&self, state: &MetaState) {
         if self.stopped.get().is_some() {
             return;

@@ -351,7 +351,7 @@ impl Node {
         let auth = &self.inner.auth;
         StatsSnapshot {
             argon2_checks: auth.argon2_checks.load(Ordering::Relaxed),
-            remembered_logins: auth.remembered_checks.load(Ordering::Relaxed),
+            remembered_logins: auth.remembered_logins.load(Ordering::Relaxed),
             ..self.inner.stats.snapshot()
         }
     }
