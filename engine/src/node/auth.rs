@@ -19,6 +19,7 @@
 //! [`NodeError::TokenExpired`], of an inactive user [`NodeError::UserInactive`].
 
 use super::view::ViewCell;
+use super::NodeStats;
 use super::PasswordCost;
 use crate::env::{run_blocking, Env};
 use crate::error::{NodeError, NodeResult};
@@ -26,7 +27,7 @@ use crate::state::tokens::hash_token;
 use crate::state::MetaState;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Most verified logins remembered; past it the oldest is forgotten.
@@ -49,9 +50,6 @@ pub(crate) struct Auth {
     /// A hash of a password nobody has, at the configured cost (made on first use).
     dummy: Arc<OnceLock<String>>,
     verified: VerifiedLogins,
-    /// Logins whose password argon2 verified, and those answered from `verified`.
-    pub(crate) argon2_checks: AtomicU64,
-    pub(crate) remembered_logins: AtomicU64,
 }
 
 /// Passwords verified lately, each as a BLAKE3 digest keyed by a secret drawn at boot over
@@ -152,8 +150,6 @@ impl Auth {
             cost,
             dummy: Arc::new(OnceLock::new()),
             verified: VerifiedLogins::new(key),
-            argon2_checks: AtomicU64::new(0),
-            remembered_logins: AtomicU64::new(0),
         }
     }
 
@@ -188,6 +184,7 @@ impl Auth {
         &self,
         env: &Env,
         view: &ViewCell,
+        stats: &NodeStats,
         username: &str,
         password: &str,
     ) -> NodeResult<Login> {
@@ -201,7 +198,7 @@ impl Auth {
             .as_deref()
             .is_some_and(|hash| self.verified.contains(hash, password));
         let matched = if remembered {
-            self.remembered_logins.fetch_add(1, Ordering::Relaxed);
+            stats.remembered_logins.fetch_add(1, Ordering::Relaxed);
             true
         } else {
             let (checked, password_owned) = (hash.clone(), password.to_owned());
@@ -219,7 +216,7 @@ impl Auth {
             })
             .await
             .map_err(pool_busy)?;
-            self.argon2_checks.fetch_add(1, Ordering::Relaxed);
+            stats.argon2_checks.fetch_add(1, Ordering::Relaxed);
             if let (true, Some(hash)) = (matched, &hash) {
                 self.verified.remember(hash, password);
             }

@@ -416,6 +416,7 @@ impl Client {
             .login(
                 &self.node.inner.env,
                 &self.node.inner.view,
+                &self.node.inner.stats,
                 username,
                 password,
             )

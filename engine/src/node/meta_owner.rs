@@ -623,6 +623,7 @@ impl MetaOwner {
             expected.len(),
             "exactly the state's partitions are placed"
         );
+        self.placement.check();
     }
 
     /// Op `op`'s directory work: its partitions' work on their shards, a few items at a time

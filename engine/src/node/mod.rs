@@ -219,6 +219,10 @@ pub struct NodeStats {
     /// Partitions those adoptions removed or emptied (deleted or purged while this node
     /// was behind): data the node held and the cluster had discarded.
     pub meta_adopted_removals: AtomicU64,
+    /// Password logins checked by argon2, and those answered by a remembered verification
+    /// (`auth.rs`).
+    pub argon2_checks: AtomicU64,
+    pub remembered_logins: AtomicU64,
 }
 
 /// A copy of the counters.
@@ -268,9 +272,8 @@ impl NodeStats {
             meta_no_space: get(&self.meta_no_space),
             meta_adoptions: get(&self.meta_adoptions),
             meta_adopted_removals: get(&self.meta_adopted_removals),
-            // Counted by the node's `Auth` ([`Node::stats`] fills them in).
-            argon2_checks: 0,
-            remembered_logins: 0,
+            argon2_checks: get(&self.argon2_checks),
+            remembered_logins: get(&self.remembered_logins),
         }
     }
 }
@@ -348,12 +351,7 @@ impl Node {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        let auth = &self.inner.auth;
-        StatsSnapshot {
-            argon2_checks: auth.argon2_checks.load(Ordering::Relaxed),
-            remembered_logins: auth.remembered_logins.load(Ordering::Relaxed),
-            ..self.inner.stats.snapshot()
-        }
+        self.inner.stats.snapshot()
     }
 
     /// What the partitions hold of the node-wide bounds: unflushed journal bytes, and the

@@ -102,7 +102,7 @@ fn a_partition_made_again_under_its_topic_returns_to_its_shard() {
         [1, 0],
         "a's partition 1 left shard 1"
     );
-    create("c", 1);
+    let c = create("c", 1);
     let d = create("d", 1);
     create("e", 1);
     assert_eq!(node.node.shard_loads(), [2, 2]);
@@ -115,8 +115,12 @@ fn a_partition_made_again_under_its_topic_returns_to_its_shard() {
         "a's partition 1 is back on shard 1, not on the least-loaded shard 0"
     );
     assert_eq!(send_and_read(&node, &[(a, 0), (a, 1)], 1), [1, 1]);
-    // A topic made again under a removed topic's id is placed afresh.
-    assert_eq!(create("d2", 1), d);
-    assert_eq!(node.node.shard_loads(), [2, 3]);
+    // A removed topic's keys are forgotten: a topic made again under c's id (c was on
+    // shard 1) goes to the least-loaded shard 0, not back to shard 1.
+    node.delete_topic(&id(0), &id(c)).unwrap();
+    assert_eq!(node.node.shard_loads(), [1, 2]);
+    assert_eq!(create("c2", 1), c, "the lowest free id");
+    assert_eq!(node.node.shard_loads(), [2, 2], "placed afresh");
+    assert_eq!(send_and_read(&node, &[(c, 0)], 50), [1]);
     node.close().unwrap();
 }

@@ -250,11 +250,23 @@ fn a_verified_password_is_remembered_and_nothing_else_is() {
         node.login("ann", "ann-new"),
         Err(NodeError::UserInactive(_))
     ));
+    assert_eq!(
+        checks(&node),
+        (before.0 + 6, before.1 + 6),
+        "the remembered password matched; the inactive user was refused after it"
+    );
+    node.login("iggy", "iggy").unwrap();
+    node.login("iggy", "iggy").unwrap();
+    assert_eq!(checks(&node).1, before.1 + 7, "root's password remembered");
     node.close().unwrap();
     let node = start(&real_env(), tmp.path(), node_settings())
         .unwrap()
         .node;
     assert_eq!(checks(&node), (0, 0));
     node.login("iggy", "iggy").unwrap();
-    assert_eq!(checks(&node), (1, 0), "a restart remembers nothing");
+    assert_eq!(
+        checks(&node),
+        (1, 0),
+        "a restart remembers nothing: root's password, remembered before, is verified again"
+    );
 }
