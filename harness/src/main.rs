@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod boot_bench;
 mod sbs;
 
 use cairn_engine::partition::recovery::Action;
@@ -47,6 +48,10 @@ enum Command {
     /// cairn and Apache Iggy's server side by side, driven by iggy-bench: a disk probe, then
     /// per workload both servers' medians, their ratio and the goal.
     Sbs(sbs::SbsArgs),
+    /// How long a node takes to boot on real files: topics of 1,000 partitions after a clean
+    /// shutdown and after `kill -9`, and one partition of sealed data against its full
+    /// verification (medians; resident memory, open files and device reads beside).
+    BootBench(boot_bench::BootBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -341,5 +346,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::Hostile(args) => bench::hostile::hostile(args),
         Command::Sbs(args) => sbs::sbs(args),
+        Command::BootBench(args) => boot_bench::boot_bench(args),
     }
 }
