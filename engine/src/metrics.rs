@@ -208,6 +208,8 @@ pub struct SyncCounts {
     pub file: AtomicU64,
     /// `Disk::sync_dir` calls.
     pub dir: AtomicU64,
+    /// `Disk::sync_all` calls (boot's one sync of the file system).
+    pub all: AtomicU64,
 }
 
 /// What a [`counting_disk`] tells as calls are issued (failed ones included).
@@ -222,6 +224,8 @@ pub trait DiskTally: Send + Sync + 'static {
     fn cache_evicted(&self, _file: &Self::File) {}
     /// A `sync_dir` of `dir`.
     fn dir_synced(&self, dir: &Path);
+    /// A `sync_all` of everything under `root`.
+    fn all_synced(&self, root: &Path);
 }
 
 /// Totals only: an open file keeps nothing.
@@ -234,10 +238,13 @@ impl DiskTally for SyncCounts {
     fn dir_synced(&self, _dir: &Path) {
         self.dir.fetch_add(1, Ordering::Relaxed);
     }
+    fn all_synced(&self, _root: &Path) {
+        self.all.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// `disk`, telling `tally` of every `sync_data` (of any file opened through it), every
-/// `evict_cache` and every `sync_dir` as it is issued (failed ones included). Everything
+/// `evict_cache`, every `sync_dir` and every `sync_all` as it is issued (failed ones included). Everything
 /// else is passed through unchanged, so the disk behaves exactly as `disk` does.
 pub fn counting_disk<T: DiskTally>(disk: Arc<dyn Disk>, tally: Arc<T>) -> Arc<dyn Disk> {
     Arc::new(CountingDisk { inner: disk, tally })
@@ -282,6 +289,10 @@ impl<T: DiskTally> DiskLayer for CountingDisk<T> {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.tally.dir_synced(path);
         self.inner.sync_dir(path)
+    }
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        self.tally.all_synced(root);
+        self.inner.sync_all(root)
     }
 }
 

@@ -106,6 +106,18 @@ pub fn read(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], name: &str) -> Sl
     if len > SLOT_FILE_LEN {
         return SlotBytes::Oversized { len };
     }
+    // Both copies in one read of the device; a file the read cannot take whole (a bad
+    // sector under one copy, a file cut short) is read copy by copy, so each copy's fate is
+    // its own.
+    let mut whole = vec![0u8; len as usize];
+    if len >= MIRROR_OFFSET + RECORD_LEN as u64 && file.read_exact_at(&mut whole, 0).is_ok() {
+        return SlotBytes::Copies(Box::new([0, MIRROR_OFFSET].map(|at| {
+            let at = at as usize;
+            Ok(whole[at..at + RECORD_LEN]
+                .try_into()
+                .expect("a record's length"))
+        })));
+    }
     SlotBytes::Copies(Box::new([0, MIRROR_OFFSET].map(|at| {
         let mut bytes = [0u8; RECORD_LEN];
         if at + RECORD_LEN as u64 > len {

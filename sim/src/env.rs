@@ -75,7 +75,7 @@ pub(crate) fn sim_env(seed: u64, profile: &Profile) -> (SimDisk, SimClock, Execu
         profile.disk_latency_nanos.1,
     );
     let env = Env {
-        disk: Arc::new(disk.clone()),
+        disk: crate::canary::disk::machine_disk(crate::canary::active(), Arc::new(disk.clone())),
         clock: Arc::new(clock.clone()),
         // The node's network; the workload drives the engine directly until the server exists.
         net: Arc::new(net.host(NODE_IP)),

@@ -146,14 +146,16 @@ pub fn batch_positions(log: &Path) -> Vec<u64> {
 /// Calls counted per path.
 pub type PathCounts = Arc<Mutex<BTreeMap<PathBuf, usize>>>;
 
-/// A real disk that counts opens, `sync_data` and `evict_cache` calls per path and `sync_dir`
-/// calls per directory: the engine's counting disk ([`counting_disk`]) with a tally per path.
+/// A real disk that counts opens, `sync_data` and `evict_cache` calls per path, `sync_dir`
+/// calls per directory and `sync_all` calls per root: the engine's counting disk ([`counting_disk`]) with a tally per path.
 #[derive(Clone)]
 pub struct CountingDisk {
     pub opens: PathCounts,
     pub syncs: PathCounts,
     pub evictions: PathCounts,
     pub dir_syncs: PathCounts,
+    /// `sync_all` calls, by the root they were given.
+    pub all_syncs: PathCounts,
     disk: Arc<dyn Disk>,
 }
 
@@ -165,6 +167,7 @@ impl Default for CountingDisk {
             syncs: tally.syncs.clone(),
             evictions: tally.evictions.clone(),
             dir_syncs: tally.dir_syncs.clone(),
+            all_syncs: tally.all_syncs.clone(),
             disk: counting_disk(Arc::new(RealDisk), Arc::new(tally)),
         }
     }
@@ -215,6 +218,7 @@ struct PathTally {
     syncs: PathCounts,
     evictions: PathCounts,
     dir_syncs: PathCounts,
+    all_syncs: PathCounts,
 }
 
 fn bump(counts: &PathCounts, path: &Path) {
@@ -239,6 +243,9 @@ impl DiskTally for PathTally {
     }
     fn dir_synced(&self, dir: &Path) {
         bump(&self.dir_syncs, dir);
+    }
+    fn all_synced(&self, root: &Path) {
+        bump(&self.all_syncs, root);
     }
 }
 
@@ -342,6 +349,10 @@ impl DiskLayer for CrashingDisk {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         CrashingDisk::spend(&self.budget)?;
         RealDisk.sync_dir(path)
+    }
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        CrashingDisk::spend(&self.budget)?;
+        RealDisk.sync_all(root)
     }
 }
 

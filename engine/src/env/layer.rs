@@ -48,6 +48,9 @@ pub trait DiskLayer: Send + Sync {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.inner().sync_dir(path)
     }
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        self.inner().sync_all(root)
+    }
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.inner().exists(path)
     }
@@ -77,6 +80,9 @@ impl<L: DiskLayer> Disk for L {
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         DiskLayer::sync_dir(self, path)
+    }
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        DiskLayer::sync_all(self, root)
     }
     fn exists(&self, path: &Path) -> io::Result<bool> {
         DiskLayer::exists(self, path)

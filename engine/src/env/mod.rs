@@ -127,6 +127,10 @@ pub trait Disk: Send + Sync {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (created, renamed, removed names) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Makes every file and directory under `root` durable, as one call (Linux's `syncfs`
+    /// of its file system): what each file's and directory's own sync would do, with one
+    /// flush of the device instead of one each.
+    fn sync_all(&self, root: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> io::Result<bool>;
     /// The time the calls made since the last ask took, which the caller has not yet waited
     /// for: zero on a real disk (its calls took their time by blocking the calling thread);

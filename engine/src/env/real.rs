@@ -395,6 +395,31 @@ impl Disk for RealDisk {
         device_wait(|| dir.sync_all())
     }
 
+    #[cfg(target_os = "linux")]
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        let dir = File::open(root)?;
+        // SAFETY: `dir` is an open descriptor for the call's length; syncfs reads nothing
+        // else. Since Linux 5.8 it reports a writeback error of the file system that
+        // happened after `dir` was opened, as a file's fsync does for that file.
+        device_wait(|| match unsafe { libc::syncfs(dir.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        // No syncfs: each file and directory under `root`, one by one.
+        for entry in std::fs::read_dir(root)? {
+            let entry = entry?;
+            match entry.file_type()?.is_dir() {
+                true => self.sync_all(&entry.path())?,
+                false => File::open(entry.path())?.sync_all()?,
+            }
+        }
+        self.sync_dir(root)
+    }
+
     fn exists(&self, path: &Path) -> io::Result<bool> {
         path.try_exists()
     }

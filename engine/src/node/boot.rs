@@ -20,11 +20,11 @@ use crate::env::{device_section, settle, Env};
 use crate::error::Failure;
 use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataError, MetadataPlane};
 use crate::metrics::LabeledCounts;
-use crate::partition::recovery::Action;
+use crate::partition::recovery::{Action, SlotRead};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Outcome, Partition, PartitionError,
-    PartitionHooks, PartitionIdentity, RecoveryPlan,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Opening, Outcome, Partition,
+    PartitionError, PartitionHooks, PartitionIdentity, RecoveryPlan,
 };
 use crate::state::adoption::adoption;
 use crate::state::{key_of, DirWork, MetaState, PartitionKey, ROOT_USER_ID, USER_ACTIVE};
@@ -278,7 +278,8 @@ impl Node {
             plan.state = a.state.clone();
         }
         let works: Vec<&DirWork> = redo.iter().map(|(_, w)| w).collect();
-        let tree = tree::plan(disk, root, &plan.state, &works)?;
+        let mut tree = tree::plan(disk, root, &plan.state, &works)?;
+        let slots = std::mem::take(&mut tree.slots);
         let mut report = BootReport {
             removed: apply_tree(env, root, &plan.state, &tree, settings.hooks.partition)?,
             tree,
@@ -293,8 +294,8 @@ impl Node {
         }
         settle(env).await;
         let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
-        let node =
-            start_owners(env, root, settings, plane, &plan, &redo, &mut report, syncs).await?;
+        let boot = (&plan, &redo[..], &mut report, slots);
+        let node = start_owners(env, root, settings, plane, boot, syncs).await?;
         // In a cluster the root user is the cluster's first decided op (proposed by a leader
         // that finds no user), not each member's own: each would salt its own hash.
         let clustered = node.inner.settings.meta.cluster.is_some();
@@ -400,14 +401,17 @@ fn create_empty(
 
 /// Opens one partition for its shard: fenced when its directory is missing, when another
 /// directory claims its identity, or when opening fails with an I/O error (the error is
-/// confined to this partition: boot goes on).
+/// confined to this partition: boot goes on). What a recovery with nothing to repair
+/// serves is made durable by boot's one `sync_all` after every partition opened
+/// ([`Opening::Boot`]), not a flush of the device per file; `slots` are the superblock
+/// slots boot's tree survey read.
 fn open_partition(
     env: &Env,
     root: &Path,
     state: &MetaState,
     settings: crate::config::PartitionSettings,
     hooks: PartitionHooks,
-    identity: PartitionIdentity,
+    (identity, slots): ToOpen,
     claimed: &BTreeMap<PartitionKey, PathBuf>,
 ) -> (Partition, PartitionBoot) {
     let key = key_of(&identity);
@@ -425,7 +429,10 @@ fn open_partition(
         });
     }
     let config = state.topic(key.0, key.1).options.config();
+    let mut slots = slots;
     if settings.replica {
+        // Finishing a rebuild may rewrite the slots: read them again.
+        slots = None;
         let rebuilt = super::rebuild::Rebuilt {
             env,
             dir: &dir,
@@ -454,7 +461,15 @@ fn open_partition(
             })
         }
     }
-    match Partition::open_with_hooks(env, &dir, identity, config, settings, hooks) {
+    match Partition::open_with_hooks(
+        env,
+        &dir,
+        identity,
+        config,
+        settings,
+        hooks,
+        Opening::Boot { slots },
+    ) {
         Ok(opened) => (
             opened.partition,
             PartitionBoot::Opened(Box::new(opened.plan)),
@@ -470,21 +485,30 @@ fn open_partition(
     }
 }
 
+/// What boot's plans hand the owners: the metadata's plan, the directory work to redo, the
+/// report to fill, and the superblock slots the tree survey read, by partition.
+type BootInputs<'a> = (
+    &'a MetaPlan,
+    &'a [(u64, &'a DirWork)],
+    &'a mut BootReport,
+    BTreeMap<PartitionKey, [SlotRead; 2]>,
+);
+
+/// A partition a shard opens at boot, with the superblock slots boot's survey read of it.
+type ToOpen = (PartitionIdentity, Option<Box<[SlotRead; 2]>>);
+
 /// What one shard reports once its partitions are open.
 struct ShardBoot {
     partitions: Vec<(PartitionKey, PartitionBoot)>,
     group_offsets_removed: Vec<(PartitionKey, u32)>,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn start_owners(
     env: &Env,
     root: &Path,
     settings: NodeSettings,
     mut plane: MetadataPlane,
-    plan: &MetaPlan,
-    redo: &[(u64, &DirWork)],
-    report: &mut BootReport,
+    (plan, redo, report, mut slots): BootInputs<'_>,
     syncs: Arc<crate::metrics::SyncCounts>,
 ) -> Result<Node, BootError> {
     let shard_count = match settings.shards {
@@ -513,11 +537,12 @@ async fn start_owners(
     let mut workers = Vec::new();
     let mut shards = Vec::with_capacity(shard_count);
     let mut booting = Vec::with_capacity(shard_count);
-    let mut owned: Vec<Vec<PartitionIdentity>> = vec![Vec::new(); shard_count];
+    let mut owned: Vec<Vec<ToOpen>> = (0..shard_count).map(|_| Vec::new()).collect();
     // Placed afresh in key order: spread evenly over this process's shards.
     let placement = Arc::new(Placement::new(shard_count));
     for identity in plan.state.partitions() {
-        owned[placement.place(key_of(&identity))].push(identity);
+        let key = key_of(&identity);
+        owned[placement.place(key)].push((identity, slots.remove(&key).map(Box::new)));
     }
     for (index, identities) in owned.into_iter().enumerate() {
         let (tx, rx) = channel::<ShardRequest>(limits.shard_inbox);
@@ -550,7 +575,7 @@ async fn start_owners(
                 group_offsets_removed: Vec::new(),
             };
             let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
-            for identity in identities {
+            for (identity, slots) in identities {
                 let key = key_of(&identity);
                 // Recovery reads what the device holds: one wait on the device per partition.
                 let (mut partition, outcome) = device_section(env2.tasks.as_ref(), || {
@@ -560,7 +585,7 @@ async fn start_owners(
                         &state,
                         partition_settings,
                         partition_hooks,
-                        identity,
+                        (identity, slots),
                         &claimed,
                     )
                 });
@@ -598,6 +623,9 @@ async fn start_owners(
             .group_offsets_removed
             .extend(boot.group_offsets_removed);
     }
+    // What every recovery serves as it found it (an earlier process may have left it in the
+    // page cache only) durable before the node serves: one sync of the data root.
+    device_section(env.tasks.as_ref(), || env.disk.sync_all(root))?;
     if let Some(a) = &plan.adopting {
         plane.finish_adoption(a.op, a.anchor, &a.state)?;
         settle(env).await;

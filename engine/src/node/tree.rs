@@ -28,7 +28,7 @@
 //! metadata does not have the entity).
 
 use crate::env::Disk;
-use crate::partition::superblock::read_identity;
+use crate::partition::recovery::{identity_in, read_slots, SlotRead};
 use crate::partition::{partition_dir, PartitionIdentity};
 use crate::state::{key_of, DirWork, MetaState, PartitionKey};
 use std::collections::{BTreeMap, BTreeSet};
@@ -137,6 +137,10 @@ pub struct TreePlan {
     pub claimed: Vec<(PartitionKey, PathBuf)>,
     /// Entries under `streams/` that are not entity directories, left alone.
     pub notes: Vec<String>,
+    /// The superblock slots the survey read (from the device) of each partition it opens
+    /// as found: boot hands them to the partition's recovery instead of reading them twice,
+    /// and keeps none of them.
+    pub slots: BTreeMap<PartitionKey, [SlotRead; 2]>,
 }
 
 impl TreePlan {
@@ -239,12 +243,18 @@ fn unknown_besides(
 
 /// What one partition directory holds. Read errors make it foreign (kept, never removed).
 pub fn survey_path(disk: &dyn Disk, dir: &Path) -> Found {
-    let survey = || -> io::Result<Found> {
+    survey_path_and_slots(disk, dir).0
+}
+
+/// [`survey_path`], and the superblock slots it read when it found a partition.
+fn survey_path_and_slots(disk: &dyn Disk, dir: &Path) -> (Found, Option<[SlotRead; 2]>) {
+    let survey = || -> io::Result<(Found, Option<[SlotRead; 2]>)> {
         if !disk.exists(dir)? {
-            return Ok(Found::Missing);
+            return Ok((Found::Missing, None));
         }
-        if let Some(identity) = read_identity(disk, dir)? {
-            return Ok(Found::Partition(identity));
+        let slots = read_slots(disk, dir)?;
+        if let Some(identity) = identity_in(&slots) {
+            return Ok((Found::Partition(identity), Some(slots)));
         }
         let mut data = Vec::new();
         for entry in disk.read_dir(dir)? {
@@ -265,16 +275,17 @@ pub fn survey_path(disk: &dyn Disk, dir: &Path) -> Found {
                 }
             }
         }
-        Ok(if data.is_empty() {
-            Found::Empty
-        } else {
-            Found::Foreign {
+        let found = match data.is_empty() {
+            true => Found::Empty,
+            false => Found::Foreign {
                 why: data.join(", "),
-            }
-        })
+            },
+        };
+        Ok((found, None))
     };
-    survey().unwrap_or_else(|e| Found::Foreign {
-        why: format!("cannot be read: {e}"),
+    survey().unwrap_or_else(|e| {
+        let why = format!("cannot be read: {e}");
+        (Found::Foreign { why }, None)
     })
 }
 
@@ -329,14 +340,16 @@ pub fn plan(
     let none = BTreeSet::new();
     for key in keys {
         let dir = partition_dir(root, key.0, key.1, key.2);
-        let found = if listed.partitions.contains(&key) {
-            survey_path(disk, &dir)
-        } else {
-            Found::Missing
+        let (found, slots) = match listed.partitions.contains(&key) {
+            true => survey_path_and_slots(disk, &dir),
+            false => (Found::Missing, None),
         };
         let target = wanted.get(&key).copied();
         let tail = journaled.get(&key).unwrap_or(&none);
         let fate = decide(&found, target, tail);
+        if let (Fate::Open, Some(slots)) = (fate, slots) {
+            plan.slots.insert(key, slots);
+        }
         let made_by_tail = target.is_some_and(|t| tail.contains(&t));
         if let (Fate::Unaccounted, Found::Partition(id)) = (fate, &found) {
             if wanted.get(&key_of(id)) == Some(id) {

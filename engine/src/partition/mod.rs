@@ -29,7 +29,7 @@ pub use hooks::{PartitionHooks, ReadEndHook, ReadHooks, VerdictHook};
 pub use offsets::{ConsumerId, ConsumerKind, StoredOffset};
 pub use open_log::{AppendAck, RecordPlan};
 pub use read_plan::{PlanRead, PollFrom, Polled, ReadFence, ReadPlan};
-pub use recovery::{Outcome, RecoveryPlan};
+pub use recovery::{Insurance, Opening, Outcome, RecoveryPlan};
 pub use superblock::{DurablePoint, PartitionIdentity, Superblock};
 
 use crate::config::{PartitionSettings, TopicConfig};
@@ -221,7 +221,9 @@ impl Partition {
         for sync in [dir.join("offsets"), dir.to_path_buf()] {
             disk.sync_dir(&sync).map_err(io_error("sync_dir", &sync))?;
         }
-        Ok(Self::open_with_hooks(env, dir, identity, config, settings, hooks)?.partition)
+        let opened =
+            Self::open_with_hooks(env, dir, identity, config, settings, hooks, Opening::Alone)?;
+        Ok(opened.partition)
     }
 
     /// Opens an existing partition: plans recovery, applies it unless fenced, and loads the
@@ -234,12 +236,14 @@ impl Partition {
         settings: PartitionSettings,
     ) -> Result<Opened> {
         let hooks = PartitionHooks::default();
-        Self::open_with_hooks(env, dir, identity, config, settings, hooks)
+        Self::open_with_hooks(env, dir, identity, config, settings, hooks, Opening::Alone)
     }
 
     /// [`Partition::open`] with `hooks` (the simulator's; production has none): recovery's
     /// verdict, the disk its apply writes through and the disk the open log writes through
-    /// pass through them.
+    /// pass through them. `opening`: alone, or within a node's boot, which may have read the
+    /// superblock slots already and makes durable what a recovery with nothing to repair
+    /// serves ([`Opening`]).
     pub fn open_with_hooks(
         env: &Env,
         dir: &Path,
@@ -247,12 +251,18 @@ impl Partition {
         config: TopicConfig,
         settings: PartitionSettings,
         hooks: PartitionHooks,
+        opening: Opening,
     ) -> Result<Opened> {
         let disk = env.disk.as_ref();
         let durability = config.consumer_offset_durability;
-        let plan =
-            recovery::plan_with_hook(disk, dir, identity, durability, hooks.recovery_verdict)
-                .map_err(io_error("recovery scan of", dir))?;
+        let insurance = opening.insurance();
+        let slots = match opening {
+            Opening::Boot { slots } => slots.map(|slots| *slots),
+            Opening::Alone => None,
+        };
+        let verdict = hooks.recovery_verdict;
+        let plan = recovery::plan_with_hook(disk, dir, identity, durability, verdict, slots)
+            .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
             return Ok(Opened {
@@ -265,7 +275,7 @@ impl Partition {
         for note in &plan.notes {
             tracing::warn!(dir = %dir.display(), %note, "recovery note");
         }
-        let superblock = recovery::apply(hooks.recovery_disk(&env.disk).as_ref(), &plan)
+        let superblock = recovery::apply(hooks.recovery_disk(&env.disk).as_ref(), &plan, insurance)
             .map_err(io_error("recovery of", dir))?;
         let log_env = Env {
             disk: hooks.log_disk(&env.disk),

@@ -528,6 +528,35 @@ impl Disk for SimDisk {
         Ok(())
     }
 
+    /// `syncfs`: every file under `root`, then every directory (deepest first, `root` last),
+    /// each by its own sync, so each meets the faults (a failure, a lie, a crash) its own
+    /// sync would. The first failure ends the call, as `syncfs` reports one.
+    fn sync_all(&self, root: &Path) -> io::Result<()> {
+        let (files, mut dirs) = {
+            let s = self.lock();
+            if s.crashed {
+                return Err(crashed_error());
+            }
+            let mut files = Vec::new();
+            let mut dirs = vec![root.to_path_buf()];
+            for (path, node) in s.names.under(root) {
+                match node {
+                    Node::File(_) => files.push(path.clone()),
+                    Node::Dir(_) => dirs.push(path.clone()),
+                }
+            }
+            (files, dirs)
+        };
+        for path in files {
+            self.open(&path, OpenMode::Read)?.sync_data()?;
+        }
+        dirs.reverse();
+        for dir in dirs {
+            self.sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
     fn exists(&self, path: &Path) -> io::Result<bool> {
         let s = self.lock();
         if s.crashed {

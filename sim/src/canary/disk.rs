@@ -41,6 +41,29 @@ pub fn replica_disk_hook(name: &str) -> Option<DiskHook> {
     }
 }
 
+/// `skip-deferred-sync` wraps the simulated machine's disk: `sync_all`, with which a
+/// node's boot makes durable what its recoveries serve as they found it
+/// (`Insurance::Deferred`), returns success and syncs nothing.
+pub fn machine_disk(name: Option<&str>, disk: Arc<dyn Disk>) -> Arc<dyn Disk> {
+    match name {
+        Some("skip-deferred-sync") => Arc::new(NoSyncAll { inner: disk }),
+        _ => disk,
+    }
+}
+
+struct NoSyncAll {
+    inner: Arc<dyn Disk>,
+}
+
+impl DiskLayer for NoSyncAll {
+    fn inner(&self) -> &dyn Disk {
+        self.inner.as_ref()
+    }
+    fn sync_all(&self, _root: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A replica's Raft log segments are never synced: it tells openraft its entries are
 /// flushed (so its leader counts it toward the quorum) while they are only in the cache.
 fn raft_ack_before_sync(disk: Arc<dyn Disk>) -> Arc<dyn Disk> {

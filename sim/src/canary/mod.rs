@@ -26,7 +26,10 @@
 //! - `raft-ack-before-sync`: a cluster replica's Raft log is never synced, so it tells its
 //!   leader entries are flushed (and counts toward the quorum) while they are only cached;
 //! - `part-wal-unsynced`: the same for the partition groups' WALs alone, so a `persisted`
-//!   send is acknowledged before a quorum holds it on stable storage.
+//!   send is acknowledged before a quorum holds it on stable storage;
+//! - `skip-deferred-sync`: the machine's `sync_all` syncs nothing, so what a boot's
+//!   recoveries serve as they found it (left in the page cache by the process before) is
+//!   never made durable, though the boot deferred exactly that to it.
 //!
 //! The cluster's replicas ([`cluster`]):
 //! - `vote-after-lost-state`: a replica that lost its state record (its vote) or its whole
@@ -101,7 +104,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 34] = [
+pub const NAMES: [&str; 35] = [
     "read-above-visible",
     "serve-unverified-skip",
     "raft-ack-before-sync",
@@ -136,6 +139,7 @@ pub const NAMES: [&str; 34] = [
     "rewind-on-short-log",
     "unsynced-repair",
     "skip-slot-sync",
+    "skip-deferred-sync",
 ];
 
 thread_local! {

@@ -4,6 +4,7 @@
 // harness's threads (cargo runs test binaries one after another).
 
 mod engine_defects_real_fs;
+mod node_boot_io;
 mod node_bounds;
 mod node_concurrency;
 mod node_crash_and_damage;

@@ -27,7 +27,7 @@ use crate::env::{device_section, race, settle, Either, Env};
 use crate::error::{Failure, NodeError, NodeResult, WorkError};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
-    partition_dir, ConsumerId, ConsumerKind, FenceReason, Partition, PartitionError,
+    partition_dir, ConsumerId, ConsumerKind, FenceReason, Opening, Partition, PartitionError,
     PartitionIdentity, Polled,
 };
 use crate::state::{key_of, PartitionKey};
@@ -740,8 +740,15 @@ impl Shard {
         let key = key_of(&identity);
         let dir = self.dir(key);
         let (settings, hooks) = (self.settings, self.hooks.partition);
-        let opened =
-            Partition::open_with_hooks(&self.env, &dir, identity, config, settings, hooks)?;
+        let opened = Partition::open_with_hooks(
+            &self.env,
+            &dir,
+            identity,
+            config,
+            settings,
+            hooks,
+            Opening::Alone,
+        )?;
         self.own(identity, opened.partition);
         self.held.insert(key);
         Ok(())

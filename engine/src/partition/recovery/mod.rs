@@ -9,7 +9,9 @@
 //! - [`decide`] decides, purely: the fate of every segment, the indexes to rebuild, the
 //!   offsets to repair and the record to write; or why to fence;
 //! - [`apply`] carries the actions out, each durable whatever the topic's policy (a repair
-//!   that a power loss could undo is no repair), the superblock record last;
+//!   that a power loss could undo is no repair), the superblock record last; what a plan
+//!   with no actions serves is synced by it, or by its caller's one sync of the data root
+//!   ([`Insurance`]);
 //! - [`actions`] is their common vocabulary: the actions, the planned segments, the plan.
 //!
 //! The files import downward only: `survey` → `trust`; `decide` → `survey`, `trust`,
@@ -30,9 +32,31 @@ pub mod survey;
 pub mod trust;
 
 pub use actions::{Action, Outcome, PlannedSegment, RecoveryPlan};
-pub use apply::apply;
+pub use apply::{apply, Insurance};
+
+/// How a partition's recovery runs: alone, or within a node's boot.
+#[derive(Debug, Clone, Default)]
+pub enum Opening {
+    /// Recovery reads everything it needs and syncs what it serves ([`Insurance::Now`]).
+    #[default]
+    Alone,
+    /// Within a node's boot: `slots` are the superblock slots boot's tree survey read from
+    /// the device, nothing having written them since (`None`: read them again); what a
+    /// recovery with nothing to repair serves is made durable by boot's one `sync_all`
+    /// before the node serves ([`Insurance::Deferred`]).
+    Boot { slots: Option<Box<[SlotRead; 2]>> },
+}
+
+impl Opening {
+    pub fn insurance(&self) -> Insurance {
+        match self {
+            Opening::Alone => Insurance::Now,
+            Opening::Boot { .. } => Insurance::Deferred,
+        }
+    }
+}
 pub use decide::REBUILT_INDEX_SPACING_BYTES;
-pub use survey::{BatchMark, Damage, DamageKind, ScannedSegment, Survey};
+pub use survey::{identity_in, read_slots, BatchMark, Damage, DamageKind, ScannedSegment, Survey};
 pub use trust::SlotRead;
 
 use super::offsets::{ConsumerId, StoredOffset};
@@ -53,7 +77,7 @@ pub fn plan(
     identity: PartitionIdentity,
     offset_durability: Durability,
 ) -> io::Result<RecoveryPlan> {
-    plan_with_hook(disk, dir, identity, offset_durability, None)
+    plan_with_hook(disk, dir, identity, offset_durability, None, None)
 }
 
 /// Rewrites recovery's verdict on a survey: a seam for the simulator's deliberate bugs
@@ -61,16 +85,17 @@ pub fn plan(
 pub type VerdictHook = fn(&Survey, Result<Repairs, FenceReason>) -> Result<Repairs, FenceReason>;
 
 /// [`plan`], the verdict passing through `hook` (the simulator's; production has none)
-/// between the rules and the plan.
+/// between the rules and the plan; `slots` as the caller read them ([`survey::survey`]).
 pub fn plan_with_hook(
     disk: &dyn Disk,
     dir: &Path,
     identity: PartitionIdentity,
     offset_durability: Durability,
     hook: Option<VerdictHook>,
+    slots: Option<[SlotRead; 2]>,
 ) -> io::Result<RecoveryPlan> {
     let _span = tracing::info_span!("recovery_plan", dir = %dir.display(), %identity).entered();
-    let survey = survey::survey(disk, dir, identity, offset_durability)?;
+    let survey = survey::survey(disk, dir, identity, offset_durability, slots)?;
     let verdict = decide::decide(&survey);
     let verdict = match hook {
         Some(rewrite) => rewrite(&survey, verdict),

@@ -144,15 +144,17 @@ pub struct Survey {
 }
 
 /// Reads a partition directory for recovery. Changes no bytes; drops clean cached pages of
-/// the files whose device contents matter.
+/// the files whose device contents matter. `slots`: the superblock slots as a caller read
+/// them from the device ([`read_slots`]) with nothing written since, or `None` to read them.
 pub fn survey(
     disk: &dyn Disk,
     dir: &Path,
     identity: PartitionIdentity,
     offset_durability: Durability,
+    slots: Option<[SlotRead; 2]>,
 ) -> io::Result<Survey> {
     let entries = disk.read_dir(dir)?;
-    let slots = [0, 1].map(|slot| read_slot(disk, dir, &entries, slot));
+    let slots = slots.unwrap_or_else(|| [0, 1].map(|slot| read_slot(disk, dir, &entries, slot)));
     let mut survey = Survey {
         dir: dir.to_path_buf(),
         identity,
@@ -210,6 +212,22 @@ fn is_index_temp(name: &str) -> bool {
 
 /// Reads one slot file from the device: either copy will do, the newer one wins (a torn
 /// write may leave one old and one new).
+/// The superblock slots of the partition directory `dir`, read from the device (the clean
+/// cached pages dropped first), as recovery's survey reads them.
+pub fn read_slots(disk: &dyn Disk, dir: &Path) -> io::Result<[SlotRead; 2]> {
+    let entries = disk.read_dir(dir)?;
+    Ok([0, 1].map(|slot| read_slot(disk, dir, &entries, slot)))
+}
+
+/// The identity the newest valid record of `slots` names.
+pub fn identity_in(slots: &[SlotRead; 2]) -> Option<PartitionIdentity> {
+    let records = slots.iter().filter_map(|slot| match slot {
+        SlotRead::Valid { record, .. } => Some(record),
+        _ => None,
+    });
+    records.max_by_key(|r| r.sequence).map(|r| r.identity)
+}
+
 fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> SlotRead {
     let copies = match slots::read(disk, dir, entries, SLOT_NAMES[slot]) {
         SlotBytes::Missing => return SlotRead::Missing,
