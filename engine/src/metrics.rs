@@ -208,7 +208,7 @@ pub struct SyncCounts {
     pub file: AtomicU64,
     /// `Disk::sync_dir` calls.
     pub dir: AtomicU64,
-    /// `Disk::sync_all` calls (boot's one sync of the file system).
+    /// `Disk::sync_all` calls (each shard's one sync of the data root at boot).
     pub all: AtomicU64,
 }
 

@@ -6,10 +6,11 @@
 //!   clean shutdown;
 //! - `sealed`: one partition filled past `--sealed-gib` GiB, so that much lies in sealed
 //!   segments, then a clean shutdown;
-//! - `boot`: boots the node with a disk that counts device reads (reads on a handle whose
-//!   cached pages boot dropped), prints what it took, then shuts down cleanly; with `--hold`
-//!   it sends one message more and waits to be killed (`kill -9`: the next boot is after an
-//!   unclean exit, the page cache intact);
+//! - `boot`: boots the node with a disk that counts device reads (read calls on a handle
+//!   whose cached pages boot dropped: such a handle reads the device from then on), prints
+//!   what it took, then shuts down cleanly; with `--hold` it sends one message more to each
+//!   partition of the first topic and waits to be killed (`kill -9`: the next boot is after
+//!   an unclean exit, the page cache intact);
 //! - `verify`: `cairn check`'s full verification of the directory, timed.
 //!
 //! The parent prints, per partition count and per shutdown, the medians of `--runs` boots:
@@ -408,20 +409,22 @@ async fn boot(env: Env, root: &Path, device_reads: &AtomicU64, hold: bool) -> Re
         device_reads.load(Ordering::Relaxed)
     );
     if hold {
-        // An unsynced tail for the next boot, then wait for the kill.
+        // A tail the next boot finds after the kill, in every partition of the first
+        // topic, then wait for the kill.
         let client = node.client(1);
-        let mut builder = BatchBuilder::new(1_764_000_000_000_000);
-        builder.push(1, 0, b"held", b"");
         let (stream, topic) = (WireIdentifier::numeric(0), WireIdentifier::numeric(0));
-        client
-            .send(
-                &stream,
-                &topic,
-                &WirePartitioning::PartitionId(0),
-                builder.build(),
-            )
-            .await
-            .map_err(|e| format!("send: {e}"))?;
+        for partition in 0..TOPIC_PARTITIONS {
+            let mut builder = BatchBuilder::new(1_764_000_000_000_000);
+            builder.push(u128::from(partition) + 1, 0, b"held", b"");
+            let to = WirePartitioning::PartitionId(partition);
+            if client
+                .send(&stream, &topic, &to, builder.build())
+                .await
+                .is_err()
+            {
+                break; // past the topic's partitions
+            }
+        }
         println!("held");
         loop {
             env.clock.sleep(std::time::Duration::from_secs(3600)).await;

@@ -4,25 +4,27 @@
 //! This is the only module of the engine allowed to touch `std::fs`, `std::net`, the system
 //! clock and the runtime directly.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
-// The crate denies unsafe code; its five calls into libc (pwritev, pread into uninitialised
-// memory, fallocate, posix_fadvise, getrandom) live here, each with its SAFETY comment.
+// The crate denies unsafe code; its six calls into libc (pwritev, pread into uninitialised
+// memory, fallocate, posix_fadvise, syncfs, getrandom) live here, each with its SAFETY comment.
 #![allow(unsafe_code)]
 
+mod net;
+mod sync_all;
+
 use super::{
-    BlockingJob, BoxFuture, ByteStream, Clock, Deadline, DirEntry, Disk, DiskFile, Entropy, Env,
-    Listener, Net, OpenMode, PoolBusy, TaskHandle, Tasks,
+    BlockingJob, BoxFuture, Clock, Deadline, DirEntry, Disk, DiskFile, Entropy, Env, OpenMode,
+    PoolBusy, TaskHandle, Tasks,
 };
+pub use net::RealNet;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::io::IoSlice;
-use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::{Handle, Runtime};
 
 /// Most buffers one `pwritev` call takes (Linux `IOV_MAX`).
@@ -397,10 +399,13 @@ impl Disk for RealDisk {
 
     #[cfg(target_os = "linux")]
     fn sync_all(&self, root: &Path) -> io::Result<()> {
+        if !sync_all::syncfs_covers(root)? {
+            return device_wait(|| sync_all::sync_tree(root));
+        }
         let dir = File::open(root)?;
         // SAFETY: `dir` is an open descriptor for the call's length; syncfs reads nothing
-        // else. Since Linux 5.8 it reports a writeback error of the file system that
-        // happened after `dir` was opened, as a file's fsync does for that file.
+        // else. Since Linux 5.8 it reports a writeback error of the file system that no
+        // syncfs reported yet (as a file's fsync does for that file's).
         device_wait(|| match unsafe { libc::syncfs(dir.as_raw_fd()) } {
             0 => Ok(()),
             _ => Err(io::Error::last_os_error()),
@@ -409,15 +414,7 @@ impl Disk for RealDisk {
 
     #[cfg(not(target_os = "linux"))]
     fn sync_all(&self, root: &Path) -> io::Result<()> {
-        // No syncfs: each file and directory under `root`, one by one.
-        for entry in std::fs::read_dir(root)? {
-            let entry = entry?;
-            match entry.file_type()?.is_dir() {
-                true => self.sync_all(&entry.path())?,
-                false => File::open(entry.path())?.sync_all()?,
-            }
-        }
-        self.sync_dir(root)
+        device_wait(|| sync_all::sync_tree(root))
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
@@ -501,78 +498,6 @@ impl Deadline for RealDeadline {
             Some(sleep) => sleep.as_mut().poll(cx),
             None => std::task::Poll::Pending,
         }
-    }
-}
-
-/// Real TCP.
-pub struct RealNet {
-    handle: Handle,
-}
-
-struct RealStream(tokio::net::TcpStream);
-struct RealListener(tokio::net::TcpListener);
-
-impl ByteStream for RealStream {
-    fn read<'a>(&'a mut self, buf: &'a mut [u8]) -> BoxFuture<'a, io::Result<usize>> {
-        Box::pin(self.0.read(buf))
-    }
-    fn write_all<'a>(&'a mut self, buf: &'a [u8]) -> BoxFuture<'a, io::Result<()>> {
-        Box::pin(self.0.write_all(buf))
-    }
-    fn read_buf<'a>(
-        &'a mut self,
-        buf: &'a mut bytes::BytesMut,
-    ) -> BoxFuture<'a, io::Result<usize>> {
-        // Into the spare capacity only (tokio's `read_buf` would grow a full buffer).
-        if buf.capacity() == buf.len() {
-            return Box::pin(std::future::ready(Ok(0)));
-        }
-        Box::pin(self.0.read_buf(buf))
-    }
-    fn write_vectored<'a>(
-        &'a mut self,
-        bufs: &'a [IoSlice<'a>],
-    ) -> BoxFuture<'a, io::Result<usize>> {
-        Box::pin(self.0.write_vectored(bufs))
-    }
-    fn shutdown(&mut self) -> BoxFuture<'_, io::Result<()>> {
-        Box::pin(self.0.shutdown())
-    }
-}
-
-impl Listener for RealListener {
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>> {
-        Box::pin(async move {
-            let (stream, peer) = self.0.accept().await?;
-            stream.set_nodelay(true)?;
-            Ok((Box::new(RealStream(stream)) as Box<dyn ByteStream>, peer))
-        })
-    }
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-}
-
-impl Net for RealNet {
-    fn listen(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn Listener>>> {
-        let task = self
-            .handle
-            .spawn(async move { tokio::net::TcpListener::bind(addr).await });
-        Box::pin(async move {
-            let listener = task.await.map_err(io::Error::other)??;
-            Ok(Box::new(RealListener(listener)) as Box<dyn Listener>)
-        })
-    }
-
-    fn connect(&self, addr: SocketAddr) -> BoxFuture<'static, io::Result<Box<dyn ByteStream>>> {
-        let task = self
-            .handle
-            .spawn(async move { tokio::net::TcpStream::connect(addr).await });
-        Box::pin(async move {
-            let stream = task.await.map_err(io::Error::other)??;
-            stream.set_nodelay(true)?;
-            Ok(Box::new(RealStream(stream)) as Box<dyn ByteStream>)
-        })
     }
 }
 

@@ -20,7 +20,7 @@ use crate::env::{device_section, settle, Env};
 use crate::error::Failure;
 use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataError, MetadataPlane};
 use crate::metrics::LabeledCounts;
-use crate::partition::recovery::{Action, SlotRead};
+use crate::partition::recovery::{self, Action, Insurance, SlotRead};
 use crate::partition::resources::PartitionResources;
 use crate::partition::{
     partition_dir, ConsumerId, ConsumerKind, FenceReason, Opening, Outcome, Partition,
@@ -402,7 +402,7 @@ fn create_empty(
 /// Opens one partition for its shard: fenced when its directory is missing, when another
 /// directory claims its identity, or when opening fails with an I/O error (the error is
 /// confined to this partition: boot goes on). What a recovery with nothing to repair
-/// serves is made durable by boot's one `sync_all` after every partition opened
+/// serves is made durable by its shard's one `sync_all` after it opened its partitions
 /// ([`Opening::Boot`]), not a flush of the device per file; `slots` are the superblock
 /// slots boot's tree survey read.
 fn open_partition(
@@ -494,6 +494,43 @@ type BootInputs<'a> = (
     BTreeMap<PartitionKey, [SlotRead; 2]>,
 );
 
+/// What the recoveries of `opened` served as they found it and left to boot
+/// ([`Opening::Boot`]: an earlier process may have left it in the page cache only), made
+/// durable: one `sync_all` of the data root, or, when that fails, each partition's own
+/// syncs, so an error fences only the partition whose file it is (as an I/O error opening
+/// it does; a file's own sync reports its writeback error even after `syncfs` did).
+fn insure_deferred(
+    env: &Env,
+    root: &Path,
+    hooks: PartitionHooks,
+    opened: &mut [(PartitionIdentity, Partition, PartitionBoot)],
+) {
+    let deferred = |boot: &PartitionBoot| matches!(boot, PartitionBoot::Opened(plan) if plan.fence.is_none() && plan.actions.is_empty());
+    if !opened.iter().any(|(_, _, boot)| deferred(boot)) {
+        return;
+    }
+    let Err(e) = env.disk.sync_all(root) else {
+        return;
+    };
+    tracing::warn!(root = %root.display(), %e, "the sync of the data root failed: each partition syncs its own");
+    let disk = hooks.recovery_disk(&env.disk);
+    for (_, partition, boot) in opened.iter_mut().filter(|(_, _, boot)| deferred(boot)) {
+        let PartitionBoot::Opened(plan) = boot else {
+            unreachable!("a deferred partition was opened")
+        };
+        if let Err(e) = recovery::apply(disk.as_ref(), plan, Insurance::Now) {
+            let reason = FenceReason::IoFailed {
+                op: "sync",
+                path: plan.dir.clone(),
+                error: e.to_string(),
+            };
+            tracing::error!(dir = %plan.dir.display(), %e, "a partition's boot sync failed: it is fenced, boot goes on");
+            *partition = Partition::fenced(reason.clone());
+            *boot = PartitionBoot::Fenced(reason);
+        }
+    }
+}
+
 /// A partition a shard opens at boot, with the superblock slots boot's survey read of it.
 type ToOpen = (PartitionIdentity, Option<Box<[SlotRead; 2]>>);
 
@@ -575,10 +612,10 @@ async fn start_owners(
                 group_offsets_removed: Vec::new(),
             };
             let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
+            let mut opened = Vec::with_capacity(identities.len());
             for (identity, slots) in identities {
-                let key = key_of(&identity);
                 // Recovery reads what the device holds: one wait on the device per partition.
-                let (mut partition, outcome) = device_section(env2.tasks.as_ref(), || {
+                let (partition, outcome) = device_section(env2.tasks.as_ref(), || {
                     open_partition(
                         &env2,
                         &root2,
@@ -589,6 +626,14 @@ async fn start_owners(
                         &claimed,
                     )
                 });
+                opened.push((identity, partition, outcome));
+            }
+            // Before anything of these partitions is written or served.
+            device_section(env2.tasks.as_ref(), || {
+                insure_deferred(&env2, &root2, partition_hooks, &mut opened)
+            });
+            for (identity, mut partition, outcome) in opened {
+                let key = key_of(&identity);
                 if partition.fence_reason().is_none() {
                     let stored = partition.consumers().unwrap_or_default();
                     for group in doomed_group_offsets(&state, &redo, key, &stored) {
@@ -623,9 +668,6 @@ async fn start_owners(
             .group_offsets_removed
             .extend(boot.group_offsets_removed);
     }
-    // What every recovery serves as it found it (an earlier process may have left it in the
-    // page cache only) durable before the node serves: one sync of the data root.
-    device_section(env.tasks.as_ref(), || env.disk.sync_all(root))?;
     if let Some(a) = &plan.adopting {
         plane.finish_adoption(a.op, a.anchor, &a.state)?;
         settle(env).await;

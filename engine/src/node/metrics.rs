@@ -39,6 +39,8 @@ pub struct NodeMetrics {
     pub file_syncs: u64,
     /// `sync_dir` calls the node issued, boot included.
     pub dir_syncs: u64,
+    /// `sync_all` calls: each shard's one sync of the data root at boot.
+    pub root_syncs: u64,
     /// Bytes of admitted batches held in memory, not yet written to a segment, all
     /// partitions together (the node's journal budget in use).
     pub journal_bytes: u64,
@@ -104,6 +106,7 @@ impl Node {
             persist_messages: recorder.persist_messages.snapshot(),
             file_syncs: inner.syncs.file.load(Ordering::Relaxed),
             dir_syncs: inner.syncs.dir.load(Ordering::Relaxed),
+            root_syncs: inner.syncs.all.load(Ordering::Relaxed),
             journal_bytes: inner.resources.journal.used(),
             journal_bytes_by_topic,
             fenced,

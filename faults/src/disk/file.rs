@@ -157,48 +157,7 @@ impl DiskFile for SimFile {
         if s.mutate(path.as_deref(), Call::Sync)? {
             return Err(crashed_error());
         }
-        let file = s.file_mut(self.inode)?;
-        // Written back or failed, no page is dirty after this call.
-        let pages = std::mem::take(&mut file.dirty);
-        let len = file.data.len() as u64;
-        let range = match (pages.first(), pages.last()) {
-            (Some(first), Some(last)) => Some(first * PAGE..((last + 1) * PAGE).min(len)),
-            _ => None,
-        };
-        let name = path
-            .as_deref()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let faults = s.faults;
-        let scripted_fail = s
-            .take_scripted(|f| matches!(f, Scripted::FailSync(end) if name.contains(end.as_str())))
-            .is_some();
-        if scripted_fail || s.roll(faults.sync_error) {
-            // Linux: the failed pages keep their new bytes, marked clean; the device keeps
-            // the old ones; the error is reported once.
-            if let Some(range) = range {
-                s.damage(
-                    self.inode,
-                    FaultKind::SyncError,
-                    range,
-                    "writeback failed: the cache holds bytes the device does not".into(),
-                    (false, true, true),
-                );
-            } else {
-                s.record(FaultKind::SyncError, path.as_deref(), None, String::new());
-            }
-            return Err(io::Error::other("EIO on fsync"));
-        }
-        let scripted_lie = s
-            .take_scripted(|f| matches!(f, Scripted::LieOnSync(end) if name.contains(end.as_str())))
-            .is_some();
-        let lie = scripted_lie || s.roll(faults.lying_sync);
-        let file = s.files.get_mut(&self.inode).expect("file");
-        file.write_back(&pages, lie);
-        if lie {
-            s.record(FaultKind::LyingSync, path.as_deref(), range, String::new());
-        }
-        Ok(())
+        sync_file(&mut s, self.inode, path.as_deref())
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -497,64 +456,34 @@ impl Disk for SimDisk {
         if s.mutate(Some(path), Call::Sync)? {
             return Err(crashed_error());
         }
-        if !s.names.contains_key(path) {
-            return Err(not_found("directory", path));
-        }
-        let faults = s.faults;
-        if s.roll(faults.dir_sync_error) {
-            s.record(FaultKind::DirSyncError, Some(path), None, String::new());
-            return Err(io::Error::other("EIO on directory fsync"));
-        }
-        let scripted_lie = s
-            .take_scripted(|f| matches!(f, Scripted::LieOnDirSync(dir) if dir == path))
-            .is_some();
-        if scripted_lie || s.roll(faults.lying_dir_sync) {
-            let mut any = false;
-            if let Some(ops) = s.pending.get_mut(path) {
-                for op in ops.iter_mut() {
-                    op.promised = true;
-                    any = true;
-                }
-            }
-            if any {
-                s.record(FaultKind::LyingDirSync, Some(path), None, String::new());
-            }
-            return Ok(());
-        }
-        let ops = s.pending.remove(path).unwrap_or_default();
-        for op in &ops {
-            s.apply_durably(&op.op);
-        }
-        Ok(())
+        sync_directory(&mut s, path)
     }
 
-    /// `syncfs`: every file under `root`, then every directory (deepest first, `root` last),
-    /// each by its own sync, so each meets the faults (a failure, a lie, a crash) its own
-    /// sync would. The first failure ends the call, as `syncfs` reports one.
+    /// `syncfs`, one call (a crash strikes before it or after it): every file under `root`
+    /// with something unsynced (pages or its length), then every directory with unsynced
+    /// entries (deepest first), each meeting the faults its own sync would (a failure, a
+    /// lie). A failed file is still reported to its own next sync (`unreported_error`, as
+    /// Linux keeps an error per file besides the file system's); the call writes everything
+    /// back and reports the first failure at its end.
     fn sync_all(&self, root: &Path) -> io::Result<()> {
-        let (files, mut dirs) = {
-            let s = self.lock();
-            if s.crashed {
-                return Err(crashed_error());
-            }
-            let mut files = Vec::new();
-            let mut dirs = vec![root.to_path_buf()];
-            for (path, node) in s.names.under(root) {
-                match node {
-                    Node::File(_) => files.push(path.clone()),
-                    Node::Dir(_) => dirs.push(path.clone()),
-                }
-            }
-            (files, dirs)
-        };
-        for path in files {
-            self.open(&path, OpenMode::Read)?.sync_data()?;
+        let mut s = self.lock();
+        if s.mutate(Some(root), Call::Sync)? {
+            return Err(crashed_error());
         }
-        dirs.reverse();
-        for dir in dirs {
-            self.sync_dir(&dir)?;
+        let (files, dirs) = unsynced_under(&s, root);
+        let mut first_error = None;
+        for (path, inode) in files {
+            if let Err(e) = sync_file(&mut s, inode, Some(&path)) {
+                s.file_mut(inode)?.unreported_error = true;
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        for dir in dirs.iter().rev() {
+            if let Err(e) = sync_directory(&mut s, dir) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
@@ -568,4 +497,114 @@ impl Disk for SimDisk {
     fn take_io_time(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(std::mem::take(&mut self.lock().debt_nanos))
     }
+}
+
+/// A directory's sync once its call was let through (`mutate`).
+fn sync_directory(s: &mut State, path: &Path) -> io::Result<()> {
+    if !s.names.contains_key(path) {
+        return Err(not_found("directory", path));
+    }
+    let faults = s.faults;
+    if s.roll(faults.dir_sync_error) {
+        s.record(FaultKind::DirSyncError, Some(path), None, String::new());
+        return Err(io::Error::other("EIO on directory fsync"));
+    }
+    let scripted_lie = s
+        .take_scripted(|f| matches!(f, Scripted::LieOnDirSync(dir) if dir == path))
+        .is_some();
+    if scripted_lie || s.roll(faults.lying_dir_sync) {
+        let mut any = false;
+        if let Some(ops) = s.pending.get_mut(path) {
+            for op in ops.iter_mut() {
+                op.promised = true;
+                any = true;
+            }
+        }
+        if any {
+            s.record(FaultKind::LyingDirSync, Some(path), None, String::new());
+        }
+        return Ok(());
+    }
+    let ops = s.pending.remove(path).unwrap_or_default();
+    for op in &ops {
+        s.apply_durably(&op.op);
+    }
+    Ok(())
+}
+
+/// The files under `root` (by path and inode) with unsynced pages or length, and the
+/// directories (`root` first, parents before children) with unsynced entries.
+fn unsynced_under(s: &State, root: &Path) -> (Vec<(PathBuf, u64)>, Vec<PathBuf>) {
+    let unsynced = |inode: u64| {
+        s.files
+            .get(&inode)
+            .is_some_and(|f| !f.dirty.is_empty() || f.len_dirty)
+    };
+    let pending = |dir: &Path| s.pending.get(dir).is_some_and(|ops| !ops.is_empty());
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = pending(root)
+        .then(|| root.to_path_buf())
+        .into_iter()
+        .collect();
+    for (path, node) in s.names.under(root) {
+        match *node {
+            Node::File(inode) if unsynced(inode) => files.push((path.clone(), inode)),
+            Node::Dir(_) if pending(path) => dirs.push(path.clone()),
+            _ => {}
+        }
+    }
+    (files, dirs)
+}
+
+/// A file's sync once its call was let through (`mutate`): what `sync_data` does, and
+/// `sync_all` for each file it writes back.
+fn sync_file(s: &mut State, inode: u64, path: Option<&Path>) -> io::Result<()> {
+    let file = s.file_mut(inode)?;
+    if std::mem::take(&mut file.unreported_error) {
+        s.record(FaultKind::SyncError, path, None, "reported again".into());
+        return Err(io::Error::other(
+            "EIO on fsync (a writeback failed earlier)",
+        ));
+    }
+    let file = s.file_mut(inode)?;
+    // Written back or failed, no page is dirty after this call.
+    let pages = std::mem::take(&mut file.dirty);
+    let len = file.data.len() as u64;
+    let range = match (pages.first(), pages.last()) {
+        (Some(first), Some(last)) => Some(first * PAGE..((last + 1) * PAGE).min(len)),
+        _ => None,
+    };
+    let name = path
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let faults = s.faults;
+    let scripted_fail = s
+        .take_scripted(|f| matches!(f, Scripted::FailSync(end) if name.contains(end.as_str())))
+        .is_some();
+    if scripted_fail || s.roll(faults.sync_error) {
+        // Linux: the failed pages keep their new bytes, marked clean; the device keeps
+        // the old ones; the error is reported once.
+        if let Some(range) = range {
+            s.damage(
+                inode,
+                FaultKind::SyncError,
+                range,
+                "writeback failed: the cache holds bytes the device does not".into(),
+                (false, true, true),
+            );
+        } else {
+            s.record(FaultKind::SyncError, path, None, String::new());
+        }
+        return Err(io::Error::other("EIO on fsync"));
+    }
+    let scripted_lie = s
+        .take_scripted(|f| matches!(f, Scripted::LieOnSync(end) if name.contains(end.as_str())))
+        .is_some();
+    let lie = scripted_lie || s.roll(faults.lying_sync);
+    let file = s.files.get_mut(&inode).expect("file");
+    file.write_back(&pages, lie);
+    if lie {
+        s.record(FaultKind::LyingSync, path, range, String::new());
+    }
+    Ok(())
 }

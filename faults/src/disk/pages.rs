@@ -20,6 +20,10 @@ pub(super) struct FileState {
     /// Bytes reserved by preallocation.
     pub(super) allocated: u64,
     pub(super) damage: Vec<Damage>,
+    /// A writeback of this file failed inside a `sync_all`, which reported it for the whole
+    /// file system: the file's own next `sync_data` reports it too (Linux keeps a writeback
+    /// error per file and per file system, each reported to its own callers).
+    pub(super) unreported_error: bool,
 }
 
 pub(super) fn pages_of(range: &Range<u64>) -> Range<u64> {

@@ -421,7 +421,12 @@ fn encode_node(encoder: &mut DescriptorEncoder, m: &NodeMetrics) -> std::fmt::Re
         None,
         MetricType::Counter,
     )?;
-    for (kind, count) in [("file", m.file_syncs), ("directory", m.dir_syncs)] {
+    let kinds = [
+        ("file", m.file_syncs),
+        ("directory", m.dir_syncs),
+        ("data_root", m.root_syncs),
+    ];
+    for (kind, count) in kinds {
         ConstCounter::new(count).encode(syncs.encode_family(&[("kind", kind)])?)?;
     }
     gauge(

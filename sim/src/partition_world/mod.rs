@@ -10,6 +10,7 @@
 
 pub mod directed;
 mod directed_reads;
+mod opening;
 pub mod oracle;
 pub mod run;
 pub mod scenario;
@@ -24,8 +25,7 @@ use bytes::BytesMut;
 use cairn_engine::env::{Disk, Env};
 use cairn_engine::format::{BatchBuilder, BatchHeader, MessageIter};
 use cairn_engine::partition::{
-    partition_dir, recovery, ConsumerId, Insurance, Opening, Partition, PartitionError,
-    PartitionIdentity, PollFrom, Polled,
+    partition_dir, ConsumerId, Partition, PartitionError, PartitionIdentity, PollFrom, Polled,
 };
 use cairn_faults::{SimClock, SimDisk};
 use oracle::{
@@ -805,38 +805,9 @@ impl World {
         }
         self.models[p].settings = settings;
         let records_before = self.disk.record_count();
-        // Half the boots open as a node's boot does: the slots read first (as its tree
-        // survey reads them) and handed over half the time, what a recovery with nothing to
-        // repair serves made durable by one sync of everything under the directory.
         let model = &self.models[p];
-        let opening = match self.rng.gen_range(0..4) {
-            0 => Opening::Boot { slots: None },
-            1 => match recovery::read_slots(self.env.disk.as_ref(), &model.dir) {
-                Ok(slots) => Opening::Boot {
-                    slots: Some(Box::new(slots)),
-                },
-                Err(_) => Opening::Boot { slots: None },
-            },
-            _ => Opening::Alone,
-        };
-        let insurance = opening.insurance();
-        let opened = Partition::open_with_hooks(
-            &self.env,
-            &model.dir,
-            identity(p),
-            model.config,
-            settings,
-            crate::canary::partition_hooks(),
-            opening,
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|opened| {
-            if insurance == Insurance::Deferred && opened.partition.fence_reason().is_none() {
-                let synced = self.env.disk.sync_all(&model.dir);
-                synced.map_err(|e| format!("the deferred sync of {}: {e}", model.dir.display()))?;
-            }
-            Ok(opened)
-        });
+        let boot = self.rng.gen_range(0..4);
+        let opened = opening::open(&self.env, model, identity(p), settings, boot);
         let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {

@@ -329,7 +329,10 @@ fn the_sync_count_is_every_sync_the_disk_saw() {
     let node = sim.boot();
     let m = sim.metrics(&node);
     assert!(m.file_syncs > 0 && m.dir_syncs > 0, "boot syncs: {m:?}");
-    assert_eq!((m.file_syncs + m.dir_syncs) as usize, sim.disk_syncs());
+    assert_eq!(
+        (m.file_syncs + m.dir_syncs + m.root_syncs) as usize,
+        sim.disk_syncs()
+    );
     // Metadata ops, directory work, a persisted send, a rotation, offsets, a deletion.
     let key = topic(&mut sim, &node, 2, options(true, 1024, 0));
     let client = node.client(1);
@@ -343,7 +346,7 @@ fn the_sync_count_is_every_sync_the_disk_saw() {
         "log and superblock slot (the active index is not synced per persist): {file_syncs}"
     );
     assert_eq!(
-        (file_syncs + m.dir_syncs - synced.dir_syncs) as usize,
+        (file_syncs + m.dir_syncs - synced.dir_syncs + m.root_syncs - synced.root_syncs) as usize,
         sim.disk_syncs() - before
     );
     for i in 0..12 {
@@ -363,14 +366,17 @@ fn the_sync_count_is_every_sync_the_disk_saw() {
             .expect("delete")
     });
     let m = sim.metrics(&node);
-    assert_eq!((m.file_syncs + m.dir_syncs) as usize, sim.disk_syncs());
+    assert_eq!(
+        (m.file_syncs + m.dir_syncs + m.root_syncs) as usize,
+        sim.disk_syncs()
+    );
     assert!(m.deleted_segments.get("Requested") == Some(1));
     sim.shutdown(node);
     let before_boot = sim.disk_syncs();
     let node = sim.boot();
     let m = sim.metrics(&node);
     assert_eq!(
-        (m.file_syncs + m.dir_syncs) as usize,
+        (m.file_syncs + m.dir_syncs + m.root_syncs) as usize,
         sim.disk_syncs() - before_boot,
         "a new node counts its own boot's syncs from zero"
     );
@@ -553,7 +559,7 @@ fn boot_counts_what_recovery_decided_and_the_fences_it_left() {
     );
     // A new node counts the syncs of its own boot.
     assert_eq!(
-        (m.file_syncs + m.dir_syncs) as usize,
+        (m.file_syncs + m.dir_syncs + m.root_syncs) as usize,
         sim.disk_syncs() - syncs_before_boot
     );
 }

@@ -72,7 +72,8 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan, insurance: Insurance) -> io::
 /// repair in the cache, though the cut is not durable, and a power loss would bring the cut
 /// batches back above a durable end that moved on. What recovery serves must stay served, so
 /// the last log and the directory are synced every boot, before any record is written (each
-/// a no-op when nothing is dirty). A last log this plan cuts is synced by its cut instead
+/// a no-op when nothing is dirty; under [`Insurance::Deferred`], by the boot's one sync
+/// before it writes or serves anything of the partition). A last log this plan cuts is synced by its cut instead
 /// (synced first, the torn bytes the cut removes would be made durable for nothing).
 fn sync_what_an_earlier_attempt_changed(disk: &dyn Disk, plan: &RecoveryPlan) -> io::Result<()> {
     if let Some(last) = plan.segments.last() {

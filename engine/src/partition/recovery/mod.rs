@@ -42,7 +42,7 @@ pub enum Opening {
     Alone,
     /// Within a node's boot: `slots` are the superblock slots boot's tree survey read from
     /// the device, nothing having written them since (`None`: read them again); what a
-    /// recovery with nothing to repair serves is made durable by boot's one `sync_all`
+    /// recovery with nothing to repair serves is made durable by its shard's one `sync_all`
     /// before the node serves ([`Insurance::Deferred`]).
     Boot { slots: Option<Box<[SlotRead; 2]>> },
 }

@@ -210,8 +210,6 @@ fn is_index_temp(name: &str) -> bool {
         .is_some()
 }
 
-/// Reads one slot file from the device: either copy will do, the newer one wins (a torn
-/// write may leave one old and one new).
 /// The superblock slots of the partition directory `dir`, read from the device (the clean
 /// cached pages dropped first), as recovery's survey reads them.
 pub fn read_slots(disk: &dyn Disk, dir: &Path) -> io::Result<[SlotRead; 2]> {
@@ -228,6 +226,8 @@ pub fn identity_in(slots: &[SlotRead; 2]) -> Option<PartitionIdentity> {
     records.max_by_key(|r| r.sequence).map(|r| r.identity)
 }
 
+/// Reads one slot file from the device: either copy will do, the newer one wins (a torn
+/// write may leave one old and one new).
 fn read_slot(disk: &dyn Disk, dir: &Path, entries: &[DirEntry], slot: usize) -> SlotRead {
     let copies = match slots::read(disk, dir, entries, SLOT_NAMES[slot]) {
         SlotBytes::Missing => return SlotRead::Missing,

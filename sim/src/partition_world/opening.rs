@@ -1,0 +1,42 @@
+//! How the partition world opens a partition at a boot: alone, or as a node's boot opens
+//! it (`Opening::Boot`: the superblock slots read first and handed over, or read by the
+//! recovery; what a recovery with nothing to repair serves made durable by one `sync_all`
+//! of the directory before it serves, each file's own sync when that fails).
+
+use super::oracle::Model;
+use cairn_engine::config::PartitionSettings;
+use cairn_engine::env::Env;
+use cairn_engine::partition::recovery::{self, Insurance, Opening};
+use cairn_engine::partition::{Opened, Partition, PartitionIdentity};
+
+/// Opens the partition of `model`: `boot` 0 as a node's boot that reads the slots itself,
+/// 1 as one that hands over the slots it read, anything else alone.
+pub(super) fn open(
+    env: &Env,
+    model: &Model,
+    identity: PartitionIdentity,
+    settings: PartitionSettings,
+    boot: u32,
+) -> Result<Opened, String> {
+    let opening = match boot {
+        0 => Opening::Boot { slots: None },
+        1 => Opening::Boot {
+            slots: recovery::read_slots(env.disk.as_ref(), &model.dir)
+                .ok()
+                .map(Box::new),
+        },
+        _ => Opening::Alone,
+    };
+    let insurance = opening.insurance();
+    let hooks = crate::canary::partition_hooks();
+    let (dir, config) = (&model.dir, model.config);
+    let opened = Partition::open_with_hooks(env, dir, identity, config, settings, hooks, opening)
+        .map_err(|e| e.to_string())?;
+    let deferred = insurance == Insurance::Deferred && opened.plan.actions.is_empty();
+    if deferred && opened.partition.fence_reason().is_none() && env.disk.sync_all(dir).is_err() {
+        // As a node's boot: when the sync of everything fails, the partition's own.
+        recovery::apply(env.disk.as_ref(), &opened.plan, Insurance::Now)
+            .map_err(|e| format!("the boot sync of {}: {e}", dir.display()))?;
+    }
+    Ok(opened)
+}
