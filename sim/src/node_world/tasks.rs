@@ -42,10 +42,12 @@ pub(crate) fn spawn(world: &Shared, executor: &Executor) {
         cairn_engine::env::Tasks::spawn(&handle, f);
     };
     let think = profile.max_think_nanos;
+    // Admins pause half as long as the users' callers twice: their metadata ops meet the
+    // users' often enough for the metadata owner to batch them (`MetadataBatched`).
     for i in 0..profile.admins {
         let (w, client) = (world.clone(), node.client(u128::from(ADMIN + i)));
         spawn(Box::pin(async move {
-            while pause(&w, think * 4).await {
+            while pause(&w, think * 2).await {
                 admin_step(&w, &client, ADMIN + i).await;
                 after_step(&w, true);
             }
