@@ -42,8 +42,8 @@ pub(crate) fn spawn(world: &Shared, executor: &Executor) {
         cairn_engine::env::Tasks::spawn(&handle, f);
     };
     let think = profile.max_think_nanos;
-    // Admins pause half as long as the users' callers twice: their metadata ops meet the
-    // users' often enough for the metadata owner to batch them (`MetadataBatched`).
+    // Admins pause up to twice the longest think time: their metadata ops meet the users'
+    // often enough for the metadata owner to batch them (`MetadataBatched`).
     for i in 0..profile.admins {
         let (w, client) = (world.clone(), node.client(u128::from(ADMIN + i)));
         spawn(Box::pin(async move {
