@@ -505,7 +505,7 @@ fn insure_deferred(
     hooks: PartitionHooks,
     opened: &mut [(PartitionIdentity, Partition, PartitionBoot)],
 ) {
-    let deferred = |boot: &PartitionBoot| matches!(boot, PartitionBoot::Opened(plan) if plan.fence.is_none() && plan.actions.is_empty());
+    let deferred = |boot: &PartitionBoot| matches!(boot, PartitionBoot::Opened(plan) if plan.repairs_nothing());
     if !opened.iter().any(|(_, _, boot)| deferred(boot)) {
         return;
     }

@@ -473,9 +473,14 @@ impl Disk for SimDisk {
         let (files, dirs) = unsynced_under(&s, root);
         let mut first_error = None;
         for (path, inode) in files {
+            // An error the file's own sync has yet to report stays its own: syncfs writes
+            // the file back all the same.
+            let unreported = std::mem::take(&mut s.file_mut(inode)?.unreported_error);
             if let Err(e) = sync_file(&mut s, inode, Some(&path)) {
-                s.file_mut(inode)?.unreported_error = true;
                 first_error.get_or_insert(e);
+                s.file_mut(inode)?.unreported_error = true;
+            } else if unreported {
+                s.file_mut(inode)?.unreported_error = true;
             }
         }
         for dir in dirs.iter().rev() {

@@ -192,6 +192,8 @@ pub(super) fn power_loss_file(s: &mut State, inode: u64) {
     file.dirty.clear();
     file.lied.clear();
     file.len_dirty = false;
+    // A new kernel: no writeback error is remembered.
+    file.unreported_error = false;
     file.promised_len = file.promised_len.min(len as u64);
     s.files.insert(inode, file);
     for (page, range, promised) in lost {

@@ -32,8 +32,8 @@ pub(super) fn open(
     let (dir, config) = (&model.dir, model.config);
     let opened = Partition::open_with_hooks(env, dir, identity, config, settings, hooks, opening)
         .map_err(|e| e.to_string())?;
-    let deferred = insurance == Insurance::Deferred && opened.plan.actions.is_empty();
-    if deferred && opened.partition.fence_reason().is_none() && env.disk.sync_all(dir).is_err() {
+    let deferred = insurance == Insurance::Deferred && opened.plan.repairs_nothing();
+    if deferred && env.disk.sync_all(dir).is_err() {
         // As a node's boot: when the sync of everything fails, the partition's own.
         recovery::apply(env.disk.as_ref(), &opened.plan, Insurance::Now)
             .map_err(|e| format!("the boot sync of {}: {e}", dir.display()))?;

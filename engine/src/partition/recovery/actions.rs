@@ -275,6 +275,12 @@ crate::names::variant_names!(Outcome:
 );
 
 impl RecoveryPlan {
+    /// Whether this plan repairs nothing: under [`super::Insurance::Deferred`] its apply
+    /// syncs nothing and its caller's `sync_all` makes what it serves durable.
+    pub fn repairs_nothing(&self) -> bool {
+        self.fence.is_none() && self.actions.is_empty()
+    }
+
     /// Every outcome this plan reaches, most severe last.
     pub fn outcomes(&self) -> Vec<Outcome> {
         if self.fence.is_some() {

@@ -39,7 +39,7 @@ pub fn apply(disk: &dyn Disk, plan: &RecoveryPlan, insurance: Insurance) -> io::
     let mut record = plan
         .superblock
         .expect("an unfenced plan trusts a superblock record");
-    if insurance == Insurance::Deferred && plan.actions.is_empty() {
+    if insurance == Insurance::Deferred && plan.repairs_nothing() {
         return Ok(record);
     }
     // The trusted record may still be a dirty page (a crash between its write and its sync):
