@@ -54,6 +54,9 @@ pub trait DiskLayer: Send + Sync {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.inner().exists(path)
     }
+    fn boot_id(&self) -> io::Result<u128> {
+        self.inner().boot_id()
+    }
     fn take_io_time(&self) -> Duration {
         self.inner().take_io_time()
     }
@@ -86,6 +89,9 @@ impl<L: DiskLayer> Disk for L {
     }
     fn exists(&self, path: &Path) -> io::Result<bool> {
         DiskLayer::exists(self, path)
+    }
+    fn boot_id(&self) -> io::Result<u128> {
+        DiskLayer::boot_id(self)
     }
     fn take_io_time(&self) -> Duration {
         DiskLayer::take_io_time(self)

@@ -29,9 +29,11 @@
 
 pub mod chan;
 pub mod layer;
+pub mod page_cache;
 pub mod real;
 
 pub use layer::{DiskHook, DiskLayer, FileLayer};
+pub use page_cache::PageCache;
 
 use std::future::Future;
 use std::io;
@@ -132,6 +134,10 @@ pub trait Disk: Send + Sync {
     /// flush of the device instead of one each.
     fn sync_all(&self, root: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// The id of the running kernel's boot (Linux's `/proc/sys/kernel/random/boot_id`): it
+    /// changes exactly when the page cache began empty again. A simulated disk draws a new
+    /// one at each power loss. An error means it is unknown, and boot trusts no cache.
+    fn boot_id(&self) -> io::Result<u128>;
     /// The time the calls made since the last ask took, which the caller has not yet waited
     /// for: zero on a real disk (its calls took their time by blocking the calling thread);
     /// the seeded latencies of a simulated disk in debt mode, which the worker that made the

@@ -340,6 +340,17 @@ impl DiskFile for RealFile {
     }
 }
 
+/// A boot id as the kernel prints it: a UUID in hexadecimal, dashes between its groups.
+fn parse_boot_id(text: &str) -> io::Result<u128> {
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    match hex.len() {
+        32 => u128::from_str_radix(&hex, 16).map_err(io::Error::other),
+        n => Err(io::Error::other(format!(
+            "a boot id of {n} hexadecimal digits, not 32: {text:?}"
+        ))),
+    }
+}
+
 impl Disk for RealDisk {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         let mut options = OpenOptions::new();
@@ -419,6 +430,11 @@ impl Disk for RealDisk {
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
         path.try_exists()
+    }
+
+    fn boot_id(&self) -> io::Result<u128> {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+        parse_boot_id(&text)
     }
 
     fn take_io_time(&self) -> Duration {
@@ -801,6 +817,18 @@ impl Entropy for RealEntropy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_boot_id_parses_from_the_kernels_text_and_nothing_else_does() {
+        let id = parse_boot_id("0b4c2a54-5b19-4c5e-9f0e-3c1d2e4f5a6b\n").unwrap();
+        assert_eq!(id, 0x0b4c2a545b194c5e9f0e3c1d2e4f5a6b);
+        assert!(parse_boot_id("0b4c2a54-5b19").is_err(), "too short");
+        assert!(parse_boot_id("zz4c2a54-5b19-4c5e-9f0e-3c1d2e4f5a6b").is_err());
+        if cfg!(target_os = "linux") {
+            let disk = RealDisk;
+            assert_eq!(disk.boot_id().unwrap(), disk.boot_id().unwrap(), "stable");
+        }
+    }
 
     /// A fake `pwritev` into `file`: writes a pseudo-random prefix of what it is asked (never
     /// more), now and then fails with EINTR, and checks the IOV_MAX bound.

@@ -499,6 +499,13 @@ impl Disk for SimDisk {
         Ok(s.names.contains_key(path))
     }
 
+    fn boot_id(&self) -> io::Result<u128> {
+        if self.lock().crashed {
+            return Err(crashed_error());
+        }
+        Ok(SimDisk::boot_id(self))
+    }
+
     fn take_io_time(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(std::mem::take(&mut self.lock().debt_nanos))
     }

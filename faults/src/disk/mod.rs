@@ -87,6 +87,8 @@ struct State {
     debt_nanos: u64,
     /// Mutating calls as made, for a picture of the run ([`SimDisk::enable_call_log`]).
     call_log: Option<CallLog>,
+    /// The seed, and how many kernels booted since: together the boot id.
+    boot: (u64, u64),
 }
 
 /// One mutating call: when (virtual nanoseconds), what, on which path.
@@ -253,6 +255,7 @@ impl SimDisk {
                 debt_mode: false,
                 debt_nanos: 0,
                 call_log: None,
+                boot: (seed, 0),
             })),
         }
     }
@@ -396,7 +399,27 @@ impl SimDisk {
     /// A power loss: only durable state survives, with each unsynced page and directory
     /// change landing or not as the fates say.
     pub fn power_loss(&self) {
+        self.power_loss_with(true);
+    }
+
+    /// A power loss after which the kernel reports the boot id it reported before (a model
+    /// that lies, as a restored virtual machine might): the page cache is empty all the
+    /// same.
+    pub fn power_loss_keeping_boot_id(&self) {
+        self.power_loss_with(false);
+    }
+
+    /// The boot id `Disk::boot_id` reports now.
+    pub fn boot_id(&self) -> u128 {
+        let (seed, boots) = self.lock().boot;
+        (u128::from(seed) << 64) | u128::from(boots)
+    }
+
+    fn power_loss_with(&self, new_boot_id: bool) {
         let mut s = self.lock();
+        if new_boot_id {
+            s.boot.1 += 1;
+        }
         s.crash_in = None;
         s.crashed = false;
         s.record(FaultKind::PowerLoss, None, None, String::new());
