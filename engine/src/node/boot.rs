@@ -6,6 +6,7 @@
 //! longer exist; while no op is journaled, the root user created (op 1).
 
 use super::auth::Auth;
+use super::exit_record::{self, ExitWatch, IoFailures, Why};
 use super::groups::{GroupsOwner, Membership};
 use super::meta_owner::MetaOwner;
 use super::placement::Placement;
@@ -16,7 +17,7 @@ use super::view::{MetaView, ViewCell};
 use super::work::{ancestors, remove_durably, sync_dirs};
 use super::{Deletions, Inner, Node, NodeSettings, NodeStats};
 use crate::env::chan::{channel, oneshot, Latch};
-use crate::env::{device_section, settle, Env};
+use crate::env::{device_section, settle, Env, PageCache};
 use crate::error::Failure;
 use crate::metadata::{self, MetaAction, MetaPlan, MetaRefusal, MetadataError, MetadataPlane};
 use crate::metrics::LabeledCounts;
@@ -89,6 +90,8 @@ pub struct BootReport {
     pub partitions: Vec<(PartitionKey, PartitionBoot)>,
     /// Group offsets boot removed: (partition, group) of deleted groups.
     pub group_offsets_removed: Vec<(PartitionKey, u32)>,
+    /// Whether the surveys read the page cache as it was, and why (`exit_record`).
+    pub page_cache: Option<(PageCache, Why)>,
 }
 
 impl BootReport {
@@ -244,17 +247,23 @@ impl Node {
         // disk. So the syncs it counts are all the syncs the node issues, whichever module
         // (partition log, superblock, recovery, offsets, metadata plane, directory work)
         // issued them.
+        // A write or a sync failing anywhere, the exit cannot be clean (`exit_record`).
         let syncs = Arc::new(crate::metrics::SyncCounts::default());
+        let failures = Arc::new(IoFailures::default());
+        let watched = exit_record::watching(env.disk.clone(), failures.clone());
         let counted = Env {
-            disk: crate::metrics::counting_disk(env.disk.clone(), syncs.clone()),
+            disk: crate::metrics::counting_disk(watched, syncs.clone()),
             ..env.clone()
         };
         let env = &counted;
         let disk = env.disk.as_ref();
-        let mut plan = {
-            let _span = tracing::info_span!("node_boot", root = %root.display()).entered();
-            settings.hooks.metadata.plan(metadata::plan(disk, root)?)
-        };
+        let span = tracing::info_span!("node_boot", root = %root.display());
+        let exit =
+            span.in_scope(|| ExitWatch::begin(disk, root, failures, settings.hooks.exit_verdict))?;
+        // The surveys read through it: the device, or the cache when the record allows.
+        let reading = exit.cache.reading(&env.disk);
+        let mut plan = span.in_scope(|| metadata::plan(reading.as_ref(), root))?;
+        plan = settings.hooks.metadata.plan(plan);
         if let Some(refusal) = &plan.refusal {
             tracing::error!(%refusal, "metadata refused boot");
             return Err(BootError::Refused(refusal.clone()));
@@ -278,11 +287,12 @@ impl Node {
             plan.state = a.state.clone();
         }
         let works: Vec<&DirWork> = redo.iter().map(|(_, w)| w).collect();
-        let mut tree = tree::plan(disk, root, &plan.state, &works)?;
+        let mut tree = tree::plan(reading.as_ref(), root, &plan.state, &works)?;
         let slots = std::mem::take(&mut tree.slots);
         let mut report = BootReport {
             removed: apply_tree(env, root, &plan.state, &tree, settings.hooks.partition)?,
             tree,
+            page_cache: Some((exit.cache, exit.why)),
             ..BootReport::default()
         };
         match &plan.adopting {
@@ -295,7 +305,7 @@ impl Node {
         settle(env).await;
         let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
         let boot = (&plan, &redo[..], &mut report, slots);
-        let node = start_owners(env, root, settings, plane, boot, syncs).await?;
+        let node = start_owners(env, root, settings, plane, boot, (syncs, exit)).await?;
         // In a cluster the root user is the cluster's first decided op (proposed by a leader
         // that finds no user), not each member's own: each would salt its own hash.
         let clustered = node.inner.settings.meta.cluster.is_some();
@@ -411,7 +421,7 @@ fn open_partition(
     state: &MetaState,
     settings: crate::config::PartitionSettings,
     hooks: PartitionHooks,
-    (identity, slots): ToOpen,
+    (identity, slots, cache): ToOpen,
     claimed: &BTreeMap<PartitionKey, PathBuf>,
 ) -> (Partition, PartitionBoot) {
     let key = key_of(&identity);
@@ -468,7 +478,7 @@ fn open_partition(
         config,
         settings,
         hooks,
-        Opening::Boot { slots },
+        Opening::Boot { slots, cache },
     ) {
         Ok(opened) => (
             opened.partition,
@@ -531,8 +541,9 @@ fn insure_deferred(
     }
 }
 
-/// A partition a shard opens at boot, with the superblock slots boot's survey read of it.
-type ToOpen = (PartitionIdentity, Option<Box<[SlotRead; 2]>>);
+/// A partition a shard opens at boot, with the superblock slots boot's survey read of it,
+/// and what its survey may take from the page cache.
+type ToOpen = (PartitionIdentity, Option<Box<[SlotRead; 2]>>, PageCache);
 
 /// What one shard reports once its partitions are open.
 struct ShardBoot {
@@ -546,7 +557,7 @@ async fn start_owners(
     settings: NodeSettings,
     mut plane: MetadataPlane,
     (plan, redo, report, mut slots): BootInputs<'_>,
-    syncs: Arc<crate::metrics::SyncCounts>,
+    (syncs, exit): (Arc<crate::metrics::SyncCounts>, ExitWatch),
 ) -> Result<Node, BootError> {
     let shard_count = match settings.shards {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -579,7 +590,8 @@ async fn start_owners(
     let placement = Arc::new(Placement::new(shard_count));
     for identity in plan.state.partitions() {
         let key = key_of(&identity);
-        owned[placement.place(key)].push((identity, slots.remove(&key).map(Box::new)));
+        let read = slots.remove(&key).map(Box::new);
+        owned[placement.place(key)].push((identity, read, exit.cache));
     }
     for (index, identities) in owned.into_iter().enumerate() {
         let (tx, rx) = channel::<ShardRequest>(limits.shard_inbox);
@@ -613,7 +625,8 @@ async fn start_owners(
             };
             let redo: Vec<(u64, &DirWork)> = redo.iter().map(|(op, w)| (*op, w)).collect();
             let mut opened = Vec::with_capacity(identities.len());
-            for (identity, slots) in identities {
+            for to_open in identities {
+                let identity = to_open.0;
                 // Recovery reads what the device holds: one wait on the device per partition.
                 let (partition, outcome) = device_section(env2.tasks.as_ref(), || {
                     open_partition(
@@ -622,7 +635,7 @@ async fn start_owners(
                         &state,
                         partition_settings,
                         partition_hooks,
-                        (identity, slots),
+                        to_open,
                         &claimed,
                     )
                 });
@@ -729,6 +742,7 @@ async fn start_owners(
             stats,
             recorder,
             syncs,
+            exit,
             boot,
             tickets,
             deletions,

@@ -50,6 +50,8 @@ pub struct NodeHooks {
     pub partition: PartitionHooks,
     pub metadata: MetadataHooks,
     pub owners: OwnerHooks,
+    /// Boot's verdict on the page cache, from the exit record.
+    pub exit_verdict: Option<super::exit_record::ExitVerdictHook>,
 }
 
 impl std::fmt::Debug for OwnerHooks {

@@ -27,6 +27,7 @@ mod auth;
 mod boot;
 mod client;
 mod decider;
+pub mod exit_record;
 pub mod groups;
 pub mod hooks;
 mod meta_owner;
@@ -69,7 +70,7 @@ pub use shard::{
 pub use view::MetaView;
 
 use crate::env::chan::{oneshot, Latch, Pending, Sender, TrySendError};
-use crate::env::Env;
+use crate::env::{device_section, settle, Env};
 use crate::partition::{AppendAck, FenceReason, PartitionIdentity};
 use crate::state::Applied;
 use groups::GroupRequest;
@@ -301,6 +302,8 @@ struct Inner {
     recorder: Arc<recorder::Recorder>,
     /// The syncs of every disk call the node makes (its `Env`'s disk counts them).
     syncs: Arc<crate::metrics::SyncCounts>,
+    /// The exit record's state: graceful shutdown writes `{boot id, clean}` through it.
+    exit: exit_record::ExitWatch,
     boot: BootMetrics,
     /// Tickets stamped on partition requests as they are queued (see the shard's windows).
     tickets: Arc<AtomicU64>,
@@ -479,6 +482,14 @@ impl Node {
         // then. Only once every owner stopped is nothing of this node writing: a node booted
         // next on the same directory (a restart in the same process) is its only writer.
         self.stop_workers().await;
+        // Whatever stopped the node or a shard's close, the record says clean exactly when
+        // no write or sync failed and everything written is synced (`exit_record`): all it
+        // claims is that the page cache holds what the device holds.
+        let (env, root) = (&self.inner.env, &self.inner.root);
+        device_section(env.tasks.as_ref(), || {
+            self.inner.exit.end(env.disk.as_ref(), root)
+        });
+        settle(env).await;
         first_error.map_or(Ok(()), Err)
     }
 

@@ -253,16 +253,23 @@ impl Partition {
         hooks: PartitionHooks,
         opening: Opening,
     ) -> Result<Opened> {
-        let disk = env.disk.as_ref();
         let durability = config.consumer_offset_durability;
         let insurance = opening.insurance();
+        let survey_disk = opening.page_cache().reading(&env.disk);
         let slots = match opening {
-            Opening::Boot { slots } => slots.map(|slots| *slots),
+            Opening::Boot { slots, .. } => slots.map(|slots| *slots),
             Opening::Alone => None,
         };
         let verdict = hooks.recovery_verdict;
-        let plan = recovery::plan_with_hook(disk, dir, identity, durability, verdict, slots)
-            .map_err(io_error("recovery scan of", dir))?;
+        let plan = recovery::plan_with_hook(
+            survey_disk.as_ref(),
+            dir,
+            identity,
+            durability,
+            verdict,
+            slots,
+        )
+        .map_err(io_error("recovery scan of", dir))?;
         if let Some(reason) = &plan.fence {
             tracing::error!(dir = %dir.display(), %reason, "partition fenced at recovery");
             return Ok(Opened {

@@ -29,7 +29,10 @@
 //!   send is acknowledged before a quorum holds it on stable storage;
 //! - `skip-deferred-sync`: the machine's `sync_all` syncs nothing, so what a boot's
 //!   recoveries serve as they found it (left in the page cache by the process before) is
-//!   never made durable, though the boot deferred exactly that to it.
+//!   never made durable, though the boot deferred exactly that to it;
+//! - `trust-unclean-exit`: boot reads the page cache as it is after an unclean exit of a
+//!   process of the same kernel (the exit record's verdict rewritten), so bytes a failed
+//!   writeback left cached and never on the device are taken for valid ones.
 //!
 //! The cluster's replicas ([`cluster`]):
 //! - `vote-after-lost-state`: a replica that lost its state record (its vote) or its whole
@@ -104,7 +107,7 @@ use cairn_server::command::hooks::CommandHooks;
 use cairn_server::ServerHooks;
 use std::cell::Cell;
 
-pub const NAMES: [&str; 35] = [
+pub const NAMES: [&str; 36] = [
     "read-above-visible",
     "serve-unverified-skip",
     "raft-ack-before-sync",
@@ -140,6 +143,7 @@ pub const NAMES: [&str; 35] = [
     "unsynced-repair",
     "skip-slot-sync",
     "skip-deferred-sync",
+    "trust-unclean-exit",
 ];
 
 thread_local! {
@@ -191,6 +195,7 @@ pub fn node_hooks() -> NodeHooks {
             before_metadata_sync: name.and_then(owners::before_metadata_sync_hook),
             store_waits: name.and_then(owners::store_waits_hook),
         },
+        exit_verdict: name.and_then(recovery::exit_verdict_hook),
     }
 }
 

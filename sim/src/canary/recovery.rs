@@ -1,11 +1,26 @@
 //! The canaries in recovery's decisions: each rewrites the verdict recovery's rules reached
 //! (the partition's verdict hook, between `decide` and `apply`), usually by deciding again
-//! on a record or a survey it changed first.
+//! on a record or a survey it changed first; and the one in boot's verdict on the page
+//! cache (the node's exit-record hook).
 
+use cairn_engine::env::PageCache;
+use cairn_engine::node::exit_record::{ExitVerdictHook, Why};
 use cairn_engine::partition::recovery::decide::{self, Repairs};
 use cairn_engine::partition::recovery::trust::{self, Trusted};
 use cairn_engine::partition::recovery::{Action, Damage, DamageKind, Survey};
 use cairn_engine::partition::{DurablePoint, FenceReason, VerdictHook};
+
+/// The exit-record verdict hook of the canary `name`: `trust-unclean-exit` reads an
+/// unclean exit in this kernel as a clean one.
+pub fn exit_verdict_hook(name: &str) -> Option<ExitVerdictHook> {
+    match name {
+        "trust-unclean-exit" => Some(|_, _, verdict| match verdict {
+            (PageCache::Suspect, Why::UncleanExit) => (PageCache::Trusted, Why::CleanExit),
+            other => other,
+        }),
+        _ => None,
+    }
+}
 
 /// The verdict hook of the recovery canary `name`.
 pub fn verdict_hook(name: &str) -> Option<VerdictHook> {

@@ -61,7 +61,7 @@ pub(crate) fn setup(world: &Shared, executor: &mut Executor) -> Checked<()> {
 
 /// Boots the node and checks what it recovered.
 pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
-    let (env, settings, newest, faults_from) = {
+    let (env, settings, newest, faults_from, exit) = {
         let mut w = lock(world);
         w.faults_at_boot = w.disk.record_count();
         (
@@ -69,6 +69,8 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
             super::settings(&w.profile),
             newest_record(&w),
             w.faults_at_boot,
+            // This boot's process is the next one to end.
+            std::mem::take(&mut w.exit),
         )
     };
     let started = block(executor, async move {
@@ -98,6 +100,7 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
                 .filter(|(_, b)| b.fence().is_some())
                 .map(|(k, _)| *k)
                 .collect();
+            super::exits::judge_page_cache(&mut lock(world), exit, &booted.report)?;
             lock(world).booted(booted, newest)?;
             lock(world).check_reports_debris()?;
             group_offsets_of_live_groups(&lock(world), &fenced, faults_from)?;
@@ -220,6 +223,8 @@ impl NodeWorld {
         self.restarts += 1;
         self.report.restarts += 1;
         self.node = None;
+        self.shutting_down = false;
+        self.exit.power |= power;
         // Membership is a live session's: it does not outlive the process.
         self.members.clear();
         self.generations.clear();
@@ -238,8 +243,14 @@ impl NodeWorld {
                     self.metadata_lies_lost.insert(path);
                 }
             }
-            self.disk.power_loss();
-            self.event("fault power loss");
+            if self.faulty && self.rng.gen_bool(0.1) {
+                self.disk.power_loss_keeping_boot_id();
+                self.event("fault power loss (the kernel keeps its boot id)");
+                self.decision("PowerLossKeptBootId");
+            } else {
+                self.disk.power_loss();
+                self.event("fault power loss");
+            }
             for part in self.parts.values_mut() {
                 for (acked, candidates) in part.offsets.values_mut() {
                     candidates.insert(*acked);

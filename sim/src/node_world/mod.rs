@@ -38,6 +38,7 @@
 
 mod debris;
 pub mod directed;
+mod exits;
 pub(crate) mod judges;
 mod lifecycle;
 mod model;
@@ -68,7 +69,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 28] = [
+pub const NODE_COVERAGE: [(&str, &str); 33] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -168,6 +169,26 @@ pub const NODE_COVERAGE: [(&str, &str); 28] = [
     (
         "ActiveFilesSyncedToClose",
         "a partition's active files written past their durable end synced and closed to make room in the node's table",
+    ),
+    (
+        "GracefulShutdown",
+        "a graceful shutdown while callers ran (each answered, or refused as shut down)",
+    ),
+    (
+        "CacheTrustedCleanExit",
+        "boot read the page cache as it was after a clean exit in the same kernel",
+    ),
+    (
+        "CacheTrustedNewKernel",
+        "boot read the page cache as it was after the kernel booted again (a power loss)",
+    ),
+    (
+        "CacheSuspectUncleanExit",
+        "boot read the device after an unclean exit in the same kernel",
+    ),
+    (
+        "PowerLossKeptBootId",
+        "a power loss after which the kernel reported the boot id it had before",
     ),
 ];
 pub const INV_METADATA: &str = "6 metadata";
@@ -476,6 +497,10 @@ pub struct NodeWorld {
     pub(crate) auto_commits: BTreeMap<u128, ((u32, u32), Holder)>,
     /// Each group member's last poll, for judging its turns (forgotten at a restart).
     pub(crate) group_polls: BTreeMap<u128, judges::GroupPoll>,
+    /// A graceful shutdown is under way: its callers may be refused as shut down.
+    pub(crate) shutting_down: bool,
+    /// How the process before the next boot ended (judged against boot's page cache).
+    pub(crate) exit: exits::LastExit,
     /// Directories a directed scenario put under `streams/` that no op made (an operator's
     /// copy): boot must keep them and fence the partition whose identity they claim.
     pub(crate) planted: BTreeSet<PathBuf>,
@@ -626,6 +651,8 @@ impl NodeWorld {
             debris_planted: 0,
             auto_commits: BTreeMap::new(),
             group_polls: BTreeMap::new(),
+            shutting_down: false,
+            exit: exits::LastExit::default(),
         }
     }
 
@@ -796,6 +823,7 @@ pub fn run(world: NodeWorld, mut executor: Executor) -> (RunReport, u64) {
             w.stop.is_none() && w.violation.is_none()
         };
         executor.run_while(MAX_EPOCH_POLLS, u64::MAX, &keep_going);
+        exits::maybe_shut_down(&world, &mut executor);
         executor.kill_all();
         let power = {
             let mut w = lock(&world);

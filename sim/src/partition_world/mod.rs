@@ -149,6 +149,7 @@ impl World {
                 spec.settings,
                 partition,
             ));
+            self.models[i].writer_boot_id = Some(self.disk.boot_id());
         }
         self.event(format!("setup {} partitions", self.models.len()));
     }
@@ -806,8 +807,10 @@ impl World {
         self.models[p].settings = settings;
         let records_before = self.disk.record_count();
         let model = &self.models[p];
-        let boot = self.rng.gen_range(0..4);
+        let boot = (self.rng.gen_range(0..4), self.disk.boot_id());
         let opened = opening::open(&self.env, model, identity(p), settings, boot);
+        // This process (of this kernel) may write the partition from here on.
+        self.models[p].writer_boot_id = Some(boot.1);
         let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {

@@ -5,25 +5,30 @@
 
 use super::oracle::Model;
 use cairn_engine::config::PartitionSettings;
-use cairn_engine::env::Env;
+use cairn_engine::env::{Env, PageCache};
+use cairn_engine::node::exit_record::{verdict, ExitRecord, Found};
 use cairn_engine::partition::recovery::{self, Insurance, Opening};
 use cairn_engine::partition::{Opened, Partition, PartitionIdentity};
 
 /// Opens the partition of `model`: `boot` 0 as a node's boot that reads the slots itself,
-/// 1 as one that hands over the slots it read, anything else alone.
+/// 1 as one that hands over the slots it read, anything else alone. `now` is the kernel's
+/// boot id; a boot reads the page cache as the node's exit record would let it
+/// ([`page_cache`]).
 pub(super) fn open(
     env: &Env,
     model: &Model,
     identity: PartitionIdentity,
     settings: PartitionSettings,
-    boot: u32,
+    (boot, now): (u32, u128),
 ) -> Result<Opened, String> {
+    let cache = page_cache(model.writer_boot_id, now);
     let opening = match boot {
-        0 => Opening::Boot { slots: None },
+        0 => Opening::Boot { slots: None, cache },
         1 => Opening::Boot {
             slots: recovery::read_slots(env.disk.as_ref(), &model.dir)
                 .ok()
                 .map(Box::new),
+            cache,
         },
         _ => Opening::Alone,
     };
@@ -39,4 +44,21 @@ pub(super) fn open(
             .map_err(|e| format!("the boot sync of {}: {e}", dir.display()))?;
     }
     Ok(opened)
+}
+
+/// What a boot may take from the page cache, decided by the node's rule (and the active
+/// canary's hook): the partition world's processes never exit cleanly, so its exit record
+/// names the kernel the last process that opened the partition ran in, unclean (none
+/// before the first recovery).
+fn page_cache(writer: Option<u128>, now: u128) -> PageCache {
+    let found = writer.map_or(Found::Missing, |boot_id| {
+        Found::Record(ExitRecord {
+            boot_id,
+            clean: false,
+        })
+    });
+    let decided = verdict(&found, Some(now));
+    let hook = crate::canary::node_hooks().exit_verdict;
+    hook.map_or(decided, |rewrite| rewrite(&found, Some(now), decided))
+        .0
 }

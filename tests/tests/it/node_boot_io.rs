@@ -2,9 +2,11 @@
 //! device once (the tree survey hands what it read to the partition's recovery), and what
 //! recoveries with nothing to repair serve made durable by one sync of the data root per
 //! shard (`Disk::sync_all`), not by a flush of the device per file and directory; when that
-//! sync fails, by each partition's own.
+//! sync fails, by each partition's own. After a clean exit in the same kernel, boot reads
+//! the page cache as it is; after an unclean one, the device (`node::exit_record`).
 
-use cairn_engine::env::{Disk, DiskFile, DiskLayer, FileLayer, OpenMode};
+use cairn_engine::env::{Disk, DiskFile, DiskLayer, FileLayer, OpenMode, PageCache};
+use cairn_engine::node::exit_record::{Why, EXIT_RECORD};
 use cairn_engine::node::PartitionBoot;
 use cairn_engine::partition::FenceReason;
 use cairn_tests::fs::env_on;
@@ -45,9 +47,16 @@ fn a_boot_reads_each_slot_once_and_syncs_the_data_root_once() {
     }
     send_to_each(&node, 1);
     node.close().unwrap();
+    // Without its exit record a boot cannot tell how the last process ended: it reads the
+    // device (a clean exit's boot reads the cache: the test below).
+    std::fs::remove_file(root.join(EXIT_RECORD)).unwrap();
 
     let disk = CountingDisk::default();
     let booted = start(&env_on(disk.clone()), root, node_settings()).unwrap();
+    assert_eq!(
+        booted.report.page_cache,
+        Some((PageCache::Suspect, Why::NoRecord))
+    );
     let opened_clean = booted.report.partitions.iter().all(|(_, boot)| {
         matches!(boot, PartitionBoot::Opened(plan) if plan.fence.is_none() && plan.actions.is_empty())
     });
@@ -181,4 +190,81 @@ fn a_failed_sync_of_the_data_root_falls_back_to_each_partitions_own() {
     );
     assert_eq!(read_node(&booted.node, (0, 0, 0)).len(), 2);
     booted.node.close().unwrap();
+}
+
+/// Dropped from the cache by a boot: every path but the exit record's own (which boot reads
+/// from the device to decide, and reads back when it writes it).
+fn evicted_besides_the_exit_record(disk: &CountingDisk) -> Vec<String> {
+    let evictions = disk.evictions.lock().unwrap().clone();
+    let paths = evictions.keys().map(|p| p.to_string_lossy().into_owned());
+    paths.filter(|p| !p.ends_with(EXIT_RECORD)).collect()
+}
+
+/// What a boot that read the page cache as it was dropped from it: nothing it read, only
+/// the metadata superblock slot it wrote a record into (every slot write is read back from
+/// the device, to check where it landed).
+fn assert_read_the_cache(evicted: &[String]) {
+    let written = evicted
+        .iter()
+        .filter(|p| p.contains("metadata/superblock."));
+    assert!(
+        evicted.len() <= 1 && written.count() == evicted.len(),
+        "a clean exit's boot reads the cache: {evicted:?}"
+    );
+}
+
+/// A clean exit lets the next boot of the same kernel read what the page cache holds (no
+/// file of the metadata or of a partition dropped from it); a process that stops without
+/// one (a crash) makes the next boot read the device again, and that boot's own clean exit
+/// lets the one after it trust the cache again. Each serves everything sent before.
+#[test]
+fn a_clean_exit_lets_the_next_boot_trust_the_page_cache_and_a_crash_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let node = start(&real_env(), root, node_settings()).unwrap().node;
+    node.create_stream("s").unwrap();
+    for topic in 0..TOPICS {
+        // Acknowledged sends survive the halt below.
+        let options = topic_options(&[("durability", 2, b"persisted")]);
+        node.create_topic(&id(0), &format!("t{topic}"), PARTITIONS, options)
+            .unwrap();
+    }
+    send_to_each(&node, 1);
+    node.close().unwrap();
+
+    let boot = |expected: (PageCache, Why)| {
+        let disk = CountingDisk::default();
+        let booted = start(&env_on(disk.clone()), root, node_settings()).unwrap();
+        assert_eq!(booted.report.page_cache, Some(expected));
+        (booted.node, evicted_besides_the_exit_record(&disk))
+    };
+    let (node, evicted) = boot((PageCache::Trusted, Why::CleanExit));
+    assert_read_the_cache(&evicted);
+    send_to_each(&node, 10);
+    node.halt();
+
+    let (node, evicted) = boot((PageCache::Suspect, Why::UncleanExit));
+    let slots = evicted
+        .iter()
+        .filter(|p| p.contains("/partitions/") && p.contains("superblock."));
+    assert_eq!(
+        slots.count(),
+        (2 * TOPICS * PARTITIONS) as usize,
+        "{evicted:?}"
+    );
+    assert!(
+        evicted.iter().any(|p| p.contains("metadata")),
+        "{evicted:?}"
+    );
+    for topic in 0..TOPICS {
+        for partition in 0..PARTITIONS {
+            assert_eq!(read_node(&node, (0, topic, partition)).len(), 4);
+        }
+    }
+    node.close().unwrap();
+
+    let (node, evicted) = boot((PageCache::Trusted, Why::CleanExit));
+    assert_read_the_cache(&evicted);
+    assert_eq!(read_node(&node, (0, 2, 1)).len(), 4);
+    node.close().unwrap();
 }

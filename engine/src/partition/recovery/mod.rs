@@ -43,8 +43,12 @@ pub enum Opening {
     /// Within a node's boot: `slots` are the superblock slots boot's tree survey read from
     /// the device, nothing having written them since (`None`: read them again); what a
     /// recovery with nothing to repair serves is made durable by its shard's one `sync_all`
-    /// before the node serves ([`Insurance::Deferred`]).
-    Boot { slots: Option<Box<[SlotRead; 2]>> },
+    /// before the node serves ([`Insurance::Deferred`]); `cache` says whether the survey
+    /// reads the page cache as it is (the node's exit record decided).
+    Boot {
+        slots: Option<Box<[SlotRead; 2]>>,
+        cache: PageCache,
+    },
 }
 
 impl Opening {
@@ -52,6 +56,14 @@ impl Opening {
         match self {
             Opening::Alone => Insurance::Now,
             Opening::Boot { .. } => Insurance::Deferred,
+        }
+    }
+
+    /// What the survey may take from the page cache: alone, nothing.
+    pub fn page_cache(&self) -> PageCache {
+        match self {
+            Opening::Alone => PageCache::Suspect,
+            Opening::Boot { cache, .. } => *cache,
         }
     }
 }
@@ -63,7 +75,7 @@ use super::offsets::{ConsumerId, StoredOffset};
 use super::superblock::PartitionIdentity;
 use super::FenceReason;
 use crate::config::Durability;
-use crate::env::Disk;
+use crate::env::{Disk, PageCache};
 use decide::Repairs;
 use std::collections::BTreeMap;
 use std::io;

@@ -54,24 +54,25 @@ impl NodeWorld {
 
     /// Whether a `Stopped` answer has a cause: the node's own failure (which it then
     /// reports to its supervisor, and which needs a cause of its own: see
-    /// [`NodeWorld::failure_has_cause`]), or the disk crashing under it. The simulation
-    /// never shuts a node down while its callers run, so `Stopped(Shutdown)` from a node
-    /// that is up is an answer the node dropped: a wrong answer, never one in doubt.
+    /// [`NodeWorld::failure_has_cause`]), or the disk crashing under it. Outside a graceful
+    /// shutdown (`exits`), `Stopped(Shutdown)` from a node that is up is an answer the node
+    /// dropped: a wrong answer, never one in doubt.
     pub(crate) fn stopped_with_cause(&self, failure: &Failure) -> bool {
         if self.disk.is_crashed() {
             return true;
         }
         match failure {
-            Failure::Shutdown => false,
+            Failure::Shutdown => self.shutting_down,
             _ => self.node.as_ref().is_none_or(|n| n.failure().is_some()),
         }
     }
 
-    /// Whether the node's failure has a cause the simulation injected since it booted: the
-    /// disk crashed, or it returned an I/O error ([`IO_ERRORS`]). A node that stops with
+    /// Whether the node's failure has a cause the simulation injected since it booted: a
+    /// graceful shutdown, the disk crashed, or it returned an I/O error ([`IO_ERRORS`]). A node that stops with
     /// neither failed on its own: a violation, not a restart.
     pub(crate) fn failure_has_cause(&self) -> bool {
-        self.disk.is_crashed()
+        self.shutting_down
+            || self.disk.is_crashed()
             || self
                 .disk
                 .records_since(self.faults_at_boot)

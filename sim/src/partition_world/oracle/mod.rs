@@ -154,6 +154,9 @@ pub struct Model {
     pub rewind_floor: Option<u64>,
     /// A power loss happened since the last recovery.
     pub power_lost: bool,
+    /// The boot id of the kernel the last process that opened the partition ran in (what
+    /// a node's exit record would name; `None` before its first recovery).
+    pub writer_boot_id: Option<u128>,
     /// A boot failed part-way since the offsets were last settled: a repair it made (an
     /// offset it lowered) may stand without any plan having reported it.
     pub boot_failed: bool,
@@ -205,6 +208,7 @@ impl Model {
             lost_names_seen: BTreeSet::new(),
             rewind_floor: None,
             power_lost: false,
+            writer_boot_id: None,
             boot_failed: false,
             rewound: BTreeMap::new(),
             rewound_since: 0,
