@@ -164,7 +164,7 @@ pub fn write(disk: &dyn Disk, root: &Path, record: ExitRecord) -> io::Result<()>
 
 /// What boot decided from the exit record, and what the node's graceful shutdown needs to
 /// write the next one: the boot id, and the watch on the node's writes and syncs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ExitWatch {
     pub cache: PageCache,
     pub why: Why,
@@ -222,10 +222,16 @@ impl ExitWatch {
         })
     }
 
-    /// A graceful shutdown's last step, once nothing of the node writes any more: when no
-    /// write or sync failed since boot, everything under `root` is synced and the record
-    /// says `{boot id, clean}`. Otherwise (or when that sync fails) the record stays
-    /// `{boot id, unclean}`, and the next boot of this kernel reads the device.
+    /// A graceful shutdown's last step, once nothing of the node writes any more (its
+    /// caller stopped every owner; a node's `end` runs once): when no write or sync failed
+    /// since boot, everything under `root` is synced and the record says `{boot id,
+    /// clean}`. Otherwise (or when that sync fails) the record stays `{boot id, unclean}`,
+    /// and the next boot of this kernel reads the device.
+    ///
+    /// The sync is `syncfs` where it covers the tree: it reports a writeback error no
+    /// `syncfs` of the file system reported yet, so another process's `syncfs` of the same
+    /// file system could take one first (the data root is meant to be cairn's alone, as
+    /// for boot's `sync_all`).
     pub fn end(&self, disk: &dyn Disk, root: &Path) {
         let Some(boot_id) = self.boot_id else {
             return;
@@ -289,12 +295,10 @@ impl DiskLayer for WatchedDisk {
         self.inner.as_ref()
     }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
-        let inner = self.inner.open(path, mode)?;
-        if mode == OpenMode::Read {
-            return Ok(inner);
-        }
+        // Every mode: a file opened for reading can be synced too (its writeback error is
+        // reported through it).
         Ok(Box::new(WatchedFile {
-            inner,
+            inner: self.inner.open(path, mode)?,
             failures: self.failures.clone(),
         }))
     }

@@ -481,20 +481,25 @@ impl Node {
         // Cancelled owners stop at their next wait; one may be inside a checkpoint until
         // then. Only once every owner stopped is nothing of this node writing: a node booted
         // next on the same directory (a restart in the same process) is its only writer.
-        self.stop_workers().await;
+        let stopped_owners = self.stop_workers().await;
         // Whatever stopped the node or a shard's close, the record says clean exactly when
         // no write or sync failed and everything written is synced (`exit_record`): all it
-        // claims is that the page cache holds what the device holds.
-        let (env, root) = (&self.inner.env, &self.inner.root);
-        device_section(env.tasks.as_ref(), || {
-            self.inner.exit.end(env.disk.as_ref(), root)
-        });
-        settle(env).await;
+        // claims is that the page cache holds what the device holds. Only the caller that
+        // stopped the owners writes it: another (a second shutdown, a halt's) has nothing
+        // to wait for and cannot know the owners are done.
+        if stopped_owners {
+            let (env, root) = (&self.inner.env, &self.inner.root);
+            device_section(env.tasks.as_ref(), || {
+                self.inner.exit.end(env.disk.as_ref(), root)
+            });
+            settle(env).await;
+        }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Cancels every owner and waits until each has stopped.
-    async fn stop_workers(&self) {
+    /// Cancels every owner and waits until each has stopped; false when another caller
+    /// (a shutdown or a halt before) took them already.
+    async fn stop_workers(&self) -> bool {
         let workers: Vec<_> = self
             .inner
             .workers
@@ -514,5 +519,6 @@ impl Node {
                 .sleep(std::time::Duration::from_millis(1))
                 .await;
         }
+        !workers.is_empty()
     }
 }

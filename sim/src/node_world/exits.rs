@@ -11,14 +11,16 @@
 //! must read the cache when the shutdown finished with nothing failing at all: no failed
 //! write or sync, no full disk, no crash.
 
-use super::{block, lock, NodeWorld, Shared};
+use super::{block, lock, NodeWorld, Shared, NODE_ROOT};
 use crate::executor::Executor;
 use crate::report::{violation, Checked, INV_JUSTIFIED, INV_LIVENESS};
 use cairn_engine::env::PageCache;
-use cairn_engine::node::exit_record::{Why, EXIT_RECORD};
+use cairn_engine::node::exit_record::{ExitRecord, Why, EXIT_RECORD};
 use cairn_engine::node::BootReport;
+use cairn_engine::slots::{MIRROR_OFFSET, RECORD_LEN};
 use cairn_faults::FaultKind;
 use rand::Rng;
+use std::path::Path;
 
 /// Faults after which the page cache may hold what the device does not.
 const DIVERGING: [FaultKind; 3] = [
@@ -50,12 +52,13 @@ pub(crate) struct LastExit {
     pub must_trust: bool,
 }
 
-/// Before a process crash, now and then: a graceful shutdown while the callers run.
+/// Before a process crash or a power loss, now and then: a graceful shutdown while the
+/// callers run (the power loss then strikes the machine the node left).
 pub(crate) fn maybe_shut_down(world: &Shared, executor: &mut Executor) {
     let node = {
         let mut w = lock(world);
-        let crash = w.stop == Some(false) && w.violation.is_none();
-        if !crash || !w.is_up() || !w.rng.gen_bool(0.35) {
+        let going_down = w.stop.is_some() && w.violation.is_none();
+        if !going_down || !w.is_up() || !w.rng.gen_bool(0.35) {
             return;
         }
         w.shutting_down = true;
@@ -79,6 +82,36 @@ pub(crate) fn maybe_shut_down(world: &Shared, executor: &mut Executor) {
         "graceful shutdown: {closed:?}, failed before: {failed_before:?}, diverging faults {diverged}, unclean {unclean}"
     ));
     w.decision("GracefulShutdown");
+}
+
+/// A boot that crashed: the process before it is still the one the next boot judges by,
+/// as far as the crashed one wrote nothing the cache could hold and the device not (it may
+/// not have replaced the exit record yet, or only in part, or with all its sectors old);
+/// the next boot need not trust the cache (the crashed one may have marked it unclean).
+pub(crate) fn boot_crashed(w: &mut NodeWorld, before: LastExit) {
+    let fired = w.disk.records_since(w.faults_at_boot);
+    let diverged = fired.iter().any(|r| DIVERGING.contains(&r.kind));
+    w.exit = LastExit {
+        power: before.power || w.exit.power,
+        may_trust: before.may_trust && !diverged && !marked_unclean(w),
+        must_trust: false,
+    };
+}
+
+/// Whether the exit record a boot would read (after dropping clean cached pages) says an
+/// unclean exit in this kernel in either copy: the crashed boot got as far as marking it.
+fn marked_unclean(w: &NodeWorld) -> bool {
+    let path = Path::new(NODE_ROOT).join(EXIT_RECORD);
+    let Some(bytes) = w.disk.device_view(&path) else {
+        return false;
+    };
+    let now = w.disk.boot_id();
+    let copy = |at: usize| bytes.get(at..at + RECORD_LEN)?.try_into().ok();
+    [0, MIRROR_OFFSET as usize]
+        .into_iter()
+        .filter_map(copy)
+        .filter_map(|record| ExitRecord::decode(&record).ok())
+        .any(|r| r.boot_id == now && !r.clean)
 }
 
 /// Judges boot's verdict on the page cache against how the process before ended.
@@ -113,6 +146,12 @@ pub(crate) fn judge_page_cache(
                 why.name()
             ),
         )),
+        (PageCache::Trusted, Why::CleanExit) if exit.power => {
+            // The record lies about the cache (the kernel kept its boot id through a power
+            // loss), harmlessly: the cache began empty.
+            w.decision("CacheTrustedLyingRecord");
+            Ok(())
+        }
         (PageCache::Trusted, Why::CleanExit) => {
             w.decision("CacheTrustedCleanExit");
             Ok(())

@@ -79,8 +79,9 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
     let started = match started {
         Some(result) => result,
         None => {
-            let w = lock(world);
+            let mut w = lock(world);
             if w.disk.is_crashed() {
+                super::exits::boot_crashed(&mut w, exit);
                 return Ok(());
             }
             return Err(violation(INV_LIVENESS, "boot stalled".into()));
@@ -88,7 +89,9 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
     };
     match started {
         Ok(_) if lock(world).disk.is_crashed() => {
-            lock(world).event("boot crashed");
+            let mut w = lock(world);
+            w.event("boot crashed");
+            super::exits::boot_crashed(&mut w, exit);
             Ok(())
         }
         Ok(booted) => {
@@ -128,6 +131,7 @@ pub(crate) fn boot(world: &Shared, executor: &mut Executor) -> Checked<()> {
             let mut w = lock(world);
             if w.disk.is_crashed() {
                 w.event(format!("boot crashed: {e}"));
+                super::exits::boot_crashed(&mut w, exit);
                 return Ok(());
             }
             Err(meta_violation(format!(
@@ -223,7 +227,7 @@ impl NodeWorld {
         self.restarts += 1;
         self.report.restarts += 1;
         self.node = None;
-        self.shutting_down = false;
+        let after_shutdown = std::mem::take(&mut self.shutting_down);
         self.exit.power |= power;
         // Membership is a live session's: it does not outlive the process.
         self.members.clear();
@@ -243,7 +247,10 @@ impl NodeWorld {
                     self.metadata_lies_lost.insert(path);
                 }
             }
-            if self.faulty && self.rng.gen_bool(0.1) {
+            // More often after a graceful shutdown: its clean record then outlives the
+            // cache it vouched for.
+            let keep = if after_shutdown { 0.3 } else { 0.1 };
+            if self.faulty && self.rng.gen_bool(keep) {
                 self.disk.power_loss_keeping_boot_id();
                 self.event("fault power loss (the kernel keeps its boot id)");
                 self.decision("PowerLossKeptBootId");

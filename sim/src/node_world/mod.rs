@@ -69,7 +69,7 @@ use std::time::Duration;
 pub const NODE_ROOT: &str = "/node";
 
 /// The node scope's coverage rows: decision name, and what reaching it means.
-pub const NODE_COVERAGE: [(&str, &str); 33] = [
+pub const NODE_COVERAGE: [(&str, &str); 34] = [
     ("TruncateJournal", "metadata journal tail truncated at boot"),
     (
         "QuiescentCompared",
@@ -189,6 +189,10 @@ pub const NODE_COVERAGE: [(&str, &str); 33] = [
     (
         "PowerLossKeptBootId",
         "a power loss after which the kernel reported the boot id it had before",
+    ),
+    (
+        "CacheTrustedLyingRecord",
+        "boot read the cache as a clean exit's though a power loss that kept the boot id emptied it",
     ),
 ];
 pub const INV_METADATA: &str = "6 metadata";

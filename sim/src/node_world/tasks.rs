@@ -153,7 +153,8 @@ fn after_step(world: &Shared, counts: bool) {
                 w.decision("MetaWriteFailed");
             }
         }
-        if let (Some(failure), false) = (&failure, w.failure_has_cause()) {
+        let caused = failure.as_deref().is_some_and(|f| w.failure_has_cause(f));
+        if let (Some(failure), false) = (&failure, caused) {
             let v = violation(
                 crate::report::INV_LIVENESS,
                 format!("the node stopped with no fault injected since it booted: {failure}"),

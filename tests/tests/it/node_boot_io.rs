@@ -268,3 +268,56 @@ fn a_clean_exit_lets_the_next_boot_trust_the_page_cache_and_a_crash_does_not() {
     assert_eq!(read_node(&node, (0, 2, 1)).len(), 4);
     node.close().unwrap();
 }
+
+/// A disk whose file syncs fail (EIO) for paths containing `failing` once `armed`.
+#[derive(Clone)]
+struct FileSyncsFail {
+    inner: CountingDisk,
+    failing: &'static str,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DiskLayer for FileSyncsFail {
+    fn inner(&self) -> &dyn Disk {
+        &self.inner
+    }
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
+        let armed = self.armed.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(Box::new(FailingSyncs {
+            inner: Disk::open(&self.inner, path, mode)?,
+            fails: armed && path.to_string_lossy().contains(self.failing),
+        }))
+    }
+}
+
+/// A sync that failed while the node ran (its partition fenced, the node serving on) makes
+/// the graceful shutdown's exit unclean: the next boot of the kernel reads the device.
+#[test]
+fn a_sync_that_failed_while_the_node_ran_makes_its_exit_unclean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let disk = FileSyncsFail {
+        inner: CountingDisk::default(),
+        failing: "partitions/1/",
+        armed: Default::default(),
+    };
+    let node = start(&env_on(disk.clone()), root, node_settings())
+        .unwrap()
+        .node;
+    node.create_stream("s").unwrap();
+    let options = topic_options(&[("durability", 2, b"persisted")]);
+    node.create_topic(&id(0), "t", 2, options).unwrap();
+    disk.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let to = |p| WirePartitioning::PartitionId(p);
+    assert!(node.send(&id(0), &id(0), &to(1), batch(3, 1, 32)).is_err());
+    node.send(&id(0), &id(0), &to(0), batch(4, 1, 32)).unwrap();
+    let _ = node.close();
+
+    let booted = start(&real_env(), root, node_settings()).unwrap();
+    assert_eq!(
+        booted.report.page_cache,
+        Some((PageCache::Suspect, Why::UncleanExit))
+    );
+    assert_eq!(read_node(&booted.node, (0, 0, 0)).len(), 1);
+    booted.node.close().unwrap();
+}

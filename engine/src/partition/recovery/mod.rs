@@ -40,8 +40,8 @@ pub enum Opening {
     /// Recovery reads everything it needs and syncs what it serves ([`Insurance::Now`]).
     #[default]
     Alone,
-    /// Within a node's boot: `slots` are the superblock slots boot's tree survey read from
-    /// the device, nothing having written them since (`None`: read them again); what a
+    /// Within a node's boot: `slots` are the superblock slots boot's tree survey read (from
+    /// the device, or the cache when `cache` trusts it), nothing having written them since (`None`: read them again); what a
     /// recovery with nothing to repair serves is made durable by its shard's one `sync_all`
     /// before the node serves ([`Insurance::Deferred`]); `cache` says whether the survey
     /// reads the page cache as it is (the node's exit record decided).

@@ -6,7 +6,9 @@
 //! slots and the log files at and after the durable segment have their clean cached pages
 //! dropped first ([`crate::env::DiskFile::evict_cache`]). After a failed writeback Linux
 //! keeps the new bytes cached and marks them clean; a restarted process that read them would
-//! take bytes that never reached the device for valid ones, and record them durable.
+//! take bytes that never reached the device for valid ones, and record them durable. A node's
+//! boot skips the dropping when its exit record rules that out (`PageCache::Trusted`: a clean
+//! exit, or a new kernel): the survey then reads through a disk whose eviction is a no-op.
 
 use super::trust::{self, SlotRead};
 use crate::config::Durability;

@@ -230,7 +230,7 @@ impl Scenario {
             return Err(v);
         }
         match w.node.as_ref().and_then(|n| n.failure()) {
-            Some(failure) if !w.failure_has_cause() => Err(crate::report::violation(
+            Some(failure) if !w.failure_has_cause(&failure) => Err(crate::report::violation(
                 crate::report::INV_LIVENESS,
                 format!("the node stopped with no fault injected since it booted: {failure}"),
             )),

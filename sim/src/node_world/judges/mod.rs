@@ -67,11 +67,19 @@ impl NodeWorld {
         }
     }
 
-    /// Whether the node's failure has a cause the simulation injected since it booted: a
-    /// graceful shutdown, the disk crashed, or it returned an I/O error ([`IO_ERRORS`]). A node that stops with
-    /// neither failed on its own: a violation, not a restart.
-    pub(crate) fn failure_has_cause(&self) -> bool {
-        self.shutting_down
+    /// Whether the node's `failure` has a cause the simulation injected since it booted: the
+    /// disk crashed, it returned an I/O error ([`IO_ERRORS`]), or a graceful shutdown is
+    /// under way and `failure` is the shutdown's (or its known side effect: shards close
+    /// before the metadata owner, so an op whose directory work reaches a closed shard
+    /// stops the node with "a shard stopped"). A node that stops with none of these failed
+    /// on its own: a violation, not a restart.
+    pub(crate) fn failure_has_cause(&self, failure: &Failure) -> bool {
+        let shutdown_s = match failure {
+            Failure::Shutdown => true,
+            Failure::Work(e) => e.to_string().contains("a shard stopped"),
+            _ => false,
+        };
+        (self.shutting_down && shutdown_s)
             || self.disk.is_crashed()
             || self
                 .disk
