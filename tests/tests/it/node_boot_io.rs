@@ -34,10 +34,9 @@ fn send_to_each(node: &cairn_tests::node::TestNode, seed: u64) {
     }
 }
 
-#[test]
-fn a_boot_reads_each_slot_once_and_syncs_the_data_root_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
+/// A node at `root` with `TOPICS` `persisted` topics (acknowledged sends survive a halt),
+/// two messages sent to each partition, shut down gracefully.
+fn fill_and_close(root: &Path) {
     let node = start(&real_env(), root, node_settings()).unwrap().node;
     node.create_stream("s").unwrap();
     for topic in 0..TOPICS {
@@ -47,6 +46,13 @@ fn a_boot_reads_each_slot_once_and_syncs_the_data_root_once() {
     }
     send_to_each(&node, 1);
     node.close().unwrap();
+}
+
+#[test]
+fn a_boot_reads_each_slot_once_and_syncs_the_data_root_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    fill_and_close(root);
     // Without its exit record a boot cannot tell how the last process ended: it reads the
     // device (a clean exit's boot reads the cache: the test below).
     std::fs::remove_file(root.join(EXIT_RECORD)).unwrap();
@@ -221,16 +227,7 @@ fn assert_read_the_cache(evicted: &[String]) {
 fn a_clean_exit_lets_the_next_boot_trust_the_page_cache_and_a_crash_does_not() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let node = start(&real_env(), root, node_settings()).unwrap().node;
-    node.create_stream("s").unwrap();
-    for topic in 0..TOPICS {
-        // Acknowledged sends survive the halt below.
-        let options = topic_options(&[("durability", 2, b"persisted")]);
-        node.create_topic(&id(0), &format!("t{topic}"), PARTITIONS, options)
-            .unwrap();
-    }
-    send_to_each(&node, 1);
-    node.close().unwrap();
+    fill_and_close(root);
 
     let boot = |expected: (PageCache, Why)| {
         let disk = CountingDisk::default();
